@@ -1,0 +1,4 @@
+//! The capabilities agent (`media-capabilities`): finds the node's GPUs, asks each one's VA-API
+//! driver what it can do, and publishes the answers as a `media.liken.sh` ResourceSlice.
+
+pub mod cli;

@@ -1,0 +1,691 @@
+//! The capability catalogue: every attribute a `media.liken.sh` device carries, what it means and
+//! where its value comes from.
+//!
+//! This is the one definition of those names. The agent publishes them, `kubectl media class`
+//! writes CEL over them, `caps` and `why` read them back, and the docs and shell completions are
+//! generated from them. Adding a capability means adding a variant here; the compiler then points
+//! at every `match` that has to learn about it (the VA rules in particular), so no part of the
+//! project can silently disagree about the set.
+//!
+//! The VA rule *texts* live here for documentation; the rules themselves are applied in exactly
+//! one function of the VA module.
+
+use std::fmt;
+
+/// The DRA driver name the agent publishes under. Unqualified attribute names belong to it.
+pub const DRIVER: &str = "media.liken.sh";
+
+/// The driver that publishes the render nodes (the liken project). Its devices are what a
+/// workload actually receives; ours only describe the GPU behind them.
+pub const RENDER_DRIVER: &str = "liken.sh";
+
+/// The standard attribute both drivers publish; a `matchAttribute` constraint on it keeps a
+/// claim's render node and capability statement on one GPU.
+pub const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
+
+/// The API server's limit on attributes plus capacities per device (dra-facts §2).
+pub const MAX_ATTRIBUTES_PER_DEVICE: usize = 32;
+
+/// The API server's limit on string attribute values, in bytes (dra-facts §2).
+pub const MAX_STRING_VALUE_BYTES: usize = 64;
+
+/// What a capability is about; also the `kubectl media class` flag that asks for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Group {
+    Decode,
+    Encode,
+    Scale,
+}
+
+impl Group {
+    pub const ALL: [Group; 3] = [Group::Decode, Group::Encode, Group::Scale];
+
+    /// The lowercase word used in attribute names, flags and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Group::Decode => "decode",
+            Group::Encode => "encode",
+            Group::Scale => "scale",
+        }
+    }
+
+    /// The capabilities of this group, in catalogue order.
+    pub fn capabilities(self) -> impl Iterator<Item = Capability> {
+        Capability::ALL
+            .into_iter()
+            .filter(move |c| c.group() == self)
+    }
+}
+
+impl fmt::Display for Group {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One published capability boolean. Every device carries every capability, true or false, so
+/// a selector never needs `has()`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Capability {
+    DecodeAV1Main,
+    DecodeAV1Main10,
+    DecodeH264,
+    DecodeHEVCMain,
+    DecodeHEVCMain10,
+    DecodeMPEG2,
+    DecodeVC1,
+    DecodeVP8,
+    DecodeVP9,
+    DecodeVP9Profile2,
+    EncodeH264,
+    EncodeH264LowPower,
+    EncodeHEVCMain,
+    EncodeHEVCMain10,
+    EncodeHEVCMain10LowPower,
+    EncodeHEVCMainLowPower,
+    Scale8bit,
+    Scale10bit,
+}
+
+impl Capability {
+    /// Every capability, in the order the catalogue (and every listing) uses.
+    pub const ALL: [Capability; 18] = [
+        Capability::DecodeAV1Main,
+        Capability::DecodeAV1Main10,
+        Capability::DecodeH264,
+        Capability::DecodeHEVCMain,
+        Capability::DecodeHEVCMain10,
+        Capability::DecodeMPEG2,
+        Capability::DecodeVC1,
+        Capability::DecodeVP8,
+        Capability::DecodeVP9,
+        Capability::DecodeVP9Profile2,
+        Capability::EncodeH264,
+        Capability::EncodeH264LowPower,
+        Capability::EncodeHEVCMain,
+        Capability::EncodeHEVCMain10,
+        Capability::EncodeHEVCMain10LowPower,
+        Capability::EncodeHEVCMainLowPower,
+        Capability::Scale8bit,
+        Capability::Scale10bit,
+    ];
+
+    /// The attribute name as published (unqualified, so it lives in the `media.liken.sh` domain).
+    pub fn attribute(self) -> &'static str {
+        use Capability::*;
+        match self {
+            DecodeAV1Main => "decodeAV1Main",
+            DecodeAV1Main10 => "decodeAV1Main10",
+            DecodeH264 => "decodeH264",
+            DecodeHEVCMain => "decodeHEVCMain",
+            DecodeHEVCMain10 => "decodeHEVCMain10",
+            DecodeMPEG2 => "decodeMPEG2",
+            DecodeVC1 => "decodeVC1",
+            DecodeVP8 => "decodeVP8",
+            DecodeVP9 => "decodeVP9",
+            DecodeVP9Profile2 => "decodeVP9Profile2",
+            EncodeH264 => "encodeH264",
+            EncodeH264LowPower => "encodeH264LowPower",
+            EncodeHEVCMain => "encodeHEVCMain",
+            EncodeHEVCMain10 => "encodeHEVCMain10",
+            EncodeHEVCMain10LowPower => "encodeHEVCMain10LowPower",
+            EncodeHEVCMainLowPower => "encodeHEVCMainLowPower",
+            Scale8bit => "scale8bit",
+            Scale10bit => "scale10bit",
+        }
+    }
+
+    pub fn group(self) -> Group {
+        use Capability::*;
+        match self {
+            DecodeAV1Main | DecodeAV1Main10 | DecodeH264 | DecodeHEVCMain | DecodeHEVCMain10
+            | DecodeMPEG2 | DecodeVC1 | DecodeVP8 | DecodeVP9 | DecodeVP9Profile2 => Group::Decode,
+            EncodeH264
+            | EncodeH264LowPower
+            | EncodeHEVCMain
+            | EncodeHEVCMain10
+            | EncodeHEVCMain10LowPower
+            | EncodeHEVCMainLowPower => Group::Encode,
+            Scale8bit | Scale10bit => Group::Scale,
+        }
+    }
+
+    /// The attribute name without its group prefix: the value users give to `--decode`,
+    /// `--encode` or `--scale` (`HEVCMain10`, `H264LowPower`, `10bit`).
+    pub fn value(self) -> &'static str {
+        let attribute = self.attribute();
+        &attribute[self.group().as_str().len()..]
+    }
+
+    /// A short label for compact listings (`HEVC-10`, `H264-LP`, `10`).
+    pub fn label(self) -> &'static str {
+        use Capability::*;
+        match self {
+            DecodeAV1Main => "AV1",
+            DecodeAV1Main10 => "AV1-10",
+            DecodeH264 => "H264",
+            DecodeHEVCMain => "HEVC",
+            DecodeHEVCMain10 => "HEVC-10",
+            DecodeMPEG2 => "MPEG2",
+            DecodeVC1 => "VC1",
+            DecodeVP8 => "VP8",
+            DecodeVP9 => "VP9",
+            DecodeVP9Profile2 => "VP9-10",
+            EncodeH264 => "H264",
+            EncodeH264LowPower => "H264-LP",
+            EncodeHEVCMain => "HEVC",
+            EncodeHEVCMain10 => "HEVC-10",
+            EncodeHEVCMain10LowPower => "HEVC-10-LP",
+            EncodeHEVCMainLowPower => "HEVC-LP",
+            Scale8bit => "8",
+            Scale10bit => "10",
+        }
+    }
+
+    /// What a `true` value tells a workload, in one line.
+    pub fn meaning(self) -> &'static str {
+        use Capability::*;
+        match self {
+            DecodeAV1Main => "decodes AV1 Main profile (8-bit 4:2:0) in hardware",
+            DecodeAV1Main10 => "decodes 10-bit AV1 Main profile in hardware",
+            DecodeH264 => "decodes H.264 up to High profile in hardware",
+            DecodeHEVCMain => "decodes HEVC Main profile (8-bit 4:2:0) in hardware",
+            DecodeHEVCMain10 => "decodes HEVC Main 10 profile (10-bit 4:2:0) in hardware",
+            DecodeMPEG2 => "decodes MPEG-2 Main profile in hardware",
+            DecodeVC1 => "decodes VC-1 Advanced profile in hardware",
+            DecodeVP8 => "decodes VP8 in hardware",
+            DecodeVP9 => "decodes VP9 profile 0 (8-bit 4:2:0) in hardware",
+            DecodeVP9Profile2 => "decodes VP9 profile 2 (10-bit 4:2:0) in hardware",
+            EncodeH264 => "encodes 8-bit H.264 on the full encoder (EncSlice)",
+            EncodeH264LowPower => "encodes 8-bit H.264 on the low-power encoder (EncSliceLP)",
+            EncodeHEVCMain => "encodes 8-bit HEVC Main on the full encoder (EncSlice)",
+            EncodeHEVCMain10 => "encodes 10-bit HEVC Main 10 on the full encoder (EncSlice)",
+            EncodeHEVCMain10LowPower => {
+                "encodes 10-bit HEVC Main 10 on the low-power encoder (EncSliceLP)"
+            }
+            EncodeHEVCMainLowPower => {
+                "encodes 8-bit HEVC Main on the low-power encoder (EncSliceLP)"
+            }
+            Scale8bit => "scales and converts 8-bit (NV12) frames on the video processor",
+            Scale10bit => "scales and converts 10-bit (P010) frames on the video processor",
+        }
+    }
+
+    /// The rule of libva-facts §2 that decides the value, in words. The code that applies it is
+    /// the VA module's rules function; this text is for the reference docs and `--help`.
+    pub fn va_rule(self) -> &'static str {
+        use Capability::*;
+        match self {
+            DecodeAV1Main => "VLD among the entrypoints of VAProfileAV1Profile0",
+            DecodeAV1Main10 => {
+                "decodeAV1Main, and the RTFormat of (AV1Profile0, VLD) has YUV420_10; when the \
+                 driver does not state RTFormat (0x80000000), P010 among the surface formats of an \
+                 (AV1Profile0, VLD) config"
+            }
+            DecodeH264 => "VLD among the entrypoints of VAProfileH264High",
+            DecodeHEVCMain => "VLD among the entrypoints of VAProfileHEVCMain",
+            DecodeHEVCMain10 => "VLD among the entrypoints of VAProfileHEVCMain10",
+            DecodeMPEG2 => "VLD among the entrypoints of VAProfileMPEG2Main",
+            DecodeVC1 => "VLD among the entrypoints of VAProfileVC1Advanced",
+            DecodeVP8 => "VLD among the entrypoints of VAProfileVP8Version0_3",
+            DecodeVP9 => "VLD among the entrypoints of VAProfileVP9Profile0",
+            DecodeVP9Profile2 => "VLD among the entrypoints of VAProfileVP9Profile2",
+            EncodeH264 => {
+                "EncSlice among the entrypoints of H264High, H264Main or H264ConstrainedBaseline, \
+                 for a profile whose RTFormat is not stated (0x80000000) or has YUV420"
+            }
+            EncodeH264LowPower => {
+                "EncSliceLP among the entrypoints of H264High, H264Main or \
+                 H264ConstrainedBaseline, for a profile whose RTFormat is not stated (0x80000000) \
+                 or has YUV420"
+            }
+            EncodeHEVCMain => {
+                "EncSlice among the entrypoints of VAProfileHEVCMain, with RTFormat not stated \
+                 (0x80000000) or having YUV420"
+            }
+            EncodeHEVCMain10 => {
+                "EncSlice among the entrypoints of VAProfileHEVCMain10, with RTFormat not stated \
+                 (0x80000000) or having YUV420_10"
+            }
+            EncodeHEVCMain10LowPower => {
+                "EncSliceLP among the entrypoints of VAProfileHEVCMain10, with RTFormat not stated \
+                 (0x80000000) or having YUV420_10"
+            }
+            EncodeHEVCMainLowPower => {
+                "EncSliceLP among the entrypoints of VAProfileHEVCMain, with RTFormat not stated \
+                 (0x80000000) or having YUV420"
+            }
+            Scale8bit => {
+                "VideoProc among the entrypoints of VAProfileNone, vaCreateConfig(None, VideoProc) \
+                 succeeds, and NV12 among the pixel formats vaQuerySurfaceAttributes lists for it"
+            }
+            Scale10bit => {
+                "VideoProc among the entrypoints of VAProfileNone, vaCreateConfig(None, VideoProc) \
+                 succeeds, and P010 among the pixel formats vaQuerySurfaceAttributes lists for it"
+            }
+        }
+    }
+
+    /// Finds a capability by its published attribute name (exact, as CEL would).
+    pub fn from_attribute(name: &str) -> Option<Capability> {
+        Capability::ALL.into_iter().find(|c| c.attribute() == name)
+    }
+
+    /// Resolves what a user typed for a `--decode`/`--encode`/`--scale` flag: the value with or
+    /// without the group prefix, in any letter case (`hevcmain10`, `decodeHEVCMain10`).
+    pub fn parse(group: Group, input: &str) -> Result<Capability, UnknownCapability> {
+        let typed = input.trim();
+        let bare = strip_prefix_ignore_case(typed, group.as_str()).unwrap_or(typed);
+        group
+            .capabilities()
+            .find(|c| c.value().eq_ignore_ascii_case(bare))
+            .ok_or_else(|| UnknownCapability {
+                group,
+                input: input.to_string(),
+                nearest: nearest(group, bare),
+            })
+    }
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.attribute())
+    }
+}
+
+fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = s.get(..prefix.len())?;
+    // A bare prefix ("decode") is not a capability; leave it for the error to name.
+    (head.eq_ignore_ascii_case(prefix) && s.len() > prefix.len()).then(|| &s[prefix.len()..])
+}
+
+/// The closest valid value of `group` to what the user typed, when one is close enough to be a
+/// plausible typo.
+fn nearest(group: Group, typed: &str) -> Option<Capability> {
+    let typed = typed.to_ascii_lowercase();
+    group
+        .capabilities()
+        .map(|c| {
+            let value = c.value().to_ascii_lowercase();
+            (strsim::damerau_levenshtein(&typed, &value), c)
+        })
+        .filter(|(distance, c)| *distance <= (c.value().len() / 3).max(2))
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, c)| c)
+}
+
+/// A value for `--decode`/`--encode`/`--scale` that names no capability of that group.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct UnknownCapability {
+    pub group: Group,
+    pub input: String,
+    pub nearest: Option<Capability>,
+}
+
+impl fmt::Display for UnknownCapability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let valid: Vec<&str> = self.group.capabilities().map(Capability::value).collect();
+        write!(
+            f,
+            "unknown {} capability {:?} (valid: {}",
+            self.group,
+            self.input,
+            valid.join(", ")
+        )?;
+        if let Some(nearest) = self.nearest {
+            write!(f, "; did you mean {}?", nearest.value())?;
+        }
+        f.write_str(")")
+    }
+}
+
+/// The identity attributes every device carries beside its capabilities.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Identity {
+    Address,
+    Driver,
+    Name,
+    Product,
+    Vendor,
+    VaDriver,
+    PciBusId,
+}
+
+impl Identity {
+    pub const ALL: [Identity; 7] = [
+        Identity::Address,
+        Identity::Driver,
+        Identity::Name,
+        Identity::Product,
+        Identity::Vendor,
+        Identity::VaDriver,
+        Identity::PciBusId,
+    ];
+
+    /// The attribute name as published; all but `resource.kubernetes.io/pciBusID` are
+    /// unqualified and so live in the `media.liken.sh` domain.
+    pub fn attribute(self) -> &'static str {
+        match self {
+            Identity::Address => "address",
+            Identity::Driver => "driver",
+            Identity::Name => "name",
+            Identity::Product => "product",
+            Identity::Vendor => "vendor",
+            Identity::VaDriver => "vaDriver",
+            Identity::PciBusId => PCI_BUS_ID,
+        }
+    }
+
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Identity::Address => "the GPU's PCI address (domain:bus:device.function)",
+            Identity::Driver => "the kernel driver bound to the GPU (i915, xe, amdgpu, nvidia...)",
+            Identity::Name => "the GPU's model name from the PCI ID database",
+            Identity::Product => "the PCI device ID, 4 lowercase hex digits",
+            Identity::Vendor => {
+                "the PCI vendor ID, 4 lowercase hex digits (8086 Intel, 1002 AMD, 10de NVIDIA)"
+            }
+            Identity::VaDriver => "the VA-API driver's vendor string; absent when the query failed",
+            Identity::PciBusId => {
+                "the GPU's PCI address, the same value the liken.sh render node carries, for \
+                 matchAttribute constraints"
+            }
+        }
+    }
+
+    pub fn source(self) -> &'static str {
+        match self {
+            Identity::Address | Identity::PciBusId => {
+                "PCI_SLOT_NAME in /sys/class/drm/renderDN/device/uevent"
+            }
+            Identity::Driver => "DRIVER in /sys/class/drm/renderDN/device/uevent",
+            Identity::Name => {
+                "the vendor/device entry of the system's pci.ids (/usr/share/misc/pci.ids or \
+                 /usr/share/hwdata/pci.ids); trimmed to 64 bytes"
+            }
+            Identity::Product => "/sys/class/drm/renderDN/device/device, without 0x",
+            Identity::Vendor => "/sys/class/drm/renderDN/device/vendor, without 0x",
+            Identity::VaDriver => "vaQueryVendorString; trimmed to 64 bytes",
+        }
+    }
+
+    /// Whether a device may lack this attribute (only when the VA query failed).
+    pub fn optional(self) -> bool {
+        self == Identity::VaDriver
+    }
+}
+
+/// The value type of a published attribute, as in the ResourceSlice API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Bool,
+    String,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Bool => "bool",
+            Kind::String => "string",
+        }
+    }
+}
+
+/// Any published attribute: a capability or an identity attribute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Attribute {
+    Capability(Capability),
+    Identity(Identity),
+}
+
+impl Attribute {
+    /// Every attribute a device can carry: identity first, then the capabilities.
+    pub fn all() -> impl Iterator<Item = Attribute> {
+        Identity::ALL
+            .into_iter()
+            .map(Attribute::Identity)
+            .chain(Capability::ALL.into_iter().map(Attribute::Capability))
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Attribute::Capability(c) => c.attribute(),
+            Attribute::Identity(i) => i.attribute(),
+        }
+    }
+
+    pub fn kind(self) -> Kind {
+        match self {
+            Attribute::Capability(_) => Kind::Bool,
+            Attribute::Identity(_) => Kind::String,
+        }
+    }
+
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Attribute::Capability(c) => c.meaning(),
+            Attribute::Identity(i) => i.meaning(),
+        }
+    }
+
+    pub fn source(self) -> &'static str {
+        match self {
+            Attribute::Capability(c) => c.va_rule(),
+            Attribute::Identity(i) => i.source(),
+        }
+    }
+
+    /// The attribute's domain and name within it, as CEL addresses it:
+    /// `device.attributes[domain].name`.
+    pub fn cel_path(self) -> (&'static str, &'static str) {
+        qualified(self.name())
+    }
+}
+
+/// Splits an attribute name into (domain, name) the way the DRA CEL environment does: at the
+/// first `/`, with unqualified names in the driver's domain.
+pub fn qualified(name: &'static str) -> (&'static str, &'static str) {
+    name.split_once('/').unwrap_or((DRIVER, name))
+}
+
+/// The CEL expression that reads a capability of a `media.liken.sh` device.
+pub fn cel_capability(capability: Capability) -> String {
+    format!("device.attributes[\"{DRIVER}\"].{}", capability.attribute())
+}
+
+// The API server rejects a whole slice when a device has more than 32 attributes; fail the
+// build instead.
+const _: () = assert!(Capability::ALL.len() + Identity::ALL.len() <= MAX_ATTRIBUTES_PER_DEVICE);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    /// The DRA validation rule for attribute names (dra-facts §2): a C identifier of at most 32
+    /// characters, optionally behind a DNS subdomain of at most 63 characters and a `/`.
+    fn valid_attribute_name(name: &str) -> bool {
+        let (domain, ident) = match name.split_once('/') {
+            Some((d, i)) => (Some(d), i),
+            None => (None, name),
+        };
+        let ident_ok = !ident.is_empty()
+            && ident.len() <= 32
+            && ident
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && ident.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let domain_ok = domain.is_none_or(|d| {
+            d.len() <= 63
+                && d.split('.').all(|label| {
+                    !label.is_empty()
+                        && label.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                        && label.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                        && label
+                            .chars()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                })
+        });
+        ident_ok && domain_ok
+    }
+
+    #[test]
+    fn attribute_names_are_valid_kubernetes_attribute_names() {
+        for attribute in Attribute::all() {
+            assert!(
+                valid_attribute_name(attribute.name()),
+                "{}",
+                attribute.name()
+            );
+        }
+        // The validator itself must reject what the API server rejects.
+        for bad in [
+            "1decode",
+            "decode-hevc",
+            "a".repeat(33).as_str(),
+            "Example.com/x",
+            "x/",
+        ] {
+            assert!(!valid_attribute_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn attribute_names_are_unique_and_fit_one_device() {
+        let names: HashSet<&str> = Attribute::all().map(Attribute::name).collect();
+        assert_eq!(names.len(), Attribute::all().count());
+        assert_eq!(names.len(), 25);
+        assert!(names.len() <= MAX_ATTRIBUTES_PER_DEVICE);
+    }
+
+    #[test]
+    fn the_catalogue_holds_the_documented_set() {
+        let capabilities: Vec<&str> = Capability::ALL.iter().map(|c| c.attribute()).collect();
+        assert_eq!(
+            capabilities,
+            [
+                "decodeAV1Main",
+                "decodeAV1Main10",
+                "decodeH264",
+                "decodeHEVCMain",
+                "decodeHEVCMain10",
+                "decodeMPEG2",
+                "decodeVC1",
+                "decodeVP8",
+                "decodeVP9",
+                "decodeVP9Profile2",
+                "encodeH264",
+                "encodeH264LowPower",
+                "encodeHEVCMain",
+                "encodeHEVCMain10",
+                "encodeHEVCMain10LowPower",
+                "encodeHEVCMainLowPower",
+                "scale8bit",
+                "scale10bit",
+            ]
+        );
+        let identity: Vec<&str> = Identity::ALL.iter().map(|i| i.attribute()).collect();
+        assert_eq!(
+            identity,
+            [
+                "address", "driver", "name", "product", "vendor", "vaDriver", PCI_BUS_ID
+            ]
+        );
+    }
+
+    #[test]
+    fn every_capability_name_starts_with_its_group() {
+        for c in Capability::ALL {
+            assert!(c.attribute().starts_with(c.group().as_str()), "{c}");
+            assert!(!c.value().is_empty());
+            assert_eq!(format!("{}{}", c.group(), c.value()), c.attribute());
+        }
+        assert_eq!(Group::Decode.capabilities().count(), 10);
+        assert_eq!(Group::Encode.capabilities().count(), 6);
+        assert_eq!(Group::Scale.capabilities().count(), 2);
+    }
+
+    #[test]
+    fn labels_are_unique_within_a_group() {
+        for group in Group::ALL {
+            let labels: HashSet<&str> = group.capabilities().map(Capability::label).collect();
+            assert_eq!(labels.len(), group.capabilities().count(), "{group}");
+        }
+    }
+
+    #[test]
+    fn every_attribute_is_documented() {
+        for attribute in Attribute::all() {
+            assert!(!attribute.meaning().is_empty(), "{}", attribute.name());
+            assert!(!attribute.source().is_empty(), "{}", attribute.name());
+            assert!(!attribute.meaning().contains('\n'), "{}", attribute.name());
+        }
+    }
+
+    #[test]
+    fn parse_accepts_values_with_or_without_prefix_in_any_case() {
+        use Capability::*;
+        assert_eq!(
+            Capability::parse(Group::Decode, "hevcmain10"),
+            Ok(DecodeHEVCMain10)
+        );
+        assert_eq!(
+            Capability::parse(Group::Decode, "HEVCMain10"),
+            Ok(DecodeHEVCMain10)
+        );
+        assert_eq!(
+            Capability::parse(Group::Decode, "decodeHEVCMain10"),
+            Ok(DecodeHEVCMain10)
+        );
+        assert_eq!(
+            Capability::parse(Group::Encode, "H264LowPower"),
+            Ok(EncodeH264LowPower)
+        );
+        assert_eq!(
+            Capability::parse(Group::Encode, "ENCODEh264"),
+            Ok(EncodeH264)
+        );
+        assert_eq!(Capability::parse(Group::Scale, "10bit"), Ok(Scale10bit));
+        assert_eq!(Capability::parse(Group::Scale, "scale8BIT"), Ok(Scale8bit));
+        // A value of another group is not accepted.
+        assert!(Capability::parse(Group::Decode, "10bit").is_err());
+        assert!(Capability::parse(Group::Scale, "decodeVP9").is_err());
+        // A bare prefix names nothing.
+        assert!(Capability::parse(Group::Decode, "decode").is_err());
+    }
+
+    #[test]
+    fn unknown_values_list_the_valid_ones_and_the_nearest() {
+        let err = Capability::parse(Group::Decode, "HEVCMain12").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown decode capability \"HEVCMain12\" (valid: AV1Main, AV1Main10, H264, HEVCMain, \
+             HEVCMain10, MPEG2, VC1, VP8, VP9, VP9Profile2; did you mean HEVCMain10?)"
+        );
+        let err = Capability::parse(Group::Scale, "12bit").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown scale capability \"12bit\" (valid: 8bit, 10bit; did you mean 10bit?)"
+        );
+        let err = Capability::parse(Group::Encode, "ProRes").unwrap_err();
+        assert_eq!(err.nearest, None);
+        assert!(!err.to_string().contains("did you mean"));
+    }
+
+    #[test]
+    fn cel_paths_split_qualified_names_at_the_first_slash() {
+        assert_eq!(
+            Attribute::Identity(Identity::PciBusId).cel_path(),
+            ("resource.kubernetes.io", "pciBusID")
+        );
+        assert_eq!(
+            Attribute::Capability(Capability::Scale10bit).cel_path(),
+            (DRIVER, "scale10bit")
+        );
+        assert_eq!(
+            cel_capability(Capability::DecodeVP9),
+            "device.attributes[\"media.liken.sh\"].decodeVP9"
+        );
+    }
+}

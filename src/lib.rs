@@ -1,0 +1,8 @@
+//! media-operator: publishes what each GPU's VA-API driver states it can decode, encode and
+//! scale as `media.liken.sh` DRA devices, and the `kubectl media` plugin that writes claims for
+//! them, lists them and explains why a claim stays Pending.
+//!
+//! The two programs in `bin/` are thin entry points; everything they do lives here.
+
+pub mod agent;
+pub mod caps;
