@@ -6,3 +6,6 @@
 
 pub mod agent;
 pub mod caps;
+pub mod classes;
+pub mod cli;
+pub mod names;
