@@ -119,6 +119,8 @@ impl TypedValueParser for CapabilityValues {
 /// What `class` prints, in order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
+// A run prints at most four objects; boxing would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Object {
     Class(DeviceClass),
     Template(ResourceClaimTemplate),
@@ -214,13 +216,13 @@ impl ClassArgs {
         let mut objects = Vec::new();
         let request = capabilities.request_name();
         if self.selector {
-            if let (Some(name), Some(template)) = (&self.name, template_flag) {
-                if name != template {
-                    return Err(ClassError::Conflict(format!(
-                        "--selector writes no class, so NAME {name:?} and --claim={template} \
-                         both name the template (hint: give only one of them)"
-                    )));
-                }
+            if let (Some(name), Some(template)) = (&self.name, template_flag)
+                && name != template
+            {
+                return Err(ClassError::Conflict(format!(
+                    "--selector writes no class, so NAME {name:?} and --claim={template} both \
+                     name the template (hint: give only one of them)"
+                )));
             }
             let name = template_flag
                 .map(str::to_owned)
