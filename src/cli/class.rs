@@ -334,8 +334,8 @@ fn check_distinct(objects: &[Object]) -> Result<(), ClassError> {
             .any(|o| o.kind_and_name() == (kind, name))
         {
             return Err(ClassError::Conflict(format!(
-                "two {kind}s would be named {name:?} (hint: choose a NAME that differs from \
-                 --render-class and --base-class)"
+                "two objects of kind {kind} would be named {name:?} (hint: choose a NAME that \
+                 differs from --render-class and --base-class)"
             )));
         }
     }

@@ -85,6 +85,17 @@ pub fn parse(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> Res
             clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
                 Ok(Parsed::Info(e.render().to_string()))
             }
+            clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                let commands: Vec<String> = Cli::command()
+                    .get_subcommands()
+                    .filter(|c| !c.is_hide_set())
+                    .map(|c| c.get_name().to_string())
+                    .collect();
+                Err(Error::Usage(format!(
+                    "a command is required: {} (hint: see 'kubectl media --help')",
+                    commands.join(", ")
+                )))
+            }
             _ => Err(Error::Usage(one_line(&e.render().to_string()))),
         },
     }
@@ -114,9 +125,14 @@ fn one_line(rendered: &str) -> String {
                 .join(" ")
         })
         .unwrap_or_else(|| "kubectl media".to_string());
-    match tip {
-        Some(tip) => format!("{message} (hint: {tip})"),
-        None => format!("{message} (hint: see '{command} --help')"),
+    let possible = rest.iter().find_map(|l| {
+        l.strip_prefix("[possible values: ")
+            .and_then(|v| v.strip_suffix(']'))
+    });
+    match (tip, possible) {
+        (Some(tip), _) => format!("{message} (hint: {tip})"),
+        (None, Some(values)) => format!("{message} (hint: use one of {values})"),
+        (None, None) => format!("{message} (hint: see '{command} --help')"),
     }
 }
 

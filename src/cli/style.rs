@@ -14,7 +14,9 @@ pub enum ColorChoice {
     /// Colour when writing to a terminal and `NO_COLOR` is not set.
     #[default]
     Auto,
+    /// Colour even when writing to a pipe or file.
     Always,
+    /// Never colour.
     Never,
 }
 
