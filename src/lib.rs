@@ -8,4 +8,5 @@ pub mod agent;
 pub mod caps;
 pub mod classes;
 pub mod cli;
+pub mod generated;
 pub mod names;
