@@ -9,4 +9,7 @@ pub mod caps;
 pub mod classes;
 pub mod cli;
 pub mod generated;
+pub mod inventory;
 pub mod names;
+pub mod objects;
+pub mod snapshot;
