@@ -72,7 +72,10 @@ fn generated_code_matches_proto() {
     assert_eq!(fresh.len(), PROTOS.len(), "one file per proto package");
 
     if std::env::var_os("UPDATE_GENERATED").is_some() {
-        for stale in read_dir(&committed_dir).keys().filter(|n| !fresh.contains_key(*n)) {
+        for stale in read_dir(&committed_dir)
+            .keys()
+            .filter(|n| !fresh.contains_key(*n))
+        {
             fs::remove_file(committed_dir.join(stale)).expect("remove stale generated file");
         }
         fs::create_dir_all(&committed_dir).expect("create generated/");

@@ -75,4 +75,3 @@ macro_rules! serve_version {
 
 serve_version!(v1);
 serve_version!(v1beta1);
-

@@ -100,7 +100,9 @@ impl Config {
 #[derive(Debug, thiserror::Error)]
 pub enum KubeletError {
     /// A socket directory could not be created.
-    #[error("create socket directory {path}: {source} (hint: the agent needs write access to the kubelet's directories, usually a hostPath mount of /var/lib/kubelet)")]
+    #[error(
+        "create socket directory {path}: {source} (hint: the agent needs write access to the kubelet's directories, usually a hostPath mount of /var/lib/kubelet)"
+    )]
     CreateDir {
         /// The directory.
         path: PathBuf,
@@ -116,7 +118,9 @@ pub enum KubeletError {
         source: std::io::Error,
     },
     /// A directory sits where a socket must be created.
-    #[error("{path} is a directory, not a socket (hint: remove it, or choose other kubelet plugin directories)")]
+    #[error(
+        "{path} is a directory, not a socket (hint: remove it, or choose other kubelet plugin directories)"
+    )]
     IsADirectory {
         /// The socket path.
         path: PathBuf,
@@ -130,7 +134,9 @@ pub enum KubeletError {
         source: std::io::Error,
     },
     /// The current directory, needed to make a relative directory absolute, is unknown.
-    #[error("make {path} absolute: {source} (hint: give the kubelet plugin directories as absolute paths)")]
+    #[error(
+        "make {path} absolute: {source} (hint: give the kubelet plugin directories as absolute paths)"
+    )]
     Absolute {
         /// The relative path.
         path: PathBuf,
@@ -406,20 +412,28 @@ impl Served {
         let (role, path) = (self.role, self.path.display());
         let (now, recreated) = match found {
             Found::Missing | Found::Dead => {
-                let was = if found == Found::Missing { "gone" } else { "replaced by a dead socket" };
+                let was = if found == Found::Missing {
+                    "gone"
+                } else {
+                    "replaced by a dead socket"
+                };
                 match socket::bind(&self.path) {
                     Ok((listener, id)) => {
                         self.accept.abort();
                         self.accept =
                             tokio::spawn(accept_loop(listener, self.connections.clone(), role));
                         self.id = id;
-                        warn!("the {role} socket {path} was {was}; re-created it so the kubelet registers the plugin again");
+                        warn!(
+                            "the {role} socket {path} was {was}; re-created it so the kubelet registers the plugin again"
+                        );
                         (Found::Ours, true)
                     }
                     Err(error) => {
                         let failed = Found::Unknown(error.to_string());
                         if failed != self.last {
-                            warn!("the {role} socket {path} was {was} and cannot be re-created (will retry): {error}");
+                            warn!(
+                                "the {role} socket {path} was {was} and cannot be re-created (will retry): {error}"
+                            );
                         }
                         (failed, false)
                     }
@@ -427,7 +441,9 @@ impl Served {
             }
             Found::Live => {
                 if self.last != Found::Live {
-                    warn!("another process now serves the {role} socket {path} (a newer agent pod?); leaving it alone");
+                    warn!(
+                        "another process now serves the {role} socket {path} (a newer agent pod?); leaving it alone"
+                    );
                 }
                 (Found::Live, false)
             }

@@ -17,11 +17,15 @@ use super::KubeletError;
 /// How long a connection attempt to a foreign socket may take before we call it dead.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Identifies a file across renames: device and inode number.
+/// Identifies one file: device, inode number and change time. The change time is needed
+/// because a socket created right after ours was deleted often gets the same inode number.
+/// (A chmod or chown of our socket also changes it; we then take our own socket for another
+/// process's, which only costs a misleading log line and leaving the file at shutdown.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct FileId {
     dev: u64,
     ino: u64,
+    ctime: (i64, i64),
 }
 
 impl FileId {
@@ -29,6 +33,7 @@ impl FileId {
         Self {
             dev: meta.dev(),
             ino: meta.ino(),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
         }
     }
 }
