@@ -96,6 +96,31 @@ impl Config {
     }
 }
 
+/// The command-line flags of the kubelet plugin, for `media-capabilities` to flatten into its
+/// own arguments (`#[command(flatten)]`).
+#[derive(Clone, Debug, clap::Args)]
+pub struct KubeletArgs {
+    /// The kubelet's plugin registry directory, where the registration socket
+    /// `media.liken.sh-reg.sock` is created; must be the directory the kubelet watches.
+    #[arg(long, env = "KUBELET_REGISTRY_DIR", value_name = "DIR", default_value = DEFAULT_REGISTRY_DIR)]
+    pub kubelet_registry_dir: PathBuf,
+
+    /// The directory for the DRA socket `dra.sock`, whose absolute path is handed to the kubelet.
+    #[arg(long, env = "KUBELET_PLUGINS_DIR", value_name = "DIR", default_value_os_t = Config::default().plugins_dir)]
+    pub kubelet_plugins_dir: PathBuf,
+}
+
+impl KubeletArgs {
+    /// The plugin configuration these flags describe, with the default timings.
+    pub fn config(&self) -> Config {
+        Config {
+            registry_dir: self.kubelet_registry_dir.clone(),
+            plugins_dir: self.kubelet_plugins_dir.clone(),
+            ..Config::default()
+        }
+    }
+}
+
 /// Why the kubelet plugin could not start or keep serving.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeletError {
@@ -203,6 +228,8 @@ impl Bound {
 impl KubeletPlugin {
     /// Binds both sockets, replacing stale socket files left by an earlier run. Nothing is
     /// served until [`run`](Self::run); connections made before then wait in the backlog.
+    ///
+    /// Must be called within a Tokio runtime, as Tokio's own `UnixListener::bind`.
     pub fn bind(config: &Config) -> Result<Self, KubeletError> {
         let absolute = |path: PathBuf| {
             std::path::absolute(&path).map_err(|source| KubeletError::Absolute { path, source })
@@ -491,5 +518,49 @@ async fn accept_loop(
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        kubelet: KubeletArgs,
+    }
+
+    #[test]
+    fn flags_default_to_the_kubelet_conventions() {
+        let config = Cli::try_parse_from(["agent"]).unwrap().kubelet.config();
+        assert_eq!(
+            config.registration_socket(),
+            Path::new("/var/lib/kubelet/plugins_registry/media.liken.sh-reg.sock")
+        );
+        assert_eq!(
+            config.dra_socket(),
+            Path::new("/var/lib/kubelet/plugins/media.liken.sh/dra.sock")
+        );
+    }
+
+    #[test]
+    fn flags_move_both_sockets() {
+        let cli = Cli::try_parse_from([
+            "agent",
+            "--kubelet-registry-dir",
+            "/k/registry",
+            "--kubelet-plugins-dir",
+            "/k/plugins/x",
+        ])
+        .unwrap();
+        let config = cli.kubelet.config();
+        assert_eq!(
+            config.registration_socket(),
+            Path::new("/k/registry/media.liken.sh-reg.sock")
+        );
+        assert_eq!(config.dra_socket(), Path::new("/k/plugins/x/dra.sock"));
     }
 }
