@@ -2,3 +2,4 @@
 //! driver what it can do, and publishes the answers as a `media.liken.sh` ResourceSlice.
 
 pub mod cli;
+pub mod kubelet;
