@@ -18,7 +18,12 @@ fn main() -> ExitCode {
         }
         Ok(Parsed::Run(cli)) => {
             let color = cli.color;
-            cli::run(cli, &mut std::io::stdout().lock()).map_err(|e| (e, color))
+            let mut io = cli::Io {
+                stdin: &mut std::io::stdin().lock(),
+                stdout: &mut std::io::stdout().lock(),
+                stderr: &mut std::io::stderr(),
+            };
+            cli::run(cli, &mut io).map_err(|e| (e, color))
         }
         Err(e) => Err((e, cli::style::ColorChoice::Auto)),
     };

@@ -8,6 +8,7 @@ pub mod agent;
 pub mod caps;
 pub mod classes;
 pub mod cli;
+pub mod cluster;
 pub mod generated;
 pub mod inventory;
 pub mod names;

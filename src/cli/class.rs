@@ -4,15 +4,13 @@
 //! Every flag is checked before anything is printed: [`ClassArgs::plan`] either returns the
 //! objects to print or one usage error naming the problem and the fix.
 
-use std::ffi::OsStr;
-
-use clap::builder::{PossibleValue, TypedValueParser};
-use clap::{Arg, Args, Command};
+use clap::Args;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate};
 use serde::Serialize;
 
-use crate::caps::{Capability, Group, UnknownCapability};
+use crate::caps::{Group, UnknownCapability};
 use crate::classes::{self, CapabilitySet, Statement};
+use crate::cli::CapabilityValues;
 use crate::cli::output::ObjectFormat;
 use crate::names::{self, NameRule};
 
@@ -85,35 +83,6 @@ pub struct ClassArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = ObjectFormat::Yaml)]
     pub output: ObjectFormat,
-}
-
-/// Accepts any text for a capability flag (so that an unknown value gets our one-line error with
-/// the nearest match, not clap's), while telling help and completion the valid values.
-#[derive(Clone, Copy, Debug)]
-struct CapabilityValues(Group);
-
-impl TypedValueParser for CapabilityValues {
-    type Value = String;
-
-    fn parse_ref(
-        &self,
-        cmd: &Command,
-        _: Option<&Arg>,
-        value: &OsStr,
-    ) -> Result<String, clap::Error> {
-        value
-            .to_str()
-            .map(str::to_owned)
-            .ok_or_else(|| clap::Error::new(clap::error::ErrorKind::InvalidUtf8).with_cmd(cmd))
-    }
-
-    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
-        Some(Box::new(
-            self.0
-                .capabilities()
-                .map(|c| PossibleValue::new(c.value()).help(c.meaning())),
-        ))
-    }
 }
 
 /// What `class` prints, in order.
@@ -272,17 +241,7 @@ impl ClassArgs {
     }
 
     fn capabilities(&self) -> Result<CapabilitySet, ClassError> {
-        let flags = [
-            (Group::Decode, &self.decode),
-            (Group::Encode, &self.encode),
-            (Group::Scale, &self.scale),
-        ];
-        let mut parsed = Vec::new();
-        for (group, values) in flags {
-            for value in values {
-                parsed.push(Capability::parse(group, value)?);
-            }
-        }
+        let parsed = crate::cli::parse_capabilities(&self.decode, &self.encode, &self.scale)?;
         CapabilitySet::new(parsed).ok_or(ClassError::NoCapability)
     }
 

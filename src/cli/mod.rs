@@ -2,16 +2,22 @@
 //! styling. kubectl runs the `kubectl-media` executable with the words after `kubectl media`, so
 //! this is an ordinary program whose name, in help and errors, is `kubectl media`.
 
+pub mod caps;
 pub mod class;
 pub mod complete;
 pub mod output;
 pub mod style;
 
-use std::ffi::OsString;
-use std::io::Write;
+use std::ffi::{OsStr, OsString};
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::builder::{PossibleValue, TypedValueParser};
+use clap::{Arg, CommandFactory, Parser, Subcommand};
 
+use crate::caps::{Capability, Group, UnknownCapability};
+
+use self::caps::{CapsArgs, CapsFormat, TableStyle, Width};
 use self::class::{ClassArgs, ClassError};
 use self::output::RenderError;
 use self::style::ColorChoice;
@@ -32,17 +38,98 @@ pub struct Cli {
     #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
 
+    #[command(flatten)]
+    pub kube: KubeArgs,
+
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// kubectl's connection flags; kubectl passes them to a plugin untouched.
+#[derive(Debug, Clone, clap::Args)]
+pub struct KubeArgs {
+    /// Path to the kubeconfig file [default: KUBECONFIG, then ~/.kube/config].
+    #[arg(long, global = true, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig context to use.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+
+    /// How long to wait for each API request: 0 waits indefinitely; else 30s, 1m, 500ms...
+    #[arg(long, global = true, value_name = "DURATION", default_value = "0")]
+    pub request_timeout: String,
+}
+
+impl KubeArgs {
+    fn connection(&self) -> Result<crate::cluster::Connection, Error> {
+        Ok(crate::cluster::Connection {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            request_timeout: crate::cluster::parse_timeout(&self.request_timeout)
+                .map_err(Error::Usage)?,
+        })
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// List what every GPU's driver states, beside liken's render nodes.
+    Caps(CapsArgs),
     /// Write a DeviceClass (and claim template) that selects GPUs by capability.
     Class(ClassArgs),
     /// Answer kubectl's shell completion requests (run by the kubectl_complete-media shim).
     #[command(name = "__complete", hide = true)]
     Complete(complete::CompleteArgs),
+}
+
+/// Accepts any text for a capability flag (so that an unknown value gets our one-line error with
+/// the nearest match, not clap's), while telling help and completion the valid values.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CapabilityValues(pub(crate) Group);
+
+impl TypedValueParser for CapabilityValues {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _: Option<&Arg>,
+        value: &OsStr,
+    ) -> Result<String, clap::Error> {
+        value
+            .to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| clap::Error::new(clap::error::ErrorKind::InvalidUtf8).with_cmd(cmd))
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        Some(Box::new(
+            self.0
+                .capabilities()
+                .map(|c| PossibleValue::new(c.value()).help(c.meaning())),
+        ))
+    }
+}
+
+/// Resolves the values of `--decode`, `--encode` and `--scale`, in the order given.
+pub(crate) fn parse_capabilities(
+    decode: &[String],
+    encode: &[String],
+    scale: &[String],
+) -> Result<Vec<Capability>, UnknownCapability> {
+    let flags = [
+        (Group::Decode, decode),
+        (Group::Encode, encode),
+        (Group::Scale, scale),
+    ];
+    let mut parsed = Vec::new();
+    for (group, values) in flags {
+        for value in values {
+            parsed.push(Capability::parse(group, value)?);
+        }
+    }
+    Ok(parsed)
 }
 
 /// Why a command failed, and so its exit code.
@@ -54,7 +141,15 @@ pub enum Error {
     #[error(transparent)]
     Class(#[from] ClassError),
     #[error(transparent)]
+    UnknownCapability(#[from] UnknownCapability),
+    #[error(transparent)]
     Render(#[from] RenderError),
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
+    #[error(transparent)]
+    Snapshot(#[from] crate::snapshot::SnapshotError),
+    #[error("start the async runtime: {0}")]
+    Runtime(std::io::Error),
     #[error("write output: {0}")]
     Write(#[from] std::io::Error),
 }
@@ -63,8 +158,12 @@ impl Error {
     /// 2 for usage errors, as clap and kubectl use it; 1 for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Usage(_) | Error::Class(_) => 2,
-            Error::Render(_) | Error::Write(_) => 1,
+            Error::Usage(_) | Error::Class(_) | Error::UnknownCapability(_) => 2,
+            Error::Render(_)
+            | Error::Write(_)
+            | Error::Cluster(_)
+            | Error::Snapshot(_)
+            | Error::Runtime(_) => 1,
         }
     }
 }
@@ -136,20 +235,123 @@ fn one_line(rendered: &str) -> String {
     }
 }
 
-/// Runs a parsed command, writing its output to `out`.
-pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), Error> {
+/// The streams a command reads and writes.
+pub struct Io<'a> {
+    pub stdin: &'a mut dyn Read,
+    pub stdout: &'a mut dyn Write,
+    pub stderr: &'a mut dyn Write,
+}
+
+/// Runs a parsed command.
+pub fn run(cli: Cli, io: &mut Io<'_>) -> Result<(), Error> {
     match cli.command {
+        Command::Caps(args) => run_caps(&args, &cli.kube, cli.color, io),
         Command::Class(args) => {
             let objects = args.plan()?;
             let text = output::render_objects(&objects, args.output)?;
-            output::write_all(out, &text)?;
+            output::write_all(io.stdout, &text)?;
+            Ok(())
         }
         Command::Complete(args) => {
             let text = complete::complete(&mut Cli::command(), &args.words);
-            output::write_all(out, &text)?;
+            output::write_all(io.stdout, &text)?;
+            Ok(())
         }
     }
+}
+
+fn run_caps(
+    args: &CapsArgs,
+    kube: &KubeArgs,
+    color: ColorChoice,
+    io: &mut Io<'_>,
+) -> Result<(), Error> {
+    if let Some(conflict) = args.conflict() {
+        return Err(Error::Usage(conflict));
+    }
+    let filter = args.filter()?;
+    let objects = if args.files.is_empty() {
+        let connection = kube.connection()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(Error::Runtime)?;
+        runtime.block_on(async {
+            let cluster = crate::cluster::Cluster::connect(&connection).await?;
+            let mut objects = crate::objects::Objects::default();
+            cluster.list_slices(&mut objects).await?;
+            Ok::<_, Error>(objects)
+        })?
+    } else {
+        let sources: Vec<_> = args
+            .files
+            .iter()
+            .map(|f| crate::snapshot::Source::parse(f))
+            .collect();
+        crate::snapshot::read(&sources, io.stdin)?
+    };
+    let warn = color.for_stderr();
+    for note in &objects.notes {
+        let _ = writeln!(
+            io.stderr,
+            "{} {note}",
+            owo_colors::OwoColorize::style(&"warning:", warn.warning)
+        );
+    }
+    let inventory = crate::inventory::build(&objects.slices);
+    if inventory.gpus.is_empty() {
+        let _ = writeln!(io.stderr, "No media.liken.sh or liken.sh devices found.");
+        return Ok(());
+    }
+    let text = match args.output {
+        Some(CapsFormat::Json) | Some(CapsFormat::Yaml) => {
+            let value = if args.summary {
+                serde_json::to_value(caps::summary_record(&inventory, &filter))
+            } else {
+                serde_json::to_value(caps::records(&inventory, &filter))
+            }
+            .map_err(RenderError::from)?;
+            if args.output == Some(CapsFormat::Json) {
+                let mut text = serde_json::to_string_pretty(&value).map_err(RenderError::from)?;
+                text.push('\n');
+                text
+            } else {
+                serde_yaml::to_string(&value).map_err(RenderError::from)?
+            }
+        }
+        _ => {
+            let style = TableStyle {
+                colored: color.for_stdout().colored,
+                width: table_width(),
+                no_headers: args.no_headers,
+            };
+            if args.summary {
+                caps::render_summary(&inventory, &filter, &style)
+            } else {
+                caps::render_table(
+                    &inventory,
+                    &filter,
+                    args.output == Some(CapsFormat::Wide),
+                    &style,
+                )
+            }
+        }
+    };
+    output::write_all(io.stdout, &text)?;
     Ok(())
+}
+
+/// `COLUMNS` when set (tests and scripts set it), else the terminal's width when standard output
+/// is one, else no limit.
+fn table_width() -> Width {
+    match std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse::<u16>().ok())
+    {
+        Some(columns) if columns > 0 => Width::Columns(columns),
+        _ if std::io::stdout().is_terminal() => Width::Terminal,
+        _ => Width::Unlimited,
+    }
 }
 
 #[cfg(test)]

@@ -47,6 +47,8 @@ impl ColorChoice {
 /// The styles a renderer uses; every one is a no-op when colour is off.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Styles {
+    /// Whether these styles colour at all (for renderers with their own styling, such as tables).
+    pub colored: bool,
     pub error: Style,
     pub warning: Style,
     pub header: Style,
@@ -61,6 +63,7 @@ impl Styles {
             return Styles::default();
         }
         Styles {
+            colored: true,
             error: Style::new().red().bold(),
             warning: Style::new().yellow().bold(),
             header: Style::new().bold(),

@@ -1,0 +1,590 @@
+//! `kubectl media caps`: what every GPU in the fleet states, at a glance. Collects the
+//! ResourceSlices (from the cluster or `-f` files), builds the [`Inventory`], and renders it as a
+//! table, a wide table with one column per capability, JSON or YAML records, or a summary.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use clap::Args;
+use comfy_table::{Attribute as CellAttribute, Cell, Color, ContentArrangement, Table, presets};
+use serde::Serialize;
+
+use crate::caps::{self, Capability, Group, Identity};
+use crate::cli::CapabilityValues;
+use crate::inventory::{Counts, Drift, Filter, Gpu, Inventory, Status};
+
+const EXAMPLES: &str = "\
+Examples:
+  # Every GPU and what its driver states
+  kubectl media caps
+
+  # The GPUs that decode 10-bit HEVC and scale 10-bit frames, with a count
+  kubectl media caps --decode HEVCMain10 --scale 10bit
+
+  # How many GPUs and nodes state each capability, and which models drift
+  kubectl media caps --summary
+
+  # One column per capability; or records for scripts
+  kubectl media caps -o wide
+  kubectl media caps -o json | jq '.[] | select(.attributes.decodeAV1Main10)'
+
+  # From saved objects instead of a cluster
+  kubectl get resourceslices -o yaml > fleet.yaml
+  kubectl media caps -f fleet.yaml";
+
+/// Lists every GPU's statements from the media.liken.sh slices, beside liken's render nodes.
+#[derive(Debug, Clone, Args)]
+#[command(after_help = EXAMPLES)]
+pub struct CapsArgs {
+    /// Read objects from this file instead of the cluster (kubectl get -o yaml|json output,
+    /// Lists, multi-document YAML); repeat for several, - for standard input.
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub files: Vec<String>,
+
+    /// Only the GPUs of this node; repeat or give a comma list.
+    #[arg(long, value_name = "NODE", value_delimiter = ',')]
+    pub node: Vec<String>,
+
+    /// Only GPUs that state this decode capability; repeat or give a comma list.
+    #[arg(long, value_name = "CAP", value_delimiter = ',', value_parser = CapabilityValues(Group::Decode))]
+    pub decode: Vec<String>,
+
+    /// Only GPUs that state this encode capability; repeat or give a comma list.
+    #[arg(long, value_name = "CAP", value_delimiter = ',', value_parser = CapabilityValues(Group::Encode))]
+    pub encode: Vec<String>,
+
+    /// Only GPUs whose video processor scales this bit depth; repeat or give a comma list.
+    #[arg(long, value_name = "DEPTH", value_delimiter = ',', value_parser = CapabilityValues(Group::Scale))]
+    pub scale: Vec<String>,
+
+    /// Per capability, how many GPUs and nodes state it; then the models that drift.
+    #[arg(long)]
+    pub summary: bool,
+
+    /// Output format: wide adds one column per capability; json and yaml print one record per
+    /// GPU with every attribute.
+    #[arg(short, long, value_enum, value_name = "FORMAT")]
+    pub output: Option<CapsFormat>,
+
+    /// Print no header row and no notes below the table.
+    #[arg(long)]
+    pub no_headers: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CapsFormat {
+    /// The table plus one column per capability.
+    Wide,
+    /// One JSON record per GPU.
+    Json,
+    /// One YAML record per GPU.
+    Yaml,
+}
+
+impl CapsArgs {
+    /// The filter the flags ask for.
+    pub fn filter(&self) -> Result<Filter, caps::UnknownCapability> {
+        let mut capabilities =
+            crate::cli::parse_capabilities(&self.decode, &self.encode, &self.scale)?;
+        capabilities.sort();
+        capabilities.dedup();
+        Ok(Filter {
+            nodes: self.node.clone(),
+            capabilities,
+        })
+    }
+
+    /// Flags that cannot go together, as a usage message.
+    pub fn conflict(&self) -> Option<String> {
+        if self.summary && self.output == Some(CapsFormat::Wide) {
+            return Some(
+                "--summary has no wide form (hint: drop -o wide, or use -o json for the figures)"
+                    .into(),
+            );
+        }
+        if self.no_headers && matches!(self.output, Some(CapsFormat::Json | CapsFormat::Yaml)) {
+            return Some("--no-headers applies to tables only (hint: drop --no-headers with -o json or -o yaml)".into());
+        }
+        None
+    }
+}
+
+/// How the table is drawn.
+#[derive(Clone, Copy, Debug)]
+pub struct TableStyle {
+    pub colored: bool,
+    pub width: Width,
+    pub no_headers: bool,
+}
+
+/// The width a table must fit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Width {
+    /// `COLUMNS` says how wide the screen is.
+    Columns(u16),
+    /// Standard output is a terminal: ask it.
+    Terminal,
+    /// A pipe or file: rows keep their natural width, as kubectl's do.
+    Unlimited,
+}
+
+/// The compact statement of a GPU: `decode AV1 H264 · encode H264 · scale 8 10`.
+pub fn compact(gpu: &Gpu) -> String {
+    let mut parts = Vec::new();
+    for group in Group::ALL {
+        let labels: Vec<&str> = group
+            .capabilities()
+            .filter(|&c| gpu.states(c) == Some(true))
+            .map(Capability::label)
+            .collect();
+        if !labels.is_empty() {
+            parts.push(format!("{group} {}", labels.join(" ")));
+        }
+    }
+    if parts.is_empty() {
+        "-".to_string()
+    } else {
+        parts.join(" · ")
+    }
+}
+
+/// The short status word of a row.
+pub fn status_word(gpu: &Gpu) -> &'static str {
+    match (&gpu.status, gpu.drift) {
+        (Status::Described, None) => "ok",
+        (Status::Described, Some(_)) => "drift",
+        (Status::ProbeFailed, _) => "probe failed",
+        (Status::Incomplete { .. }, _) => "incomplete",
+        (
+            Status::NotDescribed {
+                agent_on_node: true,
+            },
+            _,
+        ) => "not probed",
+        (
+            Status::NotDescribed {
+                agent_on_node: false,
+            },
+            _,
+        ) => "no agent",
+    }
+}
+
+fn status_color(gpu: &Gpu) -> Option<Color> {
+    match (&gpu.status, gpu.drift) {
+        (Status::Described, None) => None,
+        (Status::Described, Some(_)) | (Status::Incomplete { .. }, _) => Some(Color::Yellow),
+        (Status::ProbeFailed, _) | (Status::NotDescribed { .. }, _) => Some(Color::Red),
+    }
+}
+
+fn dash(value: Option<&str>) -> String {
+    value.filter(|v| !v.is_empty()).unwrap_or("-").to_string()
+}
+
+fn new_table(style: &TableStyle) -> Table {
+    let mut table = Table::new();
+    table.load_preset(presets::NOTHING);
+    match style.width {
+        Width::Columns(width) => {
+            table.set_content_arrangement(ContentArrangement::Dynamic);
+            table.set_width(width);
+        }
+        Width::Terminal => {
+            table.set_content_arrangement(ContentArrangement::Dynamic);
+        }
+        Width::Unlimited => {
+            table.set_content_arrangement(ContentArrangement::Disabled);
+        }
+    }
+    if style.colored {
+        table.enforce_styling();
+    } else {
+        table.force_no_tty();
+    }
+    table
+}
+
+fn header(table: &mut Table, names: impl IntoIterator<Item = String>, style: &TableStyle) {
+    if style.no_headers {
+        return;
+    }
+    table.set_header(names.into_iter().map(|n| {
+        let cell = Cell::new(n);
+        if style.colored {
+            cell.add_attribute(CellAttribute::Bold)
+        } else {
+            cell
+        }
+    }));
+}
+
+/// Strips comfy-table's one-space margins so the table starts at column 0, as kubectl's do.
+fn finish(table: &Table) -> String {
+    let mut out = String::new();
+    for line in table.lines() {
+        let line = line.strip_prefix(' ').unwrap_or(&line).trim_end();
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// The table (`-o wide` when `wide`), then the notes that explain its marks.
+pub fn render_table(
+    inventory: &Inventory,
+    filter: &Filter,
+    wide: bool,
+    style: &TableStyle,
+) -> String {
+    let mut table = new_table(style);
+    let mut names: Vec<String> = ["NODE", "DEVICE", "GPU", "ADDRESS", "DRIVER", "VA DRIVER"]
+        .map(String::from)
+        .to_vec();
+    if wide {
+        names.extend(["VENDOR", "PRODUCT"].map(String::from));
+        names.extend(Capability::ALL.iter().map(|c| wide_header(*c)));
+    } else {
+        names.push("CAPABILITIES".into());
+    }
+    names.push("STATUS".into());
+    header(&mut table, names, style);
+
+    let selected: Vec<&Gpu> = inventory.select(filter).collect();
+    for gpu in &selected {
+        let mut row = vec![
+            Cell::new(&gpu.node),
+            Cell::new(dash(gpu.device.as_deref())),
+            Cell::new(dash(gpu.name.as_deref())),
+            Cell::new(dash(Some(&gpu.address))),
+            Cell::new(dash(gpu.kernel_driver.as_deref())),
+            Cell::new(dash(gpu.va_driver.as_deref())),
+        ];
+        if wide {
+            row.push(Cell::new(dash(gpu.vendor.as_deref())));
+            row.push(Cell::new(dash(gpu.product.as_deref())));
+            for capability in Capability::ALL {
+                let (text, color) = match (gpu.device.is_some(), gpu.states(capability)) {
+                    (false, _) => ("-", None),
+                    (true, Some(true)) => ("yes", Some(Color::Green)),
+                    (true, Some(false)) => ("no", None),
+                    (true, None) => ("?", Some(Color::Yellow)),
+                };
+                row.push(colored(Cell::new(text), color, style));
+            }
+        } else {
+            row.push(Cell::new(compact(gpu)));
+        }
+        let mut status = status_word(gpu).to_string();
+        if let Some(index) = gpu.drift {
+            let _ = write!(status, " [{}]", index + 1);
+        }
+        row.push(colored(Cell::new(status), status_color(gpu), style));
+        table.add_row(row);
+    }
+    let mut out = if selected.is_empty() && style.no_headers {
+        String::new()
+    } else {
+        finish(&table)
+    };
+    if !style.no_headers {
+        let notes = notes(inventory, &selected, filter);
+        if !notes.is_empty() {
+            out.push('\n');
+            for note in notes {
+                out.push_str(&note);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+fn colored(cell: Cell, color: Option<Color>, style: &TableStyle) -> Cell {
+    match color {
+        Some(color) if style.colored => cell.fg(color),
+        _ => cell,
+    }
+}
+
+/// `-o wide` column names: the group and the compact label (`DEC HEVC-10`), short enough for
+/// 18 columns.
+fn wide_header(capability: Capability) -> String {
+    let group = match capability.group() {
+        Group::Decode => "DEC",
+        Group::Encode => "ENC",
+        Group::Scale => "SCALE",
+    };
+    format!("{group} {}", capability.label())
+}
+
+const AGENT_LOG: &str = "kubectl -n liken-system logs ds/media-capabilities";
+
+/// One line per kind of mark in the shown rows, with the hint that resolves it, then each
+/// drifting model, then the count when a filter is on.
+fn notes(inventory: &Inventory, shown: &[&Gpu], filter: &Filter) -> Vec<String> {
+    let mut notes = Vec::new();
+    let count = |pred: &dyn Fn(&Gpu) -> bool| shown.iter().filter(|g| pred(g)).count();
+    let gpus = |n: usize| {
+        if n == 1 {
+            "1 GPU".to_string()
+        } else {
+            format!("{n} GPUs")
+        }
+    };
+
+    let failed = count(&|g| g.status == Status::ProbeFailed);
+    if failed > 0 {
+        notes.push(format!(
+            "probe failed: {}: the agent's query of the VA-API driver failed, so every capability \
+             reads false (hint: the failure is in the agent's log: {AGENT_LOG})",
+            gpus(failed)
+        ));
+    }
+    let unprobed = count(&|g| {
+        g.status
+            == Status::NotDescribed {
+                agent_on_node: true,
+            }
+    });
+    if unprobed > 0 {
+        notes.push(format!(
+            "not probed: {}: liken publishes a render node, but the agent on that node describes \
+             no GPU at its address (hint: see the agent's log: {AGENT_LOG})",
+            gpus(unprobed)
+        ));
+    }
+    let agentless: BTreeSet<&str> = shown
+        .iter()
+        .filter(|g| {
+            g.status
+                == Status::NotDescribed {
+                    agent_on_node: false,
+                }
+        })
+        .map(|g| g.node.as_str())
+        .collect();
+    if !agentless.is_empty() {
+        let nodes: Vec<&str> = agentless.iter().copied().collect();
+        notes.push(format!(
+            "no agent: {} on {}: liken publishes render nodes there, but no media-capabilities \
+             slice (hint: is the agent running there? kubectl -n liken-system get pods -o wide \
+             --field-selector spec.nodeName={})",
+            gpus(count(&|g| g.status
+                == Status::NotDescribed {
+                    agent_on_node: false
+                })),
+            list_nodes(&nodes),
+            nodes[0]
+        ));
+    }
+    let incomplete: Vec<&&Gpu> = shown
+        .iter()
+        .filter(|g| matches!(g.status, Status::Incomplete { .. }))
+        .collect();
+    if !incomplete.is_empty() {
+        let mut missing = BTreeSet::new();
+        for gpu in &incomplete {
+            if let Status::Incomplete { unreadable } = &gpu.status {
+                missing.extend(unreadable.iter().map(|c| c.attribute()));
+            }
+        }
+        notes.push(format!(
+            "incomplete: {}: no bool value for {} (hint: published by another version of the \
+             agent? see its log: {AGENT_LOG})",
+            gpus(incomplete.len()),
+            missing.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let shown_drift: BTreeSet<usize> = shown.iter().filter_map(|g| g.drift).collect();
+    for index in shown_drift {
+        notes.push(format!(
+            "[{}] {}",
+            index + 1,
+            describe_drift(&inventory.drift[index])
+        ));
+    }
+    if !filter.is_empty() {
+        notes.push(count_line(&inventory.counts(filter), filter));
+    }
+    notes
+}
+
+fn list_nodes(nodes: &[&str]) -> String {
+    match nodes.len() {
+        0 => String::new(),
+        1 => format!("node {}", nodes[0]),
+        n if n <= 4 => format!("nodes {}", nodes.join(", ")),
+        n => format!("nodes {}, ... ({n} in all)", nodes[..3].join(", ")),
+    }
+}
+
+/// One line on a drifting model: which capabilities differ, and per variant what it states,
+/// where, and with which VA drivers.
+pub fn describe_drift(drift: &Drift) -> String {
+    let model = match &drift.name {
+        Some(name) => format!("{name} ({}:{})", drift.vendor, drift.product),
+        None => format!("{}:{}", drift.vendor, drift.product),
+    };
+    let differing: Vec<&str> = drift.differing.iter().map(|c| c.attribute()).collect();
+    let variants: Vec<String> = drift
+        .variants
+        .iter()
+        .map(|v| {
+            let stated: Vec<&str> = drift
+                .differing
+                .iter()
+                .filter(|&&c| v.capabilities[c as usize] == Some(true))
+                .map(|c| c.attribute())
+                .collect();
+            let stated = if stated.is_empty() {
+                "none of them".to_string()
+            } else {
+                stated.join(" ")
+            };
+            let nodes: Vec<&str> = v.nodes.iter().map(String::as_str).collect();
+            let drivers: Vec<&str> = v.va_drivers.iter().map(String::as_str).collect();
+            format!(
+                "{stated} on {} GPU{} ({}) with {}",
+                v.gpus,
+                if v.gpus == 1 { "" } else { "s" },
+                list_nodes(&nodes),
+                drivers.join(" / ")
+            )
+        })
+        .collect();
+    format!(
+        "drift: {model} states {} differently: {}",
+        differing.join(", "),
+        variants.join("; ")
+    )
+}
+
+fn count_line(counts: &Counts, filter: &Filter) -> String {
+    let mut asked: Vec<String> = filter
+        .capabilities
+        .iter()
+        .map(|c| c.attribute().to_string())
+        .collect();
+    if !filter.nodes.is_empty() {
+        asked.insert(0, format!("on {}", filter.nodes.join(", ")));
+    }
+    format!(
+        "{} of {} GPUs on {} of {} nodes ({})",
+        counts.matching_gpus,
+        counts.gpus,
+        counts.matching_nodes,
+        counts.nodes,
+        asked.join(", ")
+    )
+}
+
+/// `--summary`: per capability, the GPUs and nodes that state it, then drift.
+pub fn render_summary(inventory: &Inventory, filter: &Filter, style: &TableStyle) -> String {
+    let counts = inventory.counts(filter);
+    let mut table = new_table(style);
+    header(
+        &mut table,
+        ["CAPABILITY", "GPUS", "NODES"].map(String::from),
+        style,
+    );
+    for (capability, gpus, nodes) in inventory.summary(filter) {
+        table.add_row(vec![
+            Cell::new(capability.attribute()),
+            Cell::new(format!("{gpus}/{}", counts.matching_gpus)),
+            Cell::new(format!("{nodes}/{}", counts.matching_nodes)),
+        ]);
+    }
+    let mut out = finish(&table);
+    if !style.no_headers {
+        let selected: Vec<&Gpu> = inventory.select(filter).collect();
+        let notes = notes(inventory, &selected, filter);
+        if !notes.is_empty() {
+            out.push('\n');
+            for note in notes {
+                out.push_str(&note);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// A GPU as `-o json|yaml` prints it: every catalogue attribute, `null` when absent.
+#[derive(Serialize)]
+pub struct Record<'a> {
+    pub node: &'a str,
+    pub device: Option<&'a str>,
+    pub status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drift: Option<String>,
+    pub attributes: serde_json::Map<String, serde_json::Value>,
+}
+
+pub fn records<'a>(inventory: &'a Inventory, filter: &'a Filter) -> Vec<Record<'a>> {
+    inventory
+        .select(filter)
+        .map(|gpu| {
+            let mut attributes = serde_json::Map::new();
+            for identity in Identity::ALL {
+                let value = match identity {
+                    Identity::Address | Identity::PciBusId => {
+                        Some(gpu.address.clone()).filter(|a| !a.is_empty())
+                    }
+                    Identity::Driver => gpu.kernel_driver.clone(),
+                    Identity::Name => gpu.name.clone(),
+                    Identity::Product => gpu.product.clone(),
+                    Identity::Vendor => gpu.vendor.clone(),
+                    Identity::VaDriver => gpu.va_driver.clone(),
+                };
+                attributes.insert(
+                    identity.attribute().to_string(),
+                    value.map_or(serde_json::Value::Null, Into::into),
+                );
+            }
+            for capability in Capability::ALL {
+                let value = gpu
+                    .states(capability)
+                    .map_or(serde_json::Value::Null, Into::into);
+                attributes.insert(capability.attribute().to_string(), value);
+            }
+            Record {
+                node: &gpu.node,
+                device: gpu.device.as_deref(),
+                status: status_word(gpu),
+                drift: gpu.drift.map(|i| describe_drift(&inventory.drift[i])),
+                attributes,
+            }
+        })
+        .collect()
+}
+
+/// `--summary -o json|yaml`.
+#[derive(Serialize)]
+pub struct SummaryRecord {
+    pub gpus: usize,
+    pub nodes: usize,
+    pub capabilities: serde_json::Map<String, serde_json::Value>,
+    pub drift: Vec<String>,
+}
+
+pub fn summary_record(inventory: &Inventory, filter: &Filter) -> SummaryRecord {
+    let counts = inventory.counts(filter);
+    let mut capabilities = serde_json::Map::new();
+    for (capability, gpus, nodes) in inventory.summary(filter) {
+        capabilities.insert(
+            capability.attribute().to_string(),
+            serde_json::json!({"gpus": gpus, "nodes": nodes}),
+        );
+    }
+    let selected: BTreeSet<usize> = inventory.select(filter).filter_map(|g| g.drift).collect();
+    SummaryRecord {
+        gpus: counts.matching_gpus,
+        nodes: counts.matching_nodes,
+        capabilities,
+        drift: selected
+            .into_iter()
+            .map(|i| describe_drift(&inventory.drift[i]))
+            .collect(),
+    }
+}

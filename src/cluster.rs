@@ -1,0 +1,349 @@
+//! Reading objects from a cluster for `kubectl media`, with kubectl's connection flags and the
+//! failures a user can act on turned into one line each: the API server is unreachable, a
+//! permission is missing, or the cluster is too old to serve `resource.k8s.io/v1`.
+//!
+//! Responses are paged as kubectl pages them and go through the same parser as files
+//! ([`crate::objects`]), so `-f` of a `kubectl get -o json` gives the same answer.
+
+use std::error::Error as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::objects::{Objects, RESOURCE_API_VERSION};
+
+/// kubectl's page size for lists (`--chunk-size`).
+pub const PAGE_SIZE: usize = 500;
+
+/// How to reach the cluster: kubectl's own flags, which a plugin must handle itself.
+#[derive(Clone, Debug, Default)]
+pub struct Connection {
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    /// Per request; `None` waits as long as the server takes.
+    pub request_timeout: Option<Duration>,
+}
+
+/// Why reading from the cluster failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error(
+        "load kubeconfig: {cause} (hint: pass --kubeconfig or --context, set KUBECONFIG, or read objects from a file with -f)"
+    )]
+    Config { cause: String },
+    #[error(
+        "cannot reach the Kubernetes API at {server}: {cause} (hint: check --context and --kubeconfig, or read objects from a file with -f)"
+    )]
+    Unreachable { server: String, cause: String },
+    #[error(
+        "the Kubernetes API at {server} did not answer within {timeout:?} (hint: raise --request-timeout, or read objects from a file with -f)"
+    )]
+    Timeout { server: String, timeout: Duration },
+    #[error(
+        "forbidden: cannot {verb} {resource} at the cluster scope: {message} (hint: ask for a role that allows '{verb}' on {resource})"
+    )]
+    Forbidden {
+        verb: &'static str,
+        resource: &'static str,
+        message: String,
+    },
+    #[error(
+        "the cluster at {server} does not serve {resource} in {RESOURCE_API_VERSION}: it is older than Kubernetes 1.34, or the resource.k8s.io/v1 API is disabled (hint: DRA with resource.k8s.io/v1 needs Kubernetes 1.34 or newer)"
+    )]
+    NotServed {
+        server: String,
+        resource: &'static str,
+    },
+    #[error(
+        "the Kubernetes API at {server} refused to {verb} {resource}: {message} ({code} {reason})"
+    )]
+    Api {
+        server: String,
+        verb: &'static str,
+        resource: &'static str,
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    #[error("{resource} from {server}: {cause}")]
+    Response {
+        server: String,
+        resource: &'static str,
+        cause: String,
+    },
+}
+
+/// A connected client and the server it talks to (for messages).
+pub struct Cluster {
+    client: kube::Client,
+    server: String,
+    timeout: Option<Duration>,
+}
+
+impl Cluster {
+    /// Loads the kubeconfig (the `--kubeconfig` file, else `KUBECONFIG`, else `~/.kube/config`)
+    /// and builds a client. Nothing is sent yet.
+    pub async fn connect(connection: &Connection) -> Result<Cluster, ClusterError> {
+        let options = KubeConfigOptions {
+            context: connection.context.clone(),
+            ..Default::default()
+        };
+        let config = match &connection.kubeconfig {
+            Some(path) => {
+                let kubeconfig = Kubeconfig::read_from(path).map_err(config_error)?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &options).await
+            }
+            None => kube::Config::from_kubeconfig(&options).await,
+        }
+        .map_err(config_error)?;
+        let mut config = config;
+        config.connect_timeout = connection.request_timeout;
+        config.read_timeout = connection.request_timeout;
+        let server = config
+            .cluster_url
+            .to_string()
+            .trim_end_matches('/')
+            .to_string();
+        let client = kube::Client::try_from(config).map_err(config_error)?;
+        Ok(Cluster {
+            client,
+            server,
+            timeout: connection.request_timeout,
+        })
+    }
+
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Lists every ResourceSlice, page by page, into `objects`.
+    pub async fn list_slices(&self, objects: &mut Objects) -> Result<(), ClusterError> {
+        self.list_all(
+            "/apis/resource.k8s.io/v1/resourceslices",
+            "resourceslices.resource.k8s.io",
+            objects,
+        )
+        .await
+    }
+
+    async fn list_all(
+        &self,
+        path: &str,
+        resource: &'static str,
+        objects: &mut Objects,
+    ) -> Result<(), ClusterError> {
+        let mut continue_token: Option<String> = None;
+        loop {
+            let mut uri = format!("{path}?limit={PAGE_SIZE}");
+            if let Some(token) = &continue_token {
+                uri.push_str("&continue=");
+                uri.push_str(&percent_encode(token));
+            }
+            let request =
+                http::Request::get(uri)
+                    .body(Vec::new())
+                    .map_err(|e| ClusterError::Response {
+                        server: self.server.clone(),
+                        resource,
+                        cause: e.to_string(),
+                    })?;
+            let page = self.request_text(request, "list", resource).await?;
+            continue_token = objects
+                .add_json(&page)
+                .map_err(|e| ClusterError::Response {
+                    server: self.server.clone(),
+                    resource,
+                    cause: format!("unreadable response: {e}"),
+                })?;
+            if continue_token.is_none() {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn request_text(
+        &self,
+        request: http::Request<Vec<u8>>,
+        verb: &'static str,
+        resource: &'static str,
+    ) -> Result<String, ClusterError> {
+        let call = self.client.request_text(request);
+        let result =
+            match self.timeout {
+                Some(timeout) => tokio::time::timeout(timeout, call).await.map_err(|_| {
+                    ClusterError::Timeout {
+                        server: self.server.clone(),
+                        timeout,
+                    }
+                })?,
+                None => call.await,
+            };
+        result.map_err(|e| self.classify(e, verb, resource))
+    }
+
+    fn classify(
+        &self,
+        error: kube::Error,
+        verb: &'static str,
+        resource: &'static str,
+    ) -> ClusterError {
+        let server = self.server.clone();
+        match error {
+            kube::Error::Api(status) => match status.code {
+                403 => ClusterError::Forbidden {
+                    verb,
+                    resource,
+                    message: status.message,
+                },
+                404 => ClusterError::NotServed { server, resource },
+                code => ClusterError::Api {
+                    server,
+                    verb,
+                    resource,
+                    code,
+                    reason: status.reason,
+                    message: status.message,
+                },
+            },
+            other => {
+                if let Some(timeout) = self.timeout.filter(|_| is_timeout(&other)) {
+                    return ClusterError::Timeout { server, timeout };
+                }
+                ClusterError::Unreachable {
+                    server,
+                    cause: root_cause(&other),
+                }
+            }
+        }
+    }
+}
+
+fn config_error(e: impl std::error::Error) -> ClusterError {
+    ClusterError::Config { cause: chain(&e) }
+}
+
+/// The error and its sources, lowercase and joined, without kube's generic prefixes.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = s.source();
+    }
+    parts.join(": ")
+}
+
+/// The innermost cause is what a user can act on ("Connection refused (os error 111)",
+/// "dns error"), not kube's or hyper's wrappers around it.
+fn root_cause(e: &kube::Error) -> String {
+    let mut last: &dyn std::error::Error = e;
+    while let Some(source) = last.source() {
+        last = source;
+    }
+    let text = last.to_string();
+    if text.is_empty() { chain(e) } else { text }
+}
+
+fn is_timeout(e: &kube::Error) -> bool {
+    let mut current: Option<&dyn std::error::Error> = Some(e);
+    while let Some(err) = current {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::TimedOut
+        {
+            return true;
+        }
+        if err.to_string().to_ascii_lowercase().contains("timed out") {
+            return true;
+        }
+        current = err.source();
+    }
+    false
+}
+
+/// Percent-encodes a continue token for a query string (tokens are base64 and may hold `=`,
+/// `+` and `/`).
+fn percent_encode(token: &str) -> String {
+    let mut out = String::with_capacity(token.len());
+    for b in token.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Parses kubectl's `--request-timeout`: `0` for none, a number of seconds, or a duration such
+/// as `30s`, `1m30s`, `500ms`, `2h`.
+pub fn parse_timeout(text: &str) -> Result<Option<Duration>, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(None);
+    }
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Ok(Some(Duration::from_secs(seconds)));
+    }
+    let invalid = || {
+        format!(
+            "invalid --request-timeout {text:?}: use 0, seconds (30) or a duration such as 30s, 1m30s, 500ms"
+        )
+    };
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(invalid());
+        }
+        let number: f64 = rest[..digits].parse().map_err(|_| invalid())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return Err(invalid()),
+        };
+        total += Duration::from_secs_f64(number * scale);
+        rest = &rest[unit_len..];
+    }
+    Ok(if total.is_zero() { None } else { Some(total) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_parse_like_kubectl() {
+        assert_eq!(parse_timeout("0"), Ok(None));
+        assert_eq!(parse_timeout("30"), Ok(Some(Duration::from_secs(30))));
+        assert_eq!(parse_timeout("30s"), Ok(Some(Duration::from_secs(30))));
+        assert_eq!(parse_timeout("1m30s"), Ok(Some(Duration::from_secs(90))));
+        assert_eq!(parse_timeout("500ms"), Ok(Some(Duration::from_millis(500))));
+        assert_eq!(parse_timeout("2h"), Ok(Some(Duration::from_secs(7200))));
+        for bad in ["", "s", "10x", "1m30", "-1s", "abc"] {
+            assert!(parse_timeout(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn continue_tokens_are_encoded() {
+        assert_eq!(percent_encode("ab+/=c"), "ab%2B%2F%3Dc");
+    }
+}
