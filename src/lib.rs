@@ -6,3 +6,6 @@
 
 pub mod agent;
 pub mod caps;
+pub mod device;
+pub mod sysfs;
+pub mod va;
