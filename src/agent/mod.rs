@@ -2,3 +2,5 @@
 //! driver what it can do, and publishes the answers as a `media.liken.sh` ResourceSlice.
 
 pub mod cli;
+pub mod probe_cmd;
+pub mod probing;
