@@ -18,11 +18,22 @@ fn main() -> ExitCode {
         .init();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // A reader that went away (`probe | head`) is not an error worth a message.
+        Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // The library's messages already carry their causes.
+            eprintln!("error: {e}");
             ExitCode::from(1)
         }
     }
+}
+
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {

@@ -141,18 +141,19 @@ fn text_attr(device: &GpuDevice, attribute: crate::caps::Identity) -> String {
 fn table(p: &Probed, d: &GpuDevice, out: &mut dyn Write) -> std::io::Result<()> {
     use crate::caps::{Group, Identity};
     writeln!(out, "GPU {}", d.name)?;
-    writeln!(out, "  render node:  {}", p.render_node.display())?;
-    writeln!(out, "  PCI address:  {}", p.pci.address)?;
-    writeln!(out, "  vendor:product {}:{}", p.pci.vendor, p.pci.product)?;
-    writeln!(out, "  kernel driver: {}", p.pci.driver)?;
-    writeln!(out, "  name:         {}", text_attr(d, Identity::Name))?;
-    writeln!(out, "  VA driver:    {}", text_attr(d, Identity::VaDriver))?;
+    let field = |out: &mut dyn Write, label: &str, value: &str| writeln!(out, "  {label:<15} {value}");
+    field(out, "render node:", &p.render_node.display().to_string())?;
+    field(out, "PCI address:", &p.pci.address)?;
+    field(out, "vendor:product:", &format!("{}:{}", p.pci.vendor, p.pci.product))?;
+    field(out, "kernel driver:", &p.pci.driver)?;
+    field(out, "name:", &text_attr(d, Identity::Name))?;
+    field(out, "VA driver:", &text_attr(d, Identity::VaDriver))?;
     if let Some(report) = &p.report {
         if let Some(version) = &report.va_api_version {
-            writeln!(out, "  VA-API:       {version}")?;
+            field(out, "VA-API:", version)?;
         }
         if let Some(driver) = &report.driver_override {
-            writeln!(out, "  forced VA driver: {driver}")?;
+            field(out, "forced driver:", driver)?;
         }
     }
     for (name, full) in &d.trimmed {
