@@ -38,7 +38,8 @@ impl std::fmt::Display for AttrValue {
 /// itself (crash, hang, garbage), already worded for the log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    Report(Report),
+    /// Boxed: a report is large next to a failure line.
+    Report(Box<Report>),
     Failed(String),
 }
 
@@ -74,7 +75,10 @@ impl GpuDevice {
 /// The device name for a PCI address: `pci-` and the address with `:` and `.` as `-`, a valid DNS
 /// label because discovery only accepts `dddd:bb:dd.f` addresses.
 pub fn device_name(address: &str) -> String {
-    format!("pci-{}", address.replace([':', '.'], "-").to_ascii_lowercase())
+    format!(
+        "pci-{}",
+        address.replace([':', '.'], "-").to_ascii_lowercase()
+    )
 }
 
 /// The failure line of libva-facts §4's isolation: `probe of <node> (<address>) <what>; libva
@@ -100,7 +104,10 @@ pub fn sanitise(text: &str) -> String {
     if clean.len() <= MAX_STRING_VALUE_BYTES {
         return clean;
     }
-    if let Some(cut) = clean.find(" (").filter(|&i| i > 0 && i <= MAX_STRING_VALUE_BYTES) {
+    if let Some(cut) = clean
+        .find(" (")
+        .filter(|&i| i > 0 && i <= MAX_STRING_VALUE_BYTES)
+    {
         return clean[..cut].trim_end().to_string();
     }
     let mut end = MAX_STRING_VALUE_BYTES;
@@ -115,10 +122,14 @@ pub fn describe(node: &RenderNode, outcome: &Outcome) -> GpuDevice {
     let pci = &node.pci;
     let (report, failure) = match outcome {
         Outcome::Report(report) => match &report.error {
-            None => (Some(report), None),
+            None => (Some(report.as_ref()), None),
             Some(error) => (
                 None,
-                Some(failure_text(node, &format!("failed: {error}"), &report.said())),
+                Some(failure_text(
+                    node,
+                    &format!("failed: {error}"),
+                    &report.said(),
+                )),
             ),
         },
         Outcome::Failed(text) => (None, Some(text.clone())),
@@ -218,7 +229,10 @@ mod tests {
             sanitise(strix),
             "Strix Halo [Radeon Graphics / Radeon 8050S Graphics / Radeon 806"
         );
-        assert_eq!(sanitise("  VA-API NVDEC driver\t[direct backend]\n"), "VA-API NVDEC driver[direct backend]");
+        assert_eq!(
+            sanitise("  VA-API NVDEC driver\t[direct backend]\n"),
+            "VA-API NVDEC driver[direct backend]"
+        );
         // A " (" too far in: cut on a character boundary (é is two bytes across byte 64).
         let long = format!("{}é (x)", "a".repeat(63));
         assert_eq!(sanitise(&long), "a".repeat(63));
@@ -244,12 +258,14 @@ mod tests {
             }],
             ..Report::default()
         };
-        let device = describe(&node(Some("Navi 31")), &Outcome::Report(report));
+        let device = describe(&node(Some("Navi 31")), &Outcome::Report(Box::new(report)));
         assert_eq!(device.name, "pci-0000-03-00-0");
         assert_eq!(device.attributes.len(), Attribute::all().count());
         assert_eq!(
             device.get(Attribute::Identity(Identity::VaDriver)),
-            Some(&AttrValue::String("Mesa Gallium driver 24.1.7 for AMD Radeon Graphics".into()))
+            Some(&AttrValue::String(
+                "Mesa Gallium driver 24.1.7 for AMD Radeon Graphics".into()
+            ))
         );
         assert_eq!(
             device.get(Attribute::Identity(Identity::PciBusId)),
@@ -262,7 +278,10 @@ mod tests {
         let line = log_line(&device);
         assert!(line.starts_with("pci-0000-03-00-0 (/dev/dri/renderD129): address=\"0000:03:00.0\" driver=\"amdgpu\" name=\"Navi 31\" product=\"744c\" vendor=\"1002\" vaDriver=\"Mesa Gallium driver 24.1.7 for AMD Radeon Graphics\" resource.kubernetes.io/pciBusID=\"0000:03:00.0\" decodeAV1Main=false"), "{line}");
         assert!(line.contains(" decodeHEVCMain10=true "), "{line}");
-        assert!(line.ends_with(&format!("; vaDriver trimmed from {RADEONSI:?}")), "{line}");
+        assert!(
+            line.ends_with(&format!("; vaDriver trimmed from {RADEONSI:?}")),
+            "{line}"
+        );
     }
 
     #[test]
@@ -279,7 +298,10 @@ mod tests {
         );
         let line = log_line(&device);
         assert!(line.contains(" vaDriver=<absent> "), "{line}");
-        assert!(line.ends_with(&format!("scale10bit=false; {failure}")), "{line}");
+        assert!(
+            line.ends_with(&format!("scale10bit=false; {failure}")),
+            "{line}"
+        );
     }
 
     #[test]
@@ -293,11 +315,13 @@ mod tests {
             }],
             ..Report::default()
         };
-        let device = describe(&node(None), &Outcome::Report(report));
+        let device = describe(&node(None), &Outcome::Report(Box::new(report)));
         assert_eq!(device.get(Attribute::Identity(Identity::VaDriver)), None);
         assert_eq!(
             device.failure.as_deref(),
-            Some("probe of /dev/dri/renderD129 (0000:03:00.0) failed: vaInitialize failed: unknown libva error (-1); libva said: libva info: Trying to open /usr/lib/x86_64-linux-gnu/dri/radeonsi_drv_video.so")
+            Some(
+                "probe of /dev/dri/renderD129 (0000:03:00.0) failed: vaInitialize failed: unknown libva error (-1); libva said: libva info: Trying to open /usr/lib/x86_64-linux-gnu/dri/radeonsi_drv_video.so"
+            )
         );
     }
 }

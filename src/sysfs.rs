@@ -55,12 +55,16 @@ pub struct RenderNode {
 /// Why discovery could not run at all (a single unusable node is skipped, not an error).
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryError {
-    #[error("list render nodes in {path}: {source} (hint: is /dev/dri mounted into the container?)")]
+    #[error(
+        "list render nodes in {path}: {source} (hint: is /dev/dri mounted into the container?)"
+    )]
     DevRoot {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("read PCI ID database {path}: {message} (hint: install the pci.ids package, or point --pci-ids at the file)")]
+    #[error(
+        "read PCI ID database {path}: {message} (hint: install the pci.ids package, or point --pci-ids at the file)"
+    )]
     PciIds { path: PathBuf, message: String },
 }
 
@@ -93,12 +97,11 @@ impl PciNames {
                 }
             },
         };
-        let db = pciid_parser::Database::read_from_file(&path).map_err(|e| {
-            DiscoveryError::PciIds {
+        let db =
+            pciid_parser::Database::read_from_file(&path).map_err(|e| DiscoveryError::PciIds {
                 path: path.clone(),
                 message: e.to_string(),
-            }
-        })?;
+            })?;
         tracing::debug!("read PCI ID database {}", path.display());
         Ok(PciNames { db: Some(db) })
     }
@@ -249,7 +252,12 @@ mod tests {
         fn node(&self, name: &str) -> PathBuf {
             let path = self.dir.path().join("dev/dri").join(name);
             fs::write(&path, "").unwrap();
-            let device = self.dir.path().join("sys/class/drm").join(name).join("device");
+            let device = self
+                .dir
+                .path()
+                .join("sys/class/drm")
+                .join(name)
+                .join("device");
             fs::create_dir_all(&device).unwrap();
             device
         }
@@ -353,7 +361,10 @@ mod tests {
         };
         let err = discover(&roots, &PciNames::none()).unwrap_err().to_string();
         assert!(err.starts_with("list render nodes in "), "{err}");
-        assert!(err.ends_with("(hint: is /dev/dri mounted into the container?)"), "{err}");
+        assert!(
+            err.ends_with("(hint: is /dev/dri mounted into the container?)"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -362,7 +373,10 @@ mod tests {
             .err()
             .unwrap()
             .to_string();
-        assert!(err.starts_with("read PCI ID database /nonexistent/pci.ids: "), "{err}");
+        assert!(
+            err.starts_with("read PCI ID database /nonexistent/pci.ids: "),
+            "{err}"
+        );
     }
 
     #[test]

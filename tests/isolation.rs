@@ -57,14 +57,23 @@ fn assert_failure(text: &str, head: &str, tail: &str) {
     assert_eq!(after, tail, "{text}");
 }
 
-const TRYING: &str = "libva info: Trying to open /usr/lib/x86_64-linux-gnu/dri/radeonsi_drv_video.so";
+const TRYING: &str =
+    "libva info: Trying to open /usr/lib/x86_64-linux-gnu/dri/radeonsi_drv_video.so";
 
 #[tokio::test]
 async fn a_crash_is_named_by_its_signal_with_what_libva_said() {
     let dir = tempfile::tempdir().unwrap();
-    let crash = script(dir.path(), "crash", &format!("echo '{TRYING}' >&2\nkill -SEGV $$"));
+    let crash = script(
+        dir.path(),
+        "crash",
+        &format!("echo '{TRYING}' >&2\nkill -SEGV $$"),
+    );
     let text = failure(
-        probe_in_child(&node(129, "0000:03:00.0"), &isolation(crash, Duration::from_secs(10))).await,
+        probe_in_child(
+            &node(129, "0000:03:00.0"),
+            &isolation(crash, Duration::from_secs(10)),
+        )
+        .await,
     );
     assert_failure(
         &text,
@@ -78,7 +87,11 @@ async fn an_abort_is_a_signal_too() {
     let dir = tempfile::tempdir().unwrap();
     let abort = script(dir.path(), "abort", "kill -ABRT $$");
     let text = failure(
-        probe_in_child(&node(128, "0000:00:02.0"), &isolation(abort, Duration::from_secs(10))).await,
+        probe_in_child(
+            &node(128, "0000:00:02.0"),
+            &isolation(abort, Duration::from_secs(10)),
+        )
+        .await,
     );
     assert_failure(
         &text,
@@ -91,7 +104,11 @@ async fn an_abort_is_a_signal_too() {
 async fn a_hang_is_killed_after_the_timeout_with_what_it_started() {
     let dir = tempfile::tempdir().unwrap();
     // Not `exec`: the sleep is a grandchild holding the pipes, which only the group kill ends.
-    let hang = script(dir.path(), "hang", &format!("echo '{TRYING}' >&2\nsleep 1000\necho done"));
+    let hang = script(
+        dir.path(),
+        "hang",
+        &format!("echo '{TRYING}' >&2\nsleep 1000\necho done"),
+    );
     let started = std::time::Instant::now();
     let text = failure(
         probe_in_child(
@@ -127,7 +144,11 @@ async fn garbage_and_non_zero_exits_and_missing_programs_fail_in_words() {
         "probe of /dev/dri/renderD129 (0000:03:00.0) printed no report after ",
         "; libva said nothing",
     );
-    let fails = script(dir.path(), "fails", "echo 'libva error: vaGetDriverNames() failed with unknown libva error' >&2\nexit 3");
+    let fails = script(
+        dir.path(),
+        "fails",
+        "echo 'libva error: vaGetDriverNames() failed with unknown libva error' >&2\nexit 3",
+    );
     assert_failure(
         &failure(probe_in_child(&n, &isolation(fails, t)).await),
         "probe of /dev/dri/renderD129 (0000:03:00.0) exited with status 3 after ",
@@ -185,12 +206,21 @@ async fn one_bad_gpu_does_not_touch_the_others() {
     let probed = probe_all(nodes, &iso).await;
     assert_eq!(probed.len(), 3);
     assert_eq!(probed[0].report.as_ref(), Some(&report));
-    assert!(probed[1].failure.as_deref().unwrap().contains(" killed by SIGSEGV after "));
+    assert!(
+        probed[1]
+            .failure
+            .as_deref()
+            .unwrap()
+            .contains(" killed by SIGSEGV after ")
+    );
     assert_eq!(probed[1].report, None);
     assert_eq!(probed[2].report.as_ref(), Some(&report));
     // The per-GPU override reached only the GPU it names.
     let args = |n: &str| std::fs::read_to_string(dir.path().join(format!("args.{n}"))).unwrap();
-    assert_eq!(args("renderD128"), "--render-node /dev/dri/renderD128 --va-driver iHD\n");
+    assert_eq!(
+        args("renderD128"),
+        "--render-node /dev/dri/renderD128 --va-driver iHD\n"
+    );
     assert_eq!(args("renderD130"), "--render-node /dev/dri/renderD130\n");
 }
 
@@ -199,7 +229,10 @@ async fn a_live_source_discovers_a_fake_tree_and_probes_it() {
     let dir = tempfile::tempdir().unwrap();
     let dev = dir.path().join("dev/dri");
     std::fs::create_dir_all(&dev).unwrap();
-    for (name, address) in [("renderD128", "0000:00:02.0"), ("renderD129", "0000:03:00.0")] {
+    for (name, address) in [
+        ("renderD128", "0000:00:02.0"),
+        ("renderD129", "0000:03:00.0"),
+    ] {
         std::fs::write(dev.join(name), "").unwrap();
         let device = dir.path().join("sys/class/drm").join(name).join("device");
         std::fs::create_dir_all(&device).unwrap();
@@ -221,17 +254,43 @@ async fn a_live_source_discovers_a_fake_tree_and_probes_it() {
         only: Some(dev.join("renderD129")),
         isolation: isolation(good_probe(dir.path(), &report), Duration::from_secs(10)),
     };
-    std::fs::write(dir.path().join("pci.ids"), "8086  Intel Corporation\n\t9a49  TigerLake-LP GT2 [Iris Xe Graphics]\n").unwrap();
+    std::fs::write(
+        dir.path().join("pci.ids"),
+        "8086  Intel Corporation\n\t9a49  TigerLake-LP GT2 [Iris Xe Graphics]\n",
+    )
+    .unwrap();
     let probed = source.probe().await.unwrap();
     assert_eq!(probed.len(), 1);
     assert_eq!(probed[0].pci.address, "0000:03:00.0");
-    assert_eq!(probed[0].pci.pci_name.as_deref(), Some("TigerLake-LP GT2 [Iris Xe Graphics]"));
+    assert_eq!(
+        probed[0].pci.pci_name.as_deref(),
+        Some("TigerLake-LP GT2 [Iris Xe Graphics]")
+    );
     assert_eq!(probed[0].report.as_ref(), Some(&report));
 
-    let ProbeSource::Live { roots, pci_ids, isolation, .. } = source else { unreachable!() };
-    let missing = ProbeSource::Live { roots, pci_ids, only: Some(dev.join("renderD140")), isolation };
+    let ProbeSource::Live {
+        roots,
+        pci_ids,
+        isolation,
+        ..
+    } = source
+    else {
+        unreachable!()
+    };
+    let missing = ProbeSource::Live {
+        roots,
+        pci_ids,
+        only: Some(dev.join("renderD140")),
+        isolation,
+    };
     let err = missing.probe().await.unwrap_err().to_string();
-    assert!(err.starts_with(&format!("no PCI render node {}/renderD140 (found: ", dev.display())), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "no PCI render node {}/renderD140 (found: ",
+            dev.display()
+        )),
+        "{err}"
+    );
 }
 
 fn real_binary() -> ProbeCommand {
@@ -248,11 +307,13 @@ async fn the_real_child_replays_a_report_exactly() {
     let file = dir.path().join("nvidia.json");
     std::fs::write(&file, serde_json::to_string_pretty(&report).unwrap()).unwrap();
     let mut command = real_binary();
-    command.args.extend(["--replay".into(), file.into_os_string()]);
+    command
+        .args
+        .extend(["--replay".into(), file.into_os_string()]);
     let mut iso = isolation(PathBuf::new(), Duration::from_secs(10));
     iso.command = command;
     match probe_in_child(&node(128, "0000:01:00.0"), &iso).await {
-        Outcome::Report(got) => assert_eq!(got, report),
+        Outcome::Report(got) => assert_eq!(*got, report),
         Outcome::Failed(f) => panic!("{f}"),
     }
 }
@@ -277,6 +338,11 @@ async fn the_real_child_reports_libva_absent_in_the_loaders_words() {
     let device = media_operator::device::describe(&node, &Outcome::Report(report));
     assert_eq!(
         device.failure.as_deref(),
-        Some(format!("probe of /dev/dri/renderD128 (0000:01:00.0) failed: {loader}; libva said nothing").as_str())
+        Some(
+            format!(
+                "probe of /dev/dri/renderD128 (0000:01:00.0) failed: {loader}; libva said nothing"
+            )
+            .as_str()
+        )
     );
 }

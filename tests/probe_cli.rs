@@ -46,7 +46,13 @@ const FAILED: &str = r#"{
 fn the_docs_example_publishes_the_product_documents_device() {
     let dir = tempfile::tempdir().unwrap();
     let example = docs_example(dir.path());
-    let out = stdout(&run(&["probe", "--from", example.to_str().unwrap(), "-o", "json"]));
+    let out = stdout(&run(&[
+        "probe",
+        "--from",
+        example.to_str().unwrap(),
+        "-o",
+        "json",
+    ]));
     let shown: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(shown[0]["name"], "pci-0000-00-02-0");
     // The attributes of the device in the product document, section 1.
@@ -74,12 +80,30 @@ fn json_and_yaml_output_read_back_to_the_same_result() {
     let dir = tempfile::tempdir().unwrap();
     docs_example(dir.path());
     std::fs::write(dir.path().join("nvidia.json"), FAILED).unwrap();
-    let first = stdout(&run(&["probe", "--from", dir.path().to_str().unwrap(), "-o", "json"]));
+    let first = stdout(&run(&[
+        "probe",
+        "--from",
+        dir.path().to_str().unwrap(),
+        "-o",
+        "json",
+    ]));
     let again_path = dir.path().join("again.out");
     std::fs::write(&again_path, &first).unwrap();
-    let again = stdout(&run(&["probe", "--from", again_path.to_str().unwrap(), "-o", "json"]));
+    let again = stdout(&run(&[
+        "probe",
+        "--from",
+        again_path.to_str().unwrap(),
+        "-o",
+        "json",
+    ]));
     assert_eq!(first, again);
-    let yaml = stdout(&run(&["probe", "--from", again_path.to_str().unwrap(), "-o", "yaml"]));
+    let yaml = stdout(&run(&[
+        "probe",
+        "--from",
+        again_path.to_str().unwrap(),
+        "-o",
+        "yaml",
+    ]));
     let from_yaml: serde_json::Value = serde_yaml::from_str(&yaml).unwrap();
     let from_json: serde_json::Value = serde_json::from_str(&first).unwrap();
     assert_eq!(from_yaml, from_json);
@@ -94,7 +118,10 @@ fn the_table_shows_identity_statements_values_and_failures() {
     insta::assert_snapshot!("probe_table_mtl_and_failed_nvidia", stdout(&output));
     // The log has one line per GPU with every value, and the failure word for word.
     let log = String::from_utf8(output.stderr).unwrap();
-    assert!(log.contains("pci-0000-00-02-0 (/dev/dri/renderD128): address=\"0000:00:02.0\""), "{log}");
+    assert!(
+        log.contains("pci-0000-00-02-0 (/dev/dri/renderD128): address=\"0000:00:02.0\""),
+        "{log}"
+    );
     assert!(log.contains(&format!(
         "scale10bit=false; {}",
         "probe of /dev/dri/renderD129 (0000:03:00.0) killed by SIGSEGV after 0.4s; libva said: libva info: Trying to open /usr/lib/x86_64-linux-gnu/dri/nvidia_drv_video.so"
@@ -115,15 +142,23 @@ fn errors_name_the_file_and_exit_with_1() {
     let output = run(&["probe", "--from", bad.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(1));
     let err = String::from_utf8_lossy(&output.stderr);
-    assert!(err.starts_with(&format!("error: parse recorded probes {}: ", bad.display())), "{err}");
-    assert!(err.ends_with("(hint: the format is in docs/report-format.md)\n"), "{err}");
+    assert!(
+        err.starts_with(&format!("error: parse recorded probes {}: ", bad.display())),
+        "{err}"
+    );
+    assert!(
+        err.ends_with("(hint: the format is in docs/report-format.md)\n"),
+        "{err}"
+    );
 }
 
 #[test]
 fn usage_errors_exit_with_2_and_the_bare_command_says_not_yet() {
     let output = run(&["probe", "-o", "wide"]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("[possible values: table, json, yaml]"));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("[possible values: table, json, yaml]")
+    );
     let output = run(&[]);
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("not wired up yet"));

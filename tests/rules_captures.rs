@@ -23,11 +23,16 @@ fn supplement(mut report: Report, video_proc: &[Fourcc]) -> Report {
             config.entrypoint,
             Entrypoint::ENC_SLICE | Entrypoint::ENC_SLICE_LP
         );
-        if encoder || (config.profile, config.entrypoint) == (Profile::AV1_PROFILE0, Entrypoint::VLD) {
+        if encoder
+            || (config.profile, config.entrypoint) == (Profile::AV1_PROFILE0, Entrypoint::VLD)
+        {
             config.rt_format = Some(RtFormat::NotStated);
         }
     }
-    if report.config(Profile::NONE, Entrypoint::VIDEO_PROC).is_some() {
+    if report
+        .config(Profile::NONE, Entrypoint::VIDEO_PROC)
+        .is_some()
+    {
         report.video_proc = Some(SurfaceFormats {
             profile: Profile::NONE,
             entrypoint: Entrypoint::VIDEO_PROC,
@@ -53,8 +58,16 @@ fn the_captures_convert_completely() {
         tgl.said()[1],
         "libva info: Trying to open /usr/lib/x86_64-linux-gnu/dri/iHD_drv_video.so"
     );
-    assert_eq!(report_from_vainfo("amd-rdna3-navi31-radeonsi.txt").configs.len(), 15);
-    assert_eq!(report_from_vainfo("nvidia-nvdec-direct.txt").configs.len(), 19);
+    assert_eq!(
+        report_from_vainfo("amd-rdna3-navi31-radeonsi.txt")
+            .configs
+            .len(),
+        15
+    );
+    assert_eq!(
+        report_from_vainfo("nvidia-nvdec-direct.txt").configs.len(),
+        19
+    );
 }
 
 #[test]

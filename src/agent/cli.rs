@@ -150,7 +150,11 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
         assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("5h").unwrap_err().contains("(valid: ms, s, m)"));
+        assert!(
+            parse_duration("5h")
+                .unwrap_err()
+                .contains("(valid: ms, s, m)")
+        );
     }
 
     #[test]
@@ -174,8 +178,6 @@ mod tests {
         assert_eq!(args.output, OutputFormat::Yaml);
         assert_eq!(args.probing.probe_timeout, Duration::from_secs(2));
         assert_eq!(args.probing.va_driver.len(), 1);
-        assert!(
-            Cli::try_parse_from(["media-capabilities", "probe", "-o", "wide"]).is_err()
-        );
+        assert!(Cli::try_parse_from(["media-capabilities", "probe", "-o", "wide"]).is_err());
     }
 }

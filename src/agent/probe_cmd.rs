@@ -52,7 +52,10 @@ pub fn source(args: &ProbeArgs) -> Result<ProbeSource, ProbeCmdError> {
 pub async fn run(args: &ProbeArgs, out: &mut dyn Write) -> Result<(), ProbeCmdError> {
     let probed = source(args)?.probe().await?;
     for record in &probed {
-        tracing::info!("{}", crate::device::log_line(&describe(&record.node(), &record.outcome())));
+        tracing::info!(
+            "{}",
+            crate::device::log_line(&describe(&record.node(), &record.outcome()))
+        );
     }
     render(&probed, args.output, out)
 }
@@ -141,10 +144,15 @@ fn text_attr(device: &GpuDevice, attribute: crate::caps::Identity) -> String {
 fn table(p: &Probed, d: &GpuDevice, out: &mut dyn Write) -> std::io::Result<()> {
     use crate::caps::{Group, Identity};
     writeln!(out, "GPU {}", d.name)?;
-    let field = |out: &mut dyn Write, label: &str, value: &str| writeln!(out, "  {label:<15} {value}");
+    let field =
+        |out: &mut dyn Write, label: &str, value: &str| writeln!(out, "  {label:<15} {value}");
     field(out, "render node:", &p.render_node.display().to_string())?;
     field(out, "PCI address:", &p.pci.address)?;
-    field(out, "vendor:product:", &format!("{}:{}", p.pci.vendor, p.pci.product))?;
+    field(
+        out,
+        "vendor:product:",
+        &format!("{}:{}", p.pci.vendor, p.pci.product),
+    )?;
     field(out, "kernel driver:", &p.pci.driver)?;
     field(out, "name:", &text_attr(d, Identity::Name))?;
     field(out, "VA driver:", &text_attr(d, Identity::VaDriver))?;

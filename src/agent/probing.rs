@@ -55,7 +55,7 @@ impl Probed {
     /// Pairs a node with its outcome.
     pub fn new(node: RenderNode, outcome: Outcome) -> Probed {
         let (report, failure) = match outcome {
-            Outcome::Report(r) => (Some(r), None),
+            Outcome::Report(r) => (Some(*r), None),
             Outcome::Failed(f) => (None, Some(f)),
         };
         Probed {
@@ -78,7 +78,7 @@ impl Probed {
     pub fn outcome(&self) -> Outcome {
         match (&self.report, &self.failure) {
             (_, Some(failure)) => Outcome::Failed(failure.clone()),
-            (Some(report), None) => Outcome::Report(report.clone()),
+            (Some(report), None) => Outcome::Report(Box::new(report.clone())),
             (None, None) => Outcome::Failed(failure_text(
                 &self.node(),
                 "left no report in the record",
@@ -126,12 +126,15 @@ impl std::str::FromStr for DriverOverride {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let usage = "(valid: ADDRESS=NAME such as 0000:03:00.0=radeonsi, or VENDOR=NAME such as 8086=i965)";
+        let usage =
+            "(valid: ADDRESS=NAME such as 0000:03:00.0=radeonsi, or VENDOR=NAME such as 8086=i965)";
         let (key, driver) = text
             .split_once('=')
             .ok_or_else(|| format!("VA driver override {text:?} has no '=' {usage}"))?;
         if driver.is_empty() || driver.contains(['/', '\0']) {
-            return Err(format!("VA driver override {text:?} names no valid driver {usage}"));
+            return Err(format!(
+                "VA driver override {text:?} names no valid driver {usage}"
+            ));
         }
         let key = key.to_ascii_lowercase();
         let key = if key.len() == 4 && key.chars().all(|c| c.is_ascii_hexdigit()) {
@@ -192,14 +195,18 @@ pub enum ProbeSource {
 pub enum ProbeError {
     #[error(transparent)]
     Discovery(#[from] DiscoveryError),
-    #[error("no PCI render node {path} (found: {found}) (hint: `ls /dev/dri` lists the render nodes)")]
+    #[error(
+        "no PCI render node {path} (found: {found}) (hint: `ls /dev/dri` lists the render nodes)"
+    )]
     NoSuchNode { path: PathBuf, found: String },
     #[error("read recorded probes {path}: {source}")]
     ReadRecord {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("parse recorded probes {path}: {source} (hint: the format is in docs/report-format.md)")]
+    #[error(
+        "parse recorded probes {path}: {source} (hint: the format is in docs/report-format.md)"
+    )]
     ParseRecord {
         path: PathBuf,
         source: serde_json::Error,
@@ -450,7 +457,7 @@ pub async fn probe_in_child(node: &RenderNode, isolation: &Isolation) -> Outcome
             for line in &said {
                 tracing::debug!("probe of {}: {line}", node.path.display());
             }
-            Outcome::Report(report)
+            Outcome::Report(Box::new(report))
         }
         Err(e) => {
             said.push(last.to_string());
@@ -524,8 +531,14 @@ mod tests {
             .iter()
             .map(|s| s.parse().unwrap())
             .collect();
-        assert_eq!(driver_for(&overrides, &pci("0000:00:02.0", "8086")), Some("iHD"));
-        assert_eq!(driver_for(&overrides, &pci("0000:00:03.0", "8086")), Some("i965"));
+        assert_eq!(
+            driver_for(&overrides, &pci("0000:00:02.0", "8086")),
+            Some("iHD")
+        );
+        assert_eq!(
+            driver_for(&overrides, &pci("0000:00:03.0", "8086")),
+            Some("i965")
+        );
         assert_eq!(driver_for(&overrides, &pci("0000:03:00.0", "1002")), None);
         for bad in ["radeonsi", "amd=radeonsi", "8086=", "8086=../x"] {
             let err = bad.parse::<DriverOverride>().unwrap_err();

@@ -189,10 +189,11 @@ impl Libva {
     pub fn load(paths: &LibvaPaths) -> Result<Libva, OpenError> {
         // SAFETY: libva's and libva-drm's initialisers have no preconditions; we load them once
         // per probe process, which exists only to call them.
-        let va = unsafe { Library::new(&paths.va) }.map_err(|e| OpenError::Load(loader_error(&e)))?;
+        let va =
+            unsafe { Library::new(&paths.va) }.map_err(|e| OpenError::Load(loader_error(&e)))?;
         // SAFETY: as above.
-        let va_drm =
-            unsafe { Library::new(&paths.va_drm) }.map_err(|e| OpenError::Load(loader_error(&e)))?;
+        let va_drm = unsafe { Library::new(&paths.va_drm) }
+            .map_err(|e| OpenError::Load(loader_error(&e)))?;
         let (v, d) = (paths.va.as_str(), paths.va_drm.as_str());
         // SAFETY (every `symbol` call below): each type is the signature from va.h / va_drm.h
         // (libva-facts §3), and `Libva` keeps both libraries open while `api` is in use.
@@ -277,7 +278,9 @@ impl Libva {
             sink,
             _fd: fd,
         };
-        let ctx = std::ptr::from_ref::<Sink>(&display.sink).cast_mut().cast::<c_void>();
+        let ctx = std::ptr::from_ref::<Sink>(&display.sink)
+            .cast_mut()
+            .cast::<c_void>();
         // SAFETY: `dpy` is a valid display; the callbacks never unwind (see `on_message`) and
         // `ctx` points into a Box that `display` owns and frees only after vaTerminate, the last
         // call that can deliver a message.
@@ -289,8 +292,7 @@ impl Libva {
             let set = self.api.set_driver_name.ok_or_else(|| {
                 OpenError::NoSetDriverName(format!("{} has no vaSetDriverName", "libva"))
             })?;
-            let name_c =
-                CString::new(name).map_err(|_| OpenError::DriverName(name.to_string()))?;
+            let name_c = CString::new(name).map_err(|_| OpenError::DriverName(name.to_string()))?;
             // SAFETY: valid display and NUL-terminated string; libva copies the name (strdup),
             // so `name_c` may be freed afterwards.
             let status = unsafe { set(dpy, name_c.as_ptr().cast_mut()) };
@@ -372,7 +374,11 @@ impl Display<'_> {
         // SAFETY: initialised display.
         let text = unsafe { (self.lib.api.query_vendor_string)(self.dpy) };
         // SAFETY: non-null strings from libva are NUL-terminated and live until vaTerminate.
-        (!text.is_null()).then(|| unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned())
+        (!text.is_null()).then(|| {
+            unsafe { CStr::from_ptr(text) }
+                .to_string_lossy()
+                .into_owned()
+        })
     }
 
     /// `vaQueryConfigProfiles`, with a buffer of at least 64 entries and the count checked.
@@ -382,8 +388,9 @@ impl Display<'_> {
         let mut list = vec![0; usize::try_from(max).unwrap_or(0).max(64)];
         let mut count: c_int = 0;
         // SAFETY: `list` has room for vaMaxNumProfiles entries (and more).
-        let status =
-            unsafe { (self.lib.api.query_config_profiles)(self.dpy, list.as_mut_ptr(), &mut count) };
+        let status = unsafe {
+            (self.lib.api.query_config_profiles)(self.dpy, list.as_mut_ptr(), &mut count)
+        };
         self.lib.check("vaQueryConfigProfiles", status)?;
         list.truncate(usize::try_from(count).unwrap_or(0).min(list.len()));
         Ok(list)

@@ -33,8 +33,7 @@ pub fn probe(node: &Path, options: &ProbeOptions) -> Report {
             return report;
         }
     };
-    let display = match libva.open_display(node, options.driver.as_deref(), options.echo_messages)
-    {
+    let display = match libva.open_display(node, options.driver.as_deref(), options.echo_messages) {
         Ok(display) => display,
         Err(e) => {
             report.error = Some(e.to_string());
@@ -156,7 +155,10 @@ mod tests {
     #[test]
     fn rt_formats_are_queried_exactly_where_a_rule_reads_them() {
         assert!(needs_rt_format(Profile::AV1_PROFILE0, Entrypoint::VLD));
-        assert!(needs_rt_format(Profile::H264_MAIN, Entrypoint::ENC_SLICE_LP));
+        assert!(needs_rt_format(
+            Profile::H264_MAIN,
+            Entrypoint::ENC_SLICE_LP
+        ));
         assert!(needs_rt_format(Profile::HEVC_MAIN10, Entrypoint::ENC_SLICE));
         assert!(!needs_rt_format(Profile::HEVC_MAIN10, Entrypoint::VLD));
         assert!(!needs_rt_format(Profile::VP9_PROFILE2, Entrypoint::VLD));

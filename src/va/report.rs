@@ -484,7 +484,10 @@ mod tests {
     #[test]
     fn misspelt_names_are_rejected_with_a_hint() {
         let err = serde_json::from_str::<Profile>(r#""VAProfileH264Hihg""#).unwrap_err();
-        assert!(err.to_string().contains("unknown VAProfile name \"VAProfileH264Hihg\""));
+        assert!(
+            err.to_string()
+                .contains("unknown VAProfile name \"VAProfileH264Hihg\"")
+        );
     }
 
     #[test]

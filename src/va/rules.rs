@@ -130,7 +130,10 @@ mod tests {
 
     #[test]
     fn every_capability_gets_a_value() {
-        assert_eq!(capabilities(&Report::default()).len(), Capability::ALL.len());
+        assert_eq!(
+            capabilities(&Report::default()).len(),
+            Capability::ALL.len()
+        );
         assert!(true_ones(&Report::default()).is_empty());
     }
 
@@ -257,7 +260,11 @@ mod tests {
             assert_eq!(true_ones(&report), [EncodeH264], "{profile}");
         }
         let baseline = Report {
-            configs: vec![config(Profile(5), Entrypoint::ENC_SLICE, Some(RtFormat::NotStated))],
+            configs: vec![config(
+                Profile(5),
+                Entrypoint::ENC_SLICE,
+                Some(RtFormat::NotStated),
+            )],
             ..Report::default()
         };
         assert!(true_ones(&baseline).is_empty());
@@ -276,7 +283,12 @@ mod tests {
         };
         // Mesa's shader VideoProc: listed, NV12 only.
         assert_eq!(true_ones(&report), [Scale8bit]);
-        report.video_proc.as_mut().unwrap().formats.push(Fourcc::P010);
+        report
+            .video_proc
+            .as_mut()
+            .unwrap()
+            .formats
+            .push(Fourcc::P010);
         assert_eq!(true_ones(&report), [Scale8bit, Scale10bit]);
         // vaCreateConfig failed: the formats were never listed for a working config.
         report.video_proc.as_mut().unwrap().error =
