@@ -28,7 +28,17 @@ fn node(n: u32, address: &str) -> RenderNode {
     }
 }
 
-fn isolation(program: PathBuf, timeout: Duration) -> Isolation {
+/// Runs a stand-in script through `/bin/sh` rather than executing it: exec'ing a file this
+/// process has just written fails with ETXTBSY ("Text file busy") when another test thread forks
+/// while the file is still open for writing.
+fn isolation(script: PathBuf, timeout: Duration) -> Isolation {
+    let mut isolation = direct(PathBuf::from("/bin/sh"), timeout);
+    isolation.command.args.push(script.into_os_string());
+    isolation
+}
+
+/// Runs `program` itself.
+fn direct(program: PathBuf, timeout: Duration) -> Isolation {
     Isolation {
         command: ProbeCommand {
             program,
@@ -156,7 +166,7 @@ async fn garbage_and_non_zero_exits_and_missing_programs_fail_in_words() {
     );
     let missing = dir.path().join("no-such-probe");
     assert_eq!(
-        failure(probe_in_child(&n, &isolation(missing.clone(), t)).await),
+        failure(probe_in_child(&n, &direct(missing.clone(), t)).await),
         format!(
             "probe of /dev/dri/renderD129 (0000:03:00.0) could not start {}: No such file or \
              directory (os error 2); libva said nothing",
@@ -192,7 +202,7 @@ async fn one_bad_gpu_does_not_touch_the_others() {
         dir.path(),
         "mixed",
         &format!(
-            "case \"$2\" in *renderD129) kill -SEGV $$;; esac\nexec {} \"$@\"",
+            "case \"$2\" in *renderD129) kill -SEGV $$;; esac\nexec /bin/sh {} \"$@\"",
             good.display()
         ),
     );
@@ -310,7 +320,7 @@ async fn the_real_child_replays_a_report_exactly() {
     command
         .args
         .extend(["--replay".into(), file.into_os_string()]);
-    let mut iso = isolation(PathBuf::new(), Duration::from_secs(10));
+    let mut iso = direct(PathBuf::new(), Duration::from_secs(10));
     iso.command = command;
     match probe_in_child(&node(128, "0000:01:00.0"), &iso).await {
         Outcome::Report(got) => assert_eq!(*got, report),
@@ -327,7 +337,7 @@ async fn the_real_child_reports_libva_absent_in_the_loaders_words() {
         "--libva-drm".into(),
         "/nonexistent/libva-drm.so.2".into(),
     ]);
-    let mut iso = isolation(PathBuf::new(), Duration::from_secs(10));
+    let mut iso = direct(PathBuf::new(), Duration::from_secs(10));
     iso.command = command;
     let node = node(128, "0000:01:00.0");
     let Outcome::Report(report) = probe_in_child(&node, &iso).await else {

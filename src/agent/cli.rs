@@ -66,7 +66,7 @@ pub struct ProbingArgs {
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
     pub probe_timeout: Duration,
     /// How many GPUs are probed at once.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_PARALLEL, value_parser = clap::value_parser!(usize))]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PARALLEL, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub probe_parallel: usize,
     /// Force a VA driver for one GPU (PCI address) or one vendor (PCI vendor ID), e.g.
     /// 0000:03:00.0=radeonsi or 8086=i965; repeatable. LIBVA_DRIVER_NAME is ignored because it

@@ -102,8 +102,12 @@ pub enum OpenError {
     NoDisplay(String),
     #[error("invalid VA driver name {0:?}: it contains a NUL byte")]
     DriverName(String),
-    #[error("{0} (hint: vaSetDriverName needs libva 2.6 or newer)")]
+    #[error(
+        "{0} has no vaSetDriverName, needed for the VA driver override (hint: libva 2.6 or newer has it)"
+    )]
     NoSetDriverName(String),
+    #[error(transparent)]
+    SetDriverName(VaError),
 }
 
 /// The loader error with its cause, since libloading keeps dlerror's text in the source.
@@ -166,6 +170,8 @@ struct Api {
 /// are kept open for as long as this value lives.
 pub struct Libva {
     api: Api,
+    /// What libva was loaded as, for messages.
+    soname: String,
     _va: Library,
     _va_drm: Library,
 }
@@ -219,6 +225,7 @@ impl Libva {
         };
         Ok(Libva {
             api,
+            soname: paths.va.clone(),
             _va: va,
             _va_drm: va_drm,
         })
@@ -289,16 +296,16 @@ impl Libva {
             (self.api.set_info_callback)(dpy, Some(on_info), ctx);
         }
         if let Some(name) = driver {
-            let set = self.api.set_driver_name.ok_or_else(|| {
-                OpenError::NoSetDriverName(format!("{} has no vaSetDriverName", "libva"))
-            })?;
+            let set = self
+                .api
+                .set_driver_name
+                .ok_or_else(|| OpenError::NoSetDriverName(self.soname.clone()))?;
             let name_c = CString::new(name).map_err(|_| OpenError::DriverName(name.to_string()))?;
             // SAFETY: valid display and NUL-terminated string; libva copies the name (strdup),
             // so `name_c` may be freed afterwards.
             let status = unsafe { set(dpy, name_c.as_ptr().cast_mut()) };
-            if let Err(e) = self.check("vaSetDriverName", status) {
-                return Err(OpenError::NoSetDriverName(e.to_string()));
-            }
+            self.check("vaSetDriverName", status)
+                .map_err(OpenError::SetDriverName)?;
         }
         Ok(display)
     }
