@@ -1,1 +1,33 @@
-fn main() {}
+//! Entry point of `kubectl media` (kubectl runs `kubectl-media` from PATH with the words after
+//! `kubectl media`). Parses the command line, hands over to the library, and turns the outcome
+//! into an exit code: 0 success, 1 failure, 2 usage error.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use media_operator::cli::{self, Parsed};
+use owo_colors::OwoColorize;
+
+fn main() -> ExitCode {
+    let args: Vec<_> = std::env::args_os().collect();
+    let result = match cli::parse(args) {
+        Ok(Parsed::Info(text)) => {
+            // Help and version go to stdout; a closed pipe (`| head`) is fine.
+            let _ = std::io::stdout().write_all(text.as_bytes());
+            return ExitCode::SUCCESS;
+        }
+        Ok(Parsed::Run(cli)) => {
+            let color = cli.color;
+            cli::run(cli, &mut std::io::stdout().lock()).map_err(|e| (e, color))
+        }
+        Err(e) => Err((e, cli::style::ColorChoice::Auto)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err((error, color)) => {
+            let styles = color.for_stderr();
+            eprintln!("{} {error}", "error:".style(styles.error));
+            ExitCode::from(error.exit_code())
+        }
+    }
+}

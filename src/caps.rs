@@ -276,14 +276,22 @@ impl Capability {
     pub fn parse(group: Group, input: &str) -> Result<Capability, UnknownCapability> {
         let typed = input.trim();
         let bare = strip_prefix_ignore_case(typed, group.as_str()).unwrap_or(typed);
+        Capability::find(group, typed).ok_or_else(|| UnknownCapability {
+            group,
+            input: input.to_string(),
+            nearest: nearest(group, bare),
+            elsewhere: Group::ALL
+                .into_iter()
+                .filter(|&other| other != group)
+                .find_map(|other| Capability::find(other, typed)),
+        })
+    }
+
+    fn find(group: Group, typed: &str) -> Option<Capability> {
+        let bare = strip_prefix_ignore_case(typed, group.as_str()).unwrap_or(typed);
         group
             .capabilities()
             .find(|c| c.value().eq_ignore_ascii_case(bare))
-            .ok_or_else(|| UnknownCapability {
-                group,
-                input: input.to_string(),
-                nearest: nearest(group, bare),
-            })
     }
 }
 
@@ -320,6 +328,8 @@ pub struct UnknownCapability {
     pub group: Group,
     pub input: String,
     pub nearest: Option<Capability>,
+    /// The capability of another group the input names exactly (`--decode scale8bit`).
+    pub elsewhere: Option<Capability>,
 }
 
 impl fmt::Display for UnknownCapability {
@@ -332,7 +342,9 @@ impl fmt::Display for UnknownCapability {
             self.input,
             valid.join(", ")
         )?;
-        if let Some(nearest) = self.nearest {
+        if let Some(other) = self.elsewhere {
+            write!(f, "; did you mean --{} {}?", other.group(), other.value())?;
+        } else if let Some(nearest) = self.nearest {
             write!(f, "; did you mean {}?", nearest.value())?;
         }
         f.write_str(")")
@@ -401,7 +413,7 @@ impl Identity {
             Identity::Driver => "DRIVER in /sys/class/drm/renderDN/device/uevent",
             Identity::Name => {
                 "the vendor/device entry of the system's pci.ids (/usr/share/misc/pci.ids or \
-                 /usr/share/hwdata/pci.ids), or <vendor>:<product> when there is no database \
+                 /usr/share/hwdata/pci.ids), or vendor:product (e.g. 8086:7d55) when there is no database \
                  or no entry; trimmed to 64 bytes"
             }
             Identity::Product => "/sys/class/drm/renderDN/device/device, without 0x",
@@ -672,6 +684,17 @@ mod tests {
         let err = Capability::parse(Group::Encode, "ProRes").unwrap_err();
         assert_eq!(err.nearest, None);
         assert!(!err.to_string().contains("did you mean"));
+        let err = Capability::parse(Group::Decode, "scale8bit").unwrap_err();
+        assert_eq!(err.elsewhere, Some(Capability::Scale8bit));
+        assert!(
+            err.to_string().ends_with("; did you mean --scale 8bit?)"),
+            "{err}"
+        );
+        let err = Capability::parse(Group::Scale, "vp9").unwrap_err();
+        assert!(
+            err.to_string().ends_with("; did you mean --decode VP9?)"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -6,6 +6,13 @@
 
 pub mod agent;
 pub mod caps;
+pub mod classes;
+pub mod cli;
 pub mod device;
+pub mod generated;
+pub mod inventory;
+pub mod names;
+pub mod objects;
+pub mod snapshot;
 pub mod sysfs;
 pub mod va;

@@ -2,5 +2,6 @@
 //! driver what it can do, and publishes the answers as a `media.liken.sh` ResourceSlice.
 
 pub mod cli;
+pub mod kubelet;
 pub mod probe_cmd;
 pub mod probing;

@@ -1,0 +1,566 @@
+//! The agent's kubelet plugin. A pod whose claim names `media.liken.sh` only starts (and only
+//! terminates cleanly) if the kubelet finds a registered DRA plugin for that driver, even though
+//! our devices deliver nothing into containers. So the agent serves two gRPC services on unix
+//! sockets, as every DRA driver does:
+//!
+//! - the registration service on `<registry dir>/media.liken.sh-reg.sock`, which the kubelet's
+//!   plugin watcher finds and calls (see [`registration`]);
+//! - the DRA service, v1 and v1beta1, on `<plugins dir>/dra.sock`, the endpoint we hand the
+//!   kubelet (see [`dra`]).
+//!
+//! Keeping the sockets present is part of the job: if the kubelet's `plugins_registry`
+//! directory is re-created, or a socket file is deleted, the kubelet drops the plugin and wipes
+//! our ResourceSlice 30 s later. [`KubeletPlugin::run`] therefore re-checks both socket files
+//! every [`Config::recheck_interval`] and re-creates a missing one, which makes the kubelet
+//! register us again. Polling a `stat()` every few seconds was chosen over inotify: it needs no
+//! extra dependency, and an inotify watch on the directory itself is lost exactly when the
+//! directory is deleted, which is the case we must catch; a few seconds is well inside the
+//! kubelet's 30 s wipe delay.
+
+mod dra;
+pub mod proto;
+mod registration;
+mod socket;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Server;
+use tracing::{debug, info, warn};
+
+use self::dra::DraService;
+use self::proto::dra::{v1, v1beta1};
+use self::proto::pluginregistration::registration_server::RegistrationServer;
+use self::registration::RegistrationService;
+pub use self::registration::RegistrationState;
+use self::socket::{FileId, Found};
+use crate::caps::DRIVER;
+
+/// Where the kubelet's plugin watcher looks for registration sockets.
+pub const DEFAULT_REGISTRY_DIR: &str = "/var/lib/kubelet/plugins_registry";
+
+/// The parent of every DRA driver's own directory (`<this>/media.liken.sh`).
+pub const DEFAULT_PLUGINS_ROOT: &str = "/var/lib/kubelet/plugins";
+
+/// The plugin type the kubelet expects from a DRA driver in `PluginInfo.type`.
+pub const PLUGIN_TYPE: &str = "DRAPlugin";
+
+/// The DRA API versions we serve, preferred first: the kubelet takes the first one it knows.
+pub const SUPPORTED_VERSIONS: [&str; 2] = ["v1.DRAPlugin", "v1beta1.DRAPlugin"];
+
+/// How often the socket files are checked by default (see the module documentation).
+pub const DEFAULT_RECHECK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How long in-flight kubelet calls may take to finish at shutdown by default. Our calls do no
+/// work, so this only bounds a stuck connection.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Where and how the kubelet plugin serves.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The kubelet's plugin registry directory; the registration socket is created in it.
+    pub registry_dir: PathBuf,
+    /// Our own directory for the DRA socket.
+    pub plugins_dir: PathBuf,
+    /// How often to check that both socket files are still ours.
+    pub recheck_interval: Duration,
+    /// How long to let in-flight calls finish after the shutdown signal.
+    pub drain_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            registry_dir: PathBuf::from(DEFAULT_REGISTRY_DIR),
+            plugins_dir: Path::new(DEFAULT_PLUGINS_ROOT).join(DRIVER),
+            recheck_interval: DEFAULT_RECHECK_INTERVAL,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+        }
+    }
+}
+
+impl Config {
+    /// The registration socket: `<registry dir>/media.liken.sh-reg.sock`.
+    pub fn registration_socket(&self) -> PathBuf {
+        self.registry_dir.join(format!("{DRIVER}-reg.sock"))
+    }
+
+    /// The DRA socket: `<plugins dir>/dra.sock`.
+    pub fn dra_socket(&self) -> PathBuf {
+        self.plugins_dir.join("dra.sock")
+    }
+}
+
+/// The command-line flags of the kubelet plugin, for `media-capabilities` to flatten into its
+/// own arguments (`#[command(flatten)]`).
+#[derive(Clone, Debug, clap::Args)]
+pub struct KubeletArgs {
+    /// The kubelet's plugin registry directory, where the registration socket
+    /// `media.liken.sh-reg.sock` is created; must be the directory the kubelet watches.
+    #[arg(long, env = "KUBELET_REGISTRY_DIR", value_name = "DIR", default_value = DEFAULT_REGISTRY_DIR)]
+    pub kubelet_registry_dir: PathBuf,
+
+    /// The directory for the DRA socket `dra.sock`, whose absolute path is handed to the kubelet.
+    #[arg(long, env = "KUBELET_PLUGINS_DIR", value_name = "DIR", default_value_os_t = Config::default().plugins_dir)]
+    pub kubelet_plugins_dir: PathBuf,
+}
+
+impl KubeletArgs {
+    /// The plugin configuration these flags describe, with the default timings.
+    pub fn config(&self) -> Config {
+        Config {
+            registry_dir: self.kubelet_registry_dir.clone(),
+            plugins_dir: self.kubelet_plugins_dir.clone(),
+            ..Config::default()
+        }
+    }
+}
+
+/// Why the kubelet plugin could not start or keep serving.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeletError {
+    /// A socket directory could not be created.
+    #[error(
+        "create socket directory {path}: {source} (hint: the agent needs write access to the kubelet's directories, usually a hostPath mount of /var/lib/kubelet)"
+    )]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// A file left at a socket path by an earlier run could not be removed.
+    #[error("remove stale socket {path}: {source}")]
+    RemoveStale {
+        /// The socket path.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// A directory sits where a socket must be created.
+    #[error(
+        "{path} is a directory, not a socket (hint: remove it, or choose other kubelet plugin directories)"
+    )]
+    IsADirectory {
+        /// The socket path.
+        path: PathBuf,
+    },
+    /// A socket could not be bound.
+    #[error("listen on unix socket {path}: {source}")]
+    Bind {
+        /// The socket path.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The current directory, needed to make a relative directory absolute, is unknown.
+    #[error(
+        "make {path} absolute: {source} (hint: give the kubelet plugin directories as absolute paths)"
+    )]
+    Absolute {
+        /// The relative path.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The DRA socket path cannot be sent to the kubelet, which takes UTF-8 strings.
+    #[error("the DRA socket path {} is not valid UTF-8 (hint: choose a plugins directory with a UTF-8 name)", path.display())]
+    NonUtf8Endpoint {
+        /// The socket path.
+        path: PathBuf,
+    },
+    /// A gRPC server stopped with an error while serving.
+    #[error("serve gRPC on {path}: {source}")]
+    Serve {
+        /// The socket path.
+        path: PathBuf,
+        /// What tonic said.
+        source: tonic::transport::Error,
+    },
+    /// A gRPC server stopped serving before shutdown without saying why.
+    #[error("the gRPC server on {path} stopped serving before shutdown")]
+    ServerEnded {
+        /// The socket path.
+        path: PathBuf,
+    },
+    /// A gRPC server task ended unexpectedly (it panicked or was cancelled).
+    #[error("the gRPC server on {path} stopped unexpectedly: {source}")]
+    ServerTask {
+        /// The socket path.
+        path: PathBuf,
+        /// Why the task ended.
+        source: tokio::task::JoinError,
+    },
+}
+
+/// The kubelet plugin with both sockets bound, ready to [`run`](Self::run).
+#[derive(Debug)]
+pub struct KubeletPlugin {
+    registration: Bound,
+    dra: Bound,
+    endpoint: String,
+    state: watch::Sender<RegistrationState>,
+    recheck_interval: Duration,
+    drain_timeout: Duration,
+}
+
+/// One bound socket before serving starts.
+#[derive(Debug)]
+struct Bound {
+    path: PathBuf,
+    listener: UnixListener,
+    id: FileId,
+}
+
+impl Bound {
+    fn new(path: PathBuf) -> Result<Self, KubeletError> {
+        let (listener, id) = socket::bind(&path)?;
+        debug!(path = %path.display(), "listening");
+        Ok(Self { path, listener, id })
+    }
+}
+
+impl KubeletPlugin {
+    /// Binds both sockets, replacing stale socket files left by an earlier run. Nothing is
+    /// served until [`run`](Self::run); connections made before then wait in the backlog.
+    ///
+    /// Must be called within a Tokio runtime, as Tokio's own `UnixListener::bind`.
+    pub fn bind(config: &Config) -> Result<Self, KubeletError> {
+        let absolute = |path: PathBuf| {
+            std::path::absolute(&path).map_err(|source| KubeletError::Absolute { path, source })
+        };
+        let dra_path = absolute(config.dra_socket())?;
+        let registration_path = absolute(config.registration_socket())?;
+        let endpoint = dra_path
+            .to_str()
+            .ok_or_else(|| KubeletError::NonUtf8Endpoint {
+                path: dra_path.clone(),
+            })?
+            .to_owned();
+        // The DRA socket first: the kubelet dials the endpoint as soon as it has registered us.
+        let dra = Bound::new(dra_path)?;
+        let registration = Bound::new(registration_path)?;
+        Ok(Self {
+            registration,
+            dra,
+            endpoint,
+            state: watch::Sender::new(RegistrationState::Pending),
+            recheck_interval: config.recheck_interval,
+            drain_timeout: config.drain_timeout,
+        })
+    }
+
+    /// Follows what the kubelet said about our registration; `/readyz` waits for
+    /// [`RegistrationState::Registered`].
+    pub fn registration(&self) -> watch::Receiver<RegistrationState> {
+        self.state.subscribe()
+    }
+
+    /// The absolute path of the DRA socket, as handed to the kubelet.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Serves the kubelet until `shutdown` completes, re-creating a socket file whenever it
+    /// disappears. At shutdown it stops accepting, removes both socket files (if they are still
+    /// ours), lets in-flight calls finish for at most the drain timeout, and returns.
+    ///
+    /// The ResourceSlice is deliberately not touched here: the kubelet wipes it 30 s after the
+    /// plugin goes away, and during a rolling update the new pod registers within that time,
+    /// so its devices never disappear from the scheduler's view.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), KubeletError> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let registration_service = RegistrationService::new(self.endpoint, self.state.clone());
+
+        let (mut dra, dra_incoming) = Served::start(self.dra, "DRA");
+        let (mut registration, registration_incoming) =
+            Served::start(self.registration, "registration");
+
+        let mut dra_server = {
+            let stop = stopped(stop_rx.clone());
+            let path = dra.path.clone();
+            tokio::spawn(async move {
+                Server::builder()
+                    .add_service(v1::dra_plugin_server::DraPluginServer::new(DraService))
+                    .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(DraService))
+                    .serve_with_incoming_shutdown(dra_incoming, stop)
+                    .await
+                    .map_err(|source| KubeletError::Serve { path, source })
+            })
+        };
+        let mut registration_server = {
+            let stop = stopped(stop_rx);
+            let path = registration.path.clone();
+            tokio::spawn(async move {
+                Server::builder()
+                    .add_service(RegistrationServer::new(registration_service))
+                    .serve_with_incoming_shutdown(registration_incoming, stop)
+                    .await
+                    .map_err(|source| KubeletError::Serve { path, source })
+            })
+        };
+        info!(
+            registration = %registration.path.display(),
+            endpoint = %dra.path.display(),
+            "serving the kubelet plugin"
+        );
+
+        let mut recheck = tokio::time::interval(self.recheck_interval);
+        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        recheck.tick().await; // The first tick is immediate; the sockets were just bound.
+        let mut shutdown = std::pin::pin!(shutdown);
+        let failure = loop {
+            tokio::select! {
+                () = &mut shutdown => break None,
+                _ = recheck.tick() => {
+                    dra.recheck().await;
+                    if registration.recheck().await {
+                        // The kubelet saw our socket vanish and dropped the plugin; it has to
+                        // register the new one before pods with our claims can start again.
+                        self.state.send_replace(RegistrationState::Pending);
+                    }
+                }
+                ended = &mut dra_server => break Some(server_failure(ended, &dra.path)),
+                ended = &mut registration_server => {
+                    break Some(server_failure(ended, &registration.path))
+                }
+            }
+        };
+
+        // Stop accepting and remove the files first, registration socket before the DRA socket,
+        // so the kubelet unregisters us before it could dial a missing endpoint.
+        registration.stop();
+        dra.stop();
+        if let Some(error) = failure {
+            dra_server.abort();
+            registration_server.abort();
+            return Err(error);
+        }
+        stop_tx.send_replace(true);
+        let drain = async {
+            let dra_result = (&mut dra_server).await;
+            let registration_result = (&mut registration_server).await;
+            (dra_result, registration_result)
+        };
+        match tokio::time::timeout(self.drain_timeout, drain).await {
+            Ok((dra_result, registration_result)) => {
+                flatten(dra_result, &dra.path)?;
+                flatten(registration_result, &registration.path)?;
+                info!("the kubelet plugin stopped");
+            }
+            Err(_) => {
+                warn!(
+                    timeout = ?self.drain_timeout,
+                    "kubelet calls still in flight after the drain timeout; closing them"
+                );
+                dra_server.abort();
+                registration_server.abort();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Completes once the stop flag is set (or its sender is gone, which also means "stop").
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
+}
+
+/// A server task ending before shutdown is always a failure, even with `Ok`.
+fn server_failure(
+    ended: Result<Result<(), KubeletError>, tokio::task::JoinError>,
+    path: &Path,
+) -> KubeletError {
+    match ended {
+        Ok(Err(error)) => error,
+        Ok(Ok(())) => KubeletError::ServerEnded {
+            path: path.to_path_buf(),
+        },
+        Err(source) => KubeletError::ServerTask {
+            path: path.to_path_buf(),
+            source,
+        },
+    }
+}
+
+fn flatten(
+    ended: Result<Result<(), KubeletError>, tokio::task::JoinError>,
+    path: &Path,
+) -> Result<(), KubeletError> {
+    match ended {
+        Ok(result) => result,
+        Err(source) => Err(KubeletError::ServerTask {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// The connections handed from a socket's accept loop to its gRPC server.
+type Incoming = ReceiverStream<std::io::Result<UnixStream>>;
+
+/// One socket while serving: its gRPC server keeps running across re-creations of the socket
+/// file; only the accept loop feeding it is replaced.
+struct Served {
+    path: PathBuf,
+    /// Which socket this is, for log lines.
+    role: &'static str,
+    id: FileId,
+    accept: JoinHandle<()>,
+    connections: mpsc::Sender<std::io::Result<UnixStream>>,
+    /// What the last check found, so that each change is logged once, not on every check.
+    last: Found,
+}
+
+impl Served {
+    fn start(bound: Bound, role: &'static str) -> (Self, Incoming) {
+        let (connections, incoming) = mpsc::channel(16);
+        let accept = tokio::spawn(accept_loop(bound.listener, connections.clone(), role));
+        let served = Self {
+            path: bound.path,
+            role,
+            id: bound.id,
+            accept,
+            connections,
+            last: Found::Ours,
+        };
+        (served, ReceiverStream::new(incoming))
+    }
+
+    /// Checks the socket file and re-creates it when it is gone or a dead leftover replaced it.
+    /// Returns true when the socket was re-created. Each finding is logged once, when it changes.
+    async fn recheck(&mut self) -> bool {
+        let found = socket::inspect(&self.path, self.id).await;
+        let (role, path) = (self.role, self.path.display());
+        let (now, recreated) = match found {
+            Found::Missing | Found::Dead => {
+                let was = if found == Found::Missing {
+                    "gone"
+                } else {
+                    "replaced by a dead socket"
+                };
+                match socket::bind(&self.path) {
+                    Ok((listener, id)) => {
+                        self.accept.abort();
+                        self.accept =
+                            tokio::spawn(accept_loop(listener, self.connections.clone(), role));
+                        self.id = id;
+                        warn!(
+                            "the {role} socket {path} was {was}; re-created it so the kubelet registers the plugin again"
+                        );
+                        (Found::Ours, true)
+                    }
+                    Err(error) => {
+                        let failed = Found::Unknown(error.to_string());
+                        if failed != self.last {
+                            warn!(
+                                "the {role} socket {path} was {was} and cannot be re-created (will retry): {error}"
+                            );
+                        }
+                        (failed, false)
+                    }
+                }
+            }
+            Found::Live => {
+                if self.last != Found::Live {
+                    warn!(
+                        "another process now serves the {role} socket {path} (a newer agent pod?); leaving it alone"
+                    );
+                }
+                (Found::Live, false)
+            }
+            Found::Unknown(why) => {
+                let now = Found::Unknown(why.clone());
+                if now != self.last {
+                    warn!("cannot check the {role} socket {path}: {why}");
+                }
+                (now, false)
+            }
+            Found::Ours => (Found::Ours, false),
+        };
+        self.last = now;
+        recreated
+    }
+
+    /// Stops accepting and removes the socket file if it is still ours.
+    fn stop(&mut self) {
+        self.accept.abort();
+        match socket::remove_if_ours(&self.path, self.id) {
+            Ok(true) => debug!(path = %self.path.display(), "removed socket"),
+            Ok(false) => {}
+            Err(error) => warn!(path = %self.path.display(), "cannot remove socket: {error}"),
+        }
+    }
+}
+
+/// Accepts connections on one listener and hands them to the gRPC server. Ends when the
+/// server is gone; aborted when the socket file is re-created or at shutdown.
+async fn accept_loop(
+    listener: UnixListener,
+    connections: mpsc::Sender<std::io::Result<UnixStream>>,
+    role: &'static str,
+) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                if connections.send(Ok(stream)).await.is_err() {
+                    return;
+                }
+            }
+            Err(error) => {
+                // Typically EMFILE: pause briefly instead of spinning on the same error.
+                warn!("accept on the {role} socket failed: {error}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        kubelet: KubeletArgs,
+    }
+
+    #[test]
+    fn flags_default_to_the_kubelet_conventions() {
+        let config = Cli::try_parse_from(["agent"]).unwrap().kubelet.config();
+        assert_eq!(
+            config.registration_socket(),
+            Path::new("/var/lib/kubelet/plugins_registry/media.liken.sh-reg.sock")
+        );
+        assert_eq!(
+            config.dra_socket(),
+            Path::new("/var/lib/kubelet/plugins/media.liken.sh/dra.sock")
+        );
+    }
+
+    #[test]
+    fn flags_move_both_sockets() {
+        let cli = Cli::try_parse_from([
+            "agent",
+            "--kubelet-registry-dir",
+            "/k/registry",
+            "--kubelet-plugins-dir",
+            "/k/plugins/x",
+        ])
+        .unwrap();
+        let config = cli.kubelet.config();
+        assert_eq!(
+            config.registration_socket(),
+            Path::new("/k/registry/media.liken.sh-reg.sock")
+        );
+        assert_eq!(config.dra_socket(), Path::new("/k/plugins/x/dra.sock"));
+    }
+}

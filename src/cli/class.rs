@@ -1,0 +1,343 @@
+//! `kubectl media class`: turns capability flags into the DeviceClass and ResourceClaimTemplate
+//! YAML of the product document (steps 2–4). Local only; it needs no cluster.
+//!
+//! Every flag is checked before anything is printed: [`ClassArgs::plan`] either returns the
+//! objects to print or one usage error naming the problem and the fix.
+
+use std::ffi::OsStr;
+
+use clap::builder::{PossibleValue, TypedValueParser};
+use clap::{Arg, Args, Command};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate};
+use serde::Serialize;
+
+use crate::caps::{Capability, Group, UnknownCapability};
+use crate::classes::{self, CapabilitySet, Statement};
+use crate::cli::output::ObjectFormat;
+use crate::names::{self, NameRule};
+
+const EXAMPLES: &str = "\
+Examples:
+  # The product document's decode-10bit class: GPUs that decode 10-bit HEVC and scale
+  # 10-bit frames on the video processor
+  kubectl media class decode-10bit --decode HEVCMain10 --scale 10bit
+
+  # ... with the claim template that pairs it with the render node of the same GPU, and
+  # the gpu-render class of the liken render nodes
+  kubectl media class decode-10bit --decode HEVCMain10 --scale 10bit --claim --with-render-class
+
+  # A request that narrows the catch-all media-gpu class instead of a new class:
+  # a GPU that decodes VP9 and scales 8-bit frames
+  kubectl media class --selector --decode VP9 --scale 8bit --with-base-class
+
+  # Flags repeat and take comma lists; values ignore case and their prefix
+  kubectl media class transcode --decode hevcmain,hevcmain10 --encode H264LowPower
+
+  # Apply straight away
+  kubectl media class decode-10bit --decode HEVCMain10 --scale 10bit --claim | kubectl apply -f -";
+
+/// Writes a DeviceClass that selects the GPUs whose driver states every requested capability,
+/// and optionally the claim template that pairs it with a render node on the same GPU.
+#[derive(Debug, Clone, Args)]
+#[command(after_help = EXAMPLES)]
+pub struct ClassArgs {
+    /// Name of the DeviceClass (of the template with --selector); derived from the capabilities
+    /// when omitted.
+    pub name: Option<String>,
+
+    /// A decode capability the GPU must state; repeat or give a comma list.
+    #[arg(long, value_name = "CAP", value_delimiter = ',', value_parser = CapabilityValues(Group::Decode))]
+    pub decode: Vec<String>,
+
+    /// An encode capability the GPU must state; repeat or give a comma list.
+    #[arg(long, value_name = "CAP", value_delimiter = ',', value_parser = CapabilityValues(Group::Encode))]
+    pub encode: Vec<String>,
+
+    /// A bit depth the GPU's video processor must scale; repeat or give a comma list.
+    #[arg(long, value_name = "DEPTH", value_delimiter = ',', value_parser = CapabilityValues(Group::Scale))]
+    pub scale: Vec<String>,
+
+    /// Also print the ResourceClaimTemplate that claims the render node and this class's device
+    /// on one GPU; named TEMPLATE, or after the class. Write --claim=TEMPLATE before NAME.
+    #[arg(long, value_name = "TEMPLATE", num_args = 0..=1, require_equals = false)]
+    pub claim: Option<Option<String>>,
+
+    /// The class of the liken render nodes the template claims [default: gpu-render].
+    #[arg(long, value_name = "CLASS")]
+    pub render_class: Option<String>,
+
+    /// Also print the render-node class (skip it when you have one, e.g. display-render).
+    #[arg(long)]
+    pub with_render_class: bool,
+
+    /// Print no class: the template's request narrows the base class with CEL selectors.
+    #[arg(long)]
+    pub selector: bool,
+
+    /// The class of every media.liken.sh device that --selector narrows [default: media-gpu].
+    #[arg(long, value_name = "CLASS")]
+    pub base_class: Option<String>,
+
+    /// Also print the base class (device.driver == "media.liken.sh").
+    #[arg(long)]
+    pub with_base_class: bool,
+
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = ObjectFormat::Yaml)]
+    pub output: ObjectFormat,
+}
+
+/// Accepts any text for a capability flag (so that an unknown value gets our one-line error with
+/// the nearest match, not clap's), while telling help and completion the valid values.
+#[derive(Clone, Copy, Debug)]
+struct CapabilityValues(Group);
+
+impl TypedValueParser for CapabilityValues {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &Command,
+        _: Option<&Arg>,
+        value: &OsStr,
+    ) -> Result<String, clap::Error> {
+        value
+            .to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| clap::Error::new(clap::error::ErrorKind::InvalidUtf8).with_cmd(cmd))
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        Some(Box::new(
+            self.0
+                .capabilities()
+                .map(|c| PossibleValue::new(c.value()).help(c.meaning())),
+        ))
+    }
+}
+
+/// What `class` prints, in order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+// A run prints at most four objects; boxing would buy nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum Object {
+    Class(DeviceClass),
+    Template(ResourceClaimTemplate),
+}
+
+impl Object {
+    fn kind_and_name(&self) -> (&'static str, &str) {
+        match self {
+            Object::Class(c) => (
+                "DeviceClass",
+                c.metadata.name.as_deref().unwrap_or_default(),
+            ),
+            Object::Template(t) => (
+                "ResourceClaimTemplate",
+                t.metadata.name.as_deref().unwrap_or_default(),
+            ),
+        }
+    }
+}
+
+/// A `class` invocation that cannot be carried out as written.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ClassError {
+    #[error("{0}")]
+    UnknownCapability(#[from] UnknownCapability),
+    #[error(
+        "no capability requested (hint: name at least one with --decode, --encode or --scale, \
+         e.g. --decode HEVCMain10 --scale 10bit)"
+    )]
+    NoCapability,
+    #[error("invalid {what} {name:?}: {rule} (hint: {hint})")]
+    InvalidName {
+        what: &'static str,
+        name: String,
+        rule: NameRule,
+        hint: &'static str,
+    },
+    #[error("{flag} only applies with {needs} (hint: {hint})")]
+    Unused {
+        flag: &'static str,
+        needs: &'static str,
+        hint: &'static str,
+    },
+    #[error("{0}")]
+    Conflict(String),
+}
+
+impl ClassArgs {
+    /// Checks every flag and returns the objects to print.
+    pub fn plan(&self) -> Result<Vec<Object>, ClassError> {
+        let capabilities = self.capabilities()?;
+        self.check_unused_flags()?;
+
+        let render_class = self
+            .render_class
+            .as_deref()
+            .unwrap_or(classes::DEFAULT_RENDER_CLASS);
+        let base_class = self
+            .base_class
+            .as_deref()
+            .unwrap_or(classes::DEFAULT_BASE_CLASS);
+        check_name(
+            "render class",
+            render_class,
+            "--render-class takes a DeviceClass name",
+        )?;
+        check_name(
+            "base class",
+            base_class,
+            "--base-class takes a DeviceClass name",
+        )?;
+        let template_flag = self.claim.as_ref().and_then(Option::as_deref);
+        if let Some(template) = template_flag {
+            check_name(
+                "template name",
+                template,
+                "use lowercase letters, digits and '-', e.g. --claim=decode-10bit",
+            )?;
+        }
+        if let Some(name) = &self.name {
+            let what = if self.selector {
+                "template name"
+            } else {
+                "class name"
+            };
+            check_name(
+                what,
+                name,
+                "use lowercase letters, digits and '-', e.g. decode-10bit",
+            )?;
+        }
+
+        let mut objects = Vec::new();
+        let request = capabilities.request_name();
+        if self.selector {
+            if let (Some(name), Some(template)) = (&self.name, template_flag)
+                && name != template
+            {
+                return Err(ClassError::Conflict(format!(
+                    "--selector writes no class, so NAME {name:?} and --claim={template} both \
+                     name the template (hint: give only one of them)"
+                )));
+            }
+            let name = template_flag
+                .map(str::to_owned)
+                .or_else(|| self.name.clone())
+                .unwrap_or_else(|| capabilities.derived_name());
+            if self.with_render_class {
+                objects.push(Object::Class(classes::render_class(render_class)));
+            }
+            if self.with_base_class {
+                objects.push(Object::Class(classes::base_class(base_class)));
+            }
+            let statement = Statement::Selectors {
+                base_class,
+                capabilities: &capabilities,
+            };
+            objects.push(Object::Template(classes::claim_template(
+                &name,
+                render_class,
+                request,
+                &statement,
+            )));
+        } else {
+            let class = self
+                .name
+                .clone()
+                .unwrap_or_else(|| capabilities.derived_name());
+            objects.push(Object::Class(classes::capability_class(
+                &class,
+                &capabilities,
+            )));
+            if self.with_render_class {
+                objects.push(Object::Class(classes::render_class(render_class)));
+            }
+            if let Some(template) = &self.claim {
+                let name = template.clone().unwrap_or_else(|| class.clone());
+                let statement = Statement::Class(&class);
+                objects.push(Object::Template(classes::claim_template(
+                    &name,
+                    render_class,
+                    request,
+                    &statement,
+                )));
+            }
+        }
+        check_distinct(&objects)?;
+        Ok(objects)
+    }
+
+    fn capabilities(&self) -> Result<CapabilitySet, ClassError> {
+        let flags = [
+            (Group::Decode, &self.decode),
+            (Group::Encode, &self.encode),
+            (Group::Scale, &self.scale),
+        ];
+        let mut parsed = Vec::new();
+        for (group, values) in flags {
+            for value in values {
+                parsed.push(Capability::parse(group, value)?);
+            }
+        }
+        CapabilitySet::new(parsed).ok_or(ClassError::NoCapability)
+    }
+
+    /// Flags that would silently do nothing are refused: the user meant something by them.
+    fn check_unused_flags(&self) -> Result<(), ClassError> {
+        if !self.selector {
+            if self.base_class.is_some() {
+                return Err(ClassError::Unused {
+                    flag: "--base-class",
+                    needs: "--selector",
+                    hint: "add --selector to narrow that class, or drop --base-class",
+                });
+            }
+            if self.with_base_class {
+                return Err(ClassError::Unused {
+                    flag: "--with-base-class",
+                    needs: "--selector",
+                    hint: "add --selector, or drop --with-base-class",
+                });
+            }
+        }
+        let claims = self.selector || self.claim.is_some();
+        if self.render_class.is_some() && !claims && !self.with_render_class {
+            return Err(ClassError::Unused {
+                flag: "--render-class",
+                needs: "--claim, --selector or --with-render-class",
+                hint: "add --claim to write the template that uses it",
+            });
+        }
+        Ok(())
+    }
+}
+
+fn check_name(what: &'static str, name: &str, hint: &'static str) -> Result<(), ClassError> {
+    names::check_subdomain(name).map_err(|rule| ClassError::InvalidName {
+        what,
+        name: name.to_string(),
+        rule,
+        hint,
+    })
+}
+
+/// Two printed objects of one kind with one name would overwrite each other on apply.
+fn check_distinct(objects: &[Object]) -> Result<(), ClassError> {
+    for (i, object) in objects.iter().enumerate() {
+        let (kind, name) = object.kind_and_name();
+        if objects[..i]
+            .iter()
+            .any(|o| o.kind_and_name() == (kind, name))
+        {
+            return Err(ClassError::Conflict(format!(
+                "two objects of kind {kind} would be named {name:?} (hint: choose a NAME that \
+                 differs from --render-class and --base-class)"
+            )));
+        }
+    }
+    Ok(())
+}

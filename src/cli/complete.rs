@@ -1,0 +1,112 @@
+//! Shell completion through kubectl (`kubectl media <TAB>`).
+//!
+//! kubectl (1.26+) completes a plugin by running `kubectl_complete-media` with the words typed so
+//! far plus the word being completed, and reads one `candidate<TAB>description` per line and a
+//! last line `:<directive>` (Cobra's protocol, dra-facts §6). Our shim runs
+//! `kubectl-media __complete "$@"`, and this module answers from the clap definitions, so flag
+//! names and capability values come from the same place as parsing: the catalogue.
+//!
+//! clap_complete's completion engine does the walking (subcommands, flags, values after a flag,
+//! comma lists); we only translate its candidates into Cobra's format.
+
+use std::ffi::OsString;
+
+use clap::Args;
+
+/// Cobra's "do not fall back to file names" directive: none of our values are files.
+const NO_FILE_COMP: u8 = 4;
+
+/// The arguments kubectl passes to the completion shim.
+#[derive(Debug, Clone, Args)]
+pub struct CompleteArgs {
+    /// The words after `kubectl media`, the last being the one to complete ("" for a new word).
+    #[arg(num_args = 0.., allow_hyphen_values = true, trailing_var_arg = true)]
+    pub words: Vec<OsString>,
+}
+
+/// Answers one completion request in Cobra's format.
+pub fn complete(cmd: &mut clap::Command, words: &[OsString]) -> String {
+    let mut args: Vec<OsString> = vec![cmd.get_name().into()];
+    args.extend(words.iter().cloned());
+    if words.is_empty() {
+        args.push(OsString::new());
+    }
+    let index = args.len() - 1;
+    // The engine errors when it has nothing to offer; that is an empty answer, not a failure.
+    let candidates = clap_complete::engine::complete(cmd, args, index, None).unwrap_or_default();
+    let mut out = String::new();
+    for candidate in candidates.iter().filter(|c| !c.is_hide_set()) {
+        out.push_str(&candidate.get_value().to_string_lossy());
+        if let Some(help) = candidate.get_help() {
+            let help = help.to_string();
+            let first_line = help.lines().next().unwrap_or_default();
+            if !first_line.is_empty() {
+                out.push('\t');
+                out.push_str(first_line);
+            }
+        }
+        out.push('\n');
+    }
+    out.push_str(&format!(":{NO_FILE_COMP}\n"));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Cli;
+    use clap::CommandFactory;
+
+    fn answer(words: &[&str]) -> Vec<String> {
+        let words: Vec<OsString> = words.iter().map(OsString::from).collect();
+        complete(&mut Cli::command(), &words)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn completes_subcommands_without_the_hidden_one() {
+        let lines = answer(&[""]);
+        assert!(lines.iter().any(|l| l.starts_with("class\t")), "{lines:?}");
+        assert!(
+            !lines.iter().any(|l| l.starts_with("__complete")),
+            "{lines:?}"
+        );
+        assert_eq!(lines.last().unwrap(), ":4");
+    }
+
+    #[test]
+    fn completes_capability_values_from_the_catalogue() {
+        let lines = answer(&["class", "--decode", "HEVC"]);
+        let values: Vec<&str> = lines
+            .iter()
+            .map(|l| l.split('\t').next().unwrap())
+            .collect();
+        assert_eq!(values, ["HEVCMain", "HEVCMain10", ":4"]);
+        assert!(
+            lines[0].contains("\tdecodes HEVC Main profile"),
+            "{lines:?}"
+        );
+    }
+
+    #[test]
+    fn completes_after_a_comma() {
+        let lines = answer(&["class", "--scale", "8bit,"]);
+        let values: Vec<&str> = lines
+            .iter()
+            .map(|l| l.split('\t').next().unwrap())
+            .collect();
+        assert_eq!(values, ["8bit,8bit", "8bit,10bit", ":4"]);
+    }
+
+    #[test]
+    fn completes_flags() {
+        let lines = answer(&["class", "--with"]);
+        let values: Vec<&str> = lines
+            .iter()
+            .map(|l| l.split('\t').next().unwrap())
+            .collect();
+        assert_eq!(values, ["--with-render-class", "--with-base-class", ":4"]);
+    }
+}

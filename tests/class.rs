@@ -1,0 +1,414 @@
+//! `kubectl media class` as a user runs it: the real binary with a scrubbed environment, its
+//! YAML compared with the product document's as parsed objects, its help and errors snapshotted.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate};
+use serde::Deserialize;
+use serde_json::Value;
+
+fn kubectl_media(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kubectl-media"))
+        .args(args)
+        .env_clear()
+        .env("NO_COLOR", "1")
+        .env("COLUMNS", "100")
+        .output()
+        .expect("run kubectl-media")
+}
+
+/// Runs a command that must succeed and returns its stdout.
+fn stdout_of(args: &[&str]) -> String {
+    let out = kubectl_media(args);
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Parses multi-document YAML into JSON values, as `kubectl apply -f -` reads it.
+fn documents(yaml: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|doc| Value::deserialize(doc).expect("valid YAML"))
+        .collect()
+}
+
+fn fixture(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/spec")
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut docs = documents(&text);
+    assert_eq!(docs.len(), 1, "{}", path.display());
+    docs.remove(0)
+}
+
+#[test]
+fn reproduces_the_documents_decode_10bit_class() {
+    let docs = documents(&stdout_of(&[
+        "class",
+        "decode-10bit",
+        "--decode",
+        "HEVCMain10",
+        "--scale",
+        "10bit",
+    ]));
+    assert_eq!(docs, [fixture("decode-10bit-class.yaml")]);
+}
+
+#[test]
+fn reproduces_the_documents_claim_template_and_render_class() {
+    let docs = documents(&stdout_of(&[
+        "class",
+        "decode-10bit",
+        "--decode",
+        "HEVCMain10",
+        "--scale",
+        "10bit",
+        "--claim",
+        "--with-render-class",
+    ]));
+    assert_eq!(
+        docs,
+        [
+            fixture("decode-10bit-class.yaml"),
+            fixture("gpu-render-class.yaml"),
+            fixture("decode-10bit-template.yaml"),
+        ]
+    );
+}
+
+#[test]
+fn reproduces_the_documents_request_level_selectors() {
+    let docs = documents(&stdout_of(&[
+        "class",
+        "--selector",
+        "--decode",
+        "VP9",
+        "--scale",
+        "8bit",
+    ]));
+    assert_eq!(docs.len(), 1);
+    assert_eq!(docs[0]["kind"], "ResourceClaimTemplate");
+    let requests = &docs[0]["spec"]["spec"]["devices"]["requests"];
+    let expected = fixture("vp9-8bit-request.yaml");
+    assert_eq!(requests[1], expected[0]);
+    assert_eq!(requests[0]["exactly"]["deviceClassName"], "gpu-render");
+}
+
+#[test]
+fn with_base_class_prints_the_catch_all_class() {
+    let docs = documents(&stdout_of(&[
+        "class",
+        "--selector",
+        "--decode",
+        "VP9",
+        "--with-base-class",
+    ]));
+    assert_eq!(docs.len(), 2);
+    assert_eq!(docs[0]["kind"], "DeviceClass");
+    assert_eq!(docs[0]["metadata"]["name"], "media-gpu");
+    assert_eq!(
+        docs[0]["spec"]["selectors"][0]["cel"]["expression"],
+        "device.driver == \"media.liken.sh\"\n"
+    );
+    assert_eq!(docs[1]["metadata"]["name"], "decode-vp9");
+}
+
+#[test]
+fn names_come_from_flags_when_not_given() {
+    let docs = documents(&stdout_of(&[
+        "class",
+        "--scale",
+        "10bit",
+        "--decode",
+        "HEVCMain10",
+        "--claim",
+    ]));
+    assert_eq!(docs[0]["metadata"]["name"], "decode-hevcmain10-scale-10bit");
+    assert_eq!(docs[1]["metadata"]["name"], "decode-hevcmain10-scale-10bit");
+    assert_eq!(
+        docs[1]["spec"]["spec"]["devices"]["requests"][1]["exactly"]["deviceClassName"],
+        "decode-hevcmain10-scale-10bit"
+    );
+
+    let docs = documents(&stdout_of(&[
+        "class",
+        "mine",
+        "--encode",
+        "H264",
+        "--claim=transcode",
+    ]));
+    assert_eq!(docs[0]["metadata"]["name"], "mine");
+    assert_eq!(docs[1]["metadata"]["name"], "transcode");
+    assert_eq!(
+        docs[1]["spec"]["spec"]["devices"]["requests"][1]["name"],
+        "encodes"
+    );
+
+    let docs = documents(&stdout_of(&[
+        "class",
+        "vp9",
+        "--selector",
+        "--decode",
+        "VP9",
+    ]));
+    assert_eq!(docs[0]["metadata"]["name"], "vp9");
+}
+
+#[test]
+fn values_ignore_case_prefix_order_and_repeats() {
+    let canonical = stdout_of(&[
+        "class",
+        "x",
+        "--decode",
+        "HEVCMain10",
+        "--decode",
+        "VP9",
+        "--encode",
+        "H264LowPower",
+    ]);
+    for args in [
+        &[
+            "class",
+            "x",
+            "--decode",
+            "hevcmain10,vp9",
+            "--encode",
+            "h264lowpower",
+        ][..],
+        &[
+            "class",
+            "x",
+            "--decode",
+            "decodeVP9",
+            "--encode",
+            "encodeH264LowPower",
+            "--decode",
+            "DECODEHEVCMAIN10",
+        ],
+        &[
+            "class",
+            "x",
+            "--encode",
+            "H264LowPower",
+            "--decode",
+            "VP9,HEVCMain10,vp9",
+        ],
+    ] {
+        assert_eq!(stdout_of(args), canonical, "{args:?}");
+    }
+}
+
+#[test]
+fn json_prints_the_same_objects_as_a_list() {
+    let args = [
+        "class",
+        "decode-10bit",
+        "--decode",
+        "HEVCMain10",
+        "--scale",
+        "10bit",
+        "--claim",
+        "--with-render-class",
+    ];
+    let yaml = documents(&stdout_of(&args));
+    let json: Value =
+        serde_json::from_str(&stdout_of(&[&args[..], &["-o", "json"]].concat())).unwrap();
+    assert_eq!(json["apiVersion"], "v1");
+    assert_eq!(json["kind"], "List");
+    assert_eq!(json["items"].as_array().unwrap(), &yaml);
+}
+
+/// Every object survives a round trip through the typed Kubernetes API structs unchanged: no
+/// unknown or misspelt field, no value of the wrong type.
+#[test]
+fn output_matches_the_kubernetes_schema() {
+    let cases: &[&[&str]] = &[
+        &[
+            "class",
+            "--decode",
+            "AV1Main10",
+            "--claim",
+            "--with-render-class",
+        ],
+        &[
+            "class",
+            "--selector",
+            "--encode",
+            "HEVCMain10LowPower",
+            "--scale",
+            "8bit,10bit",
+            "--with-base-class",
+            "--with-render-class",
+        ],
+        &[
+            "class",
+            "all",
+            "--decode",
+            "AV1Main,AV1Main10,H264,HEVCMain,HEVCMain10,MPEG2,VC1,VP8,VP9,VP9Profile2",
+            "--encode",
+            "H264,H264LowPower,HEVCMain,HEVCMain10,HEVCMain10LowPower,HEVCMainLowPower",
+            "--scale",
+            "8bit,10bit",
+            "--claim",
+            "--render-class",
+            "display-render",
+        ],
+    ];
+    for args in cases {
+        for doc in documents(&stdout_of(args)) {
+            let round_trip = match doc["kind"].as_str() {
+                Some("DeviceClass") => serde_json::to_value(
+                    serde_json::from_value::<DeviceClass>(doc.clone()).unwrap(),
+                ),
+                Some("ResourceClaimTemplate") => serde_json::to_value(
+                    serde_json::from_value::<ResourceClaimTemplate>(doc.clone()).unwrap(),
+                ),
+                other => panic!("unexpected kind {other:?}"),
+            }
+            .unwrap();
+            assert_eq!(round_trip, doc, "{args:?}");
+            assert_eq!(doc["apiVersion"], "resource.k8s.io/v1");
+        }
+    }
+}
+
+#[test]
+fn generated_yaml() {
+    insta::assert_snapshot!(
+        "class-claim-with-render-class",
+        stdout_of(&[
+            "class",
+            "decode-10bit",
+            "--decode",
+            "HEVCMain10",
+            "--scale",
+            "10bit",
+            "--claim",
+            "--with-render-class"
+        ])
+    );
+    insta::assert_snapshot!(
+        "class-selector-with-base-class",
+        stdout_of(&[
+            "class",
+            "--selector",
+            "--decode",
+            "VP9",
+            "--scale",
+            "8bit",
+            "--with-base-class"
+        ])
+    );
+    insta::assert_snapshot!(
+        "class-json",
+        stdout_of(&["class", "--encode", "HEVCMain", "-o", "json"])
+    );
+}
+
+#[test]
+fn help() {
+    insta::assert_snapshot!("help-root", stdout_of(&["--help"]));
+    insta::assert_snapshot!("help-class", stdout_of(&["class", "--help"]));
+}
+
+/// Every bad input: one line on stderr naming the problem and the fix, exit 2, nothing on stdout.
+#[test]
+fn errors() {
+    let cases: &[&[&str]] = &[
+        &["class", "--decode", "HEVCMain12"],
+        &["class", "--decode", "scale8bit"],
+        &["class", "--encode", "ProRes"],
+        &["class", "--scale", "12bit"],
+        &["class"],
+        &["class", "x"],
+        &["class", "Decode10", "--decode", "VP9"],
+        &["class", "decode_10", "--decode", "VP9"],
+        &["class", "-decode", "--decode", "VP9"],
+        &["class", "--decode", "VP9", "--claim=Bad"],
+        &["class", "--decode", "VP9", "--claim="],
+        &[
+            "class",
+            "--decode",
+            "VP9",
+            "--render-class",
+            "gpu..render",
+            "--claim",
+        ],
+        &["class", "--decode", "VP9", "--base-class", "media"],
+        &["class", "--decode", "VP9", "--with-base-class"],
+        &[
+            "class",
+            "--decode",
+            "VP9",
+            "--render-class",
+            "display-render",
+        ],
+        &[
+            "class",
+            "gpu-render",
+            "--decode",
+            "VP9",
+            "--with-render-class",
+        ],
+        &[
+            "class",
+            "--selector",
+            "--decode",
+            "VP9",
+            "--with-base-class",
+            "--with-render-class",
+            "--base-class",
+            "gpu-render",
+        ],
+        &["class", "a", "--selector", "--decode", "VP9", "--claim=b"],
+        &["class", "--decode", "VP9", "-o", "table"],
+        &["class", "--decode", "VP9", "--bogus"],
+        &["clas"],
+        &[],
+    ];
+    let mut transcript = String::new();
+    for args in cases {
+        let out = kubectl_media(args);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?} wrote to stdout");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("hint: ") || stderr.contains("valid: "),
+            "{args:?}: {stderr}"
+        );
+        transcript.push_str(&format!("$ kubectl media {}\n{stderr}\n", args.join(" ")));
+    }
+    insta::assert_snapshot!("class-errors", transcript);
+}
+
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kubectl-media"))
+        .args(["class", "--decode", "VP9", "--claim", "--with-render-class"])
+        .env_clear()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
