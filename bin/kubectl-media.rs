@@ -23,7 +23,7 @@ fn main() -> ExitCode {
                 stdout: &mut std::io::stdout().lock(),
                 stderr: &mut std::io::stderr(),
             };
-            cli::run(cli, &mut io).map_err(|e| (e, color))
+            cli::run(&cli, &mut io).map_err(|e| (e, color))
         }
         Err(e) => Err((e, cli::style::ColorChoice::Auto)),
     };

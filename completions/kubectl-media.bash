@@ -19,6 +19,9 @@ _kubectl__media() {
             kubectl__media,__complete)
                 cmd="kubectl__media__subcmd____complete"
                 ;;
+            kubectl__media,caps)
+                cmd="kubectl__media__subcmd__caps"
+                ;;
             kubectl__media,class)
                 cmd="kubectl__media__subcmd__class"
                 ;;
@@ -27,6 +30,9 @@ _kubectl__media() {
                 ;;
             kubectl__media__subcmd__help,__complete)
                 cmd="kubectl__media__subcmd__help__subcmd____complete"
+                ;;
+            kubectl__media__subcmd__help,caps)
+                cmd="kubectl__media__subcmd__help__subcmd__caps"
                 ;;
             kubectl__media__subcmd__help,class)
                 cmd="kubectl__media__subcmd__help__subcmd__class"
@@ -41,7 +47,7 @@ _kubectl__media() {
 
     case "${cmd}" in
         kubectl__media)
-            opts="-h -V --color --help --version class __complete help"
+            opts="-h -V --color --kubeconfig --context --request-timeout --help --version caps class __complete help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -49,6 +55,18 @@ _kubectl__media() {
             case "${prev}" in
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --context)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)
@@ -59,7 +77,7 @@ _kubectl__media() {
             return 0
             ;;
         kubectl__subcmd__media__subcmd____complete)
-            opts="-h -V --color --help --version"
+            opts="-h -V --color --kubeconfig --context --request-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -67,6 +85,80 @@ _kubectl__media() {
             case "${prev}" in
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --context)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        kubectl__subcmd__media__subcmd__caps)
+            opts="-f -o -h -V --filename --node --decode --encode --scale --summary --output --no-headers --color --kubeconfig --context --request-timeout --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --filename)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -f)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --node)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --decode)
+                    COMPREPLY=($(compgen -W "AV1Main AV1Main10 H264 HEVCMain HEVCMain10 MPEG2 VC1 VP8 VP9 VP9Profile2" -- "${cur}"))
+                    return 0
+                    ;;
+                --encode)
+                    COMPREPLY=($(compgen -W "H264 H264LowPower HEVCMain HEVCMain10 HEVCMain10LowPower HEVCMainLowPower" -- "${cur}"))
+                    return 0
+                    ;;
+                --scale)
+                    COMPREPLY=($(compgen -W "8bit 10bit" -- "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "wide json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "wide json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --context)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)
@@ -77,7 +169,7 @@ _kubectl__media() {
             return 0
             ;;
         kubectl__subcmd__media__subcmd__class)
-            opts="-o -h -V --decode --encode --scale --claim --render-class --with-render-class --selector --base-class --with-base-class --output --color --help --version"
+            opts="-o -h -V --decode --encode --scale --claim --render-class --with-render-class --selector --base-class --with-base-class --output --color --kubeconfig --context --request-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -119,6 +211,18 @@ _kubectl__media() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --context)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -127,7 +231,7 @@ _kubectl__media() {
             return 0
             ;;
         kubectl__subcmd__media__subcmd__help)
-            opts="class __complete help"
+            opts="caps class __complete help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -141,6 +245,20 @@ _kubectl__media() {
             return 0
             ;;
         kubectl__subcmd__media__subcmd__help__subcmd____complete)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        kubectl__subcmd__media__subcmd__help__subcmd__caps)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -413,7 +413,8 @@ impl Identity {
             Identity::Driver => "DRIVER in /sys/class/drm/renderDN/device/uevent",
             Identity::Name => {
                 "the vendor/device entry of the system's pci.ids (/usr/share/misc/pci.ids or \
-                 /usr/share/hwdata/pci.ids); trimmed to 64 bytes"
+                 /usr/share/hwdata/pci.ids), or vendor:product (e.g. 8086:7d55) when there is no database \
+                 or no entry; trimmed to 64 bytes"
             }
             Identity::Product => "/sys/class/drm/renderDN/device/device, without 0x",
             Identity::Vendor => "/sys/class/drm/renderDN/device/vendor, without 0x",

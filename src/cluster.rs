@@ -5,7 +5,6 @@
 //! Responses are paged as kubectl pages them and go through the same parser as files
 //! ([`crate::objects`]), so `-f` of a `kubectl get -o json` gives the same answer.
 
-use std::error::Error as _;
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -293,7 +293,7 @@ impl Filter {
     }
 
     pub fn matches(&self, gpu: &Gpu) -> bool {
-        (self.nodes.is_empty() || self.nodes.iter().any(|n| *n == gpu.node))
+        (self.nodes.is_empty() || self.nodes.contains(&gpu.node))
             && self
                 .capabilities
                 .iter()

@@ -373,7 +373,7 @@ fn errors() {
         &["class", "a", "--selector", "--decode", "VP9", "--claim=b"],
         &["class", "--decode", "VP9", "-o", "table"],
         &["class", "--decode", "VP9", "--bogus"],
-        &["clas"],
+        &["classs"],
         &[],
     ];
     let mut transcript = String::new();

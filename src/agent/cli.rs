@@ -1,9 +1,183 @@
 //! Command-line interface of `media-capabilities`.
 
-use clap::Parser;
+use crate::agent::probing::{DEFAULT_PARALLEL, DEFAULT_TIMEOUT, DriverOverride};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::time::Duration;
 
 /// Publishes what each GPU's VA-API driver states it can decode, encode and scale as
 /// `media.liken.sh` DRA devices.
 #[derive(Debug, Parser)]
 #[command(name = "media-capabilities", version)]
-pub struct Cli {}
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show each GPU's identity, what its VA-API driver states, and the attributes the agent would
+    /// publish for it.
+    Probe(ProbeArgs),
+    /// Probe one render node and print the driver's report as one JSON line (run by the agent in a
+    /// child process; not for people).
+    #[command(name = "__probe-gpu", hide = true)]
+    ProbeGpu(ChildArgs),
+}
+
+/// How `probe` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Table,
+    Json,
+    Yaml,
+}
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// Probe only this render node (e.g. /dev/dri/renderD128).
+    #[arg(long, value_name = "PATH", conflicts_with = "from")]
+    pub render_node: Option<PathBuf>,
+    /// Output format; json and yaml can be read back with --from.
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    pub output: OutputFormat,
+    /// Derive the attributes from saved probes (`probe -o json` output, one record, or a
+    /// directory of them) instead of probing this machine.
+    #[arg(long, value_name = "FILE")]
+    pub from: Option<PathBuf>,
+    #[command(flatten)]
+    pub probing: ProbingArgs,
+}
+
+/// Where GPUs are found and how their drivers are asked (shared by the agent and `probe`).
+#[derive(Debug, Args)]
+pub struct ProbingArgs {
+    /// Directory holding the render nodes.
+    #[arg(long, value_name = "DIR", default_value = "/dev/dri")]
+    pub dev_root: PathBuf,
+    /// sysfs mount point, where each render node's PCI identity is read.
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    pub sys_root: PathBuf,
+    /// The PCI ID database (default: /usr/share/misc/pci.ids, then /usr/share/hwdata/pci.ids;
+    /// without one, names are published as vendor:product).
+    #[arg(long, value_name = "FILE")]
+    pub pci_ids: Option<PathBuf>,
+    /// How long one GPU's probe may take before it is killed (e.g. 15s, 500ms).
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub probe_timeout: Duration,
+    /// How many GPUs are probed at once.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PARALLEL, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub probe_parallel: usize,
+    /// Force a VA driver for one GPU (PCI address) or one vendor (PCI vendor ID), e.g.
+    /// 0000:03:00.0=radeonsi or 8086=i965; repeatable. LIBVA_DRIVER_NAME is ignored because it
+    /// would apply to every GPU.
+    #[arg(long, value_name = "KEY=NAME")]
+    pub va_driver: Vec<DriverOverride>,
+}
+
+impl Default for ProbingArgs {
+    fn default() -> Self {
+        ProbingArgs {
+            dev_root: "/dev/dri".into(),
+            sys_root: "/sys".into(),
+            pci_ids: None,
+            probe_timeout: DEFAULT_TIMEOUT,
+            probe_parallel: DEFAULT_PARALLEL,
+            va_driver: Vec::new(),
+        }
+    }
+}
+
+/// Arguments of the hidden child subcommand.
+#[derive(Debug, Args)]
+pub struct ChildArgs {
+    #[arg(long, value_name = "PATH")]
+    pub render_node: PathBuf,
+    /// VA driver name for vaSetDriverName.
+    #[arg(long, value_name = "NAME")]
+    pub va_driver: Option<String>,
+    /// libva to load (default libva.so.2).
+    #[arg(long, value_name = "PATH", default_value = "libva.so.2")]
+    pub libva: String,
+    /// libva-drm to load (default libva-drm.so.2).
+    #[arg(long, value_name = "PATH", default_value = "libva-drm.so.2")]
+    pub libva_drm: String,
+    /// Print this recorded report instead of asking libva.
+    #[arg(long, value_name = "FILE")]
+    pub replay: Option<PathBuf>,
+}
+
+/// Parses `15s`, `500ms`, `2m` or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?} (valid: e.g. 15s, 500ms, 2m)"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        _ => {
+            return Err(format!(
+                "invalid duration unit {unit:?} in {text:?} (valid: ms, s, m)"
+            ));
+        }
+    };
+    if !(seconds > 0.0 && seconds.is_finite()) {
+        return Err(format!("duration {text:?} must be positive"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("0s").is_err());
+        assert!(
+            parse_duration("5h")
+                .unwrap_err()
+                .contains("(valid: ms, s, m)")
+        );
+    }
+
+    #[test]
+    fn probe_takes_its_options() {
+        let cli = Cli::try_parse_from([
+            "media-capabilities",
+            "probe",
+            "--render-node",
+            "/dev/dri/renderD129",
+            "-o",
+            "yaml",
+            "--va-driver",
+            "8086=i965",
+            "--probe-timeout",
+            "2s",
+        ])
+        .unwrap();
+        let Some(Command::Probe(args)) = cli.command else {
+            panic!("not probe")
+        };
+        assert_eq!(args.output, OutputFormat::Yaml);
+        assert_eq!(args.probing.probe_timeout, Duration::from_secs(2));
+        assert_eq!(args.probing.va_driver.len(), 1);
+        assert!(Cli::try_parse_from(["media-capabilities", "probe", "-o", "wide"]).is_err());
+    }
+}

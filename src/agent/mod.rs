@@ -3,3 +3,5 @@
 
 pub mod cli;
 pub mod kubelet;
+pub mod probe_cmd;
+pub mod probing;

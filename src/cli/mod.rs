@@ -22,6 +22,9 @@ use self::class::{ClassArgs, ClassError};
 use self::output::RenderError;
 use self::style::ColorChoice;
 
+/// The help heading of the flags every command takes.
+const GLOBAL: &str = "Global options";
+
 /// Claim GPUs by what their VA-API driver can decode, encode and scale.
 ///
 /// The media-capabilities agent publishes one media.liken.sh device per GPU, stating what its
@@ -35,7 +38,7 @@ use self::style::ColorChoice;
 )]
 pub struct Cli {
     /// When to colour output: auto colours a terminal unless NO_COLOR is set.
-    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto, help_heading = GLOBAL)]
     pub color: ColorChoice,
 
     #[command(flatten)]
@@ -49,15 +52,15 @@ pub struct Cli {
 #[derive(Debug, Clone, clap::Args)]
 pub struct KubeArgs {
     /// Path to the kubeconfig file [default: KUBECONFIG, then ~/.kube/config].
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, global = true, value_name = "FILE", help_heading = GLOBAL)]
     pub kubeconfig: Option<PathBuf>,
 
     /// The kubeconfig context to use.
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, global = true, value_name = "NAME", help_heading = GLOBAL)]
     pub context: Option<String>,
 
     /// How long to wait for each API request: 0 waits indefinitely; else 30s, 1m, 500ms...
-    #[arg(long, global = true, value_name = "DURATION", default_value = "0")]
+    #[arg(long, global = true, value_name = "DURATION", default_value = "0", help_heading = GLOBAL)]
     pub request_timeout: String,
 }
 
@@ -170,7 +173,7 @@ impl Error {
 
 /// What parsing the command line came to.
 pub enum Parsed {
-    Run(Cli),
+    Run(Box<Cli>),
     /// `--help` or `--version`: print this on stdout and exit 0.
     Info(String),
 }
@@ -179,7 +182,7 @@ pub enum Parsed {
 /// every other error of ours.
 pub fn parse(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> Result<Parsed, Error> {
     match Cli::try_parse_from(args) {
-        Ok(cli) => Ok(Parsed::Run(cli)),
+        Ok(cli) => Ok(Parsed::Run(Box::new(cli))),
         Err(e) => match e.kind() {
             clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
                 Ok(Parsed::Info(e.render().to_string()))
@@ -212,7 +215,7 @@ fn one_line(rendered: &str) -> String {
     let tip = rest
         .iter()
         .find_map(|l| l.strip_prefix("tip: "))
-        .filter(|tip| tip.starts_with("a similar"));
+        .filter(|tip| tip.contains("similar"));
     let command = rest
         .iter()
         .find_map(|l| l.strip_prefix("Usage: "))
@@ -243,9 +246,9 @@ pub struct Io<'a> {
 }
 
 /// Runs a parsed command.
-pub fn run(cli: Cli, io: &mut Io<'_>) -> Result<(), Error> {
-    match cli.command {
-        Command::Caps(args) => run_caps(&args, &cli.kube, cli.color, io),
+pub fn run(cli: &Cli, io: &mut Io<'_>) -> Result<(), Error> {
+    match &cli.command {
+        Command::Caps(args) => run_caps(args, &cli.kube, cli.color, io),
         Command::Class(args) => {
             let objects = args.plan()?;
             let text = output::render_objects(&objects, args.output)?;
@@ -372,13 +375,13 @@ mod tests {
         );
         assert_eq!(err.exit_code(), 2);
 
-        let err = match parse(["kubectl-media", "clas"]) {
+        let err = match parse(["kubectl-media", "classs"]) {
             Err(e) => e,
             Ok(_) => panic!("parsed"),
         };
         assert_eq!(
             err.to_string(),
-            "unrecognized subcommand 'clas' (hint: a similar subcommand exists: 'class')"
+            "unrecognized subcommand 'classs' (hint: some similar subcommands exist: 'caps', 'class')"
         );
     }
 

@@ -1,0 +1,134 @@
+//! The agent's own cost per GPU beyond the driver's initialisation (issue 4, Performance; target
+//! ≤ 10 ms per GPU), measured with recorded reports: the real `media-capabilities __probe-gpu`
+//! child replays the report of docs/report-format.md instead of calling libva, so everything the
+//! agent adds is timed — spawning the child, its start-up, printing and parsing the report, the
+//! timeout machinery — and the driver's own work is not. The baseline, measured in the same run,
+//! spawns a trivial process (`/bin/true`) the same way.
+//!
+//! Run: `cargo bench --bench probe`.
+
+use media_operator::agent::probing::{
+    CHILD_SUBCOMMAND, Isolation, ProbeCommand, probe_all, probe_in_child, read_records,
+};
+use media_operator::device::{Outcome, describe, log_line};
+use media_operator::sysfs::RenderNode;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const ROUNDS: u32 = 200;
+
+fn main() {
+    let dir = std::env::temp_dir().join(format!("media-probe-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let record = dir.join("mtl.json");
+    std::fs::write(&record, docs_example()).expect("write record");
+    let probed = read_records(&record).expect("the docs example parses");
+    let node = probed[0].node();
+    let report_file = dir.join("report.json");
+    std::fs::write(
+        &report_file,
+        serde_json::to_string(probed[0].report.as_ref().expect("a report")).unwrap(),
+    )
+    .unwrap();
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let replay = isolation(ProbeCommand {
+        program: PathBuf::from(env!("CARGO_BIN_EXE_media-capabilities")),
+        args: vec![
+            CHILD_SUBCOMMAND.into(),
+            "--replay".into(),
+            report_file.clone().into_os_string(),
+        ],
+    });
+    let trivial = isolation(ProbeCommand {
+        program: PathBuf::from("/bin/true"),
+        args: Vec::new(),
+    });
+
+    // Warm up the page cache and the runtime; then interleave so drift hits both alike.
+    runtime.block_on(async {
+        for _ in 0..10 {
+            expect_report(probe_in_child(&node, &replay).await);
+            let _ = probe_in_child(&node, &trivial).await;
+        }
+    });
+    let (mut agent, mut baseline) = (Duration::ZERO, Duration::ZERO);
+    runtime.block_on(async {
+        for _ in 0..ROUNDS {
+            let start = Instant::now();
+            let outcome = probe_in_child(&node, &replay).await;
+            agent += start.elapsed();
+            expect_report(outcome);
+            let start = Instant::now();
+            let _ = probe_in_child(&node, &trivial).await;
+            baseline += start.elapsed();
+        }
+    });
+    let pure = time_pure_step(&node, &probed[0].outcome());
+
+    // Eight GPUs, four at a time, as the agent runs them.
+    let nodes: Vec<RenderNode> = (0..8).map(|_| node.clone()).collect();
+    let start = Instant::now();
+    let eight = runtime.block_on(probe_all(nodes, &replay));
+    let eight_time = start.elapsed();
+    assert!(eight.iter().all(|p| p.report.is_some()));
+
+    let per = |total: Duration| total.as_secs_f64() * 1000.0 / f64::from(ROUNDS);
+    let (agent_ms, baseline_ms) = (per(agent), per(baseline));
+    println!("probe cost per GPU, recorded report, {ROUNDS} rounds (target <= 10 ms per GPU)");
+    println!("  agent: spawn child + replay + parse      {agent_ms:8.3} ms");
+    println!("  baseline: spawn /bin/true the same way   {baseline_ms:8.3} ms");
+    println!(
+        "  agent beyond baseline                    {:8.3} ms  (ratio {:.2}x)",
+        agent_ms - baseline_ms,
+        agent_ms / baseline_ms
+    );
+    println!("  pure step (rules + attributes + log)     {pure:8.3} ms");
+    println!(
+        "  8 GPUs, 4 at a time, wall clock          {:8.3} ms  ({:.3} ms per GPU)",
+        eight_time.as_secs_f64() * 1000.0,
+        eight_time.as_secs_f64() * 1000.0 / 8.0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn isolation(command: ProbeCommand) -> Isolation {
+    Isolation {
+        command,
+        timeout: Duration::from_secs(15),
+        parallel: 4,
+        overrides: Vec::new(),
+    }
+}
+
+fn expect_report(outcome: Outcome) {
+    if let Outcome::Failed(f) = outcome {
+        panic!("the replaying child failed: {f}");
+    }
+}
+
+/// Milliseconds per GPU for the pure step from outcome to published values and log line.
+fn time_pure_step(node: &RenderNode, outcome: &Outcome) -> f64 {
+    let rounds = 10_000;
+    let start = Instant::now();
+    let mut bytes = 0;
+    for _ in 0..rounds {
+        bytes += log_line(&describe(node, std::hint::black_box(outcome))).len();
+    }
+    std::hint::black_box(bytes);
+    start.elapsed().as_secs_f64() * 1000.0 / f64::from(rounds)
+}
+
+/// The example record of docs/report-format.md.
+fn docs_example() -> String {
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/report-format.md"),
+    )
+    .expect("docs/report-format.md");
+    let start = doc.find("```json\n").expect("a json block") + "```json\n".len();
+    let end = start + doc[start..].find("```").expect("the block ends");
+    doc[start..end].to_string()
+}

@@ -1,0 +1,235 @@
+//! `media-capabilities probe`: for every GPU, its identity, what the driver stated, the attributes
+//! the agent would publish and any failure — what a user would otherwise piece together from
+//! vainfo. Collecting is `ProbeSource`; this module only renders, to any writer.
+
+use crate::agent::cli::{OutputFormat, ProbeArgs};
+use crate::agent::probing::{Isolation, ProbeCommand, ProbeError, ProbeSource, Probed};
+use crate::caps::{Attribute, Capability};
+use crate::device::{AttrValue, GpuDevice, describe};
+use crate::sysfs::{PciIdentity, Roots};
+use crate::va::report::Report;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Why `probe` could not show anything.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeCmdError {
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    #[error("find this program to run probes with: {0}")]
+    CurrentExe(std::io::Error),
+    #[error("write output: {0}")]
+    Write(#[from] std::io::Error),
+    #[error("render output: {0}")]
+    Render(String),
+}
+
+/// Builds the probe source `args` describe: recorded probes with `--from`, else live ones.
+pub fn source(args: &ProbeArgs) -> Result<ProbeSource, ProbeCmdError> {
+    if let Some(from) = &args.from {
+        return Ok(ProbeSource::Recorded(from.clone()));
+    }
+    let p = &args.probing;
+    Ok(ProbeSource::Live {
+        roots: Roots {
+            dev: p.dev_root.clone(),
+            sys: p.sys_root.clone(),
+        },
+        pci_ids: p.pci_ids.clone(),
+        only: args.render_node.clone(),
+        isolation: Isolation {
+            command: ProbeCommand::current_exe().map_err(ProbeCmdError::CurrentExe)?,
+            timeout: p.probe_timeout,
+            parallel: p.probe_parallel,
+            overrides: p.va_driver.clone(),
+        },
+    })
+}
+
+/// Runs `probe` and writes its output to `out`.
+pub async fn run(args: &ProbeArgs, out: &mut dyn Write) -> Result<(), ProbeCmdError> {
+    let probed = source(args)?.probe().await?;
+    for record in &probed {
+        tracing::info!(
+            "{}",
+            crate::device::log_line(&describe(&record.node(), &record.outcome()))
+        );
+    }
+    render(&probed, args.output, out)
+}
+
+/// One GPU as `-o json|yaml` prints it; `--from` reads it back (it ignores `name` and
+/// `attributes`, which it derives again).
+#[derive(Serialize)]
+struct Shown<'a> {
+    name: &'a str,
+    render_node: &'a PathBuf,
+    pci: &'a PciIdentity,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    report: Option<&'a Report>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failure: Option<&'a str>,
+    attributes: BTreeMap<&'static str, serde_json::Value>,
+}
+
+fn json_value(value: &AttrValue) -> serde_json::Value {
+    match value {
+        AttrValue::Bool(b) => serde_json::Value::Bool(*b),
+        AttrValue::String(s) => serde_json::Value::String(s.clone()),
+    }
+}
+
+/// Writes the probes in `format`.
+pub fn render(
+    probed: &[Probed],
+    format: OutputFormat,
+    out: &mut dyn Write,
+) -> Result<(), ProbeCmdError> {
+    let devices: Vec<GpuDevice> = probed
+        .iter()
+        .map(|p| describe(&p.node(), &p.outcome()))
+        .collect();
+    let shown: Vec<Shown<'_>> = probed
+        .iter()
+        .zip(&devices)
+        .map(|(p, d)| Shown {
+            name: &d.name,
+            render_node: &p.render_node,
+            pci: &p.pci,
+            report: p.report.as_ref(),
+            failure: d.failure.as_deref(),
+            attributes: d
+                .attributes
+                .iter()
+                .map(|(k, v)| (*k, json_value(v)))
+                .collect(),
+        })
+        .collect();
+    match format {
+        OutputFormat::Json => {
+            let text = serde_json::to_string_pretty(&shown)
+                .map_err(|e| ProbeCmdError::Render(e.to_string()))?;
+            writeln!(out, "{text}")?;
+        }
+        OutputFormat::Yaml => {
+            let text =
+                serde_yaml::to_string(&shown).map_err(|e| ProbeCmdError::Render(e.to_string()))?;
+            write!(out, "{text}")?;
+        }
+        OutputFormat::Table => {
+            if probed.is_empty() {
+                writeln!(out, "no PCI render nodes found")?;
+            }
+            for (index, (p, d)) in probed.iter().zip(&devices).enumerate() {
+                if index > 0 {
+                    writeln!(out)?;
+                }
+                table(p, d, out)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn text_attr(device: &GpuDevice, attribute: crate::caps::Identity) -> String {
+    match device.get(Attribute::Identity(attribute)) {
+        Some(AttrValue::String(s)) => s.clone(),
+        Some(AttrValue::Bool(b)) => b.to_string(),
+        None => "-".into(),
+    }
+}
+
+fn table(p: &Probed, d: &GpuDevice, out: &mut dyn Write) -> std::io::Result<()> {
+    use crate::caps::{Group, Identity};
+    writeln!(out, "GPU {}", d.name)?;
+    let field =
+        |out: &mut dyn Write, label: &str, value: &str| writeln!(out, "  {label:<15} {value}");
+    field(out, "render node:", &p.render_node.display().to_string())?;
+    field(out, "PCI address:", &p.pci.address)?;
+    field(
+        out,
+        "vendor:product:",
+        &format!("{}:{}", p.pci.vendor, p.pci.product),
+    )?;
+    field(out, "kernel driver:", &p.pci.driver)?;
+    field(out, "name:", &text_attr(d, Identity::Name))?;
+    field(out, "VA driver:", &text_attr(d, Identity::VaDriver))?;
+    if let Some(report) = &p.report {
+        if let Some(version) = &report.va_api_version {
+            field(out, "VA-API:", version)?;
+        }
+        if let Some(driver) = &report.driver_override {
+            field(out, "forced driver:", driver)?;
+        }
+    }
+    for (name, full) in &d.trimmed {
+        writeln!(out, "  ({name} trimmed to 64 bytes from {full:?})")?;
+    }
+    if let Some(failure) = &d.failure {
+        writeln!(out, "  FAILED: {failure}")?;
+    }
+    writeln!(out, "  capabilities:")?;
+    for group in Group::ALL {
+        let yes: Vec<&str> = group
+            .capabilities()
+            .filter(|c| d.capability(*c))
+            .map(Capability::value)
+            .collect();
+        let list = if yes.is_empty() {
+            "-".to_string()
+        } else {
+            yes.join(" ")
+        };
+        writeln!(out, "    {:<7} {list}", group.as_str())?;
+    }
+    let Some(report) = &p.report else {
+        return Ok(());
+    };
+    writeln!(out, "  driver statements:")?;
+    let mut profiles: Vec<(String, Vec<String>)> = Vec::new();
+    for config in &report.configs {
+        let profile = config.profile.to_string();
+        let mut entry = config.entrypoint.to_string();
+        if let Some(rt) = config.rt_format {
+            let rt = serde_json::to_value(rt)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            entry = format!("{entry} (RTFormat {rt})");
+        }
+        match profiles.iter_mut().find(|(p, _)| *p == profile) {
+            Some((_, entries)) => entries.push(entry),
+            None => profiles.push((profile, vec![entry])),
+        }
+    }
+    let width = profiles.iter().map(|(p, _)| p.len()).max().unwrap_or(0);
+    for (profile, entries) in &profiles {
+        writeln!(out, "    {profile:<width$}  {}", entries.join(", "))?;
+    }
+    for (label, surfaces) in [
+        ("VideoProc surface formats", &report.video_proc),
+        ("AV1 surface formats", &report.av1_surfaces),
+    ] {
+        if let Some(s) = surfaces {
+            match &s.error {
+                Some(error) => writeln!(out, "    {label}: {error}")?,
+                None => {
+                    let formats: Vec<String> = s.formats.iter().map(ToString::to_string).collect();
+                    writeln!(out, "    {label}: {}", formats.join(" "))?;
+                }
+            }
+        }
+    }
+    for warning in &report.warnings {
+        writeln!(out, "    warning: {warning}")?;
+    }
+    if !report.messages.is_empty() {
+        writeln!(out, "  libva said:")?;
+        for message in &report.messages {
+            writeln!(out, "    {message}")?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,548 @@
+//! Probing every GPU of the node, each in its own short-lived child process, or replaying
+//! recorded probes.
+//!
+//! The agent re-executes itself (`media-capabilities __probe-gpu --render-node P`) once per GPU, a
+//! few at a time, each with a timeout. The child prints its report as one JSON line, the last line
+//! on stdout, so a driver that prints to stdout cannot corrupt it; libva's messages go to stderr as
+//! they arrive, so the parent has them even when the driver kills the child. A crash, abort,
+//! hang, non-zero exit or unreadable output becomes that GPU's failure, worded for the log, and
+//! touches no other GPU.
+//!
+//! `LIBVA_DRIVER_NAME` would force one VA driver onto every GPU of the process (wrong on a mixed
+//! Intel+AMD node), so the parent removes it from every child's environment and logs that it did;
+//! the per-GPU override (`--va-driver ADDRESS=NAME` or `VENDOR=NAME`) is passed to the child, which
+//! sets it with `vaSetDriverName` on that GPU's display only.
+//!
+//! `ProbeSource::Recorded` reads the same outcomes from files instead (see docs/report-format.md),
+//! so the rest of the agent cannot tell a replay from a live probe.
+
+use crate::device::{Outcome, failure_text};
+use crate::sysfs::{DiscoveryError, PciIdentity, PciNames, RenderNode, Roots};
+use crate::va::probe::{ProbeOptions, probe};
+use crate::va::report::Report;
+use serde::{Deserialize, Serialize};
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+
+/// The hidden subcommand the agent runs itself with to probe one GPU.
+pub const CHILD_SUBCOMMAND: &str = "__probe-gpu";
+
+/// The default time a probe may take before it is killed.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The default number of probes running at once.
+pub const DEFAULT_PARALLEL: usize = 4;
+
+/// One GPU and how its probe ended: what the agent works from, and the recorded format.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Probed {
+    pub render_node: PathBuf,
+    pub pci: PciIdentity,
+    /// The driver's report, when the probe process produced one (its `error` may be set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<Report>,
+    /// The probe process's failure (crash, hang, garbage), word for word, when there is no report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}
+
+impl Probed {
+    /// Pairs a node with its outcome.
+    pub fn new(node: RenderNode, outcome: Outcome) -> Probed {
+        let (report, failure) = match outcome {
+            Outcome::Report(r) => (Some(*r), None),
+            Outcome::Failed(f) => (None, Some(f)),
+        };
+        Probed {
+            render_node: node.path,
+            pci: node.pci,
+            report,
+            failure,
+        }
+    }
+
+    /// The render node and its PCI identity.
+    pub fn node(&self) -> RenderNode {
+        RenderNode {
+            path: self.render_node.clone(),
+            pci: self.pci.clone(),
+        }
+    }
+
+    /// The outcome; a record with neither a report nor a failure is a failure saying so.
+    pub fn outcome(&self) -> Outcome {
+        match (&self.report, &self.failure) {
+            (_, Some(failure)) => Outcome::Failed(failure.clone()),
+            (Some(report), None) => Outcome::Report(Box::new(report.clone())),
+            (None, None) => Outcome::Failed(failure_text(
+                &self.node(),
+                "left no report in the record",
+                &[],
+            )),
+        }
+    }
+}
+
+/// The program a probe runs: our own executable and the hidden subcommand by default; tests put
+/// stand-in scripts here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeCommand {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+}
+
+impl ProbeCommand {
+    /// `<this executable> __probe-gpu`.
+    pub fn current_exe() -> std::io::Result<ProbeCommand> {
+        Ok(ProbeCommand {
+            program: std::env::current_exe()?,
+            args: vec![CHILD_SUBCOMMAND.into()],
+        })
+    }
+}
+
+/// Which GPUs a VA driver override applies to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OverrideKey {
+    /// One GPU, by PCI address (`0000:03:00.0`).
+    Address(String),
+    /// Every GPU of a PCI vendor (`8086`).
+    Vendor(String),
+}
+
+/// A per-GPU VA driver override, `KEY=NAME`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriverOverride {
+    pub key: OverrideKey,
+    pub driver: String,
+}
+
+impl std::str::FromStr for DriverOverride {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let usage =
+            "(valid: ADDRESS=NAME such as 0000:03:00.0=radeonsi, or VENDOR=NAME such as 8086=i965)";
+        let (key, driver) = text
+            .split_once('=')
+            .ok_or_else(|| format!("VA driver override {text:?} has no '=' {usage}"))?;
+        if driver.is_empty() || driver.contains(['/', '\0']) {
+            return Err(format!(
+                "VA driver override {text:?} names no valid driver {usage}"
+            ));
+        }
+        let key = key.to_ascii_lowercase();
+        let key = if key.len() == 4 && key.chars().all(|c| c.is_ascii_hexdigit()) {
+            OverrideKey::Vendor(key)
+        } else if key.contains(':') {
+            OverrideKey::Address(key)
+        } else {
+            return Err(format!(
+                "VA driver override {text:?}: {key:?} is neither a PCI address nor a vendor ID {usage}"
+            ));
+        };
+        Ok(DriverOverride {
+            key,
+            driver: driver.to_string(),
+        })
+    }
+}
+
+/// The override for `pci`: one for its address wins over one for its vendor.
+pub fn driver_for<'a>(overrides: &'a [DriverOverride], pci: &PciIdentity) -> Option<&'a str> {
+    let find = |want: &dyn Fn(&OverrideKey) -> bool| {
+        overrides
+            .iter()
+            .find(|o| want(&o.key))
+            .map(|o| o.driver.as_str())
+    };
+    find(&|k| matches!(k, OverrideKey::Address(a) if *a == pci.address))
+        .or_else(|| find(&|k| matches!(k, OverrideKey::Vendor(v) if *v == pci.vendor)))
+}
+
+/// How live probes run.
+#[derive(Clone, Debug)]
+pub struct Isolation {
+    pub command: ProbeCommand,
+    pub timeout: Duration,
+    pub parallel: usize,
+    pub overrides: Vec<DriverOverride>,
+}
+
+/// Where the GPUs and their outcomes come from.
+#[derive(Clone, Debug)]
+pub enum ProbeSource {
+    /// Discover render nodes and probe each in a child process.
+    Live {
+        roots: Roots,
+        /// pci.ids; `None` searches the usual places.
+        pci_ids: Option<PathBuf>,
+        /// Only this render node, when set.
+        only: Option<PathBuf>,
+        isolation: Isolation,
+    },
+    /// Read recorded outcomes: a JSON file (one record or an array), or a directory of them.
+    Recorded(PathBuf),
+}
+
+/// Why no GPU could be probed at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+    #[error(
+        "no PCI render node {path} (found: {found}) (hint: `ls /dev/dri` lists the render nodes)"
+    )]
+    NoSuchNode { path: PathBuf, found: String },
+    #[error("read recorded probes {path}: {source}")]
+    ReadRecord {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "parse recorded probes {path}: {source} (hint: the format is in docs/report-format.md)"
+    )]
+    ParseRecord {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
+impl ProbeSource {
+    /// Every GPU with its outcome, sorted by PCI address.
+    pub async fn probe(&self) -> Result<Vec<Probed>, ProbeError> {
+        match self {
+            ProbeSource::Recorded(path) => read_records(path),
+            ProbeSource::Live {
+                roots,
+                pci_ids,
+                only,
+                isolation,
+            } => {
+                let names = PciNames::load(pci_ids.as_deref())?;
+                let mut nodes = crate::sysfs::discover(roots, &names)?;
+                if let Some(only) = only {
+                    let found = nodes
+                        .iter()
+                        .map(|n| n.path.display().to_string())
+                        .collect::<Vec<_>>();
+                    nodes.retain(|n| &n.path == only);
+                    if nodes.is_empty() {
+                        return Err(ProbeError::NoSuchNode {
+                            path: only.clone(),
+                            found: if found.is_empty() {
+                                "none".into()
+                            } else {
+                                found.join(", ")
+                            },
+                        });
+                    }
+                }
+                Ok(probe_all(nodes, isolation).await)
+            }
+        }
+    }
+}
+
+/// Reads recorded outcomes from a file or every `*.json` file of a directory.
+pub fn read_records(path: &Path) -> Result<Vec<Probed>, ProbeError> {
+    let read_err = |source| ProbeError::ReadRecord {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut files = Vec::new();
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path).map_err(read_err)? {
+            let file = entry.map_err(read_err)?.path();
+            if file.extension().is_some_and(|e| e == "json") {
+                files.push(file);
+            }
+        }
+        files.sort();
+    } else {
+        files.push(path.to_path_buf());
+    }
+    let mut records = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).map_err(|source| ProbeError::ReadRecord {
+            path: file.clone(),
+            source,
+        })?;
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum OneOrMany {
+            Many(Vec<Probed>),
+            One(Box<Probed>),
+        }
+        let parsed: OneOrMany =
+            serde_json::from_str(&text).map_err(|source| ProbeError::ParseRecord {
+                path: file.clone(),
+                source,
+            })?;
+        match parsed {
+            OneOrMany::Many(many) => records.extend(many),
+            OneOrMany::One(one) => records.push(*one),
+        }
+    }
+    records.sort_by(|a, b| a.pci.address.cmp(&b.pci.address));
+    Ok(records)
+}
+
+/// Probes every node in its own child, at most `isolation.parallel` at once; results in the
+/// nodes' order.
+pub async fn probe_all(nodes: Vec<RenderNode>, isolation: &Isolation) -> Vec<Probed> {
+    if std::env::var_os("LIBVA_DRIVER_NAME").is_some() {
+        tracing::warn!(
+            "ignoring LIBVA_DRIVER_NAME: it would force one VA driver onto every GPU \
+             (hint: use --va-driver ADDRESS=NAME or VENDOR=NAME for one GPU or vendor)"
+        );
+    }
+    let permits = Arc::new(tokio::sync::Semaphore::new(isolation.parallel.max(1)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (index, node) in nodes.iter().cloned().enumerate() {
+        let permits = Arc::clone(&permits);
+        let isolation = isolation.clone();
+        tasks.spawn(async move {
+            // The semaphore is never closed, so acquiring cannot fail; hold the permit while the
+            // child runs.
+            let _permit = permits.acquire_owned().await;
+            let outcome = probe_in_child(&node, &isolation).await;
+            (index, outcome)
+        });
+    }
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; nodes.len()];
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok((index, outcome)) => outcomes[index] = Some(outcome),
+            Err(e) => tracing::error!("a probe task failed: {e}"),
+        }
+    }
+    nodes
+        .into_iter()
+        .zip(outcomes)
+        .map(|(node, outcome)| {
+            let outcome = outcome.unwrap_or_else(|| {
+                Outcome::Failed(failure_text(&node, "was lost: its task panicked", &[]))
+            });
+            Probed::new(node, outcome)
+        })
+        .collect()
+}
+
+fn seconds(elapsed: Duration) -> String {
+    format!("{:.1}s", elapsed.as_secs_f64())
+}
+
+/// Runs one probe child for `node` and turns whatever happens into an outcome.
+pub async fn probe_in_child(node: &RenderNode, isolation: &Isolation) -> Outcome {
+    let start = Instant::now();
+    let program = &isolation.command.program;
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(&isolation.command.args)
+        .arg("--render-node")
+        .arg(&node.path);
+    if let Some(driver) = driver_for(&isolation.overrides, &node.pci) {
+        command.arg("--va-driver").arg(driver);
+    }
+    command
+        .env_remove("LIBVA_DRIVER_NAME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so a hung probe is killed with anything it started.
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let what = format!("could not start {}: {e}", program.display());
+            return Outcome::Failed(failure_text(node, &what, &[]));
+        }
+    };
+    let pid = child.id();
+    let said = Arc::new(Mutex::new(Vec::<String>::new()));
+    let stderr = child.stderr.take().map(|stderr| {
+        let said = Arc::clone(&said);
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(mut said) = said.lock() {
+                    said.push(line);
+                }
+            }
+        })
+    });
+    let stdout = child.stdout.take().map(|mut stdout| {
+        tokio::spawn(async move {
+            let mut bytes = Vec::new();
+            let read = stdout.read_to_end(&mut bytes).await;
+            read.map(|_| bytes)
+        })
+    });
+    let finished = tokio::time::timeout(isolation.timeout, async {
+        let status = child.wait().await;
+        // Both pipes reach EOF once the child and anything holding them have exited.
+        if let Some(task) = stderr {
+            let _ = task.await;
+        }
+        let out = match stdout {
+            Some(task) => task.await.ok().and_then(Result::ok),
+            None => None,
+        };
+        (status, out)
+    })
+    .await;
+    let elapsed = seconds(start.elapsed());
+    let said_now = || said.lock().map(|s| s.clone()).unwrap_or_default();
+    let (status, stdout) = match finished {
+        Ok(done) => done,
+        Err(_) => {
+            if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+                // The group has our child as leader; its id cannot be reused while any member
+                // lives, so this reaches only the probe and what it started.
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            let _ = child.kill().await;
+            let what = format!(
+                "timed out after {} and was killed",
+                seconds(isolation.timeout)
+            );
+            return Outcome::Failed(failure_text(node, &what, &said_now()));
+        }
+    };
+    let status = match status {
+        Ok(status) => status,
+        Err(e) => {
+            let what = format!("could not be waited for after {elapsed}: {e}");
+            return Outcome::Failed(failure_text(node, &what, &said_now()));
+        }
+    };
+    let stdout = stdout.unwrap_or_default();
+    let text = String::from_utf8_lossy(&stdout);
+    let mut lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let last = lines.pop();
+    // Anything the driver printed to stdout before the report is also something it said.
+    let mut said = said_now();
+    said.extend(lines.iter().map(|l| l.to_string()));
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(signal) = status.signal() {
+        let name = nix::sys::signal::Signal::try_from(signal)
+            .map(|s| s.as_str().to_string())
+            .unwrap_or_else(|_| format!("signal {signal}"));
+        let what = format!("killed by {name} after {elapsed}");
+        return Outcome::Failed(failure_text(node, &what, &said));
+    }
+    if !status.success() {
+        let code = status
+            .code()
+            .map_or_else(|| "unknown".to_string(), |c| c.to_string());
+        let what = format!("exited with status {code} after {elapsed}");
+        return Outcome::Failed(failure_text(node, &what, &said));
+    }
+    let Some(last) = last else {
+        let what = format!("printed no report after {elapsed}");
+        return Outcome::Failed(failure_text(node, &what, &said));
+    };
+    match serde_json::from_str::<Report>(last) {
+        Ok(report) => {
+            for line in &said {
+                tracing::debug!("probe of {}: {line}", node.path.display());
+            }
+            Outcome::Report(Box::new(report))
+        }
+        Err(e) => {
+            said.push(last.to_string());
+            let what = format!("printed an unreadable report after {elapsed} ({e})");
+            Outcome::Failed(failure_text(node, &what, &said))
+        }
+    }
+}
+
+/// What the child is asked to do.
+#[derive(Clone, Debug, Default)]
+pub struct ChildRequest {
+    pub render_node: PathBuf,
+    pub options: ProbeOptions,
+    /// Print this recorded report instead of asking libva (benchmarks and tests of the plumbing).
+    pub replay: Option<PathBuf>,
+}
+
+/// Why the child could not print a report at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ChildError {
+    #[error("read report to replay {path}: {message}")]
+    Replay { path: PathBuf, message: String },
+    #[error("write report: {0}")]
+    Write(#[from] std::io::Error),
+}
+
+/// The child's whole job: probe one node (or replay a report) and print the report as one JSON
+/// line. A libva failure is part of the report, not an error of the child.
+pub fn run_child(request: &ChildRequest, out: &mut dyn Write) -> Result<(), ChildError> {
+    let report = match &request.replay {
+        Some(path) => {
+            let replay_err = |message: String| ChildError::Replay {
+                path: path.clone(),
+                message,
+            };
+            let text = std::fs::read_to_string(path).map_err(|e| replay_err(e.to_string()))?;
+            serde_json::from_str::<Report>(&text).map_err(|e| replay_err(e.to_string()))?
+        }
+        None => {
+            let options = ProbeOptions {
+                echo_messages: true,
+                ..request.options.clone()
+            };
+            probe(&request.render_node, &options)
+        }
+    };
+    let line = serde_json::to_string(&report).map_err(std::io::Error::other)?;
+    writeln!(out, "{line}")?;
+    out.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pci(address: &str, vendor: &str) -> PciIdentity {
+        PciIdentity {
+            address: address.into(),
+            vendor: vendor.into(),
+            product: "0000".into(),
+            driver: "x".into(),
+            pci_name: None,
+        }
+    }
+
+    #[test]
+    fn overrides_parse_and_the_address_wins_over_the_vendor() {
+        let overrides: Vec<DriverOverride> = ["8086=i965", "0000:00:02.0=iHD"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        assert_eq!(
+            driver_for(&overrides, &pci("0000:00:02.0", "8086")),
+            Some("iHD")
+        );
+        assert_eq!(
+            driver_for(&overrides, &pci("0000:00:03.0", "8086")),
+            Some("i965")
+        );
+        assert_eq!(driver_for(&overrides, &pci("0000:03:00.0", "1002")), None);
+        for bad in ["radeonsi", "amd=radeonsi", "8086=", "8086=../x"] {
+            let err = bad.parse::<DriverOverride>().unwrap_err();
+            assert!(err.contains("(valid: ADDRESS=NAME"), "{err}");
+        }
+    }
+}

@@ -1,0 +1,390 @@
+//! Discovery: the node's render nodes and the PCI identity of the GPU behind each.
+//!
+//! Render nodes are listed under a dev root (`/dev/dri`); each one's identity is read from the sys
+//! root (`/sys/class/drm/renderDN/device`, libva-facts §6), so tests point both roots at a fake tree
+//! in a temp dir. GPUs are keyed by PCI address because renderD numbers are not stable. Names come
+//! from the system's pci.ids through `pciid-parser` (it has no build script and reads a file we
+//! name; its `online` feature, the only network access, stays off).
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The places discovery reads; `/dev/dri` and `/sys` unless a test or an operator says otherwise.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Roots {
+    pub dev: PathBuf,
+    pub sys: PathBuf,
+}
+
+impl Default for Roots {
+    fn default() -> Self {
+        Roots {
+            dev: PathBuf::from("/dev/dri"),
+            sys: PathBuf::from("/sys"),
+        }
+    }
+}
+
+/// Where pci.ids usually lives: the Debian `pci.ids` package, then hwdata.
+pub const PCI_IDS_PATHS: [&str; 2] = ["/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids"];
+
+/// What sysfs and pci.ids say about the GPU behind a render node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PciIdentity {
+    /// `PCI_SLOT_NAME`, e.g. `0000:00:02.0`.
+    pub address: String,
+    /// PCI vendor ID, 4 lowercase hex digits (`8086`).
+    pub vendor: String,
+    /// PCI device ID, 4 lowercase hex digits (`7d55`).
+    pub product: String,
+    /// The kernel driver (`DRIVER` in uevent): i915, xe, amdgpu, nvidia...
+    pub driver: String,
+    /// The device's name in pci.ids, untrimmed; absent when there is no database or no entry
+    /// (the published `name` then follows `device::name_value`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_name: Option<String>,
+}
+
+/// One render node and its GPU.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenderNode {
+    pub path: PathBuf,
+    pub pci: PciIdentity,
+}
+
+/// Why discovery could not run at all (a single unusable node is skipped, not an error).
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    #[error(
+        "list render nodes in {path}: {source} (hint: is /dev/dri mounted into the container?)"
+    )]
+    DevRoot {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "read PCI ID database {path}: {message} (hint: install the pci.ids package, or point --pci-ids at the file)"
+    )]
+    PciIds { path: PathBuf, message: String },
+}
+
+/// The PCI ID database, or the knowledge that there is none.
+pub struct PciNames {
+    db: Option<pciid_parser::Database>,
+}
+
+impl PciNames {
+    /// No database: every `pci_name` is absent.
+    pub fn none() -> PciNames {
+        PciNames { db: None }
+    }
+
+    /// Reads `path`, or with `None` the first of `PCI_IDS_PATHS` that exists. A path the operator
+    /// named must be readable; a missing system database is only logged, since names are
+    /// cosmetic and the capabilities do not depend on them.
+    pub fn load(path: Option<&Path>) -> Result<PciNames, DiscoveryError> {
+        let path = match path {
+            Some(p) => p.to_path_buf(),
+            None => match PCI_IDS_PATHS.iter().map(Path::new).find(|p| p.exists()) {
+                Some(p) => p.to_path_buf(),
+                None => {
+                    tracing::warn!(
+                        "no PCI ID database at {} or {}; GPU names fall back to vendor:product",
+                        PCI_IDS_PATHS[0],
+                        PCI_IDS_PATHS[1]
+                    );
+                    return Ok(PciNames::none());
+                }
+            },
+        };
+        let db =
+            pciid_parser::Database::read_from_file(&path).map_err(|e| DiscoveryError::PciIds {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+        tracing::debug!("read PCI ID database {}", path.display());
+        Ok(PciNames { db: Some(db) })
+    }
+
+    /// The device's name, when the database has the entry.
+    pub fn device_name(&self, vendor: u16, product: u16) -> Option<String> {
+        // Looked up in the parsed maps rather than with `find_device_name`, which formats IDs
+        // without leading zeros and so misses products like 0412.
+        self.db
+            .as_ref()?
+            .vendors
+            .get(&vendor)?
+            .devices
+            .get(&product)
+            .map(|d| d.name.clone())
+    }
+}
+
+/// Every PCI render node under `roots.dev`, sorted by PCI address. Nodes without a PCI identity
+/// (vgem, platform GPUs) and nodes whose identity cannot be read are skipped with a log line.
+pub fn discover(roots: &Roots, names: &PciNames) -> Result<Vec<RenderNode>, DiscoveryError> {
+    let entries = std::fs::read_dir(&roots.dev).map_err(|source| DiscoveryError::DevRoot {
+        path: roots.dev.clone(),
+        source,
+    })?;
+    let mut nodes: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with("renderD"))
+        .collect();
+    nodes.sort();
+    let mut found: Vec<RenderNode> = Vec::new();
+    for node in nodes {
+        let path = roots.dev.join(&node);
+        let device = roots.sys.join("class/drm").join(&node).join("device");
+        match identity(&device, names) {
+            Ok(pci) => {
+                if let Some(first) = found.iter().find(|n| n.pci.address == pci.address) {
+                    tracing::warn!(
+                        "skipping {}: same PCI address {} as {}",
+                        path.display(),
+                        pci.address,
+                        first.path.display()
+                    );
+                    continue;
+                }
+                found.push(RenderNode { path, pci });
+            }
+            Err(Skip::NotPci(why)) => {
+                tracing::info!("skipping {}: not a PCI device ({why})", path.display());
+            }
+            Err(Skip::Unreadable(why)) => {
+                tracing::warn!("skipping {}: {why}", path.display());
+            }
+        }
+    }
+    found.sort_by(|a, b| a.pci.address.cmp(&b.pci.address));
+    Ok(found)
+}
+
+enum Skip {
+    NotPci(String),
+    Unreadable(String),
+}
+
+fn identity(device: &Path, names: &PciNames) -> Result<PciIdentity, Skip> {
+    let uevent_path = device.join("uevent");
+    let uevent = std::fs::read_to_string(&uevent_path)
+        .map_err(|e| Skip::NotPci(format!("{}: {e}", uevent_path.display())))?;
+    let field = |key: &str| {
+        uevent
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .map(str::trim)
+            .map(str::to_string)
+    };
+    let address = field("PCI_SLOT_NAME")
+        .ok_or_else(|| Skip::NotPci(format!("no PCI_SLOT_NAME in {}", uevent_path.display())))?;
+    if !valid_address(&address) {
+        return Err(Skip::Unreadable(format!(
+            "PCI_SLOT_NAME {address:?} in {} is not dddd:bb:dd.f",
+            uevent_path.display()
+        )));
+    }
+    let driver = field("DRIVER")
+        .ok_or_else(|| Skip::Unreadable(format!("no DRIVER in {}", uevent_path.display())))?;
+    let vendor = hex_id(&device.join("vendor"))?;
+    let product = hex_id(&device.join("device"))?;
+    Ok(PciIdentity {
+        pci_name: names.device_name(vendor, product),
+        address,
+        vendor: format!("{vendor:04x}"),
+        product: format!("{product:04x}"),
+        driver,
+    })
+}
+
+/// Reads a sysfs ID file (`0x8086`).
+fn hex_id(path: &Path) -> Result<u16, Skip> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Skip::Unreadable(format!("{}: {e}", path.display())))?;
+    let digits = text.trim();
+    digits
+        .strip_prefix("0x")
+        .and_then(|hex| u16::from_str_radix(hex, 16).ok())
+        .ok_or_else(|| {
+            Skip::Unreadable(format!(
+                "{} holds {digits:?}, not a 16-bit hex ID",
+                path.display()
+            ))
+        })
+}
+
+/// `dddd:bb:dd.f` in hex: the only shape the kernel gives, and what keeps device names valid.
+fn valid_address(address: &str) -> bool {
+    let parts: Vec<&str> = address.split([':', '.']).collect();
+    parts.len() == 4
+        && parts
+            .iter()
+            .zip([4, 2, 2, 1])
+            .all(|(p, len)| p.len() == len && p.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    /// A fake /dev/dri + /sys with the layout of libva-facts §6.
+    struct Tree {
+        dir: tempfile::TempDir,
+    }
+
+    impl Tree {
+        fn new() -> Tree {
+            let dir = tempfile::tempdir().unwrap();
+            fs::create_dir_all(dir.path().join("dev/dri")).unwrap();
+            Tree { dir }
+        }
+
+        fn roots(&self) -> Roots {
+            Roots {
+                dev: self.dir.path().join("dev/dri"),
+                sys: self.dir.path().join("sys"),
+            }
+        }
+
+        fn node(&self, name: &str) -> PathBuf {
+            let path = self.dir.path().join("dev/dri").join(name);
+            fs::write(&path, "").unwrap();
+            let device = self
+                .dir
+                .path()
+                .join("sys/class/drm")
+                .join(name)
+                .join("device");
+            fs::create_dir_all(&device).unwrap();
+            device
+        }
+
+        fn pci(&self, name: &str, address: &str, vendor: &str, product: &str, driver: &str) {
+            let device = self.node(name);
+            fs::write(device.join("vendor"), format!("{vendor}\n")).unwrap();
+            fs::write(device.join("device"), format!("{product}\n")).unwrap();
+            fs::write(
+                device.join("uevent"),
+                format!("DRIVER={driver}\nPCI_CLASS=30000\nPCI_SLOT_NAME={address}\n"),
+            )
+            .unwrap();
+        }
+    }
+
+    const PCI_IDS: &str = "# test database\n8086  Intel Corporation\n\t0412  Xeon E3-1200 v3 Processor Integrated Graphics Controller\n\t7d55  Meteor Lake-P [Intel Arc Graphics]\n\t\t1028 0c11  Some laptop\n1002  Advanced Micro Devices, Inc. [AMD/ATI]\n\t744c  Navi 31 [Radeon RX 7900 XT/7900 XTX/7900 GRE/7900M]\n";
+
+    fn names(tree: &Tree) -> PciNames {
+        let path = tree.dir.path().join("pci.ids");
+        fs::write(&path, PCI_IDS).unwrap();
+        PciNames::load(Some(&path)).unwrap()
+    }
+
+    #[test]
+    fn finds_pci_render_nodes_sorted_by_address_with_names() {
+        let tree = Tree::new();
+        tree.pci("renderD128", "0000:03:00.0", "0x1002", "0x744c", "amdgpu");
+        tree.pci("renderD129", "0000:00:02.0", "0x8086", "0x7D55", "i915");
+        tree.pci("renderD130", "0000:00:03.0", "0x8086", "0x0412", "i915");
+        // A card node and a control file are not render nodes.
+        fs::write(tree.dir.path().join("dev/dri/card0"), "").unwrap();
+        let found = discover(&tree.roots(), &names(&tree)).unwrap();
+        let summary: Vec<_> = found
+            .iter()
+            .map(|n| {
+                (
+                    n.path.file_name().unwrap().to_str().unwrap(),
+                    n.pci.address.as_str(),
+                    n.pci.vendor.as_str(),
+                    n.pci.product.as_str(),
+                    n.pci.driver.as_str(),
+                    n.pci.pci_name.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (
+                    "renderD129",
+                    "0000:00:02.0",
+                    "8086",
+                    "7d55",
+                    "i915",
+                    Some("Meteor Lake-P [Intel Arc Graphics]")
+                ),
+                (
+                    "renderD130",
+                    "0000:00:03.0",
+                    "8086",
+                    "0412",
+                    "i915",
+                    Some("Xeon E3-1200 v3 Processor Integrated Graphics Controller")
+                ),
+                (
+                    "renderD128",
+                    "0000:03:00.0",
+                    "1002",
+                    "744c",
+                    "amdgpu",
+                    Some("Navi 31 [Radeon RX 7900 XT/7900 XTX/7900 GRE/7900M]")
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn non_pci_and_broken_nodes_are_skipped() {
+        let tree = Tree::new();
+        // vgem: a platform device, uevent without PCI_SLOT_NAME.
+        let vgem = tree.node("renderD128");
+        fs::write(vgem.join("uevent"), "DRIVER=vgem\n").unwrap();
+        // No sysfs entry at all.
+        fs::write(tree.dir.path().join("dev/dri/renderD131"), "").unwrap();
+        // A PCI node whose vendor file is garbage.
+        tree.pci("renderD129", "0000:00:02.0", "intel", "0x7d55", "i915");
+        tree.pci("renderD130", "0000:03:00.0", "0x1002", "0x744c", "amdgpu");
+        let found = discover(&tree.roots(), &PciNames::none()).unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].pci.address, "0000:03:00.0");
+        assert_eq!(found[0].pci.pci_name, None);
+    }
+
+    #[test]
+    fn a_missing_dev_root_is_an_error_with_a_hint() {
+        let tree = Tree::new();
+        let roots = Roots {
+            dev: tree.dir.path().join("nope"),
+            sys: tree.dir.path().join("sys"),
+        };
+        let err = discover(&roots, &PciNames::none()).unwrap_err().to_string();
+        assert!(err.starts_with("list render nodes in "), "{err}");
+        assert!(
+            err.ends_with("(hint: is /dev/dri mounted into the container?)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_named_pci_ids_file_must_exist() {
+        let err = PciNames::load(Some(Path::new("/nonexistent/pci.ids")))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.starts_with("read PCI ID database /nonexistent/pci.ids: "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn addresses_are_checked() {
+        assert!(valid_address("0000:00:02.0"));
+        assert!(valid_address("0001:c3:1f.7"));
+        assert!(!valid_address("00:02.0"));
+        assert!(!valid_address("0000:00:02.0/x"));
+        assert!(!valid_address("0000:0g:02.0"));
+    }
+}

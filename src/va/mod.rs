@@ -1,0 +1,8 @@
+//! VA-API: libva loaded at run time (`ffi`, the only unsafe code), the probe of one GPU
+//! (`probe`), what it learned as plain data (`report`), and the one function that turns a report
+//! into capability values (`rules`).
+
+pub mod ffi;
+pub mod probe;
+pub mod report;
+pub mod rules;

@@ -1,0 +1,165 @@
+//! `media-capabilities probe` as a user runs it: from recorded probes (the example of
+//! docs/report-format.md and a failed probe), in every output format, and its errors.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_media-capabilities"))
+        .args(args)
+        .env_clear()
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+/// The JSON example of docs/report-format.md, written to `dir`.
+fn docs_example(dir: &Path) -> PathBuf {
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/report-format.md"),
+    )
+    .unwrap();
+    let start = doc.find("```json\n").expect("a json block") + "```json\n".len();
+    let end = start + doc[start..].find("```").unwrap();
+    let path = dir.join("mtl.json");
+    std::fs::write(&path, &doc[start..end]).unwrap();
+    path
+}
+
+const FAILED: &str = r#"{
+  "render_node": "/dev/dri/renderD129",
+  "pci": { "address": "0000:03:00.0", "vendor": "10de", "product": "2684", "driver": "nvidia" },
+  "failure": "probe of /dev/dri/renderD129 (0000:03:00.0) killed by SIGSEGV after 0.4s; libva said: libva info: Trying to open /usr/lib/x86_64-linux-gnu/dri/nvidia_drv_video.so"
+}"#;
+
+#[test]
+fn the_docs_example_publishes_the_product_documents_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = docs_example(dir.path());
+    let out = stdout(&run(&[
+        "probe",
+        "--from",
+        example.to_str().unwrap(),
+        "-o",
+        "json",
+    ]));
+    let shown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(shown[0]["name"], "pci-0000-00-02-0");
+    // The attributes of the device in the product document, section 1.
+    let expected = serde_json::json!({
+        "address": "0000:00:02.0",
+        "decodeAV1Main": true, "decodeAV1Main10": true, "decodeH264": true,
+        "decodeHEVCMain": true, "decodeHEVCMain10": true, "decodeMPEG2": true,
+        "decodeVC1": false, "decodeVP8": true, "decodeVP9": true, "decodeVP9Profile2": true,
+        "driver": "i915",
+        "encodeH264": true, "encodeH264LowPower": false, "encodeHEVCMain": true,
+        "encodeHEVCMain10": true, "encodeHEVCMain10LowPower": false,
+        "encodeHEVCMainLowPower": false,
+        "name": "Meteor Lake-P [Intel Arc Graphics]",
+        "product": "7d55",
+        "resource.kubernetes.io/pciBusID": "0000:00:02.0",
+        "scale10bit": true, "scale8bit": true,
+        "vaDriver": "Intel iHD driver for Intel(R) Gen Graphics - 26.1.2 ()",
+        "vendor": "8086"
+    });
+    assert_eq!(shown[0]["attributes"], expected);
+}
+
+#[test]
+fn json_and_yaml_output_read_back_to_the_same_result() {
+    let dir = tempfile::tempdir().unwrap();
+    docs_example(dir.path());
+    std::fs::write(dir.path().join("nvidia.json"), FAILED).unwrap();
+    let first = stdout(&run(&[
+        "probe",
+        "--from",
+        dir.path().to_str().unwrap(),
+        "-o",
+        "json",
+    ]));
+    let again_path = dir.path().join("again.out");
+    std::fs::write(&again_path, &first).unwrap();
+    let again = stdout(&run(&[
+        "probe",
+        "--from",
+        again_path.to_str().unwrap(),
+        "-o",
+        "json",
+    ]));
+    assert_eq!(first, again);
+    let yaml = stdout(&run(&[
+        "probe",
+        "--from",
+        again_path.to_str().unwrap(),
+        "-o",
+        "yaml",
+    ]));
+    let from_yaml: serde_json::Value = serde_yaml::from_str(&yaml).unwrap();
+    let from_json: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(from_yaml, from_json);
+}
+
+#[test]
+fn the_table_shows_identity_statements_values_and_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    docs_example(dir.path());
+    std::fs::write(dir.path().join("nvidia.json"), FAILED).unwrap();
+    let output = run(&["probe", "--from", dir.path().to_str().unwrap()]);
+    insta::assert_snapshot!("probe_table_mtl_and_failed_nvidia", stdout(&output));
+    // The log has one line per GPU with every value, and the failure word for word.
+    let log = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        log.contains("pci-0000-00-02-0 (/dev/dri/renderD128): address=\"0000:00:02.0\""),
+        "{log}"
+    );
+    assert!(log.contains(&format!(
+        "scale10bit=false; {}",
+        "probe of /dev/dri/renderD129 (0000:03:00.0) killed by SIGSEGV after 0.4s; libva said: libva info: Trying to open /usr/lib/x86_64-linux-gnu/dri/nvidia_drv_video.so"
+    )), "{log}");
+}
+
+#[test]
+fn errors_name_the_file_and_exit_with_1() {
+    let output = run(&["probe", "--from", "/nonexistent/probes.json"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        "error: read recorded probes /nonexistent/probes.json: No such file or directory (os error 2)\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{\"render_node\": 1}").unwrap();
+    let output = run(&["probe", "--from", bad.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        err.starts_with(&format!("error: parse recorded probes {}: ", bad.display())),
+        "{err}"
+    );
+    assert!(
+        err.ends_with("(hint: the format is in docs/report-format.md)\n"),
+        "{err}"
+    );
+}
+
+#[test]
+fn usage_errors_exit_with_2_and_the_bare_command_says_not_yet() {
+    let output = run(&["probe", "-o", "wide"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("[possible values: table, json, yaml]")
+    );
+    let output = run(&[]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not wired up yet"));
+}
