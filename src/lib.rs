@@ -14,6 +14,7 @@ pub mod generated;
 pub mod inventory;
 pub mod names;
 pub mod objects;
+pub mod slice;
 pub mod snapshot;
 pub mod sysfs;
 pub mod va;
