@@ -6,14 +6,18 @@
 
 use std::fmt::Write;
 
+use std::path::Path;
+
 use clap::CommandFactory;
 use clap_complete::Shell;
 
 use crate::caps::{self, Attribute, Capability, Group, Identity};
 use crate::cli::Cli;
+use crate::examples::{self, ExampleError};
 
-/// Every generated file: its path relative to the repository root, and its contents.
-pub fn files() -> Vec<(String, String)> {
+/// Every generated file: its path relative to the repository root `root` (some are made from
+/// inputs there), and its contents.
+pub fn files(root: &Path) -> Result<Vec<(String, String)>, ExampleError> {
     let mut files = Vec::new();
     for (shell, file) in [
         (Shell::Bash, "kubectl-media.bash"),
@@ -26,7 +30,14 @@ pub fn files() -> Vec<(String, String)> {
         files.push((format!("completions/{file}"), script));
     }
     files.push(("docs/capabilities.md".to_string(), capability_reference()));
-    files
+    let fleet = examples::example_fleet(root)?;
+    let mut yaml = String::from(
+        "# Generated from the recorded probes in docs/examples/fleet/ by\n\
+         # `UPDATE_GENERATED=1 cargo test --test generated`; do not edit.\n",
+    );
+    yaml.push_str(&serde_yaml::to_string(&fleet).expect("a List serialises"));
+    files.push(("docs/examples/fleet.yaml".to_string(), yaml));
+    Ok(files)
 }
 
 /// The capability reference, docs/capabilities.md.

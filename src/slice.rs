@@ -50,7 +50,7 @@ pub fn slice_name(node: &str) -> String {
 
 /// FNV-1a, 64 bit: a stable hash that needs no dependency and never changes between releases
 /// (the name must stay the same across agent versions).
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
         (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
