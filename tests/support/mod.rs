@@ -1,0 +1,8 @@
+//! Support code shared by the integration tests and the benchmarks (which include it with
+//! `#[path = "../tests/support/mod.rs"] mod support;`), so nothing here depends on the test
+//! harness.
+
+// Each test binary uses a different part of the support code; the rest would warn as dead.
+#![allow(dead_code)]
+
+pub mod apiserver;
