@@ -302,6 +302,14 @@ fn route(path: &str, address: &str) -> Route {
             Route::Static(g)
         }
         ["apis", "resource.k8s.io", "v1"] => Route::Static(resource_list("resource.k8s.io", "v1")),
+        ["openapi", "v3"] => Route::Static(json!({"paths": {
+            "api/v1": {"serverRelativeURL": "/openapi/v3/api/v1"},
+            "apis/resource.k8s.io/v1": {"serverRelativeURL": "/openapi/v3/apis/resource.k8s.io/v1"},
+        }})),
+        ["openapi", "v3", "api", "v1"] => Route::Static(openapi_v3("", "v1")),
+        ["openapi", "v3", "apis", "resource.k8s.io", "v1"] => {
+            Route::Static(openapi_v3("resource.k8s.io", "v1"))
+        }
         ["api", "v1", rest @ ..] => resource_route("", "v1", rest),
         ["apis", group, version, rest @ ..] => resource_route(group, version, rest),
         _ => Route::NotFound,
@@ -349,6 +357,47 @@ fn resource_list(group: &str, version: &str) -> Value {
         format!("{group}/{version}")
     };
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources})
+}
+
+/// The least OpenAPI v3 document kubectl needs: a PATCH operation per kind that declares the
+/// `fieldValidation` query parameter, so kubectl leaves validation to the server (which, note,
+/// does not reject unknown fields) instead of downloading schemas. No schemas are served, so
+/// `kubectl apply` builds JSON merge patches (it only builds strategic merge patches from a
+/// schema), which this server supports.
+fn openapi_v3(group: &str, version: &str) -> Value {
+    let mut paths = serde_json::Map::new();
+    for r in RESOURCES.iter().filter(|r| r.group == group && r.version == version) {
+        let prefix = if group.is_empty() {
+            format!("/api/{version}")
+        } else {
+            format!("/apis/{group}/{version}")
+        };
+        let path = if r.namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", r.plural)
+        } else {
+            format!("{prefix}/{}/{{name}}", r.plural)
+        };
+        paths.insert(
+            path,
+            json!({"patch": {
+                "operationId": format!("patch{}", r.kind),
+                "parameters": [
+                    {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+                    {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+                    {"name": "force", "in": "query", "schema": {"type": "boolean", "uniqueItems": true}},
+                ],
+                "responses": {"200": {"description": "OK"}},
+                "x-kubernetes-action": "patch",
+                "x-kubernetes-group-version-kind": {"group": group, "version": version, "kind": r.kind},
+            }}),
+        );
+    }
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": format!("v1.{SERVER_MINOR}.0")},
+        "paths": paths,
+        "components": {"schemas": {}},
+    })
 }
 
 fn verb_for(method: &Method, has_name: bool, watch: bool) -> Option<&'static str> {
