@@ -276,19 +276,23 @@ fn value_at<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
     path.iter().try_fold(obj, |v, k| v.get(k))
 }
 
+/// Removes the value at `path`, and the maps left empty by that (Go's `omitempty` drops them).
 fn remove_at(obj: &mut Value, path: &[String]) {
-    let Some((last, parents)) = path.split_last() else {
+    let Some((first, rest)) = path.split_first() else {
         return;
     };
-    let mut cur = obj;
-    for k in parents {
-        match cur.get_mut(k) {
-            Some(next) => cur = next,
-            None => return,
-        }
+    let Some(map) = obj.as_object_mut() else {
+        return;
+    };
+    if rest.is_empty() {
+        map.remove(first);
+        return;
     }
-    if let Some(m) = cur.as_object_mut() {
-        m.remove(last);
+    if let Some(child) = map.get_mut(first) {
+        remove_at(child, rest);
+        if child.as_object().is_some_and(Map::is_empty) {
+            map.remove(first);
+        }
     }
 }
 
