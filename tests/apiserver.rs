@@ -37,7 +37,13 @@ impl Http {
         }
     }
 
-    async fn send(&self, method: &str, path: &str, content_type: Option<&str>, body: Vec<u8>) -> Answer {
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Vec<u8>,
+    ) -> Answer {
         let mut req = http::Request::builder().method(method).uri(path);
         if let Some(ct) = content_type {
             req = req.header("content-type", ct);
@@ -61,13 +67,23 @@ impl Http {
     }
 
     async fn post(&self, path: &str, obj: &Value) -> Answer {
-        self.send("POST", path, Some("application/json"), obj.to_string().into_bytes())
-            .await
+        self.send(
+            "POST",
+            path,
+            Some("application/json"),
+            obj.to_string().into_bytes(),
+        )
+        .await
     }
 
     async fn put(&self, path: &str, obj: &Value) -> Answer {
-        self.send("PUT", path, Some("application/json"), obj.to_string().into_bytes())
-            .await
+        self.send(
+            "PUT",
+            path,
+            Some("application/json"),
+            obj.to_string().into_bytes(),
+        )
+        .await
     }
 
     async fn merge(&self, path: &str, patch: &Value) -> Answer {
@@ -197,8 +213,14 @@ async fn discovery_documents_describe_the_served_resources() {
     assert_eq!(h.get("/api").await.body["versions"], json!(["v1"]));
     let groups = h.get("/apis").await.body;
     assert_eq!(groups["kind"], "APIGroupList");
-    assert_eq!(groups["groups"][0]["preferredVersion"]["groupVersion"], "resource.k8s.io/v1");
-    assert_eq!(h.get("/apis/resource.k8s.io").await.body["kind"], "APIGroup");
+    assert_eq!(
+        groups["groups"][0]["preferredVersion"]["groupVersion"],
+        "resource.k8s.io/v1"
+    );
+    assert_eq!(
+        h.get("/apis/resource.k8s.io").await.body["kind"],
+        "APIGroup"
+    );
 
     let rl = h.get("/apis/resource.k8s.io/v1").await.body;
     assert_eq!(rl["groupVersion"], "resource.k8s.io/v1");
@@ -215,7 +237,12 @@ async fn discovery_documents_describe_the_served_resources() {
     assert_eq!(slices["namespaced"], false);
     assert_eq!(slices["kind"], "ResourceSlice");
     assert_eq!(slices["singularName"], "resourceslice");
-    assert!(slices["verbs"].as_array().unwrap().contains(&json!("watch")));
+    assert!(
+        slices["verbs"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("watch"))
+    );
     assert_eq!(find(&rl, "resourceclaims")["namespaced"], true);
     assert_eq!(find(&rl, "resourceclaimtemplates")["namespaced"], true);
     assert_eq!(find(&rl, "deviceclasses")["namespaced"], false);
@@ -244,7 +271,11 @@ async fn create_sets_server_metadata_and_refuses_duplicates() {
     assert!(meta["uid"].as_str().is_some_and(|u| u.len() == 36));
     assert!(rv(&created.body) > before);
     assert_eq!(meta["generation"], 1);
-    assert!(meta["creationTimestamp"].as_str().is_some_and(|t| t.ends_with('Z')));
+    assert!(
+        meta["creationTimestamp"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
     assert_eq!(meta["managedFields"][0]["operation"], "Update");
     assert_eq!(created.headers["content-type"], "application/json");
 
@@ -278,7 +309,10 @@ async fn generate_name_makes_distinct_names() {
         a["metadata"]["name"].as_str().unwrap().to_string(),
         b["metadata"]["name"].as_str().unwrap().to_string(),
     );
-    assert!(a.starts_with("n-media.liken.sh-") && a.len() == "n-media.liken.sh-".len() + 5, "{a}");
+    assert!(
+        a.starts_with("n-media.liken.sh-") && a.len() == "n-media.liken.sh-".len() + 5,
+        "{a}"
+    );
     assert_ne!(a, b);
 }
 
@@ -315,7 +349,10 @@ async fn update_checks_resource_version_and_bumps_generation_on_spec_changes() {
     let updated = h.put(&format!("{SLICES}/a"), &labelled).await;
     assert_eq!(updated.status, 200);
     assert!(rv(&updated.body) > rv(&created));
-    assert_eq!(updated.body["metadata"]["generation"], 1, "labels are not spec");
+    assert_eq!(
+        updated.body["metadata"]["generation"], 1,
+        "labels are not spec"
+    );
 
     // The stale version is refused with upstream's wording.
     let stale = h.put(&format!("{SLICES}/a"), &created).await;
@@ -344,9 +381,13 @@ async fn update_checks_resource_version_and_bumps_generation_on_spec_changes() {
     assert_eq!(rv(&same.body), rv(&respecced));
     assert_eq!(s.resource_version(), mark);
 
-    let missing = h.put(&format!("{SLICES}/b"), &slice("b", "node-b", 0)).await;
+    let missing = h
+        .put(&format!("{SLICES}/b"), &slice("b", "node-b", 0))
+        .await;
     assert_eq!(missing.status, 404);
-    let wrong_name = h.put(&format!("{SLICES}/a"), &slice("b", "node-a", 0)).await;
+    let wrong_name = h
+        .put(&format!("{SLICES}/a"), &slice("b", "node-a", 0))
+        .await;
     assert_eq!(wrong_name.status, 400);
 }
 
@@ -360,11 +401,22 @@ async fn delete_answers_like_upstream_and_honours_preconditions() {
             "DELETE",
             &format!("{SLICES}/a"),
             Some("application/json"),
-            json!({"preconditions": {"resourceVersion": "1"}}).to_string().into_bytes(),
+            json!({"preconditions": {"resourceVersion": "1"}})
+                .to_string()
+                .into_bytes(),
         )
         .await;
     assert_eq!(bad.status, 409);
-    assert!(bad.body["message"].as_str().unwrap().contains("Precondition") || bad.body["message"].as_str().unwrap().contains("precondition"));
+    assert!(
+        bad.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("Precondition")
+            || bad.body["message"]
+                .as_str()
+                .unwrap()
+                .contains("precondition")
+    );
 
     let gone = h.delete(&format!("{SLICES}/a")).await;
     assert_eq!(gone.status, 200);
@@ -406,23 +458,44 @@ async fn list_filters_by_labels_and_fields() {
     };
     assert_eq!(list(q("labelSelector=tier%3Dgold")).await, ["a"]);
     assert_eq!(list(q("labelSelector=tier%3D%3Dgold")).await, ["a"]);
-    assert_eq!(list(q("labelSelector=tier%21%3Dgold")).await, ["b", "c", "d"]);
-    assert_eq!(list(q("labelSelector=tier+in+%28gold%2Csilver%29")).await, ["a", "b"]);
-    assert_eq!(list(q("labelSelector=tier+notin+%28gold%29")).await, ["b", "c", "d"]);
+    assert_eq!(
+        list(q("labelSelector=tier%21%3Dgold")).await,
+        ["b", "c", "d"]
+    );
+    assert_eq!(
+        list(q("labelSelector=tier+in+%28gold%2Csilver%29")).await,
+        ["a", "b"]
+    );
+    assert_eq!(
+        list(q("labelSelector=tier+notin+%28gold%29")).await,
+        ["b", "c", "d"]
+    );
     assert_eq!(list(q("labelSelector=tier")).await, ["a", "b"]);
     assert_eq!(list(q("labelSelector=%21tier")).await, ["c", "d"]);
-    assert_eq!(list(q("fieldSelector=spec.nodeName%3Dn1")).await, ["a", "c", "d"]);
     assert_eq!(
-        list(q("fieldSelector=spec.nodeName%3Dn1%2Cspec.driver%3Dmedia.liken.sh")).await,
+        list(q("fieldSelector=spec.nodeName%3Dn1")).await,
+        ["a", "c", "d"]
+    );
+    assert_eq!(
+        list(q(
+            "fieldSelector=spec.nodeName%3Dn1%2Cspec.driver%3Dmedia.liken.sh"
+        ))
+        .await,
         ["a", "c"]
     );
     assert_eq!(list(q("fieldSelector=metadata.name%3Db")).await, ["b"]);
-    assert_eq!(list(q("fieldSelector=spec.driver%21%3Dmedia.liken.sh")).await, ["d"]);
+    assert_eq!(
+        list(q("fieldSelector=spec.driver%21%3Dmedia.liken.sh")).await,
+        ["d"]
+    );
 
     let unsupported = h.get(&q("fieldSelector=spec.pool.name%3Dx")).await;
     assert_eq!(unsupported.status, 400);
     assert_eq!(unsupported.body["reason"], "BadRequest");
-    assert_eq!(unsupported.body["message"], "field label not supported: spec.pool.name");
+    assert_eq!(
+        unsupported.body["message"],
+        "field label not supported: spec.pool.name"
+    );
 
     let listed = h.get(SLICES).await.body;
     assert_eq!(listed["kind"], "ResourceSliceList");
@@ -434,7 +507,11 @@ async fn list_filters_by_labels_and_fields() {
 async fn pods_and_events_have_their_field_selectors() {
     let s = TestApiServer::start();
     let h = Http::new(&s);
-    for (name, node, ns) in [("p1", "n1", "default"), ("p2", "n2", "default"), ("p3", "n1", "other")] {
+    for (name, node, ns) in [
+        ("p1", "n1", "default"),
+        ("p2", "n2", "default"),
+        ("p3", "n1", "other"),
+    ] {
         s.put(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns}, "spec": {"nodeName": node}}))
             .unwrap();
     }
@@ -445,14 +522,33 @@ async fn pods_and_events_have_their_field_selectors() {
         "involvedObject": {"kind": "Pod", "name": "p2", "uid": "u2"}, "reason": "Scheduled"}))
         .unwrap();
     let pods = |q: &str| format!("/api/v1/{q}");
-    assert_eq!(names(&h.get(&pods("pods?fieldSelector=spec.nodeName%3Dn1")).await.body), ["p1", "p3"]);
     assert_eq!(
-        names(&h.get(&pods("namespaces/default/pods?fieldSelector=spec.nodeName%3Dn1")).await.body),
+        names(
+            &h.get(&pods("pods?fieldSelector=spec.nodeName%3Dn1"))
+                .await
+                .body
+        ),
+        ["p1", "p3"]
+    );
+    assert_eq!(
+        names(
+            &h.get(&pods(
+                "namespaces/default/pods?fieldSelector=spec.nodeName%3Dn1"
+            ))
+            .await
+            .body
+        ),
         ["p1"]
     );
     let ev = "/api/v1/namespaces/default/events?fieldSelector=";
-    assert_eq!(names(&h.get(&format!("{ev}involvedObject.name%3Dp2")).await.body), ["e2"]);
-    assert_eq!(names(&h.get(&format!("{ev}involvedObject.uid%3Du1")).await.body), ["e1"]);
+    assert_eq!(
+        names(&h.get(&format!("{ev}involvedObject.name%3Dp2")).await.body),
+        ["e2"]
+    );
+    assert_eq!(
+        names(&h.get(&format!("{ev}involvedObject.uid%3Du1")).await.body),
+        ["e1"]
+    );
 }
 
 #[tokio::test]
@@ -460,7 +556,8 @@ async fn list_pages_with_limit_and_continue() {
     let s = TestApiServer::start();
     let h = Http::new(&s);
     for i in 0..25 {
-        s.put(slice(&format!("s{i:02}"), &format!("n{i}"), 0)).unwrap();
+        s.put(slice(&format!("s{i:02}"), &format!("n{i}"), 0))
+            .unwrap();
     }
     let mut seen = Vec::new();
     let mut token = String::new();
@@ -487,7 +584,11 @@ async fn list_pages_with_limit_and_continue() {
     let first = api.list(&ListParams::default().limit(20)).await.unwrap();
     assert_eq!(first.items.len(), 20);
     let rest = api
-        .list(&ListParams::default().limit(20).continue_token(first.metadata.continue_.as_deref().unwrap()))
+        .list(
+            &ListParams::default()
+                .limit(20)
+                .continue_token(first.metadata.continue_.as_deref().unwrap()),
+        )
         .await
         .unwrap();
     assert_eq!(rest.items.len(), 5);
@@ -509,13 +610,21 @@ async fn merge_patch_sets_and_removes_fields() {
         )
         .await;
     assert_eq!(patched.status, 200);
-    assert_eq!(patched.body["metadata"]["labels"], json!({"keep": "1", "new": "2"}));
+    assert_eq!(
+        patched.body["metadata"]["labels"],
+        json!({"keep": "1", "new": "2"})
+    );
     assert_eq!(patched.body["spec"]["pool"]["generation"], 2);
     assert_eq!(patched.body["spec"]["pool"]["name"], "n");
     assert_eq!(patched.body["metadata"]["generation"], 2);
 
     let strategic = h
-        .send("PATCH", &format!("{SLICES}/a"), Some("application/strategic-merge-patch+json"), b"{}".to_vec())
+        .send(
+            "PATCH",
+            &format!("{SLICES}/a"),
+            Some("application/strategic-merge-patch+json"),
+            b"{}".to_vec(),
+        )
         .await;
     assert_eq!(strategic.status, 415);
     assert_eq!(strategic.body["reason"], "UnsupportedMediaType");
@@ -564,11 +673,19 @@ async fn server_side_apply_creates_replaces_and_detects_conflicts() {
         conflict.body["message"],
         "Apply failed with 1 conflict: conflict with \"agent\": .spec.pool.generation"
     );
-    assert_eq!(conflict.body["details"]["causes"][0]["field"], ".spec.pool.generation");
-    assert_eq!(conflict.body["details"]["causes"][0]["reason"], "FieldManagerConflict");
+    assert_eq!(
+        conflict.body["details"]["causes"][0]["field"],
+        ".spec.pool.generation"
+    );
+    assert_eq!(
+        conflict.body["details"]["causes"][0]["reason"],
+        "FieldManagerConflict"
+    );
 
     // Forcing takes the field over.
-    let forced = h.apply(&format!("{other}&force=true"), &theirs.to_string()).await;
+    let forced = h
+        .apply(&format!("{other}&force=true"), &theirs.to_string())
+        .await;
     assert_eq!(forced.status, 200, "{}", forced.body);
     assert_eq!(forced.body["spec"]["pool"]["generation"], 9);
     let managers: Vec<&str> = forced.body["metadata"]["managedFields"]
@@ -604,7 +721,10 @@ async fn kube_rs_typed_clients_work_against_it() {
         .patch(
             "n1-media.liken.sh",
             &PatchParams::apply("media-capabilities").force(),
-            &Patch::Apply(serde_json::from_value::<ResourceSlice>(slice("n1-media.liken.sh", "n1", 3)).unwrap()),
+            &Patch::Apply(
+                serde_json::from_value::<ResourceSlice>(slice("n1-media.liken.sh", "n1", 3))
+                    .unwrap(),
+            ),
         )
         .await
         .unwrap();
@@ -627,13 +747,24 @@ async fn watch_streams_changes_from_a_resource_version() {
     let h = Http::new(&s);
     let start = s.resource_version();
     let mut w = h
-        .watch(&format!("{SLICES}?watch=true&resourceVersion={start}&allowWatchBookmarks=true"))
+        .watch(&format!(
+            "{SLICES}?watch=true&resourceVersion={start}&allowWatchBookmarks=true"
+        ))
         .await;
     s.put(slice("a", "n", 0)).unwrap();
-    s.patch("resourceslices", "", "a", &json!({"metadata": {"labels": {"x": "1"}}})).unwrap();
+    s.patch(
+        "resourceslices",
+        "",
+        "a",
+        &json!({"metadata": {"labels": {"x": "1"}}}),
+    )
+    .unwrap();
     s.delete("resourceslices", "", "a").unwrap();
     assert_eq!(w.next_summary().await, Some(("ADDED".into(), "a".into())));
-    assert_eq!(w.next_summary().await, Some(("MODIFIED".into(), "a".into())));
+    assert_eq!(
+        w.next_summary().await,
+        Some(("MODIFIED".into(), "a".into()))
+    );
     let deleted = w.next().await.unwrap();
     assert_eq!(deleted["type"], "DELETED");
     assert_eq!(rv(&deleted["object"]), s.resource_version());
@@ -647,10 +778,21 @@ async fn watch_streams_changes_from_a_resource_version() {
     );
 
     // A watch opened later from the same version replays the retained history.
-    let mut replay = h.watch(&format!("{SLICES}?watch=1&resourceVersion={start}")).await;
-    assert_eq!(replay.next_summary().await, Some(("ADDED".into(), "a".into())));
-    assert_eq!(replay.next_summary().await, Some(("MODIFIED".into(), "a".into())));
-    assert_eq!(replay.next_summary().await, Some(("DELETED".into(), "a".into())));
+    let mut replay = h
+        .watch(&format!("{SLICES}?watch=1&resourceVersion={start}"))
+        .await;
+    assert_eq!(
+        replay.next_summary().await,
+        Some(("ADDED".into(), "a".into()))
+    );
+    assert_eq!(
+        replay.next_summary().await,
+        Some(("MODIFIED".into(), "a".into()))
+    );
+    assert_eq!(
+        replay.next_summary().await,
+        Some(("DELETED".into(), "a".into()))
+    );
 }
 
 #[tokio::test]
@@ -659,7 +801,11 @@ async fn watch_without_version_starts_with_the_current_state() {
     let h = Http::new(&s);
     s.put(slice("a", "n1", 0)).unwrap();
     s.put(slice("b", "n2", 0)).unwrap();
-    let mut w = h.watch(&format!("{SLICES}?watch=true&fieldSelector=spec.nodeName%3Dn2")).await;
+    let mut w = h
+        .watch(&format!(
+            "{SLICES}?watch=true&fieldSelector=spec.nodeName%3Dn2"
+        ))
+        .await;
     assert_eq!(w.next_summary().await, Some(("ADDED".into(), "b".into())));
     s.put(slice("c", "n2", 0)).unwrap();
     assert_eq!(w.next_summary().await, Some(("ADDED".into(), "c".into())));
@@ -668,11 +814,17 @@ async fn watch_without_version_starts_with_the_current_state() {
         .watch(&format!("{SLICES}?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"))
         .await;
     for name in ["a", "b", "c"] {
-        assert_eq!(initial.next_summary().await, Some(("ADDED".into(), name.into())));
+        assert_eq!(
+            initial.next_summary().await,
+            Some(("ADDED".into(), name.into()))
+        );
     }
     let end = initial.next().await.unwrap();
     assert_eq!(end["type"], "BOOKMARK");
-    assert_eq!(end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"], "true");
+    assert_eq!(
+        end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
 }
 
 #[tokio::test]
@@ -682,10 +834,24 @@ async fn watch_with_selectors_sees_objects_enter_and_leave() {
     s.put(slice("a", "n", 0)).unwrap();
     let from = s.resource_version();
     let mut w = h
-        .watch(&format!("{SLICES}?watch=true&resourceVersion={from}&labelSelector=mine"))
+        .watch(&format!(
+            "{SLICES}?watch=true&resourceVersion={from}&labelSelector=mine"
+        ))
         .await;
-    s.patch("resourceslices", "", "a", &json!({"metadata": {"labels": {"mine": "yes"}}})).unwrap();
-    s.patch("resourceslices", "", "a", &json!({"metadata": {"labels": {"mine": null}}})).unwrap();
+    s.patch(
+        "resourceslices",
+        "",
+        "a",
+        &json!({"metadata": {"labels": {"mine": "yes"}}}),
+    )
+    .unwrap();
+    s.patch(
+        "resourceslices",
+        "",
+        "a",
+        &json!({"metadata": {"labels": {"mine": null}}}),
+    )
+    .unwrap();
     assert_eq!(w.next_summary().await, Some(("ADDED".into(), "a".into())));
     assert_eq!(w.next_summary().await, Some(("DELETED".into(), "a".into())));
 }
@@ -701,7 +867,9 @@ async fn watch_from_a_compacted_version_gets_410_gone() {
     for i in 0..4 {
         s.put(slice(&format!("s{i}"), "n", 0)).unwrap();
     }
-    let mut w = h.watch(&format!("{SLICES}?watch=true&resourceVersion={start}")).await;
+    let mut w = h
+        .watch(&format!("{SLICES}?watch=true&resourceVersion={start}"))
+        .await;
     let event = w.next().await.unwrap();
     assert_eq!(event["type"], "ERROR");
     let status = &event["object"];
@@ -716,11 +884,15 @@ async fn watch_from_a_compacted_version_gets_410_gone() {
     assert_eq!(w.next().await, None, "the stream ends after the error");
 
     // The last two events are still there.
-    let mut ok = h.watch(&format!("{SLICES}?watch=true&resourceVersion={floor}")).await;
+    let mut ok = h
+        .watch(&format!("{SLICES}?watch=true&resourceVersion={floor}"))
+        .await;
     assert_eq!(ok.next_summary().await, Some(("ADDED".into(), "s2".into())));
 
     s.compact();
-    let mut gone = h.watch(&format!("{SLICES}?watch=true&resourceVersion={floor}")).await;
+    let mut gone = h
+        .watch(&format!("{SLICES}?watch=true&resourceVersion={floor}"))
+        .await;
     assert_eq!(gone.next().await.unwrap()["object"]["code"], 410);
 }
 
@@ -729,17 +901,23 @@ async fn watch_ends_at_timeout_seconds_and_when_cut() {
     let s = TestApiServer::start();
     let h = Http::new(&s);
     let started = Instant::now();
-    let mut timed = h.watch(&format!("{SLICES}?watch=true&timeoutSeconds=1")).await;
+    let mut timed = h
+        .watch(&format!("{SLICES}?watch=true&timeoutSeconds=1"))
+        .await;
     assert_eq!(timed.next().await, None);
     assert!(started.elapsed() >= Duration::from_secs(1));
 
     let mut a = h.watch(&format!("{SLICES}?watch=true")).await;
-    let mut b = h.watch(&format!("/api/v1/pods?watch=true")).await;
-    s.wait_until_async(WAIT, |s| s.watch_count() == 2).await.unwrap();
+    let mut b = h.watch("/api/v1/pods?watch=true").await;
+    s.wait_until_async(WAIT, |s| s.watch_count() == 2)
+        .await
+        .unwrap();
     assert_eq!(s.cut_watches(), 2);
     assert_eq!(a.next().await, None);
     assert_eq!(b.next().await, None);
-    s.wait_until_async(WAIT, |s| s.watch_count() == 0).await.unwrap();
+    s.wait_until_async(WAIT, |s| s.watch_count() == 0)
+        .await
+        .unwrap();
 }
 
 // --- metadata and garbage collection -------------------------------------------------------------
@@ -748,16 +926,23 @@ async fn watch_ends_at_timeout_seconds_and_when_cut() {
 async fn deleting_a_node_collects_the_slices_it_owns() {
     let s = TestApiServer::start();
     let h = Http::new(&s);
-    let node = s.put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})).unwrap();
+    let node = s
+        .put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}))
+        .unwrap();
     let mut owned = slice("n1-media.liken.sh", "n1", 0);
     owned["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Node", "name": "n1",
         "uid": node["metadata"]["uid"], "controller": true}]);
     s.put(owned).unwrap();
     s.put(slice("n2-media.liken.sh", "n2", 0)).unwrap();
     let from = s.resource_version();
-    let mut w = h.watch(&format!("{SLICES}?watch=true&resourceVersion={from}")).await;
+    let mut w = h
+        .watch(&format!("{SLICES}?watch=true&resourceVersion={from}"))
+        .await;
     assert_eq!(h.delete("/api/v1/nodes/n1").await.status, 200);
-    assert_eq!(w.next_summary().await, Some(("DELETED".into(), "n1-media.liken.sh".into())));
+    assert_eq!(
+        w.next_summary().await,
+        Some(("DELETED".into(), "n1-media.liken.sh".into()))
+    );
     assert!(s.get("resourceslices", "", "n2-media.liken.sh").is_some());
 }
 
@@ -789,19 +974,25 @@ async fn resource_slice_limits_are_enforced_with_upstream_messages() {
     assert_eq!(h.post(SLICES, &slice("a", "n", 128)).await.status, 201);
 
     let mut many = slice("b", "n", 1);
-    let attrs: serde_json::Map<String, Value> =
-        (0..33).map(|i| (format!("attr{i}"), json!({"bool": true}))).collect();
+    let attrs: serde_json::Map<String, Value> = (0..33)
+        .map(|i| (format!("attr{i}"), json!({"bool": true})))
+        .collect();
     many["spec"]["devices"][0]["attributes"] = Value::Object(attrs);
     assert_eq!(
         invalid(&h, &many).await["message"],
         "ResourceSlice.resource.k8s.io \"b\" is invalid: spec.devices[0]: Invalid value: 33: the total number of attributes and capacities must not exceed 32"
     );
     let mut split = slice("b", "n", 1);
-    let attrs: serde_json::Map<String, Value> =
-        (0..30).map(|i| (format!("attr{i}"), json!({"bool": true}))).collect();
+    let attrs: serde_json::Map<String, Value> = (0..30)
+        .map(|i| (format!("attr{i}"), json!({"bool": true})))
+        .collect();
     split["spec"]["devices"][0]["attributes"] = Value::Object(attrs);
-    split["spec"]["devices"][0]["capacity"] = json!({"a": {"value": "1"}, "b": {"value": "1"}, "c": {"value": "1"}});
-    assert_eq!(invalid(&h, &split).await["details"]["causes"][0]["field"], "spec.devices[0]");
+    split["spec"]["devices"][0]["capacity"] =
+        json!({"a": {"value": "1"}, "b": {"value": "1"}, "c": {"value": "1"}});
+    assert_eq!(
+        invalid(&h, &split).await["details"]["causes"][0]["field"],
+        "spec.devices[0]"
+    );
 
     let mut long = slice("c", "n", 1);
     long["spec"]["devices"][0]["attributes"]["vaDriver"] = json!({"string": "x".repeat(65)});
@@ -822,7 +1013,10 @@ async fn resource_slice_limits_are_enforced_with_upstream_messages() {
         .iter()
         .map(|c| c["field"].as_str().unwrap())
         .collect();
-    assert_eq!(fields, ["spec.devices[0].name", "spec.devices[0].attributes[1st]"]);
+    assert_eq!(
+        fields,
+        ["spec.devices[0].name", "spec.devices[0].attributes[1st]"]
+    );
     assert!(body["message"].as_str().unwrap().starts_with(
         "ResourceSlice.resource.k8s.io \"d\" is invalid: [spec.devices[0].name: Invalid value: \"GPU_0\": a lowercase RFC 1123 label must consist of"
     ));
@@ -835,7 +1029,10 @@ async fn resource_slice_limits_are_enforced_with_upstream_messages() {
     );
 
     let bad_meta = slice("Not_A_Name", "n", 0);
-    assert_eq!(invalid(&h, &bad_meta).await["details"]["causes"][0]["field"], "metadata.name");
+    assert_eq!(
+        invalid(&h, &bad_meta).await["details"]["causes"][0]["field"],
+        "metadata.name"
+    );
 }
 
 #[tokio::test]
@@ -881,7 +1078,9 @@ async fn other_kinds_get_light_validation() {
     let h = Http::new(&s);
     let class = json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "c"},
         "spec": {"selectors": [{"cel": {"expression": ""}}]}});
-    let a = h.post("/apis/resource.k8s.io/v1/deviceclasses", &class).await;
+    let a = h
+        .post("/apis/resource.k8s.io/v1/deviceclasses", &class)
+        .await;
     assert_eq!(a.status, 422);
     assert_eq!(
         a.body["message"],
@@ -889,9 +1088,17 @@ async fn other_kinds_get_light_validation() {
     );
     let claim = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {}}]}}});
-    let a = h.post("/apis/resource.k8s.io/v1/namespaces/default/resourceclaims", &claim).await;
+    let a = h
+        .post(
+            "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims",
+            &claim,
+        )
+        .await;
     assert_eq!(a.status, 422);
-    assert_eq!(a.body["details"]["causes"][0]["field"], "spec.devices.requests[0].exactly.deviceClassName");
+    assert_eq!(
+        a.body["details"]["causes"][0]["field"],
+        "spec.devices.requests[0].exactly.deviceClassName"
+    );
     let wrong_ns = h
         .post(
             "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims",
@@ -912,18 +1119,30 @@ async fn consumable_capacity_off_drops_allow_multiple_allocations() {
     obj["spec"]["devices"][0]["allowMultipleAllocations"] = json!(true);
     let created = h.post(SLICES, &obj).await;
     assert_eq!(created.status, 201);
-    assert!(created.body["spec"]["devices"][0].get("allowMultipleAllocations").is_none());
-    let updated = h.put(&format!("{SLICES}/a"), &{
-        let mut o = obj.clone();
-        o["metadata"]["labels"] = json!({"x": "y"});
-        o
-    })
-    .await;
-    assert!(updated.body["spec"]["devices"][0].get("allowMultipleAllocations").is_none());
+    assert!(
+        created.body["spec"]["devices"][0]
+            .get("allowMultipleAllocations")
+            .is_none()
+    );
+    let updated = h
+        .put(&format!("{SLICES}/a"), &{
+            let mut o = obj.clone();
+            o["metadata"]["labels"] = json!({"x": "y"});
+            o
+        })
+        .await;
+    assert!(
+        updated.body["spec"]["devices"][0]
+            .get("allowMultipleAllocations")
+            .is_none()
+    );
 
     s.set_consumable_capacity(true);
     let kept = h.put(&format!("{SLICES}/a"), &obj).await;
-    assert_eq!(kept.body["spec"]["devices"][0]["allowMultipleAllocations"], true);
+    assert_eq!(
+        kept.body["spec"]["devices"][0]["allowMultipleAllocations"],
+        true
+    );
 }
 
 // --- faults and the log ---------------------------------------------------------------------------
@@ -934,20 +1153,41 @@ async fn injected_faults_answer_with_statuses_and_retry_after() {
     let h = Http::new(&s);
     s.fail_next(1, Fault::InternalError);
     s.fail_next(1, Fault::ServiceUnavailable);
-    s.fail_next(1, Fault::TooManyRequests { retry_after_seconds: 3 });
+    s.fail_next(
+        1,
+        Fault::TooManyRequests {
+            retry_after_seconds: 3,
+        },
+    );
     let a = h.get(SLICES).await;
-    assert_eq!((a.status, a.body["reason"].as_str()), (500, Some("InternalError")));
+    assert_eq!(
+        (a.status, a.body["reason"].as_str()),
+        (500, Some("InternalError"))
+    );
     let b = h.get(SLICES).await;
-    assert_eq!((b.status, b.body["reason"].as_str()), (503, Some("ServiceUnavailable")));
+    assert_eq!(
+        (b.status, b.body["reason"].as_str()),
+        (503, Some("ServiceUnavailable"))
+    );
     let c = h.get(SLICES).await;
     assert_eq!(c.status, 429);
     assert_eq!(c.headers["retry-after"], "3");
     assert_eq!(c.body["details"]["retryAfterSeconds"], 3);
     assert_eq!(h.get(SLICES).await.status, 200, "faults are used up");
 
-    s.fail_next_matching(2, Fault::ServiceUnavailable, Some("create"), Some("resourceslices"));
+    s.fail_next_matching(
+        2,
+        Fault::ServiceUnavailable,
+        Some("create"),
+        Some("resourceslices"),
+    );
     assert_eq!(h.get(SLICES).await.status, 200, "a list is not a create");
-    assert_eq!(h.post("/api/v1/nodes", &json!({"metadata": {"name": "n"}})).await.status, 201);
+    assert_eq!(
+        h.post("/api/v1/nodes", &json!({"metadata": {"name": "n"}}))
+            .await
+            .status,
+        201
+    );
     assert_eq!(h.post(SLICES, &slice("a", "n", 0)).await.status, 503);
     assert_eq!(h.post(SLICES, &slice("a", "n", 0)).await.status, 503);
     assert_eq!(h.post(SLICES, &slice("a", "n", 0)).await.status, 201);
@@ -972,10 +1212,16 @@ fn stop_refuses_connections_and_restart_serves_the_same_objects_on_the_same_port
     s.put(slice("a", "n", 0)).unwrap();
     let addr = s.addr();
     s.stop();
-    assert!(std::net::TcpStream::connect(addr).is_err(), "nothing listens after stop");
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "nothing listens after stop"
+    );
     s.restart();
     assert_eq!(s.addr(), addr);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let h = Http::new(&s);
         assert_eq!(names(&h.get(SLICES).await.body), ["a"]);
@@ -987,7 +1233,9 @@ async fn stop_ends_open_watches() {
     let s = TestApiServer::start();
     let h = Http::new(&s);
     let mut w = h.watch(&format!("{SLICES}?watch=true")).await;
-    s.wait_until_async(WAIT, |s| s.watch_count() == 1).await.unwrap();
+    s.wait_until_async(WAIT, |s| s.watch_count() == 1)
+        .await
+        .unwrap();
     s.stop();
     assert_eq!(w.next().await, None);
 }
@@ -998,10 +1246,15 @@ async fn the_log_records_every_request() {
     let h = Http::new(&s);
     h.post(SLICES, &slice("a", "n", 0)).await;
     let mark = s.request_mark();
-    h.get(&format!("{SLICES}?fieldSelector=spec.nodeName%3Dn")).await;
+    h.get(&format!("{SLICES}?fieldSelector=spec.nodeName%3Dn"))
+        .await;
     h.get(&format!("{SLICES}/a")).await;
     assert!(s.writes_since(mark).is_empty(), "reads are not writes");
-    h.merge(&format!("{SLICES}/a"), &json!({"metadata": {"labels": {"x": "y"}}})).await;
+    h.merge(
+        &format!("{SLICES}/a"),
+        &json!({"metadata": {"labels": {"x": "y"}}}),
+    )
+    .await;
     let log = s.requests_since(mark);
     let summary: Vec<(&str, &str, u16)> = log
         .iter()
@@ -1015,8 +1268,14 @@ async fn the_log_records_every_request() {
             ("patch", "/apis/resource.k8s.io/v1/resourceslices/a", 200),
         ]
     );
-    assert_eq!(log[0].query_param("fieldSelector").as_deref(), Some("spec.nodeName=n"));
-    assert_eq!(log[2].content_type.as_deref(), Some("application/merge-patch+json"));
+    assert_eq!(
+        log[0].query_param("fieldSelector").as_deref(),
+        Some("spec.nodeName=n")
+    );
+    assert_eq!(
+        log[2].content_type.as_deref(),
+        Some("application/merge-patch+json")
+    );
     assert_eq!(s.writes_since(mark).len(), 1);
 }
 
@@ -1031,7 +1290,9 @@ fn waits_wake_on_changes_made_elsewhere() {
             .unwrap();
     });
     let err = s
-        .wait_until(Duration::from_millis(50), |s| s.get("resourceslices", "", "never").is_some())
+        .wait_until(Duration::from_millis(50), |s| {
+            s.get("resourceslices", "", "never").is_some()
+        })
         .unwrap_err();
     assert!(err.to_string().contains("condition not met"));
 }
@@ -1040,8 +1301,12 @@ fn waits_wake_on_changes_made_elsewhere() {
 async fn a_40000_device_fleet_lists_in_pages() {
     let s = TestApiServer::start();
     for i in 0..(40_000 / 128) + 1 {
-        s.put(slice(&format!("node-{i:04}-media.liken.sh"), &format!("node-{i:04}"), 128))
-            .unwrap();
+        s.put(slice(
+            &format!("node-{i:04}-media.liken.sh"),
+            &format!("node-{i:04}"),
+            128,
+        ))
+        .unwrap();
     }
     let api: Api<ResourceSlice> = Api::all(kube::Client::try_from(s.kube_config()).unwrap());
     let mut devices = 0;
@@ -1102,14 +1367,27 @@ fn kubectl_gets_slices_and_pods() {
         return;
     };
     assert!(ok, "{err}");
-    let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
     assert_eq!(lines[0], ["NAME", "NODE", "DRIVER", "POOL", "AGE"]);
-    assert_eq!(lines[1][..4], ["n1-media.liken.sh", "n1", "media.liken.sh", "n1"]);
+    assert_eq!(
+        lines[1][..4],
+        ["n1-media.liken.sh", "n1", "media.liken.sh", "n1"]
+    );
 
-    let (ok, out, err) = kubectl(&s, &["get", "resourceslice", "n1-media.liken.sh", "-o", "yaml"]).unwrap();
+    let (ok, out, err) = kubectl(
+        &s,
+        &["get", "resourceslice", "n1-media.liken.sh", "-o", "yaml"],
+    )
+    .unwrap();
     assert!(ok, "{err}");
     let back: Value = serde_yaml::from_str(&out).unwrap();
-    assert_eq!(back["spec"]["devices"][0]["attributes"]["decodeH264"]["bool"], true);
+    assert_eq!(
+        back["spec"]["devices"][0]["attributes"]["decodeH264"]["bool"],
+        true
+    );
 
     let (ok, out, err) = kubectl(&s, &["get", "pods", "-n", "ns"]).unwrap();
     assert!(ok, "{err}");
@@ -1118,7 +1396,9 @@ fn kubectl_gets_slices_and_pods() {
     let (ok, _, err) = kubectl(&s, &["get", "resourceslice", "missing"]).unwrap();
     assert!(!ok);
     assert!(
-        err.contains("Error from server (NotFound): resourceslices.resource.k8s.io \"missing\" not found"),
+        err.contains(
+            "Error from server (NotFound): resourceslices.resource.k8s.io \"missing\" not found"
+        ),
         "{err}"
     );
 }
@@ -1139,22 +1419,40 @@ fn kubectl_applies_and_deletes_classes_and_templates() {
         return;
     };
     assert!(ok, "{err}");
-    assert!(out.contains("deviceclass.resource.k8s.io/decode-10bit created"), "{out}");
-    assert!(out.contains("resourceclaimtemplate.resource.k8s.io/film created"), "{out}");
+    assert!(
+        out.contains("deviceclass.resource.k8s.io/decode-10bit created"),
+        "{out}"
+    );
+    assert!(
+        out.contains("resourceclaimtemplate.resource.k8s.io/film created"),
+        "{out}"
+    );
     assert!(s.get("resourceclaimtemplates", "media", "film").is_some());
 
     std::fs::write(&file, manifest("device.driver == 'other'")).unwrap();
     let (ok, out, err) = kubectl(&s, &["apply", "-f", path]).unwrap();
     assert!(ok, "{err}");
-    assert!(out.contains("deviceclass.resource.k8s.io/decode-10bit configured"), "{out}");
-    assert!(out.contains("resourceclaimtemplate.resource.k8s.io/film unchanged"), "{out}");
+    assert!(
+        out.contains("deviceclass.resource.k8s.io/decode-10bit configured"),
+        "{out}"
+    );
+    assert!(
+        out.contains("resourceclaimtemplate.resource.k8s.io/film unchanged"),
+        "{out}"
+    );
     let class = s.get("deviceclasses", "", "decode-10bit").unwrap();
-    assert_eq!(class["spec"]["selectors"][0]["cel"]["expression"], "device.driver == 'other'");
+    assert_eq!(
+        class["spec"]["selectors"][0]["cel"]["expression"],
+        "device.driver == 'other'"
+    );
     assert_eq!(class["metadata"]["generation"], 2);
 
     let (ok, out, err) = kubectl(&s, &["delete", "-f", path]).unwrap();
     assert!(ok, "{err}");
-    assert!(out.contains("deviceclass.resource.k8s.io \"decode-10bit\" deleted"), "{out}");
+    assert!(
+        out.contains("deviceclass.resource.k8s.io \"decode-10bit\" deleted"),
+        "{out}"
+    );
     assert!(s.get("deviceclasses", "", "decode-10bit").is_none());
     assert!(s.get("resourceclaimtemplates", "media", "film").is_none());
 }

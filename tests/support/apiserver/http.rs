@@ -78,7 +78,9 @@ impl Fault {
     fn error(self) -> ApiError {
         match self {
             Fault::InternalError => ApiError::internal("injected fault"),
-            Fault::ServiceUnavailable => ApiError::service_unavailable("injected fault: the server is currently unable to handle the request"),
+            Fault::ServiceUnavailable => ApiError::service_unavailable(
+                "injected fault: the server is currently unable to handle the request",
+            ),
             Fault::TooManyRequests {
                 retry_after_seconds,
             } => ApiError::too_many_requests(retry_after_seconds),
@@ -201,7 +203,10 @@ impl http_body::Body for Body {
 }
 
 fn json_response(code: u16, value: &Value) -> Response<Body> {
-    bytes_response(code, Bytes::from(serde_json::to_vec(value).unwrap_or_default()))
+    bytes_response(
+        code,
+        Bytes::from(serde_json::to_vec(value).unwrap_or_default()),
+    )
 }
 
 fn bytes_response(code: u16, body: Bytes) -> Response<Body> {
@@ -366,7 +371,10 @@ fn resource_list(group: &str, version: &str) -> Value {
 /// schema), which this server supports.
 fn openapi_v3(group: &str, version: &str) -> Value {
     let mut paths = serde_json::Map::new();
-    for r in RESOURCES.iter().filter(|r| r.group == group && r.version == version) {
+    for r in RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
         let prefix = if group.is_empty() {
             format!("/api/{version}")
         } else {
@@ -459,8 +467,7 @@ pub(crate) async fn handle(
         let hit = faults.rules.iter_mut().find(|r| {
             r.remaining > 0
                 && r.verb.as_deref().is_none_or(|v| v == verb)
-                && r
-                    .resource
+                && r.resource
                     .as_deref()
                     .is_none_or(|x| Some(x) == resource.as_deref())
         });
@@ -513,7 +520,9 @@ pub(crate) async fn handle(
             e.code = 405;
             e.body["code"] = json!(405);
             e.body["reason"] = json!("MethodNotAllowed");
-            e.body["message"] = json!(format!("the server does not allow this method on the requested resource"));
+            e.body["message"] = json!(format!(
+                "the server does not allow this method on the requested resource"
+            ));
             error_response(&e)
         }
         (None, Route::NotFound) => error_response(&ApiError::no_route()),
@@ -606,8 +615,9 @@ impl Ctx<'_> {
     }
 
     fn selectors(&self) -> Result<(LabelSelector, FieldSelector), ApiError> {
-        let labels = LabelSelector::parse(self.query.get("labelSelector").map_or("", String::as_str))
-            .map_err(ApiError::bad_request)?;
+        let labels =
+            LabelSelector::parse(self.query.get("labelSelector").map_or("", String::as_str))
+                .map_err(ApiError::bad_request)?;
         let fields = FieldSelector::parse(
             self.query.get("fieldSelector").map_or("", String::as_str),
             self.rt,
@@ -677,9 +687,10 @@ impl Ctx<'_> {
         let (labels, fields) = self.selectors()?;
         let from = match self.query.get("resourceVersion").map(String::as_str) {
             None | Some("") | Some("0") => None,
-            Some(v) => Some(v.parse::<u64>().map_err(|_| {
-                ApiError::bad_request(format!("invalid resource version: {v}"))
-            })?),
+            Some(v) => Some(
+                v.parse::<u64>()
+                    .map_err(|_| ApiError::bad_request(format!("invalid resource version: {v}")))?,
+            ),
         };
         let flag = |k: &str| matches!(self.query.get(k).map(String::as_str), Some("true" | "1"));
         let timeout = match self.query.get("timeoutSeconds") {
@@ -751,7 +762,9 @@ impl Ctx<'_> {
                 })?;
                 Ok(self.object_response(200, &r))
             }
-            "application/apply-patch+yaml" | "application/apply-patch+cbor" if ct.ends_with("yaml") => {
+            "application/apply-patch+yaml" | "application/apply-patch+cbor"
+                if ct.ends_with("yaml") =>
+            {
                 let manager = self.query.get("fieldManager").cloned().unwrap_or_default();
                 if manager.is_empty() {
                     let rt = ResourceType {
@@ -762,12 +775,18 @@ impl Ctx<'_> {
                     return Err(ApiError::invalid(
                         &rt,
                         "",
-                        &[FieldError::required("fieldManager", "is required for apply patch")],
+                        &[FieldError::required(
+                            "fieldManager",
+                            "is required for apply patch",
+                        )],
                     ));
                 }
                 let applied: Value = serde_yaml::from_slice(self.body)
                     .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
-                let force = matches!(self.query.get("force").map(String::as_str), Some("true" | "1"));
+                let force = matches!(
+                    self.query.get("force").map(String::as_str),
+                    Some("true" | "1")
+                );
                 let existed = lock(&self.shared.store)
                     .get(self.rt, &self.ns, self.name())
                     .is_ok();
@@ -798,14 +817,21 @@ impl Ctx<'_> {
         self.check_dry_run()?;
         let (rv, uid) = self.delete_options()?;
         let gone = self.shared.with_store(|s| {
-            s.delete(self.rt, &self.ns, self.name(), rv.as_deref(), uid.as_deref())
+            s.delete(
+                self.rt,
+                &self.ns,
+                self.name(),
+                rv.as_deref(),
+                uid.as_deref(),
+            )
         })?;
         // Pods and namespaces answer with the object; the others with a Success Status, as their
         // upstream registries do (ReturnDeletedObject unset).
         if matches!(self.rt.plural, "pods" | "namespaces") {
             return Ok(self.object_response(200, &gone));
         }
-        let mut details = json!({"name": self.name(), "kind": self.rt.plural, "uid": gone["metadata"]["uid"]});
+        let mut details =
+            json!({"name": self.name(), "kind": self.rt.plural, "uid": gone["metadata"]["uid"]});
         if !self.rt.group.is_empty() {
             details["group"] = json!(self.rt.group);
         }
@@ -822,8 +848,14 @@ impl Ctx<'_> {
             let page = s.list(self.rt, self.ns_filter(), &labels, &fields, None, None)?;
             let mut gone = Vec::new();
             for obj in page.items {
-                let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
-                let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+                let ns = obj
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let name = obj
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
                 if let Ok(g) = s.delete(self.rt, ns, name, None, None) {
                     gone.push((*g).clone());
                 }
@@ -845,7 +877,9 @@ impl Ctx<'_> {
 /// kubectl's `as=Table` answer: Name, the resource's columns, Age; rows carry the object's
 /// metadata as PartialObjectMetadata (kubectl's default `includeObject=Metadata`).
 fn table(rt: &ResourceType, items: &[Value], list: Option<(u64, Option<&str>)>) -> Value {
-    let mut columns = vec![json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0})];
+    let mut columns = vec![
+        json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0}),
+    ];
     for (header, _) in rt.columns {
         columns.push(json!({"name": header, "type": "string", "format": "", "description": "", "priority": 0}));
     }
@@ -902,4 +936,3 @@ fn human_duration(secs: i64) -> String {
         s => format!("{}d", s / 86400),
     }
 }
-

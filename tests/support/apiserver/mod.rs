@@ -56,7 +56,6 @@ mod status;
 mod store;
 mod validation;
 
-use std::future::Future;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -154,9 +153,10 @@ impl TestApiServer {
         let runtime = handle_rx
             .recv()
             .expect("test API server: runtime thread started");
-        let listener =
-            StdListener::bind("127.0.0.1:0").expect("test API server: bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("test API server: local address");
+        let listener = StdListener::bind("127.0.0.1:0").expect("test API server: bind 127.0.0.1:0");
+        let addr = listener
+            .local_addr()
+            .expect("test API server: local address");
 
         let mut store = Store::new(config.history_limit);
         store.drop_allow_multiple_allocations = !config.consumable_capacity;
@@ -386,7 +386,13 @@ impl TestApiServer {
     }
 
     /// Applies a JSON merge patch to a stored object, as manager "test".
-    pub fn patch(&self, plural: &str, ns: &str, name: &str, patch: &Value) -> Result<Value, ApiError> {
+    pub fn patch(
+        &self,
+        plural: &str,
+        ns: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Value, ApiError> {
         let rt = Self::resource(plural)?;
         let manager = Manager {
             name: "test".to_string(),
@@ -477,28 +483,26 @@ impl TestApiServer {
     }
 
     /// Waits until `cond` holds without blocking the caller's runtime.
-    pub fn wait_until_async<'a>(
-        &'a self,
+    pub async fn wait_until_async(
+        &self,
         timeout: Duration,
-        mut cond: impl FnMut(&Self) -> bool + 'a,
-    ) -> impl Future<Output = Result<(), WaitTimeout>> + 'a {
-        async move {
-            let start = Instant::now();
-            loop {
-                let notified = self.shared.changes.notify.notified();
-                tokio::pin!(notified);
-                // Registered before checking, so a change between the check and the await is
-                // not missed.
-                notified.as_mut().enable();
-                if cond(self) {
-                    return Ok(());
-                }
-                let elapsed = start.elapsed();
-                if elapsed >= timeout {
-                    return Err(WaitTimeout { waited: elapsed });
-                }
-                let _ = tokio::time::timeout(timeout - elapsed, notified).await;
+        mut cond: impl FnMut(&Self) -> bool,
+    ) -> Result<(), WaitTimeout> {
+        let start = Instant::now();
+        loop {
+            let notified = self.shared.changes.notify.notified();
+            tokio::pin!(notified);
+            // Registered before checking, so a change between the check and the await is
+            // not missed.
+            notified.as_mut().enable();
+            if cond(self) {
+                return Ok(());
             }
+            let elapsed = start.elapsed();
+            if elapsed >= timeout {
+                return Err(WaitTimeout { waited: elapsed });
+            }
+            let _ = tokio::time::timeout(timeout - elapsed, notified).await;
         }
     }
 

@@ -50,7 +50,9 @@ fn check_key(key: &str) -> Result<String, String> {
     if valid {
         Ok(key.to_string())
     } else {
-        Err(format!("unable to parse requirement: invalid label key {key:?}"))
+        Err(format!(
+            "unable to parse requirement: invalid label key {key:?}"
+        ))
     }
 }
 
@@ -130,7 +132,9 @@ impl FieldSelector {
             } else if let Some((k, v)) = part.split_once('=') {
                 (k, true, v)
             } else {
-                return Err(format!("invalid selector: '{s}'; can't understand '{part}'"));
+                return Err(format!(
+                    "invalid selector: '{s}'; can't understand '{part}'"
+                ));
             };
             let field = field.trim();
             if !rt.supports_field(field) {

@@ -129,7 +129,9 @@ impl ApiError {
         Self::new(
             415,
             "UnsupportedMediaType",
-            format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml; got {content_type:?}"),
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml; got {content_type:?}"
+            ),
             None,
         )
     }
@@ -140,7 +142,9 @@ impl ApiError {
             404,
             "NotFound",
             "the server could not find the requested resource".to_string(),
-            Some(json!({"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]})),
+            Some(
+                json!({"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]}),
+            ),
         )
     }
 

@@ -204,7 +204,10 @@ fn leaf_paths(obj: &Value) -> BTreeSet<Vec<String>> {
                 for (k, child) in m {
                     if path.len() == 1
                         && path[0] == "metadata"
-                        && !matches!(k.as_str(), "labels" | "annotations" | "ownerReferences" | "finalizers")
+                        && !matches!(
+                            k.as_str(),
+                            "labels" | "annotations" | "ownerReferences" | "finalizers"
+                        )
                     {
                         continue;
                     }
@@ -378,7 +381,10 @@ impl Store {
     pub fn send_bookmarks(&mut self) {
         let rv = self.rv;
         self.watchers.retain(|w| {
-            !w.filter.bookmarks || w.tx.send(bookmark_line(&RESOURCES[w.filter.rt], rv, false)).is_ok()
+            !w.filter.bookmarks
+                || w.tx
+                    .send(bookmark_line(&RESOURCES[w.filter.rt], rv, false))
+                    .is_ok()
         });
     }
 
@@ -412,9 +418,10 @@ impl Store {
             }
         };
         let range: Box<dyn Iterator<Item = (&Key, &Arc<Value>)>> = match (&start, ns) {
-            (Some(k), _) => Box::new(
-                map.range((std::ops::Bound::Excluded(k.clone()), std::ops::Bound::Unbounded)),
-            ),
+            (Some(k), _) => Box::new(map.range((
+                std::ops::Bound::Excluded(k.clone()),
+                std::ops::Bound::Unbounded,
+            ))),
             (None, Some(ns)) => Box::new(map.range((ns.to_string(), String::new())..)),
             (None, None) => Box::new(map.iter()),
         };
@@ -481,12 +488,18 @@ impl Store {
         let in_use = old.is_some_and(|o| {
             o.pointer("/spec/devices")
                 .and_then(Value::as_array)
-                .is_some_and(|ds| ds.iter().any(|d| d.get("allowMultipleAllocations").is_some()))
+                .is_some_and(|ds| {
+                    ds.iter()
+                        .any(|d| d.get("allowMultipleAllocations").is_some())
+                })
         });
         if in_use {
             return;
         }
-        if let Some(devices) = obj.pointer_mut("/spec/devices").and_then(Value::as_array_mut) {
+        if let Some(devices) = obj
+            .pointer_mut("/spec/devices")
+            .and_then(Value::as_array_mut)
+        {
             for d in devices {
                 if let Some(m) = d.as_object_mut() {
                     m.remove("allowMultipleAllocations");
@@ -495,11 +508,7 @@ impl Store {
         }
     }
 
-    fn check_validity(
-        rt: &ResourceType,
-        obj: &Value,
-        old: Option<&Value>,
-    ) -> Result<(), ApiError> {
+    fn check_validity(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
         let errs = validation::validate(rt, obj, old);
         if errs.is_empty() {
             Ok(())
@@ -512,7 +521,9 @@ impl Store {
     /// and fills in what the real server fills from the URL.
     fn normalise(rt: &ResourceType, ns: &str, obj: &mut Value) -> Result<(), ApiError> {
         if !obj.is_object() {
-            return Err(ApiError::bad_request("the body of the request is not a JSON object"));
+            return Err(ApiError::bad_request(
+                "the body of the request is not a JSON object",
+            ));
         }
         let api_version = rt.api_version();
         for (field, want) in [("apiVersion", api_version.as_str()), ("kind", rt.kind)] {
@@ -523,7 +534,11 @@ impl Store {
                 Some(got) if got != want => {
                     return Err(ApiError::bad_request(format!(
                         "the API version in the data ({}) does not match the expected API version ({api_version})",
-                        if field == "apiVersion" { got.to_string() } else { format!("{} {got}", obj["apiVersion"].as_str().unwrap_or("")) }
+                        if field == "apiVersion" {
+                            got.to_string()
+                        } else {
+                            format!("{} {got}", obj["apiVersion"].as_str().unwrap_or(""))
+                        }
                     )));
                 }
                 Some(_) => {}
@@ -548,7 +563,12 @@ impl Store {
         Ok(())
     }
 
-    fn managed_entry(rt: &ResourceType, manager: &str, operation: &str, paths: &BTreeSet<Vec<String>>) -> Value {
+    fn managed_entry(
+        rt: &ResourceType,
+        manager: &str,
+        operation: &str,
+        paths: &BTreeSet<Vec<String>>,
+    ) -> Value {
         json!({
             "manager": manager,
             "operation": operation,
@@ -578,11 +598,19 @@ impl Store {
     }
 
     /// The managedFields after an Update by `manager` that set `paths` (added to what it owned).
-    fn update_entries(rt: &ResourceType, current: &Value, manager: &str, mut paths: BTreeSet<Vec<String>>) -> Value {
+    fn update_entries(
+        rt: &ResourceType,
+        current: &Value,
+        manager: &str,
+        mut paths: BTreeSet<Vec<String>>,
+    ) -> Value {
         if let Some(prev) = current
             .pointer("/metadata/managedFields")
             .and_then(Value::as_array)
-            .and_then(|es| es.iter().find(|e| e["manager"] == manager && e["operation"] == "Update"))
+            .and_then(|es| {
+                es.iter()
+                    .find(|e| e["manager"] == manager && e["operation"] == "Update")
+            })
         {
             if paths.is_empty() {
                 return current["metadata"]["managedFields"].clone();
@@ -595,7 +623,10 @@ impl Store {
                 .cloned()
                 .unwrap_or_else(|| json!([]));
         }
-        Self::entries_with(Some(current), Self::managed_entry(rt, manager, "Update", &paths))
+        Self::entries_with(
+            Some(current),
+            Self::managed_entry(rt, manager, "Update", &paths),
+        )
     }
 
     /// Creates an object (POST).
@@ -608,7 +639,12 @@ impl Store {
     ) -> Result<Arc<Value>, ApiError> {
         Self::normalise(rt, ns, &mut obj)?;
         let owned = leaf_paths(&obj);
-        self.create_with(rt, ns, obj, Self::managed_entry(rt, &manager.name, "Update", &owned))
+        self.create_with(
+            rt,
+            ns,
+            obj,
+            Self::managed_entry(rt, &manager.name, "Update", &owned),
+        )
     }
 
     fn create_with(
@@ -630,7 +666,14 @@ impl Store {
                 let name = format!("{prefix}{}", generated_suffix(self.name_counter));
                 meta.insert("name".into(), json!(name));
             }
-            for k in ["resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "deletionTimestamp"] {
+            for k in [
+                "resourceVersion",
+                "uid",
+                "creationTimestamp",
+                "generation",
+                "managedFields",
+                "deletionTimestamp",
+            ] {
                 meta.remove(k);
             }
         }
@@ -640,7 +683,11 @@ impl Store {
         }
         Self::check_validity(rt, &obj, None)?;
         let key = (
-            if rt.namespaced { ns.to_string() } else { String::new() },
+            if rt.namespaced {
+                ns.to_string()
+            } else {
+                String::new()
+            },
             name_of(&obj).to_string(),
         );
         if self.objects[idx].contains_key(&key) {
@@ -682,9 +729,14 @@ impl Store {
             )));
         }
         let current = self.get(rt, ns, name)?;
-        if let Some(rv) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str)
+        if let Some(rv) = obj
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
             && !rv.is_empty()
-            && Some(rv) != current.pointer("/metadata/resourceVersion").and_then(Value::as_str)
+            && Some(rv)
+                != current
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
         {
             return Err(ApiError::conflict(rt, name));
         }
@@ -735,7 +787,14 @@ impl Store {
         let rv = self.next_rv();
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
         let obj = Arc::new(obj);
-        let key = (if rt.namespaced { ns.to_string() } else { String::new() }, name.to_string());
+        let key = (
+            if rt.namespaced {
+                ns.to_string()
+            } else {
+                String::new()
+            },
+            name.to_string(),
+        );
         self.objects[idx].insert(key, obj.clone());
         self.record(idx, EventType::Modified, obj.clone(), Some(current.clone()));
         Ok(obj)
@@ -753,8 +812,13 @@ impl Store {
         let current = self.get(rt, ns, name)?;
         let mut obj = (*current).clone();
         merge_patch(&mut obj, patch);
-        if let Some(rv) = patch.pointer("/metadata/resourceVersion").and_then(Value::as_str)
-            && Some(rv) != current.pointer("/metadata/resourceVersion").and_then(Value::as_str)
+        if let Some(rv) = patch
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            && Some(rv)
+                != current
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
         {
             return Err(ApiError::conflict(rt, name));
         }
@@ -798,13 +862,25 @@ impl Store {
         }
         let mine = leaf_paths(&applied);
         let idx = rt_index(rt);
-        let key = (if rt.namespaced { ns.to_string() } else { String::new() }, name.to_string());
+        let key = (
+            if rt.namespaced {
+                ns.to_string()
+            } else {
+                String::new()
+            },
+            name.to_string(),
+        );
         let Some(current) = self.objects[idx].get(&key).cloned() else {
             let entry = Self::managed_entry(rt, manager, "Apply", &mine);
             return self.create_with(rt, ns, applied, entry);
         };
-        if let Some(rv) = applied.pointer("/metadata/resourceVersion").and_then(Value::as_str)
-            && Some(rv) != current.pointer("/metadata/resourceVersion").and_then(Value::as_str)
+        if let Some(rv) = applied
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            && Some(rv)
+                != current
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
         {
             return Err(ApiError::conflict(rt, name));
         }
@@ -903,10 +979,23 @@ impl Store {
         precondition_uid: Option<&str>,
     ) -> Result<Arc<Value>, ApiError> {
         let idx = rt_index(rt);
-        let key = (if rt.namespaced { ns.to_string() } else { String::new() }, name.to_string());
+        let key = (
+            if rt.namespaced {
+                ns.to_string()
+            } else {
+                String::new()
+            },
+            name.to_string(),
+        );
         let current = self.get(rt, ns, name)?;
-        let cur_rv = current.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("");
-        let cur_uid = current.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("");
+        let cur_rv = current
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let cur_uid = current
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         if let Some(want) = precondition_uid
             && want != cur_uid
         {
@@ -991,7 +1080,11 @@ impl Store {
                         self.floor
                     )));
                 }
-                for e in self.history.iter().filter(|e| e.rv > r && e.rt == filter.rt) {
+                for e in self
+                    .history
+                    .iter()
+                    .filter(|e| e.rv > r && e.rt == filter.rt)
+                {
                     if let Some(line) = event_line(&filter, e) {
                         let _ = tx.send(line);
                     }
@@ -1052,7 +1145,10 @@ fn apply_conflict(conflicts: &[(String, Vec<String>)]) -> ApiError {
         .map(|(m, p)| json!({"reason": "FieldManagerConflict", "message": format!("conflict with {m}"), "field": format_path(p)}))
         .collect();
     let message = if let [(m, p)] = conflicts {
-        format!("Apply failed with 1 conflict: conflict with {m}: {}", format_path(p))
+        format!(
+            "Apply failed with 1 conflict: conflict with {m}: {}",
+            format_path(p)
+        )
     } else {
         let mut by_manager: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for (m, p) in conflicts {

@@ -165,7 +165,11 @@ fn validate_slice_spec(spec: &Value, old: Option<&Value>, errs: &mut Vec<FieldEr
 
     if let Some(old) = old {
         let immutable = [
-            ("spec.pool.name", pool.get("name"), old.pointer("/pool/name")),
+            (
+                "spec.pool.name",
+                pool.get("name"),
+                old.pointer("/pool/name"),
+            ),
             ("spec.driver", spec.get("driver"), old.get("driver")),
             ("spec.nodeName", spec.get("nodeName"), old.get("nodeName")),
         ];
@@ -242,9 +246,12 @@ fn validate_slice_spec(spec: &Value, old: Option<&Value>, errs: &mut Vec<FieldEr
     for (i, device) in devices.iter().enumerate() {
         let path = format!("spec.devices[{i}]");
         validate_device(device, &path, errs);
-        uses_taints_or_counters |= ["taints", "consumesCounters"]
-            .iter()
-            .any(|k| device.get(*k).and_then(Value::as_array).is_some_and(|a| !a.is_empty()));
+        uses_taints_or_counters |= ["taints", "consumesCounters"].iter().any(|k| {
+            device
+                .get(*k)
+                .and_then(Value::as_array)
+                .is_some_and(|a| !a.is_empty())
+        });
     }
     let max = if uses_taints_or_counters {
         MAX_DEVICES_WITH_TAINTS_OR_COUNTERS
@@ -403,14 +410,14 @@ fn is_semver(s: &str) -> bool {
     let numeric = |x: &str| {
         !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit()) && (x == "0" || !x.starts_with('0'))
     };
-    let ident = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    let ident =
+        |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
     let parts: Vec<&str> = core.split('.').collect();
     parts.len() == 3
         && parts.iter().all(|p| numeric(p))
         && pre.is_none_or(|p| {
-            p.split('.').all(|x| {
-                ident(x) && (numeric(x) || x.bytes().any(|b| !b.is_ascii_digit()))
-            })
+            p.split('.')
+                .all(|x| ident(x) && (numeric(x) || x.bytes().any(|b| !b.is_ascii_digit())))
         })
         && build.is_none_or(|b| b.split('.').all(ident))
 }
