@@ -278,6 +278,7 @@ async fn create_sets_server_metadata_and_refuses_duplicates() {
     );
     assert_eq!(meta["managedFields"][0]["operation"], "Update");
     assert_eq!(created.headers["content-type"], "application/json");
+    assert!(created.headers.contains_key("content-length"));
 
     let fetched = h.get(&format!("{SLICES}/a")).await;
     assert_eq!(fetched.status, 200);
@@ -793,6 +794,36 @@ async fn watch_streams_changes_from_a_resource_version() {
         replay.next_summary().await,
         Some(("DELETED".into(), "a".into()))
     );
+}
+
+#[test]
+fn watch_streams_newline_delimited_json_in_chunks() {
+    use std::io::{BufRead, BufReader, Write};
+    let s = TestApiServer::start();
+    s.put(slice("a", "n", 0)).unwrap();
+    let mut conn = std::net::TcpStream::connect(s.addr()).unwrap();
+    write!(conn, "GET {SLICES}?watch=true HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    let mut reader = BufReader::new(conn);
+    let mut head = Vec::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" {
+            break;
+        }
+        head.push(line.trim_end().to_ascii_lowercase());
+    }
+    assert_eq!(head[0], "http/1.1 200 ok");
+    assert!(head.contains(&"transfer-encoding: chunked".to_string()), "{head:?}");
+    assert!(head.contains(&"content-type: application/json".to_string()), "{head:?}");
+    let mut size = String::new();
+    reader.read_line(&mut size).unwrap();
+    let mut chunk = String::new();
+    reader.read_line(&mut chunk).unwrap();
+    assert_eq!(usize::from_str_radix(size.trim(), 16).unwrap(), chunk.len());
+    let event: Value = serde_json::from_str(&chunk).unwrap();
+    assert_eq!(event["type"], "ADDED");
+    assert!(chunk.ends_with('\n'));
 }
 
 #[tokio::test]

@@ -124,10 +124,8 @@ impl Changes {
     /// Blocks until the version moves past `seen` or `timeout` passes.
     pub fn wait_past(&self, seen: u64, timeout: Duration) {
         let guard = lock(&self.version);
-        let _unused = self
-            .cv
-            .wait_timeout_while(guard, timeout, |v| *v == seen)
-            .map_err(|_| ());
+        // Whether it timed out does not matter: the caller re-checks its condition and clock.
+        drop(self.cv.wait_timeout_while(guard, timeout, |v| *v == seen));
     }
 }
 
@@ -180,6 +178,20 @@ impl Drop for WatchBody {
 impl http_body::Body for Body {
     type Data = Bytes;
     type Error = Infallible;
+
+    // An exact size for complete bodies makes hyper send Content-Length rather than chunks;
+    // watch streams stay chunked.
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self {
+            Body::Full(Some(b)) => http_body::SizeHint::with_exact(b.len() as u64),
+            Body::Full(None) => http_body::SizeHint::with_exact(0),
+            Body::Watch(_) => http_body::SizeHint::default(),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, Body::Full(None))
+    }
 
     fn poll_frame(
         self: Pin<&mut Self>,
@@ -787,13 +799,10 @@ impl Ctx<'_> {
                     self.query.get("force").map(String::as_str),
                     Some("true" | "1")
                 );
-                let existed = lock(&self.shared.store)
-                    .get(self.rt, &self.ns, self.name())
-                    .is_ok();
-                let r = self.shared.with_store(|s| {
+                let (r, created) = self.shared.with_store(|s| {
                     s.apply(self.rt, &self.ns, self.name(), applied, &manager, force)
                 })?;
-                Ok(self.object_response(if existed { 200 } else { 201 }, &r))
+                Ok(self.object_response(if created { 201 } else { 200 }, &r))
             }
             other => Err(ApiError::unsupported_media_type(other)),
         }

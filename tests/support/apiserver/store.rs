@@ -109,13 +109,8 @@ pub struct Store {
 pub fn rt_index(rt: &ResourceType) -> usize {
     RESOURCES
         .iter()
-        .position(|r| std::ptr::eq(r, rt))
-        .unwrap_or_else(|| {
-            RESOURCES
-                .iter()
-                .position(|r| r.plural == rt.plural && r.group == rt.group)
-                .unwrap_or(0)
-        })
+        .position(|r| r.group == rt.group && r.version == rt.version && r.plural == rt.plural)
+        .expect("every ResourceType in use comes from RESOURCES")
 }
 
 /// Current time as the API server writes timestamps (RFC 3339, seconds, UTC).
@@ -532,14 +527,15 @@ impl Store {
                     obj[field] = json!(want);
                 }
                 Some(got) if got != want => {
-                    return Err(ApiError::bad_request(format!(
-                        "the API version in the data ({}) does not match the expected API version ({api_version})",
-                        if field == "apiVersion" {
-                            got.to_string()
-                        } else {
-                            format!("{} {got}", obj["apiVersion"].as_str().unwrap_or(""))
-                        }
-                    )));
+                    return Err(ApiError::bad_request(if field == "apiVersion" {
+                        format!(
+                            "the API version in the data ({got}) does not match the expected API version ({want})"
+                        )
+                    } else {
+                        format!(
+                            "the kind in the data ({got}) does not match the expected kind ({want})"
+                        )
+                    }));
                 }
                 Some(_) => {}
             }
@@ -847,7 +843,7 @@ impl Store {
         mut applied: Value,
         manager: &str,
         force: bool,
-    ) -> Result<Arc<Value>, ApiError> {
+    ) -> Result<(Arc<Value>, bool), ApiError> {
         Self::normalise(rt, ns, &mut applied)?;
         match name_of(&applied) {
             "" => {
@@ -872,7 +868,7 @@ impl Store {
         );
         let Some(current) = self.objects[idx].get(&key).cloned() else {
             let entry = Self::managed_entry(rt, manager, "Apply", &mine);
-            return self.create_with(rt, ns, applied, entry);
+            return self.create_with(rt, ns, applied, entry).map(|o| (o, true));
         };
         if let Some(rv) = applied
             .pointer("/metadata/resourceVersion")
@@ -966,6 +962,7 @@ impl Store {
             }
         }
         self.replace(rt, ns, name, obj, &current, Value::Array(new_entries))
+            .map(|o| (o, false))
     }
 
     /// Deletes an object; deleting a Node also deletes what names it as an owner, and deleting
