@@ -802,7 +802,11 @@ fn watch_streams_newline_delimited_json_in_chunks() {
     let s = TestApiServer::start();
     s.put(slice("a", "n", 0)).unwrap();
     let mut conn = std::net::TcpStream::connect(s.addr()).unwrap();
-    write!(conn, "GET {SLICES}?watch=true HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    write!(
+        conn,
+        "GET {SLICES}?watch=true HTTP/1.1\r\nHost: test\r\n\r\n"
+    )
+    .unwrap();
     let mut reader = BufReader::new(conn);
     let mut head = Vec::new();
     loop {
@@ -814,8 +818,14 @@ fn watch_streams_newline_delimited_json_in_chunks() {
         head.push(line.trim_end().to_ascii_lowercase());
     }
     assert_eq!(head[0], "http/1.1 200 ok");
-    assert!(head.contains(&"transfer-encoding: chunked".to_string()), "{head:?}");
-    assert!(head.contains(&"content-type: application/json".to_string()), "{head:?}");
+    assert!(
+        head.contains(&"transfer-encoding: chunked".to_string()),
+        "{head:?}"
+    );
+    assert!(
+        head.contains(&"content-type: application/json".to_string()),
+        "{head:?}"
+    );
     let mut size = String::new();
     reader.read_line(&mut size).unwrap();
     let mut chunk = String::new();
@@ -949,6 +959,96 @@ async fn watch_ends_at_timeout_seconds_and_when_cut() {
     s.wait_until_async(WAIT, |s| s.watch_count() == 0)
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn kube_rs_watcher_relists_after_410_gone() {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+
+    let s = TestApiServer::start();
+    s.put(slice("a", "n", 0)).unwrap();
+    let mut config = s.kube_config();
+    config.default_retry = false;
+    let api: Api<ResourceSlice> = Api::all(kube::Client::try_from(config).unwrap());
+    let mut stream =
+        watcher::watcher(api, watcher::Config::default().fields("spec.nodeName=n")).boxed();
+    async fn next(
+        stream: &mut futures::stream::BoxStream<'_, watcher::Result<Event<ResourceSlice>>>,
+    ) -> Event<ResourceSlice> {
+        tokio::time::timeout(WAIT, stream.next())
+            .await
+            .expect("watcher event in time")
+            .expect("stream continues")
+            .expect("no watcher error")
+    }
+    assert!(matches!(next(&mut stream).await, Event::Init));
+    assert!(
+        matches!(next(&mut stream).await, Event::InitApply(o) if o.metadata.name.as_deref() == Some("a"))
+    );
+    assert!(matches!(next(&mut stream).await, Event::InitDone));
+
+    // (The stream is lazy: its watch request is made by the next poll, and then sees "b".)
+    s.put(slice("b", "n", 0)).unwrap();
+    assert!(
+        matches!(next(&mut stream).await, Event::Apply(o) if o.metadata.name.as_deref() == Some("b"))
+    );
+    // While the client is not polling, its watch is cut and it misses a change that history
+    // no longer holds: resuming from its version gets 410 Gone, which kube-rs reports and
+    // answers by listing again.
+    let mark = s.request_mark();
+    assert_eq!(s.cut_watches(), 1);
+    s.put(slice("c", "n", 0)).unwrap();
+    s.compact();
+    let gone = tokio::time::timeout(WAIT, stream.next())
+        .await
+        .unwrap()
+        .unwrap();
+    match gone {
+        Err(watcher::Error::WatchError(status)) => assert_eq!(status.code, 410),
+        other => panic!("expected a 410 watch error, got {:?}", other.map(|_| ())),
+    }
+    assert!(matches!(next(&mut stream).await, Event::Init));
+    assert!(matches!(next(&mut stream).await, Event::InitApply(_)));
+    let log = s.requests_since(mark);
+    assert_eq!(log[0].verb, "watch", "it first tries to resume");
+    assert!(
+        log.iter().any(|r| r.verb == "list"),
+        "then relists: {log:?}"
+    );
+}
+
+#[tokio::test]
+async fn delete_where_wipes_a_nodes_slices_as_the_kubelet_does() {
+    let s = TestApiServer::start();
+    let h = Http::new(&s);
+    s.put(slice("n1-a", "n1", 0)).unwrap();
+    s.put(slice("n1-b", "n1", 0)).unwrap();
+    s.put(slice("n2-a", "n2", 0)).unwrap();
+    let from = s.resource_version();
+    let mut w = h
+        .watch(&format!(
+            "{SLICES}?watch=true&resourceVersion={from}&fieldSelector=spec.nodeName%3Dn1"
+        ))
+        .await;
+    let mark = s.request_mark();
+    assert_eq!(
+        s.delete_where("resourceslices", |o| o["spec"]["nodeName"] == "n1"),
+        2
+    );
+    assert_eq!(
+        w.next_summary().await,
+        Some(("DELETED".into(), "n1-a".into()))
+    );
+    assert_eq!(
+        w.next_summary().await,
+        Some(("DELETED".into(), "n1-b".into()))
+    );
+    assert!(
+        s.requests_since(mark).is_empty(),
+        "direct access makes no requests"
+    );
+    assert_eq!(s.list("resourceslices", None).len(), 1);
 }
 
 // --- metadata and garbage collection -------------------------------------------------------------
