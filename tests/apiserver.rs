@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use http_body_util::BodyExt;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use serde_json::{Value, json};
 use media_operator::caps::{Attribute, Capability, Kind, PCI_BUS_ID};
+use serde_json::{Value, json};
 use support::apiserver::{Config, Fault, TestApiServer};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -1149,14 +1149,17 @@ async fn resource_slice_limits_are_enforced_with_upstream_messages() {
     long["spec"]["devices"][0]["attributes"][attr] = json!({"string": "x".repeat(65)});
     assert_eq!(
         invalid(&h, &long).await["message"],
-        format!("ResourceSlice.resource.k8s.io \"c\" is invalid: spec.devices[0].attributes[{attr}].string: Too long: may not be more than 64 bytes")
+        format!(
+            "ResourceSlice.resource.k8s.io \"c\" is invalid: spec.devices[0].attributes[{attr}].string: Too long: may not be more than 64 bytes"
+        )
     );
     long["spec"]["devices"][0]["attributes"][attr] = json!({"string": "x".repeat(64)});
     assert_eq!(h.post(SLICES, &long).await.status, 201);
 
     let mut bad_names = slice("d", "n", 1);
     bad_names["spec"]["devices"][0]["name"] = json!("GPU_0");
-    bad_names["spec"]["devices"][0]["attributes"] = json!({"1st": {"bool": true}, PCI_BUS_ID: {"string": "0000:00:02.0"}});
+    bad_names["spec"]["devices"][0]["attributes"] =
+        json!({"1st": {"bool": true}, PCI_BUS_ID: {"string": "0000:00:02.0"}});
     let body = invalid(&h, &bad_names).await;
     let fields: Vec<&str> = body["details"]["causes"]
         .as_array()
@@ -1454,8 +1457,14 @@ async fn a_40000_device_fleet_lists_in_pages() {
     // (benches/apiserver.rs) measures full-size devices.
     let s = TestApiServer::start();
     for i in 0..(40_000 / 128) + 1 {
-        let mut obj = slice(&format!("node-{i:04}-media.liken.sh"), &format!("node-{i:04}"), 0);
-        obj["spec"]["devices"] = (0..128).map(|d| json!({"name": format!("gpu{d}")})).collect();
+        let mut obj = slice(
+            &format!("node-{i:04}-media.liken.sh"),
+            &format!("node-{i:04}"),
+            0,
+        );
+        obj["spec"]["devices"] = (0..128)
+            .map(|d| json!({"name": format!("gpu{d}")}))
+            .collect();
         s.put(obj).unwrap();
     }
     let api: Api<ResourceSlice> = Api::all(kube::Client::try_from(s.kube_config()).unwrap());
