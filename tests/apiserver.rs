@@ -229,6 +229,10 @@ async fn discovery_documents_describe_the_served_resources() {
     let v = h.get("/version").await;
     assert_eq!(v.status, 200);
     assert_eq!(v.body["major"], "1");
+    assert_eq!(
+        v.body["gitVersion"], "v1.36.0",
+        "DRAConsumableCapacity is on by default"
+    );
     assert_eq!(h.get("/api").await.body["versions"], json!(["v1"]));
     let groups = h.get("/apis").await.body;
     assert_eq!(groups["kind"], "APIGroupList");
@@ -1269,6 +1273,7 @@ async fn consumable_capacity_off_drops_allow_multiple_allocations() {
         ..Config::default()
     });
     let h = Http::new(&s);
+    assert_eq!(h.get("/version").await.body["minor"], "34");
     let mut obj = slice("a", "n", 1);
     obj["spec"]["devices"][0]["allowMultipleAllocations"] = json!(true);
     let created = h.post(SLICES, &obj).await;

@@ -20,8 +20,11 @@ use super::selectors::{FieldSelector, LabelSelector};
 use super::status::{ApiError, FieldError};
 use super::store::{self, Manager, Store, WatchFilter};
 
-/// The Kubernetes version the server claims to be.
-pub const SERVER_MINOR: &str = "34";
+/// The Kubernetes minor version the server claims to be: 1.36 while DRAConsumableCapacity is
+/// on (its first release with the gate on by default), 1.34 while it is off.
+fn server_minor(consumable_capacity: bool) -> &'static str {
+    if consumable_capacity { "36" } else { "34" }
+}
 
 /// One request as the server saw and answered it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -286,13 +289,13 @@ enum Route {
     NotFound,
 }
 
-fn route(path: &str, address: &str) -> Route {
+fn route(path: &str, address: &str, minor: &str) -> Route {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segs.as_slice() {
         ["version"] => Route::Static(json!({
             "major": "1",
-            "minor": SERVER_MINOR,
-            "gitVersion": format!("v1.{SERVER_MINOR}.0"),
+            "minor": minor,
+            "gitVersion": format!("v1.{minor}.0"),
             "gitCommit": "0000000000000000000000000000000000000000",
             "gitTreeState": "clean",
             "buildDate": "2025-08-27T00:00:00Z",
@@ -323,9 +326,9 @@ fn route(path: &str, address: &str) -> Route {
             "api/v1": {"serverRelativeURL": "/openapi/v3/api/v1"},
             "apis/resource.k8s.io/v1": {"serverRelativeURL": "/openapi/v3/apis/resource.k8s.io/v1"},
         }})),
-        ["openapi", "v3", "api", "v1"] => Route::Static(openapi_v3("", "v1")),
+        ["openapi", "v3", "api", "v1"] => Route::Static(openapi_v3("", "v1", minor)),
         ["openapi", "v3", "apis", "resource.k8s.io", "v1"] => {
-            Route::Static(openapi_v3("resource.k8s.io", "v1"))
+            Route::Static(openapi_v3("resource.k8s.io", "v1", minor))
         }
         ["api", "v1", rest @ ..] => resource_route("", "v1", rest),
         ["apis", group, version, rest @ ..] => resource_route(group, version, rest),
@@ -381,7 +384,7 @@ fn resource_list(group: &str, version: &str) -> Value {
 /// does not reject unknown fields) instead of downloading schemas. No schemas are served, so
 /// `kubectl apply` builds JSON merge patches (it only builds strategic merge patches from a
 /// schema), which this server supports.
-fn openapi_v3(group: &str, version: &str) -> Value {
+fn openapi_v3(group: &str, version: &str, minor: &str) -> Value {
     let mut paths = serde_json::Map::new();
     for r in RESOURCES
         .iter()
@@ -414,7 +417,7 @@ fn openapi_v3(group: &str, version: &str) -> Value {
     }
     json!({
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": format!("v1.{SERVER_MINOR}.0")},
+        "info": {"title": "Kubernetes", "version": format!("v1.{minor}.0")},
         "paths": paths,
         "components": {"schemas": {}},
     })
@@ -464,7 +467,8 @@ pub(crate) async fn handle(
     }
 
     let address = lock(&shared.address).clone();
-    let routed = route(&path, &address);
+    let minor = server_minor(!lock(&shared.store).drop_allow_multiple_allocations);
+    let routed = route(&path, &address, minor);
     let watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
     let (verb, resource) = match &routed {
         Route::Resource { rt, name, .. } => (

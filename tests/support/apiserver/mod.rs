@@ -5,48 +5,62 @@
 //! What it serves, with the real semantics:
 //! - resources `resourceslices`, `deviceclasses`, `resourceclaims`, `resourceclaimtemplates`
 //!   (resource.k8s.io/v1) and `pods`, `events`, `nodes`, `namespaces` (v1); `/version`, `/api`,
-//!   `/api/v1`, `/apis`, `/apis/resource.k8s.io[/v1]` discovery and `/healthz`;
-//! - verbs get, list (`labelSelector`, `fieldSelector`, `limit`/`continue`), watch
-//!   (`resourceVersion`, `allowWatchBookmarks`, `timeoutSeconds`, `sendInitialEvents`, 410 Gone
-//!   as an ERROR event past the retained history), create (`generateName`), update (409 on a
-//!   stale resourceVersion), delete (with preconditions), deletecollection, JSON merge patch and
-//!   server-side apply (`fieldManager`, `force`);
+//!   `/api/v1`, `/apis`, `/apis/resource.k8s.io[/v1]` discovery, `/healthz`, and a minimal
+//!   `/openapi/v3` (see `http.rs`) so that `kubectl apply` works without `--validate=false`;
+//! - verbs get, list (`labelSelector`, `fieldSelector`, `limit`/`continue`), watch (`watch=true`
+//!   or `1`, `resourceVersion`, `allowWatchBookmarks`, `timeoutSeconds`, `sendInitialEvents`,
+//!   410 Gone as an ERROR event past the retained history), create (`generateName`), update
+//!   (409 on a stale resourceVersion), delete (with preconditions), deletecollection, JSON merge
+//!   patch and server-side apply (`fieldManager`, `force`);
 //! - metadata: uid, one global resourceVersion counter, creationTimestamp, generation (bumped
 //!   when anything outside metadata and status changes), managedFields (manager, operation,
 //!   apiVersion, time, fieldsV1); a write that changes nothing stores nothing;
 //! - `Status` error bodies worded as apimachinery words them; ResourceSlice validation as
 //!   upstream (see `validation.rs`); `as=Table` answers for kubectl.
+//! - `/version` says 1.36 while DRAConsumableCapacity is on (the default) and 1.34 when it is
+//!   switched off, when `allowMultipleAllocations` is dropped from slices silently.
 //!
 //! What it does NOT implement, so no test may rely on it: authentication and authorisation
-//! (every request is allowed), TLS, HTTP/2, protobuf and CBOR, strategic merge patch and JSON
-//! patch (415), dryRun (400), subresources such as `/status` (status is written with the
-//! object), admission, defaulting beyond what is listed above, finalizers and graceful deletion
-//! (deletes are immediate; deletionTimestamp is never set), namespace existence checks,
-//! consistent reads at an older resourceVersion (a list always reads the current state, and a
-//! `continue` page reads the state at the time of that page, not a snapshot), `resourceVersionMatch`,
-//! `remainingItemCount`, periodic bookmarks (call [`TestApiServer::send_bookmarks`]), OpenAPI
-//! documents, aggregated discovery (clients fall back to the legacy documents), CEL compilation
-//! and evaluation, and any validation of DeviceClass/ResourceClaim/ResourceClaimTemplate beyond
-//! names and required fields. Server-side apply tracks field ownership with lists treated as
-//! atomic (no merge keys) and is exact only where one manager owns an object wholly; a
-//! conflict is reported where another manager owns a field the apply changes. Garbage
-//! collection is immediate: deleting a Node deletes the objects whose ownerReferences name its
-//! uid, deleting a Namespace deletes its objects.
+//! (every request is allowed), TLS, HTTP/2, protobuf and CBOR (answers are always JSON),
+//! strategic merge patch and JSON patch (415), dryRun (400), `fieldValidation` (accepted and
+//! ignored: unknown fields are stored, not rejected), subresources such as `/status` (status is
+//! written with the object), admission, defaulting beyond what is listed above, finalizers and
+//! graceful deletion (deletes are immediate; deletionTimestamp is never set), namespace
+//! existence checks, consistent reads at an older resourceVersion (a list always reads the
+//! current state, and a `continue` page reads the state at the time of that page, never 410),
+//! `resourceVersionMatch`, `remainingItemCount`, periodic bookmarks (call
+//! [`TestApiServer::send_bookmarks`]), watches of a single object by path, OpenAPI schemas,
+//! aggregated discovery (clients fall back to the legacy documents), CEL, and any validation of
+//! DeviceClass/ResourceClaim/ResourceClaimTemplate beyond names and required fields.
+//! Server-side apply tracks field ownership with lists treated as atomic (no merge keys) and is
+//! exact only where one manager owns an object wholly; a conflict is reported where another
+//! manager owns a field the apply changes. Garbage collection is immediate: deleting a Node
+//! deletes the objects whose ownerReferences name its uid, deleting a Namespace its objects.
+//!
+//! Note for fault tests: kube-rs clients retry 429, 503 and 504 by default; set
+//! `kube::Config::default_retry = false` on [`TestApiServer::kube_config`] to see each answer.
 //!
 //! ```ignore
 //! mod support;
 //! use support::apiserver::{Fault, TestApiServer};
 //!
 //! let server = TestApiServer::start();
-//! server.put(serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}))?;
-//! std::process::Command::new("kubectl")
-//!     .arg("--kubeconfig").arg(server.kubeconfig())
-//!     .args(["get", "nodes"]).status()?;
-//! server.fail_next(1, Fault::ServiceUnavailable);
+//! server.put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}))?;
+//! server.fail_next_matching(1, Fault::ServiceUnavailable, Some("create"), Some("resourceslices"));
 //! let mark = server.request_mark();
-//! // ... run the client ...
-//! server.wait_until(Duration::from_secs(5), |s| s.get("resourceslices", "", "n1-media.liken.sh").is_some())?;
-//! assert!(server.requests_since(mark).iter().all(|r| !r.is_write()));
+//! let mut agent = Command::new(env!("CARGO_BIN_EXE_media-capabilities"))
+//!     .env("KUBECONFIG", server.kubeconfig())
+//!     .spawn()?;
+//! server.wait_until(Duration::from_secs(10), |s| {
+//!     s.get("resourceslices", "", "n1-media.liken.sh").is_some()
+//! })?;
+//! // The kubelet wipes the node's slices; the agent must publish again.
+//! server.delete_where("resourceslices", |o| o["spec"]["nodeName"] == "n1");
+//! server.wait_until(Duration::from_secs(10), |s| s.list("resourceslices", None).len() == 1)?;
+//! // In steady state it writes nothing.
+//! let steady = server.request_mark();
+//! server.send_bookmarks();
+//! assert!(server.writes_since(steady).is_empty());
 //! ```
 
 mod http;
@@ -351,7 +365,8 @@ impl TestApiServer {
     }
 
     /// Creates `obj`, or replaces the stored object of that name regardless of its
-    /// resourceVersion, as manager "test"; validation applies as for a client.
+    /// resourceVersion, as manager "test"; validation applies as for a client. Namespaced
+    /// objects without `metadata.namespace` go to "default".
     pub fn put(&self, mut obj: Value) -> Result<Value, ApiError> {
         let api_version = obj["apiVersion"].as_str().unwrap_or("").to_string();
         let kind = obj["kind"].as_str().unwrap_or("").to_string();
