@@ -720,6 +720,28 @@ async fn server_side_apply_creates_replaces_and_detects_conflicts() {
         .collect();
     assert_eq!(managers, ["agent", "intruder"]);
 
+    // An object created by an Update (POST) belongs to its creator: changing its fields by
+    // apply conflicts with it; applying the values it already has does not.
+    let created_by_post = h
+        .post(&format!("{SLICES}?fieldManager=creator"), &slice("b", "n", 0))
+        .await;
+    assert_eq!(created_by_post.status, 201);
+    let mut same = slice("b", "n", 0);
+    let share = h
+        .apply(&format!("{SLICES}/b?fieldManager=agent"), &same.to_string())
+        .await;
+    assert_eq!(share.status, 200, "{}", share.body);
+    same["spec"]["pool"]["generation"] = json!(2);
+    same["spec"]["devices"] = json!([device("gpu0")]);
+    let clash = h
+        .apply(&format!("{SLICES}/b?fieldManager=agent"), &same.to_string())
+        .await;
+    assert_eq!(clash.status, 409);
+    assert_eq!(
+        clash.body["message"],
+        "Apply failed with 2 conflicts: conflicts with \"creator\" using resource.k8s.io/v1:\n- .spec.devices\n- .spec.pool.generation"
+    );
+
     let no_manager = h.apply(&format!("{SLICES}/a"), &yaml("[]")).await;
     assert_eq!(no_manager.status, 422);
     assert_eq!(

@@ -1121,16 +1121,13 @@ fn set_at(obj: &mut Value, path: &[String], v: Value) {
     *cur = v;
 }
 
-/// `"manager"` for an Apply entry, `"manager" using v1 at <time>` for an Update one, as
-/// apimachinery's conflict message prints managers.
+/// `"manager"` for an Apply entry, `"manager" using <apiVersion>` for an Update one, as
+/// apimachinery's conflict message prints managers (their identifiers never carry the time).
 fn describe_manager(entry: &Value) -> String {
     let m = entry["manager"].as_str().unwrap_or("");
     if entry["operation"] == "Update" {
         let api = entry["apiVersion"].as_str().unwrap_or("");
-        match entry["time"].as_str() {
-            Some(t) => format!("{m:?} using {api} at {t}"),
-            None => format!("{m:?} using {api}"),
-        }
+        format!("{m:?} using {api}")
     } else {
         format!("{m:?}")
     }
