@@ -234,6 +234,15 @@ fn bytes_response(code: u16, body: Bytes) -> Response<Body> {
     r
 }
 
+fn text_response(code: u16, text: &'static str) -> Response<Body> {
+    let mut r = bytes_response(code, Bytes::from_static(text.as_bytes()));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
 fn error_response(e: &ApiError) -> Response<Body> {
     let mut r = json_response(e.code, &e.body);
     if let Some(secs) = e.retry_after
@@ -498,14 +507,7 @@ pub(crate) async fn handle(
     let response = match (injected, routed) {
         (Some(fault), _) => error_response(&fault.error()),
         (None, Route::Static(v)) if parts.method == Method::GET => json_response(200, &v),
-        (None, Route::Health) if parts.method == Method::GET => {
-            let mut r = bytes_response(200, Bytes::from_static(b"ok"));
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                header::HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
-            r
-        }
+        (None, Route::Health) if parts.method == Method::GET => text_response(200, "ok"),
         (None, Route::Resource { rt, ns, name }) => {
             let ctx = Ctx {
                 shared: &shared,
@@ -531,17 +533,10 @@ pub(crate) async fn handle(
             }
             .unwrap_or_else(|e| error_response(&e))
         }
-        (None, Route::Static(_) | Route::Health) => {
-            let mut e = ApiError::no_route();
-            e.code = 405;
-            e.body["code"] = json!(405);
-            e.body["reason"] = json!("MethodNotAllowed");
-            e.body["message"] = json!(format!(
-                "the server does not allow this method on the requested resource"
-            ));
-            error_response(&e)
-        }
-        (None, Route::NotFound) => error_response(&ApiError::no_route()),
+        (None, Route::Static(_) | Route::Health) => text_response(405, "405: Method Not Allowed"),
+        // The real server answers paths it does not route with Go's plain-text 404 page,
+        // which client-go reports as "the server could not find the requested resource".
+        (None, Route::NotFound) => text_response(404, "404 page not found\n"),
     };
 
     lock(&shared.log).push(RequestRecord {
@@ -778,9 +773,7 @@ impl Ctx<'_> {
                 })?;
                 Ok(self.object_response(200, &r))
             }
-            "application/apply-patch+yaml" | "application/apply-patch+cbor"
-                if ct.ends_with("yaml") =>
-            {
+            "application/apply-patch+yaml" => {
                 let manager = self.query.get("fieldManager").cloned().unwrap_or_default();
                 if manager.is_empty() {
                     let rt = ResourceType {

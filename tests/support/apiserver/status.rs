@@ -136,18 +136,6 @@ impl ApiError {
         )
     }
 
-    /// 404 for a path that names no resource (the real server's text for unknown paths).
-    pub fn no_route() -> Self {
-        Self::new(
-            404,
-            "NotFound",
-            "the server could not find the requested resource".to_string(),
-            Some(
-                json!({"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]}),
-            ),
-        )
-    }
-
     /// 410 Expired (`too old resource version: X (Y)`), sent in a watch ERROR event or as a list answer.
     pub fn expired(message: String) -> Self {
         Self::new(410, "Expired", message, None)
