@@ -10,8 +10,8 @@
 //! - verbs get, list (`labelSelector`, `fieldSelector`, `limit`/`continue`), watch (`watch=true`
 //!   or `1`, `resourceVersion`, `allowWatchBookmarks`, `timeoutSeconds`, `sendInitialEvents`,
 //!   410 Gone as an ERROR event past the retained history), create (`generateName`), update
-//!   (409 on a stale resourceVersion), delete (with preconditions), deletecollection, JSON merge
-//!   patch and server-side apply (`fieldManager`, `force`);
+//!   (409 on a stale resourceVersion, unconditional without one), delete (with preconditions),
+//!   deletecollection, JSON merge patch and server-side apply (`fieldManager`, `force`);
 //! - metadata: uid, one global resourceVersion counter, creationTimestamp, generation (bumped
 //!   when anything outside metadata and status changes), managedFields (manager, operation,
 //!   apiVersion, time, fieldsV1); a write that changes nothing stores nothing;
