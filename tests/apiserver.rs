@@ -1209,7 +1209,7 @@ async fn resource_slice_limits_are_enforced_with_upstream_messages() {
     dup["spec"]["devices"][1]["name"] = json!("gpu0");
     assert_eq!(
         invalid(&h, &dup).await["message"],
-        "ResourceSlice.resource.k8s.io \"e\" is invalid: spec.devices[1].name: Duplicate value: \"gpu0\""
+        "ResourceSlice.resource.k8s.io \"e\" is invalid: spec.devices[1]: Duplicate value: \"gpu0\""
     );
 
     let bad_meta = slice("Not_A_Name", "n", 0);

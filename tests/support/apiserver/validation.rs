@@ -242,33 +242,31 @@ fn validate_slice_spec(spec: &Value, old: Option<&Value>, errs: &mut Vec<FieldEr
         .get("devices")
         .and_then(Value::as_array)
         .map_or(&[][..], Vec::as_slice);
-    let mut uses_taints_or_counters = false;
-    for (i, device) in devices.iter().enumerate() {
-        let path = format!("spec.devices[{i}]");
-        validate_device(device, &path, errs);
-        uses_taints_or_counters |= ["taints", "consumesCounters"].iter().any(|k| {
-            device
-                .get(*k)
+    let uses_taints_or_counters = devices.iter().any(|d| {
+        ["taints", "consumesCounters"].iter().any(|k| {
+            d.get(*k)
                 .and_then(Value::as_array)
                 .is_some_and(|a| !a.is_empty())
-        });
-    }
+        })
+    });
     let max = if uses_taints_or_counters {
         MAX_DEVICES_WITH_TAINTS_OR_COUNTERS
     } else {
         MAX_DEVICES
     };
     if devices.len() > max {
+        // Upstream stops here (protection against huge objects): no per-device errors.
         errs.push(FieldError::too_many("spec.devices", devices.len(), max));
+        return;
+    }
+    for (i, device) in devices.iter().enumerate() {
+        validate_device(device, &format!("spec.devices[{i}]"), errs);
     }
     let mut seen = std::collections::HashSet::new();
     for (i, device) in devices.iter().enumerate() {
         let name = str_at(device, "name").unwrap_or("");
         if !seen.insert(name) {
-            errs.push(FieldError::duplicate(
-                &format!("spec.devices[{i}].name"),
-                name,
-            ));
+            errs.push(FieldError::duplicate(&format!("spec.devices[{i}]"), name));
         }
     }
 }
@@ -288,6 +286,16 @@ fn validate_device(device: &Value, path: &str, errs: &mut Vec<FieldError>) {
         .get("capacity")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
+    let combined = attributes.len() + capacity.len();
+    if combined > MAX_ATTRIBUTES_AND_CAPACITIES {
+        errs.push(FieldError::invalid_raw(
+            path,
+            combined.to_string(),
+            &format!(
+                "the total number of attributes and capacities must not exceed {MAX_ATTRIBUTES_AND_CAPACITIES}"
+            ),
+        ));
+    }
     // serde_json keeps map keys sorted, so the errors come in a stable order (Go's map order
     // is random, so upstream's order among attribute errors is not something to rely on).
     for (key, attr) in attributes {
@@ -298,16 +306,6 @@ fn validate_device(device: &Value, path: &str, errs: &mut Vec<FieldError>) {
     for key in capacity.keys() {
         let key_path = format!("{path}.capacity[{}]", truncate_key(key));
         validate_qualified_name(key, &key_path, errs);
-    }
-    let combined = attributes.len() + capacity.len();
-    if combined > MAX_ATTRIBUTES_AND_CAPACITIES {
-        errs.push(FieldError::invalid_raw(
-            path,
-            combined.to_string(),
-            &format!(
-                "the total number of attributes and capacities must not exceed {MAX_ATTRIBUTES_AND_CAPACITIES}"
-            ),
-        ));
     }
 }
 
@@ -335,28 +333,32 @@ fn validate_c_identifier(id: &str, path: &str, errs: &mut Vec<FieldError>) {
 }
 
 fn validate_qualified_name(name: &str, path: &str, errs: &mut Vec<FieldError>) {
-    if name.is_empty() {
-        errs.push(FieldError::required(path, "name required"));
-        return;
-    }
     let parts: Vec<&str> = name.split('/').collect();
     match parts.as_slice() {
         [id] => validate_c_identifier(id, path, errs),
         [domain, id] => {
             if domain.is_empty() {
-                errs.push(FieldError::required(path, "the domain must not be empty"));
+                errs.push(FieldError::invalid_str(
+                    path,
+                    "",
+                    "the domain must not be empty",
+                ));
             } else {
                 validate_driver_name(domain, path, errs);
             }
             if id.is_empty() {
-                errs.push(FieldError::required(path, "the name must not be empty"));
+                errs.push(FieldError::invalid_str(
+                    path,
+                    "",
+                    "the name must not be empty",
+                ));
             } else {
                 validate_c_identifier(id, path, errs);
             }
         }
-        // Upstream reports nothing special for several slashes beyond the C identifier check
-        // of what follows; treat it as an invalid identifier.
-        _ => errs.push(FieldError::invalid_str(path, name, C_IDENTIFIER_MSG)),
+        // Upstream accepts names with more than one slash (a known gap it keeps for
+        // compatibility), and so does this server.
+        _ => {}
     }
 }
 
@@ -384,8 +386,9 @@ fn validate_attribute(attr: &Value, path: &str, errs: &mut Vec<FieldError>) {
         }
     }
     match set {
-        0 => errs.push(FieldError::required(
+        0 => errs.push(FieldError::invalid_str(
             path,
+            "",
             "exactly one value must be specified",
         )),
         1 => {}
