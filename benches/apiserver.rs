@@ -30,6 +30,8 @@ struct ListMetadata {
 
 const DEVICES_PER_SLICE: usize = 128;
 const FLEET_DEVICES: usize = 40_000;
+/// Without `--bench` (as under `cargo test --all-targets`), a small smoke run.
+const SMOKE_DEVICES: usize = 1_000;
 const ROUNDS: usize = 7;
 const PATH: &str = "/apis/resource.k8s.io/v1/resourceslices";
 
@@ -61,22 +63,28 @@ fn slice(node: usize) -> Value {
     })
 }
 
-/// The median of `ROUNDS` runs of `f`, which returns the bytes it produced.
-fn median(mut f: impl FnMut() -> usize) -> (Duration, usize) {
-    let mut times = Vec::with_capacity(ROUNDS);
+/// The median of `rounds` runs of `f`, which returns the bytes it produced.
+fn median(rounds: usize, mut f: impl FnMut() -> usize) -> (Duration, usize) {
+    let mut times = Vec::with_capacity(rounds);
     let mut bytes = 0;
-    for _ in 0..ROUNDS {
+    for _ in 0..rounds {
         let t = Instant::now();
         bytes = f();
         times.push(t.elapsed());
     }
     times.sort();
-    (times[ROUNDS / 2], bytes)
+    (times[rounds / 2], bytes)
 }
 
 fn main() {
+    let bench = std::env::args().any(|a| a == "--bench");
+    let (fleet, rounds) = if bench {
+        (FLEET_DEVICES, ROUNDS)
+    } else {
+        (SMOKE_DEVICES, 1)
+    };
     let server = TestApiServer::start();
-    let slices = FLEET_DEVICES.div_ceil(DEVICES_PER_SLICE);
+    let slices = fleet.div_ceil(DEVICES_PER_SLICE);
     let load = Instant::now();
     for node in 0..slices {
         server.put(slice(node)).expect("store a slice");
@@ -91,7 +99,7 @@ fn main() {
     let client = kube::Client::try_from(server.kube_config()).expect("kube client");
 
     let stored = server.list("resourceslices", None);
-    let (baseline, baseline_bytes) = median(|| {
+    let (baseline, baseline_bytes) = median(rounds, || {
         stored
             .iter()
             .map(|o| serde_json::to_vec(o).map_or(0, |v| v.len()))
@@ -113,8 +121,8 @@ fn main() {
             (body.len(), meta.metadata.continue_)
         }
     };
-    let (whole, whole_bytes) = median(|| rt.block_on(get(PATH.to_string())).0);
-    let (paged, paged_bytes) = median(|| {
+    let (whole, whole_bytes) = median(rounds, || rt.block_on(get(PATH.to_string())).0);
+    let (paged, paged_bytes) = median(rounds, || {
         rt.block_on(async {
             let mut total = 0;
             let mut token: Option<String> = None;
@@ -132,7 +140,7 @@ fn main() {
             }
         })
     });
-    let (selected, _) = median(|| {
+    let (selected, _) = median(rounds, || {
         rt.block_on(get(format!(
             "{PATH}?fieldSelector=spec.nodeName%3Dnode-00100%2Cspec.driver%3D{DRIVER}"
         )))
@@ -141,8 +149,13 @@ fn main() {
 
     let mb = |b: usize| b as f64 / 1e6;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let note = if bench {
+        ""
+    } else {
+        " - smoke run; `cargo bench --bench apiserver` gives the figures"
+    };
     println!(
-        "test API server: list {FLEET_DEVICES} devices in {slices} ResourceSlices (median of {ROUNDS})"
+        "test API server: list {fleet} devices in {slices} ResourceSlices (median of {rounds}){note}"
     );
     println!(
         "  load (create through the store)       {:>9.1} ms",
@@ -160,7 +173,7 @@ fn main() {
         ms(whole) / ms(baseline)
     );
     println!(
-        "  GET in pages of 50 slices (7 pages)   {:>9.1} ms  {:>7.1} MB  {:>5.2}x baseline",
+        "  GET in pages of 50 slices             {:>9.1} ms  {:>7.1} MB  {:>5.2}x baseline",
         ms(paged),
         mb(paged_bytes),
         ms(paged) / ms(baseline)

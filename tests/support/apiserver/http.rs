@@ -143,7 +143,7 @@ pub(crate) struct Shared {
     pub log: Mutex<Vec<RequestRecord>>,
     pub faults: Mutex<Faults>,
     pub changes: Changes,
-    pub address: Mutex<String>,
+    pub address: String,
 }
 
 impl Shared {
@@ -475,9 +475,8 @@ pub(crate) async fn handle(
         tokio::time::sleep(latency).await;
     }
 
-    let address = lock(&shared.address).clone();
     let minor = server_minor(!lock(&shared.store).drop_allow_multiple_allocations);
-    let routed = route(&path, &address, minor);
+    let routed = route(&path, &shared.address, minor);
     let watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
     let (verb, resource) = match &routed {
         Route::Resource { rt, name, .. } => (

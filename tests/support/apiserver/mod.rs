@@ -180,7 +180,7 @@ impl TestApiServer {
             log: Mutex::new(Vec::new()),
             faults: Mutex::new(Faults::default()),
             changes: Changes::default(),
-            address: Mutex::new(addr.to_string()),
+            address: addr.to_string(),
         });
 
         let dir = tempfile::tempdir().expect("test API server: temp dir for the kubeconfig");
