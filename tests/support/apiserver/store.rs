@@ -266,6 +266,16 @@ fn paths_from_fields_v1(f: &Value) -> BTreeSet<Vec<String>> {
     out
 }
 
+/// Whether an ownership set covers `path`: it owns the path itself, a parent of it (an atomic
+/// value), or something below it.
+fn owns(owned: &BTreeSet<Vec<String>>, path: &[String]) -> bool {
+    (1..=path.len()).any(|n| owned.contains(&path[..n]))
+        || owned
+            .range(path.to_vec()..)
+            .next()
+            .is_some_and(|o| o.starts_with(path))
+}
+
 fn overlaps(a: &[String], b: &[String]) -> bool {
     a.starts_with(b) || b.starts_with(a)
 }
@@ -897,14 +907,17 @@ impl Store {
             .collect();
 
         // Conflicts: a field I set to a value that differs from the stored one and that another
-        // manager owns.
+        // manager owns. Only the changed fields are looked up, by prefix, so a re-apply of a
+        // large object costs little.
+        let changed: Vec<&Vec<String>> = mine
+            .iter()
+            .filter(|p| value_at(&applied, p) != value_at(&current, p))
+            .collect();
         let mut conflicts: Vec<(String, Vec<String>)> = Vec::new();
         for (entry, owned) in &others {
-            for p in &mine {
-                if value_at(&applied, p) != value_at(&current, p)
-                    && owned.iter().any(|o| overlaps(o, p))
-                {
-                    conflicts.push((describe_manager(entry), p.clone()));
+            for p in &changed {
+                if owns(owned, p) {
+                    conflicts.push((describe_manager(entry), (*p).clone()));
                 }
             }
         }
@@ -937,11 +950,7 @@ impl Store {
             let mut entry = entry.clone();
             if force {
                 let mut owned = paths_from_fields_v1(&entry["fieldsV1"]);
-                owned.retain(|o| {
-                    !mine
-                        .iter()
-                        .any(|p| overlaps(o, p) && value_at(&applied, p) != value_at(&current, p))
-                });
+                owned.retain(|o| !changed.iter().any(|p| overlaps(o, p)));
                 if owned.is_empty() {
                     continue;
                 }
