@@ -459,6 +459,39 @@ async fn delete_answers_like_upstream_and_honours_preconditions() {
     assert_eq!(pod.body["kind"], "Pod", "pods answer with the object");
 }
 
+#[tokio::test]
+async fn delete_collection_and_namespace_deletion_remove_what_they_select() {
+    let s = TestApiServer::start();
+    let h = Http::new(&s);
+    for (name, tier) in [("a", "gold"), ("b", "silver"), ("c", "gold")] {
+        let mut obj = slice(name, "n", 0);
+        obj["metadata"]["labels"] = json!({"tier": tier});
+        s.put(obj).unwrap();
+    }
+    let gone = h
+        .delete(&format!("{SLICES}?labelSelector=tier%3Dgold"))
+        .await;
+    assert_eq!(gone.status, 200);
+    assert_eq!(gone.body["kind"], "ResourceSliceList");
+    assert_eq!(names(&gone.body), ["a", "c"]);
+    assert_eq!(names(&h.get(SLICES).await.body), ["b"]);
+
+    s.put(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "media"}}))
+        .unwrap();
+    s.put(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "media"}}),
+    )
+    .unwrap();
+    s.put(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}})).unwrap();
+    assert_eq!(
+        h.get("/api/v1/namespaces/media").await.body["status"]["phase"],
+        "Active"
+    );
+    assert_eq!(h.delete("/api/v1/namespaces/media").await.status, 200);
+    assert!(s.get("pods", "media", "p").is_none());
+    assert!(s.get("pods", "default", "p").is_some());
+}
+
 // --- list -------------------------------------------------------------------------------------
 
 #[tokio::test]
