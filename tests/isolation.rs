@@ -13,7 +13,7 @@ use media_operator::sysfs::{PciIdentity, RenderNode, Roots};
 use media_operator::va::report::Report;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use support::{report_from_vainfo, script};
+use support::vainfo::{report_from_vainfo, script};
 
 fn node(n: u32, address: &str) -> RenderNode {
     RenderNode {

@@ -5,7 +5,7 @@ mod support;
 use media_operator::caps::Capability::{self, *};
 use media_operator::va::report::{Entrypoint, Fourcc, Profile, Report, RtFormat, SurfaceFormats};
 use media_operator::va::rules::capabilities;
-use support::report_from_vainfo;
+use support::vainfo::report_from_vainfo;
 
 fn true_ones(report: &Report) -> Vec<Capability> {
     capabilities(report)
