@@ -32,6 +32,10 @@ pub enum ClusterError {
     )]
     Config { cause: String },
     #[error(
+        "no kubeconfig: KUBECONFIG is not set, ~/.kube/config does not exist, and this is not a pod in a cluster (hint: pass --kubeconfig or set KUBECONFIG, or read objects from a file with -f)"
+    )]
+    NoConfig,
+    #[error(
         "cannot reach the Kubernetes API at {server}: {cause} (hint: check --context and --kubeconfig, or read objects from a file with -f)"
     )]
     Unreachable { server: String, cause: String },
@@ -88,15 +92,25 @@ impl Cluster {
             context: connection.context.clone(),
             ..Default::default()
         };
-        let config = match &connection.kubeconfig {
-            Some(path) => {
+        let mut config = match (&connection.kubeconfig, &connection.context) {
+            (Some(path), _) => {
                 let kubeconfig = Kubeconfig::read_from(path).map_err(config_error)?;
-                kube::Config::from_custom_kubeconfig(kubeconfig, &options).await
+                kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                    .await
+                    .map_err(config_error)?
             }
-            None => kube::Config::from_kubeconfig(&options).await,
-        }
-        .map_err(config_error)?;
-        let mut config = config;
+            // As kubectl does: KUBECONFIG, else ~/.kube/config, else the pod's service account.
+            (None, None) => kube::Config::infer().await.map_err(|e| {
+                if no_kubeconfig() {
+                    ClusterError::NoConfig
+                } else {
+                    config_error(e)
+                }
+            })?,
+            (None, Some(_)) => kube::Config::from_kubeconfig(&options)
+                .await
+                .map_err(config_error)?,
+        };
         config.connect_timeout = connection.request_timeout;
         config.read_timeout = connection.request_timeout;
         let server = config
@@ -216,6 +230,14 @@ impl Cluster {
             }
         }
     }
+}
+
+/// Whether there is no kubeconfig to read at all (then the in-cluster attempt's failure is not
+/// what the user needs to hear).
+fn no_kubeconfig() -> bool {
+    std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty())
+        && std::env::var_os("HOME")
+            .is_none_or(|home| !std::path::Path::new(&home).join(".kube/config").exists())
 }
 
 fn config_error(e: impl std::error::Error) -> ClusterError {

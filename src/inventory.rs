@@ -144,10 +144,12 @@ fn described(node: String, device: &Device) -> Gpu {
         .into_iter()
         .filter(|&c| capabilities[c as usize].is_none())
         .collect();
-    let status = if va_driver.is_none() {
-        Status::ProbeFailed
-    } else if !unreadable.is_empty() {
+    // A failed probe publishes every capability false and no vaDriver; a device that lacks
+    // capabilities was not published by this agent's rules, whatever else it lacks.
+    let status = if !unreadable.is_empty() {
         Status::Incomplete { unreadable }
+    } else if va_driver.is_none() {
+        Status::ProbeFailed
     } else {
         Status::Described
     };
@@ -486,7 +488,7 @@ mod tests {
 
     #[test]
     fn failed_and_incomplete_devices_are_marked() {
-        let mut odd = device("pci-b", "0000:03:00.0", INTEL, Some("iHD"), &[]);
+        let mut odd = device("pci-b", "0000:03:00.0", INTEL, None, &[]);
         odd.attributes
             .set_capability(DecodeVP9, Value::String("yes".into()));
         let slices = [slice(

@@ -123,12 +123,20 @@ fn json_error(name: &str, e: &serde_json::Error) -> SnapshotError {
     }
 }
 
-/// serde_json and serde_yaml append " at line L column C"; we print the location up front.
+/// serde_json and serde_yaml put " at line L column C" in their messages; we print the
+/// location up front instead.
 fn strip_location(message: &str) -> String {
-    match message.rfind(" at line ") {
-        Some(i) => message[..i].to_string(),
-        None => message.to_string(),
-    }
+    let Some(start) = message.find(" at line ") else {
+        return message.to_string();
+    };
+    let rest = &message[start + " at line ".len()..];
+    // Skip "L column C" (digits, the word, digits).
+    let after_line = rest.trim_start_matches(|c: char| c.is_ascii_digit());
+    let after_column = after_line
+        .strip_prefix(" column ")
+        .map(|r| r.trim_start_matches(|c: char| c.is_ascii_digit()))
+        .unwrap_or(after_line);
+    format!("{}{}", &message[..start], after_column)
 }
 
 #[cfg(test)]
@@ -201,6 +209,21 @@ items:
             err.to_string().starts_with("bad.json:2:10: expected value"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn locations_are_not_repeated() {
+        assert_eq!(
+            strip_location("expected value at line 2 column 10"),
+            "expected value"
+        );
+        assert_eq!(
+            strip_location(
+                "did not find expected ',' at line 5 column 1, while parsing a flow mapping"
+            ),
+            "did not find expected ',', while parsing a flow mapping"
+        );
+        assert_eq!(strip_location("no location"), "no location");
     }
 
     #[test]

@@ -12,18 +12,28 @@ fn root() -> PathBuf {
 }
 
 fn fleet() -> String {
-    root().join("docs/examples/fleet.yaml").display().to_string()
+    root()
+        .join("docs/examples/fleet.yaml")
+        .display()
+        .to_string()
 }
 
 /// Runs kubectl-media with nothing inherited: no kubeconfig, no colour, a fixed width.
 fn run(args: &[&str], columns: Option<&str>, stdin: Option<&str>) -> Output {
     let home = tempfile::tempdir().unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_kubectl-media"));
-    command.args(args).env_clear().env("HOME", home.path()).env("NO_COLOR", "1");
+    command
+        .args(args)
+        .env_clear()
+        .env("HOME", home.path())
+        .env("NO_COLOR", "1");
     if let Some(columns) = columns {
         command.env("COLUMNS", columns);
     }
-    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut child = command.spawn().unwrap();
     let mut input = child.stdin.take().unwrap();
     if let Some(text) = stdin {
@@ -35,8 +45,16 @@ fn run(args: &[&str], columns: Option<&str>, stdin: Option<&str>) -> Output {
 
 fn ok(args: &[&str], columns: Option<&str>) -> String {
     let out = run(args, columns, None);
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.stderr.is_empty(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -45,7 +63,11 @@ fn fails(args: &[&str], code: i32, stdin: Option<&str>) -> String {
     let out = run(args, None, stdin);
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
-    assert!(out.stdout.is_empty(), "{args:?} wrote {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.stdout.is_empty(),
+        "{args:?} wrote {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
     assert!(stderr.starts_with("error: "), "{stderr}");
     stderr
@@ -55,9 +77,15 @@ fn fails(args: &[&str], code: i32, stdin: Option<&str>) -> String {
 fn table_of_the_example_fleet() {
     let fleet = fleet();
     insta::assert_snapshot!("caps-table", ok(&["caps", "-f", &fleet], Some("200")));
-    insta::assert_snapshot!("caps-table-narrow", ok(&["caps", "-f", &fleet], Some("120")));
+    insta::assert_snapshot!(
+        "caps-table-narrow",
+        ok(&["caps", "-f", &fleet], Some("120"))
+    );
     insta::assert_snapshot!("caps-wide", ok(&["caps", "-f", &fleet, "-o", "wide"], None));
-    insta::assert_snapshot!("caps-no-headers", ok(&["caps", "-f", &fleet, "--no-headers"], Some("200")));
+    insta::assert_snapshot!(
+        "caps-no-headers",
+        ok(&["caps", "-f", &fleet, "--no-headers"], Some("200"))
+    );
 }
 
 #[test]
@@ -71,7 +99,11 @@ fn records_of_the_example_fleet() {
     let records = from_json.as_array().unwrap();
     assert_eq!(records.len(), 9, "8 GPUs with an agent and one without");
     for record in records {
-        assert_eq!(record["attributes"].as_object().unwrap().len(), 25, "{record}");
+        assert_eq!(
+            record["attributes"].as_object().unwrap().len(),
+            25,
+            "{record}"
+        );
     }
     insta::assert_snapshot!("caps-json", json);
     insta::assert_snapshot!("caps-yaml", yaml);
@@ -80,24 +112,55 @@ fn records_of_the_example_fleet() {
 #[test]
 fn summary_of_the_example_fleet() {
     let fleet = fleet();
-    insta::assert_snapshot!("caps-summary", ok(&["caps", "-f", &fleet, "--summary"], Some("200")));
-    let json: serde_json::Value =
-        serde_json::from_str(&ok(&["caps", "-f", &fleet, "--summary", "-o", "json"], None)).unwrap();
+    insta::assert_snapshot!(
+        "caps-summary",
+        ok(&["caps", "-f", &fleet, "--summary"], Some("200"))
+    );
+    let json: serde_json::Value = serde_json::from_str(&ok(
+        &["caps", "-f", &fleet, "--summary", "-o", "json"],
+        None,
+    ))
+    .unwrap();
     assert_eq!(json["gpus"], 9);
     assert_eq!(json["nodes"], 9);
-    assert_eq!(json["capabilities"]["decodeHEVCMain10"], serde_json::json!({"gpus": 6, "nodes": 6}));
+    assert_eq!(
+        json["capabilities"]["decodeHEVCMain10"],
+        serde_json::json!({"gpus": 6, "nodes": 6})
+    );
     assert_eq!(json["drift"].as_array().unwrap().len(), 1);
 }
 
 #[test]
 fn filters_count_what_they_keep() {
     let fleet = fleet();
-    let out = ok(&["caps", "-f", &fleet, "--decode", "hevcmain10", "--scale", "10bit"], Some("200"));
+    let out = ok(
+        &[
+            "caps",
+            "-f",
+            &fleet,
+            "--decode",
+            "hevcmain10",
+            "--scale",
+            "10bit",
+        ],
+        Some("200"),
+    );
     insta::assert_snapshot!("caps-filtered", out);
-    assert!(out.ends_with("5 of 9 GPUs on 5 of 9 nodes (decodeHEVCMain10, scale10bit)\n"), "{out}");
-    let out = ok(&["caps", "-f", &fleet, "--node", "arc-1,gen9-1", "-o", "json"], None);
+    assert!(
+        out.ends_with("5 of 9 GPUs on 5 of 9 nodes (decodeHEVCMain10, scale10bit)\n"),
+        "{out}"
+    );
+    let out = ok(
+        &["caps", "-f", &fleet, "--node", "arc-1,gen9-1", "-o", "json"],
+        None,
+    );
     let records: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let nodes: Vec<&str> = records.as_array().unwrap().iter().map(|r| r["node"].as_str().unwrap()).collect();
+    let nodes: Vec<&str> = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["node"].as_str().unwrap())
+        .collect();
     assert_eq!(nodes, ["arc-1", "gen9-1"]);
 }
 
@@ -113,7 +176,13 @@ fn every_input_form_gives_the_same_answer() {
     let dir = tempfile::tempdir().unwrap();
     let json_file = dir.path().join("fleet.json");
     std::fs::write(&json_file, serde_json::to_string_pretty(&list).unwrap()).unwrap();
-    assert_eq!(ok(&["caps", "-f", json_file.to_str().unwrap(), "-o", "json"], None), expected);
+    assert_eq!(
+        ok(
+            &["caps", "-f", json_file.to_str().unwrap(), "-o", "json"],
+            None
+        ),
+        expected
+    );
 
     let out = run(&["caps", "-f", "-", "-o", "json"], None, Some(&yaml));
     assert_eq!(String::from_utf8(out.stdout).unwrap(), expected);
@@ -122,13 +191,30 @@ fn every_input_form_gives_the_same_answer() {
     let items = list["items"].as_array().unwrap();
     let (first, second) = items.split_at(items.len() / 2);
     let write_docs = |path: &Path, items: &[serde_json::Value]| {
-        let docs: Vec<String> = items.iter().map(|i| serde_yaml::to_string(i).unwrap()).collect();
+        let docs: Vec<String> = items
+            .iter()
+            .map(|i| serde_yaml::to_string(i).unwrap())
+            .collect();
         std::fs::write(path, docs.join("---\n")).unwrap();
     };
     let (a, b) = (dir.path().join("a.yaml"), dir.path().join("b.yaml"));
     write_docs(&a, first);
     write_docs(&b, second);
-    assert_eq!(ok(&["caps", "-f", a.to_str().unwrap(), "-f", b.to_str().unwrap(), "-o", "json"], None), expected);
+    assert_eq!(
+        ok(
+            &[
+                "caps",
+                "-f",
+                a.to_str().unwrap(),
+                "-f",
+                b.to_str().unwrap(),
+                "-o",
+                "json"
+            ],
+            None
+        ),
+        expected
+    );
 }
 
 #[test]
@@ -202,9 +288,18 @@ fn bad_input_gets_one_line() {
     ];
     for (args, code) in cases {
         let stderr = fails(&args, code, None);
-        let shown: Vec<String> =
-            args.iter().map(|a| a.replace(dir.path().to_str().unwrap(), "$TMP").replace(&fleet, "fleet.yaml")).collect();
-        transcript.push_str(&format!("$ kubectl media {}\n{}\n", shown.join(" "), stderr.replace(dir.path().to_str().unwrap(), "$TMP")));
+        let shown: Vec<String> = args
+            .iter()
+            .map(|a| {
+                a.replace(dir.path().to_str().unwrap(), "$TMP")
+                    .replace(&fleet, "fleet.yaml")
+            })
+            .collect();
+        transcript.push_str(&format!(
+            "$ kubectl media {}\n{}\n",
+            shown.join(" "),
+            stderr.replace(dir.path().to_str().unwrap(), "$TMP")
+        ));
     }
     insta::assert_snapshot!("caps-errors", transcript);
 }
@@ -220,13 +315,32 @@ fn an_unreachable_cluster_is_named_with_a_hint() {
          contexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\nusers:\n- name: u\n  user: {}\n",
     )
     .unwrap();
-    let stderr = fails(&["caps", "--kubeconfig", kubeconfig.to_str().unwrap()], 1, None);
+    let stderr = fails(
+        &["caps", "--kubeconfig", kubeconfig.to_str().unwrap()],
+        1,
+        None,
+    );
     assert!(
         stderr.starts_with("error: cannot reach the Kubernetes API at http://127.0.0.1:9: "),
         "{stderr}"
     );
-    assert!(stderr.contains("(hint: check --context and --kubeconfig, or read objects from a file with -f)"), "{stderr}");
-    let stderr = fails(&["caps", "--kubeconfig", kubeconfig.to_str().unwrap(), "--context", "nope"], 1, None);
+    assert!(
+        stderr.contains(
+            "(hint: check --context and --kubeconfig, or read objects from a file with -f)"
+        ),
+        "{stderr}"
+    );
+    let stderr = fails(
+        &[
+            "caps",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--context",
+            "nope",
+        ],
+        1,
+        None,
+    );
     assert!(stderr.starts_with("error: load kubeconfig: "), "{stderr}");
     assert!(stderr.contains("nope"), "{stderr}");
 }

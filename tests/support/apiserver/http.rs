@@ -75,11 +75,20 @@ pub enum Fault {
         /// Value of the Retry-After header and `details.retryAfterSeconds`.
         retry_after_seconds: u64,
     },
+    /// 403 Forbidden, as the authorizer words a missing permission for the request's verb and
+    /// resource (for a user named `system:anonymous`).
+    Forbidden,
 }
 
 impl Fault {
-    fn error(self) -> ApiError {
+    fn error(self, verb: &str, routed: &Route) -> ApiError {
         match self {
+            Fault::Forbidden => match routed {
+                Route::Resource { rt, ns, .. } => {
+                    ApiError::forbidden_request(verb, rt, ns.as_deref())
+                }
+                _ => ApiError::forbidden_path(),
+            },
             Fault::InternalError => ApiError::internal("injected fault"),
             Fault::ServiceUnavailable => ApiError::service_unavailable(
                 "injected fault: the server is currently unable to handle the request",
@@ -475,8 +484,18 @@ pub(crate) async fn handle(
         tokio::time::sleep(latency).await;
     }
 
-    let minor = server_minor(!lock(&shared.store).drop_allow_multiple_allocations);
-    let routed = route(&path, &shared.address, minor);
+    let (minor, resource_v1_served) = {
+        let store = lock(&shared.store);
+        (
+            server_minor(!store.drop_allow_multiple_allocations),
+            store.resource_v1_served,
+        )
+    };
+    let routed = if !resource_v1_served && path.starts_with("/apis/resource.k8s.io/v1/") {
+        Route::NotFound
+    } else {
+        route(&path, &shared.address, minor)
+    };
     let watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
     let (verb, resource) = match &routed {
         Route::Resource { rt, name, .. } => (
@@ -504,7 +523,7 @@ pub(crate) async fn handle(
     };
 
     let response = match (injected, routed) {
-        (Some(fault), _) => error_response(&fault.error()),
+        (Some(fault), ref routed) => error_response(&fault.error(verb, routed)),
         (None, Route::Static(v)) if parts.method == Method::GET => json_response(200, &v),
         (None, Route::Health) if parts.method == Method::GET => text_response(200, "ok"),
         (None, Route::Resource { rt, ns, name }) => {

@@ -316,6 +316,13 @@ impl TestApiServer {
             .with_store(|s| s.drop_allow_multiple_allocations = !enabled);
     }
 
+    /// Serves `resource.k8s.io/v1` or not: switched off, its paths answer `404 page not found`
+    /// as a pre-1.34 API server does (discovery still lists the group; only clients that read
+    /// objects are meant to be tested with this).
+    pub fn set_resource_v1_served(&self, served: bool) {
+        self.shared.with_store(|s| s.resource_v1_served = served);
+    }
+
     /// Keeps only the last `n` events for watches to resume from.
     pub fn set_history_limit(&self, n: usize) {
         self.shared.with_store(|s| s.set_history_limit(n));

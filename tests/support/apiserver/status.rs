@@ -156,6 +156,37 @@ impl ApiError {
         Self::new(503, "ServiceUnavailable", message.to_string(), None)
     }
 
+    /// 403 from the authorizer: `<resource>.<group> is forbidden: User "system:anonymous" cannot
+    /// <verb> resource "<resource>" in API group "<group>" at the cluster scope` (or `in the
+    /// namespace "<ns>"`), as k8s.io/apiserver's authorization filter words it.
+    pub fn forbidden_request(verb: &str, rt: &ResourceType, ns: Option<&str>) -> Self {
+        let scope = match ns {
+            Some(ns) if !ns.is_empty() => format!("in the namespace \"{ns}\""),
+            _ => "at the cluster scope".to_string(),
+        };
+        Self::new(
+            403,
+            "Forbidden",
+            format!(
+                "{} is forbidden: User \"system:anonymous\" cannot {verb} resource \"{}\" in API group \"{}\" {scope}",
+                rt.qualified_resource(),
+                rt.plural,
+                rt.group
+            ),
+            Some(json!({"group": rt.group, "kind": rt.plural})),
+        )
+    }
+
+    /// 403 for a path that is not a resource.
+    pub fn forbidden_path() -> Self {
+        Self::new(
+            403,
+            "Forbidden",
+            "forbidden: User \"system:anonymous\" cannot get path".to_string(),
+            None,
+        )
+    }
+
     /// 429 TooManyRequests with `Retry-After`.
     pub fn too_many_requests(retry_after_seconds: u64) -> Self {
         let mut e = Self::new(

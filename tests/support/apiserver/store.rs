@@ -103,6 +103,8 @@ pub struct Store {
     next_watcher: u64,
     /// When true, behave like a server with DRAConsumableCapacity off.
     pub drop_allow_multiple_allocations: bool,
+    /// Whether `resource.k8s.io/v1` is served at all (a cluster older than 1.34 does not).
+    pub resource_v1_served: bool,
 }
 
 /// `rt`'s index in [`RESOURCES`].
@@ -332,6 +334,7 @@ impl Store {
             watchers: Vec::new(),
             next_watcher: 0,
             drop_allow_multiple_allocations: false,
+            resource_v1_served: true,
         }
     }
 
