@@ -78,6 +78,7 @@ pub enum ClusterError {
 }
 
 /// A connected client and the server it talks to (for messages).
+#[derive(Clone)]
 pub struct Cluster {
     client: kube::Client,
     server: String,
@@ -140,39 +141,51 @@ impl Cluster {
         .await
     }
 
+    /// Lists every object of a collection, page by page. The next page is asked for before the
+    /// current one is parsed, so the server prepares it while we read: a fleet's listing costs
+    /// about the larger of the two, not their sum.
     async fn list_all(
         &self,
         path: &str,
         resource: &'static str,
         objects: &mut Objects,
     ) -> Result<(), ClusterError> {
-        let mut continue_token: Option<String> = None;
-        loop {
+        let unreadable = |e: serde_json::Error| ClusterError::Response {
+            server: self.server.clone(),
+            resource,
+            cause: format!("unreadable response: {e}"),
+        };
+        let fetch = |token: Option<String>| {
             let mut uri = format!("{path}?limit={PAGE_SIZE}");
-            if let Some(token) = &continue_token {
+            if let Some(token) = token {
                 uri.push_str("&continue=");
-                uri.push_str(&percent_encode(token));
+                uri.push_str(&percent_encode(&token));
             }
-            let request =
-                http::Request::get(uri)
-                    .body(Vec::new())
-                    .map_err(|e| ClusterError::Response {
-                        server: self.server.clone(),
+            let cluster = self.clone();
+            tokio::spawn(async move {
+                let request = http::Request::get(uri).body(Vec::new()).map_err(|e| {
+                    ClusterError::Response {
+                        server: cluster.server.clone(),
                         resource,
                         cause: e.to_string(),
-                    })?;
-            let page = self.request_text(request, "list", resource).await?;
-            continue_token = objects
-                .add_json(&page)
-                .map_err(|e| ClusterError::Response {
-                    server: self.server.clone(),
-                    resource,
-                    cause: format!("unreadable response: {e}"),
+                    }
                 })?;
-            if continue_token.is_none() {
-                return Ok(());
-            }
+                cluster.request_text(request, "list", resource).await
+            })
+        };
+        let mut next = Some(fetch(None));
+        while let Some(pending) = next.take() {
+            let page = pending.await.map_err(|e| ClusterError::Response {
+                server: self.server.clone(),
+                resource,
+                cause: format!("the request task failed: {e}"),
+            })??;
+            next = crate::objects::continue_token(&page)
+                .map_err(unreadable)?
+                .map(|t| fetch(Some(t)));
+            objects.add_json(&page).map_err(unreadable)?;
         }
+        Ok(())
     }
 
     async fn request_text(

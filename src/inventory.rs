@@ -101,20 +101,18 @@ pub struct Inventory {
 }
 
 /// Keeps, for each pool of each driver, only the slices of its highest generation.
-pub fn current_slices(slices: &[ResourceSlice]) -> Vec<&ResourceSlice> {
-    let mut highest: HashMap<(&str, &str), i64> = HashMap::new();
-    for slice in slices {
-        let key = (slice.spec.driver.as_str(), slice.spec.pool.name.as_str());
+pub fn current_slices(mut slices: Vec<ResourceSlice>) -> Vec<ResourceSlice> {
+    let mut highest: HashMap<(String, String), i64> = HashMap::new();
+    for slice in &slices {
+        let key = (slice.spec.driver.clone(), slice.spec.pool.name.clone());
         let generation = highest.entry(key).or_insert(slice.spec.pool.generation);
         *generation = (*generation).max(slice.spec.pool.generation);
     }
+    slices.retain(|s| {
+        highest.get(&(s.spec.driver.clone(), s.spec.pool.name.clone()))
+            == Some(&s.spec.pool.generation)
+    });
     slices
-        .iter()
-        .filter(|s| {
-            highest.get(&(s.spec.driver.as_str(), s.spec.pool.name.as_str()))
-                == Some(&s.spec.pool.generation)
-        })
-        .collect()
 }
 
 fn node_of(slice: &ResourceSlice) -> String {
@@ -125,21 +123,16 @@ fn node_of(slice: &ResourceSlice) -> String {
         .unwrap_or_else(|| slice.spec.pool.name.clone())
 }
 
-fn address_of(attributes: &Attributes) -> Option<&str> {
-    attributes
-        .string(Identity::PciBusId)
-        .or_else(|| attributes.string(Identity::Address))
-}
-
 fn statements(attributes: &Attributes) -> Statements {
     Capability::ALL.map(|c| attributes.capability(c).and_then(Value::as_bool))
 }
 
-fn described(node: String, device: &Device) -> Gpu {
-    let a = &device.attributes;
-    let capabilities = statements(a);
-    let string = |i: Identity| a.string(i).map(str::to_owned);
-    let va_driver = string(Identity::VaDriver);
+/// A GPU a media device describes; takes the device's strings rather than copying them (a
+/// fleet has tens of thousands).
+fn described(node: String, device: Device) -> Gpu {
+    let mut a = device.attributes;
+    let capabilities = statements(&a);
+    let va_driver = a.take_string(Identity::VaDriver);
     let unreadable: Vec<Capability> = Capability::ALL
         .into_iter()
         .filter(|&c| capabilities[c as usize].is_none())
@@ -153,15 +146,18 @@ fn described(node: String, device: &Device) -> Gpu {
     } else {
         Status::Described
     };
+    let address = a
+        .take_string(Identity::PciBusId)
+        .or_else(|| a.take_string(Identity::Address));
     Gpu {
         node,
-        address: address_of(a).unwrap_or_default().to_string(),
-        device: Some(device.name.clone()),
-        name: string(Identity::Name),
-        kernel_driver: string(Identity::Driver),
+        address: address.unwrap_or_default(),
+        device: Some(device.name),
+        name: a.take_string(Identity::Name),
+        kernel_driver: a.take_string(Identity::Driver),
         va_driver,
-        vendor: string(Identity::Vendor),
-        product: string(Identity::Product),
+        vendor: a.take_string(Identity::Vendor),
+        product: a.take_string(Identity::Product),
         capabilities,
         status,
         drift: None,
@@ -169,51 +165,62 @@ fn described(node: String, device: &Device) -> Gpu {
 }
 
 /// Builds the inventory from every slice read.
-pub fn build(slices: &[ResourceSlice]) -> Inventory {
-    let current = current_slices(slices);
+pub fn build(slices: Vec<ResourceSlice>) -> Inventory {
+    let (media, others): (Vec<ResourceSlice>, Vec<ResourceSlice>) = current_slices(slices)
+        .into_iter()
+        .partition(|s| s.spec.driver == caps::DRIVER);
+    // A node whose agent found no GPU still has a (device-less) media slice.
+    let agent_nodes: HashSet<String> = media.iter().map(node_of).collect();
     let mut gpus = Vec::new();
-    let mut seen: HashSet<(String, String)> = HashSet::new();
-    let mut agent_nodes: HashSet<String> = HashSet::new();
-    for slice in current.iter().filter(|s| s.spec.driver == caps::DRIVER) {
-        let node = node_of(slice);
-        agent_nodes.insert(node.clone());
-        for device in &slice.spec.devices {
-            let gpu = described(node.clone(), device);
-            seen.insert((gpu.node.clone(), gpu.address.clone()));
-            gpus.push(gpu);
+    for slice in media {
+        let node = node_of(&slice);
+        for device in slice.spec.devices {
+            gpus.push(described(node.clone(), device));
         }
     }
-    for slice in current
-        .iter()
-        .filter(|s| s.spec.driver == caps::RENDER_DRIVER)
+    let mut undescribed = Vec::new();
     {
-        let node = node_of(slice);
-        for device in &slice.spec.devices {
-            // A render node without a PCI address cannot be matched to any GPU statement, and
-            // a claim's matchAttribute constraint can never pair it either.
-            let Some(address) = device.attributes.string(Identity::PciBusId) else {
-                continue;
-            };
-            if !seen.insert((node.clone(), address.to_string())) {
-                continue;
+        let mut seen: HashSet<(&str, &str)> = gpus
+            .iter()
+            .map(|g| (g.node.as_str(), g.address.as_str()))
+            .collect();
+        for slice in others
+            .iter()
+            .filter(|s| s.spec.driver == caps::RENDER_DRIVER)
+        {
+            let node = slice
+                .spec
+                .node_name
+                .as_deref()
+                .unwrap_or(&slice.spec.pool.name);
+            for device in &slice.spec.devices {
+                // A render node without a PCI address cannot be matched to any GPU statement,
+                // and a claim's matchAttribute constraint can never pair it either.
+                let Some(address) = device.attributes.string(Identity::PciBusId) else {
+                    continue;
+                };
+                if !seen.insert((node, address)) {
+                    continue;
+                }
+                undescribed.push(Gpu {
+                    node: node.to_string(),
+                    address: address.to_string(),
+                    device: None,
+                    name: None,
+                    kernel_driver: None,
+                    va_driver: None,
+                    vendor: None,
+                    product: None,
+                    capabilities: [None; Capability::ALL.len()],
+                    status: Status::NotDescribed {
+                        agent_on_node: agent_nodes.contains(node),
+                    },
+                    drift: None,
+                });
             }
-            gpus.push(Gpu {
-                node: node.clone(),
-                address: address.to_string(),
-                device: None,
-                name: None,
-                kernel_driver: None,
-                va_driver: None,
-                vendor: None,
-                product: None,
-                capabilities: [None; Capability::ALL.len()],
-                status: Status::NotDescribed {
-                    agent_on_node: agent_nodes.contains(&node),
-                },
-                drift: None,
-            });
         }
     }
+    gpus.extend(undescribed);
     gpus.sort_by(|a, b| (&a.node, &a.address, &a.device).cmp(&(&b.node, &b.address, &b.device)));
     let drift = find_drift(&mut gpus);
     Inventory { gpus, drift }
@@ -425,7 +432,7 @@ mod tests {
                 &[DecodeVP9],
             )],
         );
-        let inventory = build(&[old, new]);
+        let inventory = build(vec![old, new]);
         assert_eq!(inventory.gpus.len(), 1);
         assert_eq!(inventory.gpus[0].device.as_deref(), Some("pci-new"));
     }
@@ -458,7 +465,7 @@ mod tests {
                 vec![render_node("0000:00:02.0")],
             ),
         ];
-        let inventory = build(&slices);
+        let inventory = build(slices.to_vec());
         let rows: Vec<(&str, &str, &Status)> = inventory
             .gpus
             .iter()
@@ -487,6 +494,27 @@ mod tests {
     }
 
     #[test]
+    fn an_agent_that_found_no_gpu_still_counts_as_present() {
+        let slices = vec![
+            slice(caps::DRIVER, "n1", 1, vec![]),
+            slice(
+                caps::RENDER_DRIVER,
+                "n1",
+                1,
+                vec![render_node("0000:00:02.0")],
+            ),
+        ];
+        let inventory = build(slices);
+        assert_eq!(inventory.gpus.len(), 1);
+        assert_eq!(
+            inventory.gpus[0].status,
+            Status::NotDescribed {
+                agent_on_node: true
+            }
+        );
+    }
+
+    #[test]
     fn failed_and_incomplete_devices_are_marked() {
         let mut odd = device("pci-b", "0000:03:00.0", INTEL, None, &[]);
         odd.attributes
@@ -497,7 +525,7 @@ mod tests {
             1,
             vec![device("pci-a", "0000:00:02.0", INTEL, None, &[]), odd],
         )];
-        let inventory = build(&slices);
+        let inventory = build(slices.to_vec());
         assert_eq!(inventory.gpus[0].status, Status::ProbeFailed);
         assert_eq!(
             inventory.gpus[1].status,
@@ -563,7 +591,7 @@ mod tests {
                 )],
             ),
         ];
-        let inventory = build(&slices);
+        let inventory = build(slices.to_vec());
         assert_eq!(inventory.drift.len(), 1);
         let drift = &inventory.drift[0];
         assert_eq!((drift.vendor.as_str(), drift.product.as_str()), INTEL);
@@ -615,7 +643,7 @@ mod tests {
                 )],
             ),
         ];
-        let inventory = build(&slices);
+        let inventory = build(slices.to_vec());
         let filter = Filter {
             nodes: vec![],
             capabilities: vec![DecodeVP9],

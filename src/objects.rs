@@ -102,6 +102,14 @@ impl Attributes {
         self.identity(attribute).and_then(Value::as_str)
     }
 
+    /// Takes the identity attribute's string out, leaving it absent.
+    pub fn take_string(&mut self, attribute: Identity) -> Option<String> {
+        match self.identity[attribute as usize].take() {
+            Some(Value::String(s) | Value::Version(s)) => Some(s),
+            _ => None,
+        }
+    }
+
     pub fn capability(&self, capability: Capability) -> Option<&Value> {
         self.capabilities[capability as usize].as_ref()
     }
@@ -169,7 +177,8 @@ impl<'de> Deserialize<'de> for Value {
                 f.write_str("an attribute value")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-                let mut found = Vec::new();
+                let mut found: Option<Value> = None;
+                let mut types = 0;
                 while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
                     let scalar = map.next_value::<Scalar>()?;
                     let value = match (key.as_ref(), scalar) {
@@ -180,14 +189,14 @@ impl<'de> Deserialize<'de> for Value {
                         (_, Scalar::Null) => continue,
                         _ => Value::Invalid,
                     };
-                    found.push(value);
+                    types += 1;
+                    found = Some(value);
                 }
                 // Exactly one type may be set (the API server enforces it); anything else is
                 // content we do not trust.
-                Ok(if found.len() == 1 {
-                    found.remove(0)
-                } else {
-                    Value::Invalid
+                Ok(match (types, found) {
+                    (1, Some(value)) => value,
+                    _ => Value::Invalid,
                 })
             }
             fn visit_bool<E>(self, _: bool) -> Result<Value, E> {
@@ -297,93 +306,185 @@ struct Head<'a> {
 struct NameOnly {
     #[serde(default)]
     name: Option<String>,
+    /// A List's paging token (`metadata.continue`).
+    #[serde(default, rename = "continue")]
+    continue_token: Option<String>,
+}
+
+/// A document read in one pass, every object's spec read as a ResourceSlice's.
+#[derive(Deserialize)]
+struct OnePass {
+    #[serde(default, rename = "apiVersion")]
+    api_version: Option<String>,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    metadata: Option<NameOnly>,
+    #[serde(default)]
+    spec: Option<SliceSpec>,
+    #[serde(default)]
+    items: Option<Vec<OnePass>>,
+}
+
+fn head_name(head: &Head<'_>) -> String {
+    head.metadata
+        .as_ref()
+        .and_then(|m| m.name.clone())
+        .unwrap_or_default()
+}
+
+/// A List's `metadata.continue` token, without reading its items (they are skipped).
+pub fn continue_token(text: &str) -> Result<Option<String>, serde_json::Error> {
+    #[derive(Deserialize)]
+    struct ListHead {
+        #[serde(default)]
+        metadata: Option<NameOnly>,
+    }
+    let head: ListHead = serde_json::from_str(text)?;
+    Ok(head
+        .metadata
+        .and_then(|m| m.continue_token)
+        .filter(|t| !t.is_empty()))
+}
+
+/// An API server's typed list (`ResourceSliceList`) leaves kind and apiVersion off its items;
+/// `kubectl get -o json` (a `List`) puts them on each item.
+fn list_item_kind(list_kind: Option<&str>) -> Option<&str> {
+    list_kind
+        .and_then(|k| k.strip_suffix("List"))
+        .filter(|k| !k.is_empty())
 }
 
 impl Objects {
     /// Adds the objects of one JSON document: a single object, or a List (including the
     /// `ResourceSliceList` an API server returns). Returns the List's `metadata.continue` token
     /// when there is one, for paging through a cluster.
+    ///
+    /// The common case (every object readable as a ResourceSlice, which other kinds usually
+    /// are, their fields being ignored) is read in one pass; a document where that fails is read
+    /// again object by object, so that one odd object costs a note, not the listing.
     pub fn add_json(&mut self, text: &str) -> Result<Option<String>, serde_json::Error> {
-        #[derive(Deserialize)]
-        struct ListMeta {
-            #[serde(default, rename = "continue")]
-            continue_token: Option<String>,
+        match serde_json::from_str::<OnePass>(text) {
+            Ok(document) => {
+                let continue_token = document
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| m.continue_token.clone());
+                match document.items {
+                    Some(items) => {
+                        let item_kind = list_item_kind(document.kind.as_deref());
+                        for item in items {
+                            let name = item.metadata.and_then(|m| m.name).unwrap_or_default();
+                            let (kind, api_version) = match item.kind {
+                                Some(kind) => (Some(kind), item.api_version),
+                                None => {
+                                    (item_kind.map(str::to_owned), document.api_version.clone())
+                                }
+                            };
+                            let spec = item.spec.unwrap_or_default();
+                            self.add_item(
+                                kind.as_deref(),
+                                api_version.as_deref(),
+                                &name.clone(),
+                                || {
+                                    Ok(ResourceSlice {
+                                        metadata: Metadata { name },
+                                        spec,
+                                    })
+                                },
+                            );
+                        }
+                    }
+                    None => {
+                        let name = document.metadata.and_then(|m| m.name).unwrap_or_default();
+                        let spec = document.spec.unwrap_or_default();
+                        self.add_item(
+                            document.kind.as_deref(),
+                            document.api_version.as_deref(),
+                            &name.clone(),
+                            || {
+                                Ok(ResourceSlice {
+                                    metadata: Metadata { name },
+                                    spec,
+                                })
+                            },
+                        );
+                    }
+                }
+                Ok(continue_token.filter(|t| !t.is_empty()))
+            }
+            Err(_) => self.add_json_by_object(text),
         }
-        #[derive(Deserialize)]
-        struct ListHead {
-            #[serde(default)]
-            metadata: Option<ListMeta>,
-        }
+    }
+
+    /// The slow, forgiving path of [`Objects::add_json`]: each object parsed on its own.
+    fn add_json_by_object(&mut self, text: &str) -> Result<Option<String>, serde_json::Error> {
         let head: Head = serde_json::from_str(text)?;
+        let continue_token = head
+            .metadata
+            .as_ref()
+            .and_then(|m| m.continue_token.clone());
         match head.items {
             Some(items) => {
-                // An API server's typed list (`ResourceSliceList`) leaves kind and apiVersion off
-                // its items; `kubectl get -o json` (a `List`) puts them on.
-                let item_kind = head
-                    .kind
-                    .as_deref()
-                    .and_then(|k| k.strip_suffix("List"))
-                    .filter(|k| !k.is_empty());
+                let item_kind = list_item_kind(head.kind.as_deref());
                 for item in items {
                     let mut item_head: Head = serde_json::from_str(item.get())?;
                     if item_head.kind.is_none() {
                         item_head.kind = item_kind.map(str::to_owned);
                         item_head.api_version.clone_from(&head.api_version);
                     }
-                    self.add_item(&item_head, || serde_json::from_str(item.get()));
+                    let name = head_name(&item_head);
+                    self.add_item(
+                        item_head.kind.as_deref(),
+                        item_head.api_version.as_deref(),
+                        &name,
+                        || serde_json::from_str(item.get()),
+                    );
                 }
-                let list: ListHead = serde_json::from_str(text)?;
-                Ok(list
-                    .metadata
-                    .and_then(|m| m.continue_token)
-                    .filter(|t| !t.is_empty()))
             }
             None => {
-                self.add_item(&head, || serde_json::from_str(text));
-                Ok(None)
+                let name = head_name(&head);
+                self.add_item(
+                    head.kind.as_deref(),
+                    head.api_version.as_deref(),
+                    &name,
+                    || serde_json::from_str(text),
+                );
             }
         }
+        Ok(continue_token.filter(|t| !t.is_empty()))
     }
 
     /// Adds the objects of one already-parsed document (the YAML path).
     pub fn add_value(&mut self, value: serde_json::Value) {
-        if let Some(items) = value.get("items").and_then(serde_json::Value::as_array) {
-            for item in items.clone() {
+        let mut value = value;
+        if let Some(items) = value
+            .get_mut("items")
+            .and_then(serde_json::Value::as_array_mut)
+        {
+            for item in std::mem::take(items) {
                 self.add_value(item);
             }
             return;
         }
-        let head = Head {
-            api_version: value
-                .get("apiVersion")
-                .and_then(|v| v.as_str())
-                .map(str::to_owned),
-            kind: value
-                .get("kind")
-                .and_then(|v| v.as_str())
-                .map(str::to_owned),
-            items: None,
-            metadata: Some(NameOnly {
-                name: value
-                    .pointer("/metadata/name")
-                    .and_then(|v| v.as_str())
-                    .map(str::to_owned),
-            }),
-        };
-        self.add_item(&head, || serde_json::from_value(value));
+        let text = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(str::to_owned);
+        let kind = text(value.get("kind"));
+        let api_version = text(value.get("apiVersion"));
+        let name = text(value.pointer("/metadata/name")).unwrap_or_default();
+        self.add_item(kind.as_deref(), api_version.as_deref(), &name, || {
+            serde_json::from_value(value)
+        });
     }
 
+    /// Keeps an object if it is a ResourceSlice we read; `parse` is only called then.
     fn add_item(
         &mut self,
-        head: &Head<'_>,
+        kind: Option<&str>,
+        api_version: Option<&str>,
+        name: &str,
         parse: impl FnOnce() -> Result<ResourceSlice, serde_json::Error>,
     ) {
-        let name = head
-            .metadata
-            .as_ref()
-            .and_then(|m| m.name.clone())
-            .unwrap_or_default();
-        match (head.kind.as_deref(), head.api_version.as_deref()) {
+        match (kind, api_version) {
             (Some("ResourceSlice"), Some(RESOURCE_API_VERSION)) => match parse() {
                 Ok(slice) => self.slices.push(slice),
                 Err(e) => self

@@ -6,11 +6,11 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use clap::Args;
-use comfy_table::{Attribute as CellAttribute, Cell, Color, ContentArrangement, Table, presets};
 use serde::Serialize;
 
 use crate::caps::{self, Capability, Group, Identity};
 use crate::cli::CapabilityValues;
+use crate::cli::table::{Cell, Grid, Paint, TableStyle};
 use crate::inventory::{Counts, Drift, Filter, Gpu, Inventory, Status};
 
 const EXAMPLES: &str = "\
@@ -109,25 +109,6 @@ impl CapsArgs {
     }
 }
 
-/// How the table is drawn.
-#[derive(Clone, Copy, Debug)]
-pub struct TableStyle {
-    pub colored: bool,
-    pub width: Width,
-    pub no_headers: bool,
-}
-
-/// The width a table must fit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Width {
-    /// `COLUMNS` says how wide the screen is.
-    Columns(u16),
-    /// Standard output is a terminal: ask it.
-    Terminal,
-    /// A pipe or file: rows keep their natural width, as kubectl's do.
-    Unlimited,
-}
-
 /// The compact statement of a GPU: `decode AV1 H264 · encode H264 · scale 8 10`.
 pub fn compact(gpu: &Gpu) -> String {
     let mut parts = Vec::new();
@@ -170,64 +151,16 @@ pub fn status_word(gpu: &Gpu) -> &'static str {
     }
 }
 
-fn status_color(gpu: &Gpu) -> Option<Color> {
+fn status_paint(gpu: &Gpu) -> Option<Paint> {
     match (&gpu.status, gpu.drift) {
         (Status::Described, None) => None,
-        (Status::Described, Some(_)) | (Status::Incomplete { .. }, _) => Some(Color::Yellow),
-        (Status::ProbeFailed, _) | (Status::NotDescribed { .. }, _) => Some(Color::Red),
+        (Status::Described, Some(_)) | (Status::Incomplete { .. }, _) => Some(Paint::Yellow),
+        (Status::ProbeFailed, _) | (Status::NotDescribed { .. }, _) => Some(Paint::Red),
     }
 }
 
 fn dash(value: Option<&str>) -> String {
     value.filter(|v| !v.is_empty()).unwrap_or("-").to_string()
-}
-
-fn new_table(style: &TableStyle) -> Table {
-    let mut table = Table::new();
-    table.load_preset(presets::NOTHING);
-    match style.width {
-        Width::Columns(width) => {
-            table.set_content_arrangement(ContentArrangement::Dynamic);
-            table.set_width(width);
-        }
-        Width::Terminal => {
-            table.set_content_arrangement(ContentArrangement::Dynamic);
-        }
-        Width::Unlimited => {
-            table.set_content_arrangement(ContentArrangement::Disabled);
-        }
-    }
-    if style.colored {
-        table.enforce_styling();
-    } else {
-        table.force_no_tty();
-    }
-    table
-}
-
-fn header(table: &mut Table, names: impl IntoIterator<Item = String>, style: &TableStyle) {
-    if style.no_headers {
-        return;
-    }
-    table.set_header(names.into_iter().map(|n| {
-        let cell = Cell::new(n);
-        if style.colored {
-            cell.add_attribute(CellAttribute::Bold)
-        } else {
-            cell
-        }
-    }));
-}
-
-/// Strips comfy-table's one-space margins so the table starts at column 0, as kubectl's do.
-fn finish(table: &Table) -> String {
-    let mut out = String::new();
-    for line in table.lines() {
-        let line = line.strip_prefix(' ').unwrap_or(&line).trim_end();
-        out.push_str(line);
-        out.push('\n');
-    }
-    out
 }
 
 /// The table (`-o wide` when `wide`), then the notes that explain its marks.
@@ -237,73 +170,88 @@ pub fn render_table(
     wide: bool,
     style: &TableStyle,
 ) -> String {
-    let mut table = new_table(style);
-    let mut names: Vec<String> = ["NODE", "DEVICE", "GPU", "ADDRESS", "DRIVER", "VA DRIVER"]
+    let mut header: Vec<String> = ["NODE", "DEVICE", "GPU", "ADDRESS", "DRIVER", "VA DRIVER"]
         .map(String::from)
         .to_vec();
     if wide {
-        names.extend(["VENDOR", "PRODUCT"].map(String::from));
-        names.extend(Capability::ALL.iter().map(|c| wide_header(*c)));
+        header.extend(["VENDOR", "PRODUCT"].map(String::from));
+        header.extend(Capability::ALL.iter().map(|c| wide_header(*c)));
     } else {
-        names.push("CAPABILITIES".into());
+        header.push("CAPABILITIES".into());
     }
-    names.push("STATUS".into());
-    header(&mut table, names, style);
+    header.push("STATUS".into());
+    // Names, addresses and statuses never wrap; the free-text columns share what is left.
+    let mut unwrapped = vec![0, 1, 3, 4, header.len() - 1];
+    if wide {
+        unwrapped.extend(6..header.len() - 1);
+    }
 
     let selected: Vec<&Gpu> = inventory.select(filter).collect();
-    for gpu in &selected {
-        let mut row = vec![
-            Cell::new(&gpu.node),
-            Cell::new(dash(gpu.device.as_deref())),
-            Cell::new(dash(gpu.name.as_deref())),
-            Cell::new(dash(Some(&gpu.address))),
-            Cell::new(dash(gpu.kernel_driver.as_deref())),
-            Cell::new(dash(gpu.va_driver.as_deref())),
-        ];
-        if wide {
-            row.push(Cell::new(dash(gpu.vendor.as_deref())));
-            row.push(Cell::new(dash(gpu.product.as_deref())));
-            for capability in Capability::ALL {
-                let (text, color) = match (gpu.device.is_some(), gpu.states(capability)) {
-                    (false, _) => ("-", None),
-                    (true, Some(true)) => ("yes", Some(Color::Green)),
-                    (true, Some(false)) => ("no", None),
-                    (true, None) => ("?", Some(Color::Yellow)),
-                };
-                row.push(colored(Cell::new(text), color, style));
+    let rows = selected
+        .iter()
+        .map(|gpu| {
+            let mut row = vec![
+                Cell::plain(&gpu.node),
+                Cell::plain(dash(gpu.device.as_deref())),
+                Cell::plain(dash(gpu.name.as_deref())),
+                Cell::plain(dash(Some(&gpu.address))),
+                Cell::plain(dash(gpu.kernel_driver.as_deref())),
+                Cell::plain(dash(gpu.va_driver.as_deref())),
+            ];
+            if wide {
+                row.push(Cell::plain(dash(gpu.vendor.as_deref())));
+                row.push(Cell::plain(dash(gpu.product.as_deref())));
+                for capability in Capability::ALL {
+                    row.push(match (gpu.device.is_some(), gpu.states(capability)) {
+                        (false, _) => Cell::plain("-"),
+                        (true, Some(true)) => Cell::painted("yes", Some(Paint::Green)),
+                        (true, Some(false)) => Cell::plain("no"),
+                        (true, None) => Cell::painted("?", Some(Paint::Yellow)),
+                    });
+                }
+            } else {
+                row.push(Cell::plain(compact(gpu)));
             }
-        } else {
-            row.push(Cell::new(compact(gpu)));
-        }
-        let mut status = status_word(gpu).to_string();
-        if let Some(index) = gpu.drift {
-            let _ = write!(status, " [{}]", index + 1);
-        }
-        row.push(colored(Cell::new(status), status_color(gpu), style));
-        table.add_row(row);
-    }
+            let mut status = status_word(gpu).to_string();
+            if let Some(index) = gpu.drift {
+                let _ = write!(status, " [{}]", index + 1);
+            }
+            row.push(Cell::painted(status, status_paint(gpu)));
+            row
+        })
+        .collect();
+    let grid = Grid {
+        header,
+        rows,
+        unwrapped,
+    };
     let mut out = if selected.is_empty() && style.no_headers {
         String::new()
     } else {
-        finish(&table)
+        grid.render(style)
     };
-    if !style.no_headers {
-        let notes = notes(inventory, &selected, filter);
-        if !notes.is_empty() {
-            out.push('\n');
-            for note in notes {
-                out.push_str(&note);
-                out.push('\n');
-            }
-        }
-    }
+    push_notes(&mut out, inventory, &selected, filter, style);
     out
 }
 
-fn colored(cell: Cell, color: Option<Color>, style: &TableStyle) -> Cell {
-    match color {
-        Some(color) if style.colored => cell.fg(color),
-        _ => cell,
+/// The notes below a table, after a blank line; none with `--no-headers`.
+fn push_notes(
+    out: &mut String,
+    inventory: &Inventory,
+    shown: &[&Gpu],
+    filter: &Filter,
+    style: &TableStyle,
+) {
+    if style.no_headers {
+        return;
+    }
+    let notes = notes(inventory, shown, filter);
+    if !notes.is_empty() {
+        out.push('\n');
+        for note in notes {
+            out.push_str(&note);
+            out.push('\n');
+        }
     }
 }
 
@@ -431,16 +379,20 @@ pub fn describe_drift(drift: &Drift) -> String {
         .variants
         .iter()
         .map(|v| {
-            let stated: Vec<&str> = drift
-                .differing
-                .iter()
-                .filter(|&&c| v.capabilities[c as usize] == Some(true))
-                .map(|c| c.attribute())
-                .collect();
-            let stated = if stated.is_empty() {
-                "none of them".to_string()
-            } else {
-                stated.join(" ")
+            // One capability differs: say true or false. Several: name each with its value.
+            let stated = match drift.differing.as_slice() {
+                [one] => (v.capabilities[*one as usize] == Some(true)).to_string(),
+                several => several
+                    .iter()
+                    .map(|&c| {
+                        format!(
+                            "{}={}",
+                            c.attribute(),
+                            v.capabilities[c as usize] == Some(true)
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" "),
             };
             let nodes: Vec<&str> = v.nodes.iter().map(String::as_str).collect();
             let drivers: Vec<&str> = v.va_drivers.iter().map(String::as_str).collect();
@@ -482,31 +434,25 @@ fn count_line(counts: &Counts, filter: &Filter) -> String {
 /// `--summary`: per capability, the GPUs and nodes that state it, then drift.
 pub fn render_summary(inventory: &Inventory, filter: &Filter, style: &TableStyle) -> String {
     let counts = inventory.counts(filter);
-    let mut table = new_table(style);
-    header(
-        &mut table,
-        ["CAPABILITY", "GPUS", "NODES"].map(String::from),
-        style,
-    );
-    for (capability, gpus, nodes) in inventory.summary(filter) {
-        table.add_row(vec![
-            Cell::new(capability.attribute()),
-            Cell::new(format!("{gpus}/{}", counts.matching_gpus)),
-            Cell::new(format!("{nodes}/{}", counts.matching_nodes)),
-        ]);
-    }
-    let mut out = finish(&table);
-    if !style.no_headers {
-        let selected: Vec<&Gpu> = inventory.select(filter).collect();
-        let notes = notes(inventory, &selected, filter);
-        if !notes.is_empty() {
-            out.push('\n');
-            for note in notes {
-                out.push_str(&note);
-                out.push('\n');
-            }
-        }
-    }
+    let rows = inventory
+        .summary(filter)
+        .into_iter()
+        .map(|(capability, gpus, nodes)| {
+            vec![
+                Cell::plain(capability.attribute()),
+                Cell::plain(format!("{gpus}/{}", counts.matching_gpus)),
+                Cell::plain(format!("{nodes}/{}", counts.matching_nodes)),
+            ]
+        })
+        .collect();
+    let grid = Grid {
+        header: ["CAPABILITY", "GPUS", "NODES"].map(String::from).to_vec(),
+        rows,
+        unwrapped: vec![0, 1, 2],
+    };
+    let mut out = grid.render(style);
+    let selected: Vec<&Gpu> = inventory.select(filter).collect();
+    push_notes(&mut out, inventory, &selected, filter, style);
     out
 }
 

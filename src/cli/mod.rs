@@ -7,6 +7,7 @@ pub mod class;
 pub mod complete;
 pub mod output;
 pub mod style;
+pub mod table;
 
 use std::ffi::{OsStr, OsString};
 use std::io::{IsTerminal, Read, Write};
@@ -17,10 +18,11 @@ use clap::{Arg, CommandFactory, Parser, Subcommand};
 
 use crate::caps::{Capability, Group, UnknownCapability};
 
-use self::caps::{CapsArgs, CapsFormat, TableStyle, Width};
+use self::caps::{CapsArgs, CapsFormat};
 use self::class::{ClassArgs, ClassError};
 use self::output::RenderError;
 use self::style::ColorChoice;
+use self::table::{TableStyle, Width};
 
 /// The help heading of the flags every command takes.
 const GLOBAL: &str = "Global options";
@@ -275,7 +277,9 @@ fn run_caps(
     let filter = args.filter()?;
     let objects = if args.files.is_empty() {
         let connection = kube.connection()?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
+        // One worker fetches the next page while this thread parses the current one.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
             .enable_all()
             .build()
             .map_err(Error::Runtime)?;
@@ -301,7 +305,7 @@ fn run_caps(
             owo_colors::OwoColorize::style(&"warning:", warn.warning)
         );
     }
-    let inventory = crate::inventory::build(&objects.slices);
+    let inventory = crate::inventory::build(objects.slices);
     if inventory.gpus.is_empty() {
         let _ = writeln!(io.stderr, "No media.liken.sh or liken.sh devices found.");
         return Ok(());

@@ -1,0 +1,233 @@
+//! `kubectl media caps` on a fleet of 5,000 nodes × 8 GPUs (40,000 GPUs; a liken.sh and a
+//! media.liken.sh slice per node, built from the example fleet's recorded probes with the agent's
+//! own code). Reports, in one run:
+//!
+//! - `caps -f fleet.json` (the table, and `--summary`);
+//! - `caps` against the project's test API server holding the same slices;
+//! - `kubectl get resourceslices` against the same server (the baseline: what a user runs
+//!   without the plugin), when kubectl is installed;
+//! - the peak RSS of the `caps` runs next to the size of the fleet's JSON.
+//!
+//! Targets: ≤ 1 s wall for the whole fleet, ≥ 10× faster than kubectl, peak memory ≤ 4× the JSON.
+//! Run: `cargo bench --bench caps` (`CAPS_BENCH_NODES=500` for a quicker look).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::apiserver::TestApiServer;
+
+const GPUS_PER_NODE: usize = 8;
+const ROUNDS: usize = 3;
+
+fn timed(mut command: Command) -> Duration {
+    let start = Instant::now();
+    let out = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("spawn");
+    let elapsed = start.elapsed();
+    assert!(
+        out.status.success(),
+        "{command:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    elapsed
+}
+
+fn best_of(rounds: usize, make: impl Fn() -> Command) -> Duration {
+    (0..rounds)
+        .map(|_| timed(make()))
+        .min()
+        .expect("at least one round")
+}
+
+/// The peak resident set (MiB) and CPU time (user + system, ms) of one run of `command`,
+/// measured by GNU time; `None` where /usr/bin/time is not installed (Debian package `time`).
+/// The benchmark's own rusage cannot tell: a child forked from this large process starts out
+/// with its resident set.
+fn rss_and_cpu(command: &Command) -> Option<(f64, f64)> {
+    let mut timed = Command::new("/usr/bin/time");
+    timed
+        .args(["-f", "%M %U %S", "--"])
+        .arg(command.get_program())
+        .args(command.get_args());
+    timed.env_clear();
+    for (key, value) in command.get_envs() {
+        if let Some(value) = value {
+            timed.env(key, value);
+        }
+    }
+    let out = timed
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .ok()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let fields: Vec<f64> = stderr
+        .lines()
+        .last()?
+        .split_whitespace()
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    match fields[..] {
+        [kib, user, system] => Some((kib / 1024.0, (user + system) * 1e3)),
+        _ => None,
+    }
+}
+
+fn main() {
+    let nodes: usize = std::env::var("CAPS_BENCH_NODES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(5_000);
+    // Under `cargo test --all-targets` (no --bench flag) only check that the benchmark runs.
+    let smoke = !std::env::args().any(|a| a == "--bench");
+    let nodes = if smoke { 20 } else { nodes };
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let binary = env!("CARGO_BIN_EXE_kubectl-media");
+
+    let templates = media_operator::examples::example_nodes(&root).expect("example fleet");
+    let items = media_operator::examples::large_fleet(nodes, GPUS_PER_NODE, &templates);
+    let json =
+        serde_json::to_string(&media_operator::examples::list(items.clone())).expect("serialise");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("fleet.json");
+    std::fs::write(&file, &json).expect("write fleet");
+    // To look at the fleet, or profile `caps` on it by hand.
+    if let Some(keep) = std::env::var_os("CAPS_BENCH_FLEET_OUT") {
+        std::fs::write(keep, &json).expect("write CAPS_BENCH_FLEET_OUT");
+    }
+    let json_mib = json.len() as f64 / (1024.0 * 1024.0);
+    println!(
+        "fleet: {nodes} nodes x {GPUS_PER_NODE} GPUs = {} GPUs, {} slices, {json_mib:.1} MiB of JSON",
+        nodes * GPUS_PER_NODE,
+        items.len()
+    );
+
+    let caps = |args: &[&str]| {
+        let mut command = Command::new(binary);
+        command
+            .args(args)
+            .env_clear()
+            .env("NO_COLOR", "1")
+            .env("HOME", dir.path());
+        command
+    };
+    let file_arg = file.to_str().expect("utf-8 path").to_string();
+    let from_file = best_of(ROUNDS, || caps(&["caps", "-f", &file_arg]));
+    let summary = best_of(ROUNDS, || caps(&["caps", "-f", &file_arg, "--summary"]));
+    let file_rss = rss_and_cpu(&caps(&["caps", "-f", &file_arg]));
+
+    let server = TestApiServer::start();
+    let load = Instant::now();
+    for item in items {
+        server.put(item).expect("the test server accepts the fleet");
+    }
+    println!(
+        "(loading the test server took {:.1} s)",
+        load.elapsed().as_secs_f64()
+    );
+    let kubeconfig = server.kubeconfig().to_path_buf();
+    let from_server = best_of(ROUNDS, || {
+        let mut command = caps(&["caps"]);
+        command.env("KUBECONFIG", &kubeconfig);
+        command
+    });
+    let server_rss = rss_and_cpu(&{
+        let mut command = caps(&["caps"]);
+        command.env("KUBECONFIG", &kubeconfig);
+        command
+    });
+    // The same data as caps reads, in full: a heavier baseline than the table.
+    let kubectl_json = kubectl_installed().then(|| {
+        best_of(ROUNDS, || {
+            let mut command = Command::new("kubectl");
+            command
+                .args(["get", "resourceslices", "-o", "json"])
+                .env("KUBECONFIG", &kubeconfig);
+            command
+        })
+    });
+
+    let kubectl = kubectl_installed().then(|| {
+        best_of(ROUNDS, || {
+            let mut command = Command::new("kubectl");
+            command
+                .args(["get", "resourceslices"])
+                .env("KUBECONFIG", &kubeconfig);
+            command
+        })
+    });
+
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!("best of {ROUNDS} runs, wall time, start-up included:");
+    println!(
+        "  caps -f fleet.json                 {:>8.0} ms",
+        ms(from_file)
+    );
+    println!(
+        "  caps -f fleet.json --summary       {:>8.0} ms",
+        ms(summary)
+    );
+    println!(
+        "  caps (test API server)             {:>8.0} ms",
+        ms(from_server)
+    );
+    match kubectl {
+        Some(kubectl) => {
+            println!(
+                "  kubectl get resourceslices         {:>8.0} ms   (baseline)",
+                ms(kubectl)
+            );
+            if let Some(json) = kubectl_json {
+                println!("  kubectl get resourceslices -o json {:>8.0} ms", ms(json));
+            }
+            println!(
+                "  caps from the server is {:.1}x faster than kubectl get (target: >= 10x)",
+                kubectl.as_secs_f64() / from_server.as_secs_f64()
+            );
+        }
+        None => {
+            println!("  kubectl get resourceslices         not measured: kubectl is not installed")
+        }
+    }
+    match (file_rss, server_rss) {
+        (Some((file_rss, file_cpu)), Some((server_rss, server_cpu))) => {
+            println!(
+                "peak RSS: caps -f {file_rss:.0} MiB = {:.2}x the JSON; caps from the server {server_rss:.0} MiB = {:.2}x (target: <= 4x)",
+                file_rss / json_mib,
+                server_rss / json_mib
+            );
+            println!(
+                "CPU time of the caps process: {file_cpu:.0} ms from the file, {server_cpu:.0} ms from the server (the rest of the wall time is waiting for the server)"
+            );
+        }
+        _ => println!("peak RSS: not measured (/usr/bin/time is not installed)"),
+    }
+    println!(
+        "target <= 1 s for the whole fleet: file {}, server {}",
+        if from_file <= Duration::from_secs(1) {
+            "met"
+        } else {
+            "NOT met"
+        },
+        if from_server <= Duration::from_secs(1) {
+            "met"
+        } else {
+            "NOT met"
+        }
+    );
+}
+
+fn kubectl_installed() -> bool {
+    Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_ok()
+}
