@@ -344,3 +344,39 @@ fn an_unreachable_cluster_is_named_with_a_hint() {
     assert!(stderr.starts_with("error: load kubeconfig: "), "{stderr}");
     assert!(stderr.contains("nope"), "{stderr}");
 }
+
+/// One colour decision: `--color always` colours the table even into a pipe, NO_COLOR and
+/// `--color never` do not, and JSON is never coloured.
+#[test]
+fn colour_follows_the_flag_and_never_touches_json() {
+    let fleet = fleet();
+    let table = ok(&["caps", "-f", &fleet, "--color", "always"], None);
+    assert!(table.contains("\u{1b}["), "{table}");
+    let plain = ok(&["caps", "-f", &fleet, "--color", "never"], None);
+    assert!(!plain.contains('\u{1b}'));
+    // NO_COLOR is set by `run`; auto into a pipe is plain as well.
+    assert!(!ok(&["caps", "-f", &fleet], None).contains('\u{1b}'));
+    let json = ok(&["caps", "-f", &fleet, "--color", "always", "-o", "json"], None);
+    assert!(!json.contains('\u{1b}'));
+    // Colour changes nothing but the escapes.
+    let stripped: String = {
+        let mut out = String::new();
+        let mut chars = table.chars();
+        while let Some(c) = chars.next() {
+            if c == '\u{1b}' {
+                for c in chars.by_ref() {
+                    if c == 'm' {
+                        break;
+                    }
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    };
+    assert_eq!(
+        stripped.lines().map(str::trim_end).collect::<Vec<_>>(),
+        plain.lines().collect::<Vec<_>>()
+    );
+}

@@ -38,7 +38,7 @@ Examples:
 pub struct CapsArgs {
     /// Read objects from this file instead of the cluster (kubectl get -o yaml|json output,
     /// Lists, multi-document YAML); repeat for several, - for standard input.
-    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    #[arg(short = 'f', long = "filename", value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     pub files: Vec<String>,
 
     /// Only the GPUs of this node; repeat or give a comma list.

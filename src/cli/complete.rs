@@ -13,8 +13,10 @@ use std::ffi::OsString;
 
 use clap::Args;
 
-/// Cobra's "do not fall back to file names" directive: none of our values are files.
+/// Cobra's "do not fall back to file names" directive, for every value that is not a file.
 const NO_FILE_COMP: u8 = 4;
+/// Cobra's default directive: the shell completes file names.
+const DEFAULT: u8 = 0;
 
 /// The arguments kubectl passes to the completion shim.
 #[derive(Debug, Clone, Args)]
@@ -26,6 +28,11 @@ pub struct CompleteArgs {
 
 /// Answers one completion request in Cobra's format.
 pub fn complete(cmd: &mut clap::Command, words: &[OsString]) -> String {
+    // A file argument (`-f FILE`) is the shell's to complete: it knows the file system and the
+    // user's quoting.
+    if completes_a_file(cmd, words) {
+        return format!(":{DEFAULT}\n");
+    }
     let mut args: Vec<OsString> = vec![cmd.get_name().into()];
     args.extend(words.iter().cloned());
     if words.is_empty() {
@@ -49,6 +56,40 @@ pub fn complete(cmd: &mut clap::Command, words: &[OsString]) -> String {
     }
     out.push_str(&format!(":{NO_FILE_COMP}\n"));
     out
+}
+
+/// Whether the last word is the value of an option whose values are file paths (`-f FILE`,
+/// `--filename FILE`, `--filename=FI`).
+fn completes_a_file(cmd: &clap::Command, words: &[OsString]) -> bool {
+    let words: Vec<String> = words
+        .iter()
+        .map(|w| w.to_string_lossy().into_owned())
+        .collect();
+    let Some(last) = words.last() else {
+        return false;
+    };
+    let previous = words.len().checked_sub(2).map(|i| words[i].as_str());
+    // The subcommand being completed: the first word that names one.
+    let command = words
+        .iter()
+        .find_map(|w| cmd.find_subcommand(w))
+        .unwrap_or(cmd);
+    command
+        .get_arguments()
+        .chain(cmd.get_arguments())
+        .filter(|a| a.get_value_hint() == clap::ValueHint::FilePath)
+        .any(|arg| {
+            let long = arg.get_long().map(|l| format!("--{l}"));
+            let short = arg.get_short().map(|s| format!("-{s}"));
+            let names: Vec<&str> = [long.as_deref(), short.as_deref()]
+                .into_iter()
+                .flatten()
+                .collect();
+            previous.is_some_and(|p| names.contains(&p))
+                || long
+                    .as_deref()
+                    .is_some_and(|l| last.starts_with(&format!("{l}=")))
+        })
 }
 
 #[cfg(test)]
@@ -98,6 +139,15 @@ mod tests {
             .map(|l| l.split('\t').next().unwrap())
             .collect();
         assert_eq!(values, ["8bit,8bit", "8bit,10bit", ":4"]);
+    }
+
+    #[test]
+    fn leaves_file_names_to_the_shell() {
+        assert_eq!(answer(&["caps", "-f", ""]), [":0"]);
+        assert_eq!(answer(&["caps", "--filename", "fl"]), [":0"]);
+        assert_eq!(answer(&["caps", "--filename=fl"]), [":0"]);
+        // Other values are not files.
+        assert_eq!(answer(&["caps", "--node", ""]).last().unwrap(), ":4");
     }
 
     #[test]
