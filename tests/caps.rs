@@ -356,7 +356,10 @@ fn colour_follows_the_flag_and_never_touches_json() {
     assert!(!plain.contains('\u{1b}'));
     // NO_COLOR is set by `run`; auto into a pipe is plain as well.
     assert!(!ok(&["caps", "-f", &fleet], None).contains('\u{1b}'));
-    let json = ok(&["caps", "-f", &fleet, "--color", "always", "-o", "json"], None);
+    let json = ok(
+        &["caps", "-f", &fleet, "--color", "always", "-o", "json"],
+        None,
+    );
     assert!(!json.contains('\u{1b}'));
     // Colour changes nothing but the escapes.
     let stripped: String = {

@@ -417,15 +417,28 @@ fn a_closed_pipe_ends_quietly() {
 /// ship; checked with the real kubectl, skipped (saying so) where it is not installed.
 #[test]
 fn kubectl_completes_through_the_shipped_shim() {
-    if Command::new("kubectl").arg("version").arg("--client").output().is_err() {
+    if Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_err()
+    {
         eprintln!("skipped: kubectl is not on PATH");
         return;
     }
     let bin = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kubectl-media"), bin.path().join("kubectl-media")).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_kubectl-media"),
+        bin.path().join("kubectl-media"),
+    )
+    .unwrap();
     let shim = Path::new(env!("CARGO_MANIFEST_DIR")).join("completions/kubectl_complete-media");
     std::os::unix::fs::symlink(&shim, bin.path().join("kubectl_complete-media")).unwrap();
-    let path = format!("{}:{}", bin.path().display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let complete = |words: &[&str]| {
         let out = Command::new("kubectl")
             .arg("__complete")
@@ -435,7 +448,11 @@ fn kubectl_completes_through_the_shipped_shim() {
             .env("HOME", bin.path())
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     };
     assert_eq!(
@@ -443,6 +460,9 @@ fn kubectl_completes_through_the_shipped_shim() {
         "class\tWrite a DeviceClass (and claim template) that selects GPUs by capability\n:4\n"
     );
     let values = complete(&["class", "--scale", ""]);
-    assert!(values.starts_with("8bit\t") && values.contains("\n10bit\t"), "{values}");
+    assert!(
+        values.starts_with("8bit\t") && values.contains("\n10bit\t"),
+        "{values}"
+    );
     assert_eq!(complete(&["caps", "-f", ""]), ":0\n");
 }
