@@ -36,9 +36,9 @@ complete -c kubectl-media -n "__fish_kubectl_media_needs_command" -f -a "caps" -
 complete -c kubectl-media -n "__fish_kubectl_media_needs_command" -f -a "class" -d 'Write a DeviceClass (and claim template) that selects GPUs by capability'
 complete -c kubectl-media -n "__fish_kubectl_media_needs_command" -f -a "__complete" -d 'Answer kubectl\'s shell completion requests (run by the kubectl_complete-media shim)'
 complete -c kubectl-media -n "__fish_kubectl_media_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand caps" -s f -l filename -d 'Read objects from this file instead of the cluster (kubectl get -o yaml|json output, Lists, multi-document YAML); repeat for several, - for standard input' -r
+complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand caps" -s f -l filename -d 'Read objects from this file instead of the cluster (kubectl get -o yaml|json output, Lists, multi-document YAML); repeat for several, - for standard input' -r -F
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand caps" -l node -d 'Only the GPUs of this node; repeat or give a comma list' -r
-complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand caps" -l decode -d 'Only GPUs that state this decode capability; repeat or give a comma list' -r -f -a "AV1Main\t'decodes AV1 Main profile (8-bit 4:2:0) in hardware'
+complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand caps" -l decode -d 'A decode capability the GPU must state; repeat or give a comma list' -r -f -a "AV1Main\t'decodes AV1 Main profile (8-bit 4:2:0) in hardware'
 AV1Main10\t'decodes 10-bit AV1 Main profile in hardware'
 H264\t'decodes H.264 up to High profile in hardware'
 HEVCMain\t'decodes HEVC Main profile (8-bit 4:2:0) in hardware'
@@ -48,13 +48,13 @@ VC1\t'decodes VC-1 Advanced profile in hardware'
 VP8\t'decodes VP8 in hardware'
 VP9\t'decodes VP9 profile 0 (8-bit 4:2:0) in hardware'
 VP9Profile2\t'decodes VP9 profile 2 (10-bit 4:2:0) in hardware'"
-complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand caps" -l encode -d 'Only GPUs that state this encode capability; repeat or give a comma list' -r -f -a "H264\t'encodes 8-bit H.264 on the full encoder (EncSlice)'
+complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand caps" -l encode -d 'An encode capability the GPU must state; repeat or give a comma list' -r -f -a "H264\t'encodes 8-bit H.264 on the full encoder (EncSlice)'
 H264LowPower\t'encodes 8-bit H.264 on the low-power encoder (EncSliceLP)'
 HEVCMain\t'encodes 8-bit HEVC Main on the full encoder (EncSlice)'
 HEVCMain10\t'encodes 10-bit HEVC Main 10 on the full encoder (EncSlice)'
 HEVCMain10LowPower\t'encodes 10-bit HEVC Main 10 on the low-power encoder (EncSliceLP)'
 HEVCMainLowPower\t'encodes 8-bit HEVC Main on the low-power encoder (EncSliceLP)'"
-complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand caps" -l scale -d 'Only GPUs whose video processor scales this bit depth; repeat or give a comma list' -r -f -a "8bit\t'scales and converts 8-bit (NV12) frames on the video processor'
+complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand caps" -l scale -d 'A bit depth the GPU\'s video processor must scale; repeat or give a comma list' -r -f -a "8bit\t'scales and converts 8-bit (NV12) frames on the video processor'
 10bit\t'scales and converts 10-bit (P010) frames on the video processor'"
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand caps" -s o -l output -d 'Output format: wide adds one column per capability; json and yaml print one record per GPU with every attribute' -r -f -a "wide\t'The table plus one column per capability'
 json\t'One JSON record per GPU'

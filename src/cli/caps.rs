@@ -9,7 +9,7 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::caps::{self, Capability, Group, Identity};
-use crate::cli::CapabilityValues;
+use crate::cli::CapabilityFlags;
 use crate::cli::table::{Cell, Grid, Paint, TableStyle};
 use crate::inventory::{Counts, Drift, Filter, Gpu, Inventory, Status};
 
@@ -45,17 +45,8 @@ pub struct CapsArgs {
     #[arg(long, value_name = "NODE", value_delimiter = ',')]
     pub node: Vec<String>,
 
-    /// Only GPUs that state this decode capability; repeat or give a comma list.
-    #[arg(long, value_name = "CAP", value_delimiter = ',', value_parser = CapabilityValues(Group::Decode))]
-    pub decode: Vec<String>,
-
-    /// Only GPUs that state this encode capability; repeat or give a comma list.
-    #[arg(long, value_name = "CAP", value_delimiter = ',', value_parser = CapabilityValues(Group::Encode))]
-    pub encode: Vec<String>,
-
-    /// Only GPUs whose video processor scales this bit depth; repeat or give a comma list.
-    #[arg(long, value_name = "DEPTH", value_delimiter = ',', value_parser = CapabilityValues(Group::Scale))]
-    pub scale: Vec<String>,
+    #[command(flatten)]
+    pub capabilities: CapabilityFlags,
 
     /// Per capability, how many GPUs and nodes state it; then the models that drift.
     #[arg(long)]
@@ -84,8 +75,7 @@ pub enum CapsFormat {
 impl CapsArgs {
     /// The filter the flags ask for.
     pub fn filter(&self) -> Result<Filter, caps::UnknownCapability> {
-        let mut capabilities =
-            crate::cli::parse_capabilities(&self.decode, &self.encode, &self.scale)?;
+        let mut capabilities = self.capabilities.parse()?;
         capabilities.sort();
         capabilities.dedup();
         Ok(Filter {

@@ -8,9 +8,9 @@ use clap::Args;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate};
 use serde::Serialize;
 
-use crate::caps::{Group, UnknownCapability};
+use crate::caps::UnknownCapability;
 use crate::classes::{self, CapabilitySet, Statement};
-use crate::cli::CapabilityValues;
+use crate::cli::CapabilityFlags;
 use crate::cli::output::ObjectFormat;
 use crate::names::{self, NameRule};
 
@@ -43,17 +43,8 @@ pub struct ClassArgs {
     /// when omitted.
     pub name: Option<String>,
 
-    /// A decode capability the GPU must state; repeat or give a comma list.
-    #[arg(long, value_name = "CAP", value_delimiter = ',', value_parser = CapabilityValues(Group::Decode))]
-    pub decode: Vec<String>,
-
-    /// An encode capability the GPU must state; repeat or give a comma list.
-    #[arg(long, value_name = "CAP", value_delimiter = ',', value_parser = CapabilityValues(Group::Encode))]
-    pub encode: Vec<String>,
-
-    /// A bit depth the GPU's video processor must scale; repeat or give a comma list.
-    #[arg(long, value_name = "DEPTH", value_delimiter = ',', value_parser = CapabilityValues(Group::Scale))]
-    pub scale: Vec<String>,
+    #[command(flatten)]
+    pub capabilities: CapabilityFlags,
 
     /// Also print the ResourceClaimTemplate that claims the render node and this class's device
     /// on one GPU; named TEMPLATE, or after the class. Write --claim=TEMPLATE before NAME.
@@ -241,7 +232,7 @@ impl ClassArgs {
     }
 
     fn capabilities(&self) -> Result<CapabilitySet, ClassError> {
-        let parsed = crate::cli::parse_capabilities(&self.decode, &self.encode, &self.scale)?;
+        let parsed = self.capabilities.parse()?;
         CapabilitySet::new(parsed).ok_or(ClassError::NoCapability)
     }
 

@@ -91,7 +91,7 @@ pub enum Command {
 /// Accepts any text for a capability flag (so that an unknown value gets our one-line error with
 /// the nearest match, not clap's), while telling help and completion the valid values.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct CapabilityValues(pub(crate) Group);
+struct CapabilityValues(Group);
 
 impl TypedValueParser for CapabilityValues {
     type Value = String;
@@ -117,24 +117,38 @@ impl TypedValueParser for CapabilityValues {
     }
 }
 
-/// Resolves the values of `--decode`, `--encode` and `--scale`, in the order given.
-pub(crate) fn parse_capabilities(
-    decode: &[String],
-    encode: &[String],
-    scale: &[String],
-) -> Result<Vec<Capability>, UnknownCapability> {
-    let flags = [
-        (Group::Decode, decode),
-        (Group::Encode, encode),
-        (Group::Scale, scale),
-    ];
-    let mut parsed = Vec::new();
-    for (group, values) in flags {
-        for value in values {
-            parsed.push(Capability::parse(group, value)?);
+/// `--decode`, `--encode` and `--scale`, as `class` and `caps` take them.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CapabilityFlags {
+    /// A decode capability the GPU must state; repeat or give a comma list.
+    #[arg(long, value_name = "CAP", value_delimiter = ',', value_parser = CapabilityValues(Group::Decode))]
+    pub decode: Vec<String>,
+
+    /// An encode capability the GPU must state; repeat or give a comma list.
+    #[arg(long, value_name = "CAP", value_delimiter = ',', value_parser = CapabilityValues(Group::Encode))]
+    pub encode: Vec<String>,
+
+    /// A bit depth the GPU's video processor must scale; repeat or give a comma list.
+    #[arg(long, value_name = "DEPTH", value_delimiter = ',', value_parser = CapabilityValues(Group::Scale))]
+    pub scale: Vec<String>,
+}
+
+impl CapabilityFlags {
+    /// Resolves the values, in the order given.
+    pub fn parse(&self) -> Result<Vec<Capability>, UnknownCapability> {
+        let flags = [
+            (Group::Decode, &self.decode),
+            (Group::Encode, &self.encode),
+            (Group::Scale, &self.scale),
+        ];
+        let mut parsed = Vec::new();
+        for (group, values) in flags {
+            for value in values {
+                parsed.push(Capability::parse(group, value)?);
+            }
         }
+        Ok(parsed)
     }
-    Ok(parsed)
 }
 
 /// Why a command failed, and so its exit code.
