@@ -5,6 +5,7 @@
 //! Responses are paged as kubectl pages them and go through the same parser as files
 //! ([`crate::objects`]), so `-f` of a `kubectl get -o json` gives the same answer.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -14,6 +15,9 @@ use crate::objects::{Objects, RESOURCE_API_VERSION};
 
 /// kubectl's page size for lists (`--chunk-size`).
 pub const PAGE_SIZE: usize = 500;
+
+/// How many pages are parsed at once.
+const PARSERS: usize = 2;
 
 /// How to reach the cluster: kubectl's own flags, which a plugin must handle itself.
 #[derive(Clone, Debug, Default)]
@@ -173,19 +177,41 @@ impl Cluster {
                 cluster.request_text(request, "list", resource).await
             })
         };
+        // Pages are parsed on blocking threads, two at a time (one per core of a small
+        // machine), and merged in order; more in flight would only hold more pages in memory.
+        let mut parsing: VecDeque<tokio::task::JoinHandle<Result<Objects, serde_json::Error>>> =
+            VecDeque::new();
         let mut next = Some(fetch(None));
         while let Some(pending) = next.take() {
-            let page = pending.await.map_err(|e| ClusterError::Response {
-                server: self.server.clone(),
-                resource,
-                cause: format!("the request task failed: {e}"),
-            })??;
+            let page = self.joined(pending, resource).await??;
             next = crate::objects::continue_token(&page)
                 .map_err(unreadable)?
                 .map(|t| fetch(Some(t)));
-            objects.add_json(&page).map_err(unreadable)?;
+            if parsing.len() >= PARSERS {
+                let oldest = parsing.pop_front().expect("not empty");
+                objects.extend(self.joined(oldest, resource).await?.map_err(unreadable)?);
+            }
+            parsing.push_back(tokio::task::spawn_blocking(move || {
+                let mut parsed = Objects::default();
+                parsed.add_json(&page).map(|_| parsed)
+            }));
+        }
+        for parse in parsing {
+            objects.extend(self.joined(parse, resource).await?.map_err(unreadable)?);
         }
         Ok(())
+    }
+
+    async fn joined<T>(
+        &self,
+        task: tokio::task::JoinHandle<T>,
+        resource: &'static str,
+    ) -> Result<T, ClusterError> {
+        task.await.map_err(|e| ClusterError::Response {
+            server: self.server.clone(),
+            resource,
+            cause: format!("a worker task failed: {e}"),
+        })
     }
 
     async fn request_text(

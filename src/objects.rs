@@ -455,6 +455,12 @@ impl Objects {
         Ok(continue_token.filter(|t| !t.is_empty()))
     }
 
+    /// Appends another set of objects (a later page of the same listing).
+    pub fn extend(&mut self, other: Objects) {
+        self.slices.extend(other.slices);
+        self.notes.extend(other.notes);
+    }
+
     /// Adds the objects of one already-parsed document (the YAML path).
     pub fn add_value(&mut self, value: serde_json::Value) {
         let mut value = value;

@@ -1,7 +1,7 @@
 //! The HTTP side: routing Kubernetes API paths to verbs, discovery documents, `Table` answers
 //! for kubectl, watch streams, fault injection and the request log.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -149,6 +149,10 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// State shared by the connections and the test's handle.
 pub(crate) struct Shared {
     pub store: Mutex<Store>,
+    /// Each stored object version's JSON encoding, by (uid, resourceVersion): a version never
+    /// changes, so its bytes are made once, as kube-apiserver's watch cache keeps encoded
+    /// objects. Lists of large fleets are then mostly copying.
+    pub encoded: Mutex<HashMap<(String, String), Bytes>>,
     pub log: Mutex<Vec<RequestRecord>>,
     pub faults: Mutex<Faults>,
     pub changes: Changes,
@@ -633,7 +637,7 @@ impl Ctx<'_> {
 
     fn object_response(&self, code: u16, obj: &Value) -> Response<Body> {
         if self.wants_table() {
-            return json_response(code, &table(self.rt, std::slice::from_ref(obj), None));
+            return json_response(code, &table(self.rt, std::iter::once(obj), None));
         }
         json_response(code, obj)
     }
@@ -681,7 +685,7 @@ impl Ctx<'_> {
                 200,
                 &table(
                     self.rt,
-                    &page.items.iter().map(|i| (**i).clone()).collect::<Vec<_>>(),
+                    page.items.iter().map(|i| &**i),
                     Some((page.resource_version, page.continue_token.as_deref())),
                 ),
             ));
@@ -701,12 +705,30 @@ impl Ctx<'_> {
             )
             .as_bytes(),
         );
+        let mut encoded = lock(&self.shared.encoded);
         for (i, item) in page.items.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
-            serde_json::to_writer(&mut out, &**item)
-                .map_err(|e| ApiError::internal(&e.to_string()))?;
+            let text = |path: &str| {
+                item.pointer(path)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let key = (text("/metadata/uid"), text("/metadata/resourceVersion"));
+            let bytes = match encoded.get(&key) {
+                Some(bytes) => bytes.clone(),
+                None => {
+                    let bytes = Bytes::from(
+                        serde_json::to_vec(&**item)
+                            .map_err(|e| ApiError::internal(&e.to_string()))?,
+                    );
+                    encoded.insert(key, bytes.clone());
+                    bytes
+                }
+            };
+            out.extend_from_slice(&bytes);
         }
         out.extend_from_slice(b"]}");
         Ok(bytes_response(200, Bytes::from(out)))
@@ -900,7 +922,11 @@ impl Ctx<'_> {
 
 /// kubectl's `as=Table` answer: Name, the resource's columns, Age; rows carry the object's
 /// metadata as PartialObjectMetadata (kubectl's default `includeObject=Metadata`).
-fn table(rt: &ResourceType, items: &[Value], list: Option<(u64, Option<&str>)>) -> Value {
+fn table<'a>(
+    rt: &ResourceType,
+    items: impl Iterator<Item = &'a Value>,
+    list: Option<(u64, Option<&str>)>,
+) -> Value {
     let mut columns = vec![
         json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0}),
     ];
@@ -910,7 +936,6 @@ fn table(rt: &ResourceType, items: &[Value], list: Option<(u64, Option<&str>)>) 
     columns.push(json!({"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp is a timestamp representing the server time when this object was created.", "priority": 0}));
     let now = k8s_openapi::jiff::Timestamp::now();
     let rows: Vec<Value> = items
-        .iter()
         .map(|obj| {
             let mut cells = vec![obj["metadata"]["name"].clone()];
             for (_, path) in rt.columns {

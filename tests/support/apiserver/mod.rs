@@ -71,6 +71,7 @@ mod status;
 mod store;
 mod validation;
 
+use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -177,6 +178,7 @@ impl TestApiServer {
         store.drop_allow_multiple_allocations = !config.consumable_capacity;
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
+            encoded: Mutex::new(HashMap::new()),
             log: Mutex::new(Vec::new()),
             faults: Mutex::new(Faults::default()),
             changes: Changes::default(),
