@@ -5,10 +5,41 @@ use media_operator::agent::cli::{Cli, Command};
 use media_operator::agent::probing::{ChildRequest, run_child};
 use media_operator::va::ffi::LibvaPaths;
 use media_operator::va::probe::ProbeOptions;
+use anyhow::Context;
+use media_operator::agent::config::AgentConfig;
 use std::process::ExitCode;
+
+/// Completes at the first SIGTERM (the kubelet stopping the pod) or SIGINT (Ctrl-C).
+async fn signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        // Without signal handlers the default action (exit) still applies; wait forever.
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!("cannot handle SIGTERM/SIGINT: {e}");
+            std::future::pending::<()>().await;
+        }
+    }
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The agent's flags are checked before anything starts; a bad value is a usage error.
+    let config = match cli.command {
+        Some(_) => None,
+        None => match cli.agent.validate() {
+            Ok(config) => Some(config),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -16,7 +47,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    match run(cli) {
+    match run(cli, config) {
         Ok(()) => ExitCode::SUCCESS,
         // A reader that went away (`probe | head`) is not an error worth a message.
         Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
@@ -36,12 +67,16 @@ fn broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli, config: Option<AgentConfig>) -> anyhow::Result<()> {
     match cli.command {
-        None => anyhow::bail!(
-            "running the agent is not wired up yet (hint: `media-capabilities probe` shows what it \
-             would publish)"
-        ),
+        None => {
+            let config = config.context("the agent's configuration was not validated")?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(media_operator::agent::run::run(config, signal()))?;
+            Ok(())
+        }
         Some(Command::Probe(args)) => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
