@@ -1,18 +1,21 @@
 //! Entry point of the capabilities agent; all behaviour lives in the library.
 
+use anyhow::Context;
 use clap::Parser;
 use media_operator::agent::cli::{Cli, Command};
+use media_operator::agent::config::AgentConfig;
 use media_operator::agent::probing::{ChildRequest, run_child};
 use media_operator::va::ffi::LibvaPaths;
 use media_operator::va::probe::ProbeOptions;
-use anyhow::Context;
-use media_operator::agent::config::AgentConfig;
 use std::process::ExitCode;
 
 /// Completes at the first SIGTERM (the kubelet stopping the pod) or SIGINT (Ctrl-C).
 async fn signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
         (Ok(mut term), Ok(mut int)) => {
             tokio::select! {
                 _ = term.recv() => {}
@@ -40,8 +43,12 @@ fn main() -> ExitCode {
             }
         },
     };
+    // Colour only for a person at a terminal: the pod log and log collectors want plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),

@@ -28,7 +28,11 @@ fn kubectl_media(args: &[&str], kubeconfig: &Path) -> Output {
 }
 
 fn stdout(out: Output) -> String {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -57,8 +61,10 @@ fn caps_from_a_cluster_matches_caps_from_a_file() {
     let fleet = root().join("docs/examples/fleet.yaml");
     for format in ["json", "yaml", "wide"] {
         let from_cluster = stdout(kubectl_media(&["caps", "-o", format], server.kubeconfig()));
-        let from_file =
-            stdout(kubectl_media(&["caps", "-o", format, "-f", fleet.to_str().unwrap()], server.kubeconfig()));
+        let from_file = stdout(kubectl_media(
+            &["caps", "-o", format, "-f", fleet.to_str().unwrap()],
+            server.kubeconfig(),
+        ));
         assert_eq!(from_cluster, from_file, "-o {format}");
     }
     // It only read.
@@ -99,9 +105,17 @@ fn caps_explains_what_the_cluster_refuses() {
          role that allows 'list' on resourceslices.resource.k8s.io)"
     );
 
-    server.fail_next_matching(1, Fault::InternalError, Some("list"), Some("resourceslices"));
+    server.fail_next_matching(
+        1,
+        Fault::InternalError,
+        Some("list"),
+        Some("resourceslices"),
+    );
     let line = error_line(kubectl_media(&["caps"], server.kubeconfig()));
-    assert!(line.starts_with("error: the Kubernetes API at http://127.0.0.1:"), "{line}");
+    assert!(
+        line.starts_with("error: the Kubernetes API at http://127.0.0.1:"),
+        "{line}"
+    );
     assert!(
         line.ends_with("refused to list resourceslices.resource.k8s.io: Internal error occurred: injected fault (500 InternalError)"),
         "{line}"
@@ -121,13 +135,22 @@ fn caps_explains_what_the_cluster_refuses() {
     server.set_resource_v1_served(true);
 
     server.set_latency(Duration::from_millis(1500));
-    let line = error_line(kubectl_media(&["caps", "--request-timeout", "200ms"], server.kubeconfig()));
-    assert!(line.contains("did not answer within 200ms (hint: raise --request-timeout"), "{line}");
+    let line = error_line(kubectl_media(
+        &["caps", "--request-timeout", "200ms"],
+        server.kubeconfig(),
+    ));
+    assert!(
+        line.contains("did not answer within 200ms (hint: raise --request-timeout"),
+        "{line}"
+    );
     server.set_latency(Duration::ZERO);
 
     server.stop();
     let line = error_line(kubectl_media(&["caps"], server.kubeconfig()));
-    assert!(line.starts_with("error: cannot reach the Kubernetes API at http://127.0.0.1:"), "{line}");
+    assert!(
+        line.starts_with("error: cannot reach the Kubernetes API at http://127.0.0.1:"),
+        "{line}"
+    );
     assert!(line.contains("Connection refused"), "{line}");
 }
 
@@ -135,17 +158,39 @@ fn caps_explains_what_the_cluster_refuses() {
 /// real client. Skipped, saying so, where kubectl is not installed.
 #[test]
 fn kubectl_applies_what_class_writes() {
-    if Command::new("kubectl").arg("version").arg("--client").output().is_err() {
+    if Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_err()
+    {
         eprintln!("skipped: kubectl is not on PATH");
         return;
     }
     let server = TestApiServer::start();
     let yaml = stdout(kubectl_media(
-        &["class", "decode-10bit", "--decode", "HEVCMain10", "--scale", "10bit", "--claim", "--with-render-class"],
+        &[
+            "class",
+            "decode-10bit",
+            "--decode",
+            "HEVCMain10",
+            "--scale",
+            "10bit",
+            "--claim",
+            "--with-render-class",
+        ],
         server.kubeconfig(),
     ));
     let selector = stdout(kubectl_media(
-        &["class", "--selector", "--decode", "VP9", "--scale", "8bit", "--with-base-class"],
+        &[
+            "class",
+            "--selector",
+            "--decode",
+            "VP9",
+            "--scale",
+            "8bit",
+            "--with-base-class",
+        ],
         server.kubeconfig(),
     ));
     for input in [yaml, selector] {
@@ -157,9 +202,18 @@ fn kubectl_applies_what_class_writes() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
         let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "kubectl apply: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "kubectl apply: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let classes: Vec<String> = server
         .list("deviceclasses", None)
@@ -168,6 +222,9 @@ fn kubectl_applies_what_class_writes() {
         .collect();
     assert_eq!(classes, ["decode-10bit", "gpu-render", "media-gpu"]);
     let templates = server.list("resourceclaimtemplates", None);
-    let names: Vec<&str> = templates.iter().map(|t| t["metadata"]["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = templates
+        .iter()
+        .map(|t| t["metadata"]["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["decode-10bit", "decode-vp9-scale-8bit"]);
 }

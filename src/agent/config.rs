@@ -93,7 +93,9 @@ pub enum Watched {
 /// A flag value that cannot work; reported as a usage error (exit 2).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("--node-name {name:?} is not a valid node name: {reason} (hint: the DaemonSet sets NODE_NAME from spec.nodeName)")]
+    #[error(
+        "--node-name {name:?} is not a valid node name: {reason} (hint: the DaemonSet sets NODE_NAME from spec.nodeName)"
+    )]
     NodeName { name: String, reason: String },
     #[error(
         "the node name is missing (hint: set NODE_NAME or --node-name; the DaemonSet takes it from spec.nodeName)"

@@ -64,7 +64,9 @@ pub enum PublishError {
     Update { name: String, source: kube::Error },
     #[error("delete ResourceSlice {name}: {source}")]
     Delete { name: String, source: kube::Error },
-    #[error("ResourceSlice {name} kept changing under us ({MAX_IMMEDIATE_RETRIES} conflicts in a row)")]
+    #[error(
+        "ResourceSlice {name} kept changing under us ({MAX_IMMEDIATE_RETRIES} conflicts in a row)"
+    )]
     Conflicts { name: String },
 }
 
@@ -151,8 +153,16 @@ pub fn same_content(stored: &ResourceSlice, wanted: &ResourceSlice, ignore_multi
         spec
     };
     normalise(&stored.spec) == normalise(&wanted.spec)
-        && stored.metadata.owner_references.as_deref().unwrap_or_default()
-            == wanted.metadata.owner_references.as_deref().unwrap_or_default()
+        && stored
+            .metadata
+            .owner_references
+            .as_deref()
+            .unwrap_or_default()
+            == wanted
+                .metadata
+                .owner_references
+                .as_deref()
+                .unwrap_or_default()
 }
 
 /// Whether the server dropped `allowMultipleAllocations` from what we sent; `None` when the
@@ -360,7 +370,11 @@ impl Publisher {
                 Some(stored) => {
                     let mut wanted = desired(&node, gpus, 0);
                     if same_content(&stored, &wanted, self.drops_multiple) {
-                        if !self.health.published.load(std::sync::atomic::Ordering::Relaxed) {
+                        if !self
+                            .health
+                            .published
+                            .load(std::sync::atomic::Ordering::Relaxed)
+                        {
                             info!(
                                 "ResourceSlice {} is up to date (pool generation {})",
                                 self.name, stored.spec.pool.generation
@@ -615,9 +629,14 @@ mod tests {
         let mut backoff = Backoff::new(Duration::from_secs(2));
         let delays: Vec<Duration> = (0..8).map(|_| backoff.next_delay()).collect();
         assert!(delays[0] >= Duration::from_millis(100) && delays[0] <= INITIAL_BACKOFF);
-        assert!(delays[3] >= Duration::from_millis(800) && delays[3] <= Duration::from_millis(1600));
+        assert!(
+            delays[3] >= Duration::from_millis(800) && delays[3] <= Duration::from_millis(1600)
+        );
         for d in &delays[5..] {
-            assert!(*d >= Duration::from_secs(1) && *d <= Duration::from_secs(2), "{d:?}");
+            assert!(
+                *d >= Duration::from_secs(1) && *d <= Duration::from_secs(2),
+                "{d:?}"
+            );
         }
         backoff.reset();
         assert!(backoff.next_delay() <= INITIAL_BACKOFF);

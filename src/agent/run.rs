@@ -61,10 +61,7 @@ pub enum AgentError {
     #[error("the {0} stopped unexpectedly")]
     LoopStopped(&'static str),
     #[error("the {what} failed: {message}")]
-    LoopFailed {
-        what: &'static str,
-        message: String,
-    },
+    LoopFailed { what: &'static str, message: String },
 }
 
 /// The API client `config` asks for: its kubeconfig, or the usual inference (in-cluster first).
