@@ -789,3 +789,120 @@ fn bad_flags_are_usage_errors_before_anything_starts() {
         "{stderr}"
     );
 }
+
+#[test]
+fn the_deploy_manifests_match_the_code() {
+    use clap::Parser;
+    use media_operator::agent::cli::Cli;
+
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/media-capabilities.yaml"),
+    )
+    .expect("read deploy/media-capabilities.yaml");
+    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("valid YAML"))
+        .filter(|d: &Value| !d.is_null())
+        .collect();
+    let find = |kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} in deploy/"))
+    };
+
+    let ds = find("DaemonSet");
+    assert_eq!(ds["metadata"]["name"], "media-capabilities");
+    assert_eq!(ds["metadata"]["namespace"], "liken-system");
+    let pod = &ds["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let env = container["env"].as_array().unwrap();
+    assert!(
+        env.iter().any(|e| e["name"] == "NODE_NAME"
+            && e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName")
+    );
+
+    // Every flag is one the agent knows, and the whole set validates.
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    let cli = Cli::try_parse_from(
+        ["media-capabilities", "--node-name=n1"]
+            .into_iter()
+            .map(String::from)
+            .chain(args),
+    )
+    .unwrap_or_else(|e| panic!("the DaemonSet's args: {e}"));
+    assert!(cli.command.is_none(), "the DaemonSet runs the agent");
+    let config = cli.agent.validate().expect("the DaemonSet's args validate");
+
+    // The probes use the health port.
+    let port = &container["ports"][0];
+    assert_eq!(port["containerPort"], config.health_addr.port());
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        assert_eq!(container[probe]["httpGet"]["path"], path);
+        assert_eq!(container[probe]["httpGet"]["port"], port["name"]);
+    }
+
+    // The kubelet's directories come through the parent of plugins_registry.
+    let mount = &container["volumeMounts"][0];
+    let mounted = Path::new(mount["mountPath"].as_str().unwrap());
+    assert_eq!(Some(mounted), config.kubelet.registry_dir.parent());
+    assert!(config.kubelet.plugins_dir.starts_with(mounted));
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the mount's volume");
+    assert_eq!(volume["hostPath"]["path"], mount["mountPath"]);
+
+    // The render nodes come through the shipped media-render class, all of them.
+    let class = find("DeviceClass");
+    assert_eq!(class["metadata"]["name"], "media-render");
+    let template = find("ResourceClaimTemplate");
+    let request = &template["spec"]["spec"]["devices"]["requests"][0];
+    assert_eq!(request["exactly"]["deviceClassName"], "media-render");
+    assert_eq!(request["exactly"]["allocationMode"], "All");
+    assert_eq!(
+        pod["resourceClaims"][0]["resourceClaimTemplateName"],
+        template["metadata"]["name"]
+    );
+    assert_eq!(
+        container["resources"]["claims"][0]["name"],
+        pod["resourceClaims"][0]["name"]
+    );
+
+    // RBAC: what the publisher does, bound to the DaemonSet's service account.
+    let role = find("ClusterRole");
+    let slices = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resources"][0] == "resourceslices")
+        .expect("a rule for resourceslices");
+    for verb in [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ] {
+        assert!(
+            slices["verbs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v == verb),
+            "{verb}"
+        );
+    }
+    assert!(
+        role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["resources"][0] == "nodes"
+                && r["verbs"].as_array().unwrap().iter().any(|v| v == "get"))
+    );
+    let binding = find("ClusterRoleBinding");
+    assert_eq!(binding["subjects"][0]["name"], pod["serviceAccountName"]);
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+}
