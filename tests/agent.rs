@@ -305,6 +305,10 @@ fn first_publish_has_every_gpu_and_attribute_and_the_node_as_owner() {
         assert!(line.contains(&format!(" {}=", attribute.name())), "{line}");
     }
 
+    // The agent counts the write once it has the answer, a moment after the server stored it.
+    agent
+        .log
+        .wait_for(&format!("ResourceSlice {SLICE}: created"), DEADLINE);
     assert_eq!(metric(&agent, "media_capabilities_gpus"), 8.0);
     assert_eq!(
         metric(
@@ -692,6 +696,9 @@ fn the_kubelet_registers_and_prepares_through_the_agent() {
     let s = setup(1);
     let agent = s.start(&[]);
     s.wait_slice("published", |_| true);
+    agent
+        .log
+        .wait_for(&format!("ResourceSlice {SLICE}: created"), DEADLINE);
     let rt = runtime();
     rt.block_on(async {
         // A refusal first: logged verbatim, not ready.
@@ -905,4 +912,61 @@ fn the_deploy_manifests_match_the_code() {
     let binding = find("ClusterRoleBinding");
     assert_eq!(binding["subjects"][0]["name"], pod["serviceAccountName"]);
     assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+}
+
+/// A slice that is not ours to keep: `name`, `driver`, `node`, one pool of its own.
+fn foreign_slice(name: &str, driver: &str, node: &str) -> Value {
+    json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 7, "resourceSliceCount": 1},
+            "devices": []
+        }
+    })
+}
+
+#[test]
+fn slices_in_the_way_are_replaced_or_removed() {
+    let s = setup(1);
+    // Our name, but another driver: immutable, so it can only be replaced.
+    s.server
+        .put(foreign_slice(SLICE, "other.example.com", NODE))
+        .expect("a slice with our name");
+    // Our driver and node under another name: it would compete with our pool.
+    s.server
+        .put(foreign_slice("gpu-node-1-old", DRIVER, NODE))
+        .expect("a stray slice");
+    // Another node's slice of our driver: none of this agent's business.
+    s.server
+        .put(foreign_slice(
+            "gpu-node-2-media.liken.sh",
+            DRIVER,
+            "gpu-node-2",
+        ))
+        .expect("another node's slice");
+
+    let agent = s.start(&[]);
+    s.server
+        .wait_until(DEADLINE, |s| {
+            s.get("resourceslices", "", SLICE)
+                .is_some_and(|v| v["spec"]["driver"] == DRIVER)
+                && s.get("resourceslices", "", "gpu-node-1-old").is_none()
+        })
+        .expect("ours replaced, the stray one deleted");
+    agent.log.wait_for("deleting and re-creating it", DEADLINE);
+    let slice = s.slice().unwrap();
+    assert!(
+        generation(&slice) > 7,
+        "never behind what was stored: {slice}"
+    );
+    assert_eq!(devices(&slice).len(), 1);
+    assert!(
+        s.server
+            .get("resourceslices", "", "gpu-node-2-media.liken.sh")
+            .is_some()
+    );
 }
