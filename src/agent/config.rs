@@ -69,15 +69,23 @@ pub struct AgentArgs {
 /// The agent's configuration after validation: what [`crate::agent::run`] works from.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
+    /// The node; the slice is named after it and owned by its Node object.
     pub node_name: String,
+    /// Where the GPUs and their probes come from (live, or recorded with `--reports`).
     pub source: ProbeSource,
     /// What the rescanner lists: the render nodes' directory or the reports.
     pub watched: Watched,
+    /// The kubelet plugin's sockets and timings.
     pub kubelet: kubelet::Config,
+    /// Where /healthz, /readyz and /metrics are served.
     pub health_addr: SocketAddr,
+    /// An explicit kubeconfig; `None` infers (in-cluster first).
     pub kubeconfig: Option<PathBuf>,
+    /// How often the watched directory is listed.
     pub rescan_interval: Duration,
+    /// How often the stored slice is re-read besides the watch.
     pub resync_interval: Duration,
+    /// The cap of the retry backoff.
     pub max_backoff: Duration,
 }
 
@@ -100,11 +108,15 @@ pub enum ConfigError {
     #[error(
         "the node name is missing (hint: set NODE_NAME or --node-name; the DaemonSet takes it from spec.nodeName)"
     )]
+    /// No node name at all.
     NoNodeName,
+    /// The reports path does not exist.
     #[error("--reports {path}: {reason} (hint: give a recorded probe file or a directory of them)")]
     Reports { path: PathBuf, reason: String },
+    /// The kubeconfig file does not exist.
     #[error("--kubeconfig {path}: {reason}")]
     Kubeconfig { path: PathBuf, reason: String },
+    /// The agent's own executable (which probes re-run) cannot be found.
     #[error("find this program to run probes with: {0}")]
     CurrentExe(std::io::Error),
 }

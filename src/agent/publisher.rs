@@ -50,20 +50,27 @@ const MAX_IMMEDIATE_RETRIES: usize = 5;
 /// Why one publish attempt failed (retried; never fatal).
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
+    /// The Node could not be read.
     #[error("read Node {node}: {source}")]
     GetNode { node: String, source: kube::Error },
+    /// The Node does not exist (yet, or any more).
     #[error(
         "Node {node} does not exist, so its slice would be garbage-collected at once; waiting for it (hint: the slice is published when the kubelet registers the node again)"
     )]
     NodeMissing { node: String },
+    /// The slice could not be read.
     #[error("read ResourceSlice {name}: {source}")]
     Get { name: String, source: kube::Error },
+    /// The slice could not be created.
     #[error("create ResourceSlice {name}: {source}")]
     Create { name: String, source: kube::Error },
+    /// The slice could not be updated.
     #[error("update ResourceSlice {name}: {source}")]
     Update { name: String, source: kube::Error },
+    /// A slice in the way could not be deleted.
     #[error("delete ResourceSlice {name}: {source}")]
     Delete { name: String, source: kube::Error },
+    /// Every immediate retry met a conflict.
     #[error(
         "ResourceSlice {name} kept changing under us ({MAX_IMMEDIATE_RETRIES} conflicts in a row)"
     )]
@@ -189,9 +196,11 @@ pub fn dropped_multiple(sent: &ResourceSlice, stored: &ResourceSlice) -> Option<
 /// How the publisher is set up.
 #[derive(Clone, Debug)]
 pub struct PublisherConfig {
+    /// The node whose slice this is.
     pub node: String,
     /// How often the stored slice is re-read without a watch event (reads only).
     pub resync_interval: Duration,
+    /// The cap of the retry backoff.
     pub max_backoff: Duration,
 }
 

@@ -38,19 +38,24 @@ pub const SHUTDOWN_BOUND: Duration = Duration::from_secs(5);
 /// Why the agent could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
+    /// The kubeconfig could not be read or used.
     #[error("read kubeconfig {path}: {source}")]
     Kubeconfig {
         path: PathBuf,
         source: kube::config::KubeconfigError,
     },
+    /// No kubeconfig and not in a cluster.
     #[error(
         "find the API server: {0} (hint: in a pod this needs the service account token; elsewhere set --kubeconfig or KUBECONFIG)"
     )]
     Infer(kube::config::InferConfigError),
+    /// The client could not be built from the configuration.
     #[error("set up the API client: {0}")]
     Client(kube::Error),
+    /// The kubelet plugin could not bind its sockets.
     #[error("start the kubelet plugin: {0}")]
     Kubelet(#[from] KubeletError),
+    /// The health port could not be bound.
     #[error(
         "listen on {addr} for /healthz, /readyz and /metrics: {source} (hint: choose another --health-addr)"
     )]
@@ -58,8 +63,10 @@ pub enum AgentError {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
+    /// A loop ended on its own.
     #[error("the {0} stopped unexpectedly")]
     LoopStopped(&'static str),
+    /// A loop failed.
     #[error("the {what} failed: {message}")]
     LoopFailed { what: &'static str, message: String },
 }
