@@ -463,6 +463,35 @@ fn an_api_server_down_at_start_is_waited_for() {
         "each problem once, not per retry: {problems:#?}"
     );
     assert!(agent.running());
+
+    // An outage while running: the agent keeps going, and repairs what happened meanwhile.
+    // Once a periodic read has succeeded, the agent considers the API healthy again.
+    let mark = s.server.request_mark();
+    s.wait_resyncs(mark, 1);
+    let following = "follow this node's ResourceSlice: ";
+    // (Re-checked at each request the agent makes: it reads its slice every 100 ms.)
+    s.server
+        .wait_until(DEADLINE, |_| {
+            agent
+                .log
+                .lines()
+                .iter()
+                .rev()
+                .find(|l| l.contains(following))
+                .is_some_and(|l| l.contains("works again"))
+        })
+        .expect("the agent follows its slice again");
+    let seen = agent.log.count("retrying with backoff");
+    s.server.stop();
+    agent
+        .log
+        .wait_for_nth("retrying with backoff", seen + 1, DEADLINE);
+    s.server
+        .delete_where("resourceslices", |o| o["spec"]["nodeName"] == NODE);
+    s.server.restart();
+    s.wait_slice("re-created after the outage", |v| generation(v) == 2);
+    assert!(agent.running());
+    assert_eq!(agent.get("/healthz").0, 200);
 }
 
 #[test]

@@ -82,18 +82,28 @@ pub enum PublishError {
 #[derive(Debug)]
 pub struct Backoff {
     failures: u32,
+    initial: Duration,
     max: Duration,
 }
 
 impl Backoff {
-    /// A backoff that never waits longer than `max`.
+    /// A backoff from 200 ms that never waits longer than `max`.
     pub fn new(max: Duration) -> Self {
-        Self { failures: 0, max }
+        Self::starting_at(INITIAL_BACKOFF, max)
+    }
+
+    /// A backoff from `initial` that never waits longer than `max`.
+    pub fn starting_at(initial: Duration, max: Duration) -> Self {
+        Self {
+            failures: 0,
+            initial,
+            max,
+        }
     }
 
     /// The delay before the next attempt after one more failure.
     pub fn next_delay(&mut self) -> Duration {
-        let exp = INITIAL_BACKOFF.saturating_mul(1 << self.failures.min(20));
+        let exp = self.initial.saturating_mul(1 << self.failures.min(20));
         self.failures = self.failures.saturating_add(1);
         let capped = exp.min(self.max);
         let half = capped / 2;
@@ -248,7 +258,9 @@ impl Publisher {
         let mut events = std::pin::pin!(events);
         let mut init_buffer: Vec<ResourceSlice> = Vec::new();
         let mut listed = false;
-        let mut watch_problem = Problem::new("watch this node's ResourceSlices");
+        // The watch and the periodic read both follow the stored slice; the watcher yields
+        // nothing when it reconnects without news, so a successful read also ends a problem.
+        let mut watch_problem = Problem::new("follow this node's ResourceSlice");
         let mut publish_problem = Problem::new("publish the ResourceSlice");
         let mut backoff = Backoff::new(self.config.max_backoff);
         let mut retry_at: Option<Instant> = None;
@@ -316,6 +328,7 @@ impl Publisher {
                     // Reads only: a write happens in the next round if the two differ.
                     match self.slices.get_opt(&self.name).await {
                         Ok(found) => {
+                            watch_problem.ok();
                             self.observed = None;
                             self.seen(found);
                         }

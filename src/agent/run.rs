@@ -5,7 +5,8 @@
 //!   every `--rescan-interval` and probes again when the listing changes. Polling a readdir was
 //!   chosen over inotify: /dev/dri in a container is a devtmpfs or bind mount where inotify
 //!   events for device nodes added by the host are not reliable, and one readdir every few
-//!   seconds costs nothing measurable;
+//!   seconds costs nothing measurable. A GPU whose driver query failed is asked again after
+//!   30 s, doubling up to 30 min, so a driver that was not ready at boot does not need a restart;
 //! - the publisher ([`crate::agent::publisher`]);
 //! - the kubelet plugin ([`crate::agent::kubelet`]);
 //! - the health server ([`crate::agent::health`]).
@@ -21,19 +22,26 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tracing::{error, info, warn};
 
 use crate::agent::config::{AgentConfig, Watched};
 use crate::agent::health::{self, Health};
 use crate::agent::kubelet::{KubeletError, KubeletPlugin};
 use crate::agent::probing::{ProbeError, ProbeSource};
-use crate::agent::publisher::{Problem, Publisher, PublisherConfig};
+use crate::agent::publisher::{Backoff, Problem, Publisher, PublisherConfig};
 use crate::device::{GpuDevice, describe, log_line};
 use crate::sysfs::DiscoveryError;
 
 /// How long the loops get to stop after SIGTERM before the process exits anyway; well inside
 /// the DaemonSet's termination grace period.
 pub const SHUTDOWN_BOUND: Duration = Duration::from_secs(5);
+
+/// The first re-probe of a failed GPU query; doubled up to [`FAILED_REPROBE_MAX`].
+const FAILED_REPROBE_FIRST: Duration = Duration::from_secs(30);
+
+/// The longest wait between re-probes of a failed GPU query.
+const FAILED_REPROBE_MAX: Duration = Duration::from_secs(30 * 60);
 
 /// Why the agent could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
@@ -280,6 +288,11 @@ async fn probe_loop(
 ) {
     let mut problem = Problem::new("probe the GPUs");
     let mut last: Option<Listing> = None;
+    // A GPU whose driver query failed is asked again, less and less often: a driver that was
+    // not ready at boot gets its capabilities published without a restart, and a GPU that
+    // fails for good costs a probe (and its log lines) at most every half hour.
+    let mut failed_backoff = Backoff::starting_at(FAILED_REPROBE_FIRST, FAILED_REPROBE_MAX);
+    let mut reprobe_at: Option<Instant> = None;
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -291,14 +304,18 @@ async fn probe_loop(
                 continue;
             }
         };
-        if last.as_ref() == Some(&now) {
+        let retry_failed = reprobe_at.is_some_and(|at| Instant::now() >= at);
+        if last.as_ref() == Some(&now) && !retry_failed {
             continue;
         }
-        if last.is_some() {
+        if retry_failed && last.as_ref() == Some(&now) {
+            info!("asking the GPUs whose query failed again");
+        } else if last.is_some() {
             info!(
                 "{} changed; probing the GPUs again",
                 watched_path(&watched).display()
             );
+            failed_backoff.reset();
         }
         match probe(&source).await {
             Ok(devices) => {
@@ -306,6 +323,12 @@ async fn probe_loop(
                 health.metrics.gpus.set(devices.len() as i64);
                 let failed = devices.iter().filter(|d| d.failure.is_some()).count();
                 health.metrics.probe_failures.inc_by(failed as u64);
+                reprobe_at = if failed == 0 {
+                    failed_backoff.reset();
+                    None
+                } else {
+                    Some(Instant::now() + failed_backoff.next_delay())
+                };
                 gpus.send_if_modified(|current| {
                     if current.as_ref() == Some(&devices) {
                         false

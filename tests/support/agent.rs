@@ -80,10 +80,15 @@ impl Log {
 
     /// Waits until a line contains `text`; returns it.
     pub fn wait_for(&self, text: &str, timeout: Duration) -> String {
+        self.wait_for_nth(text, 1, timeout)
+    }
+
+    /// Waits until `n` lines contain `text`; returns the `n`th.
+    pub fn wait_for_nth(&self, text: &str, n: usize, timeout: Duration) -> String {
         let deadline = Instant::now() + timeout;
         let mut lines = self.lines.lock().expect("log lock");
         loop {
-            if let Some(line) = lines.iter().find(|l| l.contains(text)) {
+            if let Some(line) = lines.iter().filter(|l| l.contains(text)).nth(n - 1) {
                 return line.clone();
             }
             let now = Instant::now();
