@@ -301,7 +301,9 @@ impl Publisher {
                             Event::InitDone => {
                                 listed = true;
                                 let found = std::mem::take(&mut init_buffer);
-                                self.observed = None;
+                                if !found.iter().any(|s| s.metadata.name.as_deref() == Some(&self.name)) {
+                                    self.observed = None;
+                                }
                                 for slice in found {
                                     self.seen(Some(slice));
                                 }
@@ -349,6 +351,17 @@ impl Publisher {
             return;
         };
         if slice.metadata.name.as_deref() == Some(&self.name) {
+            // A watch event can arrive after the answer to our own later write (or a read):
+            // an older state of the same object must not replace a newer one, or we would
+            // "restore" it with a write doomed to conflict. metadata.generation grows with every
+            // spec change of an object, so it orders them (resourceVersions must not be compared).
+            if let Some(current) = &self.observed
+                && current.metadata.uid == slice.metadata.uid
+                && slice.metadata.generation < current.metadata.generation
+            {
+                tracing::debug!("ignoring an older state of ResourceSlice {}", self.name);
+                return;
+            }
             self.generation = self.generation.max(slice.spec.pool.generation);
             self.observed = Some(slice);
         } else if let Some(other) = slice.metadata.name.clone() {
@@ -662,6 +675,43 @@ mod tests {
         }
         backoff.reset();
         assert!(backoff.next_delay() <= INITIAL_BACKOFF);
+    }
+
+    #[tokio::test]
+    async fn an_older_state_of_the_slice_does_not_replace_a_newer_one() {
+        // Never contacted: `seen` only records.
+        let client = kube::Client::try_from(kube::Config::new(
+            "http://127.0.0.1:9".parse().expect("a valid URI"),
+        ))
+        .expect("a client");
+        let mut publisher = Publisher::new(
+            client,
+            PublisherConfig {
+                node: "n1".into(),
+                resync_interval: Duration::from_secs(60),
+                max_backoff: Duration::from_secs(1),
+            },
+            Arc::new(Health::default()),
+        );
+        let at = |generation: i64, pool: i64| {
+            let mut slice = desired(&node(), &[gpu("pci-0000-00-02-0")], pool);
+            slice.metadata.uid = Some("slice-uid".into());
+            slice.metadata.generation = Some(generation);
+            slice
+        };
+        publisher.seen(Some(at(3, 3)));
+        publisher.seen(Some(at(2, 2)));
+        let observed = publisher.observed.as_ref().expect("observed");
+        assert_eq!(observed.spec.pool.generation, 3, "the newer state stays");
+        // A new object (re-created by someone) is taken whatever its generation.
+        let mut other = at(1, 1);
+        other.metadata.uid = Some("another-uid".into());
+        publisher.seen(Some(other));
+        assert_eq!(publisher.observed.as_ref().unwrap().spec.pool.generation, 1);
+        assert_eq!(
+            publisher.generation, 3,
+            "the pool generation never goes back"
+        );
     }
 
     #[test]
