@@ -1,22 +1,60 @@
 //! Entry point of the capabilities agent; all behaviour lives in the library.
 
+use anyhow::Context;
 use clap::Parser;
 use media_operator::agent::cli::{Cli, Command};
+use media_operator::agent::config::AgentConfig;
 use media_operator::agent::probing::{ChildRequest, run_child};
 use media_operator::va::ffi::LibvaPaths;
 use media_operator::va::probe::ProbeOptions;
 use std::process::ExitCode;
 
+/// Completes at the first SIGTERM (the kubelet stopping the pod) or SIGINT (Ctrl-C).
+async fn signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        // Without signal handlers the default action (exit) still applies; wait forever.
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!("cannot handle SIGTERM/SIGINT: {e}");
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The agent's flags are checked before anything starts; a bad value is a usage error.
+    let config = match cli.command {
+        Some(_) => None,
+        None => match cli.agent.validate() {
+            Ok(config) => Some(config),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    // Colour only for a person at a terminal: the pod log and log collectors want plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    match run(cli) {
+    match run(cli, config) {
         Ok(()) => ExitCode::SUCCESS,
         // A reader that went away (`probe | head`) is not an error worth a message.
         Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
@@ -36,12 +74,16 @@ fn broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli, config: Option<AgentConfig>) -> anyhow::Result<()> {
     match cli.command {
-        None => anyhow::bail!(
-            "running the agent is not wired up yet (hint: `media-capabilities probe` shows what it \
-             would publish)"
-        ),
+        None => {
+            let config = config.context("the agent's configuration was not validated")?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(media_operator::agent::run::run(config, signal()))?;
+            Ok(())
+        }
         Some(Command::Probe(args)) => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -153,13 +153,14 @@ fn errors_name_the_file_and_exit_with_1() {
 }
 
 #[test]
-fn usage_errors_exit_with_2_and_the_bare_command_says_not_yet() {
+fn usage_errors_exit_with_2_and_the_bare_command_needs_a_node() {
     let output = run(&["probe", "-o", "wide"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("[possible values: table, json, yaml]")
     );
+    // The bare command runs the agent, which needs to know its node (tests/agent.rs runs it).
     let output = run(&[]);
-    assert_eq!(output.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("not wired up yet"));
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--node-name"));
 }

@@ -8,10 +8,21 @@ use std::time::Duration;
 /// Publishes what each GPU's VA-API driver states it can decode, encode and scale as
 /// `media.liken.sh` DRA devices.
 #[derive(Debug, Parser)]
-#[command(name = "media-capabilities", version)]
+///
+/// Without a subcommand it runs the agent: probes the node's GPUs, publishes and keeps the
+/// node's ResourceSlice, serves the kubelet plugin and /healthz, /readyz, /metrics.
+#[command(
+    name = "media-capabilities",
+    version,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// The agent's flags (the bare command).
+    #[command(flatten)]
+    pub agent: crate::agent::config::AgentArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -50,7 +61,7 @@ pub struct ProbeArgs {
 }
 
 /// Where GPUs are found and how their drivers are asked (shared by the agent and `probe`).
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 pub struct ProbingArgs {
     /// Directory holding the render nodes.
     #[arg(long, value_name = "DIR", default_value = "/dev/dri")]

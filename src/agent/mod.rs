@@ -2,6 +2,10 @@
 //! driver what it can do, and publishes the answers as a `media.liken.sh` ResourceSlice.
 
 pub mod cli;
+pub mod config;
+pub mod health;
 pub mod kubelet;
 pub mod probe_cmd;
 pub mod probing;
+pub mod publisher;
+pub mod run;

@@ -5,5 +5,6 @@
 // Each test binary uses a different part of the support code; the rest would warn as dead.
 #![allow(dead_code)]
 
+pub mod agent;
 pub mod apiserver;
 pub mod vainfo;

@@ -78,6 +78,9 @@ pub enum Fault {
     /// 403 Forbidden, as the authorizer words a missing permission for the request's verb and
     /// resource (for a user named `system:anonymous`).
     Forbidden,
+    /// 409 Conflict, worded as for a stale resourceVersion (another writer got there first);
+    /// nothing is stored.
+    Conflict,
 }
 
 impl Fault {
@@ -88,6 +91,14 @@ impl Fault {
                     ApiError::forbidden_request(verb, rt, ns.as_deref())
                 }
                 _ => ApiError::forbidden_path(),
+            },
+            Fault::Conflict => match routed {
+                Route::Resource {
+                    rt,
+                    name: Some(name),
+                    ..
+                } => ApiError::conflict(rt, name),
+                _ => ApiError::internal("injected conflict on a path without an object"),
             },
             Fault::InternalError => ApiError::internal("injected fault"),
             Fault::ServiceUnavailable => ApiError::service_unavailable(

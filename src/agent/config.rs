@@ -1,0 +1,239 @@
+//! The agent's configuration: the flags of the bare `media-capabilities` command (each one also
+//! from the environment where operators expect it), and their validation. Everything is parsed
+//! and checked here, before a socket is bound or the API server is contacted, so a mistake in the
+//! DaemonSet shows up as one clear line and exit code 2 instead of a half-started agent.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::agent::cli::{ProbingArgs, parse_duration};
+use crate::agent::kubelet::{self, KubeletArgs};
+use crate::agent::probing::{Isolation, ProbeCommand, ProbeSource};
+use crate::names::check_subdomain;
+use crate::sysfs::Roots;
+
+/// The default address of the health server (`/healthz`, `/readyz`, `/metrics`).
+pub const DEFAULT_HEALTH_ADDR: &str = "0.0.0.0:8081";
+
+/// The flags of the agent itself (the bare `media-capabilities` command).
+#[derive(Clone, Debug, clap::Args)]
+pub struct AgentArgs {
+    /// The node this agent runs on; its slice is `<node>-media.liken.sh`. In the DaemonSet it
+    /// comes from the downward API (`spec.nodeName`).
+    #[arg(long, env = "NODE_NAME", value_name = "NODE", required = true)]
+    pub node_name: Option<String>,
+
+    #[command(flatten)]
+    pub probing: ProbingArgs,
+
+    /// For tests and demos: read the GPUs' probes from recorded reports (a file, or a directory
+    /// of `probe -o json` records, see docs/report-format.md) instead of probing this machine.
+    /// The directory is watched like the render nodes: a change re-reads it.
+    #[arg(long, env = "MEDIA_REPORTS", value_name = "DIR")]
+    pub reports: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub kubelet: KubeletArgs,
+
+    /// Where /healthz, /readyz and /metrics are served (one port for the probes and scraping).
+    #[arg(long, env = "HEALTH_ADDR", value_name = "ADDR", default_value = DEFAULT_HEALTH_ADDR)]
+    pub health_addr: SocketAddr,
+
+    /// A kubeconfig to reach the API server with (default: the pod's service account, or
+    /// $KUBECONFIG and ~/.kube/config outside a cluster).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// How often the render nodes (or the --reports directory) are listed to notice a GPU
+    /// appearing or disappearing; a change re-probes and republishes. A listing is one
+    /// readdir, so a short interval costs nothing measurable.
+    #[arg(long, env = "RESCAN_INTERVAL", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub rescan_interval: Duration,
+
+    /// How often the stored slice is read and compared even without a watch event (reads
+    /// only; a write happens only when it differs). A safety net: the watch is the main path.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub resync_interval: Duration,
+
+    /// The longest wait between retries when the API server fails (backoff doubles from
+    /// 200ms up to this, with jitter).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub max_backoff: Duration,
+
+    /// How often the kubelet plugin's socket files are checked (re-created when deleted).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub socket_recheck_interval: Duration,
+}
+
+/// The agent's configuration after validation: what [`crate::agent::run`] works from.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// The node; the slice is named after it and owned by its Node object.
+    pub node_name: String,
+    /// Where the GPUs and their probes come from (live, or recorded with `--reports`).
+    pub source: ProbeSource,
+    /// What the rescanner lists: the render nodes' directory or the reports.
+    pub watched: Watched,
+    /// The kubelet plugin's sockets and timings.
+    pub kubelet: kubelet::Config,
+    /// Where /healthz, /readyz and /metrics are served.
+    pub health_addr: SocketAddr,
+    /// An explicit kubeconfig; `None` infers (in-cluster first).
+    pub kubeconfig: Option<PathBuf>,
+    /// How often the watched directory is listed.
+    pub rescan_interval: Duration,
+    /// How often the stored slice is re-read besides the watch.
+    pub resync_interval: Duration,
+    /// The cap of the retry backoff.
+    pub max_backoff: Duration,
+}
+
+/// The directory whose listing tells that the set of GPUs may have changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Watched {
+    /// `/dev/dri`: the names of its `renderD*` entries.
+    RenderNodes(PathBuf),
+    /// A reports file or directory: names, sizes and modification times.
+    Reports(PathBuf),
+}
+
+/// A flag value that cannot work; reported as a usage error (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "--node-name {name:?} is not a valid node name: {reason} (hint: the DaemonSet sets NODE_NAME from spec.nodeName)"
+    )]
+    NodeName { name: String, reason: String },
+    #[error(
+        "the node name is missing (hint: set NODE_NAME or --node-name; the DaemonSet takes it from spec.nodeName)"
+    )]
+    /// No node name at all.
+    NoNodeName,
+    /// The reports path does not exist.
+    #[error("--reports {path}: {reason} (hint: give a recorded probe file or a directory of them)")]
+    Reports { path: PathBuf, reason: String },
+    /// The kubeconfig file does not exist.
+    #[error("--kubeconfig {path}: {reason}")]
+    Kubeconfig { path: PathBuf, reason: String },
+    /// The agent's own executable (which probes re-run) cannot be found.
+    #[error("find this program to run probes with: {0}")]
+    CurrentExe(std::io::Error),
+}
+
+impl AgentArgs {
+    /// Checks every value and builds the configuration; nothing is started here.
+    pub fn validate(&self) -> Result<AgentConfig, ConfigError> {
+        let node_name = self.node_name.clone().ok_or(ConfigError::NoNodeName)?;
+        check_subdomain(&node_name).map_err(|reason| ConfigError::NodeName {
+            name: node_name.clone(),
+            reason: reason.to_string(),
+        })?;
+        if let Some(path) = &self.kubeconfig
+            && !path.is_file()
+        {
+            return Err(ConfigError::Kubeconfig {
+                path: path.clone(),
+                reason: "no such file".into(),
+            });
+        }
+        let (source, watched) = match &self.reports {
+            Some(path) => {
+                if !path.exists() {
+                    return Err(ConfigError::Reports {
+                        path: path.clone(),
+                        reason: "no such file or directory".into(),
+                    });
+                }
+                (
+                    ProbeSource::Recorded(path.clone()),
+                    Watched::Reports(path.clone()),
+                )
+            }
+            None => {
+                let p = &self.probing;
+                let source = ProbeSource::Live {
+                    roots: Roots {
+                        dev: p.dev_root.clone(),
+                        sys: p.sys_root.clone(),
+                    },
+                    pci_ids: p.pci_ids.clone(),
+                    only: None,
+                    isolation: Isolation {
+                        command: ProbeCommand::current_exe().map_err(ConfigError::CurrentExe)?,
+                        timeout: p.probe_timeout,
+                        parallel: p.probe_parallel,
+                        overrides: p.va_driver.clone(),
+                    },
+                };
+                (source, Watched::RenderNodes(p.dev_root.clone()))
+            }
+        };
+        let mut kubelet = self.kubelet.config();
+        kubelet.recheck_interval = self.socket_recheck_interval;
+        Ok(AgentConfig {
+            node_name,
+            source,
+            watched,
+            kubelet,
+            health_addr: self.health_addr,
+            kubeconfig: self.kubeconfig.clone(),
+            rescan_interval: self.rescan_interval,
+            resync_interval: self.resync_interval,
+            max_backoff: self.max_backoff,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::cli::Cli;
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("media-capabilities").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_bare_command_takes_the_agent_flags() {
+        let cli = parse(&[
+            "--node-name",
+            "gpu-1",
+            "--reports",
+            "docs/examples/fleet/amd-1",
+            "--health-addr",
+            "127.0.0.1:9000",
+            "--rescan-interval",
+            "500ms",
+            "--kubelet-registry-dir",
+            "/tmp/reg",
+        ])
+        .unwrap();
+        assert!(cli.command.is_none());
+        let config = cli.agent.validate().unwrap();
+        assert_eq!(config.node_name, "gpu-1");
+        assert_eq!(config.health_addr, "127.0.0.1:9000".parse().unwrap());
+        assert_eq!(config.rescan_interval, Duration::from_millis(500));
+        assert_eq!(config.kubelet.registry_dir, PathBuf::from("/tmp/reg"));
+        assert!(matches!(config.source, ProbeSource::Recorded(_)));
+    }
+
+    #[test]
+    fn subcommands_do_not_need_a_node_name() {
+        let cli = parse(&["probe", "--from", "x.json"]).unwrap();
+        assert!(cli.command.is_some());
+    }
+
+    #[test]
+    fn bad_values_are_refused_before_anything_starts() {
+        let bad_name = parse(&["--node-name", "Not_A_Node"]).unwrap();
+        let err = bad_name.agent.validate().unwrap_err().to_string();
+        assert!(err.contains("not a valid node name"), "{err}");
+        let missing = parse(&["--node-name", "n1", "--reports", "/nonexistent/reports"]).unwrap();
+        let err = missing.agent.validate().unwrap_err().to_string();
+        assert!(err.contains("no such file or directory"), "{err}");
+        assert!(parse(&["--node-name", "n1", "--health-addr", "localhost"]).is_err());
+        assert!(parse(&["--node-name", "n1", "--max-backoff", "0s"]).is_err());
+    }
+}
