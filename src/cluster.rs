@@ -341,48 +341,8 @@ fn percent_encode(token: &str) -> String {
 /// Parses kubectl's `--request-timeout`: `0` for none, a number of seconds, or a duration such
 /// as `30s`, `1m30s`, `500ms`, `2h`.
 pub fn parse_timeout(text: &str) -> Result<Option<Duration>, String> {
-    let text = text.trim();
-    if text == "0" {
-        return Ok(None);
-    }
-    if let Ok(seconds) = text.parse::<u64>() {
-        return Ok(Some(Duration::from_secs(seconds)));
-    }
-    let invalid = || {
-        format!(
-            "invalid --request-timeout {text:?}: use 0, seconds (30) or a duration such as 30s, 1m30s, 500ms"
-        )
-    };
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    if rest.is_empty() {
-        return Err(invalid());
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit() && c != '.')
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(invalid());
-        }
-        let number: f64 = rest[..digits].parse().map_err(|_| invalid())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
-            "ns" => 1e-9,
-            _ => return Err(invalid()),
-        };
-        total += Duration::from_secs_f64(number * scale);
-        rest = &rest[unit_len..];
-    }
-    Ok(if total.is_zero() { None } else { Some(total) })
+    let timeout = crate::duration::parse(text).map_err(|e| format!("--request-timeout: {e}"))?;
+    Ok((!timeout.is_zero()).then_some(timeout))
 }
 
 #[cfg(test)]

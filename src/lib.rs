@@ -10,6 +10,7 @@ pub mod classes;
 pub mod cli;
 pub mod cluster;
 pub mod device;
+pub mod duration;
 pub mod examples;
 pub mod generated;
 pub mod inventory;

@@ -74,7 +74,7 @@ pub struct ProbingArgs {
     #[arg(long, value_name = "FILE")]
     pub pci_ids: Option<PathBuf>,
     /// How long one GPU's probe may take before it is killed (e.g. 15s, 500ms).
-    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = crate::duration::parse_positive)]
     pub probe_timeout: Duration,
     /// How many GPUs are probed at once.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_PARALLEL, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
@@ -118,32 +118,6 @@ pub struct ChildArgs {
     pub replay: Option<PathBuf>,
 }
 
-/// Parses `15s`, `500ms`, `2m` or a bare number of seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = match text.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        Some(i) => text.split_at(i),
-        None => (text, "s"),
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("invalid duration {text:?} (valid: e.g. 15s, 500ms, 2m)"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" => value * 60.0,
-        _ => {
-            return Err(format!(
-                "invalid duration unit {unit:?} in {text:?} (valid: ms, s, m)"
-            ));
-        }
-    };
-    if !(seconds > 0.0 && seconds.is_finite()) {
-        return Err(format!("duration {text:?} must be positive"));
-    }
-    Ok(Duration::from_secs_f64(seconds))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,20 +126,6 @@ mod tests {
     #[test]
     fn the_cli_is_well_formed() {
         Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn durations_parse() {
-        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert!(parse_duration("0s").is_err());
-        assert!(
-            parse_duration("5h")
-                .unwrap_err()
-                .contains("(valid: ms, s, m)")
-        );
     }
 
     #[test]

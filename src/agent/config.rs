@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::agent::cli::{ProbingArgs, parse_duration};
+use crate::agent::cli::ProbingArgs;
 use crate::agent::kubelet::{self, KubeletArgs};
 use crate::agent::probing::{Isolation, ProbeCommand, ProbeSource};
 use crate::names::check_subdomain;
@@ -48,21 +48,21 @@ pub struct AgentArgs {
     /// How often the render nodes (or the --reports directory) are listed to notice a GPU
     /// appearing or disappearing; a change re-probes and republishes. A listing is one
     /// readdir, so a short interval costs nothing measurable.
-    #[arg(long, env = "RESCAN_INTERVAL", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "RESCAN_INTERVAL", value_name = "DURATION", default_value = "10s", value_parser = crate::duration::parse_positive)]
     pub rescan_interval: Duration,
 
     /// How often the stored slice is read and compared even without a watch event (reads
     /// only; a write happens only when it differs). A safety net: the watch is the main path.
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = crate::duration::parse_positive)]
     pub resync_interval: Duration,
 
     /// The longest wait between retries when the API server fails (backoff doubles from
     /// 200ms up to this, with jitter).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::duration::parse_positive)]
     pub max_backoff: Duration,
 
     /// How often the kubelet plugin's socket files are checked (re-created when deleted).
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = crate::duration::parse_positive)]
     pub socket_recheck_interval: Duration,
 }
 

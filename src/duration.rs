@@ -1,0 +1,92 @@
+//! Durations as Kubernetes tools write them (Go's `time.ParseDuration`: `30s`, `1m30s`, `500ms`,
+//! `2h`), plus a bare number of seconds as kubectl's `--request-timeout` takes it. One parser for
+//! every duration flag of both programs.
+
+use std::time::Duration;
+
+/// The units Go accepts, longest first so `ms` is not read as `m`.
+const UNITS: [(&str, f64); 7] = [
+    ("ms", 1e-3),
+    ("us", 1e-6),
+    ("µs", 1e-6),
+    ("ns", 1e-9),
+    ("h", 3600.0),
+    ("m", 60.0),
+    ("s", 1.0),
+];
+
+/// Parses `30s`, `1m30s`, `500ms`, `2h` or a bare number of seconds (`30`). Zero is a duration
+/// like any other; callers that need a positive one say so.
+pub fn parse(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let invalid = || format!("invalid duration {text:?} (valid: e.g. 30, 30s, 1m30s, 500ms, 2h)");
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Ok(Duration::from_secs(seconds));
+    }
+    if text.is_empty() {
+        return Err(invalid());
+    }
+    let mut total = 0.0;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(rest.len());
+        let number: f64 = rest[..digits].parse().map_err(|_| invalid())?;
+        rest = &rest[digits..];
+        let (unit, scale) = UNITS
+            .iter()
+            .find(|(unit, _)| rest.starts_with(unit))
+            .ok_or_else(invalid)?;
+        total += number * scale;
+        rest = &rest[unit.len()..];
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| invalid())
+}
+
+/// [`parse`], refusing zero: for intervals and timeouts that must pass before something happens.
+pub fn parse_positive(text: &str) -> Result<Duration, String> {
+    match parse(text)? {
+        d if d.is_zero() => Err(format!("duration {:?} must be more than zero", text.trim())),
+        d => Ok(d),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations_and_bare_seconds() {
+        assert_eq!(parse("0"), Ok(Duration::ZERO));
+        assert_eq!(parse("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse(" 15s "), Ok(Duration::from_secs(15)));
+    }
+
+    #[test]
+    fn anything_else_is_refused_with_examples() {
+        for bad in ["", "s", "10x", "1m30", "-1s", "abc", "1..5s"] {
+            let err = parse(bad).unwrap_err();
+            assert!(
+                err.contains("(valid: e.g. 30, 30s, 1m30s, 500ms, 2h)"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn positive_refuses_zero() {
+        assert_eq!(parse_positive("15s"), Ok(Duration::from_secs(15)));
+        assert!(
+            parse_positive("0s")
+                .unwrap_err()
+                .contains("must be more than zero")
+        );
+        assert!(parse_positive("0").is_err());
+    }
+}
