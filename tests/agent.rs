@@ -9,7 +9,6 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use media_operator::agent::kubelet::proto::dra::{v1, v1beta1};
 use media_operator::agent::kubelet::proto::pluginregistration::{
     InfoRequest, RegistrationStatus, registration_client::RegistrationClient,
@@ -18,8 +17,7 @@ use media_operator::caps::{Attribute, DRIVER};
 use serde_json::{Value, json};
 use support::agent::{AgentProcess, FAST, set_gpu_index, write_fleet, write_record};
 use support::apiserver::{Config, Fault, RequestRecord, TestApiServer};
-use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint, Uri};
+use support::kubelet::{channel, claims, prepare_and_unprepare};
 
 const AGENT: &str = env!("CARGO_BIN_EXE_media-capabilities");
 const NODE: &str = "gpu-node-1";
@@ -142,19 +140,6 @@ fn metric(agent: &AgentProcess, name: &str) -> f64 {
 
 // --- the kubelet stand-in -------------------------------------------------------------------
 
-/// A gRPC channel over the unix socket at `path`, as the kubelet dials it.
-async fn channel(path: &Path) -> Channel {
-    let target = path.to_path_buf();
-    // The URI is required by tonic but unused: the connector always dials the socket.
-    Endpoint::from_static("http://kubelet-plugin.invalid")
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let target = target.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(target).await?)) }
-        }))
-        .await
-        .unwrap_or_else(|e| panic!("connect to {}: {e:?}", path.display()))
-}
-
 /// Plays the kubelet's plugin watcher: GetInfo, then NotifyRegistrationStatus with `error`
 /// (registered when empty). Returns the endpoint the plugin handed over.
 async fn kubelet_registers(agent: &AgentProcess, error: &str) -> String {
@@ -178,65 +163,6 @@ async fn kubelet_registers(agent: &AgentProcess, error: &str) -> String {
         .await
         .expect("NotifyRegistrationStatus");
     info.endpoint
-}
-
-fn claims(prefix: &str, n: usize) -> Vec<(String, String, String)> {
-    (0..n)
-        .map(|i| {
-            (
-                "default".to_string(),
-                format!("{prefix}-claim-{i}"),
-                format!("{prefix}-uid-{i}"),
-            )
-        })
-        .collect()
-}
-
-/// Prepares then unprepares `claims` over one API version; every claim must get an entry with
-/// no devices and no error.
-macro_rules! prepare_and_unprepare {
-    ($version:ident, $channel:expr, $claims:expr) => {{
-        let claims: Vec<(String, String, String)> = $claims;
-        let wanted: BTreeSet<String> = claims.iter().map(|c| c.2.clone()).collect();
-        let request: Vec<$version::Claim> = claims
-            .iter()
-            .map(|(namespace, name, uid)| $version::Claim {
-                namespace: namespace.clone(),
-                name: name.clone(),
-                uid: uid.clone(),
-            })
-            .collect();
-        let mut client = $version::dra_plugin_client::DraPluginClient::new($channel);
-        let prepared = client
-            .node_prepare_resources($version::NodePrepareResourcesRequest {
-                claims: request.clone(),
-            })
-            .await
-            .expect("prepare succeeds")
-            .into_inner();
-        assert_eq!(
-            prepared.claims.keys().cloned().collect::<BTreeSet<_>>(),
-            wanted
-        );
-        for (uid, answer) in &prepared.claims {
-            assert!(
-                answer.devices.is_empty() && answer.error.is_empty(),
-                "{uid}: {answer:?}"
-            );
-        }
-        let unprepared = client
-            .node_unprepare_resources($version::NodeUnprepareResourcesRequest { claims: request })
-            .await
-            .expect("unprepare succeeds")
-            .into_inner();
-        assert_eq!(
-            unprepared.claims.keys().cloned().collect::<BTreeSet<_>>(),
-            wanted
-        );
-        for (uid, answer) in &unprepared.claims {
-            assert!(answer.error.is_empty(), "{uid}: {answer:?}");
-        }
-    }};
 }
 
 fn runtime() -> tokio::runtime::Runtime {

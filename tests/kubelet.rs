@@ -2,14 +2,14 @@
 //! clients playing the kubelet: the registration handshake, NodePrepareResources and
 //! NodeUnprepareResources on both API versions, stale and vanished socket files, and shutdown.
 
-use std::collections::BTreeSet;
+mod support;
+
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use media_operator::agent::kubelet::proto::dra::{v1, v1beta1};
 use media_operator::agent::kubelet::proto::pluginregistration::{
     InfoRequest, RegistrationStatus, registration_client::RegistrationClient,
@@ -18,10 +18,10 @@ use media_operator::agent::kubelet::{
     Config, KubeletError, KubeletPlugin, RegistrationState, SUPPORTED_VERSIONS,
 };
 use media_operator::caps::DRIVER;
+use support::kubelet::{channel, claims, prepare_and_unprepare};
 use tokio::net::UnixStream;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
-use tonic::transport::{Channel, Endpoint, Uri};
 
 /// How long any awaited event may take before the test fails.
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -72,19 +72,6 @@ impl Running {
             .expect("plugin task did not panic")
             .expect("plugin stops without error");
     }
-}
-
-/// A gRPC channel over the unix socket at `path`, as the kubelet dials it.
-async fn channel(path: &Path) -> Channel {
-    let target = path.to_path_buf();
-    // The URI is required by tonic but unused: the connector always dials the socket.
-    Endpoint::from_static("http://kubelet-plugin.invalid")
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let target = target.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(target).await?)) }
-        }))
-        .await
-        .unwrap_or_else(|e| panic!("connect to {}: {e:?}", path.display()))
 }
 
 /// Polls `check` every 10 ms until it holds, failing the test after [`DEADLINE`].
@@ -232,68 +219,6 @@ async fn kubelet_handshake_reports_the_driver_and_records_the_verdict() {
 }
 
 /// The claims of one call: `count` claims whose UIDs start with `prefix`.
-fn claims(prefix: &str, count: usize) -> Vec<(String, String, String)> {
-    (0..count)
-        .map(|i| {
-            (
-                format!("ns-{prefix}"),
-                format!("claim-{i}"),
-                format!("{prefix}-uid-{i}"),
-            )
-        })
-        .collect()
-}
-
-fn uids(claims: &[(String, String, String)]) -> BTreeSet<String> {
-    claims.iter().map(|(_, _, uid)| uid.clone()).collect()
-}
-
-/// Prepares then unprepares `claims` over one version of the API and checks that every claim
-/// gets an entry with nothing in it.
-macro_rules! prepare_and_unprepare {
-    ($version:ident, $channel:expr, $claims:expr) => {{
-        let claims: Vec<(String, String, String)> = $claims;
-        let request_claims: Vec<$version::Claim> = claims
-            .iter()
-            .map(|(namespace, name, uid)| $version::Claim {
-                namespace: namespace.clone(),
-                name: name.clone(),
-                uid: uid.clone(),
-            })
-            .collect();
-        let mut client = $version::dra_plugin_client::DraPluginClient::new($channel);
-        let prepared = client
-            .node_prepare_resources($version::NodePrepareResourcesRequest {
-                claims: request_claims.clone(),
-            })
-            .await
-            .expect("prepare succeeds")
-            .into_inner();
-        assert_eq!(
-            prepared.claims.keys().cloned().collect::<BTreeSet<_>>(),
-            uids(&claims)
-        );
-        for (uid, answer) in &prepared.claims {
-            assert!(answer.devices.is_empty(), "{uid}: {answer:?}");
-            assert!(answer.error.is_empty(), "{uid}: {answer:?}");
-        }
-        let unprepared = client
-            .node_unprepare_resources($version::NodeUnprepareResourcesRequest {
-                claims: request_claims,
-            })
-            .await
-            .expect("unprepare succeeds")
-            .into_inner();
-        assert_eq!(
-            unprepared.claims.keys().cloned().collect::<BTreeSet<_>>(),
-            uids(&claims)
-        );
-        for (uid, answer) in &unprepared.claims {
-            assert!(answer.error.is_empty(), "{uid}: {answer:?}");
-        }
-    }};
-}
-
 #[tokio::test]
 async fn every_claim_is_answered_with_nothing_on_both_versions() {
     let dir = tempfile::tempdir().unwrap();

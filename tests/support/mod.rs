@@ -7,4 +7,5 @@
 
 pub mod agent;
 pub mod apiserver;
+pub mod kubelet;
 pub mod vainfo;

@@ -1,0 +1,94 @@
+//! Playing the kubelet against our plugin: a gRPC channel over a unix socket, claims to prepare,
+//! and one macro that prepares then unprepares them on either DRA API version and checks that
+//! every claim is answered with nothing to deliver and no error.
+
+use std::path::Path;
+
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// A gRPC channel over the unix socket at `path`, as the kubelet dials it.
+pub async fn channel(path: &Path) -> Channel {
+    let target = path.to_path_buf();
+    // The URI is required by tonic but unused: the connector always dials the socket.
+    Endpoint::from_static("http://kubelet-plugin.invalid")
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let target = target.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(target).await?)) }
+        }))
+        .await
+        .unwrap_or_else(|e| panic!("connect to {}: {e:?}", path.display()))
+}
+
+/// `count` claims as (namespace, name, uid), distinct per `prefix`.
+pub fn claims(prefix: &str, count: usize) -> Vec<(String, String, String)> {
+    (0..count)
+        .map(|i| {
+            (
+                format!("ns-{prefix}"),
+                format!("claim-{i}"),
+                format!("{prefix}-uid-{i}"),
+            )
+        })
+        .collect()
+}
+
+/// Prepares then unprepares `claims` over one API version (`v1` or `v1beta1` in scope); every
+/// claim must get an entry, with no devices and no error.
+#[allow(unused_macros)] // not every test binary that includes support/ prepares claims
+macro_rules! prepare_and_unprepare {
+    ($version:ident, $channel:expr, $claims:expr) => {{
+        let claims: Vec<(String, String, String)> = $claims;
+        let wanted: std::collections::BTreeSet<String> =
+            claims.iter().map(|c| c.2.clone()).collect();
+        let request: Vec<$version::Claim> = claims
+            .iter()
+            .map(|(namespace, name, uid)| $version::Claim {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                uid: uid.clone(),
+            })
+            .collect();
+        let mut client = $version::dra_plugin_client::DraPluginClient::new($channel);
+        let prepared = client
+            .node_prepare_resources($version::NodePrepareResourcesRequest {
+                claims: request.clone(),
+            })
+            .await
+            .expect("prepare succeeds")
+            .into_inner();
+        assert_eq!(
+            prepared
+                .claims
+                .keys()
+                .cloned()
+                .collect::<std::collections::BTreeSet<_>>(),
+            wanted
+        );
+        for (uid, answer) in &prepared.claims {
+            assert!(
+                answer.devices.is_empty() && answer.error.is_empty(),
+                "{uid}: {answer:?}"
+            );
+        }
+        let unprepared = client
+            .node_unprepare_resources($version::NodeUnprepareResourcesRequest { claims: request })
+            .await
+            .expect("unprepare succeeds")
+            .into_inner();
+        assert_eq!(
+            unprepared
+                .claims
+                .keys()
+                .cloned()
+                .collect::<std::collections::BTreeSet<_>>(),
+            wanted
+        );
+        for (uid, answer) in &unprepared.claims {
+            assert!(answer.error.is_empty(), "{uid}: {answer:?}");
+        }
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use prepare_and_unprepare;
