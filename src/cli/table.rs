@@ -107,12 +107,14 @@ impl Grid {
                 if i > 0 {
                     line.push_str("  ");
                 }
-                let padded = format!("{text:<width$}", width = widths[i]);
+                let padding = widths[i].saturating_sub(width_of(text));
                 match (style.colored, paint, bold) {
-                    (true, _, true) => line.push_str(&padded.bold().to_string()),
-                    (true, Some(paint), false) => line.push_str(&paint_text(&padded, paint)),
-                    _ => line.push_str(&padded),
+                    (true, _, true) => line.push_str(&text.bold().to_string()),
+                    (true, Some(paint), false) => line.push_str(&paint_text(text, paint)),
+                    _ => line.push_str(text),
                 }
+                // Pad after the colour ends, so trailing blanks can be trimmed.
+                line.extend(std::iter::repeat_n(' ', padding));
             }
             out.push_str(line.trim_end());
             out.push('\n');
@@ -254,7 +256,7 @@ mod tests {
     }
 
     #[test]
-    fn colour_pads_before_painting() {
+    fn colour_does_not_change_the_layout() {
         let text = grid().render(&TableStyle {
             colored: true,
             ..style(Width::Unlimited)
