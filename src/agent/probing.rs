@@ -296,11 +296,16 @@ pub fn read_records(path: &Path) -> Result<Vec<Probed>, ProbeError> {
 /// Probes every node in its own child, at most `isolation.parallel` at once; results in the
 /// nodes' order.
 pub async fn probe_all(nodes: Vec<RenderNode>, isolation: &Isolation) -> Vec<Probed> {
+    // Said once per process: the environment does not change, and the agent probes again
+    // whenever render nodes come and go.
+    static WARNED: std::sync::Once = std::sync::Once::new();
     if std::env::var_os("LIBVA_DRIVER_NAME").is_some() {
-        tracing::warn!(
-            "ignoring LIBVA_DRIVER_NAME: it would force one VA driver onto every GPU \
+        WARNED.call_once(|| {
+            tracing::warn!(
+                "ignoring LIBVA_DRIVER_NAME: it would force one VA driver onto every GPU \
              (hint: use --va-driver ADDRESS=NAME or VENDOR=NAME for one GPU or vendor)"
-        );
+            )
+        });
     }
     let permits = Arc::new(tokio::sync::Semaphore::new(isolation.parallel.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
