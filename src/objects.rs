@@ -365,56 +365,45 @@ impl Objects {
     /// again object by object, so that one odd object costs a note, not the listing.
     pub fn add_json(&mut self, text: &str) -> Result<Option<String>, serde_json::Error> {
         match serde_json::from_str::<OnePass>(text) {
-            Ok(document) => {
+            Ok(mut document) => {
                 let continue_token = document
                     .metadata
                     .as_ref()
                     .and_then(|m| m.continue_token.clone());
-                match document.items {
+                match document.items.take() {
                     Some(items) => {
-                        let item_kind = list_item_kind(document.kind.as_deref());
-                        for item in items {
-                            let name = item.metadata.and_then(|m| m.name).unwrap_or_default();
-                            let (kind, api_version) = match item.kind {
-                                Some(kind) => (Some(kind), item.api_version),
-                                None => {
-                                    (item_kind.map(str::to_owned), document.api_version.clone())
-                                }
-                            };
-                            let spec = item.spec.unwrap_or_default();
-                            self.add_item(
-                                kind.as_deref(),
-                                api_version.as_deref(),
-                                &name.clone(),
-                                || {
-                                    Ok(ResourceSlice {
-                                        metadata: Metadata { name },
-                                        spec,
-                                    })
-                                },
-                            );
+                        let item_kind = list_item_kind(document.kind.as_deref()).map(str::to_owned);
+                        for mut item in items {
+                            if item.kind.is_none() {
+                                item.kind.clone_from(&item_kind);
+                                item.api_version.clone_from(&document.api_version);
+                            }
+                            self.add_read(item);
                         }
                     }
-                    None => {
-                        let name = document.metadata.and_then(|m| m.name).unwrap_or_default();
-                        let spec = document.spec.unwrap_or_default();
-                        self.add_item(
-                            document.kind.as_deref(),
-                            document.api_version.as_deref(),
-                            &name.clone(),
-                            || {
-                                Ok(ResourceSlice {
-                                    metadata: Metadata { name },
-                                    spec,
-                                })
-                            },
-                        );
-                    }
+                    None => self.add_read(document),
                 }
                 Ok(continue_token.filter(|t| !t.is_empty()))
             }
             Err(_) => self.add_json_by_object(text),
         }
+    }
+
+    /// Keeps an object the one-pass read produced, if it is a ResourceSlice we read.
+    fn add_read(&mut self, object: OnePass) {
+        let name = object.metadata.and_then(|m| m.name).unwrap_or_default();
+        let spec = object.spec.unwrap_or_default();
+        self.add_item(
+            object.kind.as_deref(),
+            object.api_version.as_deref(),
+            &name.clone(),
+            || {
+                Ok(ResourceSlice {
+                    metadata: Metadata { name },
+                    spec,
+                })
+            },
+        );
     }
 
     /// The slow, forgiving path of [`Objects::add_json`]: each object parsed on its own.
