@@ -267,6 +267,21 @@ items:
 }
 
 #[test]
+fn an_empty_fleet_says_so_and_json_stays_parseable() {
+    let empty = "apiVersion: v1\nkind: List\nitems: []\n";
+    let out = run(&["caps", "-f", "-"], None, Some(empty));
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        "No media.liken.sh or liken.sh devices found.\n"
+    );
+    let out = run(&["caps", "-f", "-", "-o", "json"], None, Some(empty));
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "[]\n");
+}
+
+#[test]
 fn bad_input_gets_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let broken = dir.path().join("broken.yaml");

@@ -291,7 +291,8 @@ fn run_caps(
     let filter = args.filter()?;
     let objects = if args.files.is_empty() {
         let connection = kube.connection()?;
-        // One worker fetches the next page while this thread parses the current one.
+        // One worker drives the requests; pages are parsed on the runtime's blocking threads
+        // while the next one is fetched (see `cluster::Cluster::list_slices`).
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -320,7 +321,9 @@ fn run_caps(
         );
     }
     let inventory = crate::inventory::build(objects.slices);
-    if inventory.gpus.is_empty() {
+    // As kubectl: an empty table is a line on stderr; JSON and YAML stay parseable (`[]`).
+    let table = !matches!(args.output, Some(CapsFormat::Json | CapsFormat::Yaml));
+    if inventory.gpus.is_empty() && table {
         let _ = writeln!(io.stderr, "No media.liken.sh or liken.sh devices found.");
         return Ok(());
     }
