@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::caps::{self, Capability, Identity};
-use crate::objects::{Attributes, Device, ResourceSlice, Value};
+use crate::objects::{Attributes, Device, ResourceSlice};
 
 /// Capability values in catalogue order; `None` when the device lacks the attribute or it is
 /// not a bool.
@@ -124,7 +124,7 @@ fn node_of(slice: &ResourceSlice) -> String {
 }
 
 fn statements(attributes: &Attributes) -> Statements {
-    Capability::ALL.map(|c| attributes.capability(c).and_then(Value::as_bool))
+    Capability::ALL.map(|c| attributes.capability(c).as_bool())
 }
 
 /// A GPU a media device describes; takes the device's strings rather than copying them (a
@@ -356,7 +356,7 @@ impl Inventory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::objects::{Device, Metadata, Pool, SliceSpec};
+    use crate::objects::{Device, Metadata, Pool, SliceSpec, Stated, Value};
 
     fn device(
         name: &str,
@@ -374,7 +374,7 @@ mod tests {
             attributes.set_identity(Identity::VaDriver, Value::String(va.into()));
         }
         for c in Capability::ALL {
-            attributes.set_capability(c, Value::Bool(stated.contains(&c)));
+            attributes.set_capability(c, Stated::Bool(stated.contains(&c)));
         }
         Device {
             name: name.into(),
@@ -517,8 +517,7 @@ mod tests {
     #[test]
     fn failed_and_incomplete_devices_are_marked() {
         let mut odd = device("pci-b", "0000:03:00.0", INTEL, None, &[]);
-        odd.attributes
-            .set_capability(DecodeVP9, Value::String("yes".into()));
+        odd.attributes.set_capability(DecodeVP9, Stated::NotBool);
         let slices = [slice(
             caps::DRIVER,
             "n1",

@@ -89,7 +89,34 @@ impl Value {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Attributes {
     identity: [Option<Value>; Identity::ALL.len()],
-    capabilities: [Option<Value>; Capability::ALL.len()],
+    /// A byte or two each rather than a [`Value`]: a fleet has 18 of these per GPU.
+    capabilities: [Stated; Capability::ALL.len()],
+}
+
+/// What a device says of one capability.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Stated {
+    /// The device has no such attribute.
+    #[default]
+    Absent,
+    Bool(bool),
+    /// The attribute is there, but not a bool (or not one value).
+    NotBool,
+}
+
+impl Stated {
+    pub fn as_bool(self) -> Option<bool> {
+        match self {
+            Stated::Bool(b) => Some(b),
+            Stated::Absent | Stated::NotBool => None,
+        }
+    }
+}
+
+/// Where an attribute of a device goes, by its name.
+enum Slot {
+    Identity(usize),
+    Capability(usize),
 }
 
 impl Attributes {
@@ -110,33 +137,33 @@ impl Attributes {
         }
     }
 
-    pub fn capability(&self, capability: Capability) -> Option<&Value> {
-        self.capabilities[capability as usize].as_ref()
+    pub fn capability(&self, capability: Capability) -> Stated {
+        self.capabilities[capability as usize]
     }
 
     pub fn set_identity(&mut self, attribute: Identity, value: Value) {
         self.identity[attribute as usize] = Some(value);
     }
 
-    pub fn set_capability(&mut self, capability: Capability, value: Value) {
-        self.capabilities[capability as usize] = Some(value);
+    pub fn set_capability(&mut self, capability: Capability, stated: Stated) {
+        self.capabilities[capability as usize] = stated;
     }
 
-    fn slot(&mut self, name: &str) -> Option<&mut Option<Value>> {
+    fn slot(name: &str) -> Option<Slot> {
         let local = name
             .strip_prefix(crate::caps::DRIVER)
             .and_then(|n| n.strip_prefix('/'))
             .unwrap_or(name);
         if name == PCI_BUS_ID {
-            return Some(&mut self.identity[Identity::PciBusId as usize]);
+            return Some(Slot::Identity(Identity::PciBusId as usize));
         }
         if let Some(i) = Identity::ALL
             .iter()
             .position(|i| i.attribute() == local && *i != Identity::PciBusId)
         {
-            return Some(&mut self.identity[i]);
+            return Some(Slot::Identity(i));
         }
-        Capability::from_attribute(local).map(|c| &mut self.capabilities[c as usize])
+        Capability::from_attribute(local).map(|c| Slot::Capability(c as usize))
     }
 }
 
@@ -151,8 +178,16 @@ impl<'de> Deserialize<'de> for Attributes {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Attributes, A::Error> {
                 let mut attributes = Attributes::default();
                 while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                    match attributes.slot(&name) {
-                        Some(slot) => *slot = Some(map.next_value::<Value>()?),
+                    match Attributes::slot(&name) {
+                        Some(Slot::Identity(i)) => {
+                            attributes.identity[i] = Some(map.next_value::<Value>()?)
+                        }
+                        Some(Slot::Capability(i)) => {
+                            attributes.capabilities[i] = match map.next_value::<Value>()? {
+                                Value::Bool(b) => Stated::Bool(b),
+                                _ => Stated::NotBool,
+                            }
+                        }
                         None => {
                             map.next_value::<IgnoredAny>()?;
                         }
@@ -333,18 +368,39 @@ fn head_name(head: &Head<'_>) -> String {
         .unwrap_or_default()
 }
 
-/// A List's `metadata.continue` token, without reading its items (they are skipped).
+/// A List's `metadata.continue` token. The API server writes `metadata` before `items` (Go's
+/// field order), so reading stops at `metadata` instead of skipping megabytes of items: the
+/// next page is asked for that much sooner. A list that puts `items` first is still read whole.
 pub fn continue_token(text: &str) -> Result<Option<String>, serde_json::Error> {
-    #[derive(Deserialize)]
-    struct ListHead {
-        #[serde(default)]
-        metadata: Option<NameOnly>,
+    /// Carries the token out of the visitor, which stops the parse early by failing on purpose.
+    struct Early<'a>(&'a mut Option<Option<String>>);
+
+    impl<'de> Visitor<'de> for Early<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a List")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if key == "metadata" {
+                    let metadata: Option<NameOnly> = map.next_value()?;
+                    *self.0 = Some(metadata.and_then(|m| m.continue_token));
+                    return Err(de::Error::custom(STOPPED));
+                }
+                map.next_value::<IgnoredAny>()?;
+            }
+            *self.0 = Some(None);
+            Ok(())
+        }
     }
-    let head: ListHead = serde_json::from_str(text)?;
-    Ok(head
-        .metadata
-        .and_then(|m| m.continue_token)
-        .filter(|t| !t.is_empty()))
+
+    const STOPPED: &str = "stopped after metadata";
+    let mut found = None;
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    match de::Deserializer::deserialize_map(&mut deserializer, Early(&mut found)) {
+        Err(e) if found.is_none() || !e.to_string().starts_with(STOPPED) => Err(e),
+        _ => Ok(found.flatten().filter(|t| !t.is_empty())),
+    }
 }
 
 /// An API server's typed list (`ResourceSliceList`) leaves kind and apiVersion off its items;
@@ -530,28 +586,37 @@ mod tests {
         assert_eq!(a.string(Identity::PciBusId), Some("0000:00:02.0"));
         assert_eq!(
             a.capability(Capability::DecodeHEVCMain10),
-            Some(&Value::Bool(true))
+            Stated::Bool(true)
         );
         // A qualified name in our own domain is the same attribute.
-        assert_eq!(
-            a.capability(Capability::Scale10bit),
-            Some(&Value::Bool(false))
-        );
+        assert_eq!(a.capability(Capability::Scale10bit), Stated::Bool(false));
         // Wrong type, two types, and null: never a crash, never a guess.
+        assert_eq!(a.capability(Capability::DecodeVP9), Stated::NotBool);
+        assert_eq!(a.capability(Capability::DecodeVP9).as_bool(), None);
+        assert_eq!(a.capability(Capability::DecodeAV1Main), Stated::NotBool);
+        assert_eq!(a.capability(Capability::EncodeH264), Stated::NotBool);
+        assert_eq!(a.capability(Capability::DecodeH264), Stated::Absent);
+    }
+
+    #[test]
+    fn continue_tokens_are_read_without_the_items() {
         assert_eq!(
-            a.capability(Capability::DecodeVP9),
-            Some(&Value::String("yes".into()))
+            continue_token(r#"{"kind":"L","metadata":{"continue":"abc"},"items":[{"broken":]}"#)
+                .unwrap(),
+            Some("abc".to_string()),
+            "reading stops at metadata"
         );
         assert_eq!(
-            a.capability(Capability::DecodeVP9).and_then(Value::as_bool),
+            continue_token(r#"{"items":[],"metadata":{"continue":"x"}}"#).unwrap(),
+            Some("x".into())
+        );
+        assert_eq!(
+            continue_token(r#"{"metadata":{"continue":""},"items":[]}"#).unwrap(),
             None
         );
-        assert_eq!(
-            a.capability(Capability::DecodeAV1Main),
-            Some(&Value::Invalid)
-        );
-        assert_eq!(a.capability(Capability::EncodeH264), Some(&Value::Invalid));
-        assert_eq!(a.capability(Capability::DecodeH264), None);
+        assert_eq!(continue_token(r#"{"items":[]}"#).unwrap(), None);
+        assert!(continue_token(r#"{"items":[}"#).is_err());
+        assert!(continue_token("[]").is_err());
     }
 
     #[test]
