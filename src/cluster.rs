@@ -40,6 +40,10 @@ pub enum ClusterError {
     )]
     NoConfig,
     #[error(
+        "the Kubernetes API at {server} refused our credentials (401 Unauthorized) (hint: log in again, or check the user of the kubeconfig context)"
+    )]
+    Unauthorized { server: String },
+    #[error(
         "cannot reach the Kubernetes API at {server}: {cause} (hint: check --context and --kubeconfig, or read objects from a file with -f)"
     )]
     Unreachable { server: String, cause: String },
@@ -243,6 +247,7 @@ impl Cluster {
         let server = self.server.clone();
         match error {
             kube::Error::Api(status) => match status.code {
+                401 => ClusterError::Unauthorized { server },
                 403 => ClusterError::Forbidden {
                     verb,
                     resource,

@@ -105,6 +105,16 @@ fn caps_explains_what_the_cluster_refuses() {
          role that allows 'list' on resourceslices.resource.k8s.io)"
     );
 
+    server.fail_next_matching(1, Fault::Unauthorized, Some("list"), Some("resourceslices"));
+    assert_eq!(
+        error_line(kubectl_media(&["caps"], server.kubeconfig())),
+        format!(
+            "error: the Kubernetes API at {} refused our credentials (401 Unauthorized) (hint: log in \
+             again, or check the user of the kubeconfig context)",
+            server.base_url().trim_end_matches('/')
+        )
+    );
+
     server.fail_next_matching(
         1,
         Fault::InternalError,

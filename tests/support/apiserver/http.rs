@@ -78,6 +78,8 @@ pub enum Fault {
     /// 403 Forbidden, as the authorizer words a missing permission for the request's verb and
     /// resource (for a user named `system:anonymous`).
     Forbidden,
+    /// 401 Unauthorized: the credentials were refused (expired token, wrong certificate).
+    Unauthorized,
     /// 409 Conflict, worded as for a stale resourceVersion (another writer got there first);
     /// nothing is stored.
     Conflict,
@@ -86,6 +88,7 @@ pub enum Fault {
 impl Fault {
     fn error(self, verb: &str, routed: &Route) -> ApiError {
         match self {
+            Fault::Unauthorized => ApiError::unauthorized(),
             Fault::Forbidden => match routed {
                 Route::Resource { rt, ns, .. } => {
                     ApiError::forbidden_request(verb, rt, ns.as_deref())

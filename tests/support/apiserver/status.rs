@@ -177,6 +177,11 @@ impl ApiError {
         )
     }
 
+    /// 401, as the authentication filter answers a request whose credentials it refuses.
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized".to_string(), None)
+    }
+
     /// 403 for a path that is not a resource.
     pub fn forbidden_path() -> Self {
         Self::new(
