@@ -102,16 +102,24 @@ pub struct Inventory {
 
 /// Keeps, for each pool of each driver, only the slices of its highest generation.
 pub fn current_slices(mut slices: Vec<ResourceSlice>) -> Vec<ResourceSlice> {
-    let mut highest: HashMap<(String, String), i64> = HashMap::new();
-    for slice in &slices {
-        let key = (slice.spec.driver.clone(), slice.spec.pool.name.clone());
-        let generation = highest.entry(key).or_insert(slice.spec.pool.generation);
-        *generation = (*generation).max(slice.spec.pool.generation);
-    }
-    slices.retain(|s| {
-        highest.get(&(s.spec.driver.clone(), s.spec.pool.name.clone()))
-            == Some(&s.spec.pool.generation)
-    });
+    // Decided with borrowed keys first, then applied: no copy of a driver or pool name.
+    let keep: Vec<bool> = {
+        let mut highest: HashMap<(&str, &str), i64> = HashMap::new();
+        for slice in &slices {
+            let key = (slice.spec.driver.as_str(), slice.spec.pool.name.as_str());
+            let generation = highest.entry(key).or_insert(slice.spec.pool.generation);
+            *generation = (*generation).max(slice.spec.pool.generation);
+        }
+        slices
+            .iter()
+            .map(|s| {
+                highest[&(s.spec.driver.as_str(), s.spec.pool.name.as_str())]
+                    == s.spec.pool.generation
+            })
+            .collect()
+    };
+    let mut keep = keep.into_iter();
+    slices.retain(|_| keep.next().unwrap_or(false));
     slices
 }
 
