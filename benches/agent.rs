@@ -8,7 +8,7 @@
 //!
 //! Run: `cargo bench --bench agent` (or `AGENT_BENCH_SECONDS=10 cargo bench --bench agent`).
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use std::time::{Duration, Instant};

@@ -1,4 +1,4 @@
-//! Listing a 40,000-device fleet through the test API server (tests/support/apiserver), which
+//! Listing a 40,000-device fleet through the test API server (tests/it/support/apiserver), which
 //! `kubectl media caps` benchmarks will do: 313 ResourceSlices of 128 devices, each device with
 //! every attribute of the capability catalogue.
 //!
@@ -7,13 +7,13 @@
 //! trip, paging and the server's bookkeeping add to that, so a later benchmark can tell the
 //! server's cost from the client's. Run with `cargo bench --bench apiserver`.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
-use media_operator::caps::{Attribute, DRIVER, Kind};
+use media_operator::catalogue::{Attribute, DRIVER, Kind};
 use serde_json::{Value, json};
 use support::apiserver::TestApiServer;
 

@@ -11,7 +11,7 @@
 //! Targets: ≤ 1 s wall for the whole fleet, ≥ 10× faster than kubectl, peak memory ≤ 4× the JSON.
 //! Run: `cargo bench --bench caps` (`CAPS_BENCH_NODES=500` for a quicker look).
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use std::path::PathBuf;
@@ -102,10 +102,10 @@ fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let binary = env!("CARGO_BIN_EXE_kubectl-media");
 
-    let templates = media_operator::examples::example_nodes(&root).expect("example fleet");
-    let items = media_operator::examples::large_fleet(nodes, GPUS_PER_NODE, &templates);
+    let templates = crate::support::examples::example_nodes(&root).expect("example fleet");
+    let items = crate::support::examples::large_fleet(nodes, GPUS_PER_NODE, &templates);
     let json =
-        serde_json::to_string(&media_operator::examples::list(items.clone())).expect("serialise");
+        serde_json::to_string(&crate::support::examples::list(items.clone())).expect("serialise");
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("fleet.json");
     std::fs::write(&file, &json).expect("write fleet");

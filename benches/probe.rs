@@ -10,8 +10,8 @@
 use media_operator::agent::probing::{
     CHILD_SUBCOMMAND, Isolation, ProbeCommand, probe_all, probe_in_child, read_records,
 };
-use media_operator::device::{Outcome, describe, log_line};
-use media_operator::sysfs::RenderNode;
+use media_operator::node::device::{Outcome, describe, log_line};
+use media_operator::node::sysfs::RenderNode;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

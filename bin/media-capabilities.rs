@@ -5,8 +5,8 @@ use clap::Parser;
 use media_operator::agent::cli::{Cli, Command};
 use media_operator::agent::config::AgentConfig;
 use media_operator::agent::probing::{ChildRequest, run_child};
-use media_operator::va::ffi::LibvaPaths;
-use media_operator::va::probe::ProbeOptions;
+use media_operator::node::va::ffi::LibvaPaths;
+use media_operator::node::va::probe::ProbeOptions;
 use std::process::ExitCode;
 
 /// Completes at the first SIGTERM (the kubelet stopping the pod) or SIGINT (Ctrl-C).

@@ -14,7 +14,7 @@ use k8s_openapi::api::resource::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::caps::{self, Capability, Group};
+use crate::catalogue::{self, Capability, Group};
 
 /// The class of the liken render nodes when the user names none (product document, step 2).
 pub const DEFAULT_RENDER_CLASS: &str = "gpu-render";
@@ -71,7 +71,7 @@ impl CapabilitySet {
     }
 
     fn terms(&self) -> impl Iterator<Item = String> + '_ {
-        self.iter().map(caps::cel_capability)
+        self.iter().map(catalogue::cel_capability)
     }
 }
 
@@ -120,7 +120,7 @@ fn device_class(name: &str, expression: String) -> DeviceClass {
 
 /// A class of the `media.liken.sh` devices of GPUs that state every capability of the set.
 pub fn capability_class(name: &str, capabilities: &CapabilitySet) -> DeviceClass {
-    let terms = std::iter::once(driver_is(caps::DRIVER)).chain(capabilities.terms());
+    let terms = std::iter::once(driver_is(catalogue::DRIVER)).chain(capabilities.terms());
     device_class(name, expression(terms))
 }
 
@@ -128,17 +128,17 @@ pub fn capability_class(name: &str, capabilities: &CapabilitySet) -> DeviceClass
 pub fn render_class(name: &str) -> DeviceClass {
     let has_render_node = format!(
         "has(device.attributes[\"{}\"].{RENDER_NODE_ATTRIBUTE})",
-        caps::RENDER_DRIVER
+        catalogue::RENDER_DRIVER
     );
     device_class(
         name,
-        expression([driver_is(caps::RENDER_DRIVER), has_render_node]),
+        expression([driver_is(catalogue::RENDER_DRIVER), has_render_node]),
     )
 }
 
 /// The catch-all class of every `media.liken.sh` device, for request-level selectors.
 pub fn base_class(name: &str) -> DeviceClass {
-    device_class(name, expression([driver_is(caps::DRIVER)]))
+    device_class(name, expression([driver_is(catalogue::DRIVER)]))
 }
 
 fn exact_request(name: &str, class: &str, selectors: Option<Vec<DeviceSelector>>) -> DeviceRequest {
@@ -187,7 +187,7 @@ pub fn claim_template(
                     ]),
                     constraints: Some(vec![DeviceConstraint {
                         requests: Some(vec![RENDER_REQUEST.to_string(), request_name.to_string()]),
-                        match_attribute: Some(caps::PCI_BUS_ID.to_string()),
+                        match_attribute: Some(catalogue::PCI_BUS_ID.to_string()),
                         ..Default::default()
                     }]),
                     config: None,

@@ -5,18 +5,10 @@
 //! The two programs in `bin/` are thin entry points; everything they do lives here.
 
 pub mod agent;
-pub mod caps;
+pub mod catalogue;
 pub mod classes;
 pub mod cli;
-pub mod cluster;
-pub mod device;
 pub mod duration;
-pub mod examples;
-pub mod generated;
-pub mod inventory;
+pub mod fleet;
 pub mod names;
-pub mod objects;
-pub mod slice;
-pub mod snapshot;
-pub mod sysfs;
-pub mod va;
+pub mod node;

@@ -11,7 +11,7 @@ use crate::agent::cli::ProbingArgs;
 use crate::agent::kubelet::{self, KubeletArgs};
 use crate::agent::probing::{Isolation, ProbeCommand, ProbeSource};
 use crate::names::check_subdomain;
-use crate::sysfs::Roots;
+use crate::node::sysfs::Roots;
 
 /// The default address of the health server (`/healthz`, `/readyz`, `/metrics`).
 pub const DEFAULT_HEALTH_ADDR: &str = "0.0.0.0:8081";

@@ -4,10 +4,10 @@
 
 use crate::agent::cli::{OutputFormat, ProbeArgs};
 use crate::agent::probing::{Isolation, ProbeCommand, ProbeError, ProbeSource, Probed};
-use crate::caps::{Attribute, Capability};
-use crate::device::{AttrValue, GpuDevice, describe};
-use crate::sysfs::{PciIdentity, Roots};
-use crate::va::report::Report;
+use crate::catalogue::{Attribute, Capability};
+use crate::node::device::{AttrValue, GpuDevice, describe};
+use crate::node::sysfs::{PciIdentity, Roots};
+use crate::node::va::report::Report;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -54,7 +54,7 @@ pub async fn run(args: &ProbeArgs, out: &mut dyn Write) -> Result<(), ProbeCmdEr
     for record in &probed {
         tracing::info!(
             "{}",
-            crate::device::log_line(&describe(&record.node(), &record.outcome()))
+            crate::node::device::log_line(&describe(&record.node(), &record.outcome()))
         );
     }
     render(&probed, args.output, out)
@@ -133,7 +133,7 @@ pub fn render(
     Ok(())
 }
 
-fn text_attr(device: &GpuDevice, attribute: crate::caps::Identity) -> String {
+fn text_attr(device: &GpuDevice, attribute: crate::catalogue::Identity) -> String {
     match device.get(Attribute::Identity(attribute)) {
         Some(AttrValue::String(s)) => s.clone(),
         Some(AttrValue::Bool(b)) => b.to_string(),
@@ -142,7 +142,7 @@ fn text_attr(device: &GpuDevice, attribute: crate::caps::Identity) -> String {
 }
 
 fn table(p: &Probed, d: &GpuDevice, out: &mut dyn Write) -> std::io::Result<()> {
-    use crate::caps::{Group, Identity};
+    use crate::catalogue::{Group, Identity};
     writeln!(out, "GPU {}", d.name)?;
     let field =
         |out: &mut dyn Write, label: &str, value: &str| writeln!(out, "  {label:<15} {value}");

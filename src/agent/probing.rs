@@ -16,10 +16,10 @@
 //! `ProbeSource::Recorded` reads the same outcomes from files instead (see docs/report-format.md),
 //! so the rest of the agent cannot tell a replay from a live probe.
 
-use crate::device::{Outcome, failure_text};
-use crate::sysfs::{DiscoveryError, PciIdentity, PciNames, RenderNode, Roots};
-use crate::va::probe::{ProbeOptions, probe};
-use crate::va::report::Report;
+use crate::node::device::{Outcome, failure_text};
+use crate::node::sysfs::{DiscoveryError, PciIdentity, PciNames, RenderNode, Roots};
+use crate::node::va::probe::{ProbeOptions, probe};
+use crate::node::va::report::Report;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::io::Write;
@@ -225,7 +225,7 @@ impl ProbeSource {
                 isolation,
             } => {
                 let names = PciNames::load(pci_ids.as_deref())?;
-                let mut nodes = crate::sysfs::discover(roots, &names)?;
+                let mut nodes = crate::node::sysfs::discover(roots, &names)?;
                 if let Some(only) = only {
                     let found = nodes
                         .iter()

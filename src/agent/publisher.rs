@@ -37,9 +37,9 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::agent::health::{DROPPED_FIELD_WARNING, Health, WriteLabels};
-use crate::caps::DRIVER;
-use crate::device::GpuDevice;
-use crate::slice::{NodeRef, desired, slice_name};
+use crate::catalogue::DRIVER;
+use crate::node::device::GpuDevice;
+use crate::node::slice::{NodeRef, desired, slice_name};
 
 /// The first retry delay; doubled at each failure up to the configured maximum.
 const INITIAL_BACKOFF: Duration = Duration::from_millis(200);
@@ -584,7 +584,7 @@ async fn sleep_until(at: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::AttrValue;
+    use crate::node::device::AttrValue;
 
     fn gpu(name: &str) -> GpuDevice {
         GpuDevice {

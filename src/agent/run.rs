@@ -30,8 +30,8 @@ use crate::agent::health::{self, Health};
 use crate::agent::kubelet::{KubeletError, KubeletPlugin};
 use crate::agent::probing::{ProbeError, ProbeSource};
 use crate::agent::publisher::{Backoff, Problem, Publisher, PublisherConfig};
-use crate::device::{GpuDevice, describe, log_line};
-use crate::sysfs::DiscoveryError;
+use crate::node::device::{GpuDevice, describe, log_line};
+use crate::node::sysfs::DiscoveryError;
 
 /// How long the loops get to stop after SIGTERM before the process exits anyway; well inside
 /// the DaemonSet's termination grace period.

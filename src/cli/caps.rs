@@ -8,10 +8,10 @@ use std::fmt::Write as _;
 use clap::Args;
 use serde::Serialize;
 
-use crate::caps::{self, Capability, Group, Identity};
+use crate::catalogue::{self, Capability, Group, Identity};
 use crate::cli::CapabilityFlags;
 use crate::cli::table::{Cell, Grid, Paint, TableStyle};
-use crate::inventory::{Counts, Drift, Filter, Gpu, Inventory, Status};
+use crate::fleet::inventory::{Counts, Drift, Filter, Gpu, Inventory, Status};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -74,7 +74,7 @@ pub enum CapsFormat {
 
 impl CapsArgs {
     /// The filter the flags ask for.
-    pub fn filter(&self) -> Result<Filter, caps::UnknownCapability> {
+    pub fn filter(&self) -> Result<Filter, catalogue::UnknownCapability> {
         let mut capabilities = self.capabilities.parse()?;
         capabilities.sort();
         capabilities.dedup();

@@ -8,7 +8,7 @@ use clap::Args;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate};
 use serde::Serialize;
 
-use crate::caps::UnknownCapability;
+use crate::catalogue::UnknownCapability;
 use crate::classes::{self, CapabilitySet, Statement};
 use crate::cli::CapabilityFlags;
 use crate::cli::output::ObjectFormat;

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::{Arg, CommandFactory, Parser, Subcommand};
 
-use crate::caps::{Capability, Group, UnknownCapability};
+use crate::catalogue::{Capability, Group, UnknownCapability};
 
 use self::caps::{CapsArgs, CapsFormat};
 use self::class::{ClassArgs, ClassError};
@@ -67,11 +67,11 @@ pub struct KubeArgs {
 }
 
 impl KubeArgs {
-    fn connection(&self) -> Result<crate::cluster::Connection, Error> {
-        Ok(crate::cluster::Connection {
+    fn connection(&self) -> Result<crate::fleet::cluster::Connection, Error> {
+        Ok(crate::fleet::cluster::Connection {
             kubeconfig: self.kubeconfig.clone(),
             context: self.context.clone(),
-            request_timeout: crate::cluster::parse_timeout(&self.request_timeout)
+            request_timeout: crate::fleet::cluster::parse_timeout(&self.request_timeout)
                 .map_err(Error::Usage)?,
         })
     }
@@ -164,9 +164,9 @@ pub enum Error {
     #[error(transparent)]
     Render(#[from] RenderError),
     #[error(transparent)]
-    Cluster(#[from] crate::cluster::ClusterError),
+    Cluster(#[from] crate::fleet::cluster::ClusterError),
     #[error(transparent)]
-    Snapshot(#[from] crate::snapshot::SnapshotError),
+    Snapshot(#[from] crate::fleet::files::SnapshotError),
     #[error("start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error("write output: {0}")]
@@ -299,8 +299,8 @@ fn run_caps(
             .build()
             .map_err(Error::Runtime)?;
         runtime.block_on(async {
-            let cluster = crate::cluster::Cluster::connect(&connection).await?;
-            let mut objects = crate::objects::Objects::default();
+            let cluster = crate::fleet::cluster::Cluster::connect(&connection).await?;
+            let mut objects = crate::fleet::objects::Objects::default();
             cluster.list_slices(&mut objects).await?;
             Ok::<_, Error>(objects)
         })?
@@ -308,9 +308,9 @@ fn run_caps(
         let sources: Vec<_> = args
             .files
             .iter()
-            .map(|f| crate::snapshot::Source::parse(f))
+            .map(|f| crate::fleet::files::Source::parse(f))
             .collect();
-        crate::snapshot::read(&sources, io.stdin)?
+        crate::fleet::files::read(&sources, io.stdin)?
     };
     let warn = color.for_stderr();
     for note in &objects.notes {
@@ -320,7 +320,7 @@ fn run_caps(
             owo_colors::OwoColorize::style(&"warning:", warn.warning)
         );
     }
-    let inventory = crate::inventory::build(objects.slices);
+    let inventory = crate::fleet::inventory::build(objects.slices);
     // As kubectl: an empty table is a line on stderr; JSON and YAML stay parseable (`[]`).
     let table = !matches!(args.output, Some(CapsFormat::Json | CapsFormat::Yaml));
     if inventory.gpus.is_empty() && table {

@@ -39,7 +39,7 @@ use self::proto::pluginregistration::registration_server::RegistrationServer;
 use self::registration::RegistrationService;
 pub use self::registration::RegistrationState;
 use self::socket::{FileId, Found};
-use crate::caps::DRIVER;
+use crate::catalogue::DRIVER;
 
 /// Where the kubelet's plugin watcher looks for registration sockets.
 pub const DEFAULT_REGISTRY_DIR: &str = "/var/lib/kubelet/plugins_registry";

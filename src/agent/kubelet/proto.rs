@@ -1,7 +1,7 @@
 //! The protobuf messages and gRPC services of the kubelet APIs we serve, generated from the
 //! `.proto` files in `proto/`. The code is committed under `generated/` so that building needs
-//! no protoc; `tests/generated.rs` regenerates it and fails when it drifts
-//! (`UPDATE_GENERATED=1 cargo test --test generated` rewrites it). The modules are pulled in with
+//! no protoc; `tests/it/generated.rs` regenerates it and fails when it drifts
+//! (`UPDATE_GENERATED=1 cargo test --test it generated` rewrites it). The modules are pulled in with
 //! `include!` so that `cargo fmt` leaves the generated text exactly as the generator wrote it.
 
 /// Plugin registration (`pluginregistration.Registration`), served on the registration socket.

@@ -14,7 +14,7 @@ use super::proto::pluginregistration::{
     registration_server::Registration,
 };
 use super::{PLUGIN_TYPE, SUPPORTED_VERSIONS};
-use crate::caps::DRIVER;
+use crate::catalogue::DRIVER;
 
 /// What the kubelet last told us about our registration.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -1,0 +1,677 @@
+//! The fleet's GPUs as `kubectl media caps` shows them: the `media.liken.sh` devices joined with
+//! the `liken.sh` render nodes of the same GPU, with what is missing, failed or drifting marked.
+//!
+//! Pure: it takes slices already read (from a cluster or files) and returns data; rendering is
+//! the CLI's job.
+//!
+//! Rules, in the order they apply:
+//! - Only the slices of the highest `pool.generation` of each pool count (dra-facts §2).
+//! - A GPU is keyed by node and `resource.kubernetes.io/pciBusID` (or `address` when a media
+//!   device lacks the former). A render node of liken with no media device of the same key is a
+//!   GPU the agent does not describe.
+//! - A media device without `vaDriver` is a failed probe (the product document: every capability
+//!   false and no vaDriver).
+//! - GPUs of one model (vendor and product) whose capability statements differ drift: a driver
+//!   upgrade half rolled out, another image, a free and a non-free driver build.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use crate::catalogue::{self, Capability, Identity};
+use crate::fleet::objects::{Attributes, Device, ResourceSlice};
+
+/// Capability values in catalogue order; `None` when the device lacks the attribute or it is
+/// not a bool.
+pub type Statements = [Option<bool>; Capability::ALL.len()];
+
+/// One GPU of the fleet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gpu {
+    pub node: String,
+    /// The PCI address that joins the two drivers' devices; empty when neither states one.
+    pub address: String,
+    /// The `media.liken.sh` device's name; `None` when no media device describes the GPU.
+    pub device: Option<String>,
+    pub name: Option<String>,
+    pub kernel_driver: Option<String>,
+    pub va_driver: Option<String>,
+    pub vendor: Option<String>,
+    pub product: Option<String>,
+    pub capabilities: Statements,
+    pub status: Status,
+    /// Index into [`Inventory::drift`] when this GPU's model drifts.
+    pub drift: Option<usize>,
+}
+
+impl Gpu {
+    pub fn states(&self, capability: Capability) -> Option<bool> {
+        self.capabilities[capability as usize]
+    }
+
+    /// The capabilities this GPU states as true, in catalogue order.
+    pub fn stated(&self) -> impl Iterator<Item = Capability> + '_ {
+        Capability::ALL
+            .into_iter()
+            .filter(|&c| self.states(c) == Some(true))
+    }
+
+    /// `vendor:product`, when both are known.
+    pub fn model(&self) -> Option<(String, String)> {
+        Some((self.vendor.clone()?, self.product.clone()?))
+    }
+}
+
+/// What is known about a GPU's statements.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Status {
+    /// A media device states every capability.
+    Described,
+    /// The media device has no `vaDriver`: the agent's query of the driver failed.
+    ProbeFailed,
+    /// The media device lacks capabilities, or has them with a type other than bool.
+    Incomplete { unreadable: Vec<Capability> },
+    /// liken publishes the GPU but no media device describes it.
+    NotDescribed { agent_on_node: bool },
+}
+
+/// GPUs of one model whose statements differ across the fleet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Drift {
+    pub vendor: String,
+    pub product: String,
+    pub name: Option<String>,
+    /// The capabilities whose value differs between variants.
+    pub differing: Vec<Capability>,
+    pub variants: Vec<Variant>,
+}
+
+/// One set of statements a model has somewhere in the fleet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Variant {
+    pub capabilities: Statements,
+    pub va_drivers: BTreeSet<String>,
+    pub nodes: BTreeSet<String>,
+    pub gpus: usize,
+}
+
+/// The fleet, sorted by node then address.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Inventory {
+    pub gpus: Vec<Gpu>,
+    pub drift: Vec<Drift>,
+}
+
+/// Keeps, for each pool of each driver, only the slices of its highest generation.
+pub fn current_slices(mut slices: Vec<ResourceSlice>) -> Vec<ResourceSlice> {
+    // Decided with borrowed keys first, then applied: no copy of a driver or pool name.
+    let keep: Vec<bool> = {
+        let mut highest: HashMap<(&str, &str), i64> = HashMap::new();
+        for slice in &slices {
+            let key = (slice.spec.driver.as_str(), slice.spec.pool.name.as_str());
+            let generation = highest.entry(key).or_insert(slice.spec.pool.generation);
+            *generation = (*generation).max(slice.spec.pool.generation);
+        }
+        slices
+            .iter()
+            .map(|s| {
+                highest[&(s.spec.driver.as_str(), s.spec.pool.name.as_str())]
+                    == s.spec.pool.generation
+            })
+            .collect()
+    };
+    let mut keep = keep.into_iter();
+    slices.retain(|_| keep.next().unwrap_or(false));
+    slices
+}
+
+fn node_of(slice: &ResourceSlice) -> String {
+    slice
+        .spec
+        .node_name
+        .clone()
+        .unwrap_or_else(|| slice.spec.pool.name.clone())
+}
+
+fn statements(attributes: &Attributes) -> Statements {
+    Capability::ALL.map(|c| attributes.capability(c).as_bool())
+}
+
+/// A GPU a media device describes; takes the device's strings rather than copying them (a
+/// fleet has tens of thousands).
+fn described(node: String, device: Device) -> Gpu {
+    let mut a = device.attributes;
+    let capabilities = statements(&a);
+    let va_driver = a.take_string(Identity::VaDriver);
+    let unreadable: Vec<Capability> = Capability::ALL
+        .into_iter()
+        .filter(|&c| capabilities[c as usize].is_none())
+        .collect();
+    // A failed probe publishes every capability false and no vaDriver; a device that lacks
+    // capabilities was not published by this agent's rules, whatever else it lacks.
+    let status = if !unreadable.is_empty() {
+        Status::Incomplete { unreadable }
+    } else if va_driver.is_none() {
+        Status::ProbeFailed
+    } else {
+        Status::Described
+    };
+    let address = a
+        .take_string(Identity::PciBusId)
+        .or_else(|| a.take_string(Identity::Address));
+    Gpu {
+        node,
+        address: address.unwrap_or_default(),
+        device: Some(device.name),
+        name: a.take_string(Identity::Name),
+        kernel_driver: a.take_string(Identity::Driver),
+        va_driver,
+        vendor: a.take_string(Identity::Vendor),
+        product: a.take_string(Identity::Product),
+        capabilities,
+        status,
+        drift: None,
+    }
+}
+
+/// Builds the inventory from every slice read.
+pub fn build(slices: Vec<ResourceSlice>) -> Inventory {
+    let (media, others): (Vec<ResourceSlice>, Vec<ResourceSlice>) = current_slices(slices)
+        .into_iter()
+        .partition(|s| s.spec.driver == catalogue::DRIVER);
+    // A node whose agent found no GPU still has a (device-less) media slice.
+    let agent_nodes: HashSet<String> = media.iter().map(node_of).collect();
+    let mut gpus = Vec::new();
+    for slice in media {
+        let node = node_of(&slice);
+        for device in slice.spec.devices {
+            gpus.push(described(node.clone(), device));
+        }
+    }
+    let mut undescribed = Vec::new();
+    {
+        let mut seen: HashSet<(&str, &str)> = gpus
+            .iter()
+            .map(|g| (g.node.as_str(), g.address.as_str()))
+            .collect();
+        for slice in others
+            .iter()
+            .filter(|s| s.spec.driver == catalogue::RENDER_DRIVER)
+        {
+            let node = slice
+                .spec
+                .node_name
+                .as_deref()
+                .unwrap_or(&slice.spec.pool.name);
+            for device in &slice.spec.devices {
+                // A render node without a PCI address cannot be matched to any GPU statement,
+                // and a claim's matchAttribute constraint can never pair it either.
+                let Some(address) = device.attributes.string(Identity::PciBusId) else {
+                    continue;
+                };
+                if !seen.insert((node, address)) {
+                    continue;
+                }
+                undescribed.push(Gpu {
+                    node: node.to_string(),
+                    address: address.to_string(),
+                    device: None,
+                    name: None,
+                    kernel_driver: None,
+                    va_driver: None,
+                    vendor: None,
+                    product: None,
+                    capabilities: [None; Capability::ALL.len()],
+                    status: Status::NotDescribed {
+                        agent_on_node: agent_nodes.contains(node),
+                    },
+                    drift: None,
+                });
+            }
+        }
+    }
+    gpus.extend(undescribed);
+    gpus.sort_by(|a, b| (&a.node, &a.address, &a.device).cmp(&(&b.node, &b.address, &b.device)));
+    let drift = find_drift(&mut gpus);
+    Inventory { gpus, drift }
+}
+
+/// Groups described GPUs by model and records the models whose statements differ.
+fn find_drift(gpus: &mut [Gpu]) -> Vec<Drift> {
+    let mut models: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
+    for (i, gpu) in gpus.iter().enumerate() {
+        if gpu.status != Status::Described {
+            continue;
+        }
+        if let Some(model) = gpu.model() {
+            models.entry(model).or_default().push(i);
+        }
+    }
+    let mut drift = Vec::new();
+    for ((vendor, product), members) in models {
+        let mut variants: Vec<Variant> = Vec::new();
+        for &i in &members {
+            let gpu = &gpus[i];
+            let variant = match variants
+                .iter_mut()
+                .find(|v| v.capabilities == gpu.capabilities)
+            {
+                Some(v) => v,
+                None => {
+                    variants.push(Variant {
+                        capabilities: gpu.capabilities,
+                        va_drivers: BTreeSet::new(),
+                        nodes: BTreeSet::new(),
+                        gpus: 0,
+                    });
+                    variants.last_mut().expect("just pushed")
+                }
+            };
+            variant.va_drivers.extend(gpu.va_driver.clone());
+            variant.nodes.insert(gpu.node.clone());
+            variant.gpus += 1;
+        }
+        if variants.len() < 2 {
+            continue;
+        }
+        let differing = Capability::ALL
+            .into_iter()
+            .filter(|&c| {
+                variants
+                    .iter()
+                    .any(|v| v.capabilities[c as usize] != variants[0].capabilities[c as usize])
+            })
+            .collect();
+        // Most common variant first: it is most likely the intended one.
+        variants.sort_by(|a, b| b.gpus.cmp(&a.gpus).then_with(|| a.nodes.cmp(&b.nodes)));
+        let index = drift.len();
+        for &i in &members {
+            gpus[i].drift = Some(index);
+        }
+        drift.push(Drift {
+            vendor,
+            product,
+            name: gpus[members[0]].name.clone(),
+            differing,
+            variants,
+        });
+    }
+    drift
+}
+
+/// What `--node` and `--decode/--encode/--scale` ask for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub nodes: Vec<String>,
+    pub capabilities: Vec<Capability>,
+}
+
+impl Filter {
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty() && self.capabilities.is_empty()
+    }
+
+    pub fn matches(&self, gpu: &Gpu) -> bool {
+        (self.nodes.is_empty() || self.nodes.contains(&gpu.node))
+            && self
+                .capabilities
+                .iter()
+                .all(|&c| gpu.states(c) == Some(true))
+    }
+}
+
+/// How many GPUs and nodes there are, and how many of them a filter keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counts {
+    pub gpus: usize,
+    pub nodes: usize,
+    pub matching_gpus: usize,
+    pub matching_nodes: usize,
+}
+
+impl Inventory {
+    /// The GPUs a filter keeps, in inventory order.
+    pub fn select<'a>(&'a self, filter: &'a Filter) -> impl Iterator<Item = &'a Gpu> + 'a {
+        self.gpus.iter().filter(move |g| filter.matches(g))
+    }
+
+    pub fn counts(&self, filter: &Filter) -> Counts {
+        let nodes: HashSet<&str> = self.gpus.iter().map(|g| g.node.as_str()).collect();
+        let matching: Vec<&Gpu> = self.select(filter).collect();
+        let matching_nodes: HashSet<&str> = matching.iter().map(|g| g.node.as_str()).collect();
+        Counts {
+            gpus: self.gpus.len(),
+            nodes: nodes.len(),
+            matching_gpus: matching.len(),
+            matching_nodes: matching_nodes.len(),
+        }
+    }
+
+    /// Per capability, how many of the selected GPUs state it and on how many nodes.
+    pub fn summary(&self, filter: &Filter) -> Vec<(Capability, usize, usize)> {
+        Capability::ALL
+            .into_iter()
+            .map(|c| {
+                let stating: Vec<&Gpu> = self
+                    .select(filter)
+                    .filter(|g| g.states(c) == Some(true))
+                    .collect();
+                let nodes: HashSet<&str> = stating.iter().map(|g| g.node.as_str()).collect();
+                (c, stating.len(), nodes.len())
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::objects::{Device, Metadata, Pool, SliceSpec, Stated, Value};
+
+    fn device(
+        name: &str,
+        address: &str,
+        model: (&str, &str),
+        va: Option<&str>,
+        stated: &[Capability],
+    ) -> Device {
+        let mut attributes = Attributes::default();
+        attributes.set_identity(Identity::PciBusId, Value::String(address.into()));
+        attributes.set_identity(Identity::Address, Value::String(address.into()));
+        attributes.set_identity(Identity::Vendor, Value::String(model.0.into()));
+        attributes.set_identity(Identity::Product, Value::String(model.1.into()));
+        if let Some(va) = va {
+            attributes.set_identity(Identity::VaDriver, Value::String(va.into()));
+        }
+        for c in Capability::ALL {
+            attributes.set_capability(c, Stated::Bool(stated.contains(&c)));
+        }
+        Device {
+            name: name.into(),
+            attributes,
+        }
+    }
+
+    fn render_node(address: &str) -> Device {
+        let mut attributes = Attributes::default();
+        attributes.set_identity(Identity::PciBusId, Value::String(address.into()));
+        Device {
+            name: format!("card-{address}"),
+            attributes,
+        }
+    }
+
+    fn slice(driver: &str, node: &str, generation: i64, devices: Vec<Device>) -> ResourceSlice {
+        ResourceSlice {
+            metadata: Metadata {
+                name: format!("{node}-{driver}-{generation}"),
+            },
+            spec: SliceSpec {
+                driver: driver.into(),
+                pool: Pool {
+                    name: node.into(),
+                    generation,
+                    resource_slice_count: 1,
+                },
+                node_name: Some(node.into()),
+                devices,
+            },
+        }
+    }
+
+    const INTEL: (&str, &str) = ("8086", "56a0");
+    use Capability::*;
+
+    #[test]
+    fn only_the_highest_generation_of_a_pool_counts() {
+        let old = slice(
+            catalogue::DRIVER,
+            "n1",
+            1,
+            vec![device("pci-old", "0000:00:02.0", INTEL, Some("iHD"), &[])],
+        );
+        let new = slice(
+            catalogue::DRIVER,
+            "n1",
+            2,
+            vec![device(
+                "pci-new",
+                "0000:00:02.0",
+                INTEL,
+                Some("iHD"),
+                &[DecodeVP9],
+            )],
+        );
+        let inventory = build(vec![old, new]);
+        assert_eq!(inventory.gpus.len(), 1);
+        assert_eq!(inventory.gpus[0].device.as_deref(), Some("pci-new"));
+    }
+
+    #[test]
+    fn render_nodes_join_by_pci_address_and_uncovered_ones_are_marked() {
+        let slices = [
+            slice(
+                catalogue::DRIVER,
+                "n1",
+                1,
+                vec![device(
+                    "pci-a",
+                    "0000:00:02.0",
+                    INTEL,
+                    Some("iHD"),
+                    &[DecodeVP9],
+                )],
+            ),
+            slice(
+                catalogue::RENDER_DRIVER,
+                "n1",
+                1,
+                vec![render_node("0000:00:02.0"), render_node("0000:03:00.0")],
+            ),
+            slice(
+                catalogue::RENDER_DRIVER,
+                "n2",
+                1,
+                vec![render_node("0000:00:02.0")],
+            ),
+        ];
+        let inventory = build(slices.to_vec());
+        let rows: Vec<(&str, &str, &Status)> = inventory
+            .gpus
+            .iter()
+            .map(|g| (g.node.as_str(), g.address.as_str(), &g.status))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("n1", "0000:00:02.0", &Status::Described),
+                (
+                    "n1",
+                    "0000:03:00.0",
+                    &Status::NotDescribed {
+                        agent_on_node: true
+                    }
+                ),
+                (
+                    "n2",
+                    "0000:00:02.0",
+                    &Status::NotDescribed {
+                        agent_on_node: false
+                    }
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_agent_that_found_no_gpu_still_counts_as_present() {
+        let slices = vec![
+            slice(catalogue::DRIVER, "n1", 1, vec![]),
+            slice(
+                catalogue::RENDER_DRIVER,
+                "n1",
+                1,
+                vec![render_node("0000:00:02.0")],
+            ),
+        ];
+        let inventory = build(slices);
+        assert_eq!(inventory.gpus.len(), 1);
+        assert_eq!(
+            inventory.gpus[0].status,
+            Status::NotDescribed {
+                agent_on_node: true
+            }
+        );
+    }
+
+    #[test]
+    fn failed_and_incomplete_devices_are_marked() {
+        let mut odd = device("pci-b", "0000:03:00.0", INTEL, None, &[]);
+        odd.attributes.set_capability(DecodeVP9, Stated::NotBool);
+        let slices = [slice(
+            catalogue::DRIVER,
+            "n1",
+            1,
+            vec![device("pci-a", "0000:00:02.0", INTEL, None, &[]), odd],
+        )];
+        let inventory = build(slices.to_vec());
+        assert_eq!(inventory.gpus[0].status, Status::ProbeFailed);
+        assert_eq!(
+            inventory.gpus[1].status,
+            Status::Incomplete {
+                unreadable: vec![DecodeVP9]
+            }
+        );
+        assert!(
+            inventory.drift.is_empty(),
+            "only fully described GPUs are compared"
+        );
+    }
+
+    #[test]
+    fn drift_names_the_differing_capabilities_and_drivers() {
+        let slices = [
+            slice(
+                catalogue::DRIVER,
+                "n1",
+                1,
+                vec![device(
+                    "pci-a",
+                    "0000:03:00.0",
+                    INTEL,
+                    Some("iHD 24.2"),
+                    &[DecodeAV1Main, EncodeHEVCMain10],
+                )],
+            ),
+            slice(
+                catalogue::DRIVER,
+                "n2",
+                1,
+                vec![device(
+                    "pci-a",
+                    "0000:03:00.0",
+                    INTEL,
+                    Some("iHD 24.2"),
+                    &[DecodeAV1Main, EncodeHEVCMain10],
+                )],
+            ),
+            slice(
+                catalogue::DRIVER,
+                "n3",
+                1,
+                vec![device(
+                    "pci-a",
+                    "0000:03:00.0",
+                    INTEL,
+                    Some("iHD 23.1"),
+                    &[DecodeAV1Main],
+                )],
+            ),
+            slice(
+                catalogue::DRIVER,
+                "n4",
+                1,
+                vec![device(
+                    "pci-a",
+                    "0000:03:00.0",
+                    ("1002", "744c"),
+                    Some("Mesa"),
+                    &[DecodeVP9],
+                )],
+            ),
+        ];
+        let inventory = build(slices.to_vec());
+        assert_eq!(inventory.drift.len(), 1);
+        let drift = &inventory.drift[0];
+        assert_eq!((drift.vendor.as_str(), drift.product.as_str()), INTEL);
+        assert_eq!(drift.differing, [EncodeHEVCMain10]);
+        assert_eq!(drift.variants.len(), 2);
+        assert_eq!(drift.variants[0].gpus, 2);
+        assert_eq!(
+            drift.variants[0].va_drivers.iter().collect::<Vec<_>>(),
+            ["iHD 24.2"]
+        );
+        assert_eq!(drift.variants[1].nodes.iter().collect::<Vec<_>>(), ["n3"]);
+        let flagged: Vec<&str> = inventory
+            .gpus
+            .iter()
+            .filter(|g| g.drift.is_some())
+            .map(|g| g.node.as_str())
+            .collect();
+        assert_eq!(flagged, ["n1", "n2", "n3"]);
+    }
+
+    #[test]
+    fn filters_count_gpus_and_nodes() {
+        let slices = [
+            slice(
+                catalogue::DRIVER,
+                "n1",
+                1,
+                vec![
+                    device(
+                        "pci-a",
+                        "0000:00:02.0",
+                        INTEL,
+                        Some("iHD"),
+                        &[DecodeVP9, Scale8bit],
+                    ),
+                    device("pci-b", "0000:03:00.0", INTEL, Some("iHD"), &[DecodeVP9]),
+                ],
+            ),
+            slice(
+                catalogue::DRIVER,
+                "n2",
+                1,
+                vec![device(
+                    "pci-a",
+                    "0000:00:02.0",
+                    INTEL,
+                    Some("iHD"),
+                    &[Scale8bit],
+                )],
+            ),
+        ];
+        let inventory = build(slices.to_vec());
+        let filter = Filter {
+            nodes: vec![],
+            capabilities: vec![DecodeVP9],
+        };
+        assert_eq!(
+            inventory.counts(&filter),
+            Counts {
+                gpus: 3,
+                nodes: 2,
+                matching_gpus: 2,
+                matching_nodes: 1
+            }
+        );
+        let filter = Filter {
+            nodes: vec!["n2".into()],
+            capabilities: vec![],
+        };
+        assert_eq!(inventory.select(&filter).count(), 1);
+        let summary = inventory.summary(&Filter::default());
+        assert!(summary.contains(&(Scale8bit, 2, 2)));
+        assert!(summary.contains(&(DecodeVP9, 2, 1)));
+        assert!(summary.contains(&(DecodeAV1Main, 0, 0)));
+    }
+}

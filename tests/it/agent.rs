@@ -1,0 +1,925 @@
+//! The whole agent: the real `media-capabilities` binary with recorded reports (`--reports`),
+//! against the in-process Kubernetes API test server, with kubelet sockets in a temp dir and a
+//! tonic client playing the kubelet. Each test waits for events (a log line, a request, a
+//! stored object), never for a fixed time.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::support::agent::{AgentProcess, FAST, set_gpu_index, write_fleet, write_record};
+use crate::support::apiserver::{Config, Fault, RequestRecord, TestApiServer};
+use crate::support::kubelet::{channel, claims, prepare_and_unprepare};
+use media_operator::agent::kubelet::proto::dra::{v1, v1beta1};
+use media_operator::agent::kubelet::proto::pluginregistration::{
+    InfoRequest, RegistrationStatus, registration_client::RegistrationClient,
+};
+use media_operator::catalogue::{Attribute, DRIVER};
+use serde_json::{Value, json};
+
+const AGENT: &str = env!("CARGO_BIN_EXE_media-capabilities");
+const NODE: &str = "gpu-node-1";
+const SLICE: &str = "gpu-node-1-media.liken.sh";
+/// How long any awaited event may take before the test fails.
+const DEADLINE: Duration = Duration::from_secs(15);
+
+/// A server with the Node, and a reports directory with `gpus` recorded GPUs.
+struct Setup {
+    server: TestApiServer,
+    reports: tempfile::TempDir,
+    node_uid: String,
+}
+
+fn setup_with(config: Config, gpus: usize) -> Setup {
+    let server = TestApiServer::start_with(config);
+    let node = server
+        .put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}))
+        .expect("create the Node");
+    let reports = tempfile::tempdir().expect("reports dir");
+    write_fleet(reports.path(), gpus);
+    Setup {
+        server,
+        reports,
+        node_uid: node["metadata"]["uid"].as_str().expect("uid").to_string(),
+    }
+}
+
+fn setup(gpus: usize) -> Setup {
+    setup_with(Config::default(), gpus)
+}
+
+impl Setup {
+    fn start(&self, extra: &[&str]) -> AgentProcess {
+        let args: Vec<&str> = FAST.iter().chain(extra).copied().collect();
+        AgentProcess::start(
+            AGENT,
+            NODE,
+            self.reports.path(),
+            self.server.kubeconfig(),
+            &args,
+        )
+    }
+
+    fn slice(&self) -> Option<Value> {
+        self.server.get("resourceslices", "", SLICE)
+    }
+
+    /// Waits until the stored slice satisfies `cond` and every write that led there is in the
+    /// request log; returns it. Each successful write of the agent bumps the pool generation by
+    /// one from 1 (the tests' own edits go to the store directly, outside the log), so the
+    /// logged successful writes must number exactly the generation: no write is hidden, and
+    /// none was wasted.
+    fn wait_slice(&self, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
+        self.server
+            .wait_until(DEADLINE, |s| {
+                s.get("resourceslices", "", SLICE).is_some_and(|v| {
+                    let written = s
+                        .requests()
+                        .iter()
+                        .filter(|r| {
+                            r.is_write()
+                                && r.verb != "delete"
+                                && r.resource.as_deref() == Some("resourceslices")
+                                && (200..300).contains(&r.status)
+                        })
+                        .count();
+                    cond(&v) && i64::try_from(written) == Ok(generation(&v))
+                })
+            })
+            .unwrap_or_else(|e| panic!("{what}: {e}; slice: {:#?}", self.slice()));
+        self.slice().expect("just seen")
+    }
+
+    /// Waits until the agent has read its slice `n` more times (its resync period), so that
+    /// every reconcile period in between has passed.
+    fn wait_resyncs(&self, mark: usize, n: usize) {
+        self.server
+            .wait_until(DEADLINE, |s| {
+                s.requests_since(mark)
+                    .iter()
+                    .filter(|r| is_slice_get(r))
+                    .count()
+                    >= n
+            })
+            .expect("the agent keeps re-reading its slice");
+    }
+}
+
+fn is_slice_get(r: &RequestRecord) -> bool {
+    r.verb == "get" && r.path.ends_with(&format!("/resourceslices/{SLICE}"))
+}
+
+fn generation(slice: &Value) -> i64 {
+    slice["spec"]["pool"]["generation"]
+        .as_i64()
+        .expect("generation")
+}
+
+fn devices(slice: &Value) -> &Vec<Value> {
+    slice["spec"]["devices"].as_array().expect("devices")
+}
+
+fn slice_writes(server: &TestApiServer, mark: usize) -> Vec<RequestRecord> {
+    server
+        .writes_since(mark)
+        .into_iter()
+        .filter(|r| r.resource.as_deref() == Some("resourceslices"))
+        .collect()
+}
+
+/// The value of a metric line `name value`.
+fn metric(agent: &AgentProcess, name: &str) -> f64 {
+    let (status, body) = agent.get("/metrics");
+    assert_eq!(status, 200);
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no metric {name} in:\n{body}"))
+}
+
+// --- the kubelet stand-in -------------------------------------------------------------------
+
+/// Plays the kubelet's plugin watcher: GetInfo, then NotifyRegistrationStatus with `error`
+/// (registered when empty). Returns the endpoint the plugin handed over.
+async fn kubelet_registers(agent: &AgentProcess, error: &str) -> String {
+    let mut client = RegistrationClient::new(channel(&agent.registration_socket()).await);
+    let info = client
+        .get_info(InfoRequest {})
+        .await
+        .expect("GetInfo")
+        .into_inner();
+    assert_eq!(info.r#type, "DRAPlugin");
+    assert_eq!(info.name, DRIVER);
+    assert_eq!(
+        info.supported_versions,
+        ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    );
+    client
+        .notify_registration_status(RegistrationStatus {
+            plugin_registered: error.is_empty(),
+            error: error.to_string(),
+        })
+        .await
+        .expect("NotifyRegistrationStatus");
+    info.endpoint
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+// --- tests ------------------------------------------------------------------------------------
+
+#[test]
+fn first_publish_has_every_gpu_and_attribute_and_the_node_as_owner() {
+    let s = setup(8);
+    let agent = s.start(&[]);
+    let slice = s.wait_slice("first publish", |_| true);
+
+    assert_eq!(slice["spec"]["driver"], DRIVER);
+    assert_eq!(slice["spec"]["nodeName"], NODE);
+    assert_eq!(slice["spec"]["pool"]["name"], NODE);
+    assert_eq!(slice["spec"]["pool"]["resourceSliceCount"], 1);
+    assert_eq!(generation(&slice), 1);
+    assert_eq!(
+        slice["metadata"]["ownerReferences"],
+        json!([{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": s.node_uid, "controller": true}])
+    );
+    let devices = devices(&slice);
+    assert_eq!(devices.len(), 8);
+    let names: BTreeSet<&str> = devices
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 8, "one device per GPU: {names:?}");
+    let mut without_driver = Vec::new();
+    for device in devices {
+        assert_eq!(device["allowMultipleAllocations"], true, "{device}");
+        let attributes = device["attributes"].as_object().expect("attributes");
+        for attribute in Attribute::all() {
+            if !attributes.contains_key(attribute.name()) {
+                assert_eq!(attribute.name(), "vaDriver", "{} lacks it", device["name"]);
+                without_driver.push(device["name"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    // vaDriver is absent exactly where the query failed: one record of the example fleet
+    // (amd-2, vaInitialize failed), and its log line has the failure word for word.
+    assert_eq!(without_driver.len(), 1, "{without_driver:?}");
+    let failed = agent
+        .log
+        .wait_for(&format!("probe: {}", without_driver[0]), DEADLINE);
+    assert!(
+        failed.contains("vaInitialize failed: unknown libva error (-1)"),
+        "{failed}"
+    );
+    assert!(
+        failed.contains(" ERROR "),
+        "a failed query is logged as an error: {failed}"
+    );
+
+    // The log: one line per GPU with every value.
+    s.server
+        .wait_until(DEADLINE, |_| agent.log.count("probe: pci-") == 8)
+        .expect("one probe line per GPU");
+    let line = agent.log.wait_for("probe: pci-0000-01-00-0", DEADLINE);
+    for attribute in Attribute::all() {
+        assert!(line.contains(&format!(" {}=", attribute.name())), "{line}");
+    }
+
+    // The agent counts the write once it has the answer, a moment after the server stored it.
+    agent
+        .log
+        .wait_for(&format!("ResourceSlice {SLICE}: created"), DEADLINE);
+    assert_eq!(metric(&agent, "media_capabilities_gpus"), 8.0);
+    assert_eq!(
+        metric(
+            &agent,
+            "media_capabilities_slice_writes_total{verb=\"create\"}"
+        ),
+        1.0
+    );
+    assert!(metric(&agent, "media_capabilities_last_publish_timestamp_seconds") > 1.0e9);
+    assert_eq!(agent.get("/healthz").0, 200);
+    // Published, but the kubelet has not registered the plugin yet.
+    let (status, body) = agent.get("/readyz");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("kubelet registration"), "{body}");
+}
+
+#[test]
+fn it_watches_only_its_own_slice_and_writes_nothing_in_steady_state() {
+    let s = setup(2);
+    let _agent = s.start(&[]);
+    s.wait_slice("first publish", |_| true);
+    let mark = s.server.request_mark();
+    s.server.send_bookmarks();
+    // Ten resync periods of 100 ms, and rescans of the reports every 50 ms, all reads.
+    s.wait_resyncs(mark, 10);
+    assert_eq!(
+        slice_writes(&s.server, mark),
+        [],
+        "no write in steady state"
+    );
+    assert_eq!(s.server.writes_since(mark), [], "no write of anything");
+
+    let watches: Vec<RequestRecord> = s
+        .server
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.verb == "watch"
+                || (r.verb == "list" && r.resource.as_deref() == Some("resourceslices"))
+        })
+        .collect();
+    assert!(!watches.is_empty());
+    for request in &watches {
+        let selector = request.query_param("fieldSelector").unwrap_or_default();
+        assert!(
+            selector.contains(&format!("spec.nodeName={NODE}"))
+                && selector.contains(&format!("spec.driver={DRIVER}")),
+            "{request:?}"
+        );
+    }
+    assert_eq!(s.server.watch_count(), 1, "one watch per agent");
+}
+
+#[test]
+fn a_deleted_slice_is_recreated_and_an_edited_one_restored() {
+    let s = setup(2);
+    let agent = s.start(&[]);
+    let original = s.wait_slice("first publish", |_| true);
+
+    // The kubelet's wipe at its start.
+    assert_eq!(
+        s.server
+            .delete_where("resourceslices", |o| o["spec"]["nodeName"] == NODE),
+        1
+    );
+    let recreated = s.wait_slice("re-created", |v| generation(v) == 2);
+    assert_eq!(devices(&recreated), devices(&original));
+    agent
+        .log
+        .wait_for("was deleted; publishing it again", DEADLINE);
+
+    // Someone flips a capability by hand.
+    let mut edited = recreated.clone();
+    let first = &mut edited["spec"]["devices"][0]["attributes"]["decodeH264"]["bool"];
+    *first = json!(!first.as_bool().expect("decodeH264 is a bool"));
+    s.server.put(edited).expect("outside edit");
+    let restored = s.wait_slice("restored", |v| generation(v) == 3);
+    assert_eq!(devices(&restored), devices(&original));
+
+    // A label is not content: no write.
+    let mark = s.server.request_mark();
+    s.server
+        .patch(
+            "resourceslices",
+            "",
+            SLICE,
+            &json!({"metadata": {"labels": {"team": "video"}}}),
+        )
+        .expect("label edit");
+    s.wait_resyncs(mark, 3);
+    assert_eq!(slice_writes(&s.server, mark), []);
+    assert_eq!(s.slice().unwrap()["metadata"]["labels"]["team"], "video");
+}
+
+#[test]
+fn a_deleted_node_takes_its_slice_and_the_agent_waits_for_it() {
+    let s = setup(1);
+    let agent = s.start(&[]);
+    s.wait_slice("first publish", |_| true);
+
+    let mark = s.server.request_mark();
+    s.server.delete("nodes", "", NODE).expect("delete the Node");
+    assert!(s.slice().is_none(), "garbage-collected with the Node");
+    // The agent notices the deletion, looks for the Node, finds none, and does not re-create
+    // a slice that would be collected at once.
+    s.server
+        .wait_for_request(mark, DEADLINE, |r| {
+            r.verb == "get" && r.path.ends_with(&format!("/nodes/{NODE}")) && r.status == 404
+        })
+        .expect("the agent reads the Node");
+    agent.log.wait_for("does not exist", DEADLINE);
+    assert!(s.slice().is_none());
+    assert_eq!(slice_writes(&s.server, mark), []);
+
+    // The node registers again (new uid): the slice comes back, owned by the new Node.
+    let node = s
+        .server
+        .put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}))
+        .expect("re-create the Node");
+    let uid = node["metadata"]["uid"].as_str().unwrap().to_string();
+    assert_ne!(uid, s.node_uid);
+    let slice = s.wait_slice("published for the new Node", |v| {
+        v["metadata"]["ownerReferences"][0]["uid"] == uid.as_str()
+    });
+    assert_eq!(
+        generation(&slice),
+        2,
+        "never backwards after the collection"
+    );
+}
+
+#[test]
+fn an_api_server_down_at_start_is_waited_for() {
+    let s = setup(1);
+    s.server.stop();
+    let mut agent = s.start(&[]);
+    agent.log.wait_for("retrying with backoff", DEADLINE);
+    assert!(agent.running(), "an outage never ends the agent");
+    assert_eq!(agent.get("/healthz").0, 200, "alive while the API is down");
+    assert_eq!(agent.get("/readyz").0, 503);
+    s.server.restart();
+    s.wait_slice("published once the server is back", |_| true);
+    agent.log.wait_for("works again", DEADLINE);
+    let problems: Vec<String> = agent
+        .log
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains("retrying with backoff"))
+        .collect();
+    assert!(
+        problems.len() <= 2,
+        "each problem once, not per retry: {problems:#?}"
+    );
+    assert!(agent.running());
+
+    // An outage while running: the agent keeps going, and repairs what happened meanwhile.
+    // Once a periodic read has succeeded, the agent considers the API healthy again.
+    let mark = s.server.request_mark();
+    s.wait_resyncs(mark, 1);
+    let following = "follow this node's ResourceSlice: ";
+    // (Re-checked at each request the agent makes: it reads its slice every 100 ms.)
+    s.server
+        .wait_until(DEADLINE, |_| {
+            agent
+                .log
+                .lines()
+                .iter()
+                .rev()
+                .find(|l| l.contains(following))
+                .is_some_and(|l| l.contains("works again"))
+        })
+        .expect("the agent follows its slice again");
+    let seen = agent.log.count("retrying with backoff");
+    s.server.stop();
+    agent
+        .log
+        .wait_for_nth("retrying with backoff", seen + 1, DEADLINE);
+    s.server
+        .delete_where("resourceslices", |o| o["spec"]["nodeName"] == NODE);
+    s.server.restart();
+    s.wait_slice("re-created after the outage", |v| generation(v) == 2);
+    assert!(agent.running());
+    assert_eq!(agent.get("/healthz").0, 200);
+}
+
+#[test]
+fn errors_throttling_and_conflicts_mid_update_are_retried() {
+    let s = setup(1);
+    let agent = s.start(&[]);
+    s.wait_slice("first publish", |_| true);
+
+    let mark = s.server.request_mark();
+    let (update, slices) = (Some("update"), Some("resourceslices"));
+    s.server
+        .fail_next_matching(3, Fault::InternalError, update, slices);
+    s.server.fail_next_matching(
+        1,
+        Fault::TooManyRequests {
+            retry_after_seconds: 0,
+        },
+        update,
+        slices,
+    );
+    s.server
+        .fail_next_matching(2, Fault::Conflict, update, slices);
+    // A second GPU appears: the agent must update its slice through all of that.
+    let mut record = crate::support::agent::example_records()[1].clone();
+    set_gpu_index(&mut record, 1);
+    write_record(s.reports.path(), &record);
+
+    let slice = s.wait_slice("updated", |v| devices(v).len() == 2);
+    s.server
+        .wait_for_request(mark, DEADLINE, |r| r.verb == "update" && r.status == 200)
+        .expect("the update succeeded in the end");
+    assert_eq!(generation(&slice), 2, "one change, one generation");
+    let statuses: Vec<u16> = slice_writes(&s.server, mark)
+        .iter()
+        .map(|r| r.status)
+        .collect();
+    for status in [500, 429, 409, 200] {
+        assert!(statuses.contains(&status), "{status} in {statuses:?}");
+    }
+    // Conflicts re-read the slice.
+    assert!(
+        s.server
+            .requests_since(mark)
+            .iter()
+            .any(|r| is_slice_get(r) && r.status == 200)
+    );
+    // Three identical 500s: one warning, and a recovery line.
+    agent
+        .log
+        .wait_for("publish the ResourceSlice: works again", DEADLINE);
+    assert_eq!(
+        agent
+            .log
+            .count("publish the ResourceSlice: update ResourceSlice gpu-node-1-media.liken.sh: ApiError: Internal error occurred"),
+        1,
+        "{:#?}",
+        agent.log.lines()
+    );
+    assert!(metric(&agent, "media_capabilities_publish_errors_total") >= 3.0);
+}
+
+#[test]
+fn a_cut_watch_and_410_gone_are_resumed_and_relisted() {
+    let s = setup(1);
+    let _agent = s.start(&[]);
+    s.wait_slice("first publish", |_| true);
+
+    s.server
+        .wait_until(DEADLINE, |s| s.watch_count() == 1)
+        .expect("the agent watches");
+    let mark = s.server.request_mark();
+    assert_eq!(s.server.cut_watches(), 1);
+    s.server
+        .wait_for_request(mark, DEADLINE, |r| r.verb == "watch")
+        .expect("the agent watches again");
+    s.server
+        .delete("resourceslices", "", SLICE)
+        .expect("delete");
+    s.wait_slice("re-created through the new watch", |v| generation(v) == 2);
+
+    // History gone: resuming answers 410, and the agent lists again.
+    let mark = s.server.request_mark();
+    s.server
+        .wait_until(DEADLINE, |s| s.watch_count() == 1)
+        .expect("the agent watches again");
+    // A change the agent's watch does not see moves the store past the watch's last version;
+    // with the history gone, resuming from that version is answered 410 Gone.
+    s.server
+        .patch(
+            "nodes",
+            "",
+            NODE,
+            &json!({"metadata": {"labels": {"moved": "on"}}}),
+        )
+        .expect("label the Node");
+    s.server.compact();
+    assert_eq!(s.server.cut_watches(), 1);
+    s.server
+        .wait_for_request(mark, DEADLINE, |r| {
+            r.verb == "list" && r.resource.as_deref() == Some("resourceslices")
+        })
+        .expect("the agent re-lists after 410");
+    s.server
+        .delete("resourceslices", "", SLICE)
+        .expect("delete");
+    s.wait_slice("re-created after the re-list", |v| generation(v) == 3);
+}
+
+#[test]
+fn a_server_that_drops_allow_multiple_allocations_gets_one_warning() {
+    let s = setup_with(
+        Config {
+            consumable_capacity: false,
+            ..Config::default()
+        },
+        2,
+    );
+    let agent = s.start(&[]);
+    let slice = s.wait_slice("published", |_| true);
+    assert!(
+        devices(&slice)
+            .iter()
+            .all(|d| d.get("allowMultipleAllocations").is_none())
+    );
+    agent
+        .log
+        .wait_for("dropped allowMultipleAllocations", DEADLINE);
+    assert_eq!(
+        metric(
+            &agent,
+            "media_capabilities_allow_multiple_allocations_dropped"
+        ),
+        1.0
+    );
+    let (_, body) = agent.get("/readyz");
+    assert!(
+        body.contains("warning:") && body.contains("DRAConsumableCapacity"),
+        "{body}"
+    );
+
+    // It does not fight the server: no rewrites, and the warning is not repeated.
+    let mark = s.server.request_mark();
+    s.wait_resyncs(mark, 5);
+    assert_eq!(slice_writes(&s.server, mark), []);
+    assert_eq!(agent.log.count("dropped allowMultipleAllocations"), 1);
+}
+
+#[test]
+fn long_driver_and_pci_names_still_make_a_valid_slice() {
+    let s = setup(0);
+    let mut record = crate::support::agent::example_records()
+        .into_iter()
+        .find(|r| {
+            r["report"]["vendor"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("Mesa"))
+        })
+        .expect("a Mesa record in the example fleet");
+    let vendor = "Mesa Gallium driver 24.2.8-1ubuntu1~24.04.1 for AMD Radeon RX 7900 XTX (radeonsi, navi31, LLVM 19.1.1, DRM 3.59, 6.8.0)";
+    assert_eq!(vendor.len(), 119);
+    let pci_name = "Navi 31 [Radeon RX 7900 XT/7900 XTX/7900 GRE/7900M] (Sapphire Nitro Edition)";
+    assert_eq!(pci_name.len(), 76);
+    record["report"]["vendor"] = json!(vendor);
+    record["pci"]["pci_name"] = json!(pci_name);
+    set_gpu_index(&mut record, 0);
+    write_record(s.reports.path(), &record);
+
+    let agent = s.start(&[]);
+    let slice = s.wait_slice("published", |v| devices(v).len() == 1);
+    let attributes = &devices(&slice)[0]["attributes"];
+    for (name, attribute) in attributes.as_object().unwrap() {
+        if let Some(text) = attribute["string"].as_str() {
+            assert!(text.len() <= 64, "{name} is {} bytes: {text}", text.len());
+        }
+    }
+    assert!(
+        attributes["vaDriver"]["string"]
+            .as_str()
+            .unwrap()
+            .starts_with("Mesa Gallium")
+    );
+    // The log keeps the full strings.
+    let line = agent.log.wait_for("probe: pci-0000-01-00-0", DEADLINE);
+    assert!(line.contains("trimmed from"), "{line}");
+    // No create was refused on the way.
+    assert!(
+        s.server
+            .requests()
+            .iter()
+            .filter(|r| r.verb == "create")
+            .all(|r| r.status == 201),
+        "{:#?}",
+        s.server.requests()
+    );
+}
+
+#[test]
+fn a_node_without_gpus_publishes_an_empty_slice_and_follows_new_ones() {
+    let s = setup(0);
+    let agent = s.start(&[]);
+    let empty = s.wait_slice("published", |_| true);
+    assert!(
+        empty["spec"]["devices"]
+            .as_array()
+            .is_none_or(Vec::is_empty)
+    );
+    assert_eq!(generation(&empty), 1);
+
+    write_fleet(s.reports.path(), 1);
+    let one = s.wait_slice("a GPU appeared", |v| {
+        v["spec"]["devices"]
+            .as_array()
+            .is_some_and(|d| d.len() == 1)
+    });
+    assert_eq!(generation(&one), 2);
+    agent
+        .log
+        .wait_for("changed; probing the GPUs again", DEADLINE);
+
+    for entry in std::fs::read_dir(s.reports.path()).unwrap() {
+        std::fs::remove_file(entry.unwrap().path()).unwrap();
+    }
+    let none = s.wait_slice("the GPU went away", |v| {
+        v["spec"]["devices"].as_array().is_none_or(Vec::is_empty)
+    });
+    assert_eq!(generation(&none), 3);
+}
+
+#[test]
+fn the_kubelet_registers_and_prepares_through_the_agent() {
+    let s = setup(1);
+    let agent = s.start(&[]);
+    s.wait_slice("published", |_| true);
+    agent
+        .log
+        .wait_for(&format!("ResourceSlice {SLICE}: created"), DEADLINE);
+    let rt = runtime();
+    rt.block_on(async {
+        // A refusal first: logged verbatim, not ready.
+        let endpoint = kubelet_registers(&agent, "plugin version v9 is not supported").await;
+        assert_eq!(Path::new(&endpoint), agent.dra_socket());
+        agent
+            .log
+            .wait_for("plugin version v9 is not supported", DEADLINE);
+        assert_eq!(agent.get("/readyz").0, 503);
+
+        kubelet_registers(&agent, "").await;
+        agent
+            .log
+            .wait_for("kubelet registration: Registered", DEADLINE);
+        let (status, body) = agent.get("/readyz");
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(metric(&agent, "media_capabilities_kubelet_registered"), 1.0);
+
+        let dra = channel(&agent.dra_socket()).await;
+        prepare_and_unprepare!(v1, dra.clone(), claims("one", 1));
+        prepare_and_unprepare!(v1beta1, dra.clone(), claims("beta", 4));
+        // Concurrent calls on both versions, as the kubelet makes for several pods.
+        let mut calls = tokio::task::JoinSet::new();
+        for i in 0..8 {
+            let dra = dra.clone();
+            calls.spawn(async move {
+                if i % 2 == 0 {
+                    prepare_and_unprepare!(v1, dra, claims(&format!("pod{i}"), 3));
+                } else {
+                    prepare_and_unprepare!(v1beta1, dra, claims(&format!("pod{i}"), 3));
+                }
+            });
+        }
+        while let Some(done) = calls.join_next().await {
+            done.expect("a concurrent call failed");
+        }
+    });
+}
+
+#[test]
+fn sigterm_exits_promptly_and_leaves_the_slice() {
+    let s = setup(1);
+    let mut agent = s.start(&[]);
+    let slice = s.wait_slice("published", |_| true);
+    runtime().block_on(kubelet_registers(&agent, ""));
+    assert!(agent.registration_socket().exists() && agent.dra_socket().exists());
+
+    let mark = s.server.request_mark();
+    agent.terminate();
+    let (status, took) = agent
+        .wait_exit(Duration::from_secs(10))
+        .expect("the agent exits after SIGTERM");
+    assert!(status.success(), "{status:?}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert_eq!(slice_writes(&s.server, mark), [], "the slice is left alone");
+    assert_eq!(
+        s.slice().unwrap()["metadata"]["uid"],
+        slice["metadata"]["uid"]
+    );
+    assert!(
+        !agent.registration_socket().exists(),
+        "registration socket removed"
+    );
+    assert!(!agent.dra_socket().exists(), "DRA socket removed");
+}
+
+#[test]
+fn bad_flags_are_usage_errors_before_anything_starts() {
+    let run = |env: &[(&str, &str)], args: &[&str]| {
+        let out = std::process::Command::new(AGENT)
+            .env_clear()
+            .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
+            .args(args)
+            .output()
+            .expect("run media-capabilities");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(&[], &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--node-name"), "{stderr}");
+
+    let (code, stderr) = run(&[("NODE_NAME", "Bad_Name")], &["--reports", "/"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("not a valid node name"), "{stderr}");
+
+    let (code, stderr) = run(&[("NODE_NAME", "n1")], &["--reports", "/nonexistent"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: --reports /nonexistent"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_deploy_manifests_match_the_code() {
+    use clap::Parser;
+    use media_operator::agent::cli::Cli;
+
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/media-capabilities.yaml"),
+    )
+    .expect("read deploy/media-capabilities.yaml");
+    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("valid YAML"))
+        .filter(|d: &Value| !d.is_null())
+        .collect();
+    let find = |kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} in deploy/"))
+    };
+
+    let ds = find("DaemonSet");
+    assert_eq!(ds["metadata"]["name"], "media-capabilities");
+    assert_eq!(ds["metadata"]["namespace"], "liken-system");
+    let pod = &ds["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let env = container["env"].as_array().unwrap();
+    assert!(
+        env.iter().any(|e| e["name"] == "NODE_NAME"
+            && e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName")
+    );
+
+    // Every flag is one the agent knows, and the whole set validates.
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    let cli = Cli::try_parse_from(
+        ["media-capabilities", "--node-name=n1"]
+            .into_iter()
+            .map(String::from)
+            .chain(args),
+    )
+    .unwrap_or_else(|e| panic!("the DaemonSet's args: {e}"));
+    assert!(cli.command.is_none(), "the DaemonSet runs the agent");
+    let config = cli.agent.validate().expect("the DaemonSet's args validate");
+
+    // The probes use the health port.
+    let port = &container["ports"][0];
+    assert_eq!(port["containerPort"], config.health_addr.port());
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        assert_eq!(container[probe]["httpGet"]["path"], path);
+        assert_eq!(container[probe]["httpGet"]["port"], port["name"]);
+    }
+
+    // The kubelet's directories come through the parent of plugins_registry.
+    let mount = &container["volumeMounts"][0];
+    let mounted = Path::new(mount["mountPath"].as_str().unwrap());
+    assert_eq!(Some(mounted), config.kubelet.registry_dir.parent());
+    assert!(config.kubelet.plugins_dir.starts_with(mounted));
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the mount's volume");
+    assert_eq!(volume["hostPath"]["path"], mount["mountPath"]);
+
+    // The render nodes come through the shipped media-render class, all of them.
+    let class = find("DeviceClass");
+    assert_eq!(class["metadata"]["name"], "media-render");
+    let template = find("ResourceClaimTemplate");
+    let request = &template["spec"]["spec"]["devices"]["requests"][0];
+    assert_eq!(request["exactly"]["deviceClassName"], "media-render");
+    assert_eq!(request["exactly"]["allocationMode"], "All");
+    assert_eq!(
+        pod["resourceClaims"][0]["resourceClaimTemplateName"],
+        template["metadata"]["name"]
+    );
+    assert_eq!(
+        container["resources"]["claims"][0]["name"],
+        pod["resourceClaims"][0]["name"]
+    );
+
+    // RBAC: what the publisher does, bound to the DaemonSet's service account.
+    let role = find("ClusterRole");
+    let slices = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resources"][0] == "resourceslices")
+        .expect("a rule for resourceslices");
+    for verb in [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ] {
+        assert!(
+            slices["verbs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v == verb),
+            "{verb}"
+        );
+    }
+    assert!(
+        role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["resources"][0] == "nodes"
+                && r["verbs"].as_array().unwrap().iter().any(|v| v == "get"))
+    );
+    let binding = find("ClusterRoleBinding");
+    assert_eq!(binding["subjects"][0]["name"], pod["serviceAccountName"]);
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+}
+
+/// A slice that is not ours to keep: `name`, `driver`, `node`, one pool of its own.
+fn foreign_slice(name: &str, driver: &str, node: &str) -> Value {
+    json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 7, "resourceSliceCount": 1},
+            "devices": []
+        }
+    })
+}
+
+#[test]
+fn slices_in_the_way_are_replaced_or_removed() {
+    let s = setup(1);
+    // Our name, but another driver: immutable, so it can only be replaced.
+    s.server
+        .put(foreign_slice(SLICE, "other.example.com", NODE))
+        .expect("a slice with our name");
+    // Our driver and node under another name: it would compete with our pool.
+    s.server
+        .put(foreign_slice("gpu-node-1-old", DRIVER, NODE))
+        .expect("a stray slice");
+    // Another node's slice of our driver: none of this agent's business.
+    s.server
+        .put(foreign_slice(
+            "gpu-node-2-media.liken.sh",
+            DRIVER,
+            "gpu-node-2",
+        ))
+        .expect("another node's slice");
+
+    let agent = s.start(&[]);
+    s.server
+        .wait_until(DEADLINE, |s| {
+            s.get("resourceslices", "", SLICE)
+                .is_some_and(|v| v["spec"]["driver"] == DRIVER)
+                && s.get("resourceslices", "", "gpu-node-1-old").is_none()
+        })
+        .expect("ours replaced, the stray one deleted");
+    agent.log.wait_for("deleting and re-creating it", DEADLINE);
+    let slice = s.slice().unwrap();
+    assert!(
+        generation(&slice) > 7,
+        "never behind what was stored: {slice}"
+    );
+    assert_eq!(devices(&slice).len(), 1);
+    assert!(
+        s.server
+            .get("resourceslices", "", "gpu-node-2-media.liken.sh")
+            .is_some()
+    );
+}

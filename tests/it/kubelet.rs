@@ -1,0 +1,441 @@
+//! The kubelet plugin over real gRPC on unix sockets in a temporary directory, with tonic
+//! clients playing the kubelet: the registration handshake, NodePrepareResources and
+//! NodeUnprepareResources on both API versions, stale and vanished socket files, and shutdown.
+
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::support::kubelet::{channel, claims, prepare_and_unprepare};
+use media_operator::agent::kubelet::proto::dra::{v1, v1beta1};
+use media_operator::agent::kubelet::proto::pluginregistration::{
+    InfoRequest, RegistrationStatus, registration_client::RegistrationClient,
+};
+use media_operator::agent::kubelet::{
+    Config, KubeletError, KubeletPlugin, RegistrationState, SUPPORTED_VERSIONS,
+};
+use media_operator::catalogue::DRIVER;
+use tokio::net::UnixStream;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+/// How long any awaited event may take before the test fails.
+const DEADLINE: Duration = Duration::from_secs(10);
+
+/// Plugin directories inside `dir`, checked every 20 ms so re-creation tests finish quickly.
+fn config(dir: &Path) -> Config {
+    Config {
+        registry_dir: dir.join("plugins_registry"),
+        plugins_dir: dir.join("plugins").join(DRIVER),
+        recheck_interval: Duration::from_millis(20),
+        // Longer than any deadline below, so "returns promptly" is not the drain cap at work.
+        drain_timeout: Duration::from_secs(30),
+    }
+}
+
+/// A plugin serving in the background.
+struct Running {
+    config: Config,
+    registration: watch::Receiver<RegistrationState>,
+    endpoint: String,
+    shutdown: oneshot::Sender<()>,
+    task: JoinHandle<Result<(), KubeletError>>,
+}
+
+fn start(config: Config) -> Running {
+    let plugin = KubeletPlugin::bind(&config).expect("plugin binds its sockets");
+    let registration = plugin.registration();
+    let endpoint = plugin.endpoint().to_owned();
+    let (shutdown, signal) = oneshot::channel::<()>();
+    let task = tokio::spawn(plugin.run(async {
+        let _ = signal.await;
+    }));
+    Running {
+        config,
+        registration,
+        endpoint,
+        shutdown,
+        task,
+    }
+}
+
+impl Running {
+    async fn stop(self) {
+        self.shutdown.send(()).expect("plugin still running");
+        tokio::time::timeout(DEADLINE, self.task)
+            .await
+            .expect("plugin stops before the deadline")
+            .expect("plugin task did not panic")
+            .expect("plugin stops without error");
+    }
+}
+
+/// Polls `check` every 10 ms until it holds, failing the test after [`DEADLINE`].
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until the registration state satisfies `wanted`.
+async fn registration_becomes(
+    state: &mut watch::Receiver<RegistrationState>,
+    wanted: impl FnMut(&RegistrationState) -> bool,
+) -> RegistrationState {
+    tokio::time::timeout(DEADLINE, state.wait_for(wanted))
+        .await
+        .expect("registration state changes before the deadline")
+        .expect("plugin still running")
+        .clone()
+}
+
+/// Whether a GetInfo call on `path` answers with our driver name.
+async fn answers_get_info(path: &Path) -> bool {
+    if !path.exists() {
+        return false;
+    }
+    let Ok(stream) = UnixStream::connect(path).await else {
+        return false;
+    };
+    drop(stream);
+    let mut client = RegistrationClient::new(channel(path).await);
+    client
+        .get_info(InfoRequest {})
+        .await
+        .is_ok_and(|info| info.into_inner().name == DRIVER)
+}
+
+/// Log lines written while a test's subscriber is installed.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    /// Installs a subscriber for this thread. `#[tokio::test]` runs the plugin's tasks on the
+    /// test's own thread, so everything the plugin logs lands here.
+    fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let logs = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(move || logs.clone())
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn kubelet_handshake_reports_the_driver_and_records_the_verdict() {
+    let logs = Logs::default();
+    let _guard = logs.capture();
+    let dir = tempfile::tempdir().unwrap();
+    let mut plugin = start(config(dir.path()));
+    assert_eq!(*plugin.registration.borrow(), RegistrationState::Pending);
+
+    let mut client = RegistrationClient::new(channel(&plugin.config.registration_socket()).await);
+    let info = client.get_info(InfoRequest {}).await.unwrap().into_inner();
+    assert_eq!(info.r#type, "DRAPlugin");
+    assert_eq!(info.name, DRIVER);
+    assert_eq!(
+        info.supported_versions,
+        ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    );
+    assert_eq!(info.supported_versions, SUPPORTED_VERSIONS);
+    let endpoint = PathBuf::from(&info.endpoint);
+    assert!(
+        endpoint.is_absolute(),
+        "endpoint {endpoint:?} must be absolute"
+    );
+    assert_eq!(endpoint, plugin.config.dra_socket());
+    assert_eq!(info.endpoint, plugin.endpoint);
+    // The kubelet dials the endpoint it was given: it must serve the DRA API.
+    let mut dra = v1::dra_plugin_client::DraPluginClient::new(channel(&endpoint).await);
+    dra.node_prepare_resources(v1::NodePrepareResourcesRequest::default())
+        .await
+        .expect("the endpoint serves DRA v1");
+
+    client
+        .notify_registration_status(RegistrationStatus {
+            plugin_registered: true,
+            error: String::new(),
+        })
+        .await
+        .unwrap();
+    let state = registration_becomes(&mut plugin.registration, |s| {
+        *s != RegistrationState::Pending
+    })
+    .await;
+    assert!(state.is_registered(), "{state:?}");
+
+    let kubelet_error = "plugin media.liken.sh: unsupported versions [v9.DRAPlugin] \"quoted\"";
+    client
+        .notify_registration_status(RegistrationStatus {
+            plugin_registered: false,
+            error: kubelet_error.to_owned(),
+        })
+        .await
+        .unwrap();
+    let state = registration_becomes(&mut plugin.registration, |s| !s.is_registered()).await;
+    assert_eq!(
+        state,
+        RegistrationState::Failed {
+            error: kubelet_error.to_owned()
+        }
+    );
+    let text = logs.text();
+    let line = text
+        .lines()
+        .find(|l| l.contains(kubelet_error))
+        .unwrap_or_else(|| panic!("kubelet error logged verbatim; logs:\n{text}"));
+    assert!(line.contains("ERROR"), "{line}");
+
+    plugin.stop().await;
+}
+
+/// The claims of one call: `count` claims whose UIDs start with `prefix`.
+#[tokio::test]
+async fn every_claim_is_answered_with_nothing_on_both_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = start(config(dir.path()));
+    let dra = channel(&plugin.config.dra_socket()).await;
+
+    prepare_and_unprepare!(v1, dra.clone(), claims("one", 1));
+    prepare_and_unprepare!(v1beta1, dra.clone(), claims("beta-one", 1));
+    prepare_and_unprepare!(v1, dra.clone(), claims("several", 5));
+    prepare_and_unprepare!(v1beta1, dra.clone(), claims("beta-several", 5));
+    prepare_and_unprepare!(v1, dra.clone(), Vec::new());
+
+    plugin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_on_both_versions_each_get_their_own_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = start(config(dir.path()));
+    let dra = channel(&plugin.config.dra_socket()).await;
+
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..16 {
+        let dra = dra.clone();
+        // Separate connections too, as several kubelet workers (or restarts) would make.
+        let own = channel(&plugin.config.dra_socket()).await;
+        calls.spawn(async move {
+            if i % 2 == 0 {
+                prepare_and_unprepare!(v1, dra, claims(&format!("pod{i}"), 3));
+                prepare_and_unprepare!(v1beta1, own, claims(&format!("own{i}"), 2));
+            } else {
+                prepare_and_unprepare!(v1beta1, dra, claims(&format!("pod{i}"), 3));
+                prepare_and_unprepare!(v1, own, claims(&format!("own{i}"), 2));
+            }
+        });
+    }
+    while let Some(call) = calls.join_next().await {
+        call.expect("call task did not panic");
+    }
+
+    plugin.stop().await;
+}
+
+#[tokio::test]
+async fn stale_sockets_are_replaced_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    std::fs::create_dir_all(&config.registry_dir).unwrap();
+    std::fs::create_dir_all(&config.plugins_dir).unwrap();
+    // A socket file left by a process that has exited, and a plain file, at our two paths.
+    drop(std::os::unix::net::UnixListener::bind(config.registration_socket()).unwrap());
+    std::fs::write(config.dra_socket(), b"left over").unwrap();
+    assert!(
+        UnixStream::connect(config.registration_socket())
+            .await
+            .is_err()
+    );
+
+    let plugin = start(config);
+    assert!(answers_get_info(&plugin.config.registration_socket()).await);
+    prepare_and_unprepare!(
+        v1,
+        channel(&plugin.config.dra_socket()).await,
+        claims("after-stale", 2)
+    );
+
+    plugin.stop().await;
+}
+
+#[tokio::test]
+async fn a_directory_in_place_of_a_socket_is_an_error_with_a_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    std::fs::create_dir_all(config.registration_socket()).unwrap();
+
+    let error = KubeletPlugin::bind(&config).expect_err("a directory is not replaced");
+    assert!(
+        matches!(error, KubeletError::IsADirectory { .. }),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("media.liken.sh-reg.sock is a directory"),
+        "{message}"
+    );
+    assert!(message.contains("(hint: "), "{message}");
+    assert!(
+        config.registration_socket().is_dir(),
+        "the directory is left alone"
+    );
+}
+
+#[tokio::test]
+async fn sockets_are_re_created_after_the_registry_dir_is_re_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut plugin = start(config(dir.path()));
+    let registration_socket = plugin.config.registration_socket();
+    let mut client = RegistrationClient::new(channel(&registration_socket).await);
+    client
+        .notify_registration_status(RegistrationStatus {
+            plugin_registered: true,
+            error: String::new(),
+        })
+        .await
+        .unwrap();
+    registration_becomes(&mut plugin.registration, RegistrationState::is_registered).await;
+
+    // What a kubelet reinstall or a node cleanup does to the registry directory.
+    std::fs::remove_dir_all(&plugin.config.registry_dir).unwrap();
+    std::fs::create_dir_all(&plugin.config.registry_dir).unwrap();
+
+    // The socket is back and serving (a connection by path reaches only a file that exists),
+    // and the kubelet must register it anew.
+    registration_becomes(&mut plugin.registration, |s| {
+        *s == RegistrationState::Pending
+    })
+    .await;
+    eventually("the registration socket is re-created and answers", || {
+        answers_get_info(&registration_socket)
+    })
+    .await;
+    let mut client = RegistrationClient::new(channel(&registration_socket).await);
+    client
+        .notify_registration_status(RegistrationStatus {
+            plugin_registered: true,
+            error: String::new(),
+        })
+        .await
+        .unwrap();
+    registration_becomes(&mut plugin.registration, RegistrationState::is_registered).await;
+
+    // The same for the DRA socket, whose directory is ours.
+    let dra_socket = plugin.config.dra_socket();
+    std::fs::remove_file(&dra_socket).unwrap();
+    eventually("the DRA socket is re-created", || {
+        let dra_socket = dra_socket.clone();
+        async move { UnixStream::connect(&dra_socket).await.is_ok() }
+    })
+    .await;
+    prepare_and_unprepare!(v1, channel(&dra_socket).await, claims("after-recreate", 2));
+
+    plugin.stop().await;
+    assert!(!registration_socket.exists() && !dra_socket.exists());
+}
+
+#[tokio::test]
+async fn a_socket_taken_over_by_a_live_process_is_left_alone() {
+    let logs = Logs::default();
+    let _guard = logs.capture();
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = start(config(dir.path()));
+    let registration_socket = plugin.config.registration_socket();
+
+    // A newer agent pod (rolling update with surge) binds the same path.
+    std::fs::remove_file(&registration_socket).unwrap();
+    let newer = tokio::net::UnixListener::bind(&registration_socket).unwrap();
+    let newer_inode = std::fs::metadata(&registration_socket).unwrap().ino();
+
+    eventually("the plugin notices the other process", || {
+        let text = logs.text();
+        async move { text.contains("another process now serves the registration socket") }
+    })
+    .await;
+    plugin.stop().await;
+    assert_eq!(
+        std::fs::metadata(&registration_socket).unwrap().ino(),
+        newer_inode,
+        "the other process's socket is neither replaced nor removed"
+    );
+    drop(newer);
+}
+
+#[tokio::test]
+async fn shutdown_returns_promptly_and_removes_the_sockets() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = start(config(dir.path()));
+    let registration_socket = plugin.config.registration_socket();
+    let dra_socket = plugin.config.dra_socket();
+    // The kubelet keeps its connections open between calls; they must not hold up shutdown.
+    let mut registration = RegistrationClient::new(channel(&registration_socket).await);
+    registration.get_info(InfoRequest {}).await.unwrap();
+    let dra = channel(&dra_socket).await;
+    prepare_and_unprepare!(v1, dra.clone(), claims("before-shutdown", 1));
+
+    let started = std::time::Instant::now();
+    plugin.shutdown.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(2), plugin.task)
+        .await
+        .expect("run returns within 2 s of the shutdown signal")
+        .expect("plugin task did not panic")
+        .expect("plugin stops without error");
+    let took = started.elapsed();
+
+    assert!(!registration_socket.exists(), "registration socket removed");
+    assert!(!dra_socket.exists(), "DRA socket removed");
+    assert!(
+        registration.get_info(InfoRequest {}).await.is_err(),
+        "nothing answers after shutdown"
+    );
+    eprintln!("shutdown took {took:?}");
+}
+
+#[tokio::test]
+async fn a_dead_socket_in_our_place_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = start(config(dir.path()));
+    let registration_socket = plugin.config.registration_socket();
+
+    // A process bound the path and exited without cleaning up: nobody listens there.
+    std::fs::remove_file(&registration_socket).unwrap();
+    drop(std::os::unix::net::UnixListener::bind(&registration_socket).unwrap());
+    assert!(!answers_get_info(&registration_socket).await);
+
+    // Answering proves the replacement: the inode number alone would not, as the new socket
+    // often reuses the dead one's.
+    eventually("the dead socket is replaced by a serving one", || {
+        answers_get_info(&registration_socket)
+    })
+    .await;
+
+    plugin.stop().await;
+}

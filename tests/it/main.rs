@@ -1,0 +1,16 @@
+//! The integration tests, as one test binary: the test API server, the kubelet stand-in and the
+//! other support code compile once instead of once per test file. Each module is the test file
+//! of one part of the product; `cargo test --test it caps` runs one of them.
+
+mod support;
+
+mod agent;
+mod apiserver;
+mod caps;
+mod class;
+mod cluster;
+mod generated;
+mod isolation;
+mod kubelet;
+mod probe_cli;
+mod rules_captures;

@@ -1,0 +1,129 @@
+//! Files in the repository that are generated from the code: the shell completion scripts (from
+//! the clap definitions) and the capability reference (from the catalogue).
+//!
+//! `tests/it/generated.rs` fails when a committed file differs from what this module produces, and
+//! rewrites them all with `UPDATE_GENERATED=1 cargo test --test it generated`.
+
+use std::fmt::Write;
+
+use std::path::Path;
+
+use clap::CommandFactory;
+use clap_complete::Shell;
+
+use super::examples::{self, ExampleError};
+use media_operator::catalogue::{self, Attribute, Capability, Group, Identity};
+use media_operator::cli::Cli;
+
+/// Every generated file: its path relative to the repository root `root` (some are made from
+/// inputs there), and its contents.
+pub fn files(root: &Path) -> Result<Vec<(String, String)>, ExampleError> {
+    let mut files = Vec::new();
+    for (shell, file) in [
+        (Shell::Bash, "kubectl-media.bash"),
+        (Shell::Zsh, "_kubectl-media"),
+        (Shell::Fish, "kubectl-media.fish"),
+    ] {
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "kubectl-media", &mut script);
+        let script = String::from_utf8(script).expect("clap_complete writes UTF-8");
+        files.push((format!("completions/{file}"), script));
+    }
+    files.push(("docs/capabilities.md".to_string(), capability_reference()));
+    let fleet = examples::example_fleet(root)?;
+    let mut yaml = String::from(
+        "# Generated from the recorded probes in docs/examples/fleet/ by\n\
+         # `UPDATE_GENERATED=1 cargo test --test it generated`; do not edit.\n",
+    );
+    yaml.push_str(&serde_yaml::to_string(&fleet).expect("a List serialises"));
+    files.push(("docs/examples/fleet.yaml".to_string(), yaml));
+    Ok(files)
+}
+
+/// The capability reference, docs/capabilities.md.
+pub fn capability_reference() -> String {
+    let mut md = String::new();
+    let w = &mut md;
+    let _ = writeln!(
+        w,
+        "<!-- Generated from src/caps.rs by `UPDATE_GENERATED=1 cargo test --test it generated`; do not edit. -->\n"
+    );
+    let _ = writeln!(w, "# Render node capabilities\n");
+    let _ = writeln!(
+        w,
+        "The capabilities agent publishes one `{}` device per GPU. Each device carries the {} \
+         attributes below ({} identity attributes and {} capabilities; the API server allows {} \
+         per device). Every capability is present on every device, `true` or `false`, so a \
+         selector needs no `has()` check. Unqualified names live in the `{}` domain: in CEL, \
+         `device.attributes[\"{}\"].decodeHEVCMain10`.\n",
+        catalogue::DRIVER,
+        Identity::ALL.len() + Capability::ALL.len(),
+        Identity::ALL.len(),
+        Capability::ALL.len(),
+        catalogue::MAX_ATTRIBUTES_PER_DEVICE,
+        catalogue::DRIVER,
+        catalogue::DRIVER,
+    );
+    let _ = writeln!(
+        w,
+        "The values are the driver's own statements, read through libva, with the rule in the \
+         last column applied; the agent does not test them. A capability the GPU has but the \
+         driver in the agent's image does not list publishes as `false`. When the query fails, \
+         the device has every capability `false` and no `vaDriver`, and the agent's log \
+         (`kubectl -n liken-system logs ds/media-capabilities`) has the failure word for word.\n"
+    );
+    let _ = writeln!(w, "## Identity\n");
+    let _ = writeln!(w, "| attribute | type | meaning | source |");
+    let _ = writeln!(w, "|---|---|---|---|");
+    for identity in Identity::ALL {
+        row(w, Attribute::Identity(identity));
+    }
+    let _ = writeln!(
+        w,
+        "\nString values are at most {} bytes: longer driver strings and names are cut before \
+         their first ` (` when that fits, else at {} bytes on a character boundary; the full \
+         string is in the agent's log.\n",
+        catalogue::MAX_STRING_VALUE_BYTES,
+        catalogue::MAX_STRING_VALUE_BYTES
+    );
+    for group in Group::ALL {
+        let _ = writeln!(w, "## {}\n", title(group));
+        let _ = writeln!(
+            w,
+            "`kubectl media class --{group} VALUE` takes the value column, in any letter case.\n"
+        );
+        let _ = writeln!(w, "| attribute | value | meaning | true when |");
+        let _ = writeln!(w, "|---|---|---|---|");
+        for capability in group.capabilities() {
+            let _ = writeln!(
+                w,
+                "| `{}` | `{}` | {} | {} |",
+                capability.attribute(),
+                capability.value(),
+                capability.meaning(),
+                capability.va_rule()
+            );
+        }
+        let _ = writeln!(w);
+    }
+    md
+}
+
+fn row(w: &mut String, attribute: Attribute) {
+    let _ = writeln!(
+        w,
+        "| `{}` | {} | {} | {} |",
+        attribute.name(),
+        attribute.kind().as_str(),
+        attribute.meaning(),
+        attribute.source()
+    );
+}
+
+fn title(group: Group) -> &'static str {
+    match group {
+        Group::Decode => "Decode",
+        Group::Encode => "Encode",
+        Group::Scale => "Scale (video processor)",
+    }
+}

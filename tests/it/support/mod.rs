@@ -1,0 +1,13 @@
+//! Support code shared by the integration tests and the benchmarks (which include it with
+//! `#[path = "../tests/it/support/mod.rs"] mod support;`), so nothing here depends on the test
+//! harness.
+
+// Each test binary uses a different part of the support code; the rest would warn as dead.
+#![allow(dead_code)]
+
+pub mod agent;
+pub mod apiserver;
+pub mod examples;
+pub mod generated;
+pub mod kubelet;
+pub mod vainfo;
