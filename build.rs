@@ -1,0 +1,50 @@
+//! Tells the tests which outside tools this machine has, so that a test needing one is reported
+//! by the test harness as *ignored, with the command that installs it* where the tool is missing,
+//! instead of printing "skipped" and counting as passed.
+//!
+//! - `have_kubectl`: `kubectl` is on PATH (the tests drive it as a real client);
+//! - `have_libva`: the real libva (`libva.so.2` and `libva-drm.so.2`) can be loaded.
+//!
+//! In CI (`CI` set to anything but `false`) both are always on, so a missing tool fails the run
+//! rather than hiding its tests: CI installs them (`.ci/run`).
+//!
+//! Only `CI` and `PATH` are watched: watching the tool's files would re-run this script (and so
+//! rebuild the crate) on every build where one is missing. After installing a tool, `touch
+//! build.rs` makes the next build look again.
+
+use std::env;
+use std::path::Path;
+
+fn main() {
+    println!("cargo::rustc-check-cfg=cfg(have_kubectl)");
+    println!("cargo::rustc-check-cfg=cfg(have_libva)");
+    println!("cargo::rerun-if-env-changed=CI");
+    println!("cargo::rerun-if-env-changed=PATH");
+    let ci = env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
+
+    if ci || on_path("kubectl") {
+        println!("cargo::rustc-cfg=have_kubectl");
+    }
+    if ci || libva_installed() {
+        println!("cargo::rustc-cfg=have_libva");
+    }
+}
+
+fn on_path(program: &str) -> bool {
+    env::var_os("PATH")
+        .is_some_and(|path| env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+/// Debian's `libva2` and `libva-drm2` put these in the multiarch directory; the dynamic loader
+/// finds them there, which is how the probe loads them at run time.
+fn libva_installed() -> bool {
+    const DIRS: &[&str] = &[
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+    ];
+    ["libva.so.2", "libva-drm.so.2"]
+        .iter()
+        .all(|lib| DIRS.iter().any(|dir| Path::new(dir).join(lib).exists()))
+}
