@@ -46,7 +46,7 @@ pub fn capability_reference() -> String {
     let w = &mut md;
     let _ = writeln!(
         w,
-        "<!-- Generated from src/caps.rs by `UPDATE_GENERATED=1 cargo test --test it generated`; do not edit. -->\n"
+        "<!-- Generated from src/catalogue.rs by `UPDATE_GENERATED=1 cargo test --test it generated`; do not edit. -->\n"
     );
     let _ = writeln!(w, "# Render node capabilities\n");
     let _ = writeln!(
