@@ -3,9 +3,10 @@
 //! instead of printing "skipped" and counting as passed.
 //!
 //! - `have_kubectl`: `kubectl` is on PATH (the tests drive it as a real client);
-//! - `have_libva`: the real libva (`libva.so.2` and `libva-drm.so.2`) can be loaded.
+//! - `have_libva`: the real libva (`libva.so.2` and `libva-drm.so.2`) can be loaded;
+//! - `have_zsh`, `have_fish`: those shells are on PATH (the completion scripts are tested in them).
 //!
-//! In CI (`CI` set to anything but `false`) both are always on, so a missing tool fails the run
+//! In CI (`CI` set to anything but `false`) all are always on, so a missing tool fails the run
 //! rather than hiding its tests: CI installs them (`.ci/run`).
 //!
 //! Only `CI` and `PATH` are watched: watching the tool's files would re-run this script (and so
@@ -18,12 +19,19 @@ use std::path::Path;
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(have_kubectl)");
     println!("cargo::rustc-check-cfg=cfg(have_libva)");
+    println!("cargo::rustc-check-cfg=cfg(have_zsh)");
+    println!("cargo::rustc-check-cfg=cfg(have_fish)");
     println!("cargo::rerun-if-env-changed=CI");
     println!("cargo::rerun-if-env-changed=PATH");
     let ci = env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
 
     if ci || on_path("kubectl") {
         println!("cargo::rustc-cfg=have_kubectl");
+    }
+    for shell in ["zsh", "fish"] {
+        if ci || on_path(shell) {
+            println!("cargo::rustc-cfg=have_{shell}");
+        }
     }
     if ci || libva_installed() {
         println!("cargo::rustc-cfg=have_libva");

@@ -7,11 +7,18 @@
 //! names and capability values come from the same place as parsing: the catalogue.
 //!
 //! clap_complete's completion engine does the walking (subcommands, flags, values after a flag,
-//! comma lists); we only translate its candidates into Cobra's format.
+//! comma lists); we only translate its candidates into Cobra's format. The scripts for bash, zsh
+//! and fish in `completions/` ask the same question (`kubectl-media __complete ...`), so a shell
+//! and kubectl always offer the same candidates, and hidden subcommands never.
 
 use std::ffi::OsString;
 
+use std::ffi::OsStr;
+
 use clap::Args;
+use clap_complete::engine::{ArgValueCompleter, CompletionCandidate, ValueCompleter};
+
+use crate::catalogue::Group;
 
 /// Cobra's "do not fall back to file names" directive, for every value that is not a file.
 const NO_FILE_COMP: u8 = 4;
@@ -24,6 +31,29 @@ pub struct CompleteArgs {
     /// The words after `kubectl media`, the last being the one to complete ("" for a new word).
     #[arg(num_args = 0.., allow_hyphen_values = true, trailing_var_arg = true)]
     pub words: Vec<OsString>,
+}
+
+/// Completes the values of `--decode`, `--encode` or `--scale`: the catalogue's names that start
+/// with what was typed, ignoring case (`hevc` offers `HEVCMain` and `HEVCMain10`), spelled as the
+/// catalogue spells them. clap's own completion of possible values matches case-sensitively.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct CapabilityCompleter(pub(super) Group);
+
+impl CapabilityCompleter {
+    pub(super) fn arg(group: Group) -> ArgValueCompleter {
+        ArgValueCompleter::new(Self(group))
+    }
+}
+
+impl ValueCompleter for CapabilityCompleter {
+    fn complete(&self, current: &OsStr) -> Vec<CompletionCandidate> {
+        let typed = current.to_string_lossy().to_ascii_lowercase();
+        self.0
+            .capabilities()
+            .filter(|c| c.value().to_ascii_lowercase().starts_with(&typed))
+            .map(|c| CompletionCandidate::new(c.value()).help(Some(c.meaning().into())))
+            .collect()
+    }
 }
 
 /// Answers one completion request in Cobra's format.
@@ -39,10 +69,17 @@ pub fn complete(cmd: &mut clap::Command, words: &[OsString]) -> String {
         args.push(OsString::new());
     }
     let index = args.len() - 1;
+    // As kubectl (Cobra) does: flags are offered once the word starts with `-`, so that a new
+    // word lists the subcommands or values rather than every flag.
+    let typing_a_flag = args[index].to_string_lossy().starts_with('-');
     // The engine errors when it has nothing to offer; that is an empty answer, not a failure.
     let candidates = clap_complete::engine::complete(cmd, args, index, None).unwrap_or_default();
     let mut out = String::new();
-    for candidate in candidates.iter().filter(|c| !c.is_hide_set()) {
+    for candidate in candidates
+        .iter()
+        .filter(|c| !c.is_hide_set())
+        .filter(|c| typing_a_flag || !c.get_value().to_string_lossy().starts_with('-'))
+    {
         out.push_str(&candidate.get_value().to_string_lossy());
         if let Some(help) = candidate.get_help() {
             let help = help.to_string();
@@ -129,6 +166,40 @@ mod tests {
             lines[0].contains("\tdecodes HEVC Main profile"),
             "{lines:?}"
         );
+    }
+
+    #[test]
+    fn lowercase_prefixes_complete_capability_names() {
+        let values = |words: &[&str]| -> Vec<String> {
+            answer(words)
+                .iter()
+                .map(|l| l.split('\t').next().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(
+            values(&["class", "--decode", "hevc"]),
+            ["HEVCMain", "HEVCMain10", ":4"]
+        );
+        assert_eq!(
+            values(&["caps", "--encode", "h264l"]),
+            ["H264LowPower", ":4"]
+        );
+        assert_eq!(values(&["class", "--scale", "10B"]), ["10bit", ":4"]);
+        assert_eq!(values(&["class", "--decode", "nosuch"]), [":4"]);
+    }
+
+    #[test]
+    fn option_values_without_candidates_stay_quiet() {
+        // Not subcommands, not flags, not files: nothing, and no file-name fallback.
+        assert_eq!(answer(&["caps", "--node", ""]), [":4"]);
+        assert_eq!(answer(&["caps", "--context", ""]), [":4"]);
+        assert_eq!(answer(&["class", "x", "--request-timeout", ""]), [":4"]);
+    }
+
+    #[test]
+    fn hidden_subcommands_are_never_offered() {
+        assert_eq!(answer(&["__c"]), [":4"]);
+        assert_eq!(answer(&["help", "__c"]), [":4"]);
     }
 
     #[test]

@@ -121,15 +121,18 @@ impl TypedValueParser for CapabilityValues {
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct CapabilityFlags {
     /// A decode capability the GPU must state; repeat or give a comma list.
-    #[arg(long, value_name = "CAP", value_delimiter = ',', value_parser = CapabilityValues(Group::Decode))]
+    #[arg(long, value_name = "CAP", value_delimiter = ',', value_parser = CapabilityValues(Group::Decode),
+        add = complete::CapabilityCompleter::arg(Group::Decode))]
     pub decode: Vec<String>,
 
     /// An encode capability the GPU must state; repeat or give a comma list.
-    #[arg(long, value_name = "CAP", value_delimiter = ',', value_parser = CapabilityValues(Group::Encode))]
+    #[arg(long, value_name = "CAP", value_delimiter = ',', value_parser = CapabilityValues(Group::Encode),
+        add = complete::CapabilityCompleter::arg(Group::Encode))]
     pub encode: Vec<String>,
 
     /// A bit depth the GPU's video processor must scale; repeat or give a comma list.
-    #[arg(long, value_name = "DEPTH", value_delimiter = ',', value_parser = CapabilityValues(Group::Scale))]
+    #[arg(long, value_name = "DEPTH", value_delimiter = ',', value_parser = CapabilityValues(Group::Scale),
+        add = complete::CapabilityCompleter::arg(Group::Scale))]
     pub scale: Vec<String>,
 }
 

@@ -465,4 +465,10 @@ fn kubectl_completes_through_the_shipped_shim() {
         "{values}"
     );
     assert_eq!(complete(&["caps", "-f", ""]), ":0\n");
+    // The table's lowercase habit: `hevc` completes to the catalogue's spelling.
+    let values = complete(&["class", "--decode", "hevc"]);
+    assert!(
+        values.starts_with("HEVCMain\t") && values.contains("\nHEVCMain10\t"),
+        "{values}"
+    );
 }

@@ -3,9 +3,8 @@
 //! - the protobuf code in `src/agent/kubelet/generated/`, committed so that building needs no
 //!   protoc and no build script, regenerated here from `proto/` with `protox` (a protobuf
 //!   compiler in Rust) and `tonic-prost-build`;
-//! - the shell completions in `completions/` (from the clap definitions) and
-//!   `docs/capabilities.md` (from the capability catalogue), produced by
-//!   `crate::support::generated::files()`.
+//! - `docs/capabilities.md` (from the capability catalogue) and `docs/examples/fleet.yaml` (from
+//!   the recorded probes), produced by `crate::support::generated::files()`.
 //!
 //! To rewrite them all after a change:
 //!
@@ -109,7 +108,7 @@ fn generated_code_matches_proto() {
 }
 
 #[test]
-fn completions_and_capability_reference_are_up_to_date() {
+fn capability_reference_and_example_fleet_are_up_to_date() {
     let update = std::env::var_os("UPDATE_GENERATED").is_some();
     let mut stale = Vec::new();
     for (path, contents) in crate::support::generated::files(&root()).expect("example inputs read")

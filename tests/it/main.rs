@@ -9,6 +9,7 @@ mod apiserver;
 mod caps;
 mod class;
 mod cluster;
+mod completion;
 mod generated;
 mod isolation;
 mod kubelet;

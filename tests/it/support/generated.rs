@@ -1,5 +1,6 @@
-//! Files in the repository that are generated from the code: the shell completion scripts (from
-//! the clap definitions) and the capability reference (from the catalogue).
+//! Files in the repository that are generated from the code: the capability reference (from the
+//! catalogue) and the example fleet (from the recorded probes, with the agent's code). The shell
+//! completion scripts are not generated: they ask the program itself (`tests/it/completion.rs`).
 //!
 //! `tests/it/generated.rs` fails when a committed file differs from what this module produces, and
 //! rewrites them all with `UPDATE_GENERATED=1 cargo test --test it generated`.
@@ -8,28 +9,13 @@ use std::fmt::Write;
 
 use std::path::Path;
 
-use clap::CommandFactory;
-use clap_complete::Shell;
-
 use super::examples::{self, ExampleError};
 use media_operator::catalogue::{self, Attribute, Capability, Group, Identity};
-use media_operator::cli::Cli;
 
 /// Every generated file: its path relative to the repository root `root` (some are made from
 /// inputs there), and its contents.
 pub fn files(root: &Path) -> Result<Vec<(String, String)>, ExampleError> {
-    let mut files = Vec::new();
-    for (shell, file) in [
-        (Shell::Bash, "kubectl-media.bash"),
-        (Shell::Zsh, "_kubectl-media"),
-        (Shell::Fish, "kubectl-media.fish"),
-    ] {
-        let mut script = Vec::new();
-        clap_complete::generate(shell, &mut Cli::command(), "kubectl-media", &mut script);
-        let script = String::from_utf8(script).expect("clap_complete writes UTF-8");
-        files.push((format!("completions/{file}"), script));
-    }
-    files.push(("docs/capabilities.md".to_string(), capability_reference()));
+    let mut files = vec![("docs/capabilities.md".to_string(), capability_reference())];
     let fleet = examples::example_fleet(root)?;
     let mut yaml = String::from(
         "# Generated from the recorded probes in docs/examples/fleet/ by\n\
