@@ -14,4 +14,5 @@ mod generated;
 mod isolation;
 mod kubelet;
 mod probe_cli;
+mod release;
 mod rules_captures;

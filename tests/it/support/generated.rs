@@ -1,5 +1,6 @@
 //! Files in the repository that are generated from the code: the capability reference (from the
-//! catalogue) and the example fleet (from the recorded probes, with the agent's code). The shell
+//! catalogue), the example fleet (from the recorded probes, with the agent's code) and the man
+//! pages (from the clap definitions). The shell
 //! completion scripts are not generated: they ask the program itself (`tests/it/completion.rs`).
 //!
 //! `tests/it/generated.rs` fails when a committed file differs from what this module produces, and
@@ -8,6 +9,8 @@
 use std::fmt::Write;
 
 use std::path::Path;
+
+use clap::CommandFactory;
 
 use super::examples::{self, ExampleError};
 use media_operator::catalogue::{self, Attribute, Capability, Group, Identity};
@@ -23,7 +26,42 @@ pub fn files(root: &Path) -> Result<Vec<(String, String)>, ExampleError> {
     );
     yaml.push_str(&serde_yaml::to_string(&fleet).expect("a List serialises"));
     files.push(("docs/examples/fleet.yaml".to_string(), yaml));
+    files.extend(man_pages());
     Ok(files)
+}
+
+/// The man pages of both programs and of each visible subcommand (`kubectl-media-caps.1`, as
+/// git and kubectl name theirs), from the same clap definitions that parse the command lines.
+pub fn man_pages() -> Vec<(String, String)> {
+    let mut pages = Vec::new();
+    for root in [
+        media_operator::cli::Cli::command(),
+        media_operator::agent::cli::Cli::command(),
+    ] {
+        let mut root = root.version(env!("CARGO_PKG_VERSION"));
+        // Building propagates the global flags (--kubeconfig, --context, ...) to the
+        // subcommands, so each page lists every flag its command takes.
+        root.build();
+        let name = root.get_name().to_owned();
+        pages.push((format!("docs/man/{name}.1"), man_page(root.clone())));
+        let pages_of = |s: &&clap::Command| !s.is_hide_set() && s.get_name() != "help";
+        for sub in root.get_subcommands().filter(pages_of) {
+            // clap takes names as `&'static str` (its `string` feature is off); a few bytes
+            // per page, once per test run.
+            let full: &'static str = format!("{name}-{}", sub.get_name()).leak();
+            let sub = sub.clone().name(full).version(env!("CARGO_PKG_VERSION"));
+            pages.push((format!("docs/man/{full}.1"), man_page(sub)));
+        }
+    }
+    pages
+}
+
+fn man_page(command: clap::Command) -> String {
+    let mut page = Vec::new();
+    clap_mangen::Man::new(command)
+        .render(&mut page)
+        .expect("rendering into memory cannot fail");
+    String::from_utf8(page).expect("clap_mangen writes UTF-8")
 }
 
 /// The capability reference, docs/capabilities.md.
