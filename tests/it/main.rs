@@ -10,6 +10,7 @@ mod caps;
 mod class;
 mod cluster;
 mod completion;
+mod deploy;
 mod generated;
 mod isolation;
 mod kubelet;
