@@ -18,6 +18,9 @@ use crate::catalogue::{self, Capability, Group};
 
 /// The class of the liken render nodes when the user names none (product document, step 2).
 pub const DEFAULT_RENDER_CLASS: &str = "gpu-render";
+/// The class of the agent's own claim, installed as wiring (`deploy/deviceclass.yaml`): "not for
+/// workloads" (product document, step 2), so `class` never writes or claims through it.
+pub const AGENT_CLASS: &str = "media-render";
 /// The catch-all class of every `media.liken.sh` device (product document, step 4).
 pub const DEFAULT_BASE_CLASS: &str = "media-gpu";
 /// The attribute every liken render node carries (liken's own, not ours).

@@ -124,6 +124,15 @@ pub enum ClassError {
         needs: &'static str,
         hint: &'static str,
     },
+    #[error(
+        "{flag} {name:?} is the media-capabilities agent's own class, installed as wiring and not \
+         for workloads (hint: {hint})"
+    )]
+    AgentClass {
+        flag: &'static str,
+        name: String,
+        hint: &'static str,
+    },
     #[error("{0}")]
     Conflict(String),
 }
@@ -152,6 +161,7 @@ impl ClassArgs {
             base_class,
             "--base-class takes a DeviceClass name",
         )?;
+        self.check_agent_class(render_class, base_class)?;
         let template_flag = self.claim.as_ref().and_then(Option::as_deref);
         if let Some(template) = template_flag {
             check_name(
@@ -229,6 +239,37 @@ impl ClassArgs {
         }
         check_distinct(&objects)?;
         Ok(objects)
+    }
+
+    /// `media-render` selects every render node for the agent's own claim; a workload claiming
+    /// through it, or a class printed under its name (which `kubectl apply` would put over the
+    /// installed one), would take the agent's wiring for its own.
+    fn check_agent_class(&self, render_class: &str, base_class: &str) -> Result<(), ClassError> {
+        let agent = |name: &str| name == classes::AGENT_CLASS;
+        if !self.selector && self.name.as_deref().is_some_and(agent) {
+            return Err(ClassError::AgentClass {
+                flag: "NAME",
+                name: classes::AGENT_CLASS.to_owned(),
+                hint: "choose another NAME, e.g. decode-10bit",
+            });
+        }
+        if agent(render_class) {
+            return Err(ClassError::AgentClass {
+                flag: "--render-class",
+                name: classes::AGENT_CLASS.to_owned(),
+                hint: "claim render nodes through gpu-render (the default, --with-render-class \
+                       writes it) or a class of your own",
+            });
+        }
+        if agent(base_class) {
+            return Err(ClassError::AgentClass {
+                flag: "--base-class",
+                name: classes::AGENT_CLASS.to_owned(),
+                hint: "narrow media-gpu (the default, --with-base-class writes it) or a class of \
+                       your own that selects media.liken.sh devices",
+            });
+        }
+        Ok(())
     }
 
     fn capabilities(&self) -> Result<CapabilitySet, ClassError> {

@@ -94,6 +94,24 @@ fn kustomize_renders_the_install_without_the_liken_namespace() {
 }
 
 #[test]
+fn the_agent_class_is_the_one_class_refuses_to_write() {
+    let objects = manifests();
+    let class = objects.iter().find(|o| o["kind"] == "DeviceClass").unwrap();
+    assert_eq!(
+        class["metadata"]["name"],
+        media_operator::classes::AGENT_CLASS
+    );
+    let template = objects
+        .iter()
+        .find(|o| o["kind"] == "ResourceClaimTemplate")
+        .unwrap();
+    assert_eq!(
+        template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"],
+        media_operator::classes::AGENT_CLASS
+    );
+}
+
+#[test]
 fn rbac_grants_exactly_the_calls_the_agent_makes() {
     let objects = manifests();
     let role = objects.iter().find(|o| o["kind"] == "ClusterRole").unwrap();
