@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::support::kubelet::{channel, claims, prepare_and_unprepare};
+use crate::support::grpc_raw::{Authority, CallError};
+use crate::support::kubelet::{
+    channel, claims, prepare_and_unprepare, raw_prepare_and_unprepare, raw_register,
+};
 use media_operator::agent::kubelet::proto::dra::{v1, v1beta1};
 use media_operator::agent::kubelet::proto::pluginregistration::{
     InfoRequest, RegistrationStatus, registration_client::RegistrationClient,
@@ -437,5 +440,37 @@ async fn a_dead_socket_in_our_place_is_replaced() {
     })
     .await;
 
+    plugin.stop().await;
+}
+
+/// What the kubelet really sends: every `:authority` form, with grpc-go's header bytes, reaches
+/// both services: GetInfo and NotifyRegistrationStatus on the registration socket (one
+/// connection, as the kubelet's plugin watcher), NodePrepareResources and NodeUnprepareResources
+/// on v1 and v1beta1 on the DRA socket.
+#[tokio::test]
+async fn every_authority_a_real_client_sends_reaches_both_services() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut plugin = start(config(dir.path()));
+    let registration_socket = plugin.config.registration_socket();
+    let dra_socket = plugin.config.dra_socket();
+    for form in Authority::ALL {
+        plugin.registration.mark_unchanged();
+        let info = raw_register(&registration_socket, form, "")
+            .await
+            .unwrap_or_else(|e| panic!("{form:?}: registration: {e:?}"));
+        assert_eq!(info.name, DRIVER, "{form:?}");
+        assert_eq!(info.endpoint, plugin.endpoint, "{form:?}");
+        registration_becomes(&mut plugin.registration, RegistrationState::is_registered).await;
+        let tag = format!("{form:?}").to_lowercase();
+        raw_prepare_and_unprepare!(v1, &dra_socket, form, claims(&tag, 3))
+            .unwrap_or_else(|e| panic!("{form:?}: DRA v1: {e:?}"));
+        raw_prepare_and_unprepare!(
+            v1beta1,
+            &dra_socket,
+            form,
+            claims(&format!("beta-{tag}"), 2)
+        )
+        .unwrap_or_else(|e| panic!("{form:?}: DRA v1beta1: {e:?}"));
+    }
     plugin.stop().await;
 }

@@ -17,6 +17,7 @@
 //! directory is deleted, which is the case we must catch; a few seconds is well inside the
 //! kubelet's 30 s wipe delay.
 
+mod authority;
 mod dra;
 pub mod proto;
 mod registration;
@@ -26,13 +27,16 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::net::{UnixListener, UnixStream};
+use tokio::io::DuplexStream;
+use tokio::net::UnixListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Server;
 use tracing::{debug, info, warn};
 
+pub use self::authority::REPLACEMENT_AUTHORITY;
+use self::authority::{MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE};
 use self::dra::DraService;
 use self::proto::dra::{v1, v1beta1};
 use self::proto::pluginregistration::registration_server::RegistrationServer;
@@ -285,7 +289,7 @@ impl KubeletPlugin {
             let stop = stopped(stop_rx.clone());
             let path = dra.path.clone();
             tokio::spawn(async move {
-                Server::builder()
+                server()
                     .add_service(v1::dra_plugin_server::DraPluginServer::new(DraService))
                     .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(DraService))
                     .serve_with_incoming_shutdown(dra_incoming, stop)
@@ -297,7 +301,7 @@ impl KubeletPlugin {
             let stop = stopped(stop_rx);
             let path = registration.path.clone();
             tokio::spawn(async move {
-                Server::builder()
+                server()
                     .add_service(RegistrationServer::new(registration_service))
                     .serve_with_incoming_shutdown(registration_incoming, stop)
                     .await
@@ -367,6 +371,14 @@ impl KubeletPlugin {
 }
 
 /// Completes once the stop flag is set (or its sender is gone, which also means "stop").
+/// A tonic server whose HTTP/2 limits are the ones the `:authority` rewriter in front of it
+/// assumes (see [`authority`]).
+fn server() -> Server {
+    Server::builder()
+        .max_frame_size(MAX_FRAME_SIZE)
+        .http2_max_header_list_size(MAX_HEADER_LIST_SIZE)
+}
+
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await;
 }
@@ -401,8 +413,12 @@ fn flatten(
     }
 }
 
-/// The connections handed from a socket's accept loop to its gRPC server.
-type Incoming = ReceiverStream<std::io::Result<UnixStream>>;
+/// The connections handed from a socket's accept loop to its gRPC server: the server's end of an
+/// in-memory stream whose other end the `:authority` rewriter feeds.
+type Incoming = ReceiverStream<std::io::Result<DuplexStream>>;
+
+/// The buffer of each in-memory stream between the rewriter and tonic: room for a few frames.
+const RELAY_BUFFER: usize = 64 * 1024;
 
 /// One socket while serving: its gRPC server keeps running across re-creations of the socket
 /// file; only the accept loop feeding it is replaced.
@@ -412,7 +428,7 @@ struct Served {
     role: &'static str,
     id: FileId,
     accept: JoinHandle<()>,
-    connections: mpsc::Sender<std::io::Result<UnixStream>>,
+    connections: mpsc::Sender<std::io::Result<DuplexStream>>,
     /// What the last check found, so that each change is logged once, not on every check.
     last: Found,
 }
@@ -498,19 +514,22 @@ impl Served {
     }
 }
 
-/// Accepts connections on one listener and hands them to the gRPC server. Ends when the
-/// server is gone; aborted when the socket file is re-created or at shutdown.
+/// Accepts connections on one listener and hands them to the gRPC server through the
+/// `:authority` rewriter. Ends when the server is gone; aborted when the socket file is
+/// re-created or at shutdown (connections already relayed go on until either side closes).
 async fn accept_loop(
     listener: UnixListener,
-    connections: mpsc::Sender<std::io::Result<UnixStream>>,
+    connections: mpsc::Sender<std::io::Result<DuplexStream>>,
     role: &'static str,
 ) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                if connections.send(Ok(stream)).await.is_err() {
+                let (ours, theirs) = tokio::io::duplex(RELAY_BUFFER);
+                if connections.send(Ok(theirs)).await.is_err() {
                     return;
                 }
+                tokio::spawn(authority::relay(stream, ours, role));
             }
             Err(error) => {
                 // Typically EMFILE: pause briefly instead of spinning on the same error.
