@@ -35,6 +35,8 @@ fn config(dir: &Path) -> Config {
         recheck_interval: Duration::from_millis(20),
         // Longer than any deadline below, so "returns promptly" is not the drain cap at work.
         drain_timeout: Duration::from_secs(30),
+        // Tests that need the warning set their own; none should see it by accident.
+        registration_warning: Duration::from_secs(600),
     }
 }
 
@@ -209,12 +211,17 @@ async fn kubelet_handshake_reports_the_driver_and_records_the_verdict() {
             error: kubelet_error.to_owned()
         }
     );
+    eventually("the refusal is logged", || {
+        let text = logs.text();
+        async move { text.contains("the kubelet refused to register") }
+    })
+    .await;
     let text = logs.text();
     let line = text
         .lines()
-        .find(|l| l.contains(kubelet_error))
+        .find(|l| l.contains(kubelet_error) && l.contains("refused"))
         .unwrap_or_else(|| panic!("kubelet error logged verbatim; logs:\n{text}"));
-    assert!(line.contains("ERROR"), "{line}");
+    assert!(line.contains(" WARN "), "{line}");
 
     plugin.stop().await;
 }
@@ -473,4 +480,182 @@ async fn every_authority_a_real_client_sends_reaches_both_services() {
         .unwrap_or_else(|e| panic!("{form:?}: DRA v1beta1: {e:?}"));
     }
     plugin.stop().await;
+}
+
+/// Why the relay exists, pinned: tonic alone (h2 underneath) resets the stream of the kubelet's
+/// percent-encoded path and of the raw path with PROTOCOL_ERROR, and answers `localhost` and no
+/// authority. If h2 ever accepts them, this fails and the relay can go (hyperium/h2#487).
+#[tokio::test]
+async fn tonic_alone_resets_what_the_kubelet_sends() {
+    use media_operator::agent::kubelet::proto::pluginregistration::registration_server::{
+        Registration, RegistrationServer,
+    };
+    use media_operator::agent::kubelet::proto::pluginregistration::{
+        PluginInfo, RegistrationStatusResponse,
+    };
+
+    struct Bare;
+    #[tonic::async_trait]
+    impl Registration for Bare {
+        async fn get_info(
+            &self,
+            _: tonic::Request<InfoRequest>,
+        ) -> Result<tonic::Response<PluginInfo>, tonic::Status> {
+            Ok(tonic::Response::new(PluginInfo {
+                name: "bare".into(),
+                ..Default::default()
+            }))
+        }
+        async fn notify_registration_status(
+            &self,
+            _: tonic::Request<RegistrationStatus>,
+        ) -> Result<tonic::Response<RegistrationStatusResponse>, tonic::Status> {
+            Ok(tonic::Response::new(RegistrationStatusResponse {}))
+        }
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("bare.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            if tx.send(Ok::<_, std::io::Error>(stream)).await.is_err() {
+                return;
+            }
+        }
+    });
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RegistrationServer::new(Bare))
+            .serve_with_incoming(tokio_stream::wrappers::ReceiverStream::new(rx)),
+    );
+    for form in Authority::ALL {
+        let outcome = raw_register(&socket, form, "").await.map(|info| info.name);
+        match form {
+            Authority::PercentEncodedPath | Authority::RawPath => {
+                assert_eq!(outcome, Err(CallError::Reset(1)), "{form:?}");
+            }
+            Authority::Localhost | Authority::Absent => {
+                assert_eq!(outcome, Ok("bare".to_owned()), "{form:?}");
+            }
+        }
+    }
+}
+
+/// The registration's course in the log, each finding once: a warning with what to check when
+/// nothing registers the plugin in time, the kubelet's refusal verbatim (once, however often it
+/// is repeated), and one INFO line when the kubelet registers it, not one per re-registration.
+#[tokio::test]
+async fn registration_is_reported_once_per_finding() {
+    let logs = Logs::default();
+    let _guard = logs.capture();
+    let dir = tempfile::tempdir().unwrap();
+    let mut plugin = start(Config {
+        registration_warning: Duration::from_millis(100),
+        ..config(dir.path())
+    });
+    let socket = plugin.config.registration_socket();
+    let warning = "no kubelet has registered the media.liken.sh plugin within 100ms";
+    eventually("the missing registration is reported", || {
+        let text = logs.text();
+        async move { text.contains(warning) }
+    })
+    .await;
+    // Several periods later it is still one line.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let text = logs.text();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains(warning)).collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    assert!(lines[0].contains(" WARN "), "{}", lines[0]);
+    for what in [
+        "ContainerCreating",
+        "(hint: ",
+        &plugin.config.registry_dir.display().to_string(),
+        "hostPath",
+        "RegisterPlugin error",
+        "media.liken.sh-reg.sock",
+    ] {
+        assert!(lines[0].contains(what), "{what:?} in {}", lines[0]);
+    }
+
+    let refusal = "RegisterPlugin error -- plugin validation failed with err: no supported version";
+    for _ in 0..3 {
+        raw_register(&socket, Authority::PercentEncodedPath, refusal)
+            .await
+            .expect("the kubelet's calls are answered");
+    }
+    registration_becomes(&mut plugin.registration, |s| {
+        matches!(s, RegistrationState::Failed { .. })
+    })
+    .await;
+    eventually("the refusal is reported", || {
+        let text = logs.text();
+        async move { text.contains(refusal) }
+    })
+    .await;
+
+    for _ in 0..3 {
+        raw_register(&socket, Authority::PercentEncodedPath, "")
+            .await
+            .expect("the kubelet's calls are answered");
+    }
+    registration_becomes(&mut plugin.registration, RegistrationState::is_registered).await;
+    let registered = "the kubelet registered the media.liken.sh plugin";
+    eventually("the registration is reported", || {
+        let text = logs.text();
+        async move { text.contains(registered) }
+    })
+    .await;
+    let endpoint = plugin.endpoint.clone();
+    plugin.stop().await;
+
+    let text = logs.text();
+    // Lines above debug: the calls themselves are logged at debug, with the kubelet's words.
+    let count = |what: &str| {
+        text.lines()
+            .filter(|l| l.contains(what) && !l.contains(" DEBUG "))
+            .count()
+    };
+    assert_eq!(count(refusal), 1, "{text}");
+    assert_eq!(count(registered), 1, "{text}");
+    assert_eq!(count(warning), 1, "{text}");
+    let line = text.lines().find(|l| l.contains(registered)).unwrap();
+    assert!(line.contains(" INFO "), "{line}");
+    assert!(line.contains(&endpoint), "{line}");
+    // The kubelet's routine calls are there, at debug only.
+    for line in text
+        .lines()
+        .filter(|l| l.contains("GetInfo") || l.contains("reported on"))
+    {
+        assert!(line.contains(" DEBUG "), "{line}");
+    }
+}
+
+/// Prepare and unprepare are routine: one DEBUG line per call, naming the claims; nothing at
+/// INFO or above.
+#[tokio::test]
+async fn prepare_and_unprepare_log_at_debug() {
+    let logs = Logs::default();
+    let _guard = logs.capture();
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = start(config(dir.path()));
+    raw_prepare_and_unprepare!(
+        v1,
+        &plugin.config.dra_socket(),
+        Authority::Localhost,
+        claims("logged", 2)
+    )
+    .expect("prepare and unprepare");
+    plugin.stop().await;
+    let text = logs.text();
+    let prepared: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("prepared 2 claim(s)"))
+        .collect();
+    assert_eq!(prepared.len(), 2, "prepare and unprepare: {text}");
+    for line in prepared {
+        assert!(line.contains(" DEBUG "), "{line}");
+        assert!(line.contains("ns-logged/claim-1 (logged-uid-1)"), "{line}");
+    }
 }

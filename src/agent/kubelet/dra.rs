@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use tonic::{Request, Response, Status};
-use tracing::info;
+use tracing::debug;
 
 use super::proto::dra::{v1, v1beta1};
 
@@ -43,7 +43,7 @@ macro_rules! serve_version {
                 request: Request<$version::NodePrepareResourcesRequest>,
             ) -> Result<Response<$version::NodePrepareResourcesResponse>, Status> {
                 let claims = request.into_inner().claims;
-                info!(
+                debug!(
                     api = stringify!($version),
                     "prepared {} claim(s), nothing to deliver: {}",
                     claims.len(),
@@ -59,7 +59,7 @@ macro_rules! serve_version {
                 request: Request<$version::NodeUnprepareResourcesRequest>,
             ) -> Result<Response<$version::NodeUnprepareResourcesResponse>, Status> {
                 let claims = request.into_inner().claims;
-                info!(
+                debug!(
                     api = stringify!($version),
                     "unprepared {} claim(s), nothing to release: {}",
                     claims.len(),

@@ -41,7 +41,7 @@ use self::dra::DraService;
 use self::proto::dra::{v1, v1beta1};
 use self::proto::pluginregistration::registration_server::RegistrationServer;
 use self::registration::RegistrationService;
-pub use self::registration::RegistrationState;
+pub use self::registration::{DEFAULT_REGISTRATION_WARNING, RegistrationState};
 use self::socket::{FileId, Found};
 use crate::catalogue::DRIVER;
 
@@ -75,6 +75,8 @@ pub struct Config {
     pub recheck_interval: Duration,
     /// How long to let in-flight calls finish after the shutdown signal.
     pub drain_timeout: Duration,
+    /// How long to wait for the kubelet to register the plugin before warning.
+    pub registration_warning: Duration,
 }
 
 impl Default for Config {
@@ -84,6 +86,7 @@ impl Default for Config {
             plugins_dir: Path::new(DEFAULT_PLUGINS_ROOT).join(DRIVER),
             recheck_interval: DEFAULT_RECHECK_INTERVAL,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            registration_warning: DEFAULT_REGISTRATION_WARNING,
         }
     }
 }
@@ -112,6 +115,11 @@ pub struct KubeletArgs {
     /// The directory for the DRA socket `dra.sock`, whose absolute path is handed to the kubelet.
     #[arg(long, env = "KUBELET_PLUGINS_DIR", value_name = "DIR", default_value_os_t = Config::default().plugins_dir)]
     pub kubelet_plugins_dir: PathBuf,
+
+    /// How long to wait for the kubelet to register the plugin before logging a warning with
+    /// what to check (the kubelet normally registers it within seconds).
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = crate::duration::parse_positive)]
+    pub kubelet_registration_warning: Duration,
 }
 
 impl KubeletArgs {
@@ -120,6 +128,7 @@ impl KubeletArgs {
         Config {
             registry_dir: self.kubelet_registry_dir.clone(),
             plugins_dir: self.kubelet_plugins_dir.clone(),
+            registration_warning: self.kubelet_registration_warning,
             ..Config::default()
         }
     }
@@ -211,6 +220,7 @@ pub struct KubeletPlugin {
     state: watch::Sender<RegistrationState>,
     recheck_interval: Duration,
     drain_timeout: Duration,
+    registration_warning: Duration,
 }
 
 /// One bound socket before serving starts.
@@ -256,6 +266,7 @@ impl KubeletPlugin {
             state: watch::Sender::new(RegistrationState::Pending),
             recheck_interval: config.recheck_interval,
             drain_timeout: config.drain_timeout,
+            registration_warning: config.registration_warning,
         })
     }
 
@@ -279,6 +290,15 @@ impl KubeletPlugin {
     /// so its devices never disappear from the scheduler's view.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), KubeletError> {
         let (stop_tx, stop_rx) = watch::channel(false);
+        // Dropped (and so ended) when `run` returns.
+        let _report = AbortOnDrop(tokio::spawn(registration::report(
+            self.state.subscribe(),
+            self.registration_warning,
+            registration::Where {
+                socket: self.registration.path.clone(),
+                endpoint: self.endpoint.clone(),
+            },
+        )));
         let registration_service = RegistrationService::new(self.endpoint, self.state.clone());
 
         let (mut dra, dra_incoming) = Served::start(self.dra, "DRA");
@@ -371,6 +391,15 @@ impl KubeletPlugin {
 }
 
 /// Completes once the stop flag is set (or its sender is gone, which also means "stop").
+/// Aborts a background task when dropped, so that it ends with the function that started it.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// A tonic server whose HTTP/2 limits are the ones the `:authority` rewriter in front of it
 /// assumes (see [`authority`]).
 fn server() -> Server {
