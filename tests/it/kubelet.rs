@@ -1,6 +1,10 @@
-//! The kubelet plugin over real gRPC on unix sockets in a temporary directory, with tonic
-//! clients playing the kubelet: the registration handshake, NodePrepareResources and
-//! NodeUnprepareResources on both API versions, stale and vanished socket files, and shutdown.
+//! The kubelet plugin over real gRPC on unix sockets in a temporary directory: the registration
+//! handshake, NodePrepareResources and NodeUnprepareResources on both API versions, stale and
+//! vanished socket files, shutdown, and what the plugin logs. Two kinds of kubelet play against
+//! it: tonic clients, and the raw HTTP/2 client of `support/grpc_raw.rs`, which sends the header
+//! bytes the real kubelet's grpc-go sends, with each `:authority` form a real client uses (the
+//! percent-encoded socket path, the raw path, `localhost`, none); the last tests drive the real
+//! `media-capabilities` binary with it.
 
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
@@ -8,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::agent::{AgentProcess, FAST, write_fleet};
+use crate::support::apiserver::TestApiServer;
 use crate::support::grpc_raw::{Authority, CallError};
 use crate::support::kubelet::{
     channel, claims, prepare_and_unprepare, raw_prepare_and_unprepare, raw_register,
@@ -657,5 +663,115 @@ async fn prepare_and_unprepare_log_at_debug() {
     for line in prepared {
         assert!(line.contains(" DEBUG "), "{line}");
         assert!(line.contains("ns-logged/claim-1 (logged-uid-1)"), "{line}");
+    }
+}
+
+// --- the real binary ---------------------------------------------------------------------------
+
+/// The `media-capabilities` agent as a process, against the test API server with one recorded
+/// GPU, with `extra` flags.
+fn agent_process(extra: &[&str]) -> (TestApiServer, tempfile::TempDir, AgentProcess) {
+    let server = TestApiServer::start();
+    server
+        .put(serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"}}))
+        .expect("create the Node");
+    let reports = tempfile::tempdir().expect("reports dir");
+    write_fleet(reports.path(), 1);
+    let args: Vec<&str> = FAST.iter().chain(extra).copied().collect();
+    let agent = AgentProcess::start(
+        env!("CARGO_BIN_EXE_media-capabilities"),
+        "gpu-node-1",
+        reports.path(),
+        server.kubeconfig(),
+        &args,
+    );
+    (server, reports, agent)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// Through the real binary, as a kubelet would meet it: before any kubelet calls, one warning
+/// with what to check and `/readyz` saying why it is not ready; then every `:authority` form
+/// with grpc-go's bytes registers the plugin and prepares and unprepares claims on both API
+/// versions; a refusal is logged once, the registration once at INFO, and the routine calls not
+/// at all at the default level.
+#[test]
+fn the_agent_registers_with_a_kubelet_that_dials_as_the_real_one() {
+    let (_server, _reports, agent) = agent_process(&["--kubelet-registration-warning", "300ms"]);
+    let warning = agent.log.wait_for(
+        "no kubelet has registered the media.liken.sh plugin within 300ms",
+        Duration::from_secs(10),
+    );
+    assert!(warning.contains(" WARN "), "{warning}");
+    assert!(warning.contains("(hint: "), "{warning}");
+    let (status, body) = agent.get("/readyz");
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("kubelet registration: waiting for the kubelet to register the plugin"),
+        "{body}"
+    );
+
+    let registration_socket = agent.registration_socket();
+    let dra_socket = agent.dra_socket();
+    let refusal = "RegisterPlugin error -- plugin registration failed with err: test refusal";
+    runtime().block_on(async {
+        for _ in 0..2 {
+            raw_register(&registration_socket, Authority::PercentEncodedPath, refusal)
+                .await
+                .expect("a refusal is still answered");
+        }
+        for form in Authority::ALL {
+            let info = raw_register(&registration_socket, form, "")
+                .await
+                .unwrap_or_else(|e| panic!("{form:?}: registration: {e:?}"));
+            assert_eq!(Path::new(&info.endpoint), dra_socket, "{form:?}");
+            assert_eq!(info.supported_versions, SUPPORTED_VERSIONS, "{form:?}");
+            let tag = format!("{form:?}").to_lowercase();
+            raw_prepare_and_unprepare!(v1, &dra_socket, form, claims(&tag, 2))
+                .unwrap_or_else(|e| panic!("{form:?}: DRA v1: {e:?}"));
+            raw_prepare_and_unprepare!(v1beta1, &dra_socket, form, claims(&tag, 1))
+                .unwrap_or_else(|e| panic!("{form:?}: DRA v1beta1: {e:?}"));
+        }
+    });
+    let registered = agent.log.wait_for(
+        "the kubelet registered the media.liken.sh plugin",
+        Duration::from_secs(10),
+    );
+    assert!(registered.contains(" INFO "), "{registered}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = agent.get("/readyz");
+        if status == 200 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not ready: {body}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(agent.log.count(refusal), 1, "{:#?}", agent.log.lines());
+    assert_eq!(
+        agent
+            .log
+            .count("the kubelet registered the media.liken.sh plugin"),
+        1,
+        "{:#?}",
+        agent.log.lines()
+    );
+    assert_eq!(agent.log.count("no kubelet has registered"), 1);
+    assert_eq!(
+        agent.log.count("claim(s)"),
+        0,
+        "prepare/unprepare log at debug"
+    );
+    for line in agent.log.lines() {
+        assert!(
+            !line.contains("Pending") && !line.contains("Registered") && !line.contains("Failed {"),
+            "no Debug dumps: {line}"
+        );
     }
 }

@@ -491,3 +491,328 @@ fn frame_head(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, len: usize) {
     out.push(flags);
     out.extend_from_slice(&stream.to_be_bytes());
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A frame as bytes.
+    fn raw_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> ([u8; 9], Vec<u8>) {
+        let mut head = Vec::new();
+        frame_head(&mut head, kind, flags, stream, payload.len());
+        (head.try_into().unwrap(), payload.to_vec())
+    }
+
+    /// An HPACK literal with incremental indexing and a new name, no Huffman.
+    fn indexed_literal(name: &str, value: &str) -> Vec<u8> {
+        let mut out = vec![0x40];
+        for s in [name, value] {
+            put_integer(&mut out, 7, 0, s.len());
+            out.extend_from_slice(s.as_bytes());
+        }
+        out
+    }
+
+    /// Parses `bytes` into frames: (type, flags, stream, payload).
+    fn parse(mut bytes: &[u8]) -> Vec<(u8, u8, u32, Vec<u8>)> {
+        let mut frames = Vec::new();
+        while !bytes.is_empty() {
+            let len = u32::from_be_bytes([0, bytes[0], bytes[1], bytes[2]]) as usize;
+            let stream = u32::from_be_bytes(bytes[5..9].try_into().unwrap());
+            frames.push((bytes[3], bytes[4], stream, bytes[9..9 + len].to_vec()));
+            bytes = &bytes[9 + len..];
+        }
+        frames
+    }
+
+    /// Decodes the re-encoded block of `bytes` (HEADERS + CONTINUATIONs) with a fresh decoder:
+    /// it must not need the dynamic table.
+    fn decode_sent(bytes: &[u8]) -> Vec<(String, String)> {
+        let mut block = Vec::new();
+        for (kind, flags, _, payload) in parse(bytes) {
+            let fragment = if kind == HEADERS && flags & PRIORITY != 0 {
+                &payload[5..]
+            } else {
+                &payload[..]
+            };
+            block.extend_from_slice(fragment);
+        }
+        let mut decoder = loona_hpack::Decoder::new();
+        decoder.set_max_table_size(0);
+        decoder
+            .decode(&block)
+            .unwrap()
+            .into_iter()
+            .map(|(n, v)| (String::from_utf8(n).unwrap(), String::from_utf8(v).unwrap()))
+            .collect()
+    }
+
+    fn request(authority: &str) -> Vec<u8> {
+        let mut block = vec![0x83, 0x86]; // :method POST, :scheme http
+        block.extend(indexed_literal(
+            ":path",
+            "/pluginregistration.Registration/GetInfo",
+        ));
+        block.extend(indexed_literal(":authority", authority));
+        block.extend(indexed_literal("te", "trailers"));
+        block
+    }
+
+    fn sent(step: Step) -> Vec<u8> {
+        match step {
+            Step::Send(bytes) => bytes,
+            other => panic!("expected bytes to send, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_invalid_authority_is_replaced_and_nothing_else_changes() {
+        let mut rewriter = Rewriter::new("test");
+        let path = "%2Fvar%2Flib%2Fkubelet%2Fplugins_registry%2Fmedia.liken.sh-reg.sock";
+        let (head, payload) = raw_frame(HEADERS, END_HEADERS, 1, &request(path));
+        let out = sent(rewriter.frame(head, payload));
+        let frames = parse(&out);
+        assert_eq!(frames.len(), 1);
+        assert_eq!(
+            (frames[0].0, frames[0].1, frames[0].2),
+            (HEADERS, END_HEADERS, 1)
+        );
+        assert_eq!(
+            decode_sent(&out),
+            [
+                (":method", "POST"),
+                (":scheme", "http"),
+                (":path", "/pluginregistration.Registration/GetInfo"),
+                (":authority", "localhost"),
+                ("te", "trailers"),
+            ]
+            .map(|(n, v)| (n.to_owned(), v.to_owned()))
+        );
+
+        // The second call refers to the first call's entries in the client's dynamic table
+        // (62 = newest: te, 63 = :authority, 64 = :path): the relay resolves them.
+        let (head, payload) = raw_frame(
+            HEADERS,
+            END_HEADERS | END_STREAM,
+            3,
+            &[0x83, 0x86, 0xc0, 0xbf, 0xbe],
+        );
+        let out = sent(rewriter.frame(head, payload));
+        assert_eq!(parse(&out)[0].1, END_HEADERS | END_STREAM);
+        let fields = decode_sent(&out);
+        assert_eq!(fields[2].1, "/pluginregistration.Registration/GetInfo");
+        assert_eq!(fields[3], (":authority".to_owned(), "localhost".to_owned()));
+        assert_eq!(fields[4], ("te".to_owned(), "trailers".to_owned()));
+    }
+
+    #[test]
+    fn a_valid_or_absent_authority_is_kept() {
+        for authority in ["localhost", "kubelet-plugin.invalid:80", "[::1]:8080"] {
+            let mut rewriter = Rewriter::new("test");
+            let (head, payload) = raw_frame(HEADERS, END_HEADERS, 1, &request(authority));
+            let fields = decode_sent(&sent(rewriter.frame(head, payload)));
+            assert_eq!(fields[3].1, authority);
+        }
+        for authority in ["/var/lib/kubelet/x.sock", "%2Fvar", "", "a b"] {
+            let mut rewriter = Rewriter::new("test");
+            let (head, payload) = raw_frame(HEADERS, END_HEADERS, 1, &request(authority));
+            let fields = decode_sent(&sent(rewriter.frame(head, payload)));
+            assert_eq!(fields[3].1, "localhost", "{authority:?}");
+        }
+        let mut rewriter = Rewriter::new("test");
+        let (head, payload) = raw_frame(HEADERS, END_HEADERS, 1, &[0x83, 0x86, 0x84]);
+        let fields = decode_sent(&sent(rewriter.frame(head, payload)));
+        assert!(fields.iter().all(|(n, _)| n != ":authority"), "{fields:?}");
+    }
+
+    #[test]
+    fn huffman_coded_fields_are_decoded() {
+        // RFC 7541 C.4.1: :method GET, :scheme http, :path /, :authority www.example.com (Huffman).
+        let block = [
+            0x82, 0x86, 0x84, 0x41, 0x8c, 0xf1, 0xe3, 0xc2, 0xe5, 0xf2, 0x3a, 0x6b, 0xa0, 0xab,
+            0x90, 0xf4, 0xff,
+        ];
+        let mut rewriter = Rewriter::new("test");
+        let (head, payload) = raw_frame(HEADERS, END_HEADERS, 1, &block);
+        let fields = decode_sent(&sent(rewriter.frame(head, payload)));
+        assert_eq!(
+            fields[3],
+            (":authority".to_owned(), "www.example.com".to_owned())
+        );
+    }
+
+    #[test]
+    fn padding_priority_and_continuations_are_handled() {
+        let mut rewriter = Rewriter::new("test");
+        let block = request("/raw/path.sock");
+        let (first, second) = block.split_at(7);
+        let mut payload = vec![3]; // pad length
+        payload.extend_from_slice(&[0x80, 0, 0, 0x05, 200]); // exclusive, depends on 5, weight 200
+        payload.extend_from_slice(first);
+        payload.extend_from_slice(&[0, 0, 0]);
+        let (head, payload) = raw_frame(HEADERS, PADDED | PRIORITY | END_STREAM, 7, &payload);
+        assert_eq!(rewriter.frame(head, payload), Step::Hold);
+        let (head, payload) = raw_frame(CONTINUATION, END_HEADERS, 7, second);
+        let out = sent(rewriter.frame(head, payload));
+        let frames = parse(&out);
+        assert_eq!(frames.len(), 1);
+        let (kind, flags, stream, payload) = &frames[0];
+        assert_eq!(
+            (*kind, *flags, *stream),
+            (HEADERS, PRIORITY | END_STREAM | END_HEADERS, 7)
+        );
+        assert_eq!(payload[..5], [0x80, 0, 0, 0x05, 200], "priority kept");
+        assert_eq!(decode_sent(&out)[3].1, "localhost");
+        // Frames of other types pass untouched.
+        let (head, payload) = raw_frame(0x0, END_STREAM, 7, b"\0\0\0\0\x02hi");
+        let mut whole = head.to_vec();
+        whole.extend_from_slice(&payload);
+        assert_eq!(rewriter.frame(head, payload), Step::Send(whole));
+    }
+
+    #[test]
+    fn a_block_larger_than_a_frame_is_cut_into_continuations() {
+        let mut rewriter = Rewriter::new("test");
+        let mut block = request("%2Fsock");
+        for i in 0..6 {
+            block.extend(indexed_literal(&format!("x-big-{i}"), &"v".repeat(3000)));
+        }
+        let (head, payload) = raw_frame(HEADERS, END_HEADERS, 1, &block);
+        let out = sent(rewriter.frame(head, payload));
+        let frames = parse(&out);
+        assert_eq!(frames.len(), 2, "18 KiB of fields in two frames");
+        assert_eq!(frames[0].0, HEADERS);
+        assert_eq!(frames[0].1 & END_HEADERS, 0);
+        assert_eq!(frames[0].3.len(), MAX_FRAME_SIZE as usize);
+        assert_eq!((frames[1].0, frames[1].1), (CONTINUATION, END_HEADERS));
+        let fields = decode_sent(&out);
+        assert_eq!(fields.len(), 11);
+        assert_eq!(fields[3].1, "localhost");
+        assert_eq!(fields[10].1.len(), 3000);
+    }
+
+    #[test]
+    fn never_indexed_fields_stay_never_indexed() {
+        let mut block = request("%2Fsock");
+        // Literal never indexed, new name: "authorization: secret".
+        block.push(0x10);
+        for s in ["authorization", "secret"] {
+            put_integer(&mut block, 7, 0, s.len());
+            block.extend_from_slice(s.as_bytes());
+        }
+        assert_eq!(
+            representations(&block),
+            Some(vec![false, false, false, false, false, true])
+        );
+        let mut rewriter = Rewriter::new("test");
+        let (head, payload) = raw_frame(HEADERS, END_HEADERS, 1, &block);
+        let out = sent(rewriter.frame(head, payload));
+        let block = &parse(&out)[0].3;
+        assert_eq!(
+            representations(block),
+            Some(vec![false, false, false, false, false, true])
+        );
+        // Every field is a literal with a new name that stays out of the dynamic table.
+        let mut at = 0;
+        while at < block.len() {
+            assert!(
+                matches!(block[at], 0x00 | 0x10),
+                "field at {at}: {:#x}",
+                block[at]
+            );
+            at = literal_end(block, at, 4).unwrap();
+        }
+    }
+
+    #[test]
+    fn what_cannot_be_rewritten_goes_to_h2_verbatim() {
+        let whole = |head: [u8; 9], payload: &[u8]| [&head[..], payload].concat();
+        // A reference to a dynamic entry the client never made: an HPACK error.
+        let mut rewriter = Rewriter::new("test");
+        let (head, payload) = raw_frame(HEADERS, END_HEADERS, 1, &[0x83, 0xff, 0x10]);
+        assert_eq!(
+            rewriter.frame(head, payload.clone()),
+            Step::GiveUp(whole(head, &payload))
+        );
+        // A table size update after a field (RFC 7541 §4.2).
+        let mut rewriter = Rewriter::new("test");
+        let (head, payload) = raw_frame(HEADERS, END_HEADERS, 1, &[0x83, 0x20, 0x86]);
+        assert!(matches!(rewriter.frame(head, payload), Step::GiveUp(_)));
+        // A table larger than the server allows.
+        let mut rewriter = Rewriter::new("test");
+        let (head, payload) = raw_frame(HEADERS, END_HEADERS, 1, &[0x3f, 0xe1, 0x3f, 0x83]);
+        assert!(matches!(rewriter.frame(head, payload), Step::GiveUp(_)));
+        // Padding longer than the frame.
+        let mut rewriter = Rewriter::new("test");
+        let (head, payload) = raw_frame(HEADERS, END_HEADERS | PADDED, 1, &[9, 0x83]);
+        assert!(matches!(rewriter.frame(head, payload), Step::GiveUp(_)));
+        // A CONTINUATION that continues nothing; a DATA frame inside a header block.
+        let mut rewriter = Rewriter::new("test");
+        let (head, payload) = raw_frame(CONTINUATION, END_HEADERS, 1, &[0x83]);
+        assert!(matches!(rewriter.frame(head, payload), Step::GiveUp(_)));
+        let mut rewriter = Rewriter::new("test");
+        let (h1, p1) = raw_frame(HEADERS, 0, 1, &[0x83]);
+        assert_eq!(rewriter.frame(h1, p1.clone()), Step::Hold);
+        let (h2, p2) = raw_frame(0x0, 0, 1, b"x");
+        assert_eq!(
+            rewriter.frame(h2, p2.clone()),
+            Step::GiveUp([whole(h1, &p1), whole(h2, &p2)].concat())
+        );
+    }
+
+    #[test]
+    fn a_continuation_flood_and_a_huge_list_are_cut_off() {
+        // One CONTINUATION more than h2 tolerates: everything held goes to h2, which refuses.
+        let mut rewriter = Rewriter::new("test");
+        let (head, payload) = raw_frame(HEADERS, 0, 1, &[0x83]);
+        assert_eq!(rewriter.frame(head, payload), Step::Hold);
+        for _ in 0..MAX_CONTINUATIONS {
+            let (head, payload) = raw_frame(CONTINUATION, 0, 1, &[0x86]);
+            assert_eq!(rewriter.frame(head, payload), Step::Hold);
+        }
+        let (head, payload) = raw_frame(CONTINUATION, 0, 1, &[0x86]);
+        match rewriter.frame(head, payload) {
+            Step::GiveUp(bytes) => assert_eq!(parse(&bytes).len(), MAX_CONTINUATIONS + 2),
+            other => panic!("{other:?}"),
+        }
+
+        // 4 KiB in the dynamic table, referred to 17 times: 68 KiB decoded from ~4 KiB sent.
+        let mut rewriter = Rewriter::new("test");
+        let mut block = indexed_literal("x-big", &"v".repeat(4000));
+        block.extend(std::iter::repeat_n(0xbe, 16)); // index 62: the entry just added
+        let (head, payload) = raw_frame(HEADERS, END_HEADERS, 1, &block);
+        assert!(matches!(rewriter.frame(head, payload), Step::GiveUp(_)));
+    }
+
+    #[tokio::test]
+    async fn the_relay_copies_both_ways_and_rewrites_on_the_way_in() {
+        let (client, client_end) = tokio::io::duplex(1 << 16);
+        let (server, server_end) = tokio::io::duplex(1 << 16);
+        let relay = tokio::spawn(relay(client_end, server_end, "test"));
+        let (mut client_read, mut client_write) = tokio::io::split(client);
+        let (mut server_read, mut server_write) = tokio::io::split(server);
+
+        let mut sent = PREFACE.to_vec();
+        let settings = [0u8, 0, 0, 0x4, 0, 0, 0, 0, 0];
+        sent.extend_from_slice(&settings);
+        let mut headers = Vec::new();
+        frame_head(&mut headers, HEADERS, END_HEADERS, 1, request("%2Fx").len());
+        headers.extend(request("%2Fx"));
+        sent.extend_from_slice(&headers);
+        client_write.write_all(&sent).await.unwrap();
+        client_write.shutdown().await.unwrap();
+
+        let mut received = Vec::new();
+        server_read.read_to_end(&mut received).await.unwrap();
+        assert_eq!(&received[..24], PREFACE);
+        assert_eq!(&received[24..33], settings, "SETTINGS untouched");
+        assert_eq!(decode_sent(&received[33..])[3].1, "localhost");
+
+        server_write.write_all(b"answer bytes").await.unwrap();
+        server_write.shutdown().await.unwrap();
+        let mut answer = Vec::new();
+        client_read.read_to_end(&mut answer).await.unwrap();
+        assert_eq!(answer, b"answer bytes");
+        relay.await.unwrap();
+    }
+}
