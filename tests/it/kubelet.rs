@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::support::agent::{AgentProcess, FAST, write_fleet};
 use crate::support::apiserver::TestApiServer;
-use crate::support::grpc_raw::{Authority, CallError};
+use crate::support::grpc_raw::{Authority, CallError, RawGrpc};
 use crate::support::kubelet::{
     channel, claims, prepare_and_unprepare, raw_prepare_and_unprepare, raw_register,
 };
@@ -488,11 +488,9 @@ async fn every_authority_a_real_client_sends_reaches_both_services() {
     plugin.stop().await;
 }
 
-/// Why the relay exists, pinned: tonic alone (h2 underneath) resets the stream of the kubelet's
-/// percent-encoded path and of the raw path with PROTOCOL_ERROR, and answers `localhost` and no
-/// authority. If h2 ever accepts them, this fails and the relay can go (hyperium/h2#487).
-#[tokio::test]
-async fn tonic_alone_resets_what_the_kubelet_sends() {
+/// A registration service on `socket` served by tonic alone, without the relay: how h2 itself
+/// answers.
+fn serve_bare(socket: &Path) {
     use media_operator::agent::kubelet::proto::pluginregistration::registration_server::{
         Registration, RegistrationServer,
     };
@@ -520,9 +518,7 @@ async fn tonic_alone_resets_what_the_kubelet_sends() {
         }
     }
 
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("bare.sock");
-    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    let listener = tokio::net::UnixListener::bind(socket).unwrap();
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
@@ -536,6 +532,16 @@ async fn tonic_alone_resets_what_the_kubelet_sends() {
             .add_service(RegistrationServer::new(Bare))
             .serve_with_incoming(tokio_stream::wrappers::ReceiverStream::new(rx)),
     );
+}
+
+/// Why the relay exists, pinned: tonic alone (h2 underneath) resets the stream of the kubelet's
+/// percent-encoded path and of the raw path with PROTOCOL_ERROR, and answers `localhost` and no
+/// authority. If h2 ever accepts them, this fails and the relay can go (hyperium/h2#487).
+#[tokio::test]
+async fn tonic_alone_resets_what_the_kubelet_sends() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("bare.sock");
+    serve_bare(&socket);
     for form in Authority::ALL {
         let outcome = raw_register(&socket, form, "").await.map(|info| info.name);
         match form {
@@ -774,4 +780,59 @@ fn the_agent_registers_with_a_kubelet_that_dials_as_the_real_one() {
             "no Debug dumps: {line}"
         );
     }
+}
+
+/// A client that abuses the header limits gets exactly what h2 alone answers (the relay hands
+/// such input to h2 verbatim): the connection ends, and the socket goes on serving the next one.
+#[tokio::test]
+async fn abusive_header_blocks_are_answered_as_h2_alone_answers_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = start(config(dir.path()));
+    let relayed = plugin.config.registration_socket();
+    let bare = dir.path().join("bare.sock");
+    serve_bare(&bare);
+    let frame = |kind: u8, flags: u8, payload: &[u8]| {
+        let mut out = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        out.extend_from_slice(&[kind, flags, 0, 0, 0, 1]);
+        out.extend_from_slice(payload);
+        out
+    };
+    // HEADERS without END_HEADERS, then CONTINUATIONs that never end.
+    let mut flood = frame(0x1, 0, &[0x83, 0x86]);
+    for _ in 0..64 {
+        flood.extend(frame(0x9, 0, &[0x86; 512]));
+    }
+    // One frame larger than the 16 KiB the server advertises.
+    let oversized = frame(0x0, 0, &vec![0; 20_000]);
+    // A reference to a dynamic table entry that was never added.
+    let bad_index = frame(0x1, 0x4, &[0x83, 0xff, 0x10]);
+    // 4 KiB in the dynamic table, referred to 16 more times: 68 KiB of decoded list.
+    let mut block = vec![0x40, 5];
+    block.extend_from_slice(b"x-big");
+    block.extend_from_slice(&[0x7f, 0x80 | 33, 30]); // length 127 + 33 + 30 * 128 = 4000
+    block.extend(std::iter::repeat_n(b'v', 4000));
+    block.extend(std::iter::repeat_n(0xbe, 16));
+    let huge_list = frame(0x1, 0x4, &block);
+
+    for (what, bytes) in [
+        ("a CONTINUATION flood", &flood),
+        ("an oversized frame", &oversized),
+        ("an HPACK error", &bad_index),
+        ("a decoded list over h2's abuse limit", &huge_list),
+    ] {
+        let mut outcomes = Vec::new();
+        for socket in [&relayed, &bare] {
+            let mut conn = RawGrpc::connect(socket).await.unwrap();
+            conn.send_raw(bytes).await.unwrap();
+            outcomes.push(conn.read_answer(1).await.map(|a| a.headers));
+        }
+        assert!(outcomes[0].is_err(), "{what}: {outcomes:?}");
+        assert_eq!(outcomes[0], outcomes[1], "{what}: relayed, then h2 alone");
+    }
+
+    let info = raw_register(&relayed, Authority::PercentEncodedPath, "")
+        .await
+        .expect("a new connection is served");
+    assert_eq!(info.name, DRIVER);
+    plugin.stop().await;
 }
