@@ -6,6 +6,9 @@
 //! (or a device mount). So there is nothing to prepare or deliver: every claim gets an entry
 //! with no devices and no error. The entry must still be there, keyed by claim UID — a missing
 //! one makes the kubelet retry and keeps the pod from starting (or from terminating).
+//!
+//! The kubelet calls for every pod with our claims, so each call is logged at debug only, with
+//! the claims it names.
 
 use std::collections::HashMap;
 
