@@ -836,3 +836,71 @@ async fn abusive_header_blocks_are_answered_as_h2_alone_answers_them() {
     assert_eq!(info.name, DRIVER);
     plugin.stop().await;
 }
+
+/// The raw client's own encodings, as grpc-go makes them: the percent-encoded authority
+/// (`encodeAuthority`), `grpc-timeout` (`EncodeDuration`), and Go's HPACK choices: static
+/// matches indexed, new fields literal with incremental indexing, repeats indexed from the
+/// dynamic table on the next call.
+#[test]
+fn the_raw_client_encodes_as_grpc_go_does() {
+    use crate::support::grpc_raw::{GoEncoder, encode_authority, encode_timeout};
+    assert_eq!(
+        encode_authority("/var/lib/kubelet/plugins_registry/media.liken.sh-reg.sock"),
+        "%2Fvar%2Flib%2Fkubelet%2Fplugins_registry%2Fmedia.liken.sh-reg.sock"
+    );
+    assert_eq!(encode_authority("localhost:50051"), "localhost:50051");
+    assert_eq!(encode_timeout(Duration::from_secs(1)), "1000000u");
+    assert_eq!(encode_timeout(Duration::from_secs(45)), "45000000u");
+    assert_eq!(
+        encode_timeout(Duration::from_millis(999_999_999)),
+        "1000000S"
+    );
+
+    let mut encoder = GoEncoder::new();
+    let method = "/pluginregistration.Registration/GetInfo";
+    let first = encoder.request(Some("%2Fsock"), method, Duration::from_secs(1));
+    assert_eq!(
+        first[..2],
+        [0x83, 0x86],
+        ":method POST and :scheme http from the static table"
+    );
+    assert_eq!(
+        first[2], 0x44,
+        ":path: literal with incremental indexing, static name 4"
+    );
+    let second = encoder.request(Some("%2Fsock"), method, Duration::from_secs(1));
+    // Everything repeats, so every field is one index byte, newest entries first.
+    // The six fields the first call added are 62 (grpc-timeout, the newest) to 67 (:path).
+    assert_eq!(
+        second,
+        [
+            0x83,
+            0x86,
+            0x80 | 67,
+            0x80 | 66,
+            0x80 | 65,
+            0x80 | 64,
+            0x80 | 63,
+            0x80 | 62
+        ]
+    );
+    let mut decoder = loona_hpack::Decoder::new();
+    let decoded: Vec<(Vec<u8>, Vec<u8>)> = decoder.decode(&first).unwrap();
+    assert_eq!(decoder.decode(&second).unwrap(), decoded);
+    let names: Vec<&[u8]> = decoded.iter().map(|(n, _)| &n[..]).collect();
+    assert_eq!(
+        names,
+        [
+            &b":method"[..],
+            b":scheme",
+            b":path",
+            b":authority",
+            b"content-type",
+            b"user-agent",
+            b"te",
+            b"grpc-timeout"
+        ]
+    );
+    assert_eq!(decoded[3].1, b"%2Fsock");
+    assert_eq!(decoded[7].1, b"1000000u");
+}
