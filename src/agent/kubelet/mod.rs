@@ -8,6 +8,9 @@
 //! - the DRA service, v1 and v1beta1, on `<plugins dir>/dra.sock`, the endpoint we hand the
 //!   kubelet (see [`dra`]).
 //!
+//! Every connection on either socket passes through a small HTTP/2 relay before tonic (see
+//! [`authority`]): the kubelet sends its socket path as `:authority`, which h2 refuses.
+//!
 //! Keeping the sockets present is part of the job: if the kubelet's `plugins_registry`
 //! directory is re-created, or a socket file is deleted, the kubelet drops the plugin and wipes
 //! our ResourceSlice 30 s later. [`KubeletPlugin::run`] therefore re-checks both socket files
@@ -551,9 +554,16 @@ async fn accept_loop(
     connections: mpsc::Sender<std::io::Result<DuplexStream>>,
     role: &'static str,
 ) {
+    // Whether accepting is failing: logged once when it starts and once when it ends, not at
+    // every retry.
+    let mut failing = false;
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
+                if failing {
+                    failing = false;
+                    info!("accepting connections on the {role} socket works again");
+                }
                 let (ours, theirs) = tokio::io::duplex(RELAY_BUFFER);
                 if connections.send(Ok(theirs)).await.is_err() {
                     return;
@@ -561,8 +571,13 @@ async fn accept_loop(
                 tokio::spawn(authority::relay(stream, ours, role));
             }
             Err(error) => {
+                if !failing {
+                    failing = true;
+                    warn!(
+                        "accept a connection on the {role} socket: {error} (will retry every 100ms; the kubelet cannot reach the plugin meanwhile)"
+                    );
+                }
                 // Typically EMFILE: pause briefly instead of spinning on the same error.
-                warn!("accept on the {role} socket failed: {error}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
