@@ -210,7 +210,7 @@ async fn readyz(State(s): State<Served>) -> impl IntoResponse {
     }
     match &*s.registration.borrow() {
         RegistrationState::Registered => {}
-        other => missing.push(format!("kubelet registration: {other:?}")),
+        other => missing.push(format!("kubelet registration: {other}")),
     }
     let mut body = if missing.is_empty() {
         "ready\n".to_string()

@@ -179,15 +179,7 @@ pub async fn run(
             "publisher"
         }
     });
-    let mut registration_log = registration.clone();
-    working.spawn(async move {
-        // The kubelet plugin logs a refusal itself; this notes the state for operators.
-        while registration_log.changed().await.is_ok() {
-            let state = registration_log.borrow().clone();
-            info!("kubelet registration: {state:?}");
-        }
-        "registration log"
-    });
+    // The kubelet plugin logs its registration's course itself (src/agent/kubelet/registration.rs).
 
     let mut shutdown = std::pin::pin!(shutdown);
     let outcome = tokio::select! {

@@ -665,7 +665,7 @@ fn the_kubelet_registers_and_prepares_through_the_agent() {
         kubelet_registers(&agent, "").await;
         agent
             .log
-            .wait_for("kubelet registration: Registered", DEADLINE);
+            .wait_for("the kubelet registered the media.liken.sh plugin", DEADLINE);
         let (status, body) = agent.get("/readyz");
         assert_eq!(status, 200, "{body}");
         assert_eq!(metric(&agent, "media_capabilities_kubelet_registered"), 1.0);

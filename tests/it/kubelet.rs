@@ -1,6 +1,10 @@
-//! The kubelet plugin over real gRPC on unix sockets in a temporary directory, with tonic
-//! clients playing the kubelet: the registration handshake, NodePrepareResources and
-//! NodeUnprepareResources on both API versions, stale and vanished socket files, and shutdown.
+//! The kubelet plugin over real gRPC on unix sockets in a temporary directory: the registration
+//! handshake, NodePrepareResources and NodeUnprepareResources on both API versions, stale and
+//! vanished socket files, shutdown, and what the plugin logs. Two kinds of kubelet play against
+//! it: tonic clients, and the raw HTTP/2 client of `support/grpc_raw.rs`, which sends the header
+//! bytes the real kubelet's grpc-go sends, with each `:authority` form a real client uses (the
+//! percent-encoded socket path, the raw path, `localhost`, none); the last tests drive the real
+//! `media-capabilities` binary with it.
 
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
@@ -8,7 +12,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::support::kubelet::{channel, claims, prepare_and_unprepare};
+use crate::support::agent::{AgentProcess, FAST, write_fleet};
+use crate::support::apiserver::TestApiServer;
+use crate::support::grpc_raw::{Authority, CallError, RawGrpc};
+use crate::support::kubelet::{
+    channel, claims, prepare_and_unprepare, raw_prepare_and_unprepare, raw_register,
+};
 use media_operator::agent::kubelet::proto::dra::{v1, v1beta1};
 use media_operator::agent::kubelet::proto::pluginregistration::{
     InfoRequest, RegistrationStatus, registration_client::RegistrationClient,
@@ -32,6 +41,8 @@ fn config(dir: &Path) -> Config {
         recheck_interval: Duration::from_millis(20),
         // Longer than any deadline below, so "returns promptly" is not the drain cap at work.
         drain_timeout: Duration::from_secs(30),
+        // Tests that need the warning set their own; none should see it by accident.
+        registration_warning: Duration::from_secs(600),
     }
 }
 
@@ -206,12 +217,17 @@ async fn kubelet_handshake_reports_the_driver_and_records_the_verdict() {
             error: kubelet_error.to_owned()
         }
     );
+    eventually("the refusal is logged", || {
+        let text = logs.text();
+        async move { text.contains("the kubelet refused to register") }
+    })
+    .await;
     let text = logs.text();
     let line = text
         .lines()
-        .find(|l| l.contains(kubelet_error))
+        .find(|l| l.contains(kubelet_error) && l.contains("refused"))
         .unwrap_or_else(|| panic!("kubelet error logged verbatim; logs:\n{text}"));
-    assert!(line.contains("ERROR"), "{line}");
+    assert!(line.contains(" WARN "), "{line}");
 
     plugin.stop().await;
 }
@@ -438,4 +454,453 @@ async fn a_dead_socket_in_our_place_is_replaced() {
     .await;
 
     plugin.stop().await;
+}
+
+/// What the kubelet really sends: every `:authority` form, with grpc-go's header bytes, reaches
+/// both services: GetInfo and NotifyRegistrationStatus on the registration socket (one
+/// connection, as the kubelet's plugin watcher), NodePrepareResources and NodeUnprepareResources
+/// on v1 and v1beta1 on the DRA socket.
+#[tokio::test]
+async fn every_authority_a_real_client_sends_reaches_both_services() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut plugin = start(config(dir.path()));
+    let registration_socket = plugin.config.registration_socket();
+    let dra_socket = plugin.config.dra_socket();
+    for form in Authority::ALL {
+        plugin.registration.mark_unchanged();
+        let info = raw_register(&registration_socket, form, "")
+            .await
+            .unwrap_or_else(|e| panic!("{form:?}: registration: {e:?}"));
+        assert_eq!(info.name, DRIVER, "{form:?}");
+        assert_eq!(info.endpoint, plugin.endpoint, "{form:?}");
+        registration_becomes(&mut plugin.registration, RegistrationState::is_registered).await;
+        let tag = format!("{form:?}").to_lowercase();
+        raw_prepare_and_unprepare!(v1, &dra_socket, form, claims(&tag, 3))
+            .unwrap_or_else(|e| panic!("{form:?}: DRA v1: {e:?}"));
+        raw_prepare_and_unprepare!(
+            v1beta1,
+            &dra_socket,
+            form,
+            claims(&format!("beta-{tag}"), 2)
+        )
+        .unwrap_or_else(|e| panic!("{form:?}: DRA v1beta1: {e:?}"));
+    }
+    plugin.stop().await;
+}
+
+/// A registration service on `socket` served by tonic alone, without the relay: how h2 itself
+/// answers.
+fn serve_bare(socket: &Path) {
+    use media_operator::agent::kubelet::proto::pluginregistration::registration_server::{
+        Registration, RegistrationServer,
+    };
+    use media_operator::agent::kubelet::proto::pluginregistration::{
+        PluginInfo, RegistrationStatusResponse,
+    };
+
+    struct Bare;
+    #[tonic::async_trait]
+    impl Registration for Bare {
+        async fn get_info(
+            &self,
+            _: tonic::Request<InfoRequest>,
+        ) -> Result<tonic::Response<PluginInfo>, tonic::Status> {
+            Ok(tonic::Response::new(PluginInfo {
+                name: "bare".into(),
+                ..Default::default()
+            }))
+        }
+        async fn notify_registration_status(
+            &self,
+            _: tonic::Request<RegistrationStatus>,
+        ) -> Result<tonic::Response<RegistrationStatusResponse>, tonic::Status> {
+            Ok(tonic::Response::new(RegistrationStatusResponse {}))
+        }
+    }
+
+    let listener = tokio::net::UnixListener::bind(socket).unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            if tx.send(Ok::<_, std::io::Error>(stream)).await.is_err() {
+                return;
+            }
+        }
+    });
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RegistrationServer::new(Bare))
+            .serve_with_incoming(tokio_stream::wrappers::ReceiverStream::new(rx)),
+    );
+}
+
+/// Why the relay exists, pinned: tonic alone (h2 underneath) resets the stream of the kubelet's
+/// percent-encoded path and of the raw path with PROTOCOL_ERROR, and answers `localhost` and no
+/// authority. If h2 ever accepts them, this fails and the relay can go (hyperium/h2#487).
+#[tokio::test]
+async fn tonic_alone_resets_what_the_kubelet_sends() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("bare.sock");
+    serve_bare(&socket);
+    for form in Authority::ALL {
+        let outcome = raw_register(&socket, form, "").await.map(|info| info.name);
+        match form {
+            Authority::PercentEncodedPath | Authority::RawPath => {
+                assert_eq!(outcome, Err(CallError::Reset(1)), "{form:?}");
+            }
+            Authority::Localhost | Authority::Absent => {
+                assert_eq!(outcome, Ok("bare".to_owned()), "{form:?}");
+            }
+        }
+    }
+}
+
+/// The registration's course in the log, each finding once: a warning with what to check when
+/// nothing registers the plugin in time, the kubelet's refusal verbatim (once, however often it
+/// is repeated), and one INFO line when the kubelet registers it, not one per re-registration.
+#[tokio::test]
+async fn registration_is_reported_once_per_finding() {
+    let logs = Logs::default();
+    let _guard = logs.capture();
+    let dir = tempfile::tempdir().unwrap();
+    let mut plugin = start(Config {
+        registration_warning: Duration::from_millis(100),
+        ..config(dir.path())
+    });
+    let socket = plugin.config.registration_socket();
+    let warning = "no kubelet has registered the media.liken.sh plugin within 100ms";
+    eventually("the missing registration is reported", || {
+        let text = logs.text();
+        async move { text.contains(warning) }
+    })
+    .await;
+    // Several periods later it is still one line.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let text = logs.text();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains(warning)).collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    assert!(lines[0].contains(" WARN "), "{}", lines[0]);
+    for what in [
+        "ContainerCreating",
+        "(hint: ",
+        &plugin.config.registry_dir.display().to_string(),
+        "hostPath",
+        "RegisterPlugin error",
+        "media.liken.sh-reg.sock",
+    ] {
+        assert!(lines[0].contains(what), "{what:?} in {}", lines[0]);
+    }
+
+    let refusal = "RegisterPlugin error -- plugin validation failed with err: no supported version";
+    for _ in 0..3 {
+        raw_register(&socket, Authority::PercentEncodedPath, refusal)
+            .await
+            .expect("the kubelet's calls are answered");
+    }
+    registration_becomes(&mut plugin.registration, |s| {
+        matches!(s, RegistrationState::Failed { .. })
+    })
+    .await;
+    eventually("the refusal is reported", || {
+        let text = logs.text();
+        async move { text.contains(refusal) }
+    })
+    .await;
+
+    for _ in 0..3 {
+        raw_register(&socket, Authority::PercentEncodedPath, "")
+            .await
+            .expect("the kubelet's calls are answered");
+    }
+    registration_becomes(&mut plugin.registration, RegistrationState::is_registered).await;
+    let registered = "the kubelet registered the media.liken.sh plugin";
+    eventually("the registration is reported", || {
+        let text = logs.text();
+        async move { text.contains(registered) }
+    })
+    .await;
+    let endpoint = plugin.endpoint.clone();
+    plugin.stop().await;
+
+    let text = logs.text();
+    // Lines above debug: the calls themselves are logged at debug, with the kubelet's words.
+    let count = |what: &str| {
+        text.lines()
+            .filter(|l| l.contains(what) && !l.contains(" DEBUG "))
+            .count()
+    };
+    assert_eq!(count(refusal), 1, "{text}");
+    assert_eq!(count(registered), 1, "{text}");
+    assert_eq!(count(warning), 1, "{text}");
+    let line = text.lines().find(|l| l.contains(registered)).unwrap();
+    assert!(line.contains(" INFO "), "{line}");
+    assert!(line.contains(&endpoint), "{line}");
+    // The kubelet's routine calls are there, at debug only.
+    for line in text
+        .lines()
+        .filter(|l| l.contains("GetInfo") || l.contains("reported on"))
+    {
+        assert!(line.contains(" DEBUG "), "{line}");
+    }
+}
+
+/// Prepare and unprepare are routine: one DEBUG line per call, naming the claims; nothing at
+/// INFO or above.
+#[tokio::test]
+async fn prepare_and_unprepare_log_at_debug() {
+    let logs = Logs::default();
+    let _guard = logs.capture();
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = start(config(dir.path()));
+    raw_prepare_and_unprepare!(
+        v1,
+        &plugin.config.dra_socket(),
+        Authority::Localhost,
+        claims("logged", 2)
+    )
+    .expect("prepare and unprepare");
+    plugin.stop().await;
+    let text = logs.text();
+    let prepared: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("prepared 2 claim(s)"))
+        .collect();
+    assert_eq!(prepared.len(), 2, "prepare and unprepare: {text}");
+    for line in prepared {
+        assert!(line.contains(" DEBUG "), "{line}");
+        assert!(line.contains("ns-logged/claim-1 (logged-uid-1)"), "{line}");
+    }
+}
+
+// --- the real binary ---------------------------------------------------------------------------
+
+/// The `media-capabilities` agent as a process, against the test API server with one recorded
+/// GPU, with `extra` flags.
+fn agent_process(extra: &[&str]) -> (TestApiServer, tempfile::TempDir, AgentProcess) {
+    let server = TestApiServer::start();
+    server
+        .put(serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"}}))
+        .expect("create the Node");
+    let reports = tempfile::tempdir().expect("reports dir");
+    write_fleet(reports.path(), 1);
+    let args: Vec<&str> = FAST.iter().chain(extra).copied().collect();
+    let agent = AgentProcess::start(
+        env!("CARGO_BIN_EXE_media-capabilities"),
+        "gpu-node-1",
+        reports.path(),
+        server.kubeconfig(),
+        &args,
+    );
+    (server, reports, agent)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// Through the real binary, as a kubelet would meet it: before any kubelet calls, one warning
+/// with what to check and `/readyz` saying why it is not ready; then every `:authority` form
+/// with grpc-go's bytes registers the plugin and prepares and unprepares claims on both API
+/// versions; a refusal is logged once, the registration once at INFO, and the routine calls not
+/// at all at the default level.
+#[test]
+fn the_agent_registers_with_a_kubelet_that_dials_as_the_real_one() {
+    let (_server, _reports, agent) = agent_process(&["--kubelet-registration-warning", "300ms"]);
+    let warning = agent.log.wait_for(
+        "no kubelet has registered the media.liken.sh plugin within 300ms",
+        Duration::from_secs(10),
+    );
+    assert!(warning.contains(" WARN "), "{warning}");
+    assert!(warning.contains("(hint: "), "{warning}");
+    let (status, body) = agent.get("/readyz");
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("kubelet registration: waiting for the kubelet to register the plugin"),
+        "{body}"
+    );
+
+    let registration_socket = agent.registration_socket();
+    let dra_socket = agent.dra_socket();
+    let refusal = "RegisterPlugin error -- plugin registration failed with err: test refusal";
+    runtime().block_on(async {
+        for _ in 0..2 {
+            raw_register(&registration_socket, Authority::PercentEncodedPath, refusal)
+                .await
+                .expect("a refusal is still answered");
+        }
+        for form in Authority::ALL {
+            let info = raw_register(&registration_socket, form, "")
+                .await
+                .unwrap_or_else(|e| panic!("{form:?}: registration: {e:?}"));
+            assert_eq!(Path::new(&info.endpoint), dra_socket, "{form:?}");
+            assert_eq!(info.supported_versions, SUPPORTED_VERSIONS, "{form:?}");
+            let tag = format!("{form:?}").to_lowercase();
+            raw_prepare_and_unprepare!(v1, &dra_socket, form, claims(&tag, 2))
+                .unwrap_or_else(|e| panic!("{form:?}: DRA v1: {e:?}"));
+            raw_prepare_and_unprepare!(v1beta1, &dra_socket, form, claims(&tag, 1))
+                .unwrap_or_else(|e| panic!("{form:?}: DRA v1beta1: {e:?}"));
+        }
+    });
+    let registered = agent.log.wait_for(
+        "the kubelet registered the media.liken.sh plugin",
+        Duration::from_secs(10),
+    );
+    assert!(registered.contains(" INFO "), "{registered}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = agent.get("/readyz");
+        if status == 200 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not ready: {body}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(agent.log.count(refusal), 1, "{:#?}", agent.log.lines());
+    assert_eq!(
+        agent
+            .log
+            .count("the kubelet registered the media.liken.sh plugin"),
+        1,
+        "{:#?}",
+        agent.log.lines()
+    );
+    assert_eq!(agent.log.count("no kubelet has registered"), 1);
+    assert_eq!(
+        agent.log.count("claim(s)"),
+        0,
+        "prepare/unprepare log at debug"
+    );
+    for line in agent.log.lines() {
+        assert!(
+            !line.contains("Pending") && !line.contains("Registered") && !line.contains("Failed {"),
+            "no Debug dumps: {line}"
+        );
+    }
+}
+
+/// A client that abuses the header limits gets exactly what h2 alone answers (the relay hands
+/// such input to h2 verbatim): the connection ends, and the socket goes on serving the next one.
+#[tokio::test]
+async fn abusive_header_blocks_are_answered_as_h2_alone_answers_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = start(config(dir.path()));
+    let relayed = plugin.config.registration_socket();
+    let bare = dir.path().join("bare.sock");
+    serve_bare(&bare);
+    let frame = |kind: u8, flags: u8, payload: &[u8]| {
+        let mut out = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        out.extend_from_slice(&[kind, flags, 0, 0, 0, 1]);
+        out.extend_from_slice(payload);
+        out
+    };
+    // HEADERS without END_HEADERS, then CONTINUATIONs that never end.
+    let mut flood = frame(0x1, 0, &[0x83, 0x86]);
+    for _ in 0..64 {
+        flood.extend(frame(0x9, 0, &[0x86; 512]));
+    }
+    // One frame larger than the 16 KiB the server advertises.
+    let oversized = frame(0x0, 0, &vec![0; 20_000]);
+    // A reference to a dynamic table entry that was never added.
+    let bad_index = frame(0x1, 0x4, &[0x83, 0xff, 0x10]);
+    // 4 KiB in the dynamic table, referred to 16 more times: 68 KiB of decoded list.
+    let mut block = vec![0x40, 5];
+    block.extend_from_slice(b"x-big");
+    block.extend_from_slice(&[0x7f, 0x80 | 33, 30]); // length 127 + 33 + 30 * 128 = 4000
+    block.extend(std::iter::repeat_n(b'v', 4000));
+    block.extend(std::iter::repeat_n(0xbe, 16));
+    let huge_list = frame(0x1, 0x4, &block);
+
+    for (what, bytes) in [
+        ("a CONTINUATION flood", &flood),
+        ("an oversized frame", &oversized),
+        ("an HPACK error", &bad_index),
+        ("a decoded list over h2's abuse limit", &huge_list),
+    ] {
+        let mut outcomes = Vec::new();
+        for socket in [&relayed, &bare] {
+            let mut conn = RawGrpc::connect(socket).await.unwrap();
+            conn.send_raw(bytes).await.unwrap();
+            outcomes.push(conn.read_answer(1).await.map(|a| a.headers));
+        }
+        assert!(outcomes[0].is_err(), "{what}: {outcomes:?}");
+        assert_eq!(outcomes[0], outcomes[1], "{what}: relayed, then h2 alone");
+    }
+
+    let info = raw_register(&relayed, Authority::PercentEncodedPath, "")
+        .await
+        .expect("a new connection is served");
+    assert_eq!(info.name, DRIVER);
+    plugin.stop().await;
+}
+
+/// The raw client's own encodings, as grpc-go makes them: the percent-encoded authority
+/// (`encodeAuthority`), `grpc-timeout` (`EncodeDuration`), and Go's HPACK choices: static
+/// matches indexed, new fields literal with incremental indexing, repeats indexed from the
+/// dynamic table on the next call.
+#[test]
+fn the_raw_client_encodes_as_grpc_go_does() {
+    use crate::support::grpc_raw::{GoEncoder, encode_authority, encode_timeout};
+    assert_eq!(
+        encode_authority("/var/lib/kubelet/plugins_registry/media.liken.sh-reg.sock"),
+        "%2Fvar%2Flib%2Fkubelet%2Fplugins_registry%2Fmedia.liken.sh-reg.sock"
+    );
+    assert_eq!(encode_authority("localhost:50051"), "localhost:50051");
+    assert_eq!(encode_timeout(Duration::from_secs(1)), "1000000u");
+    assert_eq!(encode_timeout(Duration::from_secs(45)), "45000000u");
+    assert_eq!(
+        encode_timeout(Duration::from_millis(999_999_999)),
+        "1000000S"
+    );
+
+    let mut encoder = GoEncoder::new();
+    let method = "/pluginregistration.Registration/GetInfo";
+    let first = encoder.request(Some("%2Fsock"), method, Duration::from_secs(1));
+    assert_eq!(
+        first[..2],
+        [0x83, 0x86],
+        ":method POST and :scheme http from the static table"
+    );
+    assert_eq!(
+        first[2], 0x44,
+        ":path: literal with incremental indexing, static name 4"
+    );
+    let second = encoder.request(Some("%2Fsock"), method, Duration::from_secs(1));
+    // Everything repeats, so every field is one index byte, newest entries first.
+    // The six fields the first call added are 62 (grpc-timeout, the newest) to 67 (:path).
+    assert_eq!(
+        second,
+        [
+            0x83,
+            0x86,
+            0x80 | 67,
+            0x80 | 66,
+            0x80 | 65,
+            0x80 | 64,
+            0x80 | 63,
+            0x80 | 62
+        ]
+    );
+    let mut decoder = loona_hpack::Decoder::new();
+    let decoded: Vec<(Vec<u8>, Vec<u8>)> = decoder.decode(&first).unwrap();
+    assert_eq!(decoder.decode(&second).unwrap(), decoded);
+    let names: Vec<&[u8]> = decoded.iter().map(|(n, _)| &n[..]).collect();
+    assert_eq!(
+        names,
+        [
+            &b":method"[..],
+            b":scheme",
+            b":path",
+            b":authority",
+            b"content-type",
+            b"user-agent",
+            b"te",
+            b"grpc-timeout"
+        ]
+    );
+    assert_eq!(decoded[3].1, b"%2Fsock");
+    assert_eq!(decoded[7].1, b"1000000u");
 }

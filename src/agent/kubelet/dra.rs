@@ -6,11 +6,14 @@
 //! (or a device mount). So there is nothing to prepare or deliver: every claim gets an entry
 //! with no devices and no error. The entry must still be there, keyed by claim UID — a missing
 //! one makes the kubelet retry and keeps the pod from starting (or from terminating).
+//!
+//! The kubelet calls for every pod with our claims, so each call is logged at debug only, with
+//! the claims it names.
 
 use std::collections::HashMap;
 
 use tonic::{Request, Response, Status};
-use tracing::info;
+use tracing::debug;
 
 use super::proto::dra::{v1, v1beta1};
 
@@ -43,7 +46,7 @@ macro_rules! serve_version {
                 request: Request<$version::NodePrepareResourcesRequest>,
             ) -> Result<Response<$version::NodePrepareResourcesResponse>, Status> {
                 let claims = request.into_inner().claims;
-                info!(
+                debug!(
                     api = stringify!($version),
                     "prepared {} claim(s), nothing to deliver: {}",
                     claims.len(),
@@ -59,7 +62,7 @@ macro_rules! serve_version {
                 request: Request<$version::NodeUnprepareResourcesRequest>,
             ) -> Result<Response<$version::NodeUnprepareResourcesResponse>, Status> {
                 let claims = request.into_inner().claims;
-                info!(
+                debug!(
                     api = stringify!($version),
                     "unprepared {} claim(s), nothing to release: {}",
                     claims.len(),

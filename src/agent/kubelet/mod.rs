@@ -8,6 +8,9 @@
 //! - the DRA service, v1 and v1beta1, on `<plugins dir>/dra.sock`, the endpoint we hand the
 //!   kubelet (see [`dra`]).
 //!
+//! Every connection on either socket passes through a small HTTP/2 relay before tonic (see
+//! [`authority`]): the kubelet sends its socket path as `:authority`, which h2 refuses.
+//!
 //! Keeping the sockets present is part of the job: if the kubelet's `plugins_registry`
 //! directory is re-created, or a socket file is deleted, the kubelet drops the plugin and wipes
 //! our ResourceSlice 30 s later. [`KubeletPlugin::run`] therefore re-checks both socket files
@@ -17,6 +20,7 @@
 //! directory is deleted, which is the case we must catch; a few seconds is well inside the
 //! kubelet's 30 s wipe delay.
 
+mod authority;
 mod dra;
 pub mod proto;
 mod registration;
@@ -26,18 +30,21 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::net::{UnixListener, UnixStream};
+use tokio::io::DuplexStream;
+use tokio::net::UnixListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Server;
 use tracing::{debug, info, warn};
 
+pub use self::authority::REPLACEMENT_AUTHORITY;
+use self::authority::{MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE};
 use self::dra::DraService;
 use self::proto::dra::{v1, v1beta1};
 use self::proto::pluginregistration::registration_server::RegistrationServer;
 use self::registration::RegistrationService;
-pub use self::registration::RegistrationState;
+pub use self::registration::{DEFAULT_REGISTRATION_WARNING, RegistrationState};
 use self::socket::{FileId, Found};
 use crate::catalogue::DRIVER;
 
@@ -71,6 +78,8 @@ pub struct Config {
     pub recheck_interval: Duration,
     /// How long to let in-flight calls finish after the shutdown signal.
     pub drain_timeout: Duration,
+    /// How long to wait for the kubelet to register the plugin before warning.
+    pub registration_warning: Duration,
 }
 
 impl Default for Config {
@@ -80,6 +89,7 @@ impl Default for Config {
             plugins_dir: Path::new(DEFAULT_PLUGINS_ROOT).join(DRIVER),
             recheck_interval: DEFAULT_RECHECK_INTERVAL,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            registration_warning: DEFAULT_REGISTRATION_WARNING,
         }
     }
 }
@@ -108,6 +118,11 @@ pub struct KubeletArgs {
     /// The directory for the DRA socket `dra.sock`, whose absolute path is handed to the kubelet.
     #[arg(long, env = "KUBELET_PLUGINS_DIR", value_name = "DIR", default_value_os_t = Config::default().plugins_dir)]
     pub kubelet_plugins_dir: PathBuf,
+
+    /// How long to wait for the kubelet to register the plugin before logging a warning with
+    /// what to check (the kubelet normally registers it within seconds).
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = crate::duration::parse_positive)]
+    pub kubelet_registration_warning: Duration,
 }
 
 impl KubeletArgs {
@@ -116,6 +131,7 @@ impl KubeletArgs {
         Config {
             registry_dir: self.kubelet_registry_dir.clone(),
             plugins_dir: self.kubelet_plugins_dir.clone(),
+            registration_warning: self.kubelet_registration_warning,
             ..Config::default()
         }
     }
@@ -207,6 +223,7 @@ pub struct KubeletPlugin {
     state: watch::Sender<RegistrationState>,
     recheck_interval: Duration,
     drain_timeout: Duration,
+    registration_warning: Duration,
 }
 
 /// One bound socket before serving starts.
@@ -252,6 +269,7 @@ impl KubeletPlugin {
             state: watch::Sender::new(RegistrationState::Pending),
             recheck_interval: config.recheck_interval,
             drain_timeout: config.drain_timeout,
+            registration_warning: config.registration_warning,
         })
     }
 
@@ -275,6 +293,15 @@ impl KubeletPlugin {
     /// so its devices never disappear from the scheduler's view.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), KubeletError> {
         let (stop_tx, stop_rx) = watch::channel(false);
+        // Dropped (and so ended) when `run` returns.
+        let _report = AbortOnDrop(tokio::spawn(registration::report(
+            self.state.subscribe(),
+            self.registration_warning,
+            registration::Where {
+                socket: self.registration.path.clone(),
+                endpoint: self.endpoint.clone(),
+            },
+        )));
         let registration_service = RegistrationService::new(self.endpoint, self.state.clone());
 
         let (mut dra, dra_incoming) = Served::start(self.dra, "DRA");
@@ -285,7 +312,7 @@ impl KubeletPlugin {
             let stop = stopped(stop_rx.clone());
             let path = dra.path.clone();
             tokio::spawn(async move {
-                Server::builder()
+                server()
                     .add_service(v1::dra_plugin_server::DraPluginServer::new(DraService))
                     .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(DraService))
                     .serve_with_incoming_shutdown(dra_incoming, stop)
@@ -297,7 +324,7 @@ impl KubeletPlugin {
             let stop = stopped(stop_rx);
             let path = registration.path.clone();
             tokio::spawn(async move {
-                Server::builder()
+                server()
                     .add_service(RegistrationServer::new(registration_service))
                     .serve_with_incoming_shutdown(registration_incoming, stop)
                     .await
@@ -367,6 +394,23 @@ impl KubeletPlugin {
 }
 
 /// Completes once the stop flag is set (or its sender is gone, which also means "stop").
+/// Aborts a background task when dropped, so that it ends with the function that started it.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A tonic server whose HTTP/2 limits are the ones the `:authority` rewriter in front of it
+/// assumes (see [`authority`]).
+fn server() -> Server {
+    Server::builder()
+        .max_frame_size(MAX_FRAME_SIZE)
+        .http2_max_header_list_size(MAX_HEADER_LIST_SIZE)
+}
+
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await;
 }
@@ -401,8 +445,12 @@ fn flatten(
     }
 }
 
-/// The connections handed from a socket's accept loop to its gRPC server.
-type Incoming = ReceiverStream<std::io::Result<UnixStream>>;
+/// The connections handed from a socket's accept loop to its gRPC server: the server's end of an
+/// in-memory stream whose other end the `:authority` rewriter feeds.
+type Incoming = ReceiverStream<std::io::Result<DuplexStream>>;
+
+/// The buffer of each in-memory stream between the rewriter and tonic: room for a few frames.
+const RELAY_BUFFER: usize = 64 * 1024;
 
 /// One socket while serving: its gRPC server keeps running across re-creations of the socket
 /// file; only the accept loop feeding it is replaced.
@@ -412,7 +460,7 @@ struct Served {
     role: &'static str,
     id: FileId,
     accept: JoinHandle<()>,
-    connections: mpsc::Sender<std::io::Result<UnixStream>>,
+    connections: mpsc::Sender<std::io::Result<DuplexStream>>,
     /// What the last check found, so that each change is logged once, not on every check.
     last: Found,
 }
@@ -498,23 +546,38 @@ impl Served {
     }
 }
 
-/// Accepts connections on one listener and hands them to the gRPC server. Ends when the
-/// server is gone; aborted when the socket file is re-created or at shutdown.
+/// Accepts connections on one listener and hands them to the gRPC server through the
+/// `:authority` rewriter. Ends when the server is gone; aborted when the socket file is
+/// re-created or at shutdown (connections already relayed go on until either side closes).
 async fn accept_loop(
     listener: UnixListener,
-    connections: mpsc::Sender<std::io::Result<UnixStream>>,
+    connections: mpsc::Sender<std::io::Result<DuplexStream>>,
     role: &'static str,
 ) {
+    // Whether accepting is failing: logged once when it starts and once when it ends, not at
+    // every retry.
+    let mut failing = false;
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                if connections.send(Ok(stream)).await.is_err() {
+                if failing {
+                    failing = false;
+                    info!("accepting connections on the {role} socket works again");
+                }
+                let (ours, theirs) = tokio::io::duplex(RELAY_BUFFER);
+                if connections.send(Ok(theirs)).await.is_err() {
                     return;
                 }
+                tokio::spawn(authority::relay(stream, ours, role));
             }
             Err(error) => {
+                if !failing {
+                    failing = true;
+                    warn!(
+                        "accept a connection on the {role} socket: {error} (will retry every 100ms; the kubelet cannot reach the plugin meanwhile)"
+                    );
+                }
                 // Typically EMFILE: pause briefly instead of spinning on the same error.
-                warn!("accept on the {role} socket failed: {error}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }

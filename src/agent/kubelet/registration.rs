@@ -1,13 +1,20 @@
 //! The registration service (`pluginregistration.Registration`): the kubelet's plugin watcher
 //! finds our socket in its `plugins_registry` directory, asks who we are (`GetInfo`) and then
 //! tells us whether it registered us (`NotifyRegistrationStatus`). The verdict is kept in a
-//! `tokio::sync::watch` channel so `/readyz` can wait for "kubelet registration succeeded".
+//! `tokio::sync::watch` channel so `/readyz` can wait for "kubelet registration succeeded", and
+//! [`report`] turns it into the few log lines an operator needs: one INFO line when the kubelet
+//! registers the plugin, one WARN line when it refuses (its message verbatim), and one WARN line
+//! when no kubelet has registered it within a grace period of start, each with what to check.
+//! The calls themselves are routine and log at debug.
 
 use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tonic::{Request, Response, Status};
-use tracing::{debug, error, info};
+use tracing::{debug, info, warn};
 
 use super::proto::pluginregistration::{
     InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
@@ -86,16 +93,15 @@ impl Registration for RegistrationService {
         request: Request<RegistrationStatus>,
     ) -> Result<Response<RegistrationStatusResponse>, Status> {
         let status = request.into_inner();
+        debug!(
+            registered = status.plugin_registered,
+            error = %status.error,
+            "the kubelet reported on the plugin's registration"
+        );
+        // What an operator must see is logged once per change by `report`.
         let state = if status.plugin_registered {
-            info!("the kubelet registered the {DRIVER} plugin");
             RegistrationState::Registered
         } else {
-            // The kubelet's message is the only clue an operator gets (e.g. an unsupported
-            // version or a name clash), so it is logged exactly as received.
-            error!(
-                "the kubelet refused to register the {DRIVER} plugin: {}",
-                status.error
-            );
             RegistrationState::Failed {
                 error: status.error,
             }
@@ -103,5 +109,98 @@ impl Registration for RegistrationService {
         // `send_replace` stores the state even while nobody is subscribed yet.
         self.state.send_replace(state);
         Ok(Response::new(RegistrationStatusResponse {}))
+    }
+}
+
+/// How long after start (or after the registration socket was re-created) the agent waits for
+/// the kubelet to register the plugin before it warns. The kubelet's plugin watcher notices a
+/// new socket within a second or two, so a minute means it is not looking at ours.
+pub const DEFAULT_REGISTRATION_WARNING: Duration = Duration::from_secs(60);
+
+/// What [`report`] needs to name in its hints.
+#[derive(Clone, Debug)]
+pub(super) struct Where {
+    /// The registration socket the kubelet should find.
+    pub socket: PathBuf,
+    /// The DRA socket handed to the kubelet.
+    pub endpoint: String,
+}
+
+/// Logs the registration's course for operators, each finding once: INFO when the kubelet
+/// registers the plugin; WARN with the kubelet's message when it refuses (a new message is
+/// logged again, a repeated one is not); WARN when nothing is registered `wait` after start or
+/// after the socket was re-created. Ends when the state's sender is dropped.
+pub(super) async fn report(
+    mut state: watch::Receiver<RegistrationState>,
+    wait: Duration,
+    place: Where,
+) {
+    let socket = place.socket.display().to_string();
+    let registry = place
+        .socket
+        .parent()
+        .map_or_else(String::new, |d| d.display().to_string());
+    let mut deadline = Some(Instant::now() + wait);
+    let mut registered = false;
+    let mut last_refusal: Option<String> = None;
+    loop {
+        let current = state.borrow_and_update().clone();
+        match current {
+            RegistrationState::Registered => {
+                if !registered {
+                    info!(
+                        "the kubelet registered the {DRIVER} plugin (DRA endpoint {})",
+                        place.endpoint
+                    );
+                }
+                registered = true;
+                deadline = None;
+                last_refusal = None;
+            }
+            RegistrationState::Failed { error } => {
+                if last_refusal.as_deref() != Some(&error) {
+                    // The kubelet's message is the only clue an operator gets (an unsupported
+                    // version, a name clash), so it is logged exactly as received.
+                    let error_text = if error.is_empty() {
+                        "(the kubelet gave no reason)"
+                    } else {
+                        &error
+                    };
+                    warn!(
+                        "the kubelet refused to register the {DRIVER} plugin: {error_text} (hint: pods with {DRIVER} claims cannot start on this node until it does; the kubelet's log has the same message after \"RegisterPlugin error\"; check the kubelet's version and that DynamicResourceAllocation is enabled)"
+                    );
+                    last_refusal = Some(error);
+                }
+                registered = false;
+                deadline = None;
+            }
+            RegistrationState::Pending => {
+                if registered || last_refusal.is_some() {
+                    // The socket was re-created: the kubelet has to find it again.
+                    deadline = Some(Instant::now() + wait);
+                }
+                registered = false;
+                last_refusal = None;
+            }
+        }
+        let timer = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            changed = state.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            () = timer => {
+                deadline = None;
+                warn!(
+                    "no kubelet has registered the {DRIVER} plugin within {wait:?} of serving {socket}: pods with {DRIVER} claims stay in ContainerCreating on this node (hint: the kubelet finds plugins in its plugins_registry directory: check that {registry} is a hostPath mount of it (usually /var/lib/kubelet/plugins_registry, --kubelet-registry-dir), and look for \"RegisterPlugin error\" and {DRIVER}-reg.sock in the kubelet's log)"
+                );
+            }
+        }
     }
 }

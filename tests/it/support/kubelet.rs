@@ -92,3 +92,120 @@ macro_rules! prepare_and_unprepare {
 }
 #[allow(unused_imports)]
 pub(crate) use prepare_and_unprepare;
+
+/// Plays the kubelet's plugin watcher with the exact bytes grpc-go sends: GetInfo then
+/// NotifyRegistrationStatus on one connection (as `operation_generator.go` does), with the
+/// `:authority` of `form`; registered when `error` is empty. Returns the plugin's info.
+pub async fn raw_register(
+    socket: &Path,
+    form: crate::support::grpc_raw::Authority,
+    error: &str,
+) -> Result<
+    media_operator::agent::kubelet::proto::pluginregistration::PluginInfo,
+    crate::support::grpc_raw::CallError,
+> {
+    use crate::support::grpc_raw::{RawGrpc, unary};
+    use media_operator::agent::kubelet::proto::pluginregistration::{
+        InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
+    };
+    let authority = form.value(socket);
+    let mut conn = RawGrpc::connect(socket)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {}: {e}", socket.display()));
+    let info: PluginInfo = unary(
+        &mut conn,
+        authority.as_deref(),
+        "/pluginregistration.Registration/GetInfo",
+        &InfoRequest {},
+    )
+    .await?;
+    let _: RegistrationStatusResponse = unary(
+        &mut conn,
+        authority.as_deref(),
+        "/pluginregistration.Registration/NotifyRegistrationStatus",
+        &RegistrationStatus {
+            plugin_registered: error.is_empty(),
+            error: error.to_owned(),
+        },
+    )
+    .await?;
+    Ok(info)
+}
+
+/// Like [`prepare_and_unprepare!`], with the raw client and the `:authority` of `form`: both
+/// calls on one connection, every claim answered with nothing and no error. Evaluates to
+/// `Result<(), CallError>`.
+#[allow(unused_macros)]
+macro_rules! raw_prepare_and_unprepare {
+    ($version:ident, $socket:expr, $form:expr, $claims:expr) => {{
+        async {
+            use crate::support::grpc_raw::{RawGrpc, unary};
+            let socket: &std::path::Path = $socket;
+            let authority = $form.value(socket);
+            let claims: Vec<(String, String, String)> = $claims;
+            let wanted: std::collections::BTreeSet<String> =
+                claims.iter().map(|c| c.2.clone()).collect();
+            let request: Vec<$version::Claim> = claims
+                .iter()
+                .map(|(namespace, name, uid)| $version::Claim {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    uid: uid.clone(),
+                })
+                .collect();
+            let service = concat!(
+                "/k8s.io.kubelet.pkg.apis.dra.",
+                stringify!($version),
+                ".DRAPlugin"
+            );
+            let mut conn = RawGrpc::connect(socket)
+                .await
+                .expect("connect to the DRA socket");
+            let prepared: $version::NodePrepareResourcesResponse = unary(
+                &mut conn,
+                authority.as_deref(),
+                &format!("{service}/NodePrepareResources"),
+                &$version::NodePrepareResourcesRequest {
+                    claims: request.clone(),
+                },
+            )
+            .await?;
+            assert_eq!(
+                prepared
+                    .claims
+                    .keys()
+                    .cloned()
+                    .collect::<std::collections::BTreeSet<_>>(),
+                wanted
+            );
+            for (uid, answer) in &prepared.claims {
+                assert!(
+                    answer.devices.is_empty() && answer.error.is_empty(),
+                    "{uid}: {answer:?}"
+                );
+            }
+            let unprepared: $version::NodeUnprepareResourcesResponse = unary(
+                &mut conn,
+                authority.as_deref(),
+                &format!("{service}/NodeUnprepareResources"),
+                &$version::NodeUnprepareResourcesRequest { claims: request },
+            )
+            .await?;
+            assert_eq!(
+                unprepared
+                    .claims
+                    .keys()
+                    .cloned()
+                    .collect::<std::collections::BTreeSet<_>>(),
+                wanted
+            );
+            for (uid, answer) in &unprepared.claims {
+                assert!(answer.error.is_empty(), "{uid}: {answer:?}");
+            }
+            Ok::<(), crate::support::grpc_raw::CallError>(())
+        }
+        .await
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use raw_prepare_and_unprepare;

@@ -9,5 +9,6 @@ pub mod agent;
 pub mod apiserver;
 pub mod examples;
 pub mod generated;
+pub mod grpc_raw;
 pub mod kubelet;
 pub mod vainfo;
