@@ -207,6 +207,8 @@ pub struct KubeletPlugin {
     state: watch::Sender<RegistrationState>,
     recheck_interval: Duration,
     drain_timeout: Duration,
+    /// Tells `/healthz` that the serving loop progresses (see `crate::agent::health`).
+    heartbeat: Option<crate::agent::health::Heartbeat>,
 }
 
 /// One bound socket before serving starts.
@@ -252,7 +254,16 @@ impl KubeletPlugin {
             state: watch::Sender::new(RegistrationState::Pending),
             recheck_interval: config.recheck_interval,
             drain_timeout: config.drain_timeout,
+            heartbeat: None,
         })
+    }
+
+    /// Beats `heartbeat` at every socket re-check, so a wedged serving loop fails `/healthz`.
+    pub fn with_heartbeat(self, heartbeat: crate::agent::health::Heartbeat) -> Self {
+        Self {
+            heartbeat: Some(heartbeat),
+            ..self
+        }
     }
 
     /// Follows what the kubelet said about our registration; `/readyz` waits for
@@ -318,6 +329,9 @@ impl KubeletPlugin {
             tokio::select! {
                 () = &mut shutdown => break None,
                 _ = recheck.tick() => {
+                    if let Some(heartbeat) = &self.heartbeat {
+                        heartbeat.beat(self.recheck_interval).await;
+                    }
                     dra.recheck().await;
                     if registration.recheck().await {
                         // The kubelet saw our socket vanish and dropped the plugin; it has to
