@@ -182,6 +182,9 @@ pub struct Health {
     pub loops_stopped: AtomicI64,
     /// The loops' heartbeats.
     pub liveness: Arc<Liveness>,
+    /// While the API server does not answer (unreachable, timing out, 5xx, 429): since when, one
+    /// line. One problem for the whole agent, however many loops meet it.
+    pub api_outage: Mutex<Option<String>>,
     /// While the API server refuses the agent's writes: the refusal, one line.
     pub refusal: Mutex<Option<String>>,
     /// While the API server changes what the agent writes (other than the gate's field): what.
@@ -348,16 +351,26 @@ impl Heartbeat {
         Arc::new(Liveness::default()).register(name, Duration::MAX / 4)
     }
 
-    /// Records progress and promises the next beat `within` from now. Returns at once, except
-    /// for a loop [`Liveness::wedge`]d by a test, where it never returns.
+    /// Records progress before a bounded step (an API call with a timeout, a probe with its
+    /// budget): the next beat comes `within` from now. Never blocks; the wedge point of a loop
+    /// is its [`beat`](Self::beat) once per round.
+    pub fn busy(&self, within: Duration) {
+        let mut loops = self.liveness.lock();
+        let beating = &mut loops[self.index];
+        beating.last = Instant::now();
+        beating.promised = within;
+    }
+
+    /// Records progress once per round of the loop and promises the next beat `within` from
+    /// now. Returns at once, except for a loop [`Liveness::wedge`]d by a test, where it never
+    /// returns.
     pub async fn beat(&self, within: Duration) {
         let wedged = {
             let mut loops = self.liveness.lock();
             let beating = &mut loops[self.index];
-            if !beating.wedged {
-                beating.last = Instant::now();
-                beating.promised = within;
-            }
+            // A wedged loop beats this once more, then sticks: its last promise is this one.
+            beating.last = Instant::now();
+            beating.promised = within;
             beating.wedged
         };
         if wedged {

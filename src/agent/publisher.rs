@@ -106,6 +106,8 @@ pub enum ApiCause {
         reason: String,
         /// The server's message, cut to one line.
         message: String,
+        /// How long the server asked to wait before retrying (429, some 503s).
+        retry_after: Option<Duration>,
     },
     /// No answer: the connection failed.
     Unreachable { url: String, detail: String },
@@ -123,6 +125,12 @@ impl ApiCause {
                 code: status.code,
                 reason: status.reason.clone(),
                 message: one_line(&status.message, MAX_MESSAGE),
+                retry_after: status
+                    .details
+                    .as_ref()
+                    .map(|d| d.retry_after_seconds)
+                    .filter(|s| *s > 0)
+                    .map(|s| Duration::from_secs(u64::from(s))),
             },
             kube::Error::Service(_) | kube::Error::HyperError(_) => ApiCause::Unreachable {
                 url: url.to_string(),
@@ -145,6 +153,7 @@ impl ApiCause {
                     code: status.code,
                     reason: status.reason.clone(),
                     message: one_line(&status.message, MAX_MESSAGE),
+                    retry_after: None,
                 },
             ),
             watcher::Error::NoResourceVersion => ("watch", ApiCause::Other(error.to_string())),
@@ -155,7 +164,31 @@ impl ApiCause {
     /// (validation, admission, authorisation). Retrying unchanged does not help until someone
     /// changes the policy, the permissions or the agent.
     pub fn is_refusal(&self) -> bool {
-        matches!(self, ApiCause::Status { code: 400 | 401 | 403 | 413 | 422, .. })
+        matches!(
+            self,
+            ApiCause::Status {
+                code: 400 | 401 | 403 | 413 | 422,
+                ..
+            }
+        )
+    }
+
+    /// The API server cannot be reached at all: no connection, or no answer in time. That is one
+    /// problem for the whole agent. A server that answers with an error (5xx, 429) is reachable:
+    /// that failure belongs to the request, which may well be the only one failing.
+    pub fn is_outage(&self) -> bool {
+        matches!(
+            self,
+            ApiCause::Unreachable { .. } | ApiCause::TimedOut { .. }
+        )
+    }
+
+    /// How long the server asked to wait before retrying.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ApiCause::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
     }
 
     fn status(&self) -> Option<(u16, &str)> {
@@ -185,6 +218,7 @@ impl ApiCause {
                 code,
                 reason,
                 message,
+                ..
             } if self.is_refusal() => format!("{code} {reason} {message}"),
             ApiCause::Status { code, reason, .. } => format!("{code} {reason}"),
             ApiCause::Unreachable { .. } => "unreachable".into(),
@@ -201,6 +235,7 @@ impl fmt::Display for ApiCause {
                 code,
                 reason,
                 message,
+                ..
             } => {
                 let refused = if self.is_refusal() { "refused, " } else { "" };
                 write!(f, "{refused}{code} {reason}: {message}")
@@ -233,6 +268,36 @@ fn chain(error: &(dyn std::error::Error + 'static)) -> String {
         }
     }
     text
+}
+
+/// Records that the API server did not work for a request; logs once when such an outage
+/// starts, whichever loop meets it first. Returns false (nothing recorded) for a cause that is
+/// not an outage: that one is the caller's to report.
+pub fn api_unanswered(health: &Health, url: &str, cause: &ApiCause) -> bool {
+    if !cause.is_outage() {
+        return false;
+    }
+    let mut outage = health.api_outage.lock().unwrap_or_else(|e| e.into_inner());
+    if outage.is_none() {
+        let message = format!("the API server at {url} is not working: {cause}");
+        warn!(
+            "{message}; the agent keeps serving the kubelet and retries with backoff (logged again when it works)"
+        );
+        *outage = Some(message);
+    }
+    true
+}
+
+/// Records that the API server answered; logs the end of an outage.
+pub fn api_answered(health: &Health, url: &str) {
+    let previous = health
+        .api_outage
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    if let Some(previous) = previous {
+        info!("the API server at {url} works again (after: {previous})");
+    }
 }
 
 /// Why one publish attempt failed (retried; never fatal).
@@ -355,7 +420,9 @@ impl Problem {
         }
         let what = self.what;
         if level == Level::ERROR {
-            error!("{what}: {message}; retrying with backoff (logged again only when this changes)");
+            error!(
+                "{what}: {message}; retrying with backoff (logged again only when this changes)"
+            );
         } else {
             warn!("{what}: {message}; retrying with backoff (logged again only when this changes)");
         }
@@ -403,9 +470,11 @@ impl FieldPath {
 
     /// The field of a device this path is in (`attributes`, `allowMultipleAllocations`, ...).
     fn device_field(&self) -> Option<&str> {
-        (self.key(0) == Some("spec") && self.key(1) == Some("devices") && self.0.get(2) == Some(&Step::Each))
-            .then(|| self.key(3))
-            .flatten()
+        (self.key(0) == Some("spec")
+            && self.key(1) == Some("devices")
+            && self.0.get(2) == Some(&Step::Each))
+        .then(|| self.key(3))
+        .flatten()
     }
 
     /// Whether the agent can leave this field aside and still publish what matters: anything
@@ -500,7 +569,12 @@ fn prune(value: &mut Value) -> bool {
 /// The fields the server stored otherwise than `sent`, in path order.
 pub fn stored_changes(sent: &ResourceSlice, stored: &ResourceSlice) -> Vec<Change> {
     let mut changes = Vec::new();
-    diff(&content(sent), &content(stored), &mut Vec::new(), &mut changes);
+    diff(
+        &content(sent),
+        &content(stored),
+        &mut Vec::new(),
+        &mut changes,
+    );
     changes.sort_by(|a, b| a.path.cmp(&b.path));
     changes.dedup_by(|a, b| a.path == b.path);
     changes
@@ -568,7 +642,11 @@ fn strip(value: &mut Value, path: &[Step]) {
 
 /// Whether the stored slice says what we want, ignoring the pool generation, metadata other
 /// than the ownerReferences, and the fields in `left_aside` (learned from the server's answers).
-pub fn same_content(stored: &ResourceSlice, wanted: &ResourceSlice, left_aside: &[FieldPath]) -> bool {
+pub fn same_content(
+    stored: &ResourceSlice,
+    wanted: &ResourceSlice,
+    left_aside: &[FieldPath],
+) -> bool {
     let (mut a, mut b) = (content(stored), content(wanted));
     for path in left_aside {
         strip(&mut a, &path.0);
@@ -601,9 +679,10 @@ pub fn not_ours(stored: &ResourceSlice, wanted: &ResourceSlice) -> Option<String
             wanted.spec.node_name.as_deref(),
         ),
     ];
-    fields.into_iter().find(|(_, a, b)| a != b).map(|(field, a, b)| {
-        format!("its {field} is {}, not {}", show(a), show(b))
-    })
+    fields
+        .into_iter()
+        .find(|(_, a, b)| a != b)
+        .map(|(field, a, b)| format!("its {field} is {}, not {}", show(a), show(b)))
 }
 
 /// How the publisher is set up.
@@ -701,7 +780,11 @@ impl Publisher {
                     Err(e) => {
                         self.health.metrics.publish_errors.inc();
                         let message = e.to_string();
-                        if let Some((verb, code)) = e.refusal() {
+                        if let PublishError::Api { cause, .. } = &e
+                            && api_unanswered(&self.health, &self.config.api_url, cause)
+                        {
+                            // Logged once for the whole agent.
+                        } else if let Some((verb, code)) = e.refusal() {
                             self.health
                                 .metrics
                                 .refusals
@@ -721,7 +804,13 @@ impl Publisher {
                         } else {
                             publish_problem.report(Level::WARN, &e.class(), &message);
                         }
-                        retry_at = Some(Instant::now() + backoff.next_delay());
+                        let mut delay = backoff.next_delay();
+                        if let PublishError::Api { cause, .. } = &e
+                            && let Some(asked) = cause.retry_after()
+                        {
+                            delay = delay.max(asked);
+                        }
+                        retry_at = Some(Instant::now() + delay);
                     }
                 }
             }
@@ -734,12 +823,16 @@ impl Publisher {
                         if cause.status().is_some_and(|(code, _)| code == 410) {
                             // History compacted: the watcher lists again; nothing is wrong.
                             debug!("watch ResourceSlices: 410 Gone; listing again");
-                        } else {
+                        } else if !api_unanswered(&self.health, &self.config.api_url, &cause) {
+                            api_answered(&self.health, &self.config.api_url);
                             let message = format!("{verb} ResourceSlices ({selector}): {cause}");
                             watch_problem.report(Level::WARN, &cause.class(), &message);
                         }
                     }
                     Some(Ok(event)) => {
+                        if !matches!(event, Event::Init) {
+                            api_answered(&self.health, &self.config.api_url);
+                        }
                         match event {
                             Event::Init => init_buffer.clear(),
                             Event::InitApply(slice) => {
@@ -789,7 +882,11 @@ impl Publisher {
                             self.seen(found);
                         }
                         Err(e) => {
-                            watch_problem.report(Level::WARN, &e.class(), &e.to_string());
+                            let outage = matches!(&e, PublishError::Api { cause, .. }
+                                if api_unanswered(&self.health, &self.config.api_url, cause));
+                            if !outage {
+                                watch_problem.report(Level::WARN, &e.class(), &e.to_string());
+                            }
                         }
                     }
                 }
@@ -804,15 +901,23 @@ impl Publisher {
         what: &str,
         request: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, PublishError> {
-        self.heartbeat.beat(API_CALL_TIMEOUT).await;
+        self.heartbeat.busy(API_CALL_TIMEOUT);
+        let url = &self.config.api_url;
         let cause = match tokio::time::timeout(API_CALL_TIMEOUT, request).await {
-            Ok(Ok(answer)) => return Ok(answer),
-            Ok(Err(e)) => ApiCause::from_kube(&e, &self.config.api_url),
+            Ok(Ok(answer)) => {
+                api_answered(&self.health, url);
+                return Ok(answer);
+            }
+            Ok(Err(e)) => ApiCause::from_kube(&e, url),
             Err(_) => ApiCause::TimedOut {
-                url: self.config.api_url.clone(),
+                url: url.clone(),
                 after: API_CALL_TIMEOUT,
             },
         };
+        if !cause.is_outage() {
+            // "No" is an answer: the server works.
+            api_answered(&self.health, url);
+        }
         Err(PublishError::Api {
             verb,
             what: what.to_string(),
@@ -859,8 +964,7 @@ impl Publisher {
                     uid,
                     resource_version: None,
                 });
-                match tokio::time::timeout(API_CALL_TIMEOUT, slices.delete(&other, &params)).await
-                {
+                match tokio::time::timeout(API_CALL_TIMEOUT, slices.delete(&other, &params)).await {
                     Ok(Ok(_)) => {
                         health
                             .metrics
@@ -1041,6 +1145,7 @@ impl Publisher {
         stored: ResourceSlice,
     ) -> Result<(), PublishError> {
         self.count_write(verb);
+        self.health.mark_published();
         let devices = stored.spec.devices.as_ref().map_or(0, Vec::len);
         info!(
             "ResourceSlice {}: {verb}d with {devices} device(s), pool generation {}",
@@ -1052,7 +1157,6 @@ impl Publisher {
         self.learn(&aside, sent);
         self.generation = self.generation.max(stored.spec.pool.generation);
         self.observed = Some(stored);
-        self.health.mark_published();
         if fought.is_empty() {
             Ok(())
         } else {
@@ -1183,7 +1287,11 @@ mod tests {
 
     #[test]
     fn a_dropped_field_is_seen_and_then_left_aside() {
-        let sent = desired(&node(), &[gpu("pci-0000-00-02-0"), gpu("pci-0000-03-00-0")], 1);
+        let sent = desired(
+            &node(),
+            &[gpu("pci-0000-00-02-0"), gpu("pci-0000-03-00-0")],
+            1,
+        );
         let mut stored = sent.clone();
         for device in stored.spec.devices.as_mut().unwrap() {
             device.allow_multiple_allocations = None;
@@ -1192,7 +1300,10 @@ mod tests {
         assert_eq!(changes.len(), 1, "one path for every device: {changes:?}");
         let change = &changes[0];
         assert_eq!(change.treatment, Treatment::Dropped);
-        assert_eq!(change.path.to_string(), "spec.devices[*].allowMultipleAllocations");
+        assert_eq!(
+            change.path.to_string(),
+            "spec.devices[*].allowMultipleAllocations"
+        );
         assert!(change.path.is_gate_field() && change.path.can_be_left_aside());
         assert!(stored_changes(&sent, &sent).is_empty());
         assert!(!same_content(&stored, &sent, &[]));
@@ -1241,7 +1352,11 @@ mod tests {
 
     #[test]
     fn what_makes_the_slice_is_never_left_aside() {
-        let sent = desired(&node(), &[gpu("pci-0000-00-02-0"), gpu("pci-0000-03-00-0")], 1);
+        let sent = desired(
+            &node(),
+            &[gpu("pci-0000-00-02-0"), gpu("pci-0000-03-00-0")],
+            1,
+        );
         let mut fewer = sent.clone();
         fewer.spec.devices.as_mut().unwrap().pop();
         let mut renamed = sent.clone();
@@ -1269,11 +1384,19 @@ mod tests {
         );
         let mut other_pool = wanted.clone();
         other_pool.spec.pool.name = "x".into();
-        assert!(not_ours(&other_pool, &wanted).unwrap().contains("spec.pool.name"));
+        assert!(
+            not_ours(&other_pool, &wanted)
+                .unwrap()
+                .contains("spec.pool.name")
+        );
         let mut selector = wanted.clone();
         selector.spec.node_name = None;
         selector.spec.all_nodes = Some(true);
-        assert!(not_ours(&selector, &wanted).unwrap().contains("spec.nodeName is unset"));
+        assert!(
+            not_ours(&selector, &wanted)
+                .unwrap()
+                .contains("spec.nodeName is unset")
+        );
         // Different content, owner or generation: ours, to be updated.
         let mut edited = desired(&node(), &[], 9);
         edited.metadata.owner_references = None;
@@ -1288,6 +1411,7 @@ mod tests {
             code: 422,
             reason: "Invalid".into(),
             message: "x".into(),
+            retry_after: None,
         };
         assert!(cause.is_refusal());
         assert_eq!(cause.to_string(), "refused, 422 Invalid: x");
@@ -1295,6 +1419,7 @@ mod tests {
             code: 503,
             reason: "ServiceUnavailable".into(),
             message: "down".into(),
+            retry_after: None,
         };
         assert!(!outage.is_refusal());
         assert_eq!(outage.to_string(), "503 ServiceUnavailable: down");

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tracing::{Level, info, warn};
 
 use crate::agent::health::{Health, Heartbeat};
-use crate::agent::publisher::{API_CALL_TIMEOUT, ApiCause, Problem};
+use crate::agent::publisher::{API_CALL_TIMEOUT, ApiCause, Problem, api_answered, api_unanswered};
 use crate::catalogue::{PCI_BUS_ID, RENDER_DRIVER};
 use crate::node::device::{AttrValue, GpuDevice};
 
@@ -70,9 +70,8 @@ pub async fn follow(
     heartbeat: Heartbeat,
 ) {
     let slices: Api<ResourceSlice> = Api::all(client);
-    let params = ListParams::default().fields(&format!(
-        "spec.nodeName={node},spec.driver={RENDER_DRIVER}"
-    ));
+    let params =
+        ListParams::default().fields(&format!("spec.nodeName={node},spec.driver={RENDER_DRIVER}"));
     let mut problem = Problem::new("compare liken's render nodes with this agent's GPUs");
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -85,11 +84,15 @@ pub async fn follow(
         let Some(ours) = gpus.borrow().as_deref().map(agent_addresses) else {
             continue;
         };
-        heartbeat.beat(API_CALL_TIMEOUT).await;
+        heartbeat.busy(API_CALL_TIMEOUT);
         let listed = match tokio::time::timeout(API_CALL_TIMEOUT, slices.list(&params)).await {
             Ok(Ok(list)) => list.items,
             Ok(Err(e)) => {
                 let cause = ApiCause::from_kube(&e, &api_url);
+                if api_unanswered(&health, &api_url, &cause) {
+                    continue;
+                }
+                api_answered(&health, &api_url);
                 problem.report(
                     Level::WARN,
                     &cause.class(),
@@ -102,14 +105,11 @@ pub async fn follow(
                     url: api_url.clone(),
                     after: API_CALL_TIMEOUT,
                 };
-                problem.report(
-                    Level::WARN,
-                    "timeout",
-                    &format!("list ResourceSlices (spec.driver={RENDER_DRIVER}, spec.nodeName={node}): {cause}"),
-                );
+                api_unanswered(&health, &api_url, &cause);
                 continue;
             }
         };
+        api_answered(&health, &api_url);
         problem.ok();
         let liken = liken_addresses(&listed);
         let note = not_in_claim(&liken, &ours);
@@ -120,7 +120,9 @@ pub async fn follow(
         if Health::set_note(&health.not_in_claim, note.clone()) {
             match note {
                 Some(note) => warn!("{note}"),
-                None => info!("every GPU liken publishes on this node is in this agent's container"),
+                None => {
+                    info!("every GPU liken publishes on this node is in this agent's container")
+                }
             }
         }
     }
@@ -145,10 +147,17 @@ mod tests {
         }))
         .unwrap();
         let liken = liken_addresses(&[slice]);
-        assert_eq!(liken.len(), 2, "a device without a PCI address is not compared");
+        assert_eq!(
+            liken.len(),
+            2,
+            "a device without a PCI address is not compared"
+        );
         let agent: BTreeSet<String> = ["0000:03:00.0".to_string()].into();
         let note = not_in_claim(&liken, &agent).expect("one GPU missing");
-        assert!(note.contains("1 GPU(s)") && note.contains("0000:04:00.0"), "{note}");
+        assert!(
+            note.contains("1 GPU(s)") && note.contains("0000:04:00.0"),
+            "{note}"
+        );
         assert!(note.contains("delete this agent's pod"), "{note}");
         assert_eq!(not_in_claim(&agent, &agent), None);
         // The agent seeing more than liken is `caps`'s drift, not a claim problem.

@@ -127,6 +127,12 @@ pub async fn client(config: &AgentConfig) -> Result<(kube::Client, String), Agen
         }
         None => kube::Config::infer().await.map_err(AgentError::Infer)?,
     };
+    // The client's own retries (429, 503 and 504, up to 15 times with a delay that doubles
+    // from 5 ms) would hide an answer for minutes, and with it the problem from the log and the
+    // liveness check; every loop retries with its own backoff and jitter instead, honouring
+    // the server's Retry-After.
+    let mut kube_config = kube_config;
+    kube_config.default_retry = false;
     let url = kube_config.cluster_url.to_string();
     let url = url.trim_end_matches('/').to_string();
     let client = kube::Client::try_from(kube_config).map_err(AgentError::Client)?;
@@ -393,7 +399,7 @@ async fn probe_loop(
             );
             failed_backoff.reset();
         }
-        heartbeat.beat(probe_budget(&source, now.len())).await;
+        heartbeat.busy(probe_budget(&source, now.len()));
         match probe(&source).await {
             Ok(devices) => {
                 problem.ok();
