@@ -324,7 +324,7 @@ pub fn human(d: Duration) -> String {
         format!("{}ms", d.as_millis())
     } else if d < Duration::from_secs(60) {
         let tenths = d.as_millis() / 100;
-        if tenths % 10 == 0 {
+        if tenths.is_multiple_of(10) {
             format!("{}s", tenths / 10)
         } else {
             format!("{}.{}s", tenths / 10, tenths % 10)
@@ -499,5 +499,51 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line:?} missing from:\n{text}");
         }
+    }
+
+    #[test]
+    fn a_loop_past_its_promise_and_the_margin_is_named() {
+        use futures_util::FutureExt;
+        let liveness = Arc::new(Liveness::new(Duration::ZERO));
+        let prober = liveness.register("prober", Duration::from_secs(3600));
+        let publisher = liveness.register("publisher", Duration::ZERO);
+        // Time passes (a sleep only makes the clock move; nothing races it).
+        std::thread::sleep(Duration::from_millis(2));
+        let overdue = liveness.overdue();
+        assert_eq!(overdue.len(), 1, "{overdue:?}");
+        assert!(
+            overdue[0].starts_with("the publisher made no progress for "),
+            "{overdue:?}"
+        );
+        assert!(overdue[0].contains("it promised to within 0ms"), "{overdue:?}");
+        publisher.busy(Duration::from_secs(3600));
+        assert!(liveness.overdue().is_empty());
+
+        // A normal beat returns at once; a wedged loop's beat never does.
+        assert!(prober.beat(Duration::from_secs(1)).now_or_never().is_some());
+        assert!(liveness.wedge("prober"));
+        assert!(!liveness.wedge("no such loop"));
+        assert!(prober.beat(Duration::from_secs(1)).now_or_never().is_none());
+        let margin = Liveness::new(Duration::from_secs(3600));
+        let lazy = Arc::new(margin).register("kubelet plugin", Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(lazy.liveness.overdue().is_empty(), "the margin absorbs lateness");
+    }
+
+    #[test]
+    fn durations_read_like_an_operator_writes_them() {
+        assert_eq!(human(Duration::from_millis(250)), "250ms");
+        assert_eq!(human(Duration::from_secs(12)), "12s");
+        assert_eq!(human(Duration::from_millis(12_500)), "12.5s");
+        assert_eq!(human(Duration::from_secs(330)), "5m30s");
+    }
+
+    #[test]
+    fn notes_change_once() {
+        let health = Health::default();
+        assert!(Health::set_note(&health.refusal, Some("x".into())));
+        assert!(!Health::set_note(&health.refusal, Some("x".into())));
+        assert!(Health::set_note(&health.refusal, None));
+        assert!(!Health::set_note(&health.refusal, None));
     }
 }

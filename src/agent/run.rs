@@ -504,4 +504,43 @@ mod tests {
         let missing = Watched::RenderNodes(dir.path().join("nope"));
         assert!(listing(&missing).unwrap().is_empty());
     }
+
+    #[test]
+    fn the_client_library_is_quiet_unless_named() {
+        let default = log_filter(None).unwrap().to_string();
+        assert!(
+            default.contains("kube_client=off") && default.contains("kube_runtime=off"),
+            "{default}"
+        );
+        assert!(default.contains("info"), "{default}");
+        let named = log_filter(Some("info,kube_client=debug")).unwrap().to_string();
+        assert!(!named.contains("kube_client=off"), "{named}");
+        let err = log_filter(Some("info,foo=loud")).unwrap_err();
+        assert!(err.starts_with("RUST_LOG=\"info,foo=loud\" is not a log filter"), "{err}");
+        assert!(err.contains("(hint: "), "{err}");
+    }
+
+    #[test]
+    fn a_probe_gets_its_timeout_for_each_round_of_children() {
+        let isolation = |parallel| ProbeSource::Live {
+            roots: crate::node::sysfs::Roots {
+                dev: "/dev/dri".into(),
+                sys: "/sys".into(),
+            },
+            pci_ids: None,
+            only: None,
+            isolation: crate::agent::probing::Isolation {
+                command: crate::agent::probing::ProbeCommand::current_exe().unwrap(),
+                timeout: Duration::from_secs(15),
+                parallel,
+                overrides: Vec::new(),
+            },
+        };
+        assert_eq!(probe_budget(&isolation(4), 8), Duration::from_secs(35));
+        assert_eq!(probe_budget(&isolation(4), 0), Duration::from_secs(20));
+        assert_eq!(
+            probe_budget(&ProbeSource::Recorded("x".into()), 8),
+            Duration::from_secs(5)
+        );
+    }
 }
