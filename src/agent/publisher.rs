@@ -774,7 +774,7 @@ impl Publisher {
                         publish_problem.ok();
                         backoff.reset();
                         if Health::set_note(&self.health.refusal, None) {
-                            info!("the API server accepts this agent's writes again");
+                            info!("the API server accepts this agent's requests again");
                         }
                     }
                     Err(e) => {
@@ -790,10 +790,15 @@ impl Publisher {
                                 .refusals
                                 .get_or_create(&RefusalLabels { verb, code })
                                 .inc();
+                            let what = if matches!(verb, "create" | "update" | "delete") {
+                                "writes"
+                            } else {
+                                "requests"
+                            };
                             Health::set_note(
                                 &self.health.refusal,
                                 Some(format!(
-                                    "the API server refuses this agent's writes: {message}"
+                                    "the API server refuses this agent's {what}: {message}"
                                 )),
                             );
                             publish_problem.report(

@@ -1085,7 +1085,7 @@ fn a_denied_write_leaves_the_slice_and_is_reported_once() {
     });
     agent
         .log
-        .wait_for("accepts this agent's writes again", DEADLINE);
+        .wait_for("accepts this agent's requests again", DEADLINE);
     agent
         .log
         .wait_for("publish the ResourceSlice: works again", DEADLINE);
