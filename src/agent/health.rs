@@ -302,7 +302,7 @@ impl Liveness {
                 let silent = now.saturating_duration_since(b.last);
                 (silent > b.promised + self.margin).then(|| {
                     format!(
-                        "the {} made no progress for {} (it promised to within {}, plus a margin of {})",
+                        "the {} made no progress for {} (it promised progress within {}, plus a margin of {})",
                         b.name,
                         human(silent),
                         human(b.promised),
@@ -515,7 +515,10 @@ mod tests {
             overdue[0].starts_with("the publisher made no progress for "),
             "{overdue:?}"
         );
-        assert!(overdue[0].contains("it promised to within 0ms"), "{overdue:?}");
+        assert!(
+            overdue[0].contains("it promised progress within 0ms"),
+            "{overdue:?}"
+        );
         publisher.busy(Duration::from_secs(3600));
         assert!(liveness.overdue().is_empty());
 
@@ -527,7 +530,10 @@ mod tests {
         let margin = Liveness::new(Duration::from_secs(3600));
         let lazy = Arc::new(margin).register("kubelet plugin", Duration::ZERO);
         std::thread::sleep(Duration::from_millis(2));
-        assert!(lazy.liveness.overdue().is_empty(), "the margin absorbs lateness");
+        assert!(
+            lazy.liveness.overdue().is_empty(),
+            "the margin absorbs lateness"
+        );
     }
 
     #[test]

@@ -1312,7 +1312,11 @@ mod tests {
         assert!(change.path.is_gate_field() && change.path.can_be_left_aside());
         assert!(stored_changes(&sent, &sent).is_empty());
         assert!(!same_content(&stored, &sent, &[]));
-        assert!(same_content(&stored, &sent, std::slice::from_ref(&change.path)));
+        assert!(same_content(
+            &stored,
+            &sent,
+            std::slice::from_ref(&change.path)
+        ));
     }
 
     #[test]

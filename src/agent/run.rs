@@ -513,10 +513,15 @@ mod tests {
             "{default}"
         );
         assert!(default.contains("info"), "{default}");
-        let named = log_filter(Some("info,kube_client=debug")).unwrap().to_string();
+        let named = log_filter(Some("info,kube_client=debug"))
+            .unwrap()
+            .to_string();
         assert!(!named.contains("kube_client=off"), "{named}");
         let err = log_filter(Some("info,foo=loud")).unwrap_err();
-        assert!(err.starts_with("RUST_LOG=\"info,foo=loud\" is not a log filter"), "{err}");
+        assert!(
+            err.starts_with("RUST_LOG=\"info,foo=loud\" is not a log filter"),
+            "{err}"
+        );
         assert!(err.contains("(hint: "), "{err}");
     }
 
