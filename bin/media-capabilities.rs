@@ -46,13 +46,18 @@ fn main() -> ExitCode {
     // Colour only for a person at a terminal: the pod log and log collectors want plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none();
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let filter = match media_operator::agent::run::log_filter(rust_log.as_deref()) {
+        Ok(filter) => filter,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+        .with_env_filter(filter)
         .init();
     match run(cli, config) {
         Ok(()) => ExitCode::SUCCESS,

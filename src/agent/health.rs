@@ -1,17 +1,24 @@
 //! What the agent tells the kubelet's probes and Prometheus, on one port:
 //!
-//! - `/healthz`: 200 while every loop of the agent runs (probing, publishing, kubelet plugin);
-//!   a stopped loop makes it 500 so the kubelet restarts the pod. An API server outage does not
-//!   fail it: restarting would not help, and the publisher retries on its own.
+//! - `/healthz`: 200 while every loop of the agent runs and makes progress (prober, publisher,
+//!   kubelet plugin). Each loop holds a [`Heartbeat`] and says, at every step, by when it will
+//!   beat again ("within my rescan interval", "within one API call's timeout", "within this
+//!   probe's budget"); a loop past that promise plus [`Liveness`]'s margin is wedged (a deadlock,
+//!   a blocking call on the runtime) and makes `/healthz` 500 so the kubelet restarts the pod. A
+//!   stopped loop makes it 500 too. An API server outage does not fail it: every API call is
+//!   bounded, restarting would not help, and the publisher retries on its own.
 //! - `/readyz`: 200 once the slice has been published and the kubelet has registered the plugin,
-//!   503 with the missing part(s) before. The body also carries the dropped-field warning.
+//!   503 with the missing part(s) before, and while the API server refuses the agent's writes.
+//!   The body also carries warnings that do not make the agent unready: a field the API server
+//!   dropped or changed, GPUs of the node that the agent's claim did not bring.
 //! - `/metrics`: Prometheus text format (OpenMetrics), see [`Metrics`].
 //!
-//! The state is plain atomics shared with the loops; the server only reads it.
+//! The state is atomics and small mutexes shared with the loops; the server only reads it.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
@@ -35,6 +42,15 @@ pub const DROPPED_FIELD_WARNING: &str = "the API server dropped allowMultipleAll
      second pod claiming the same GPU's capabilities stays Pending (hint: enable the \
      DRAConsumableCapacity feature gate on kube-apiserver and kube-scheduler, then restart this \
      DaemonSet to republish)";
+
+/// The labels of the refusal counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabels {
+    /// create, update or delete.
+    pub verb: &'static str,
+    /// The HTTP status code of the refusal (401, 403, 422, ...).
+    pub code: u16,
+}
 
 /// The labels of the write counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -61,6 +77,13 @@ pub struct Metrics {
     pub dropped_field: Gauge,
     /// 1 while the kubelet has registered the plugin.
     pub kubelet_registered: Gauge,
+    /// Writes the API server refused (validation, admission, authorisation), by verb and code.
+    pub refusals: Family<RefusalLabels, Counter>,
+    /// Fields the API server dropped, added or changed in what the agent wrote (besides
+    /// `allowMultipleAllocations`, which has its own gauge), no longer compared.
+    pub server_changed_fields: Gauge,
+    /// GPUs liken publishes for this node that the agent cannot open (its claim predates them).
+    pub gpus_not_in_claim: Gauge,
 }
 
 impl Default for Metrics {
@@ -74,6 +97,9 @@ impl Default for Metrics {
             last_publish: Gauge::default(),
             dropped_field: Gauge::default(),
             kubelet_registered: Gauge::default(),
+            refusals: Family::default(),
+            server_changed_fields: Gauge::default(),
+            gpus_not_in_claim: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -111,6 +137,21 @@ impl Default for Metrics {
             "1 while the kubelet has registered the media.liken.sh plugin",
             metrics.kubelet_registered.clone(),
         );
+        registry.register(
+            "slice_write_refusals",
+            "Writes of the node's ResourceSlice the API server refused (validation, admission, authorisation)",
+            metrics.refusals.clone(),
+        );
+        registry.register(
+            "server_changed_fields",
+            "Fields the API server dropped, added or changed in the written ResourceSlice, no longer compared",
+            metrics.server_changed_fields.clone(),
+        );
+        registry.register(
+            "gpus_not_in_claim",
+            "GPUs liken publishes for this node that the agent's render-node claim did not bring",
+            metrics.gpus_not_in_claim.clone(),
+        );
         Metrics {
             registry,
             ..metrics
@@ -139,6 +180,19 @@ pub struct Health {
     pub dropped_field: AtomicBool,
     /// Loops that stopped (any stop is fatal; the process exits right after).
     pub loops_stopped: AtomicI64,
+    /// The loops' heartbeats.
+    pub liveness: Arc<Liveness>,
+    /// While the API server does not answer (unreachable, timing out, 5xx, 429): since when, one
+    /// line. One problem for the whole agent, however many loops meet it.
+    pub api_outage: Mutex<Option<String>>,
+    /// While the API server refuses the agent's writes: the refusal, one line.
+    pub refusal: Mutex<Option<String>>,
+    /// While the API server changes what the agent writes (other than the gate's field): what.
+    pub server_changes: Mutex<Option<String>>,
+    /// While liken publishes GPUs for this node that the agent cannot open: which, and the fix.
+    pub not_in_claim: Mutex<Option<String>>,
+    /// Where the health server listens, once bound (for tests running the agent in-process).
+    pub local_addr: OnceLock<SocketAddr>,
     pub metrics: Metrics,
 }
 
@@ -158,6 +212,170 @@ impl Health {
     pub fn set_dropped_field(&self, dropped: bool) -> bool {
         self.metrics.dropped_field.set(i64::from(dropped));
         self.dropped_field.swap(dropped, Ordering::Relaxed) != dropped
+    }
+}
+
+impl Health {
+    /// Sets or clears one of the message slots; returns whether it changed (log once per change).
+    pub fn set_note(slot: &Mutex<Option<String>>, note: Option<String>) -> bool {
+        let mut current = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if *current == note {
+            return false;
+        }
+        *current = note;
+        true
+    }
+
+    fn note(slot: &Mutex<Option<String>>) -> Option<String> {
+        slot.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// How long past its promise a loop may be before `/healthz` calls it wedged. It absorbs a
+/// loaded node's scheduling delays; the kubelet's own probe period and failure threshold come
+/// on top.
+pub const DEFAULT_LIVENESS_MARGIN: Duration = Duration::from_secs(30);
+
+/// The loops' heartbeats, read by `/healthz`.
+#[derive(Debug)]
+pub struct Liveness {
+    margin: Duration,
+    loops: Mutex<Vec<Beating>>,
+}
+
+#[derive(Debug)]
+struct Beating {
+    name: &'static str,
+    last: Instant,
+    promised: Duration,
+    wedged: bool,
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Self::new(DEFAULT_LIVENESS_MARGIN)
+    }
+}
+
+impl Liveness {
+    /// Heartbeats that may be `margin` late before the loop counts as wedged.
+    pub fn new(margin: Duration) -> Self {
+        Self {
+            margin,
+            loops: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A heartbeat for the loop `name`, which promises its first beat `within` from now.
+    pub fn register(self: &Arc<Self>, name: &'static str, within: Duration) -> Heartbeat {
+        let mut loops = self.lock();
+        loops.push(Beating {
+            name,
+            last: Instant::now(),
+            promised: within,
+            wedged: false,
+        });
+        Heartbeat {
+            liveness: Arc::clone(self),
+            index: loops.len() - 1,
+        }
+    }
+
+    /// For tests of `/healthz`: the next beat of the loop `name` never returns, as in a loop
+    /// that deadlocked there. Not reachable from the command line.
+    #[doc(hidden)]
+    pub fn wedge(&self, name: &str) -> bool {
+        let mut found = false;
+        for beating in self.lock().iter_mut().filter(|b| b.name == name) {
+            beating.wedged = true;
+            found = true;
+        }
+        found
+    }
+
+    /// One line per loop that is past its promise and the margin.
+    pub fn overdue(&self) -> Vec<String> {
+        let now = Instant::now();
+        self.lock()
+            .iter()
+            .filter_map(|b| {
+                let silent = now.saturating_duration_since(b.last);
+                (silent > b.promised + self.margin).then(|| {
+                    format!(
+                        "the {} made no progress for {} (it promised progress within {}, plus a margin of {})",
+                        b.name,
+                        human(silent),
+                        human(b.promised),
+                        human(self.margin),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Beating>> {
+        self.loops.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A duration as an operator reads it: `250ms`, `12.5s`, `5m30s`.
+pub fn human(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{}ms", d.as_millis())
+    } else if d < Duration::from_secs(60) {
+        let tenths = d.as_millis() / 100;
+        if tenths.is_multiple_of(10) {
+            format!("{}s", tenths / 10)
+        } else {
+            format!("{}.{}s", tenths / 10, tenths % 10)
+        }
+    } else {
+        let secs = d.as_secs();
+        if secs >= 3600 * 24 * 365 {
+            return "ever".to_string();
+        }
+        format!("{}m{}s", secs / 60, secs % 60)
+    }
+}
+
+/// One loop's heartbeat (see [`Liveness`]).
+#[derive(Clone, Debug)]
+pub struct Heartbeat {
+    liveness: Arc<Liveness>,
+    index: usize,
+}
+
+impl Heartbeat {
+    /// A heartbeat nobody reads, for a loop run on its own (tests, benchmarks).
+    pub fn detached(name: &'static str) -> Self {
+        Arc::new(Liveness::default()).register(name, Duration::MAX / 4)
+    }
+
+    /// Records progress before a bounded step (an API call with a timeout, a probe with its
+    /// budget): the next beat comes `within` from now. Never blocks; the wedge point of a loop
+    /// is its [`beat`](Self::beat) once per round.
+    pub fn busy(&self, within: Duration) {
+        let mut loops = self.liveness.lock();
+        let beating = &mut loops[self.index];
+        beating.last = Instant::now();
+        beating.promised = within;
+    }
+
+    /// Records progress once per round of the loop and promises the next beat `within` from
+    /// now. Returns at once, except for a loop [`Liveness::wedge`]d by a test, where it never
+    /// returns.
+    pub async fn beat(&self, within: Duration) {
+        let wedged = {
+            let mut loops = self.liveness.lock();
+            let beating = &mut loops[self.index];
+            // A wedged loop beats this once more, then sticks: its last promise is this one.
+            beating.last = Instant::now();
+            beating.promised = within;
+            beating.wedged
+        };
+        if wedged {
+            std::future::pending::<()>().await;
+        }
     }
 }
 
@@ -193,12 +411,16 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 }
 
 async fn healthz(State(s): State<Served>) -> impl IntoResponse {
-    if s.health.loops_stopped.load(Ordering::Relaxed) == 0 {
+    let mut failing = s.health.liveness.overdue();
+    if s.health.loops_stopped.load(Ordering::Relaxed) != 0 {
+        failing.push("a loop of the agent stopped".to_string());
+    }
+    if failing.is_empty() {
         (StatusCode::OK, "ok\n".to_string())
     } else {
         (
             StatusCode::INTERNAL_SERVER_ERROR,
-            "a loop of the agent stopped\n".to_string(),
+            format!("unhealthy: {}\n", failing.join("; ")),
         )
     }
 }
@@ -212,6 +434,9 @@ async fn readyz(State(s): State<Served>) -> impl IntoResponse {
         RegistrationState::Registered => {}
         other => missing.push(format!("kubelet registration: {other}")),
     }
+    if let Some(refusal) = Health::note(&s.health.refusal) {
+        missing.push(refusal);
+    }
     let mut body = if missing.is_empty() {
         "ready\n".to_string()
     } else {
@@ -219,6 +444,11 @@ async fn readyz(State(s): State<Served>) -> impl IntoResponse {
     };
     if s.health.dropped_field.load(Ordering::Relaxed) {
         body.push_str(&format!("warning: {DROPPED_FIELD_WARNING}\n"));
+    }
+    for note in [&s.health.server_changes, &s.health.not_in_claim] {
+        if let Some(note) = Health::note(note) {
+            body.push_str(&format!("warning: {note}\n"));
+        }
     }
     let code = if missing.is_empty() {
         StatusCode::OK
@@ -269,5 +499,57 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line:?} missing from:\n{text}");
         }
+    }
+
+    #[test]
+    fn a_loop_past_its_promise_and_the_margin_is_named() {
+        use futures_util::FutureExt;
+        let liveness = Arc::new(Liveness::new(Duration::ZERO));
+        let prober = liveness.register("prober", Duration::from_secs(3600));
+        let publisher = liveness.register("publisher", Duration::ZERO);
+        // Time passes (a sleep only makes the clock move; nothing races it).
+        std::thread::sleep(Duration::from_millis(2));
+        let overdue = liveness.overdue();
+        assert_eq!(overdue.len(), 1, "{overdue:?}");
+        assert!(
+            overdue[0].starts_with("the publisher made no progress for "),
+            "{overdue:?}"
+        );
+        assert!(
+            overdue[0].contains("it promised progress within 0ms"),
+            "{overdue:?}"
+        );
+        publisher.busy(Duration::from_secs(3600));
+        assert!(liveness.overdue().is_empty());
+
+        // A normal beat returns at once; a wedged loop's beat never does.
+        assert!(prober.beat(Duration::from_secs(1)).now_or_never().is_some());
+        assert!(liveness.wedge("prober"));
+        assert!(!liveness.wedge("no such loop"));
+        assert!(prober.beat(Duration::from_secs(1)).now_or_never().is_none());
+        let margin = Liveness::new(Duration::from_secs(3600));
+        let lazy = Arc::new(margin).register("kubelet plugin", Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(
+            lazy.liveness.overdue().is_empty(),
+            "the margin absorbs lateness"
+        );
+    }
+
+    #[test]
+    fn durations_read_like_an_operator_writes_them() {
+        assert_eq!(human(Duration::from_millis(250)), "250ms");
+        assert_eq!(human(Duration::from_secs(12)), "12s");
+        assert_eq!(human(Duration::from_millis(12_500)), "12.5s");
+        assert_eq!(human(Duration::from_secs(330)), "5m30s");
+    }
+
+    #[test]
+    fn notes_change_once() {
+        let health = Health::default();
+        assert!(Health::set_note(&health.refusal, Some("x".into())));
+        assert!(!Health::set_note(&health.refusal, Some("x".into())));
+        assert!(Health::set_note(&health.refusal, None));
+        assert!(!Health::set_note(&health.refusal, None));
     }
 }

@@ -8,4 +8,5 @@ pub mod kubelet;
 pub mod probe_cmd;
 pub mod probing;
 pub mod publisher;
+pub mod render_nodes;
 pub mod run;

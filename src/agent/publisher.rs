@@ -12,31 +12,50 @@
 //! - a new probe result (GPUs appeared or disappeared), bumping `spec.pool.generation` on every
 //!   content change, from the stored value, never backwards.
 //!
+//! **Whose slice it is** is decided from the stored object before writing: a slice with our
+//! name whose immutable fields (`spec.driver`, `spec.pool.name`, `spec.nodeName`, the ones
+//! kube-apiserver's `ValidateResourceSliceUpdate` refuses to change) differ from ours cannot be
+//! updated into ours, so it is deleted (with a uid precondition) and created anew. Nothing else
+//! is a reason to delete: a write the API server refuses (422 Invalid content, a
+//! ValidatingAdmissionPolicy's 422 or 403, RBAC's 403, 401) leaves the stored slice as it is,
+//! is logged once at ERROR with the server's message on one line, counted
+//! (`slice_write_refusals_total`), shown on `/readyz`, and retried with backoff.
+//!
+//! **What the server stored** is checked after each write against what was sent: a field it
+//! dropped (`allowMultipleAllocations` with the DRAConsumableCapacity gate off), added (a
+//! mutating admission policy or webhook) or changed inside a device is said once (log,
+//! `/readyz`, `/metrics`) and no longer compared, so the slice is not rewritten on every watch
+//! event. A change the agent cannot leave aside (a device, its name, the pool, the node, the
+//! owner) makes the write count as failed: it is retried with backoff, never in a loop.
+//!
 //! Comparison ignores `generation` and metadata noise (resourceVersion, managedFields, ...).
 //! API failures are retried with capped exponential backoff and jitter, forever: an outage is
 //! never a reason to exit. A conflict re-reads and retries at once. The watch itself (kube-rs's
 //! watcher) re-lists after a broken stream or `410 Gone`. Each problem is logged once when it
-//! starts and once when it ends, not at every retry.
-//!
-//! After each write the publisher looks at what the API server answered, which is the object as
-//! stored: a server with the DRAConsumableCapacity gate off drops `allowMultipleAllocations`
-//! silently, and the publisher says so once (log, `/readyz`, `/metrics`) and stops counting that
-//! field as a difference (otherwise it would rewrite the slice forever).
+//! starts (or its cause changes) and once when it ends, which is when an API request succeeded
+//! again, not when the watcher merely restarts. Every API call is bounded by
+//! [`API_CALL_TIMEOUT`], so a hung connection is a retried failure and never a wedged loop.
 
+use std::collections::BTreeSet;
+use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::resource::v1::{ResourceSlice, ResourceSliceSpec};
+use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
+use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{Level, debug, error, info, warn};
 
-use crate::agent::health::{DROPPED_FIELD_WARNING, Health, WriteLabels};
+use crate::agent::health::{
+    DROPPED_FIELD_WARNING, Health, Heartbeat, RefusalLabels, WriteLabels, human,
+};
 use crate::catalogue::DRIVER;
 use crate::node::device::GpuDevice;
 use crate::node::slice::{NodeRef, desired, slice_name};
@@ -47,34 +66,284 @@ const INITIAL_BACKOFF: Duration = Duration::from_millis(200);
 /// How many conflicts in a row are re-read and retried at once before backing off.
 const MAX_IMMEDIATE_RETRIES: usize = 5;
 
+/// The longest one API request may take before it counts as failed. The client itself has no
+/// read timeout, so without this a hung connection would stall the publisher for good.
+pub const API_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The longest a server message is quoted in a log line or on `/readyz`.
+const MAX_MESSAGE: usize = 400;
+
+/// Cuts a server's text to one line: control characters and runs of white space become one
+/// space, and more than `max` bytes are cut on a character boundary with `...`.
+pub fn one_line(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max + 3));
+    for word in text.split(|c: char| c.is_whitespace() || c.is_control()) {
+        if word.is_empty() {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    if out.len() > max {
+        let mut cut = max;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push_str("...");
+    }
+    out
+}
+
+/// What went wrong with one API request, as an operator reads it (never a Rust `Debug` dump).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ApiCause {
+    /// The server answered with an error status.
+    Status {
+        code: u16,
+        reason: String,
+        /// The server's message, cut to one line.
+        message: String,
+        /// How long the server asked to wait before retrying (429, some 503s).
+        retry_after: Option<Duration>,
+    },
+    /// No answer: the connection failed.
+    Unreachable { url: String, detail: String },
+    /// No answer within [`API_CALL_TIMEOUT`].
+    TimedOut { url: String, after: Duration },
+    /// Anything else (an answer that could not be read, ...).
+    Other(String),
+}
+
+impl ApiCause {
+    /// From a client error; `url` is the API server's address, named when it cannot be reached.
+    pub fn from_kube(error: &kube::Error, url: &str) -> Self {
+        match error {
+            kube::Error::Api(status) => ApiCause::Status {
+                code: status.code,
+                reason: status.reason.clone(),
+                message: one_line(&status.message, MAX_MESSAGE),
+                retry_after: status
+                    .details
+                    .as_ref()
+                    .map(|d| d.retry_after_seconds)
+                    .filter(|s| *s > 0)
+                    .map(|s| Duration::from_secs(u64::from(s))),
+            },
+            kube::Error::Service(_) | kube::Error::HyperError(_) => ApiCause::Unreachable {
+                url: url.to_string(),
+                detail: chain(error),
+            },
+            other => ApiCause::Other(chain(other)),
+        }
+    }
+
+    /// From a watcher error.
+    fn from_watcher(error: &watcher::Error, url: &str) -> (&'static str, Self) {
+        match error {
+            watcher::Error::InitialListFailed(e) => ("list", Self::from_kube(e, url)),
+            watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => {
+                ("watch", Self::from_kube(e, url))
+            }
+            watcher::Error::WatchError(status) => (
+                "watch",
+                ApiCause::Status {
+                    code: status.code,
+                    reason: status.reason.clone(),
+                    message: one_line(&status.message, MAX_MESSAGE),
+                    retry_after: None,
+                },
+            ),
+            watcher::Error::NoResourceVersion => ("watch", ApiCause::Other(error.to_string())),
+        }
+    }
+
+    /// A refusal: the server understood the request and will not accept it as it is
+    /// (validation, admission, authorisation). Retrying unchanged does not help until someone
+    /// changes the policy, the permissions or the agent.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            ApiCause::Status {
+                code: 400 | 401 | 403 | 413 | 422,
+                ..
+            }
+        )
+    }
+
+    /// The API server cannot be reached at all: no connection, or no answer in time. That is one
+    /// problem for the whole agent. A server that answers with an error (5xx, 429) is reachable:
+    /// that failure belongs to the request, which may well be the only one failing.
+    pub fn is_outage(&self) -> bool {
+        matches!(
+            self,
+            ApiCause::Unreachable { .. } | ApiCause::TimedOut { .. }
+        )
+    }
+
+    /// How long the server asked to wait before retrying.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ApiCause::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    fn status(&self) -> Option<(u16, &str)> {
+        match self {
+            ApiCause::Status { code, reason, .. } => Some((*code, reason)),
+            _ => None,
+        }
+    }
+
+    fn is_conflict(&self) -> bool {
+        self.status() == Some((409, "Conflict"))
+    }
+
+    fn is_already_exists(&self) -> bool {
+        self.status() == Some((409, "AlreadyExists"))
+    }
+
+    fn is_not_found(&self) -> bool {
+        matches!(self.status(), Some((404, _)))
+    }
+
+    /// What kind of failure it is: a problem is logged again only when this changes, so an
+    /// outage that moves from "list" to "watch" or from one retry to the next is one problem.
+    pub fn class(&self) -> String {
+        match self {
+            ApiCause::Status {
+                code,
+                reason,
+                message,
+                ..
+            } if self.is_refusal() => format!("{code} {reason} {message}"),
+            ApiCause::Status { code, reason, .. } => format!("{code} {reason}"),
+            ApiCause::Unreachable { .. } => "unreachable".into(),
+            ApiCause::TimedOut { .. } => "timeout".into(),
+            ApiCause::Other(text) => text.clone(),
+        }
+    }
+}
+
+impl fmt::Display for ApiCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ApiCause::Status {
+                code,
+                reason,
+                message,
+                ..
+            } => {
+                let refused = if self.is_refusal() { "refused, " } else { "" };
+                write!(f, "{refused}{code} {reason}: {message}")
+            }
+            ApiCause::Unreachable { url, detail } => write!(f, "cannot reach {url}: {detail}"),
+            ApiCause::TimedOut { url, after } => {
+                write!(f, "no answer from {url} within {}", human(*after))
+            }
+            ApiCause::Other(text) => f.write_str(text),
+        }
+    }
+}
+
+/// An error and its sources on one line, without repeating a source its parent already quotes.
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = one_line(&error.to_string(), MAX_MESSAGE);
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let next = one_line(&cause.to_string(), MAX_MESSAGE);
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = cause.source();
+    }
+    // kube-rs prefixes its own variant names; they say nothing to an operator.
+    for prefix in ["ServiceError: ", "HyperError: "] {
+        if let Some(rest) = text.strip_prefix(prefix) {
+            text = rest.to_string();
+        }
+    }
+    text
+}
+
+/// Records that the API server did not work for a request; logs once when such an outage
+/// starts, whichever loop meets it first. Returns false (nothing recorded) for a cause that is
+/// not an outage: that one is the caller's to report.
+pub fn api_unanswered(health: &Health, url: &str, cause: &ApiCause) -> bool {
+    if !cause.is_outage() {
+        return false;
+    }
+    let mut outage = health.api_outage.lock().unwrap_or_else(|e| e.into_inner());
+    if outage.is_none() {
+        let message = format!("the API server at {url} is not working: {cause}");
+        warn!(
+            "{message}; the agent keeps serving the kubelet and retries with backoff (logged again when it works)"
+        );
+        *outage = Some(message);
+    }
+    true
+}
+
+/// Records that the API server answered; logs the end of an outage.
+pub fn api_answered(health: &Health, url: &str) {
+    let previous = health
+        .api_outage
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    if let Some(previous) = previous {
+        info!("the API server at {url} works again (after: {previous})");
+    }
+}
+
 /// Why one publish attempt failed (retried; never fatal).
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
-    /// The Node could not be read.
-    #[error("read Node {node}: {source}")]
-    GetNode { node: String, source: kube::Error },
+    /// An API request failed: `verb` on `what` (`ResourceSlice <name>`, `Node <name>`).
+    #[error("{verb} {what}: {cause}")]
+    Api {
+        verb: &'static str,
+        what: String,
+        cause: ApiCause,
+    },
     /// The Node does not exist (yet, or any more).
     #[error(
         "Node {node} does not exist, so its slice would be garbage-collected at once; waiting for it (hint: the slice is published when the kubelet registers the node again)"
     )]
     NodeMissing { node: String },
-    /// The slice could not be read.
-    #[error("read ResourceSlice {name}: {source}")]
-    Get { name: String, source: kube::Error },
-    /// The slice could not be created.
-    #[error("create ResourceSlice {name}: {source}")]
-    Create { name: String, source: kube::Error },
-    /// The slice could not be updated.
-    #[error("update ResourceSlice {name}: {source}")]
-    Update { name: String, source: kube::Error },
-    /// A slice in the way could not be deleted.
-    #[error("delete ResourceSlice {name}: {source}")]
-    Delete { name: String, source: kube::Error },
     /// Every immediate retry met a conflict.
     #[error(
         "ResourceSlice {name} kept changing under us ({MAX_IMMEDIATE_RETRIES} conflicts in a row)"
     )]
     Conflicts { name: String },
+    /// The server stored something the agent cannot leave aside.
+    #[error(
+        "the API server stored ResourceSlice {name} otherwise than it was sent: {changes}; writing it again with backoff (hint: a mutating admission policy or webhook changes ResourceSlices: kubectl get mutatingadmissionpolicies,mutatingwebhookconfigurations)"
+    )]
+    StoredOtherwise { name: String, changes: String },
+}
+
+impl PublishError {
+    /// The refusal, if the API server refused a write.
+    pub fn refusal(&self) -> Option<(&'static str, u16)> {
+        match self {
+            PublishError::Api { verb, cause, .. } if cause.is_refusal() => {
+                cause.status().map(|(code, _)| (*verb, code))
+            }
+            _ => None,
+        }
+    }
+
+    fn class(&self) -> String {
+        match self {
+            PublishError::Api { cause, .. } => cause.class(),
+            other => other.to_string(),
+        }
+    }
 }
 
 /// Capped exponential backoff with jitter ("equal jitter": half fixed, half random), so a fleet
@@ -116,11 +385,13 @@ impl Backoff {
     }
 }
 
-/// Logs a problem once when it starts (or changes) and once when it is over, not per retry.
+/// Logs a problem once when it starts (or its kind changes) and once when it is over, not per
+/// retry.
 #[derive(Debug)]
 pub struct Problem {
     what: &'static str,
-    current: Option<String>,
+    /// The kind of the current problem, and its message as first logged.
+    current: Option<(String, String)>,
 }
 
 impl Problem {
@@ -132,75 +403,286 @@ impl Problem {
         }
     }
 
-    /// Records a failure; returns whether it was logged (a new or different problem).
+    /// Records a failure whose kind is its message, at WARN; returns whether it was logged.
     pub fn failed(&mut self, error: &str) -> bool {
-        if self.current.as_deref() == Some(error) {
+        self.report(Level::WARN, error, error)
+    }
+
+    /// Records a failure of kind `kind` (logged again only when the kind changes); returns
+    /// whether it was logged.
+    pub fn report(&mut self, level: Level, kind: &str, message: &str) -> bool {
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|(current, _)| current == kind)
+        {
             return false;
         }
-        warn!(
-            "{}: {error}; retrying with backoff (logged again only when this changes)",
-            self.what
-        );
-        self.current = Some(error.to_string());
+        let what = self.what;
+        if level == Level::ERROR {
+            error!(
+                "{what}: {message}; retrying with backoff (logged again only when this changes)"
+            );
+        } else {
+            warn!("{what}: {message}; retrying with backoff (logged again only when this changes)");
+        }
+        self.current = Some((kind.to_string(), message.to_string()));
         true
     }
 
     /// Records a success; logs the recovery if there was a problem.
     pub fn ok(&mut self) {
-        if let Some(previous) = self.current.take() {
+        if let Some((_, previous)) = self.current.take() {
             info!("{}: works again (after: {previous})", self.what);
         }
+    }
+
+    /// Whether a problem is current.
+    pub fn is_failing(&self) -> bool {
+        self.current.is_some()
+    }
+}
+
+/// One step of a path into a slice's JSON: an object key, or every element of a list.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Step {
+    Key(String),
+    Each,
+}
+
+/// A field of the slice, with list positions generalised (`spec.devices[*].attributes[x]`), so
+/// that what is learned from one device applies to every device, now and after a change.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FieldPath(pub Vec<Step>);
+
+impl FieldPath {
+    fn key(&self, i: usize) -> Option<&str> {
+        match self.0.get(i) {
+            Some(Step::Key(k)) => Some(k),
+            _ => None,
+        }
+    }
+
+    /// `allowMultipleAllocations` on the devices: the DRAConsumableCapacity gate's field.
+    fn is_gate_field(&self) -> bool {
+        self.0.len() == 4 && self.device_field() == Some("allowMultipleAllocations")
+    }
+
+    /// The field of a device this path is in (`attributes`, `allowMultipleAllocations`, ...).
+    fn device_field(&self) -> Option<&str> {
+        (self.key(0) == Some("spec")
+            && self.key(1) == Some("devices")
+            && self.0.get(2) == Some(&Step::Each))
+        .then(|| self.key(3))
+        .flatten()
+    }
+
+    /// Whether the agent can leave this field aside and still publish what matters: anything
+    /// inside a device except its name. A device itself, the pool, the node, the driver and the
+    /// owner are what the slice is; a server that changes those is fought (with backoff).
+    fn can_be_left_aside(&self) -> bool {
+        self.device_field().is_some_and(|field| field != "name")
+    }
+}
+
+impl fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for step in &self.0 {
+            match step {
+                Step::Each => f.write_str("[*]")?,
+                Step::Key(k) if k.contains(['.', '/']) || k.is_empty() => write!(f, "[{k}]")?,
+                Step::Key(k) => {
+                    if !first {
+                        f.write_str(".")?;
+                    }
+                    f.write_str(k)?;
+                }
+            }
+            first = false;
+        }
+        Ok(())
+    }
+}
+
+/// How the server treated one field of what was sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Treatment {
+    Dropped,
+    Added,
+    Changed,
+}
+
+/// One field the server stored otherwise than it was sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub path: FieldPath,
+    pub treatment: Treatment,
+    /// What the server stored (for an added or changed field), compact JSON.
+    pub stored: Option<String>,
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.treatment, &self.stored) {
+            (Treatment::Dropped, _) => write!(f, "{} dropped", self.path),
+            (Treatment::Added, Some(v)) => write!(f, "{} added ({})", self.path, one_line(v, 80)),
+            (Treatment::Changed, Some(v)) => {
+                write!(f, "{} changed (stored {})", self.path, one_line(v, 80))
+            }
+            (_, None) => write!(f, "{} changed", self.path),
+        }
+    }
+}
+
+/// What of a slice is content: its spec without the pool generation, and its ownerReferences;
+/// empty lists, maps and nulls removed (a real API server omits what is empty).
+fn content(slice: &ResourceSlice) -> Value {
+    let mut spec = serde_json::to_value(&slice.spec).unwrap_or(Value::Null);
+    if let Some(pool) = spec.get_mut("pool").and_then(Value::as_object_mut) {
+        pool.remove("generation");
+    }
+    let owners = serde_json::to_value(&slice.metadata.owner_references).unwrap_or(Value::Null);
+    let mut value = serde_json::json!({ "spec": spec, "ownerReferences": owners });
+    prune(&mut value);
+    value
+}
+
+/// Removes nulls, empty lists and empty maps, depth first.
+fn prune(value: &mut Value) -> bool {
+    match value {
+        Value::Null => false,
+        Value::Array(items) => {
+            items.iter_mut().for_each(|v| {
+                prune(v);
+            });
+            !items.is_empty()
+        }
+        Value::Object(map) => {
+            map.retain(|_, v| prune(v));
+            !map.is_empty()
+        }
+        _ => true,
+    }
+}
+
+/// The fields the server stored otherwise than `sent`, in path order.
+pub fn stored_changes(sent: &ResourceSlice, stored: &ResourceSlice) -> Vec<Change> {
+    let mut changes = Vec::new();
+    diff(
+        &content(sent),
+        &content(stored),
+        &mut Vec::new(),
+        &mut changes,
+    );
+    changes.sort_by(|a, b| a.path.cmp(&b.path));
+    changes.dedup_by(|a, b| a.path == b.path);
+    changes
+}
+
+fn diff(sent: &Value, stored: &Value, at: &mut Vec<Step>, out: &mut Vec<Change>) {
+    let compact = |v: &Value| serde_json::to_string(v).unwrap_or_default();
+    match (sent, stored) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for key in keys {
+                at.push(Step::Key(key.clone()));
+                match (a.get(key), b.get(key)) {
+                    (Some(x), Some(y)) => diff(x, y, at, out),
+                    (Some(_), None) => out.push(Change {
+                        path: FieldPath(at.clone()),
+                        treatment: Treatment::Dropped,
+                        stored: None,
+                    }),
+                    (None, Some(y)) => out.push(Change {
+                        path: FieldPath(at.clone()),
+                        treatment: Treatment::Added,
+                        stored: Some(compact(y)),
+                    }),
+                    (None, None) => {}
+                }
+                at.pop();
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            at.push(Step::Each);
+            for (x, y) in a.iter().zip(b) {
+                diff(x, y, at, out);
+            }
+            at.pop();
+        }
+        (a, b) if a != b => out.push(Change {
+            path: FieldPath(at.clone()),
+            treatment: Treatment::Changed,
+            stored: Some(compact(b)),
+        }),
+        _ => {}
+    }
+}
+
+/// Removes `path` from `value` wherever it matches.
+fn strip(value: &mut Value, path: &[Step]) {
+    match (path, value) {
+        ([Step::Key(k)], Value::Object(map)) => {
+            map.remove(k);
+        }
+        ([Step::Key(k), rest @ ..], Value::Object(map)) => {
+            if let Some(v) = map.get_mut(k) {
+                strip(v, rest);
+            }
+        }
+        ([Step::Each, rest @ ..], Value::Array(items)) if !rest.is_empty() => {
+            for item in items {
+                strip(item, rest);
+            }
+        }
+        _ => {}
     }
 }
 
 /// Whether the stored slice says what we want, ignoring the pool generation, metadata other
-/// than the ownerReferences, and (when the server is known to drop it) `allowMultipleAllocations`.
-pub fn same_content(stored: &ResourceSlice, wanted: &ResourceSlice, ignore_multiple: bool) -> bool {
-    let normalise = |spec: &ResourceSliceSpec| {
-        let mut spec = spec.clone();
-        spec.pool.generation = 0;
-        // A real API server omits an empty list; ours sends one. Both mean "no devices".
-        let mut devices = spec.devices.take().unwrap_or_default();
-        if ignore_multiple {
-            for device in &mut devices {
-                device.allow_multiple_allocations = None;
-            }
-        }
-        spec.devices = Some(devices);
-        spec
-    };
-    normalise(&stored.spec) == normalise(&wanted.spec)
-        && stored
-            .metadata
-            .owner_references
-            .as_deref()
-            .unwrap_or_default()
-            == wanted
-                .metadata
-                .owner_references
-                .as_deref()
-                .unwrap_or_default()
+/// than the ownerReferences, and the fields in `left_aside` (learned from the server's answers).
+pub fn same_content(
+    stored: &ResourceSlice,
+    wanted: &ResourceSlice,
+    left_aside: &[FieldPath],
+) -> bool {
+    let (mut a, mut b) = (content(stored), content(wanted));
+    for path in left_aside {
+        strip(&mut a, &path.0);
+        strip(&mut b, &path.0);
+    }
+    prune(&mut a);
+    prune(&mut b);
+    a == b
 }
 
-/// Whether the server dropped `allowMultipleAllocations` from what we sent; `None` when the
-/// slice has no device to tell by.
-pub fn dropped_multiple(sent: &ResourceSlice, stored: &ResourceSlice) -> Option<bool> {
-    let asked = sent
-        .spec
-        .devices
-        .iter()
-        .flatten()
-        .any(|d| d.allow_multiple_allocations == Some(true));
-    if !asked {
-        return None;
-    }
-    let kept = stored
-        .spec
-        .devices
-        .iter()
-        .flatten()
-        .any(|d| d.allow_multiple_allocations == Some(true));
-    Some(!kept)
+/// The immutable field in which the stored slice differs from ours, if any: such a slice was
+/// not made by this agent and cannot be updated into its slice (kube-apiserver refuses to change
+/// `spec.driver`, `spec.pool.name` and `spec.nodeName` on update).
+pub fn not_ours(stored: &ResourceSlice, wanted: &ResourceSlice) -> Option<String> {
+    let show = |v: Option<&str>| v.map_or_else(|| "unset".to_string(), |v| format!("{v:?}"));
+    let fields = [
+        (
+            "spec.driver",
+            Some(stored.spec.driver.as_str()),
+            Some(wanted.spec.driver.as_str()),
+        ),
+        (
+            "spec.pool.name",
+            Some(stored.spec.pool.name.as_str()),
+            Some(wanted.spec.pool.name.as_str()),
+        ),
+        (
+            "spec.nodeName",
+            stored.spec.node_name.as_deref(),
+            wanted.spec.node_name.as_deref(),
+        ),
+    ];
+    fields
+        .into_iter()
+        .find(|(_, a, b)| a != b)
+        .map(|(field, a, b)| format!("its {field} is {}, not {}", show(a), show(b)))
 }
 
 /// How the publisher is set up.
@@ -212,6 +694,8 @@ pub struct PublisherConfig {
     pub resync_interval: Duration,
     /// The cap of the retry backoff.
     pub max_backoff: Duration,
+    /// The API server's address, named in errors where it cannot be reached.
+    pub api_url: String,
 }
 
 /// Publishes and keeps the node's slice; see the module documentation.
@@ -221,29 +705,37 @@ pub struct Publisher {
     slices: Api<ResourceSlice>,
     nodes: Api<Node>,
     health: Arc<Health>,
+    heartbeat: Heartbeat,
     /// The stored slice as last seen (watch, list, read or write answer); `None`: absent.
     observed: Option<ResourceSlice>,
     /// The Node's uid, for the ownerReference; re-read before every create.
     node_uid: Option<String>,
     /// The highest pool generation seen or written, so a re-created slice never goes back.
     generation: i64,
-    /// The server drops `allowMultipleAllocations` (learned from a write's answer).
-    drops_multiple: bool,
+    /// Fields the server drops, adds or changes (learned from the last write's answer), left
+    /// out of the comparison.
+    left_aside: Vec<FieldPath>,
 }
 
 impl Publisher {
-    /// A publisher for `config.node` using `client`.
-    pub fn new(client: kube::Client, config: PublisherConfig, health: Arc<Health>) -> Self {
+    /// A publisher for `config.node` using `client`; `heartbeat` tells `/healthz` it progresses.
+    pub fn new(
+        client: kube::Client,
+        config: PublisherConfig,
+        health: Arc<Health>,
+        heartbeat: Heartbeat,
+    ) -> Self {
         Self {
             name: slice_name(&config.node),
             slices: Api::all(client.clone()),
             nodes: Api::all(client),
             config,
             health,
+            heartbeat,
             observed: None,
             node_uid: None,
             generation: 0,
-            drops_multiple: false,
+            left_aside: Vec::new(),
         }
     }
 
@@ -258,8 +750,9 @@ impl Publisher {
         let mut events = std::pin::pin!(events);
         let mut init_buffer: Vec<ResourceSlice> = Vec::new();
         let mut listed = false;
-        // The watch and the periodic read both follow the stored slice; the watcher yields
-        // nothing when it reconnects without news, so a successful read also ends a problem.
+        // The watch and the periodic read both follow the stored slice. Only an answer of the
+        // API server ends a problem: a list that completed, an event, a successful read. (The
+        // watcher's `Init` is not one: it comes before its list request is even sent.)
         let mut watch_problem = Problem::new("follow this node's ResourceSlice");
         let mut publish_problem = Problem::new("publish the ResourceSlice");
         let mut backoff = Backoff::new(self.config.max_backoff);
@@ -269,6 +762,8 @@ impl Publisher {
         resync.tick().await; // The first tick is immediate; the watcher lists at start anyway.
 
         loop {
+            // The resync tick wakes the loop at least this often, whatever else happens.
+            self.heartbeat.beat(self.config.resync_interval).await;
             let wanted = gpus.borrow().clone();
             if let Some(wanted) = wanted
                 && listed
@@ -278,11 +773,49 @@ impl Publisher {
                     Ok(()) => {
                         publish_problem.ok();
                         backoff.reset();
+                        if Health::set_note(&self.health.refusal, None) {
+                            info!("the API server accepts this agent's requests again");
+                        }
                     }
                     Err(e) => {
                         self.health.metrics.publish_errors.inc();
-                        publish_problem.failed(&e.to_string());
-                        retry_at = Some(Instant::now() + backoff.next_delay());
+                        let message = e.to_string();
+                        if let PublishError::Api { cause, .. } = &e
+                            && api_unanswered(&self.health, &self.config.api_url, cause)
+                        {
+                            // Logged once for the whole agent.
+                        } else if let Some((verb, code)) = e.refusal() {
+                            self.health
+                                .metrics
+                                .refusals
+                                .get_or_create(&RefusalLabels { verb, code })
+                                .inc();
+                            let what = if matches!(verb, "create" | "update" | "delete") {
+                                "writes"
+                            } else {
+                                "requests"
+                            };
+                            Health::set_note(
+                                &self.health.refusal,
+                                Some(format!(
+                                    "the API server refuses this agent's {what}: {message}"
+                                )),
+                            );
+                            publish_problem.report(
+                                Level::ERROR,
+                                &e.class(),
+                                &format!("{message} (the stored slice is left as it is)"),
+                            );
+                        } else {
+                            publish_problem.report(Level::WARN, &e.class(), &message);
+                        }
+                        let mut delay = backoff.next_delay();
+                        if let PublishError::Api { cause, .. } = &e
+                            && let Some(asked) = cause.retry_after()
+                        {
+                            delay = delay.max(asked);
+                        }
+                        retry_at = Some(Instant::now() + delay);
                     }
                 }
             }
@@ -291,14 +824,28 @@ impl Publisher {
                     // The watcher never ends on its own; treat an end like a stop.
                     None => return,
                     Some(Err(e)) => {
-                        watch_problem.failed(&e.to_string());
+                        let (verb, cause) = ApiCause::from_watcher(&e, &self.config.api_url);
+                        if cause.status().is_some_and(|(code, _)| code == 410) {
+                            // History compacted: the watcher lists again; nothing is wrong.
+                            debug!("watch ResourceSlices: 410 Gone; listing again");
+                        } else if !api_unanswered(&self.health, &self.config.api_url, &cause) {
+                            api_answered(&self.health, &self.config.api_url);
+                            let message = format!("{verb} ResourceSlices ({selector}): {cause}");
+                            watch_problem.report(Level::WARN, &cause.class(), &message);
+                        }
                     }
                     Some(Ok(event)) => {
-                        watch_problem.ok();
+                        if !matches!(event, Event::Init) {
+                            api_answered(&self.health, &self.config.api_url);
+                        }
                         match event {
                             Event::Init => init_buffer.clear(),
-                            Event::InitApply(slice) => init_buffer.push(slice),
+                            Event::InitApply(slice) => {
+                                watch_problem.ok();
+                                init_buffer.push(slice);
+                            }
                             Event::InitDone => {
+                                watch_problem.ok();
                                 listed = true;
                                 let found = std::mem::take(&mut init_buffer);
                                 if !found.iter().any(|s| s.metadata.name.as_deref() == Some(&self.name)) {
@@ -308,8 +855,12 @@ impl Publisher {
                                     self.seen(Some(slice));
                                 }
                             }
-                            Event::Apply(slice) => self.seen(Some(slice)),
+                            Event::Apply(slice) => {
+                                watch_problem.ok();
+                                self.seen(Some(slice));
+                            }
                             Event::Delete(slice) => {
+                                watch_problem.ok();
                                 if slice.metadata.name.as_deref() == Some(&self.name) {
                                     info!("ResourceSlice {} was deleted; publishing it again", self.name);
                                     self.observed = None;
@@ -328,19 +879,59 @@ impl Publisher {
                 () = sleep_until(retry_at), if retry_at.is_some() => retry_at = None,
                 _ = resync.tick() => {
                     // Reads only: a write happens in the next round if the two differ.
-                    match self.slices.get_opt(&self.name).await {
+                    let name = self.name.clone();
+                    match self.call("get", &format!("ResourceSlice {name}"), self.slices.get_opt(&name)).await {
                         Ok(found) => {
                             watch_problem.ok();
                             self.observed = None;
                             self.seen(found);
                         }
-                        Err(source) => {
-                            watch_problem.failed(&PublishError::Get { name: self.name.clone(), source }.to_string());
+                        Err(e) => {
+                            let outage = matches!(&e, PublishError::Api { cause, .. }
+                                if api_unanswered(&self.health, &self.config.api_url, cause));
+                            if !outage {
+                                watch_problem.report(Level::WARN, &e.class(), &e.to_string());
+                            }
                         }
                     }
                 }
             }
         }
+    }
+
+    /// One bounded API request: the heartbeat promises progress within its timeout.
+    async fn call<T>(
+        &self,
+        verb: &'static str,
+        what: &str,
+        request: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, PublishError> {
+        self.heartbeat.busy(API_CALL_TIMEOUT);
+        let url = &self.config.api_url;
+        let cause = match tokio::time::timeout(API_CALL_TIMEOUT, request).await {
+            Ok(Ok(answer)) => {
+                api_answered(&self.health, url);
+                return Ok(answer);
+            }
+            Ok(Err(e)) => ApiCause::from_kube(&e, url),
+            Err(_) => ApiCause::TimedOut {
+                url: url.clone(),
+                after: API_CALL_TIMEOUT,
+            },
+        };
+        if !cause.is_outage() {
+            // "No" is an answer: the server works.
+            api_answered(&self.health, url);
+        }
+        Err(PublishError::Api {
+            verb,
+            what: what.to_string(),
+            cause,
+        })
+    }
+
+    fn what(&self) -> String {
+        format!("ResourceSlice {}", self.name)
     }
 
     /// Takes note of a stored slice of this node and driver. Only the slice with our name is
@@ -359,7 +950,7 @@ impl Publisher {
                 && current.metadata.uid == slice.metadata.uid
                 && slice.metadata.generation < current.metadata.generation
             {
-                tracing::debug!("ignoring an older state of ResourceSlice {}", self.name);
+                debug!("ignoring an older state of ResourceSlice {}", self.name);
                 return;
             }
             self.generation = self.generation.max(slice.spec.pool.generation);
@@ -368,6 +959,7 @@ impl Publisher {
             let slices = self.slices.clone();
             let uid = slice.metadata.uid.clone();
             let health = Arc::clone(&self.health);
+            let url = self.config.api_url.clone();
             warn!(
                 "deleting ResourceSlice {other}: it belongs to driver {DRIVER} on this node but is not {}, and would compete with it",
                 self.name
@@ -377,15 +969,22 @@ impl Publisher {
                     uid,
                     resource_version: None,
                 });
-                match slices.delete(&other, &params).await {
-                    Ok(_) => {
+                match tokio::time::timeout(API_CALL_TIMEOUT, slices.delete(&other, &params)).await {
+                    Ok(Ok(_)) => {
                         health
                             .metrics
                             .writes
                             .get_or_create(&WriteLabels { verb: "delete" })
                             .inc();
                     }
-                    Err(e) => warn!("delete stray ResourceSlice {other}: {e}"),
+                    Ok(Err(e)) => warn!(
+                        "delete ResourceSlice {other}: {}",
+                        ApiCause::from_kube(&e, &url)
+                    ),
+                    Err(_) => warn!(
+                        "delete ResourceSlice {other}: no answer from {url} within {}",
+                        human(API_CALL_TIMEOUT)
+                    ),
                 }
             });
         }
@@ -404,7 +1003,17 @@ impl Publisher {
             match self.observed.clone() {
                 Some(stored) => {
                     let mut wanted = desired(&node, gpus, 0);
-                    if same_content(&stored, &wanted, self.drops_multiple) {
+                    if let Some(difference) = not_ours(&stored, &wanted) {
+                        // Decided from the stored object, never from an error code: a 422 on
+                        // update can as well be a validation or admission refusal.
+                        warn!(
+                            "ResourceSlice {} is not this agent's: {difference}, which cannot be changed; deleting it and creating this node's",
+                            self.name
+                        );
+                        self.delete_stored(&stored).await?;
+                        continue;
+                    }
+                    if same_content(&stored, &wanted, &self.left_aside) {
                         if !self
                             .health
                             .published
@@ -424,37 +1033,25 @@ impl Publisher {
                     wanted.metadata.labels = stored.metadata.labels.clone();
                     wanted.metadata.annotations = stored.metadata.annotations.clone();
                     wanted.metadata.resource_version = stored.metadata.resource_version.clone();
-                    match self
-                        .slices
-                        .replace(&self.name, &PostParams::default(), &wanted)
-                        .await
-                    {
-                        Ok(written) => {
-                            self.written("update", &wanted, written);
-                            return Ok(());
-                        }
-                        Err(kube::Error::Api(status)) if status.is_conflict() => {
+                    let what = self.what();
+                    let written = self
+                        .call(
+                            "update",
+                            &what,
+                            self.slices
+                                .replace(&self.name, &PostParams::default(), &wanted),
+                        )
+                        .await;
+                    match written {
+                        Ok(written) => return self.written("update", &wanted, written),
+                        Err(PublishError::Api { cause, .. }) if cause.is_conflict() => {
                             // Someone wrote in between: read what is there now and try again.
                             self.refresh().await?;
                         }
-                        Err(kube::Error::Api(status)) if status.is_not_found() => {
+                        Err(PublishError::Api { cause, .. }) if cause.is_not_found() => {
                             self.observed = None;
                         }
-                        Err(kube::Error::Api(status)) if status.code == 422 => {
-                            // An immutable field (driver, pool name, node) differs: the slice
-                            // was not made by us. Replace it.
-                            warn!(
-                                "ResourceSlice {} cannot be updated ({}); deleting and re-creating it",
-                                self.name, status.message
-                            );
-                            self.delete_stored(&stored).await?;
-                        }
-                        Err(source) => {
-                            return Err(PublishError::Update {
-                                name: self.name.clone(),
-                                source,
-                            });
-                        }
+                        Err(e) => return Err(e),
                     }
                 }
                 None => {
@@ -466,22 +1063,22 @@ impl Publisher {
                         uid: self.node_uid.clone().unwrap_or_default(),
                     };
                     let wanted = desired(&node, gpus, self.generation + 1);
-                    match self.slices.create(&PostParams::default(), &wanted).await {
-                        Ok(written) => {
-                            self.written("create", &wanted, written);
-                            return Ok(());
-                        }
-                        Err(kube::Error::Api(status))
-                            if status.is_already_exists() || status.is_conflict() =>
+                    let what = self.what();
+                    let written = self
+                        .call(
+                            "create",
+                            &what,
+                            self.slices.create(&PostParams::default(), &wanted),
+                        )
+                        .await;
+                    match written {
+                        Ok(written) => return self.written("create", &wanted, written),
+                        Err(PublishError::Api { cause, .. })
+                            if cause.is_already_exists() || cause.is_conflict() =>
                         {
                             self.refresh().await?;
                         }
-                        Err(source) => {
-                            return Err(PublishError::Create {
-                                name: self.name.clone(),
-                                source,
-                            });
-                        }
+                        Err(e) => return Err(e),
                     }
                 }
             }
@@ -492,33 +1089,27 @@ impl Publisher {
     }
 
     async fn read_node(&mut self) -> Result<(), PublishError> {
-        match self.nodes.get_opt(&self.config.node).await {
-            Ok(Some(node)) => {
-                self.node_uid = node.metadata.uid;
+        let node = self.config.node.clone();
+        match self
+            .call("get", &format!("Node {node}"), self.nodes.get_opt(&node))
+            .await?
+        {
+            Some(found) => {
+                self.node_uid = found.metadata.uid;
                 Ok(())
             }
-            Ok(None) => {
+            None => {
                 self.node_uid = None;
-                Err(PublishError::NodeMissing {
-                    node: self.config.node.clone(),
-                })
+                Err(PublishError::NodeMissing { node })
             }
-            Err(source) => Err(PublishError::GetNode {
-                node: self.config.node.clone(),
-                source,
-            }),
         }
     }
 
     async fn refresh(&mut self) -> Result<(), PublishError> {
+        let what = self.what();
         let found = self
-            .slices
-            .get_opt(&self.name)
-            .await
-            .map_err(|source| PublishError::Get {
-                name: self.name.clone(),
-                source,
-            })?;
+            .call("get", &what, self.slices.get_opt(&self.name))
+            .await?;
         self.seen(found);
         Ok(())
     }
@@ -528,15 +1119,14 @@ impl Publisher {
             uid: stored.metadata.uid.clone(),
             resource_version: None,
         });
-        match self.slices.delete(&self.name, &params).await {
+        let what = self.what();
+        match self
+            .call("delete", &what, self.slices.delete(&self.name, &params))
+            .await
+        {
             Ok(_) => self.count_write("delete"),
-            Err(kube::Error::Api(status)) if status.is_not_found() => {}
-            Err(source) => {
-                return Err(PublishError::Delete {
-                    name: self.name.clone(),
-                    source,
-                });
-            }
+            Err(PublishError::Api { cause, .. }) if cause.is_not_found() => {}
+            Err(e) => return Err(e),
         }
         self.observed = None;
         Ok(())
@@ -550,16 +1140,50 @@ impl Publisher {
             .inc();
     }
 
-    /// Records a write's answer (the object as stored) and checks it kept every field we sent.
-    fn written(&mut self, verb: &'static str, sent: &ResourceSlice, stored: ResourceSlice) {
+    /// Records a write's answer (the object as stored) and compares it with what was sent:
+    /// fields the server drops, adds or changes inside devices are said once and left out of
+    /// the comparison from now on; any other change makes the write count as failed.
+    fn written(
+        &mut self,
+        verb: &'static str,
+        sent: &ResourceSlice,
+        stored: ResourceSlice,
+    ) -> Result<(), PublishError> {
         self.count_write(verb);
+        self.health.mark_published();
         let devices = stored.spec.devices.as_ref().map_or(0, Vec::len);
         info!(
             "ResourceSlice {}: {verb}d with {devices} device(s), pool generation {}",
             self.name, stored.spec.pool.generation
         );
-        if let Some(dropped) = dropped_multiple(sent, &stored) {
-            self.drops_multiple = dropped;
+        let changes = stored_changes(sent, &stored);
+        let (aside, fought): (Vec<&Change>, Vec<&Change>) =
+            changes.iter().partition(|c| c.path.can_be_left_aside());
+        self.learn(&aside, sent);
+        self.generation = self.generation.max(stored.spec.pool.generation);
+        self.observed = Some(stored);
+        if fought.is_empty() {
+            Ok(())
+        } else {
+            let changes: Vec<String> = fought.iter().map(ToString::to_string).collect();
+            Err(PublishError::StoredOtherwise {
+                name: self.name.clone(),
+                changes: changes.join(", "),
+            })
+        }
+    }
+
+    /// Takes the fields the last write's answer changed as the ones to leave aside, and says
+    /// so when that set changes.
+    fn learn(&mut self, aside: &[&Change], sent: &ResourceSlice) {
+        let asked_multiple = sent
+            .spec
+            .devices
+            .iter()
+            .flatten()
+            .any(|d| d.allow_multiple_allocations == Some(true));
+        if asked_multiple {
+            let dropped = aside.iter().any(|c| c.path.is_gate_field());
             if self.health.set_dropped_field(dropped) {
                 if dropped {
                     warn!("{DROPPED_FIELD_WARNING}");
@@ -568,9 +1192,31 @@ impl Publisher {
                 }
             }
         }
-        self.generation = self.generation.max(stored.spec.pool.generation);
-        self.observed = Some(stored);
-        self.health.mark_published();
+        let others: Vec<&&Change> = aside.iter().filter(|c| !c.path.is_gate_field()).collect();
+        self.health
+            .metrics
+            .server_changed_fields
+            .set(others.len() as i64);
+        let note = (!others.is_empty()).then(|| {
+            let listed: Vec<String> = others.iter().map(ToString::to_string).collect();
+            format!(
+                "the API server changes what this agent writes to ResourceSlice {}: {}; these fields are no longer compared, so the slice is not rewritten over them (hint: a mutating admission policy or webhook, or an API server of another version, changes ResourceSlices: kubectl get mutatingadmissionpolicies,mutatingwebhookconfigurations)",
+                self.name,
+                listed.join(", ")
+            )
+        });
+        if Health::set_note(&self.health.server_changes, note.clone()) {
+            match note {
+                Some(note) => warn!("{note}"),
+                None => info!(
+                    "the API server stores ResourceSlice {} as sent again",
+                    self.name
+                ),
+            }
+        }
+        let mut left_aside: Vec<FieldPath> = aside.iter().map(|c| c.path.clone()).collect();
+        left_aside.dedup();
+        self.left_aside = left_aside;
     }
 }
 
@@ -585,6 +1231,7 @@ async fn sleep_until(at: Option<Instant>) {
 mod tests {
     use super::*;
     use crate::node::device::AttrValue;
+    use k8s_openapi::api::resource::v1::DeviceAttribute;
 
     fn gpu(name: &str) -> GpuDevice {
         GpuDevice {
@@ -609,14 +1256,14 @@ mod tests {
         let mut stored = desired(&node(), &[gpu("pci-0000-00-02-0")], 7);
         stored.metadata.resource_version = Some("42".into());
         stored.metadata.labels = Some([("team".to_string(), "x".to_string())].into());
-        assert!(same_content(&stored, &wanted, false));
+        assert!(same_content(&stored, &wanted, &[]));
     }
 
     #[test]
     fn devices_and_owner_are_content() {
         let wanted = desired(&node(), &[gpu("pci-0000-00-02-0")], 1);
         let other_gpu = desired(&node(), &[gpu("pci-0000-03-00-0")], 1);
-        assert!(!same_content(&other_gpu, &wanted, false));
+        assert!(!same_content(&other_gpu, &wanted, &[]));
         let other_owner = desired(
             &NodeRef {
                 name: "n1".into(),
@@ -625,14 +1272,14 @@ mod tests {
             &[gpu("pci-0000-00-02-0")],
             1,
         );
-        assert!(!same_content(&other_owner, &wanted, false));
+        assert!(!same_content(&other_owner, &wanted, &[]));
         let mut edited = wanted.clone();
         edited.spec.devices.as_mut().unwrap()[0]
             .attributes
             .as_mut()
             .unwrap()
             .insert("decodeVP9".into(), Default::default());
-        assert!(!same_content(&edited, &wanted, false));
+        assert!(!same_content(&edited, &wanted, &[]));
     }
 
     #[test]
@@ -640,23 +1287,151 @@ mod tests {
         let wanted = desired(&node(), &[], 1);
         let mut stored = wanted.clone();
         stored.spec.devices = None;
-        assert!(same_content(&stored, &wanted, false));
+        assert!(same_content(&stored, &wanted, &[]));
     }
 
     #[test]
-    fn a_dropped_field_is_seen_and_then_ignored() {
+    fn a_dropped_field_is_seen_and_then_left_aside() {
+        let sent = desired(
+            &node(),
+            &[gpu("pci-0000-00-02-0"), gpu("pci-0000-03-00-0")],
+            1,
+        );
+        let mut stored = sent.clone();
+        for device in stored.spec.devices.as_mut().unwrap() {
+            device.allow_multiple_allocations = None;
+        }
+        let changes = stored_changes(&sent, &stored);
+        assert_eq!(changes.len(), 1, "one path for every device: {changes:?}");
+        let change = &changes[0];
+        assert_eq!(change.treatment, Treatment::Dropped);
+        assert_eq!(
+            change.path.to_string(),
+            "spec.devices[*].allowMultipleAllocations"
+        );
+        assert!(change.path.is_gate_field() && change.path.can_be_left_aside());
+        assert!(stored_changes(&sent, &sent).is_empty());
+        assert!(!same_content(&stored, &sent, &[]));
+        assert!(same_content(
+            &stored,
+            &sent,
+            std::slice::from_ref(&change.path)
+        ));
+    }
+
+    #[test]
+    fn an_added_or_changed_field_is_named_with_what_was_stored() {
         let sent = desired(&node(), &[gpu("pci-0000-00-02-0")], 1);
         let mut stored = sent.clone();
-        stored.spec.devices.as_mut().unwrap()[0].allow_multiple_allocations = None;
-        assert_eq!(dropped_multiple(&sent, &stored), Some(true));
-        assert_eq!(dropped_multiple(&sent, &sent), Some(false));
-        assert_eq!(
-            dropped_multiple(&desired(&node(), &[], 1), &stored),
-            None,
-            "no device, no verdict"
+        let attributes = stored.spec.devices.as_mut().unwrap()[0]
+            .attributes
+            .as_mut()
+            .unwrap();
+        attributes.insert(
+            "example.com/zone".into(),
+            DeviceAttribute {
+                string: Some("a".into()),
+                ..Default::default()
+            },
         );
-        assert!(!same_content(&stored, &sent, false));
-        assert!(same_content(&stored, &sent, true));
+        attributes.insert(
+            "decodeVP9".into(),
+            DeviceAttribute {
+                bool: Some(false),
+                ..Default::default()
+            },
+        );
+        let changes: Vec<String> = stored_changes(&sent, &stored)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            changes,
+            [
+                "spec.devices[*].attributes.decodeVP9.bool changed (stored false)",
+                "spec.devices[*].attributes[example.com/zone] added ({\"string\":\"a\"})",
+            ]
+        );
+        let paths: Vec<FieldPath> = stored_changes(&sent, &stored)
+            .into_iter()
+            .map(|c| c.path)
+            .collect();
+        assert!(same_content(&stored, &sent, &paths));
+    }
+
+    #[test]
+    fn what_makes_the_slice_is_never_left_aside() {
+        let sent = desired(
+            &node(),
+            &[gpu("pci-0000-00-02-0"), gpu("pci-0000-03-00-0")],
+            1,
+        );
+        let mut fewer = sent.clone();
+        fewer.spec.devices.as_mut().unwrap().pop();
+        let mut renamed = sent.clone();
+        renamed.spec.devices.as_mut().unwrap()[0].name = "other".into();
+        let mut orphan = sent.clone();
+        orphan.metadata.owner_references = None;
+        for stored in [fewer, renamed, orphan] {
+            let changes = stored_changes(&sent, &stored);
+            assert!(!changes.is_empty());
+            assert!(
+                changes.iter().all(|c| !c.path.can_be_left_aside()),
+                "{changes:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_immutable_fields_make_a_slice_not_ours() {
+        let wanted = desired(&node(), &[gpu("pci-0000-00-02-0")], 1);
+        let mut other_driver = wanted.clone();
+        other_driver.spec.driver = "other.example.com".into();
+        assert_eq!(
+            not_ours(&other_driver, &wanted).as_deref(),
+            Some("its spec.driver is \"other.example.com\", not \"media.liken.sh\"")
+        );
+        let mut other_pool = wanted.clone();
+        other_pool.spec.pool.name = "x".into();
+        assert!(
+            not_ours(&other_pool, &wanted)
+                .unwrap()
+                .contains("spec.pool.name")
+        );
+        let mut selector = wanted.clone();
+        selector.spec.node_name = None;
+        selector.spec.all_nodes = Some(true);
+        assert!(
+            not_ours(&selector, &wanted)
+                .unwrap()
+                .contains("spec.nodeName is unset")
+        );
+        // Different content, owner or generation: ours, to be updated.
+        let mut edited = desired(&node(), &[], 9);
+        edited.metadata.owner_references = None;
+        assert_eq!(not_ours(&edited, &wanted), None);
+    }
+
+    #[test]
+    fn server_text_is_cut_to_one_line() {
+        assert_eq!(one_line("a\n  b\tc\r\n", 100), "a b c");
+        assert_eq!(one_line("ééé", 3), "é...");
+        let cause = ApiCause::Status {
+            code: 422,
+            reason: "Invalid".into(),
+            message: "x".into(),
+            retry_after: None,
+        };
+        assert!(cause.is_refusal());
+        assert_eq!(cause.to_string(), "refused, 422 Invalid: x");
+        let outage = ApiCause::Status {
+            code: 503,
+            reason: "ServiceUnavailable".into(),
+            message: "down".into(),
+            retry_after: None,
+        };
+        assert!(!outage.is_refusal());
+        assert_eq!(outage.to_string(), "503 ServiceUnavailable: down");
     }
 
     #[test]
@@ -690,8 +1465,10 @@ mod tests {
                 node: "n1".into(),
                 resync_interval: Duration::from_secs(60),
                 max_backoff: Duration::from_secs(1),
+                api_url: "http://127.0.0.1:9".into(),
             },
             Arc::new(Health::default()),
+            Heartbeat::detached("publisher"),
         );
         let at = |generation: i64, pool: i64| {
             let mut slice = desired(&node(), &[gpu("pci-0000-00-02-0")], pool);
@@ -722,5 +1499,11 @@ mod tests {
         assert!(problem.failed("500"));
         problem.ok();
         assert!(problem.failed("500"));
+        // The same kind of failure with another message (list, then watch) is one problem.
+        assert!(problem.report(Level::WARN, "unreachable", "list: cannot reach x"));
+        assert!(!problem.report(Level::WARN, "unreachable", "watch: cannot reach x"));
+        assert!(problem.is_failing());
+        problem.ok();
+        assert!(!problem.is_failing());
     }
 }

@@ -8,9 +8,12 @@
 //!   seconds costs nothing measurable. A GPU whose driver query failed is asked again after
 //!   30 s, doubling up to 30 min, so a driver that was not ready at boot does not need a restart;
 //! - the publisher ([`crate::agent::publisher`]);
+//! - the comparison of liken's render nodes with the agent's GPUs
+//!   ([`crate::agent::render_nodes`]);
 //! - the kubelet plugin ([`crate::agent::kubelet`]);
 //! - the health server ([`crate::agent::health`]).
 //!
+//! Each loop but the health server holds a heartbeat, so `/healthz` fails when one is wedged.
 //! A loop that stops on its own is a bug or an unrecoverable condition: the agent then exits
 //! with an error and the kubelet restarts it.
 
@@ -24,12 +27,14 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
+use tracing_subscriber::EnvFilter;
 
 use crate::agent::config::{AgentConfig, Watched};
 use crate::agent::health::{self, Health};
 use crate::agent::kubelet::{KubeletError, KubeletPlugin};
 use crate::agent::probing::{ProbeError, ProbeSource};
 use crate::agent::publisher::{Backoff, Problem, Publisher, PublisherConfig};
+use crate::agent::render_nodes;
 use crate::node::device::{GpuDevice, describe, log_line};
 use crate::node::sysfs::DiscoveryError;
 
@@ -79,8 +84,32 @@ pub enum AgentError {
     LoopFailed { what: &'static str, message: String },
 }
 
-/// The API client `config` asks for: its kubeconfig, or the usual inference (in-cluster first).
-pub async fn client(config: &AgentConfig) -> Result<kube::Client, AgentError> {
+/// The targets of the Kubernetes client library, whose own events are off unless `RUST_LOG`
+/// names them: it logs an ERROR line for every failed request and a WARN with a Rust `Debug`
+/// dump for every broken stream, so an outage would print one per retry. Every failure reaches
+/// the agent as an error value instead, which it reports once, with the verb and the resource.
+pub const CLIENT_LOG_TARGETS: [&str; 2] = ["kube_client", "kube_runtime"];
+
+/// The log filter for `RUST_LOG` (default `info`), with the client library's own events off
+/// unless `RUST_LOG` names one of [`CLIENT_LOG_TARGETS`] (`RUST_LOG=info,kube_client=debug`).
+pub fn log_filter(rust_log: Option<&str>) -> Result<EnvFilter, String> {
+    let text = rust_log.filter(|s| !s.trim().is_empty()).unwrap_or("info");
+    let mut filter = EnvFilter::builder().parse(text).map_err(|e| {
+        format!("RUST_LOG={text:?} is not a log filter: {e} (hint: RUST_LOG=info, RUST_LOG=debug or RUST_LOG=info,kube_client=debug)")
+    })?;
+    if !CLIENT_LOG_TARGETS.iter().any(|t| text.contains(t)) {
+        for target in CLIENT_LOG_TARGETS {
+            if let Ok(directive) = format!("{target}=off").parse() {
+                filter = filter.add_directive(directive);
+            }
+        }
+    }
+    Ok(filter)
+}
+
+/// The API client `config` asks for: its kubeconfig, or the usual inference (in-cluster first);
+/// with the API server's address, for error messages.
+pub async fn client(config: &AgentConfig) -> Result<(kube::Client, String), AgentError> {
     let kube_config = match &config.kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path).map_err(|source| {
@@ -98,7 +127,16 @@ pub async fn client(config: &AgentConfig) -> Result<kube::Client, AgentError> {
         }
         None => kube::Config::infer().await.map_err(AgentError::Infer)?,
     };
-    kube::Client::try_from(kube_config).map_err(AgentError::Client)
+    // The client's own retries (429, 503 and 504, up to 15 times with a delay that doubles
+    // from 5 ms) would hide an answer for minutes, and with it the problem from the log and the
+    // liveness check; every loop retries with its own backoff and jitter instead, honouring
+    // the server's Retry-After.
+    let mut kube_config = kube_config;
+    kube_config.default_retry = false;
+    let url = kube_config.cluster_url.to_string();
+    let url = url.trim_end_matches('/').to_string();
+    let client = kube::Client::try_from(kube_config).map_err(AgentError::Client)?;
+    Ok((client, url))
 }
 
 /// Runs the agent until `shutdown` completes (SIGTERM/SIGINT in the binary).
@@ -106,8 +144,21 @@ pub async fn run(
     config: AgentConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), AgentError> {
-    let client = client(&config).await?;
-    let plugin = KubeletPlugin::bind(&config.kubelet)?;
+    run_with(config, shutdown, Arc::new(Health::default())).await
+}
+
+/// [`run`] with the state the health server reports, for tests that run the agent in-process
+/// and look at (or wedge, see [`crate::agent::health::Liveness::wedge`]) its loops.
+pub async fn run_with(
+    config: AgentConfig,
+    shutdown: impl Future<Output = ()>,
+    health: Arc<Health>,
+) -> Result<(), AgentError> {
+    let (client, api_url) = client(&config).await?;
+    let kubelet_heartbeat = health
+        .liveness
+        .register("kubelet plugin", config.kubelet.recheck_interval);
+    let plugin = KubeletPlugin::bind(&config.kubelet)?.with_heartbeat(kubelet_heartbeat);
     let listener =
         health::bind(config.health_addr)
             .await
@@ -115,7 +166,9 @@ pub async fn run(
                 addr: config.health_addr,
                 source,
             })?;
-    let health = Arc::new(Health::default());
+    if let Ok(addr) = listener.local_addr() {
+        let _ = health.local_addr.set(addr);
+    }
     let registration = plugin.registration();
     info!(
         node = %config.node_name,
@@ -159,24 +212,49 @@ pub async fn run(
         let source = config.source.clone();
         let watched = config.watched.clone();
         let interval = config.rescan_interval;
+        let heartbeat = health.liveness.register("prober", interval);
         async move {
-            probe_loop(source, watched, interval, gpus_tx, health).await;
+            probe_loop(source, watched, interval, gpus_tx, health, heartbeat).await;
             "prober"
         }
     });
     working.spawn({
+        let heartbeat = health
+            .liveness
+            .register("publisher", config.resync_interval);
         let publisher = Publisher::new(
-            client,
+            client.clone(),
             PublisherConfig {
                 node: config.node_name.clone(),
                 resync_interval: config.resync_interval,
                 max_backoff: config.max_backoff,
+                api_url: api_url.clone(),
             },
             Arc::clone(&health),
+            heartbeat,
+        );
+        let gpus = gpus_rx.clone();
+        async move {
+            publisher.run(gpus).await;
+            "publisher"
+        }
+    });
+    working.spawn({
+        let heartbeat = health
+            .liveness
+            .register("render-node check", config.resync_interval);
+        let follow = render_nodes::follow(
+            client,
+            config.node_name.clone(),
+            api_url,
+            gpus_rx,
+            Arc::clone(&health),
+            config.resync_interval,
+            heartbeat,
         );
         async move {
-            publisher.run(gpus_rx).await;
-            "publisher"
+            follow.await;
+            "render-node check"
         }
     });
     // The kubelet plugin logs its registration's course itself (src/agent/kubelet/registration.rs).
@@ -222,9 +300,11 @@ pub async fn run(
     .await;
     if drained.is_err() {
         warn!(
-            "gave up waiting for the agent to stop after {:?}",
-            SHUTDOWN_BOUND
+            "gave up waiting for the agent to stop after {}",
+            health::human(SHUTDOWN_BOUND)
         );
+    } else {
+        info!("every loop stopped; exiting");
     }
     outcome
 }
@@ -277,6 +357,7 @@ async fn probe_loop(
     interval: Duration,
     gpus: watch::Sender<Option<Vec<GpuDevice>>>,
     health: Arc<Health>,
+    heartbeat: health::Heartbeat,
 ) {
     let mut problem = Problem::new("probe the GPUs");
     let mut last: Option<Listing> = None;
@@ -288,6 +369,7 @@ async fn probe_loop(
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        heartbeat.beat(interval).await;
         tick.tick().await;
         let now = match listing(&watched) {
             Ok(now) => now,
@@ -309,6 +391,7 @@ async fn probe_loop(
             );
             failed_backoff.reset();
         }
+        heartbeat.busy(probe_budget(&source, now.len()));
         match probe(&source).await {
             Ok(devices) => {
                 problem.ok();
@@ -336,6 +419,22 @@ async fn probe_loop(
                 problem.failed(&e.to_string());
             }
         }
+    }
+}
+
+/// The longest one probe of every GPU may take: each GPU's timeout, for as many rounds as the
+/// parallelism needs (`gpus` from the listing), plus time to start the children.
+fn probe_budget(source: &ProbeSource, gpus: usize) -> Duration {
+    const SLACK: Duration = Duration::from_secs(5);
+    match source {
+        ProbeSource::Live { isolation, .. } => {
+            let rounds = gpus.max(1).div_ceil(isolation.parallel.max(1));
+            isolation
+                .timeout
+                .saturating_mul(u32::try_from(rounds).unwrap_or(u32::MAX))
+                + SLACK
+        }
+        ProbeSource::Recorded(_) => SLACK,
     }
 }
 
@@ -396,5 +495,49 @@ mod tests {
         assert_ne!(one, empty);
         let missing = Watched::RenderNodes(dir.path().join("nope"));
         assert!(listing(&missing).unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_client_library_is_quiet_unless_named() {
+        let default = log_filter(None).unwrap().to_string();
+        assert!(
+            default.contains("kube_client=off") && default.contains("kube_runtime=off"),
+            "{default}"
+        );
+        assert!(default.contains("info"), "{default}");
+        let named = log_filter(Some("info,kube_client=debug"))
+            .unwrap()
+            .to_string();
+        assert!(!named.contains("kube_client=off"), "{named}");
+        let err = log_filter(Some("info,foo=loud")).unwrap_err();
+        assert!(
+            err.starts_with("RUST_LOG=\"info,foo=loud\" is not a log filter"),
+            "{err}"
+        );
+        assert!(err.contains("(hint: "), "{err}");
+    }
+
+    #[test]
+    fn a_probe_gets_its_timeout_for_each_round_of_children() {
+        let isolation = |parallel| ProbeSource::Live {
+            roots: crate::node::sysfs::Roots {
+                dev: "/dev/dri".into(),
+                sys: "/sys".into(),
+            },
+            pci_ids: None,
+            only: None,
+            isolation: crate::agent::probing::Isolation {
+                command: crate::agent::probing::ProbeCommand::current_exe().unwrap(),
+                timeout: Duration::from_secs(15),
+                parallel,
+                overrides: Vec::new(),
+            },
+        };
+        assert_eq!(probe_budget(&isolation(4), 8), Duration::from_secs(35));
+        assert_eq!(probe_budget(&isolation(4), 0), Duration::from_secs(20));
+        assert_eq!(
+            probe_budget(&ProbeSource::Recorded("x".into()), 8),
+            Duration::from_secs(5)
+        );
     }
 }

@@ -224,6 +224,8 @@ pub struct KubeletPlugin {
     recheck_interval: Duration,
     drain_timeout: Duration,
     registration_warning: Duration,
+    /// Tells `/healthz` that the serving loop progresses (see `crate::agent::health`).
+    heartbeat: Option<crate::agent::health::Heartbeat>,
 }
 
 /// One bound socket before serving starts.
@@ -270,7 +272,16 @@ impl KubeletPlugin {
             recheck_interval: config.recheck_interval,
             drain_timeout: config.drain_timeout,
             registration_warning: config.registration_warning,
+            heartbeat: None,
         })
+    }
+
+    /// Beats `heartbeat` at every socket re-check, so a wedged serving loop fails `/healthz`.
+    pub fn with_heartbeat(self, heartbeat: crate::agent::health::Heartbeat) -> Self {
+        Self {
+            heartbeat: Some(heartbeat),
+            ..self
+        }
     }
 
     /// Follows what the kubelet said about our registration; `/readyz` waits for
@@ -345,6 +356,9 @@ impl KubeletPlugin {
             tokio::select! {
                 () = &mut shutdown => break None,
                 _ = recheck.tick() => {
+                    if let Some(heartbeat) = &self.heartbeat {
+                        heartbeat.beat(self.recheck_interval).await;
+                    }
                     dra.recheck().await;
                     if registration.recheck().await {
                         // The kubelet saw our socket vanish and dropped the plugin; it has to

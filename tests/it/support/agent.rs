@@ -202,24 +202,7 @@ impl AgentProcess {
 
     /// GET `path` on the health port: (status, body).
     pub fn get(&self, path: &str) -> (u16, String) {
-        let mut stream = TcpStream::connect(self.health).expect("connect to the health port");
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n"
-        )
-        .expect("send request");
-        let mut text = String::new();
-        stream.read_to_string(&mut text).expect("read answer");
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("no status in {text:?}"));
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        (status, body)
+        http_get(self.health, path)
     }
 
     /// Whether the process is still running.
@@ -252,4 +235,27 @@ impl Drop for AgentProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// GET `path` from an agent's health port at `addr`: (status, body).
+pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).expect("connect to the health port");
+
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send request");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read answer");
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {text:?}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
 }

@@ -83,11 +83,59 @@ pub enum Fault {
     /// 409 Conflict, worded as for a stale resourceVersion (another writer got there first);
     /// nothing is stored.
     Conflict,
+    /// A ValidatingAdmissionPolicy denying the write (see [`ApiError::admission_denied`]):
+    /// 422 Invalid, or 403 Forbidden when the validation's reason says so.
+    AdmissionDenied {
+        policy: &'static str,
+        binding: &'static str,
+        message: &'static str,
+        forbidden: bool,
+    },
+    /// 422 Invalid content, worded as validation words one field error
+    /// (`<field>: Invalid value: <value>: <detail>`).
+    Invalid {
+        field: &'static str,
+        value: &'static str,
+        detail: &'static str,
+    },
 }
 
 impl Fault {
-    fn error(self, verb: &str, routed: &Route) -> ApiError {
+    fn error(self, verb: &str, routed: &Route, body: &[u8]) -> ApiError {
+        // The object's name: from the path, or for a create from the body, as admission reads it.
+        let name = match routed {
+            Route::Resource {
+                name: Some(name), ..
+            } => name.clone(),
+            _ => serde_json::from_slice::<Value>(body)
+                .ok()
+                .and_then(|v| v.pointer("/metadata/name")?.as_str().map(str::to_string))
+                .unwrap_or_default(),
+        };
         match self {
+            Fault::AdmissionDenied {
+                policy,
+                binding,
+                message,
+                forbidden,
+            } => match routed {
+                Route::Resource { rt, .. } => {
+                    ApiError::admission_denied(rt, &name, policy, binding, message, forbidden)
+                }
+                _ => ApiError::forbidden_path(),
+            },
+            Fault::Invalid {
+                field,
+                value,
+                detail,
+            } => match routed {
+                Route::Resource { rt, .. } => ApiError::invalid(
+                    rt,
+                    &name,
+                    &[FieldError::invalid_raw(field, value.to_string(), detail)],
+                ),
+                _ => ApiError::bad_request("injected invalid content on a path without a resource"),
+            },
             Fault::Unauthorized => ApiError::unauthorized(),
             Fault::Forbidden => match routed {
                 Route::Resource { rt, ns, .. } => {
@@ -541,7 +589,7 @@ pub(crate) async fn handle(
     };
 
     let response = match (injected, routed) {
-        (Some(fault), ref routed) => error_response(&fault.error(verb, routed)),
+        (Some(fault), ref routed) => error_response(&fault.error(verb, routed, &body)),
         (None, Route::Static(v)) if parts.method == Method::GET => json_response(200, &v),
         (None, Route::Health) if parts.method == Method::GET => text_response(200, "ok"),
         (None, Route::Resource { rt, ns, name }) => {

@@ -15,7 +15,8 @@
 //! - metadata: uid, one global resourceVersion counter, creationTimestamp, generation (bumped
 //!   when anything outside metadata and status changes), managedFields (manager, operation,
 //!   apiVersion, time, fieldsV1); a write that changes nothing stores nothing;
-//! - `Status` error bodies worded as apimachinery words them; ResourceSlice validation as
+//! - `Status` error bodies worded as apimachinery words them (an injected ValidatingAdmissionPolicy
+//!   denial as the admission dispatcher builds it); ResourceSlice validation as
 //!   upstream (see `validation.rs`); `as=Table` answers for kubectl (ResourceSlice columns as
 //!   upstream prints them: NAME, NODE, DRIVER, POOL, AGE; other kinds' columns are simplified).
 //! - `/version` says 1.36 while DRAConsumableCapacity is on (the default) and 1.34 when it is
@@ -25,7 +26,8 @@
 //! (every request is allowed), TLS, HTTP/2, protobuf and CBOR (answers are always JSON),
 //! strategic merge patch and JSON patch (415), dryRun (400), `fieldValidation` (accepted and
 //! ignored: unknown fields are stored, not rejected), subresources such as `/status` (status is
-//! written with the object), admission, defaulting beyond what is listed above, finalizers and
+//! written with the object), admission (beyond injected denials and the one device-attribute
+//! mutation of [`TestApiServer::set_device_attribute_default`]), defaulting beyond what is listed above, finalizers and
 //! graceful deletion (deletes are immediate; deletionTimestamp is never set), namespace
 //! existence checks, consistent reads at an older resourceVersion (a list always reads the
 //! current state, and a `continue` page reads the state at the time of that page, never 410),
@@ -268,6 +270,12 @@ impl TestApiServer {
         });
     }
 
+    /// Drops every fault not injected yet.
+    pub fn clear_faults(&self) {
+        lock(&self.shared.faults).rules.clear();
+        self.shared.changes.bump();
+    }
+
     /// Delays every answer by `latency` (zero to stop).
     pub fn set_latency(&self, latency: Duration) {
         lock(&self.shared.faults).latency = latency;
@@ -316,6 +324,15 @@ impl TestApiServer {
     pub fn set_consumable_capacity(&self, enabled: bool) {
         self.shared
             .with_store(|s| s.drop_allow_multiple_allocations = !enabled);
+    }
+
+    /// Adds the attribute `name` with `value` (e.g. `{"string": "a"}`) to every device of every
+    /// ResourceSlice written without it, as a MutatingAdmissionPolicy tagging devices does;
+    /// `None` stops. The client that wrote the slice sees the attribute in the answer.
+    pub fn set_device_attribute_default(&self, attribute: Option<(&str, Value)>) {
+        self.shared.with_store(|s| {
+            s.device_attribute_default = attribute.map(|(n, v)| (n.to_string(), v));
+        });
     }
 
     /// Serves `resource.k8s.io/v1` or not: switched off, its paths answer `404 page not found`

@@ -177,6 +177,40 @@ impl ApiError {
         )
     }
 
+    /// A ValidatingAdmissionPolicy's denial, as k8s.io/apiserver's validating policy
+    /// dispatcher builds it: `admission.NewForbidden` (`<resource>.<group> "<name>" is forbidden:
+    /// ValidatingAdmissionPolicy '<policy>' with binding '<binding>' denied request: <message>`),
+    /// then the validation's reason (`Invalid` when it sets none, so 422; `Forbidden` gives
+    /// 403) and the message once more as a cause.
+    pub fn admission_denied(
+        rt: &ResourceType,
+        name: &str,
+        policy: &str,
+        binding: &str,
+        message: &str,
+        forbidden: bool,
+    ) -> Self {
+        let denial = format!(
+            "ValidatingAdmissionPolicy '{policy}' with binding '{binding}' denied request: {message}"
+        );
+        let (code, reason) = if forbidden {
+            (403, "Forbidden")
+        } else {
+            (422, "Invalid")
+        };
+        let mut d = details(rt, name);
+        d["causes"] = json!([{ "message": denial }]);
+        Self::new(
+            code,
+            reason,
+            format!(
+                "{} \"{name}\" is forbidden: {denial}",
+                rt.qualified_resource()
+            ),
+            Some(d),
+        )
+    }
+
     /// 401, as the authentication filter answers a request whose credentials it refuses.
     pub fn unauthorized() -> Self {
         Self::new(401, "Unauthorized", "Unauthorized".to_string(), None)

@@ -103,6 +103,10 @@ pub struct Store {
     next_watcher: u64,
     /// When true, behave like a server with DRAConsumableCapacity off.
     pub drop_allow_multiple_allocations: bool,
+    /// An attribute (name, value) set on every device of every ResourceSlice written that lacks
+    /// it, as a MutatingAdmissionPolicy tagging devices would (see
+    /// `TestApiServer::set_device_attribute_default`).
+    pub device_attribute_default: Option<(String, Value)>,
     /// Whether `resource.k8s.io/v1` is served at all (a cluster older than 1.34 does not).
     pub resource_v1_served: bool,
 }
@@ -334,6 +338,7 @@ impl Store {
             watchers: Vec::new(),
             next_watcher: 0,
             drop_allow_multiple_allocations: false,
+            device_attribute_default: None,
             resource_v1_served: true,
         }
     }
@@ -488,7 +493,34 @@ impl Store {
         self.trim_history();
     }
 
+    /// Mutating admission, which runs before validation and storage: the configured device
+    /// attribute is added where missing.
+    fn mutate(&self, rt: &ResourceType, obj: &mut Value) {
+        let Some((name, value)) = &self.device_attribute_default else {
+            return;
+        };
+        if rt.plural != "resourceslices" {
+            return;
+        }
+        for device in obj
+            .pointer_mut("/spec/devices")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(device) = device.as_object_mut() {
+                let attributes = device.entry("attributes").or_insert_with(|| json!({}));
+                if let Some(attributes) = attributes.as_object_mut() {
+                    attributes
+                        .entry(name.clone())
+                        .or_insert_with(|| value.clone());
+                }
+            }
+        }
+    }
+
     fn drop_disabled_fields(&self, rt: &ResourceType, obj: &mut Value, old: Option<&Value>) {
+        self.mutate(rt, obj);
         if !self.drop_allow_multiple_allocations || rt.plural != "resourceslices" {
             return;
         }
