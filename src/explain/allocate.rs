@@ -1,1 +1,795 @@
-//! The scheduler's allocation rules, pure.
+//! The scheduler's allocation rules, pure: for one candidate node, can these claims be
+//! allocated, and with which devices? A port of the search in k8s.io/dynamic-resource-allocation
+//! `structured/internal/{stable,experimental}/allocator_*.go`, so that `why` agrees with the
+//! scheduler, quirks included:
+//!
+//! - devices are tried pool by pool (pools ordered by driver, then name), in slice order;
+//! - a device already in use is skipped before its selectors are evaluated, so a selector that
+//!   would fail at run time on a taken device is never reached;
+//! - class selectors first, then the request's, stopping at the first `false`; a CEL runtime
+//!   error aborts the whole attempt (the scheduler's `SchedulerError`), it is not "no match";
+//! - exclusive devices serve one request of one claim; shareable ones
+//!   (`allowMultipleAllocations`, with the DRAConsumableCapacity gate) are never "in use";
+//!   devices allocated to other claims without a share ID are taken;
+//! - `NoSchedule`/`NoExecute` taints block unless tolerated (with the DRADeviceTaints gate);
+//! - `matchAttribute`: the first device of the set fixes the value, a device without the
+//!   attribute is never chosen, values compare by type and value;
+//! - `ExactCount` backtracks over devices; `All` takes every selectable device of the node and
+//!   fails if one is unusable, errors if one breaks a constraint or a pool is being updated;
+//! - `firstAvailable` sub-requests are tried in order, each with backtracking;
+//! - at most 32 devices per claim (`AllocationResultsMaxSize`).
+//!
+//! Capacity requests (consumable capacity) and counters (partitionable devices) are not
+//! modelled: media.liken.sh and liken.sh devices have neither, and a request that asks for
+//! capacity is reported as [`AllocError::Unsupported`] instead of being guessed.
+
+use std::collections::{HashMap, HashSet};
+
+use k8s_openapi::api::resource::v1::{
+    DeviceClassSpec, DeviceConstraint, DeviceRequest, DeviceTaint, DeviceToleration, ResourceClaimSpec,
+};
+
+use super::cel::{DeviceValue, Outcome, Selector};
+use super::{AttributeValue, DeviceId, DeviceView, NodeInfo, OwnedAttribute, split_qualified};
+
+/// The most devices one claim can be allocated (k8s.io/api resource/v1 `AllocationResultsMaxSize`).
+pub const ALLOCATION_RESULTS_MAX_SIZE: usize = 32;
+
+/// The feature gates that change the rules, by their defaults for the cluster's version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Features {
+    /// DRAConsumableCapacity: `allowMultipleAllocations` is honoured (beta, on from 1.36).
+    pub consumable_capacity: bool,
+    /// DRADeviceTaints: device taints block allocation unless tolerated (beta, on from 1.36).
+    pub device_taints: bool,
+}
+
+impl Features {
+    /// The defaults of a Kubernetes minor version (dra-facts §5b).
+    pub fn for_minor(minor: u32) -> Features {
+        Features { consumable_capacity: minor >= 36, device_taints: minor >= 36 }
+    }
+}
+
+impl Default for Features {
+    fn default() -> Self {
+        Features::for_minor(36)
+    }
+}
+
+/// Where DeviceClasses come from (a map, or the fleet model).
+pub trait ClassSource {
+    fn class(&self, name: &str) -> Option<&DeviceClassSpec>;
+}
+
+impl<S: std::hash::BuildHasher> ClassSource for HashMap<String, DeviceClassSpec, S> {
+    fn class(&self, name: &str) -> Option<&DeviceClassSpec> {
+        self.get(name)
+    }
+}
+
+impl ClassSource for std::collections::BTreeMap<String, DeviceClassSpec> {
+    fn class(&self, name: &str) -> Option<&DeviceClassSpec> {
+        self.get(name)
+    }
+}
+
+/// A claim to allocate: its `namespace/name` (as the scheduler's messages print it) and spec.
+#[derive(Clone, Copy, Debug)]
+pub struct Claim<'a> {
+    pub name: &'a str,
+    pub spec: &'a ResourceClaimSpec,
+}
+
+/// The fleet as the allocator sees it.
+pub struct Fleet<'a, D> {
+    /// Every published device (of every driver), in slice order.
+    pub devices: &'a [D],
+    /// Devices allocated to other claims without a share ID, with those claims' names.
+    pub taken: &'a HashMap<DeviceId, Vec<String>>,
+    /// Pools (`driver`, `pool`) whose slices are not all present at their newest generation.
+    pub incomplete_pools: &'a HashSet<(String, String)>,
+}
+
+/// One allocated device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceResult {
+    /// The request, or `request/subrequest` for a firstAvailable choice.
+    pub request: String,
+    pub device: DeviceId,
+}
+
+/// The outcome on one node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeVerdict {
+    /// Every claim can be allocated: per claim, the devices the scheduler would pick.
+    Allocated(Vec<Vec<DeviceResult>>),
+    /// The scheduler's "cannot allocate all claims".
+    CannotAllocate,
+}
+
+/// What aborts an attempt: the scheduler fails the scheduling cycle (or the pod) with these.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AllocError {
+    /// The request names a class that does not exist.
+    #[error("request {request}: device class {class} does not exist")]
+    ClassNotFound { claim: String, request: String, class: String },
+    /// A selector failed at run time on a device, in the scheduler's message form.
+    #[error("{scope}: selector #{index} on device {device}: CEL runtime error: {message}")]
+    Runtime { scope: String, index: usize, device: DeviceId, expression: String, message: String },
+    /// This evaluator cannot decide a selector on a device: nothing is guessed.
+    #[error("{scope}: selector #{index} on device {device}: cannot evaluate: {reason} (expression: {expression})")]
+    CannotEvaluate { scope: String, index: usize, device: DeviceId, expression: String, reason: String },
+    /// `allocationMode: All` while a pool's slices are being updated.
+    #[error("claim {claim}, request {request}: asks for all devices, but resource pool {pool} is currently being updated")]
+    PoolIncomplete { claim: String, request: String, pool: String },
+    /// `allocationMode: All` and a device of it breaks a constraint.
+    #[error("claim {claim}, request {request}: cannot add device {device} because a claim constraint would not be satisfied")]
+    ConstraintAll { claim: String, request: String, device: DeviceId },
+    /// A claim shape the allocator refuses, or one this port does not model.
+    #[error("claim {claim}, request {request}: {problem}")]
+    Unsupported { claim: String, request: String, problem: String },
+}
+
+/// Why one device does or does not serve one request, for the diagnosis.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeviceStatus {
+    /// Selected and usable.
+    Available,
+    /// A selector is false: the class's (`class: Some`) or the request's, by index.
+    NotSelected { class: Option<String>, index: usize },
+    /// The selector could not be evaluated on it (runtime error or cannot evaluate).
+    Failed(AllocError),
+    /// Selected, but allocated to other claims and not shareable.
+    Taken { claims: Vec<String> },
+    /// Selected, but tainted and the request does not tolerate it.
+    Untolerated { taint: DeviceTaint },
+}
+
+/// The allocator: selector programs compiled once, device values built once and selector
+/// outcomes cached across nodes and calls.
+pub struct Allocator<'a, D: DeviceView> {
+    fleet: Fleet<'a, D>,
+    classes: &'a dyn ClassSource,
+    features: Features,
+    /// Device indices in the scheduler's order: by pool (driver, pool), then slice order.
+    order: Vec<usize>,
+    selector_ids: HashMap<String, usize>,
+    selectors: Vec<Selector>,
+    values: Vec<Option<Result<DeviceValue, String>>>,
+    outcomes: HashMap<(usize, usize), Outcome>,
+}
+
+/// One request or sub-request, prepared.
+struct RequestData<'s> {
+    base: &'s str,
+    sub: Option<&'s str>,
+    class_name: &'s str,
+    class_selectors: Vec<usize>,
+    request_selectors: Vec<usize>,
+    tolerations: &'s [DeviceToleration],
+    admin_access: bool,
+    mode: Mode,
+}
+
+impl RequestData<'_> {
+    fn name(&self) -> String {
+        match self.sub {
+            Some(sub) => format!("{}/{}", self.base, sub),
+            None => self.base.to_owned(),
+        }
+    }
+    fn own_name(&self) -> &str {
+        self.sub.unwrap_or(self.base)
+    }
+}
+
+enum Mode {
+    Count(usize),
+    All(Vec<usize>),
+}
+
+impl Mode {
+    fn len(&self) -> usize {
+        match self {
+            Mode::Count(n) => *n,
+            Mode::All(devices) => devices.len(),
+        }
+    }
+}
+
+struct Constraint<'s> {
+    requests: &'s [String],
+    attribute: &'s str,
+    value: Option<OwnedAttribute>,
+    count: usize,
+}
+
+impl Constraint<'_> {
+    fn applies(&self, base: &str, sub: Option<&str>) -> bool {
+        self.requests.is_empty()
+            || self.requests.iter().any(|r| {
+                r == base || sub.is_some_and(|s| r.len() == base.len() + 1 + s.len() && r.starts_with(base) && r.ends_with(s) && r.as_bytes()[base.len()] == b'/')
+            })
+    }
+}
+
+/// One allocation attempt on one node.
+struct Search<'s> {
+    claims: &'s [Claim<'s>],
+    node_devices: Vec<usize>,
+    /// Per claim, per request: the request, or its sub-requests in order.
+    requests: Vec<Vec<Vec<RequestData<'s>>>>,
+    constraints: Vec<Vec<Constraint<'s>>>,
+    /// Devices being allocated (exclusive ones only), with the claims they go to.
+    allocating: HashMap<usize, Vec<usize>>,
+    result: Vec<Vec<(String, usize)>>,
+}
+
+enum Stop {
+    Error(AllocError),
+    MaxSize,
+}
+
+impl<'a, D: DeviceView> Allocator<'a, D> {
+    /// An allocator over `fleet` with the classes of `classes`.
+    pub fn new(fleet: Fleet<'a, D>, classes: &'a dyn ClassSource, features: Features) -> Self {
+        let mut order: Vec<usize> = (0..fleet.devices.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (a, b) = (&fleet.devices[a], &fleet.devices[b]);
+            (a.driver(), a.pool()).cmp(&(b.driver(), b.pool()))
+        });
+        let values = (0..fleet.devices.len()).map(|_| None).collect();
+        Allocator {
+            fleet,
+            classes,
+            features,
+            order,
+            selector_ids: HashMap::new(),
+            selectors: Vec::new(),
+            values,
+            outcomes: HashMap::new(),
+        }
+    }
+
+    /// The devices usable from `node`, in the scheduler's order.
+    pub fn node_devices(&self, node: &NodeInfo) -> Vec<usize> {
+        self.order
+            .iter()
+            .copied()
+            .filter(|&i| node.can_use(self.fleet.devices[i].placement()))
+            .collect()
+    }
+
+    /// Decides whether `claims` can all be allocated on `node`, as the scheduler's Filter does.
+    pub fn allocate(&mut self, node: &NodeInfo, claims: &[Claim<'_>]) -> Result<NodeVerdict, AllocError> {
+        let node_devices = self.node_devices(node);
+        let mut search = Search {
+            claims,
+            node_devices,
+            requests: Vec::new(),
+            constraints: Vec::new(),
+            allocating: HashMap::new(),
+            result: vec![Vec::new(); claims.len()],
+        };
+        for (c, claim) in claims.iter().enumerate() {
+            let mut requests = Vec::new();
+            for request in claim.spec.devices.as_ref().and_then(|d| d.requests.as_deref()).unwrap_or_default() {
+                requests.push(self.prepare_request(&search, c, claim, request)?);
+            }
+            search.requests.push(requests);
+            let constraints = claim.spec.devices.as_ref().and_then(|d| d.constraints.as_deref()).unwrap_or_default();
+            search.constraints.push(prepare_constraints(claim, constraints)?);
+        }
+        match self.allocate_one(&mut search, 0, 0, 0, 0, false) {
+            Ok(true) => Ok(NodeVerdict::Allocated(
+                search
+                    .result
+                    .iter()
+                    .map(|devices| {
+                        devices
+                            .iter()
+                            .map(|(request, d)| DeviceResult { request: request.clone(), device: self.fleet.devices[*d].id() })
+                            .collect()
+                    })
+                    .collect(),
+            )),
+            Ok(false) | Err(Stop::MaxSize) => Ok(NodeVerdict::CannotAllocate),
+            Err(Stop::Error(e)) => Err(e),
+        }
+    }
+
+    /// For the diagnosis: how each device usable from `node` fares against one request (or
+    /// `firstAvailable` sub-request, by index), ignoring the other requests and constraints.
+    pub fn survey(
+        &mut self,
+        node: &NodeInfo,
+        claim: Claim<'_>,
+        request: &DeviceRequest,
+        sub_request: Option<usize>,
+    ) -> Result<Vec<(usize, DeviceStatus)>, AllocError> {
+        let claims = [claim];
+        let search = Search {
+            claims: &claims,
+            node_devices: self.node_devices(node),
+            requests: Vec::new(),
+            constraints: Vec::new(),
+            allocating: HashMap::new(),
+            result: Vec::new(),
+        };
+        let prepared = self.prepare_request(&search, 0, &claim, request)?;
+        let data = prepared
+            .get(sub_request.unwrap_or(0))
+            .ok_or_else(|| unsupported(&claim, &request.name, "no such sub-request"))?;
+        let mut statuses = Vec::new();
+        for &d in &search.node_devices {
+            let status = match self.selector_verdict(claim.name, data, d) {
+                Err(e) => DeviceStatus::Failed(e),
+                Ok(Some(failed)) => failed,
+                Ok(None) => self.usability(&search, 0, data, d),
+            };
+            statuses.push((d, status));
+        }
+        Ok(statuses)
+    }
+
+    /// The device at `index` of the fleet.
+    pub fn device(&self, index: usize) -> &D {
+        &self.fleet.devices[index]
+    }
+
+    fn selector_id(&mut self, expression: &str) -> usize {
+        if let Some(&id) = self.selector_ids.get(expression) {
+            return id;
+        }
+        let id = self.selectors.len();
+        self.selectors.push(Selector::compile(expression));
+        self.selector_ids.insert(expression.to_owned(), id);
+        id
+    }
+
+    fn prepare_request<'s>(
+        &mut self,
+        search: &Search<'_>,
+        claim_index: usize,
+        claim: &Claim<'s>,
+        request: &'s DeviceRequest,
+    ) -> Result<Vec<RequestData<'s>>, AllocError> {
+        let mut out = Vec::new();
+        match (&request.exactly, &request.first_available) {
+            (Some(exact), None) => out.push(self.prepare_one(
+                search,
+                claim_index,
+                claim,
+                &request.name,
+                None,
+                Spec {
+                    class: &exact.device_class_name,
+                    selectors: exact.selectors.as_deref().unwrap_or_default(),
+                    mode: exact.allocation_mode.as_deref(),
+                    count: exact.count,
+                    tolerations: exact.tolerations.as_deref().unwrap_or_default(),
+                    admin_access: exact.admin_access.unwrap_or(false),
+                    capacity: exact.capacity.is_some(),
+                },
+            )?),
+            (None, Some(subs)) if !subs.is_empty() => {
+                for sub in subs {
+                    out.push(self.prepare_one(
+                        search,
+                        claim_index,
+                        claim,
+                        &request.name,
+                        Some(&sub.name),
+                        Spec {
+                            class: &sub.device_class_name,
+                            selectors: sub.selectors.as_deref().unwrap_or_default(),
+                            mode: sub.allocation_mode.as_deref(),
+                            count: sub.count,
+                            tolerations: sub.tolerations.as_deref().unwrap_or_default(),
+                            admin_access: false,
+                            capacity: sub.capacity.is_some(),
+                        },
+                    )?);
+                }
+            }
+            _ => return Err(unsupported(claim, &request.name, "exactly one of exactly or firstAvailable must be set")),
+        }
+        Ok(out)
+    }
+
+    fn prepare_one<'s>(
+        &mut self,
+        search: &Search<'_>,
+        claim_index: usize,
+        claim: &Claim<'s>,
+        base: &'s str,
+        sub: Option<&'s str>,
+        spec: Spec<'s>,
+    ) -> Result<RequestData<'s>, AllocError> {
+        let name = sub.map_or_else(|| base.to_owned(), |s| format!("{base}/{s}"));
+        if spec.capacity {
+            return Err(unsupported(claim, &name, "capacity requests are not modelled by this evaluator"));
+        }
+        let class = self.classes.class(spec.class).ok_or_else(|| AllocError::ClassNotFound {
+            claim: claim.name.to_owned(),
+            request: name.clone(),
+            class: spec.class.to_owned(),
+        })?;
+        let class_selectors = class
+            .selectors
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .map(|s| s.cel.as_ref().map(|c| c.expression.as_str()))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| unsupported(claim, &name, "CEL expression empty (unsupported selector type?)"))?;
+        let request_selectors = spec
+            .selectors
+            .iter()
+            .map(|s| s.cel.as_ref().map(|c| c.expression.as_str()))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| unsupported(claim, &name, "CEL expression empty (unsupported selector type?)"))?;
+        let mut data = RequestData {
+            base,
+            sub,
+            class_name: spec.class,
+            class_selectors: class_selectors.iter().map(|e| self.selector_id(e)).collect(),
+            request_selectors: request_selectors.iter().map(|e| self.selector_id(e)).collect(),
+            tolerations: spec.tolerations,
+            admin_access: spec.admin_access,
+            mode: Mode::Count(0),
+        };
+        data.mode = match spec.mode.unwrap_or("ExactCount") {
+            "ExactCount" => Mode::Count(usize::try_from(spec.count.unwrap_or(1)).unwrap_or(usize::MAX)),
+            "All" => {
+                let mut all = Vec::new();
+                let mut incomplete_checked = HashSet::new();
+                for &d in &search.node_devices {
+                    let device = &self.fleet.devices[d];
+                    let pool = (device.driver().to_owned(), device.pool().to_owned());
+                    if incomplete_checked.insert(pool.clone()) && self.fleet.incomplete_pools.contains(&pool) {
+                        return Err(AllocError::PoolIncomplete {
+                            claim: claim.name.to_owned(),
+                            request: name,
+                            pool: format!("{}/{}", pool.0, pool.1),
+                        });
+                    }
+                    if self.selector_verdict(claim.name, &data, d)?.is_none() {
+                        all.push(d);
+                    }
+                }
+                let _ = claim_index;
+                Mode::All(all)
+            }
+            other => return Err(unsupported(claim, &name, &format!("unsupported count mode {other}"))),
+        };
+        Ok(data)
+    }
+
+    /// `None` when every selector holds; the first false one otherwise; an error when one
+    /// cannot be decided (which aborts the attempt).
+    fn selector_verdict(&mut self, claim: &str, data: &RequestData<'_>, d: usize) -> Result<Option<DeviceStatus>, AllocError> {
+        let groups = [(Some(data.class_name), &data.class_selectors), (None, &data.request_selectors)];
+        for (class, selectors) in groups {
+            for (index, &selector) in selectors.iter().enumerate() {
+                let scope = || match class {
+                    Some(class) => format!("class {class}"),
+                    None => format!("claim {claim}"),
+                };
+                match self.outcome(selector, d) {
+                    Outcome::Match(true) => {}
+                    Outcome::Match(false) => {
+                        return Ok(Some(DeviceStatus::NotSelected { class: class.map(str::to_owned), index }));
+                    }
+                    Outcome::RuntimeError(message) => {
+                        return Err(AllocError::Runtime {
+                            scope: scope(),
+                            index,
+                            device: self.fleet.devices[d].id(),
+                            expression: self.selectors[selector].expression().to_owned(),
+                            message,
+                        });
+                    }
+                    Outcome::CannotEvaluate(reason) => {
+                        return Err(AllocError::CannotEvaluate {
+                            scope: scope(),
+                            index,
+                            device: self.fleet.devices[d].id(),
+                            expression: self.selectors[selector].expression().to_owned(),
+                            reason,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn outcome(&mut self, selector: usize, d: usize) -> Outcome {
+        if let Some(outcome) = self.outcomes.get(&(selector, d)) {
+            return outcome.clone();
+        }
+        let value = self.values[d].get_or_insert_with(|| DeviceValue::new(&self.fleet.devices[d]));
+        let outcome = match value {
+            Ok(value) => self.selectors[selector].evaluate(value),
+            // The scheduler fails the same way: DeviceMatches returns the conversion error.
+            Err(e) => Outcome::RuntimeError(e.clone()),
+        };
+        self.outcomes.insert((selector, d), outcome.clone());
+        outcome
+    }
+
+    fn shareable(&self, d: usize) -> bool {
+        self.features.consumable_capacity && self.fleet.devices[d].allow_multiple_allocations() == Some(true)
+    }
+
+    fn in_use(&self, search: &Search<'_>, claim: usize, data: &RequestData<'_>, d: usize) -> Option<Vec<String>> {
+        if data.admin_access {
+            let same_claim = !self.shareable(d) && search.allocating.get(&d).is_some_and(|c| c.contains(&claim));
+            return same_claim.then(|| vec![search.claims[claim].name.to_owned()]);
+        }
+        if let Some(claims) = self.fleet.taken.get(&self.fleet.devices[d].id()) {
+            return Some(claims.clone());
+        }
+        search
+            .allocating
+            .get(&d)
+            .filter(|c| !c.is_empty())
+            .map(|c| c.iter().map(|&i| search.claims[i].name.to_owned()).collect())
+    }
+
+    fn untolerated(&self, data: &RequestData<'_>, d: usize) -> Option<DeviceTaint> {
+        if !self.features.device_taints {
+            return None;
+        }
+        self.fleet.devices[d]
+            .taints()
+            .iter()
+            .find(|t| matches!(t.effect.as_str(), "NoSchedule" | "NoExecute") && !data.tolerations.iter().any(|tol| tolerates(tol, t)))
+            .cloned()
+    }
+
+    fn usability(&self, search: &Search<'_>, claim: usize, data: &RequestData<'_>, d: usize) -> DeviceStatus {
+        if let Some(claims) = self.in_use(search, claim, data, d) {
+            return DeviceStatus::Taken { claims };
+        }
+        if let Some(taint) = self.untolerated(data, d) {
+            return DeviceStatus::Untolerated { taint };
+        }
+        DeviceStatus::Available
+    }
+
+    /// allocator.go `allocateOne`: the device `device_index` of (sub-)request `sub` of request
+    /// `request` of claim `claim`.
+    fn allocate_one(
+        &mut self,
+        s: &mut Search<'_>,
+        claim: usize,
+        request: usize,
+        sub: usize,
+        device_index: usize,
+        allocating_sub: bool,
+    ) -> Result<bool, Stop> {
+        if claim >= s.claims.len() {
+            return Ok(true);
+        }
+        if request >= s.requests[claim].len() {
+            return match self.allocate_one(s, claim + 1, 0, 0, 0, false) {
+                // Retrying the claim with other choices might help a later firstAvailable.
+                Err(Stop::MaxSize) => Ok(false),
+                other => other,
+            };
+        }
+        let subs = s.requests[claim][request].len();
+        if !allocating_sub && s.requests[claim][request][0].sub.is_some() {
+            let mut all_exceeded = true;
+            for sub in 0..subs {
+                match self.allocate_one(s, claim, request, sub, 0, true) {
+                    Err(Stop::MaxSize) => continue,
+                    Err(e) => return Err(e),
+                    Ok(true) => return Ok(true),
+                    Ok(false) => all_exceeded = false,
+                }
+            }
+            return if all_exceeded { Err(Stop::MaxSize) } else { Ok(false) };
+        }
+        let (num_devices, is_all) = {
+            let data = &s.requests[claim][request][sub];
+            (data.mode.len(), matches!(data.mode, Mode::All(_)))
+        };
+        if is_all && num_devices == 0 {
+            return Ok(false);
+        }
+        if device_index >= num_devices {
+            return self.allocate_one(s, claim, request + 1, 0, 0, false);
+        }
+        if s.result[claim].len() + num_devices - device_index > ALLOCATION_RESULTS_MAX_SIZE {
+            return Err(Stop::MaxSize);
+        }
+        if is_all {
+            let d = match &s.requests[claim][request][sub].mode {
+                Mode::All(devices) => devices[device_index],
+                Mode::Count(_) => unreachable!("checked above"),
+            };
+            if !self.allocate_device(s, claim, request, sub, d, true)? {
+                return Ok(false);
+            }
+            let done = self.allocate_one(s, claim, request, sub, device_index + 1, allocating_sub);
+            if !matches!(done, Ok(true)) {
+                self.deallocate(s, claim, request, sub, d);
+            }
+            return done;
+        }
+        for position in 0..s.node_devices.len() {
+            let d = s.node_devices[position];
+            {
+                let data = &s.requests[claim][request][sub];
+                if self.in_use(s, claim, data, d).is_some() {
+                    continue;
+                }
+            }
+            let claim_name = s.claims[claim].name;
+            let selected = {
+                let data = &s.requests[claim][request][sub];
+                self.selector_verdict(claim_name, data, d).map_err(Stop::Error)?.is_none()
+            };
+            if !selected {
+                continue;
+            }
+            if !self.allocate_device(s, claim, request, sub, d, false)? {
+                continue;
+            }
+            match self.allocate_one(s, claim, request, sub, device_index + 1, allocating_sub) {
+                Ok(true) => return Ok(true),
+                Ok(false) => self.deallocate(s, claim, request, sub, d),
+                Err(e) => {
+                    self.deallocate(s, claim, request, sub, d);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// allocator.go `allocateDevice`: availability, taints and constraints of one candidate;
+    /// on success the device is recorded as being allocated.
+    fn allocate_device(&mut self, s: &mut Search<'_>, claim: usize, request: usize, sub: usize, d: usize, must: bool) -> Result<bool, Stop> {
+        let data = &s.requests[claim][request][sub];
+        if self.in_use(s, claim, data, d).is_some() || self.untolerated(data, d).is_some() {
+            return Ok(false);
+        }
+        let device = &self.fleet.devices[d];
+        let (base, own_sub) = (data.base, data.sub);
+        let constraints = &mut s.constraints[claim];
+        for i in 0..constraints.len() {
+            if !add_to_constraint(&mut constraints[i], base, own_sub, device) {
+                if must {
+                    return Err(Stop::Error(AllocError::ConstraintAll {
+                        claim: s.claims[claim].name.to_owned(),
+                        request: data.own_name().to_owned(),
+                        device: device.id(),
+                    }));
+                }
+                for c in constraints.iter_mut().take(i) {
+                    remove_from_constraint(c, base, own_sub);
+                }
+                return Ok(false);
+            }
+        }
+        let name = data.name();
+        if !self.shareable(d) {
+            s.allocating.entry(d).or_default().push(claim);
+        }
+        s.result[claim].push((name, d));
+        Ok(true)
+    }
+
+    fn deallocate(&self, s: &mut Search<'_>, claim: usize, request: usize, sub: usize, d: usize) {
+        let data = &s.requests[claim][request][sub];
+        for c in s.constraints[claim].iter_mut() {
+            remove_from_constraint(c, data.base, data.sub);
+        }
+        if let Some(claims) = s.allocating.get_mut(&d)
+            && let Some(pos) = claims.iter().rposition(|&c| c == claim)
+        {
+            claims.remove(pos);
+        }
+        s.result[claim].pop();
+    }
+}
+
+struct Spec<'s> {
+    class: &'s str,
+    selectors: &'s [k8s_openapi::api::resource::v1::DeviceSelector],
+    mode: Option<&'s str>,
+    count: Option<i64>,
+    tolerations: &'s [DeviceToleration],
+    admin_access: bool,
+    capacity: bool,
+}
+
+fn unsupported(claim: &Claim<'_>, request: &str, problem: &str) -> AllocError {
+    AllocError::Unsupported { claim: claim.name.to_owned(), request: request.to_owned(), problem: problem.to_owned() }
+}
+
+fn prepare_constraints<'s>(claim: &Claim<'s>, constraints: &'s [DeviceConstraint]) -> Result<Vec<Constraint<'s>>, AllocError> {
+    let mut out = Vec::new();
+    for constraint in constraints {
+        let requests = constraint.requests.as_deref().unwrap_or_default();
+        if constraint.distinct_attribute.is_some() {
+            return Err(unsupported(claim, &requests.join(","), "distinctAttribute constraints are not modelled by this evaluator"));
+        }
+        let Some(attribute) = constraint.match_attribute.as_deref() else {
+            return Err(unsupported(claim, &requests.join(","), "a constraint without matchAttribute"));
+        };
+        out.push(Constraint { requests, attribute, value: None, count: 0 });
+    }
+    Ok(out)
+}
+
+/// allocator.go `lookupAttribute`: the fully qualified name, or, in the driver's own domain,
+/// the unqualified name.
+pub fn lookup_attribute<'d>(device: &'d dyn DeviceView, qualified: &str) -> Option<AttributeValue<'d>> {
+    let (domain, id) = qualified.split_once('/')?;
+    if let Some((_, value)) = device.attributes().find(|(name, _)| *name == qualified) {
+        return Some(value);
+    }
+    if domain != device.driver() {
+        return None;
+    }
+    device
+        .attributes()
+        .find(|(name, _)| *name == id && split_qualified(name, device.driver()).0 == domain)
+        .map(|(_, value)| value)
+}
+
+fn owned(value: AttributeValue<'_>) -> OwnedAttribute {
+    match value {
+        AttributeValue::Bool(b) => OwnedAttribute::Bool(b),
+        AttributeValue::Int(i) => OwnedAttribute::Int(i),
+        AttributeValue::String(s) => OwnedAttribute::String(s.to_owned()),
+        AttributeValue::Version(v) => OwnedAttribute::Version(v.to_owned()),
+    }
+}
+
+fn add_to_constraint<D: DeviceView>(c: &mut Constraint<'_>, base: &str, sub: Option<&str>, device: &D) -> bool {
+    if !c.applies(base, sub) {
+        return true;
+    }
+    let Some(value) = lookup_attribute(device, c.attribute) else {
+        return false;
+    };
+    if c.count == 0 {
+        c.value = Some(owned(value));
+        c.count = 1;
+        return true;
+    }
+    // Same type and value; versions compare as strings (semver's minimal form makes that exact).
+    if c.value.as_ref() != Some(&owned(value)) {
+        return false;
+    }
+    c.count += 1;
+    true
+}
+
+fn remove_from_constraint(c: &mut Constraint<'_>, base: &str, sub: Option<&str>) {
+    if c.applies(base, sub) {
+        c.count -= 1;
+    }
+}
+
+/// k8s.io/dynamic-resource-allocation `resourceclaim.ToleratesTaint`.
+pub fn tolerates(toleration: &DeviceToleration, taint: &DeviceTaint) -> bool {
+    if toleration.effect.as_deref().is_some_and(|e| !e.is_empty() && e != taint.effect) {
+        return false;
+    }
+    if toleration.key.as_deref().is_some_and(|k| !k.is_empty() && k != taint.key) {
+        return false;
+    }
+    match toleration.operator.as_deref().unwrap_or("Equal") {
+        "Exists" => true,
+        "Equal" | "" => toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        _ => false,
+    }
+}
