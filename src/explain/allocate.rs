@@ -14,7 +14,7 @@
 //! - `NoSchedule`/`NoExecute` taints block unless tolerated (with the DRADeviceTaints gate);
 //! - `matchAttribute`: the first device of the set fixes the value, a device without the
 //!   attribute is never chosen, values compare by type and value;
-//! - `ExactCount` backtracks over devices; `All` takes every selectable device of the node and
+//! - `ExactCount` backtracks over devices (skipping pools being updated); `All` takes every selectable device of the node and
 //!   fails if one is unusable, errors if one breaks a constraint or a pool is being updated;
 //! - `firstAvailable` sub-requests are tried in order, each with backtracking;
 //! - at most 32 devices per claim (`AllocationResultsMaxSize`).
@@ -520,6 +520,12 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         outcome
     }
 
+    fn pool_incomplete(&self, d: usize) -> bool {
+        let device = &self.fleet.devices[d];
+        !self.fleet.incomplete_pools.is_empty()
+            && self.fleet.incomplete_pools.contains(&(device.driver().to_owned(), device.pool().to_owned()))
+    }
+
     fn shareable(&self, d: usize) -> bool {
         self.features.consumable_capacity && self.fleet.devices[d].allow_multiple_allocations() == Some(true)
     }
@@ -623,6 +629,10 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         }
         for position in 0..s.node_devices.len() {
             let d = s.node_devices[position];
+            if self.pool_incomplete(d) {
+                // Devices of a pool being updated are not allocated (but other pools may serve).
+                continue;
+            }
             {
                 let data = &s.requests[claim][request][sub];
                 if self.in_use(s, claim, data, d).is_some() {
@@ -791,5 +801,297 @@ pub fn tolerates(toleration: &DeviceToleration, taint: &DeviceTaint) -> bool {
         "Exists" => true,
         "Equal" | "" => toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::explain::{DeviceRecord, OwnedPlacement};
+    use serde_json::json;
+
+    const MEDIA: &str = "media.liken.sh";
+    const LIKEN: &str = "liken.sh";
+    const PCI: &str = "resource.kubernetes.io/pciBusID";
+
+    fn media(node: &str, name: &str, pci: &str, scale10: bool) -> DeviceRecord {
+        DeviceRecord {
+            driver: MEDIA.into(),
+            pool: node.into(),
+            name: name.into(),
+            attributes: vec![
+                ("decodeHEVCMain10".into(), OwnedAttribute::Bool(true)),
+                ("scale10bit".into(), OwnedAttribute::Bool(scale10)),
+                (PCI.into(), OwnedAttribute::String(pci.into())),
+            ],
+            allow_multiple_allocations: Some(true),
+            placement: OwnedPlacement::Node(node.into()),
+            ..Default::default()
+        }
+    }
+
+    fn render(node: &str, name: &str, pci: &str) -> DeviceRecord {
+        DeviceRecord {
+            driver: LIKEN.into(),
+            pool: node.into(),
+            name: name.into(),
+            attributes: vec![
+                ("renderNode".into(), OwnedAttribute::String(format!("/dev/dri/{name}"))),
+                (PCI.into(), OwnedAttribute::String(pci.into())),
+            ],
+            allow_multiple_allocations: Some(true),
+            placement: OwnedPlacement::Node(node.into()),
+            ..Default::default()
+        }
+    }
+
+    fn classes() -> HashMap<String, DeviceClassSpec> {
+        let class = |expr: &str| serde_json::from_value(json!({"selectors": [{"cel": {"expression": expr}}]})).unwrap();
+        HashMap::from([
+            (
+                "decode-10bit".to_owned(),
+                class(r#"device.driver == "media.liken.sh" && device.attributes["media.liken.sh"].decodeHEVCMain10 && device.attributes["media.liken.sh"].scale10bit"#),
+            ),
+            ("gpu-render".to_owned(), class(r#"device.driver == "liken.sh" && has(device.attributes["liken.sh"].renderNode)"#)),
+            ("media-gpu".to_owned(), class(r#"device.driver == "media.liken.sh""#)),
+            ("typo".to_owned(), class(r#"device.driver == "media.liken.sh" && device.attributes["media.liken.sh"].decodeAV2"#)),
+        ])
+    }
+
+    fn claim(spec: serde_json::Value) -> ResourceClaimSpec {
+        serde_json::from_value(json!({ "devices": spec })).unwrap()
+    }
+
+    fn product_claim() -> ResourceClaimSpec {
+        claim(json!({
+            "requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": "gpu-render"}},
+                {"name": "decodes", "exactly": {"deviceClassName": "decode-10bit"}},
+            ],
+            "constraints": [{"requests": ["gpu", "decodes"], "matchAttribute": PCI}],
+        }))
+    }
+
+    fn node(name: &str) -> NodeInfo {
+        NodeInfo { name: name.into(), ..Default::default() }
+    }
+
+    struct World {
+        devices: Vec<DeviceRecord>,
+        taken: HashMap<DeviceId, Vec<String>>,
+        incomplete: HashSet<(String, String)>,
+        classes: HashMap<String, DeviceClassSpec>,
+    }
+
+    impl World {
+        fn new(devices: Vec<DeviceRecord>) -> World {
+            World { devices, taken: HashMap::new(), incomplete: HashSet::new(), classes: classes() }
+        }
+        fn run(&self, features: Features, node_name: &str, specs: &[ResourceClaimSpec]) -> Result<NodeVerdict, AllocError> {
+            let fleet = Fleet { devices: &self.devices, taken: &self.taken, incomplete_pools: &self.incomplete };
+            let mut allocator = Allocator::new(fleet, &self.classes, features);
+            let names: Vec<String> = (0..specs.len()).map(|i| format!("ns/claim-{i}")).collect();
+            let claims: Vec<Claim> = specs.iter().zip(&names).map(|(spec, name)| Claim { name, spec }).collect();
+            allocator.allocate(&node(node_name), &claims)
+        }
+        fn devices_of(&self, specs: &[ResourceClaimSpec]) -> Vec<Vec<(String, String)>> {
+            match self.run(Features::default(), "n1", specs).unwrap() {
+                NodeVerdict::Allocated(claims) => claims
+                    .into_iter()
+                    .map(|c| c.into_iter().map(|r| (r.request, r.device.device)).collect())
+                    .collect(),
+                NodeVerdict::CannotAllocate => panic!("expected an allocation"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_constraint_keeps_both_devices_on_one_gpu() {
+        let world = World::new(vec![
+            render("n1", "card0", "0000:00:02.0"),
+            render("n1", "card1", "0000:03:00.0"),
+            media("n1", "gpu-a", "0000:00:02.0", false),
+            media("n1", "gpu-b", "0000:03:00.0", true),
+        ]);
+        // card0 is tried first; gpu-a fails the class and gpu-b the constraint with card0, so
+        // the search backtracks to card1.
+        assert_eq!(
+            world.devices_of(&[product_claim()]),
+            vec![vec![("gpu".into(), "card1".into()), ("decodes".into(), "gpu-b".into())]]
+        );
+    }
+
+    #[test]
+    fn requests_satisfiable_apart_but_never_on_one_gpu() {
+        let world = World::new(vec![render("n1", "card0", "0000:00:02.0"), media("n1", "gpu-b", "0000:03:00.0", true)]);
+        assert_eq!(world.run(Features::default(), "n1", &[product_claim()]), Ok(NodeVerdict::CannotAllocate));
+        // A device without the attribute is never chosen.
+        let mut no_pci = media("n1", "gpu-c", "", true);
+        no_pci.attributes.retain(|(n, _)| n != PCI);
+        let world = World::new(vec![render("n1", "card0", "0000:00:02.0"), no_pci]);
+        assert_eq!(world.run(Features::default(), "n1", &[product_claim()]), Ok(NodeVerdict::CannotAllocate));
+    }
+
+    #[test]
+    fn other_nodes_devices_are_not_candidates() {
+        let world = World::new(vec![render("n2", "card0", "0000:00:02.0"), media("n2", "gpu-a", "0000:00:02.0", true)]);
+        assert_eq!(world.run(Features::default(), "n1", &[product_claim()]), Ok(NodeVerdict::CannotAllocate));
+        assert!(matches!(world.run(Features::default(), "n2", &[product_claim()]), Ok(NodeVerdict::Allocated(_))));
+    }
+
+    #[test]
+    fn a_runtime_error_aborts_the_attempt_in_the_schedulers_words() {
+        let world = World::new(vec![media("n1", "gpu-a", "0000:00:02.0", true)]);
+        let spec = claim(json!({"requests": [{"name": "decodes", "exactly": {"deviceClassName": "typo"}}]}));
+        let error = world.run(Features::default(), "n1", &[spec]).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "class typo: selector #0 on device media.liken.sh/n1/gpu-a: CEL runtime error: no such key: decodeAV2"
+        );
+        let spec = claim(json!({"requests": [{"name": "decodes", "exactly": {"deviceClassName": "media-gpu",
+            "selectors": [{"cel": {"expression": "device.attributes[\"media.liken.sh\"].nope"}}]}}]}));
+        assert_eq!(
+            world.run(Features::default(), "n1", &[spec]).unwrap_err().to_string(),
+            "claim ns/claim-0: selector #0 on device media.liken.sh/n1/gpu-a: CEL runtime error: no such key: nope"
+        );
+    }
+
+    #[test]
+    fn a_false_class_selector_stops_before_the_request_selectors() {
+        // gpu-a fails the class (scale10bit false): the request's erroring selector is never run.
+        let world = World::new(vec![media("n1", "gpu-a", "0000:00:02.0", false)]);
+        let spec = claim(json!({"requests": [{"name": "decodes", "exactly": {"deviceClassName": "decode-10bit",
+            "selectors": [{"cel": {"expression": "device.attributes[\"media.liken.sh\"].nope"}}]}}]}));
+        assert_eq!(world.run(Features::default(), "n1", &[spec]), Ok(NodeVerdict::CannotAllocate));
+    }
+
+    #[test]
+    fn taken_devices_are_skipped_before_their_selectors_run() {
+        let mut world = World::new(vec![media("n1", "gpu-a", "0000:00:02.0", true), media("n1", "gpu-b", "0000:03:00.0", true)]);
+        world.devices[0].attributes.retain(|(n, _)| n != "scale10bit");
+        world.taken.insert(world.devices[0].id(), vec!["other/claim".into()]);
+        let spec = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "decode-10bit"}}]}));
+        assert_eq!(world.devices_of(&[spec]), vec![vec![("d".into(), "gpu-b".into())]]);
+    }
+
+    #[test]
+    fn exclusive_and_shareable_devices() {
+        let one = |shareable: Option<bool>| {
+            let mut d = media("n1", "gpu-a", "0000:00:02.0", true);
+            d.allow_multiple_allocations = shareable;
+            World::new(vec![d])
+        };
+        let spec = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu"}}]}));
+        let two_claims = [spec.clone(), spec.clone()];
+        // Shareable: both claims get it.
+        assert!(matches!(one(Some(true)).run(Features::default(), "n1", &two_claims), Ok(NodeVerdict::Allocated(_))));
+        // Exclusive (field absent, e.g. dropped by a 1.35 API server): one claim at a time.
+        assert_eq!(one(None).run(Features::default(), "n1", &two_claims), Ok(NodeVerdict::CannotAllocate));
+        // The field is ignored while DRAConsumableCapacity is off.
+        assert_eq!(one(Some(true)).run(Features::for_minor(35), "n1", &two_claims), Ok(NodeVerdict::CannotAllocate));
+        // A shareable device that another claim holds exclusively is taken.
+        let mut world = one(Some(true));
+        world.taken.insert(world.devices[0].id(), vec!["other/claim".into()]);
+        assert_eq!(world.run(Features::default(), "n1", &[spec]), Ok(NodeVerdict::CannotAllocate));
+        // Upstream allocates a shareable device more than once within one request, too.
+        let count2 = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu", "count": 2}}]}));
+        assert!(matches!(one(Some(true)).run(Features::default(), "n1", &[count2.clone()]), Ok(NodeVerdict::Allocated(_))));
+        assert_eq!(one(Some(false)).run(Features::default(), "n1", &[count2]), Ok(NodeVerdict::CannotAllocate));
+    }
+
+    #[test]
+    fn allocation_mode_all() {
+        let mut world = World::new(vec![media("n1", "gpu-a", "a", true), media("n1", "gpu-b", "b", true), media("n1", "gpu-c", "c", false)]);
+        for d in &mut world.devices {
+            d.allow_multiple_allocations = None;
+        }
+        let all = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "decode-10bit", "allocationMode": "All"}}]}));
+        assert_eq!(world.devices_of(&[all.clone()]), vec![vec![("d".into(), "gpu-a".into()), ("d".into(), "gpu-b".into())]]);
+        // One matching device taken: All fails.
+        world.taken.insert(world.devices[1].id(), vec!["other/claim".into()]);
+        assert_eq!(world.run(Features::default(), "n1", &[all.clone()]), Ok(NodeVerdict::CannotAllocate));
+        world.taken.clear();
+        // A pool being updated: an error, not a "no".
+        world.incomplete.insert((MEDIA.into(), "n1".into()));
+        assert!(matches!(world.run(Features::default(), "n1", &[all.clone()]), Err(AllocError::PoolIncomplete { .. })));
+        // ExactCount just skips that pool's devices.
+        let one = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "decode-10bit"}}]}));
+        assert_eq!(world.run(Features::default(), "n1", &[one]), Ok(NodeVerdict::CannotAllocate));
+        world.incomplete.clear();
+        // A constraint that the set breaks: an error.
+        let constrained = claim(json!({
+            "requests": [{"name": "d", "exactly": {"deviceClassName": "decode-10bit", "allocationMode": "All"}}],
+            "constraints": [{"matchAttribute": PCI}],
+        }));
+        assert!(matches!(world.run(Features::default(), "n1", &[constrained]), Err(AllocError::ConstraintAll { .. })));
+        // No matching device at all: cannot allocate.
+        let none = World::new(vec![media("n1", "gpu-c", "c", false)]);
+        assert_eq!(none.run(Features::default(), "n1", &[all]), Ok(NodeVerdict::CannotAllocate));
+    }
+
+    #[test]
+    fn first_available_tries_sub_requests_in_order() {
+        let world = World::new(vec![media("n1", "gpu-a", "a", false)]);
+        let spec = claim(json!({"requests": [{"name": "d", "firstAvailable": [
+            {"name": "ten-bit", "deviceClassName": "decode-10bit"},
+            {"name": "any", "deviceClassName": "media-gpu"},
+        ]}]}));
+        assert_eq!(world.devices_of(&[spec]), vec![vec![("d/any".into(), "gpu-a".into())]]);
+    }
+
+    #[test]
+    fn untolerated_taints_block() {
+        let taint: DeviceTaint = serde_json::from_value(json!({"key": "broken", "value": "yes", "effect": "NoSchedule"})).unwrap();
+        let mut world = World::new(vec![media("n1", "gpu-a", "a", true)]);
+        world.devices[0].taints = vec![taint];
+        let plain = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu"}}]}));
+        assert_eq!(world.run(Features::default(), "n1", &[plain.clone()]), Ok(NodeVerdict::CannotAllocate));
+        // Off before 1.36.
+        assert!(matches!(world.run(Features::for_minor(35), "n1", &[plain]), Ok(NodeVerdict::Allocated(_))));
+        for toleration in [json!({"key": "broken", "operator": "Exists"}), json!({"key": "broken", "value": "yes"}), json!({"operator": "Exists", "effect": "NoSchedule"})] {
+            let spec = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu", "tolerations": [toleration]}}]}));
+            assert!(matches!(world.run(Features::default(), "n1", &[spec]), Ok(NodeVerdict::Allocated(_))));
+        }
+        let wrong = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu", "tolerations": [{"key": "broken", "value": "no"}]}}]}));
+        assert_eq!(world.run(Features::default(), "n1", &[wrong]), Ok(NodeVerdict::CannotAllocate));
+    }
+
+    #[test]
+    fn a_missing_class_is_named() {
+        let world = World::new(vec![]);
+        let spec = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "nope"}}]}));
+        assert_eq!(
+            world.run(Features::default(), "n1", &[spec]).unwrap_err().to_string(),
+            "request d: device class nope does not exist"
+        );
+    }
+
+    #[test]
+    fn at_most_32_devices_per_claim() {
+        let devices = (0..40).map(|i| { let mut d = media("n1", &format!("gpu-{i}"), "a", true); d.allow_multiple_allocations = None; d }).collect();
+        let world = World::new(devices);
+        let spec = |n: i64| claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu", "count": n}}]}));
+        assert!(matches!(world.run(Features::default(), "n1", &[spec(32)]), Ok(NodeVerdict::Allocated(_))));
+        assert_eq!(world.run(Features::default(), "n1", &[spec(33)]), Ok(NodeVerdict::CannotAllocate));
+    }
+
+    #[test]
+    fn survey_says_why_each_device_does_not_serve() {
+        let mut world = World::new(vec![media("n1", "gpu-a", "a", false), media("n1", "gpu-b", "b", true), media("n1", "gpu-c", "c", true)]);
+        world.devices[2].allow_multiple_allocations = None;
+        world.taken.insert(world.devices[2].id(), vec!["ns/holder".into()]);
+        let spec = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "decode-10bit"}}]}));
+        let fleet = Fleet { devices: &world.devices, taken: &world.taken, incomplete_pools: &world.incomplete };
+        let mut allocator = Allocator::new(fleet, &world.classes, Features::default());
+        let request = &spec.devices.as_ref().unwrap().requests.as_ref().unwrap()[0];
+        let survey = allocator.survey(&node("n1"), Claim { name: "ns/x", spec: &spec }, request, None).unwrap();
+        assert_eq!(
+            survey.into_iter().map(|(_, s)| s).collect::<Vec<_>>(),
+            vec![
+                DeviceStatus::NotSelected { class: Some("decode-10bit".into()), index: 0 },
+                DeviceStatus::Available,
+                DeviceStatus::Taken { claims: vec!["ns/holder".into()] },
+            ]
+        );
     }
 }
