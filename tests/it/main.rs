@@ -8,6 +8,7 @@ mod agent;
 mod apiserver;
 mod caps;
 mod class;
+mod explain;
 mod cluster;
 mod generated;
 mod isolation;
