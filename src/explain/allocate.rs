@@ -26,7 +26,8 @@
 use std::collections::{HashMap, HashSet};
 
 use k8s_openapi::api::resource::v1::{
-    DeviceClassSpec, DeviceConstraint, DeviceRequest, DeviceTaint, DeviceToleration, ResourceClaimSpec,
+    DeviceClassSpec, DeviceConstraint, DeviceRequest, DeviceTaint, DeviceToleration,
+    ResourceClaimSpec,
 };
 
 use super::cel::{DeviceValue, Outcome, Selector};
@@ -47,7 +48,10 @@ pub struct Features {
 impl Features {
     /// The defaults of a Kubernetes minor version (dra-facts §5b).
     pub fn for_minor(minor: u32) -> Features {
-        Features { consumable_capacity: minor >= 36, device_taints: minor >= 36 }
+        Features {
+            consumable_capacity: minor >= 36,
+            device_taints: minor >= 36,
+        }
     }
 }
 
@@ -113,22 +117,54 @@ pub enum NodeVerdict {
 pub enum AllocError {
     /// The request names a class that does not exist.
     #[error("request {request}: device class {class} does not exist")]
-    ClassNotFound { claim: String, request: String, class: String },
+    ClassNotFound {
+        claim: String,
+        request: String,
+        class: String,
+    },
     /// A selector failed at run time on a device, in the scheduler's message form.
-    #[error("{scope}: selector #{index} on device {device}: CEL runtime error: {message}")]
-    Runtime { scope: String, index: usize, device: DeviceId, expression: String, message: String },
+    #[error("{}: selector #{} on device {}: CEL runtime error: {}", .0.scope, .0.index, .0.device, .0.message)]
+    Runtime(Box<SelectorFailure>),
     /// This evaluator cannot decide a selector on a device: nothing is guessed.
-    #[error("{scope}: selector #{index} on device {device}: cannot evaluate: {reason} (expression: {expression})")]
-    CannotEvaluate { scope: String, index: usize, device: DeviceId, expression: String, reason: String },
+    #[error("{}: selector #{} on device {}: cannot evaluate: {} (expression: {})", .0.scope, .0.index, .0.device, .0.message, .0.expression)]
+    CannotEvaluate(Box<SelectorFailure>),
     /// `allocationMode: All` while a pool's slices are being updated.
-    #[error("claim {claim}, request {request}: asks for all devices, but resource pool {pool} is currently being updated")]
-    PoolIncomplete { claim: String, request: String, pool: String },
+    #[error(
+        "claim {claim}, request {request}: asks for all devices, but resource pool {pool} is currently being updated"
+    )]
+    PoolIncomplete {
+        claim: String,
+        request: String,
+        pool: String,
+    },
     /// `allocationMode: All` and a device of it breaks a constraint.
-    #[error("claim {claim}, request {request}: cannot add device {device} because a claim constraint would not be satisfied")]
-    ConstraintAll { claim: String, request: String, device: DeviceId },
+    #[error(
+        "claim {claim}, request {request}: cannot add device {device} because a claim constraint would not be satisfied"
+    )]
+    ConstraintAll {
+        claim: String,
+        request: String,
+        device: DeviceId,
+    },
     /// A claim shape the allocator refuses, or one this port does not model.
     #[error("claim {claim}, request {request}: {problem}")]
-    Unsupported { claim: String, request: String, problem: String },
+    Unsupported {
+        claim: String,
+        request: String,
+        problem: String,
+    },
+}
+
+/// A selector that failed on a device: where (`class <name>` or `claim <ns/name>`, the
+/// selector's index there), on which device, the expression, and cel-go's message (or, for
+/// [`AllocError::CannotEvaluate`], the reason).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SelectorFailure {
+    pub scope: String,
+    pub index: usize,
+    pub device: DeviceId,
+    pub expression: String,
+    pub message: String,
 }
 
 /// Why one device does or does not serve one request, for the diagnosis.
@@ -214,7 +250,13 @@ impl Constraint<'_> {
     fn applies(&self, base: &str, sub: Option<&str>) -> bool {
         self.requests.is_empty()
             || self.requests.iter().any(|r| {
-                r == base || sub.is_some_and(|s| r.len() == base.len() + 1 + s.len() && r.starts_with(base) && r.ends_with(s) && r.as_bytes()[base.len()] == b'/')
+                r == base
+                    || sub.is_some_and(|s| {
+                        r.len() == base.len() + 1 + s.len()
+                            && r.starts_with(base)
+                            && r.ends_with(s)
+                            && r.as_bytes()[base.len()] == b'/'
+                    })
             })
     }
 }
@@ -275,14 +317,23 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     pub fn node_devices(&self, node: &NodeInfo) -> Vec<usize> {
         let mut devices: Vec<usize> = self.by_node.get(&node.name).cloned().unwrap_or_default();
         if !self.elsewhere.is_empty() {
-            devices.extend(self.elsewhere.iter().copied().filter(|&d| node.can_use(self.fleet.devices[d].placement())));
+            devices.extend(
+                self.elsewhere
+                    .iter()
+                    .copied()
+                    .filter(|&d| node.can_use(self.fleet.devices[d].placement())),
+            );
             devices.sort_by_key(|&d| self.rank[d]);
         }
         devices
     }
 
     /// Decides whether `claims` can all be allocated on `node`, as the scheduler's Filter does.
-    pub fn allocate(&mut self, node: &NodeInfo, claims: &[Claim<'_>]) -> Result<NodeVerdict, AllocError> {
+    pub fn allocate(
+        &mut self,
+        node: &NodeInfo,
+        claims: &[Claim<'_>],
+    ) -> Result<NodeVerdict, AllocError> {
         let node_devices = self.node_devices(node);
         let mut search = Search {
             claims,
@@ -294,12 +345,25 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         };
         for (c, claim) in claims.iter().enumerate() {
             let mut requests = Vec::new();
-            for request in claim.spec.devices.as_ref().and_then(|d| d.requests.as_deref()).unwrap_or_default() {
+            for request in claim
+                .spec
+                .devices
+                .as_ref()
+                .and_then(|d| d.requests.as_deref())
+                .unwrap_or_default()
+            {
                 requests.push(self.prepare_request(&search, c, claim, request)?);
             }
             search.requests.push(requests);
-            let constraints = claim.spec.devices.as_ref().and_then(|d| d.constraints.as_deref()).unwrap_or_default();
-            search.constraints.push(prepare_constraints(claim, constraints)?);
+            let constraints = claim
+                .spec
+                .devices
+                .as_ref()
+                .and_then(|d| d.constraints.as_deref())
+                .unwrap_or_default();
+            search
+                .constraints
+                .push(prepare_constraints(claim, constraints)?);
         }
         match self.allocate_one(&mut search, 0, 0, 0, 0, false) {
             Ok(true) => Ok(NodeVerdict::Allocated(
@@ -309,7 +373,10 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                     .map(|devices| {
                         devices
                             .iter()
-                            .map(|(request, d)| DeviceResult { request: request.clone(), device: self.fleet.devices[*d].id() })
+                            .map(|(request, d)| DeviceResult {
+                                request: request.clone(),
+                                device: self.fleet.devices[*d].id(),
+                            })
                             .collect()
                     })
                     .collect(),
@@ -413,7 +480,13 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                     )?);
                 }
             }
-            _ => return Err(unsupported(claim, &request.name, "exactly one of exactly or firstAvailable must be set")),
+            _ => {
+                return Err(unsupported(
+                    claim,
+                    &request.name,
+                    "exactly one of exactly or firstAvailable must be set",
+                ));
+            }
         }
         Ok(out)
     }
@@ -429,13 +502,20 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     ) -> Result<RequestData<'s>, AllocError> {
         let name = sub.map_or_else(|| base.to_owned(), |s| format!("{base}/{s}"));
         if spec.capacity {
-            return Err(unsupported(claim, &name, "capacity requests are not modelled by this evaluator"));
+            return Err(unsupported(
+                claim,
+                &name,
+                "capacity requests are not modelled by this evaluator",
+            ));
         }
-        let class = self.classes.class(spec.class).ok_or_else(|| AllocError::ClassNotFound {
-            claim: claim.name.to_owned(),
-            request: name.clone(),
-            class: spec.class.to_owned(),
-        })?;
+        let class = self
+            .classes
+            .class(spec.class)
+            .ok_or_else(|| AllocError::ClassNotFound {
+                claim: claim.name.to_owned(),
+                request: name.clone(),
+                class: spec.class.to_owned(),
+            })?;
         let class_selectors = class
             .selectors
             .as_deref()
@@ -443,32 +523,54 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             .iter()
             .map(|s| s.cel.as_ref().map(|c| c.expression.as_str()))
             .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| unsupported(claim, &name, "CEL expression empty (unsupported selector type?)"))?;
+            .ok_or_else(|| {
+                unsupported(
+                    claim,
+                    &name,
+                    "CEL expression empty (unsupported selector type?)",
+                )
+            })?;
         let request_selectors = spec
             .selectors
             .iter()
             .map(|s| s.cel.as_ref().map(|c| c.expression.as_str()))
             .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| unsupported(claim, &name, "CEL expression empty (unsupported selector type?)"))?;
+            .ok_or_else(|| {
+                unsupported(
+                    claim,
+                    &name,
+                    "CEL expression empty (unsupported selector type?)",
+                )
+            })?;
         let mut data = RequestData {
             base,
             sub,
             class_name: spec.class,
-            class_selectors: class_selectors.iter().map(|e| self.selector_id(e)).collect(),
-            request_selectors: request_selectors.iter().map(|e| self.selector_id(e)).collect(),
+            class_selectors: class_selectors
+                .iter()
+                .map(|e| self.selector_id(e))
+                .collect(),
+            request_selectors: request_selectors
+                .iter()
+                .map(|e| self.selector_id(e))
+                .collect(),
             tolerations: spec.tolerations,
             admin_access: spec.admin_access,
             mode: Mode::Count(0),
         };
         data.mode = match spec.mode.unwrap_or("ExactCount") {
-            "ExactCount" => Mode::Count(usize::try_from(spec.count.unwrap_or(1)).unwrap_or(usize::MAX)),
+            "ExactCount" => {
+                Mode::Count(usize::try_from(spec.count.unwrap_or(1)).unwrap_or(usize::MAX))
+            }
             "All" => {
                 let mut all = Vec::new();
                 let mut incomplete_checked = HashSet::new();
                 for &d in &search.node_devices {
                     let device = &self.fleet.devices[d];
                     let pool = (device.driver().to_owned(), device.pool().to_owned());
-                    if incomplete_checked.insert(pool.clone()) && self.fleet.incomplete_pools.contains(&pool) {
+                    if incomplete_checked.insert(pool.clone())
+                        && self.fleet.incomplete_pools.contains(&pool)
+                    {
                         return Err(AllocError::PoolIncomplete {
                             claim: claim.name.to_owned(),
                             request: name,
@@ -482,15 +584,29 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 let _ = claim_index;
                 Mode::All(all)
             }
-            other => return Err(unsupported(claim, &name, &format!("unsupported count mode {other}"))),
+            other => {
+                return Err(unsupported(
+                    claim,
+                    &name,
+                    &format!("unsupported count mode {other}"),
+                ));
+            }
         };
         Ok(data)
     }
 
     /// `None` when every selector holds; the first false one otherwise; an error when one
     /// cannot be decided (which aborts the attempt).
-    fn selector_verdict(&mut self, claim: &str, data: &RequestData<'_>, d: usize) -> Result<Option<DeviceStatus>, AllocError> {
-        let groups = [(Some(data.class_name), &data.class_selectors), (None, &data.request_selectors)];
+    fn selector_verdict(
+        &mut self,
+        claim: &str,
+        data: &RequestData<'_>,
+        d: usize,
+    ) -> Result<Option<DeviceStatus>, AllocError> {
+        let groups = [
+            (Some(data.class_name), &data.class_selectors),
+            (None, &data.request_selectors),
+        ];
         for (class, selectors) in groups {
             for (index, &selector) in selectors.iter().enumerate() {
                 let scope = || match class {
@@ -500,24 +616,28 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 match self.outcome(selector, d) {
                     Outcome::Match(true) => {}
                     Outcome::Match(false) => {
-                        return Ok(Some(DeviceStatus::NotSelected { class: class.map(str::to_owned), index }));
+                        return Ok(Some(DeviceStatus::NotSelected {
+                            class: class.map(str::to_owned),
+                            index,
+                        }));
                     }
-                    Outcome::RuntimeError(message) => {
-                        return Err(AllocError::Runtime {
+                    failed => {
+                        let (runtime, message) = match failed {
+                            Outcome::RuntimeError(message) => (true, message),
+                            Outcome::CannotEvaluate(reason) => (false, reason),
+                            Outcome::Match(_) => unreachable!("matched above"),
+                        };
+                        let failure = Box::new(SelectorFailure {
                             scope: scope(),
                             index,
                             device: self.fleet.devices[d].id(),
                             expression: self.selectors[selector].expression().to_owned(),
                             message,
                         });
-                    }
-                    Outcome::CannotEvaluate(reason) => {
-                        return Err(AllocError::CannotEvaluate {
-                            scope: scope(),
-                            index,
-                            device: self.fleet.devices[d].id(),
-                            expression: self.selectors[selector].expression().to_owned(),
-                            reason,
+                        return Err(if runtime {
+                            AllocError::Runtime(failure)
+                        } else {
+                            AllocError::CannotEvaluate(failure)
                         });
                     }
                 }
@@ -543,16 +663,30 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     fn pool_incomplete(&self, d: usize) -> bool {
         let device = &self.fleet.devices[d];
         !self.fleet.incomplete_pools.is_empty()
-            && self.fleet.incomplete_pools.contains(&(device.driver().to_owned(), device.pool().to_owned()))
+            && self
+                .fleet
+                .incomplete_pools
+                .contains(&(device.driver().to_owned(), device.pool().to_owned()))
     }
 
     fn shareable(&self, d: usize) -> bool {
-        self.features.consumable_capacity && self.fleet.devices[d].allow_multiple_allocations() == Some(true)
+        self.features.consumable_capacity
+            && self.fleet.devices[d].allow_multiple_allocations() == Some(true)
     }
 
-    fn in_use(&self, search: &Search<'_>, claim: usize, data: &RequestData<'_>, d: usize) -> Option<Vec<String>> {
+    fn in_use(
+        &self,
+        search: &Search<'_>,
+        claim: usize,
+        data: &RequestData<'_>,
+        d: usize,
+    ) -> Option<Vec<String>> {
         if data.admin_access {
-            let same_claim = !self.shareable(d) && search.allocating.get(&d).is_some_and(|c| c.contains(&claim));
+            let same_claim = !self.shareable(d)
+                && search
+                    .allocating
+                    .get(&d)
+                    .is_some_and(|c| c.contains(&claim));
             return same_claim.then(|| vec![search.claims[claim].name.to_owned()]);
         }
         if let Some(claims) = self.fleet.taken.get(&self.fleet.devices[d].id()) {
@@ -562,7 +696,11 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             .allocating
             .get(&d)
             .filter(|c| !c.is_empty())
-            .map(|c| c.iter().map(|&i| search.claims[i].name.to_owned()).collect())
+            .map(|c| {
+                c.iter()
+                    .map(|&i| search.claims[i].name.to_owned())
+                    .collect()
+            })
     }
 
     fn untolerated(&self, data: &RequestData<'_>, d: usize) -> Option<DeviceTaint> {
@@ -572,11 +710,20 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         self.fleet.devices[d]
             .taints()
             .iter()
-            .find(|t| matches!(t.effect.as_str(), "NoSchedule" | "NoExecute") && !data.tolerations.iter().any(|tol| tolerates(tol, t)))
+            .find(|t| {
+                matches!(t.effect.as_str(), "NoSchedule" | "NoExecute")
+                    && !data.tolerations.iter().any(|tol| tolerates(tol, t))
+            })
             .cloned()
     }
 
-    fn usability(&self, search: &Search<'_>, claim: usize, data: &RequestData<'_>, d: usize) -> DeviceStatus {
+    fn usability(
+        &self,
+        search: &Search<'_>,
+        claim: usize,
+        data: &RequestData<'_>,
+        d: usize,
+    ) -> DeviceStatus {
         if let Some(claims) = self.in_use(search, claim, data, d) {
             return DeviceStatus::Taken { claims };
         }
@@ -618,7 +765,11 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                     Ok(false) => all_exceeded = false,
                 }
             }
-            return if all_exceeded { Err(Stop::MaxSize) } else { Ok(false) };
+            return if all_exceeded {
+                Err(Stop::MaxSize)
+            } else {
+                Ok(false)
+            };
         }
         let (num_devices, is_all) = {
             let data = &s.requests[claim][request][sub];
@@ -662,7 +813,9 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             let claim_name = s.claims[claim].name;
             let selected = {
                 let data = &s.requests[claim][request][sub];
-                self.selector_verdict(claim_name, data, d).map_err(Stop::Error)?.is_none()
+                self.selector_verdict(claim_name, data, d)
+                    .map_err(Stop::Error)?
+                    .is_none()
             };
             if !selected {
                 continue;
@@ -684,7 +837,15 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
 
     /// allocator.go `allocateDevice`: availability, taints and constraints of one candidate;
     /// on success the device is recorded as being allocated.
-    fn allocate_device(&mut self, s: &mut Search<'_>, claim: usize, request: usize, sub: usize, d: usize, must: bool) -> Result<bool, Stop> {
+    fn allocate_device(
+        &mut self,
+        s: &mut Search<'_>,
+        claim: usize,
+        request: usize,
+        sub: usize,
+        d: usize,
+        must: bool,
+    ) -> Result<bool, Stop> {
         let data = &s.requests[claim][request][sub];
         if self.in_use(s, claim, data, d).is_some() || self.untolerated(data, d).is_some() {
             return Ok(false);
@@ -740,27 +901,50 @@ struct Spec<'s> {
 }
 
 fn unsupported(claim: &Claim<'_>, request: &str, problem: &str) -> AllocError {
-    AllocError::Unsupported { claim: claim.name.to_owned(), request: request.to_owned(), problem: problem.to_owned() }
+    AllocError::Unsupported {
+        claim: claim.name.to_owned(),
+        request: request.to_owned(),
+        problem: problem.to_owned(),
+    }
 }
 
-fn prepare_constraints<'s>(claim: &Claim<'s>, constraints: &'s [DeviceConstraint]) -> Result<Vec<Constraint<'s>>, AllocError> {
+fn prepare_constraints<'s>(
+    claim: &Claim<'s>,
+    constraints: &'s [DeviceConstraint],
+) -> Result<Vec<Constraint<'s>>, AllocError> {
     let mut out = Vec::new();
     for constraint in constraints {
         let requests = constraint.requests.as_deref().unwrap_or_default();
         if constraint.distinct_attribute.is_some() {
-            return Err(unsupported(claim, &requests.join(","), "distinctAttribute constraints are not modelled by this evaluator"));
+            return Err(unsupported(
+                claim,
+                &requests.join(","),
+                "distinctAttribute constraints are not modelled by this evaluator",
+            ));
         }
         let Some(attribute) = constraint.match_attribute.as_deref() else {
-            return Err(unsupported(claim, &requests.join(","), "a constraint without matchAttribute"));
+            return Err(unsupported(
+                claim,
+                &requests.join(","),
+                "a constraint without matchAttribute",
+            ));
         };
-        out.push(Constraint { requests, attribute, value: None, count: 0 });
+        out.push(Constraint {
+            requests,
+            attribute,
+            value: None,
+            count: 0,
+        });
     }
     Ok(out)
 }
 
 /// allocator.go `lookupAttribute`: the fully qualified name, or, in the driver's own domain,
 /// the unqualified name.
-pub fn lookup_attribute<'d>(device: &'d dyn DeviceView, qualified: &str) -> Option<AttributeValue<'d>> {
+pub fn lookup_attribute<'d>(
+    device: &'d dyn DeviceView,
+    qualified: &str,
+) -> Option<AttributeValue<'d>> {
     let (domain, id) = qualified.split_once('/')?;
     if let Some((_, value)) = device.attributes().find(|(name, _)| *name == qualified) {
         return Some(value);
@@ -783,7 +967,12 @@ fn owned(value: AttributeValue<'_>) -> OwnedAttribute {
     }
 }
 
-fn add_to_constraint<D: DeviceView>(c: &mut Constraint<'_>, base: &str, sub: Option<&str>, device: &D) -> bool {
+fn add_to_constraint<D: DeviceView>(
+    c: &mut Constraint<'_>,
+    base: &str,
+    sub: Option<&str>,
+    device: &D,
+) -> bool {
     if !c.applies(base, sub) {
         return true;
     }
@@ -811,15 +1000,25 @@ fn remove_from_constraint(c: &mut Constraint<'_>, base: &str, sub: Option<&str>)
 
 /// k8s.io/dynamic-resource-allocation `resourceclaim.ToleratesTaint`.
 pub fn tolerates(toleration: &DeviceToleration, taint: &DeviceTaint) -> bool {
-    if toleration.effect.as_deref().is_some_and(|e| !e.is_empty() && e != taint.effect) {
+    if toleration
+        .effect
+        .as_deref()
+        .is_some_and(|e| !e.is_empty() && e != taint.effect)
+    {
         return false;
     }
-    if toleration.key.as_deref().is_some_and(|k| !k.is_empty() && k != taint.key) {
+    if toleration
+        .key
+        .as_deref()
+        .is_some_and(|k| !k.is_empty() && k != taint.key)
+    {
         return false;
     }
     match toleration.operator.as_deref().unwrap_or("Equal") {
         "Exists" => true,
-        "Equal" | "" => toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        "Equal" | "" => {
+            toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+        }
         _ => false,
     }
 }
@@ -856,7 +1055,10 @@ mod tests {
             pool: node.into(),
             name: name.into(),
             attributes: vec![
-                ("renderNode".into(), OwnedAttribute::String(format!("/dev/dri/{name}"))),
+                (
+                    "renderNode".into(),
+                    OwnedAttribute::String(format!("/dev/dri/{name}")),
+                ),
                 (PCI.into(), OwnedAttribute::String(pci.into())),
             ],
             allow_multiple_allocations: Some(true),
@@ -866,15 +1068,32 @@ mod tests {
     }
 
     fn classes() -> HashMap<String, DeviceClassSpec> {
-        let class = |expr: &str| serde_json::from_value(json!({"selectors": [{"cel": {"expression": expr}}]})).unwrap();
+        let class = |expr: &str| {
+            serde_json::from_value(json!({"selectors": [{"cel": {"expression": expr}}]})).unwrap()
+        };
         HashMap::from([
             (
                 "decode-10bit".to_owned(),
-                class(r#"device.driver == "media.liken.sh" && device.attributes["media.liken.sh"].decodeHEVCMain10 && device.attributes["media.liken.sh"].scale10bit"#),
+                class(
+                    r#"device.driver == "media.liken.sh" && device.attributes["media.liken.sh"].decodeHEVCMain10 && device.attributes["media.liken.sh"].scale10bit"#,
+                ),
             ),
-            ("gpu-render".to_owned(), class(r#"device.driver == "liken.sh" && has(device.attributes["liken.sh"].renderNode)"#)),
-            ("media-gpu".to_owned(), class(r#"device.driver == "media.liken.sh""#)),
-            ("typo".to_owned(), class(r#"device.driver == "media.liken.sh" && device.attributes["media.liken.sh"].decodeAV2"#)),
+            (
+                "gpu-render".to_owned(),
+                class(
+                    r#"device.driver == "liken.sh" && has(device.attributes["liken.sh"].renderNode)"#,
+                ),
+            ),
+            (
+                "media-gpu".to_owned(),
+                class(r#"device.driver == "media.liken.sh""#),
+            ),
+            (
+                "typo".to_owned(),
+                class(
+                    r#"device.driver == "media.liken.sh" && device.attributes["media.liken.sh"].decodeAV2"#,
+                ),
+            ),
         ])
     }
 
@@ -893,7 +1112,10 @@ mod tests {
     }
 
     fn node(name: &str) -> NodeInfo {
-        NodeInfo { name: name.into(), ..Default::default() }
+        NodeInfo {
+            name: name.into(),
+            ..Default::default()
+        }
     }
 
     struct World {
@@ -905,20 +1127,42 @@ mod tests {
 
     impl World {
         fn new(devices: Vec<DeviceRecord>) -> World {
-            World { devices, taken: HashMap::new(), incomplete: HashSet::new(), classes: classes() }
+            World {
+                devices,
+                taken: HashMap::new(),
+                incomplete: HashSet::new(),
+                classes: classes(),
+            }
         }
-        fn run(&self, features: Features, node_name: &str, specs: &[ResourceClaimSpec]) -> Result<NodeVerdict, AllocError> {
-            let fleet = Fleet { devices: &self.devices, taken: &self.taken, incomplete_pools: &self.incomplete };
+        fn run(
+            &self,
+            features: Features,
+            node_name: &str,
+            specs: &[ResourceClaimSpec],
+        ) -> Result<NodeVerdict, AllocError> {
+            let fleet = Fleet {
+                devices: &self.devices,
+                taken: &self.taken,
+                incomplete_pools: &self.incomplete,
+            };
             let mut allocator = Allocator::new(fleet, &self.classes, features);
             let names: Vec<String> = (0..specs.len()).map(|i| format!("ns/claim-{i}")).collect();
-            let claims: Vec<Claim> = specs.iter().zip(&names).map(|(spec, name)| Claim { name, spec }).collect();
+            let claims: Vec<Claim> = specs
+                .iter()
+                .zip(&names)
+                .map(|(spec, name)| Claim { name, spec })
+                .collect();
             allocator.allocate(&node(node_name), &claims)
         }
         fn devices_of(&self, specs: &[ResourceClaimSpec]) -> Vec<Vec<(String, String)>> {
             match self.run(Features::default(), "n1", specs).unwrap() {
                 NodeVerdict::Allocated(claims) => claims
                     .into_iter()
-                    .map(|c| c.into_iter().map(|r| (r.request, r.device.device)).collect())
+                    .map(|c| {
+                        c.into_iter()
+                            .map(|r| (r.request, r.device.device))
+                            .collect()
+                    })
                     .collect(),
                 NodeVerdict::CannotAllocate => panic!("expected an allocation"),
             }
@@ -937,41 +1181,69 @@ mod tests {
         // the search backtracks to card1.
         assert_eq!(
             world.devices_of(&[product_claim()]),
-            vec![vec![("gpu".into(), "card1".into()), ("decodes".into(), "gpu-b".into())]]
+            vec![vec![
+                ("gpu".into(), "card1".into()),
+                ("decodes".into(), "gpu-b".into())
+            ]]
         );
     }
 
     #[test]
     fn requests_satisfiable_apart_but_never_on_one_gpu() {
-        let world = World::new(vec![render("n1", "card0", "0000:00:02.0"), media("n1", "gpu-b", "0000:03:00.0", true)]);
-        assert_eq!(world.run(Features::default(), "n1", &[product_claim()]), Ok(NodeVerdict::CannotAllocate));
+        let world = World::new(vec![
+            render("n1", "card0", "0000:00:02.0"),
+            media("n1", "gpu-b", "0000:03:00.0", true),
+        ]);
+        assert_eq!(
+            world.run(Features::default(), "n1", &[product_claim()]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
         // A device without the attribute is never chosen.
         let mut no_pci = media("n1", "gpu-c", "", true);
         no_pci.attributes.retain(|(n, _)| n != PCI);
         let world = World::new(vec![render("n1", "card0", "0000:00:02.0"), no_pci]);
-        assert_eq!(world.run(Features::default(), "n1", &[product_claim()]), Ok(NodeVerdict::CannotAllocate));
+        assert_eq!(
+            world.run(Features::default(), "n1", &[product_claim()]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
     }
 
     #[test]
     fn other_nodes_devices_are_not_candidates() {
-        let world = World::new(vec![render("n2", "card0", "0000:00:02.0"), media("n2", "gpu-a", "0000:00:02.0", true)]);
-        assert_eq!(world.run(Features::default(), "n1", &[product_claim()]), Ok(NodeVerdict::CannotAllocate));
-        assert!(matches!(world.run(Features::default(), "n2", &[product_claim()]), Ok(NodeVerdict::Allocated(_))));
+        let world = World::new(vec![
+            render("n2", "card0", "0000:00:02.0"),
+            media("n2", "gpu-a", "0000:00:02.0", true),
+        ]);
+        assert_eq!(
+            world.run(Features::default(), "n1", &[product_claim()]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
+        assert!(matches!(
+            world.run(Features::default(), "n2", &[product_claim()]),
+            Ok(NodeVerdict::Allocated(_))
+        ));
     }
 
     #[test]
     fn a_runtime_error_aborts_the_attempt_in_the_schedulers_words() {
         let world = World::new(vec![media("n1", "gpu-a", "0000:00:02.0", true)]);
-        let spec = claim(json!({"requests": [{"name": "decodes", "exactly": {"deviceClassName": "typo"}}]}));
+        let spec = claim(
+            json!({"requests": [{"name": "decodes", "exactly": {"deviceClassName": "typo"}}]}),
+        );
         let error = world.run(Features::default(), "n1", &[spec]).unwrap_err();
         assert_eq!(
             error.to_string(),
             "class typo: selector #0 on device media.liken.sh/n1/gpu-a: CEL runtime error: no such key: decodeAV2"
         );
-        let spec = claim(json!({"requests": [{"name": "decodes", "exactly": {"deviceClassName": "media-gpu",
-            "selectors": [{"cel": {"expression": "device.attributes[\"media.liken.sh\"].nope"}}]}}]}));
+        let spec = claim(
+            json!({"requests": [{"name": "decodes", "exactly": {"deviceClassName": "media-gpu",
+            "selectors": [{"cel": {"expression": "device.attributes[\"media.liken.sh\"].nope"}}]}}]}),
+        );
         assert_eq!(
-            world.run(Features::default(), "n1", &[spec]).unwrap_err().to_string(),
+            world
+                .run(Features::default(), "n1", &[spec])
+                .unwrap_err()
+                .to_string(),
             "claim ns/claim-0: selector #0 on device media.liken.sh/n1/gpu-a: CEL runtime error: no such key: nope"
         );
     }
@@ -980,18 +1252,35 @@ mod tests {
     fn a_false_class_selector_stops_before_the_request_selectors() {
         // gpu-a fails the class (scale10bit false): the request's erroring selector is never run.
         let world = World::new(vec![media("n1", "gpu-a", "0000:00:02.0", false)]);
-        let spec = claim(json!({"requests": [{"name": "decodes", "exactly": {"deviceClassName": "decode-10bit",
-            "selectors": [{"cel": {"expression": "device.attributes[\"media.liken.sh\"].nope"}}]}}]}));
-        assert_eq!(world.run(Features::default(), "n1", &[spec]), Ok(NodeVerdict::CannotAllocate));
+        let spec = claim(
+            json!({"requests": [{"name": "decodes", "exactly": {"deviceClassName": "decode-10bit",
+            "selectors": [{"cel": {"expression": "device.attributes[\"media.liken.sh\"].nope"}}]}}]}),
+        );
+        assert_eq!(
+            world.run(Features::default(), "n1", &[spec]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
     }
 
     #[test]
     fn taken_devices_are_skipped_before_their_selectors_run() {
-        let mut world = World::new(vec![media("n1", "gpu-a", "0000:00:02.0", true), media("n1", "gpu-b", "0000:03:00.0", true)]);
-        world.devices[0].attributes.retain(|(n, _)| n != "scale10bit");
-        world.taken.insert(world.devices[0].id(), vec!["other/claim".into()]);
-        let spec = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "decode-10bit"}}]}));
-        assert_eq!(world.devices_of(&[spec]), vec![vec![("d".into(), "gpu-b".into())]]);
+        let mut world = World::new(vec![
+            media("n1", "gpu-a", "0000:00:02.0", true),
+            media("n1", "gpu-b", "0000:03:00.0", true),
+        ]);
+        world.devices[0]
+            .attributes
+            .retain(|(n, _)| n != "scale10bit");
+        world
+            .taken
+            .insert(world.devices[0].id(), vec!["other/claim".into()]);
+        let spec = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "decode-10bit"}}]}),
+        );
+        assert_eq!(
+            world.devices_of(&[spec]),
+            vec![vec![("d".into(), "gpu-b".into())]]
+        );
     }
 
     #[test]
@@ -1001,52 +1290,107 @@ mod tests {
             d.allow_multiple_allocations = shareable;
             World::new(vec![d])
         };
-        let spec = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu"}}]}));
+        let spec = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu"}}]}),
+        );
         let two_claims = [spec.clone(), spec.clone()];
         // Shareable: both claims get it.
-        assert!(matches!(one(Some(true)).run(Features::default(), "n1", &two_claims), Ok(NodeVerdict::Allocated(_))));
+        assert!(matches!(
+            one(Some(true)).run(Features::default(), "n1", &two_claims),
+            Ok(NodeVerdict::Allocated(_))
+        ));
         // Exclusive (field absent, e.g. dropped by a 1.35 API server): one claim at a time.
-        assert_eq!(one(None).run(Features::default(), "n1", &two_claims), Ok(NodeVerdict::CannotAllocate));
+        assert_eq!(
+            one(None).run(Features::default(), "n1", &two_claims),
+            Ok(NodeVerdict::CannotAllocate)
+        );
         // The field is ignored while DRAConsumableCapacity is off.
-        assert_eq!(one(Some(true)).run(Features::for_minor(35), "n1", &two_claims), Ok(NodeVerdict::CannotAllocate));
+        assert_eq!(
+            one(Some(true)).run(Features::for_minor(35), "n1", &two_claims),
+            Ok(NodeVerdict::CannotAllocate)
+        );
         // A shareable device that another claim holds exclusively is taken.
         let mut world = one(Some(true));
-        world.taken.insert(world.devices[0].id(), vec!["other/claim".into()]);
-        assert_eq!(world.run(Features::default(), "n1", &[spec]), Ok(NodeVerdict::CannotAllocate));
+        world
+            .taken
+            .insert(world.devices[0].id(), vec!["other/claim".into()]);
+        assert_eq!(
+            world.run(Features::default(), "n1", &[spec]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
         // Upstream allocates a shareable device more than once within one request, too.
-        let count2 = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu", "count": 2}}]}));
-        assert!(matches!(one(Some(true)).run(Features::default(), "n1", &[count2.clone()]), Ok(NodeVerdict::Allocated(_))));
-        assert_eq!(one(Some(false)).run(Features::default(), "n1", &[count2]), Ok(NodeVerdict::CannotAllocate));
+        let count2 = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu", "count": 2}}]}),
+        );
+        assert!(matches!(
+            one(Some(true)).run(Features::default(), "n1", std::slice::from_ref(&count2)),
+            Ok(NodeVerdict::Allocated(_))
+        ));
+        assert_eq!(
+            one(Some(false)).run(Features::default(), "n1", &[count2]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
     }
 
     #[test]
     fn allocation_mode_all() {
-        let mut world = World::new(vec![media("n1", "gpu-a", "a", true), media("n1", "gpu-b", "b", true), media("n1", "gpu-c", "c", false)]);
+        let mut world = World::new(vec![
+            media("n1", "gpu-a", "a", true),
+            media("n1", "gpu-b", "b", true),
+            media("n1", "gpu-c", "c", false),
+        ]);
         for d in &mut world.devices {
             d.allow_multiple_allocations = None;
         }
-        let all = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "decode-10bit", "allocationMode": "All"}}]}));
-        assert_eq!(world.devices_of(&[all.clone()]), vec![vec![("d".into(), "gpu-a".into()), ("d".into(), "gpu-b".into())]]);
+        let all = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "decode-10bit", "allocationMode": "All"}}]}),
+        );
+        assert_eq!(
+            world.devices_of(std::slice::from_ref(&all)),
+            vec![vec![
+                ("d".into(), "gpu-a".into()),
+                ("d".into(), "gpu-b".into())
+            ]]
+        );
         // One matching device taken: All fails.
-        world.taken.insert(world.devices[1].id(), vec!["other/claim".into()]);
-        assert_eq!(world.run(Features::default(), "n1", &[all.clone()]), Ok(NodeVerdict::CannotAllocate));
+        world
+            .taken
+            .insert(world.devices[1].id(), vec!["other/claim".into()]);
+        assert_eq!(
+            world.run(Features::default(), "n1", std::slice::from_ref(&all)),
+            Ok(NodeVerdict::CannotAllocate)
+        );
         world.taken.clear();
         // A pool being updated: an error, not a "no".
         world.incomplete.insert((MEDIA.into(), "n1".into()));
-        assert!(matches!(world.run(Features::default(), "n1", &[all.clone()]), Err(AllocError::PoolIncomplete { .. })));
+        assert!(matches!(
+            world.run(Features::default(), "n1", std::slice::from_ref(&all)),
+            Err(AllocError::PoolIncomplete { .. })
+        ));
         // ExactCount just skips that pool's devices.
-        let one = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "decode-10bit"}}]}));
-        assert_eq!(world.run(Features::default(), "n1", &[one]), Ok(NodeVerdict::CannotAllocate));
+        let one = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "decode-10bit"}}]}),
+        );
+        assert_eq!(
+            world.run(Features::default(), "n1", &[one]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
         world.incomplete.clear();
         // A constraint that the set breaks: an error.
         let constrained = claim(json!({
             "requests": [{"name": "d", "exactly": {"deviceClassName": "decode-10bit", "allocationMode": "All"}}],
             "constraints": [{"matchAttribute": PCI}],
         }));
-        assert!(matches!(world.run(Features::default(), "n1", &[constrained]), Err(AllocError::ConstraintAll { .. })));
+        assert!(matches!(
+            world.run(Features::default(), "n1", &[constrained]),
+            Err(AllocError::ConstraintAll { .. })
+        ));
         // No matching device at all: cannot allocate.
         let none = World::new(vec![media("n1", "gpu-c", "c", false)]);
-        assert_eq!(none.run(Features::default(), "n1", &[all]), Ok(NodeVerdict::CannotAllocate));
+        assert_eq!(
+            none.run(Features::default(), "n1", &[all]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
     }
 
     #[test]
@@ -1056,61 +1400,136 @@ mod tests {
             {"name": "ten-bit", "deviceClassName": "decode-10bit"},
             {"name": "any", "deviceClassName": "media-gpu"},
         ]}]}));
-        assert_eq!(world.devices_of(&[spec]), vec![vec![("d/any".into(), "gpu-a".into())]]);
+        assert_eq!(
+            world.devices_of(&[spec]),
+            vec![vec![("d/any".into(), "gpu-a".into())]]
+        );
     }
 
     #[test]
     fn untolerated_taints_block() {
-        let taint: DeviceTaint = serde_json::from_value(json!({"key": "broken", "value": "yes", "effect": "NoSchedule"})).unwrap();
+        let taint: DeviceTaint = serde_json::from_value(
+            json!({"key": "broken", "value": "yes", "effect": "NoSchedule"}),
+        )
+        .unwrap();
         let mut world = World::new(vec![media("n1", "gpu-a", "a", true)]);
         world.devices[0].taints = vec![taint];
-        let plain = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu"}}]}));
-        assert_eq!(world.run(Features::default(), "n1", &[plain.clone()]), Ok(NodeVerdict::CannotAllocate));
+        let plain = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu"}}]}),
+        );
+        assert_eq!(
+            world.run(Features::default(), "n1", std::slice::from_ref(&plain)),
+            Ok(NodeVerdict::CannotAllocate)
+        );
         // Off before 1.36.
-        assert!(matches!(world.run(Features::for_minor(35), "n1", &[plain]), Ok(NodeVerdict::Allocated(_))));
-        for toleration in [json!({"key": "broken", "operator": "Exists"}), json!({"key": "broken", "value": "yes"}), json!({"operator": "Exists", "effect": "NoSchedule"})] {
-            let spec = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu", "tolerations": [toleration]}}]}));
-            assert!(matches!(world.run(Features::default(), "n1", &[spec]), Ok(NodeVerdict::Allocated(_))));
+        assert!(matches!(
+            world.run(Features::for_minor(35), "n1", &[plain]),
+            Ok(NodeVerdict::Allocated(_))
+        ));
+        for toleration in [
+            json!({"key": "broken", "operator": "Exists"}),
+            json!({"key": "broken", "value": "yes"}),
+            json!({"operator": "Exists", "effect": "NoSchedule"}),
+        ] {
+            let spec = claim(
+                json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu", "tolerations": [toleration]}}]}),
+            );
+            assert!(matches!(
+                world.run(Features::default(), "n1", &[spec]),
+                Ok(NodeVerdict::Allocated(_))
+            ));
         }
-        let wrong = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu", "tolerations": [{"key": "broken", "value": "no"}]}}]}));
-        assert_eq!(world.run(Features::default(), "n1", &[wrong]), Ok(NodeVerdict::CannotAllocate));
+        let wrong = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu", "tolerations": [{"key": "broken", "value": "no"}]}}]}),
+        );
+        assert_eq!(
+            world.run(Features::default(), "n1", &[wrong]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
     }
 
     #[test]
     fn a_missing_class_is_named() {
         let world = World::new(vec![]);
-        let spec = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "nope"}}]}));
+        let spec =
+            claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "nope"}}]}));
         assert_eq!(
-            world.run(Features::default(), "n1", &[spec]).unwrap_err().to_string(),
+            world
+                .run(Features::default(), "n1", &[spec])
+                .unwrap_err()
+                .to_string(),
             "request d: device class nope does not exist"
         );
     }
 
     #[test]
     fn at_most_32_devices_per_claim() {
-        let devices = (0..40).map(|i| { let mut d = media("n1", &format!("gpu-{i}"), "a", true); d.allow_multiple_allocations = None; d }).collect();
+        let devices = (0..40)
+            .map(|i| {
+                let mut d = media("n1", &format!("gpu-{i}"), "a", true);
+                d.allow_multiple_allocations = None;
+                d
+            })
+            .collect();
         let world = World::new(devices);
-        let spec = |n: i64| claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu", "count": n}}]}));
-        assert!(matches!(world.run(Features::default(), "n1", &[spec(32)]), Ok(NodeVerdict::Allocated(_))));
-        assert_eq!(world.run(Features::default(), "n1", &[spec(33)]), Ok(NodeVerdict::CannotAllocate));
+        let spec = |n: i64| {
+            claim(
+                json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu", "count": n}}]}),
+            )
+        };
+        assert!(matches!(
+            world.run(Features::default(), "n1", &[spec(32)]),
+            Ok(NodeVerdict::Allocated(_))
+        ));
+        assert_eq!(
+            world.run(Features::default(), "n1", &[spec(33)]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
     }
 
     #[test]
     fn survey_says_why_each_device_does_not_serve() {
-        let mut world = World::new(vec![media("n1", "gpu-a", "a", false), media("n1", "gpu-b", "b", true), media("n1", "gpu-c", "c", true)]);
+        let mut world = World::new(vec![
+            media("n1", "gpu-a", "a", false),
+            media("n1", "gpu-b", "b", true),
+            media("n1", "gpu-c", "c", true),
+        ]);
         world.devices[2].allow_multiple_allocations = None;
-        world.taken.insert(world.devices[2].id(), vec!["ns/holder".into()]);
-        let spec = claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "decode-10bit"}}]}));
-        let fleet = Fleet { devices: &world.devices, taken: &world.taken, incomplete_pools: &world.incomplete };
+        world
+            .taken
+            .insert(world.devices[2].id(), vec!["ns/holder".into()]);
+        let spec = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "decode-10bit"}}]}),
+        );
+        let fleet = Fleet {
+            devices: &world.devices,
+            taken: &world.taken,
+            incomplete_pools: &world.incomplete,
+        };
         let mut allocator = Allocator::new(fleet, &world.classes, Features::default());
         let request = &spec.devices.as_ref().unwrap().requests.as_ref().unwrap()[0];
-        let survey = allocator.survey(&node("n1"), Claim { name: "ns/x", spec: &spec }, request, None).unwrap();
+        let survey = allocator
+            .survey(
+                &node("n1"),
+                Claim {
+                    name: "ns/x",
+                    spec: &spec,
+                },
+                request,
+                None,
+            )
+            .unwrap();
         assert_eq!(
             survey.into_iter().map(|(_, s)| s).collect::<Vec<_>>(),
             vec![
-                DeviceStatus::NotSelected { class: Some("decode-10bit".into()), index: 0 },
+                DeviceStatus::NotSelected {
+                    class: Some("decode-10bit".into()),
+                    index: 0
+                },
                 DeviceStatus::Available,
-                DeviceStatus::Taken { claims: vec!["ns/holder".into()] },
+                DeviceStatus::Taken {
+                    claims: vec!["ns/holder".into()]
+                },
             ]
         );
     }

@@ -26,8 +26,8 @@ use std::sync::{Arc, OnceLock};
 use cel::common::ast::{ComprehensionExpr, Expr, IdedExpr, ListExpr, LiteralValue};
 use cel::common::traits::{self, Container, Indexer, Iterable, Sizer};
 use cel::common::types::{
-    CelBool, CelDouble, CelInt, CelMap as DefaultMap, CelMapKey as Key, CelString, Type, BOOL_TYPE, INT_TYPE, MAP_TYPE,
-    STRING_TYPE,
+    BOOL_TYPE, CelBool, CelDouble, CelInt, CelMap as DefaultMap, CelMapKey as Key, CelString,
+    INT_TYPE, MAP_TYPE, STRING_TYPE, Type,
 };
 use cel::common::value::{CowVal, StaticVal, Val};
 use cel::parser::{Macro, MacroExprHelper, ParseError};
@@ -61,12 +61,20 @@ impl Selector {
     pub fn compile(expression: &str) -> Selector {
         let program = environment()
             .compile(expression)
-            .map_err(|e| format!("the expression does not parse here: {}", one_line(&e.to_string())))
+            .map_err(|e| {
+                format!(
+                    "the expression does not parse here: {}",
+                    one_line(&e.to_string())
+                )
+            })
             .and_then(|program| {
                 check_device_fields(program.expression())?;
                 Ok(program)
             });
-        Selector { expression: expression.to_owned(), program }
+        Selector {
+            expression: expression.to_owned(),
+            program,
+        }
     }
 
     /// The expression as written.
@@ -126,22 +134,31 @@ impl DeviceValue {
                 AttributeValue::Int(i) => Box::new(CelInt::from(i)),
                 AttributeValue::String(s) => Box::new(CelString::from(s.to_owned())),
                 AttributeValue::Version(v) => Box::new(
-                    Semver::parse(v).map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?,
+                    Semver::parse(v)
+                        .map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?,
                 ),
             };
-            attributes.entry(domain.to_owned()).or_default().insert(Key::from(id.to_owned()), value);
+            attributes
+                .entry(domain.to_owned())
+                .or_default()
+                .insert(Key::from(id.to_owned()), value);
         }
         let mut capacity: HashMap<String, HashMap<Key<'static>, Box<dyn Val>>> = HashMap::new();
         for (name, quantity) in device.capacities() {
             let (domain, id) = split_qualified(name, driver);
             let q = Quantity::parse(quantity).map_err(|e| format!("capacity {name}: {e}"))?;
-            capacity.entry(domain.to_owned()).or_default().insert(Key::from(id.to_owned()), Box::new(q));
+            capacity
+                .entry(domain.to_owned())
+                .or_default()
+                .insert(Key::from(id.to_owned()), Box::new(q));
         }
         Ok(DeviceValue {
             driver: CelString::from(driver.to_owned()),
             attributes: Domains::new(attributes),
             capacity: Domains::new(capacity),
-            allow_multiple_allocations: CelBool::from(device.allow_multiple_allocations().unwrap_or(false)),
+            allow_multiple_allocations: CelBool::from(
+                device.allow_multiple_allocations().unwrap_or(false),
+            ),
         })
     }
 
@@ -157,7 +174,9 @@ impl DeviceValue {
 
 fn environment_arc() -> &'static Arc<Env> {
     static ENV: OnceLock<Arc<Env>> = OnceLock::new();
-    ENV.get_or_init(|| Arc::new(build_environment().expect("the CEL environment's declarations are consistent")))
+    ENV.get_or_init(|| {
+        Arc::new(build_environment().expect("the CEL environment's declarations are consistent"))
+    })
 }
 
 fn environment() -> &'static Env {
@@ -189,7 +208,10 @@ fn bind_macro(
     let init = args.pop().expect("three arguments");
     let name = args.pop().expect("three arguments");
     let Expr::Ident(var) = &name.expr else {
-        return Err(helper.new_error(name.id, "cel.bind() variable name must be a simple identifier"));
+        return Err(helper.new_error(
+            name.id,
+            "cel.bind() variable name must be a simple identifier",
+        ));
     };
     let var = var.clone();
     let bind = ComprehensionExpr {
@@ -208,7 +230,12 @@ fn bind_macro(
 /// The fields cel-go's checker knows on `device` (the `kubernetes.DRADevice` object type): any
 /// other is a compile error there, so it is not evaluated here either.
 fn check_device_fields(expr: &IdedExpr) -> Result<(), String> {
-    const FIELDS: [&str; 4] = ["driver", "attributes", "capacity", "allowMultipleAllocations"];
+    const FIELDS: [&str; 4] = [
+        "driver",
+        "attributes",
+        "capacity",
+        "allowMultipleAllocations",
+    ];
     let mut problem = None;
     visit(expr, &mut |e| {
         if let Expr::Select(select) = &e.expr
@@ -237,7 +264,13 @@ pub(crate) fn visit(expr: &IdedExpr, f: &mut dyn FnMut(&IdedExpr)) {
             call.args.iter().for_each(|a| visit(a, f));
         }
         Expr::Comprehension(c) => {
-            for e in [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result] {
+            for e in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
                 visit(e, f);
             }
         }
@@ -278,7 +311,12 @@ fn runtime_outcome(error: ExecutionError) -> Outcome {
                 "'{name}' is not declared in this evaluator (a Kubernetes CEL library it lacks, or a name cel-go rejects)"
             ));
         }
-        other => return Outcome::CannotEvaluate(format!("the evaluator failed: {}", one_line(&other.to_string()))),
+        other => {
+            return Outcome::CannotEvaluate(format!(
+                "the evaluator failed: {}",
+                one_line(&other.to_string())
+            ));
+        }
     };
     Outcome::RuntimeError(message)
 }
@@ -335,7 +373,9 @@ impl Indexer for DeviceRef<'_> {
             Some("driver") => Ok(CowVal::Borrowed(&device.driver)),
             Some("attributes") => Ok(CowVal::Borrowed(&device.attributes)),
             Some("capacity") => Ok(CowVal::Borrowed(&device.capacity)),
-            Some("allowMultipleAllocations") => Ok(CowVal::Borrowed(&device.allow_multiple_allocations)),
+            Some("allowMultipleAllocations") => {
+                Ok(CowVal::Borrowed(&device.allow_multiple_allocations))
+            }
             Some(other) => Err(ExecutionError::no_such_key(other)),
             None => Err(ExecutionError::UnexpectedType {
                 got: field.get_type().name().to_owned(),
@@ -367,7 +407,10 @@ impl Domains {
     fn new(domains: HashMap<String, HashMap<Key<'static>, Box<dyn Val>>>) -> Domains {
         let keys = domains.keys().map(|k| CelString::from(k.clone())).collect();
         Domains {
-            domains: domains.into_iter().map(|(k, v)| (k, DefaultMap::from(v))).collect(),
+            domains: domains
+                .into_iter()
+                .map(|(k, v)| (k, DefaultMap::from(v)))
+                .collect(),
             keys,
             empty: DefaultMap::from(HashMap::new()),
         }
@@ -413,7 +456,9 @@ impl Indexer for Domains {
         Self: 'v,
     {
         match key.downcast_ref::<CelString>() {
-            Some(domain) => Ok(CowVal::Borrowed(self.domains.get(domain.inner()).unwrap_or(&self.empty))),
+            Some(domain) => Ok(CowVal::Borrowed(
+                self.domains.get(domain.inner()).unwrap_or(&self.empty),
+            )),
             None => Err(ExecutionError::UnexpectedType {
                 got: key.get_type().name().to_owned(),
                 want: "string".to_owned(),
@@ -431,7 +476,9 @@ impl Indexer for Domains {
 
 impl Container for Domains {
     fn contains(&self, key: &dyn Val) -> Result<bool, ExecutionError> {
-        Ok(key.downcast_ref::<CelString>().is_some_and(|k| self.domains.contains_key(k.inner())))
+        Ok(key
+            .downcast_ref::<CelString>()
+            .is_some_and(|k| self.domains.contains_key(k.inner())))
     }
 }
 
@@ -469,7 +516,9 @@ pub struct Semver(semver::Version);
 
 impl Semver {
     fn parse(text: &str) -> Result<Semver, String> {
-        semver::Version::parse(text).map(Semver).map_err(|e| e.to_string())
+        semver::Version::parse(text)
+            .map(Semver)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -481,7 +530,9 @@ impl Val for Semver {
         &SEMVER_TYPE
     }
     fn equals(&self, other: &dyn Val) -> bool {
-        other.downcast_ref::<Semver>().is_some_and(|o| self.0 == o.0)
+        other
+            .downcast_ref::<Semver>()
+            .is_some_and(|o| self.0 == o.0)
     }
     fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v> {
         Box::new(self.clone())
@@ -492,17 +543,39 @@ impl Val for Semver {
 }
 impl StaticVal for Semver {}
 
-fn arg<'a, T: StaticVal>(args: &'a [CowVal<'_, '_>], i: usize, function: &str) -> Result<&'a T, ExecutionError> {
+fn arg<'a, T: StaticVal>(
+    args: &'a [CowVal<'_, '_>],
+    i: usize,
+    function: &str,
+) -> Result<&'a T, ExecutionError> {
     args.get(i)
         .and_then(|a| a.downcast_ref::<T>())
-        .ok_or_else(|| ExecutionError::no_such_overload(function, args.iter().map(|a| a.get_type().name().to_owned()).collect()))
+        .ok_or_else(|| {
+            ExecutionError::no_such_overload(
+                function,
+                args.iter()
+                    .map(|a| a.get_type().name().to_owned())
+                    .collect(),
+            )
+        })
 }
 
-fn string_arg<'a>(args: &'a [CowVal<'_, '_>], i: usize, function: &str) -> Result<&'a str, ExecutionError> {
+fn string_arg<'a>(
+    args: &'a [CowVal<'_, '_>],
+    i: usize,
+    function: &str,
+) -> Result<&'a str, ExecutionError> {
     args.get(i)
         .and_then(|a| a.downcast_ref::<CelString>())
         .map(CelString::inner)
-        .ok_or_else(|| ExecutionError::no_such_overload(function, args.iter().map(|a| a.get_type().name().to_owned()).collect()))
+        .ok_or_else(|| {
+            ExecutionError::no_such_overload(
+                function,
+                args.iter()
+                    .map(|a| a.get_type().name().to_owned())
+                    .collect(),
+            )
+        })
 }
 
 fn owned<'b, 'v, T: Val + 'v>(value: T) -> Result<CowVal<'b, 'v>, ExecutionError> {
@@ -526,33 +599,53 @@ fn semver_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
         }
     }
     fn is_semver<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        owned(CelBool::from(Semver::parse(string_arg(&args, 0, "isSemver")?).is_ok()))
+        owned(CelBool::from(
+            Semver::parse(string_arg(&args, 0, "isSemver")?).is_ok(),
+        ))
     }
     fn compare(args: &[CowVal<'_, '_>], f: &str) -> Result<Ordering, ExecutionError> {
-        Ok(arg::<Semver>(args, 0, f)?.0.cmp(&arg::<Semver>(args, 1, f)?.0))
+        Ok(arg::<Semver>(args, 0, f)?
+            .0
+            .cmp(&arg::<Semver>(args, 1, f)?.0))
     }
     fn greater<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        owned(CelBool::from(compare(&args, "isGreaterThan")? == Ordering::Greater))
+        owned(CelBool::from(
+            compare(&args, "isGreaterThan")? == Ordering::Greater,
+        ))
     }
     fn less<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        owned(CelBool::from(compare(&args, "isLessThan")? == Ordering::Less))
+        owned(CelBool::from(
+            compare(&args, "isLessThan")? == Ordering::Less,
+        ))
     }
     fn compare_to<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
         owned(CelInt::from(ordering_int(compare(&args, "compareTo")?)))
     }
     fn major<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        owned(CelInt::from(arg::<Semver>(&args, 0, "major")?.0.major as i64))
+        owned(CelInt::from(
+            arg::<Semver>(&args, 0, "major")?.0.major as i64,
+        ))
     }
     fn minor<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        owned(CelInt::from(arg::<Semver>(&args, 0, "minor")?.0.minor as i64))
+        owned(CelInt::from(
+            arg::<Semver>(&args, 0, "minor")?.0.minor as i64,
+        ))
     }
     fn patch<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        owned(CelInt::from(arg::<Semver>(&args, 0, "patch")?.0.patch as i64))
+        owned(CelInt::from(
+            arg::<Semver>(&args, 0, "patch")?.0.patch as i64,
+        ))
     }
     let s = || SEMVER_TYPE.to_owned();
     env.add_overload("semver", "string_to_semver", vec![STRING_TYPE], to_semver)?;
     env.add_overload("isSemver", "is_semver_string", vec![STRING_TYPE], is_semver)?;
-    env.add_member_overload("isGreaterThan", "semver_is_greater_than", s(), vec![s()], greater)?;
+    env.add_member_overload(
+        "isGreaterThan",
+        "semver_is_greater_than",
+        s(),
+        vec![s()],
+        greater,
+    )?;
     env.add_member_overload("isLessThan", "semver_is_less_than", s(), vec![s()], less)?;
     env.add_member_overload("compareTo", "semver_compare_to", s(), vec![s()], compare_to)?;
     env.add_member_overload("major", "semver_major", s(), vec![], major)?;
@@ -577,13 +670,19 @@ impl Quantity {
     /// Parses the API's quantity syntax: a signed decimal number and an optional suffix (binary
     /// `Ki`..`Ei`, decimal `n u m "" k M G T P E`, or an exponent `e3`/`E3`).
     pub fn parse(text: &str) -> Result<Quantity, String> {
-        let bad = || format!("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text:?}");
+        let bad = || {
+            format!(
+                "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text:?}"
+            )
+        };
         let (sign, rest) = match text.as_bytes().first() {
             Some(b'-') => (-1i128, &text[1..]),
             Some(b'+') => (1, &text[1..]),
             _ => (1, text),
         };
-        let split = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let split = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
         let (number, suffix) = rest.split_at(split);
         if number.is_empty() || number == "." || number.matches('.').count() > 1 {
             return Err(bad());
@@ -612,23 +711,33 @@ impl Quantity {
         };
         let digits: String = format!("{whole}{frac}");
         let digits = digits.trim_start_matches('0');
-        let mantissa: i128 = if digits.is_empty() { 0 } else { digits.parse().map_err(|_| bad())? };
+        let mantissa: i128 = if digits.is_empty() {
+            0
+        } else {
+            digits.parse().map_err(|_| bad())?
+        };
         // value = mantissa * 10^(exp10 - frac.len()) * mult; in nanos: * 10^9.
         let scale = exp10 - frac.len() as i32 + 9;
         let too_big = || format!("quantity {text:?} is too large");
         let mut nanos = mantissa.checked_mul(mult).ok_or_else(too_big)?;
         if scale >= 0 {
-            nanos = nanos.checked_mul(10i128.checked_pow(scale as u32).ok_or_else(too_big)?).ok_or_else(too_big)?;
+            nanos = nanos
+                .checked_mul(10i128.checked_pow(scale as u32).ok_or_else(too_big)?)
+                .ok_or_else(too_big)?;
         } else {
             let divisor = 10i128.checked_pow((-scale) as u32).unwrap_or(i128::MAX);
             // Below a nano: round up, away from zero, as resource.Quantity does.
             nanos = nanos / divisor + i128::from(nanos % divisor != 0);
         }
-        Ok(Quantity { nanos: sign * nanos })
+        Ok(Quantity {
+            nanos: sign * nanos,
+        })
     }
 
     fn from_int(i: i64) -> Quantity {
-        Quantity { nanos: i128::from(i) * 1_000_000_000 }
+        Quantity {
+            nanos: i128::from(i) * 1_000_000_000,
+        }
     }
 }
 
@@ -658,7 +767,9 @@ fn quantity_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
             .map(CowVal::owned)
     }
     fn is_quantity<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        owned(CelBool::from(Quantity::parse(string_arg(&args, 0, "isQuantity")?).is_ok()))
+        owned(CelBool::from(
+            Quantity::parse(string_arg(&args, 0, "isQuantity")?).is_ok(),
+        ))
     }
     fn q(args: &[CowVal<'_, '_>], i: usize, f: &str) -> Result<Quantity, ExecutionError> {
         if let Some(i) = args.get(i).and_then(|a| a.downcast_ref::<CelInt>()) {
@@ -667,13 +778,19 @@ fn quantity_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
         arg::<Quantity>(args, i, f).copied()
     }
     fn greater<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        owned(CelBool::from(q(&args, 0, "isGreaterThan")? > q(&args, 1, "isGreaterThan")?))
+        owned(CelBool::from(
+            q(&args, 0, "isGreaterThan")? > q(&args, 1, "isGreaterThan")?,
+        ))
     }
     fn less<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        owned(CelBool::from(q(&args, 0, "isLessThan")? < q(&args, 1, "isLessThan")?))
+        owned(CelBool::from(
+            q(&args, 0, "isLessThan")? < q(&args, 1, "isLessThan")?,
+        ))
     }
     fn compare_to<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        owned(CelInt::from(ordering_int(q(&args, 0, "compareTo")?.cmp(&q(&args, 1, "compareTo")?))))
+        owned(CelInt::from(ordering_int(
+            q(&args, 0, "compareTo")?.cmp(&q(&args, 1, "compareTo")?),
+        )))
     }
     fn add<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
         let (a, b) = (q(&args, 0, "add")?, q(&args, 1, "add")?);
@@ -693,7 +810,9 @@ fn quantity_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
         owned(CelInt::from(q(&args, 0, "sign")?.nanos.signum() as i64))
     }
     fn integral(q: Quantity) -> Option<i64> {
-        (q.nanos % 1_000_000_000 == 0).then(|| i64::try_from(q.nanos / 1_000_000_000).ok()).flatten()
+        (q.nanos % 1_000_000_000 == 0)
+            .then(|| i64::try_from(q.nanos / 1_000_000_000).ok())
+            .flatten()
     }
     fn is_integer<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
         owned(CelBool::from(integral(q(&args, 0, "isInteger")?).is_some()))
@@ -708,14 +827,38 @@ fn quantity_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
         }
     }
     fn as_float<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        owned(CelDouble::from(q(&args, 0, "asApproximateFloat")?.nanos as f64 / 1e9))
+        owned(CelDouble::from(
+            q(&args, 0, "asApproximateFloat")?.nanos as f64 / 1e9,
+        ))
     }
     let t = || QUANTITY_TYPE.to_owned();
-    env.add_overload("quantity", "string_to_quantity", vec![STRING_TYPE], to_quantity)?;
-    env.add_overload("isQuantity", "is_quantity_string", vec![STRING_TYPE], is_quantity)?;
-    env.add_member_overload("isGreaterThan", "quantity_is_greater_than", t(), vec![t()], greater)?;
+    env.add_overload(
+        "quantity",
+        "string_to_quantity",
+        vec![STRING_TYPE],
+        to_quantity,
+    )?;
+    env.add_overload(
+        "isQuantity",
+        "is_quantity_string",
+        vec![STRING_TYPE],
+        is_quantity,
+    )?;
+    env.add_member_overload(
+        "isGreaterThan",
+        "quantity_is_greater_than",
+        t(),
+        vec![t()],
+        greater,
+    )?;
     env.add_member_overload("isLessThan", "quantity_is_less_than", t(), vec![t()], less)?;
-    env.add_member_overload("compareTo", "quantity_compare_to", t(), vec![t()], compare_to)?;
+    env.add_member_overload(
+        "compareTo",
+        "quantity_compare_to",
+        t(),
+        vec![t()],
+        compare_to,
+    )?;
     env.add_member_overload("add", "quantity_add", t(), vec![t()], add)?;
     env.add_member_overload("add", "quantity_add_int", t(), vec![INT_TYPE], add)?;
     env.add_member_overload("sub", "quantity_sub", t(), vec![t()], sub)?;
@@ -723,7 +866,13 @@ fn quantity_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
     env.add_member_overload("sign", "quantity_sign", t(), vec![], sign)?;
     env.add_member_overload("isInteger", "quantity_is_integer", t(), vec![], is_integer)?;
     env.add_member_overload("asInteger", "quantity_as_integer", t(), vec![], as_integer)?;
-    env.add_member_overload("asApproximateFloat", "quantity_as_float", t(), vec![], as_float)?;
+    env.add_member_overload(
+        "asApproximateFloat",
+        "quantity_as_float",
+        t(),
+        vec![],
+        as_float,
+    )?;
     let _ = BOOL_TYPE;
     Ok(())
 }
@@ -752,10 +901,19 @@ mod tests {
                 ("decodeHEVCMain10".into(), OwnedAttribute::Bool(true)),
                 ("scale10bit".into(), OwnedAttribute::Bool(false)),
                 ("driver".into(), OwnedAttribute::String("i915".into())),
-                ("vaDriver".into(), OwnedAttribute::String("Intel iHD driver - 26.1.2".into())),
+                (
+                    "vaDriver".into(),
+                    OwnedAttribute::String("Intel iHD driver - 26.1.2".into()),
+                ),
                 ("cores".into(), OwnedAttribute::Int(8)),
-                ("resource.kubernetes.io/pciBusID".into(), OwnedAttribute::String("0000:00:02.0".into())),
-                ("dra.example.com/firmware".into(), OwnedAttribute::Version("1.2.3".into())),
+                (
+                    "resource.kubernetes.io/pciBusID".into(),
+                    OwnedAttribute::String("0000:00:02.0".into()),
+                ),
+                (
+                    "dra.example.com/firmware".into(),
+                    OwnedAttribute::Version("1.2.3".into()),
+                ),
             ],
             capacities: vec![("dra.example.com/memory".into(), "16Gi".into())],
             allow_multiple_allocations: Some(true),
@@ -773,12 +931,18 @@ mod tests {
     }
 
     fn error(expression: &str, message: &str) {
-        assert_eq!(eval(expression), Outcome::RuntimeError(message.to_owned()), "{expression}");
+        assert_eq!(
+            eval(expression),
+            Outcome::RuntimeError(message.to_owned()),
+            "{expression}"
+        );
     }
 
     fn cannot(expression: &str, reason_contains: &str) {
         match eval(expression) {
-            Outcome::CannotEvaluate(reason) => assert!(reason.contains(reason_contains), "{expression}: {reason}"),
+            Outcome::CannotEvaluate(reason) => {
+                assert!(reason.contains(reason_contains), "{expression}: {reason}")
+            }
             other => panic!("{expression}: expected cannot evaluate, got {other:?}"),
         }
     }
@@ -786,10 +950,16 @@ mod tests {
     #[test]
     fn device_fields() {
         is(r#"device.driver == "media.liken.sh""#, true);
-        is(r#"device.attributes["media.liken.sh"].decodeHEVCMain10"#, true);
+        is(
+            r#"device.attributes["media.liken.sh"].decodeHEVCMain10"#,
+            true,
+        );
         is(r#"device.attributes["media.liken.sh"].scale10bit"#, false);
         is(r#"device.attributes["media.liken.sh"].cores >= 8"#, true);
-        is(r#"device.attributes["resource.kubernetes.io"].pciBusID == "0000:00:02.0""#, true);
+        is(
+            r#"device.attributes["resource.kubernetes.io"].pciBusID == "0000:00:02.0""#,
+            true,
+        );
         is("device.allowMultipleAllocations", true);
     }
 
@@ -799,29 +969,56 @@ mod tests {
         is(r#"has(device.attributes["liken.sh"].renderNode)"#, false);
         is(r#""liken.sh" in device.attributes"#, false);
         is(r#""media.liken.sh" in device.attributes"#, true);
-        error(r#"device.attributes["liken.sh"].renderNode"#, "no such key: renderNode");
+        error(
+            r#"device.attributes["liken.sh"].renderNode"#,
+            "no such key: renderNode",
+        );
         is(r#"size(device.capacity["other.example.com"]) == 0"#, true);
     }
 
     #[test]
     fn unknown_attribute_is_a_runtime_error() {
-        error(r#"device.attributes["media.liken.sh"].decodeAV2"#, "no such key: decodeAV2");
-        is(r#"has(device.attributes["media.liken.sh"].decodeAV2)"#, false);
-        is(r#"has(device.attributes["media.liken.sh"].scale10bit)"#, true);
+        error(
+            r#"device.attributes["media.liken.sh"].decodeAV2"#,
+            "no such key: decodeAV2",
+        );
+        is(
+            r#"has(device.attributes["media.liken.sh"].decodeAV2)"#,
+            false,
+        );
+        is(
+            r#"has(device.attributes["media.liken.sh"].scale10bit)"#,
+            true,
+        );
     }
 
     #[test]
     fn in_and_optionals() {
-        is(r#""scale10bit" in device.attributes["media.liken.sh"]"#, true);
-        is(r#"device.attributes["media.liken.sh"].driver in ["i915", "iHD"]"#, true);
-        is(r#"device.attributes["media.liken.sh"].?decodeAV2.orValue(false)"#, false);
-        is(r#"device.attributes["media.liken.sh"].?decodeHEVCMain10.orValue(false)"#, true);
+        is(
+            r#""scale10bit" in device.attributes["media.liken.sh"]"#,
+            true,
+        );
+        is(
+            r#"device.attributes["media.liken.sh"].driver in ["i915", "iHD"]"#,
+            true,
+        );
+        is(
+            r#"device.attributes["media.liken.sh"].?decodeAV2.orValue(false)"#,
+            false,
+        );
+        is(
+            r#"device.attributes["media.liken.sh"].?decodeHEVCMain10.orValue(false)"#,
+            true,
+        );
         is(r#"device.attributes[?"liken.sh"].hasValue()"#, true);
     }
 
     #[test]
     fn cel_bind() {
-        is(r#"cel.bind(m, device.attributes["media.liken.sh"], m.decodeHEVCMain10 && !m.scale10bit)"#, true);
+        is(
+            r#"cel.bind(m, device.attributes["media.liken.sh"], m.decodeHEVCMain10 && !m.scale10bit)"#,
+            true,
+        );
         is(r#"cel.bind(x, 2, x * x == 4)"#, true);
         // Only cel.bind is the macro; another receiver's bind stays an (unknown) call.
         cannot(r#"device.driver.bind(a, 1, true)"#, "'a' is not declared");
@@ -829,37 +1026,100 @@ mod tests {
 
     #[test]
     fn string_and_list_extensions() {
-        is(r#"device.attributes["media.liken.sh"].vaDriver.lowerAscii().contains("intel")"#, true);
-        is(r#"device.attributes["media.liken.sh"].vaDriver.startsWith("Intel")"#, true);
-        is(r#"device.attributes["media.liken.sh"].vaDriver.split(" - ")[1] == "26.1.2""#, true);
-        is(r#"device.attributes["media.liken.sh"].driver.matches("^i9[0-9]+$")"#, true);
+        is(
+            r#"device.attributes["media.liken.sh"].vaDriver.lowerAscii().contains("intel")"#,
+            true,
+        );
+        is(
+            r#"device.attributes["media.liken.sh"].vaDriver.startsWith("Intel")"#,
+            true,
+        );
+        is(
+            r#"device.attributes["media.liken.sh"].vaDriver.split(" - ")[1] == "26.1.2""#,
+            true,
+        );
+        is(
+            r#"device.attributes["media.liken.sh"].driver.matches("^i9[0-9]+$")"#,
+            true,
+        );
         is("[3, 1, 2].sort() == [1, 2, 3]", true);
-        is(r#"["a", "b"].exists(x, x == device.attributes["media.liken.sh"].driver)"#, false);
-        is(r#"device.attributes["media.liken.sh"].all(k, k != "")"#, true);
+        is(
+            r#"["a", "b"].exists(x, x == device.attributes["media.liken.sh"].driver)"#,
+            false,
+        );
+        is(
+            r#"device.attributes["media.liken.sh"].all(k, k != "")"#,
+            true,
+        );
     }
 
     #[test]
     fn semver_on_version_attributes() {
-        is(r#"device.attributes["dra.example.com"].firmware.isGreaterThan(semver("1.2.0"))"#, true);
-        is(r#"device.attributes["dra.example.com"].firmware.isLessThan(semver("1.10.0"))"#, true);
-        is(r#"device.attributes["dra.example.com"].firmware.compareTo(semver("1.2.3")) == 0"#, true);
-        is(r#"device.attributes["dra.example.com"].firmware == semver("1.2.3")"#, true);
-        is(r#"device.attributes["dra.example.com"].firmware.major() == 1"#, true);
+        is(
+            r#"device.attributes["dra.example.com"].firmware.isGreaterThan(semver("1.2.0"))"#,
+            true,
+        );
+        is(
+            r#"device.attributes["dra.example.com"].firmware.isLessThan(semver("1.10.0"))"#,
+            true,
+        );
+        is(
+            r#"device.attributes["dra.example.com"].firmware.compareTo(semver("1.2.3")) == 0"#,
+            true,
+        );
+        is(
+            r#"device.attributes["dra.example.com"].firmware == semver("1.2.3")"#,
+            true,
+        );
+        is(
+            r#"device.attributes["dra.example.com"].firmware.major() == 1"#,
+            true,
+        );
         is(r#"isSemver("1.0.0") && !isSemver("v1")"#, true);
-        assert!(matches!(eval(r#"semver("hello").major() == 1"#), Outcome::RuntimeError(_)));
+        assert!(matches!(
+            eval(r#"semver("hello").major() == 1"#),
+            Outcome::RuntimeError(_)
+        ));
     }
 
     #[test]
     fn quantity_on_capacities() {
-        is(r#"device.capacity["dra.example.com"].memory.compareTo(quantity("8Gi")) > 0"#, true);
-        is(r#"device.capacity["dra.example.com"].memory.isGreaterThan(quantity("16G"))"#, true);
-        is(r#"device.capacity["dra.example.com"].memory.isLessThan(quantity("17179869185"))"#, true);
-        is(r#"device.capacity["dra.example.com"].memory == quantity("16384Mi")"#, true);
-        is(r#"device.capacity["dra.example.com"].memory.asInteger() == 17179869184"#, true);
-        is(r#"quantity("1.5").isInteger() == false && quantity("1500m").asApproximateFloat() == 1.5"#, true);
-        is(r#"quantity("1k").add(24).compareTo(quantity("1024")) == 0"#, true);
-        is(r#"quantity("-1").sign() == -1 && isQuantity("2Gi") && !isQuantity("2 Gi")"#, true);
-        error(r#"quantity("1.5").asInteger() == 1"#, "cannot convert value to integer");
+        is(
+            r#"device.capacity["dra.example.com"].memory.compareTo(quantity("8Gi")) > 0"#,
+            true,
+        );
+        is(
+            r#"device.capacity["dra.example.com"].memory.isGreaterThan(quantity("16G"))"#,
+            true,
+        );
+        is(
+            r#"device.capacity["dra.example.com"].memory.isLessThan(quantity("17179869185"))"#,
+            true,
+        );
+        is(
+            r#"device.capacity["dra.example.com"].memory == quantity("16384Mi")"#,
+            true,
+        );
+        is(
+            r#"device.capacity["dra.example.com"].memory.asInteger() == 17179869184"#,
+            true,
+        );
+        is(
+            r#"quantity("1.5").isInteger() == false && quantity("1500m").asApproximateFloat() == 1.5"#,
+            true,
+        );
+        is(
+            r#"quantity("1k").add(24).compareTo(quantity("1024")) == 0"#,
+            true,
+        );
+        is(
+            r#"quantity("-1").sign() == -1 && isQuantity("2Gi") && !isQuantity("2 Gi")"#,
+            true,
+        );
+        error(
+            r#"quantity("1.5").asInteger() == 1"#,
+            "cannot convert value to integer",
+        );
     }
 
     #[test]
@@ -875,9 +1135,17 @@ mod tests {
 
     #[test]
     fn type_errors_and_non_boolean_results() {
-        error(r#"device.attributes["media.liken.sh"].driver > 1"#, "no such overload");
-        error(r#"!device.attributes["media.liken.sh"].driver"#, "no such overload");
-        assert!(matches!(eval(r#"device.attributes["media.liken.sh"].cores"#), Outcome::RuntimeError(m) if m.starts_with("CEL result of type int could not be converted to bool")));
+        error(
+            r#"device.attributes["media.liken.sh"].driver > 1"#,
+            "no such overload",
+        );
+        error(
+            r#"!device.attributes["media.liken.sh"].driver"#,
+            "no such overload",
+        );
+        assert!(
+            matches!(eval(r#"device.attributes["media.liken.sh"].cores"#), Outcome::RuntimeError(m) if m.starts_with("CEL result of type int could not be converted to bool"))
+        );
     }
 
     #[test]

@@ -64,8 +64,16 @@ pub fn diagnose(selector: &Selector, value: &DeviceValue, device: &dyn DeviceVie
     let whole = selector.evaluate(value);
     let program = match (&whole, selector.program()) {
         (Outcome::Match(true), _) => return Finding::Selected,
-        (Outcome::CannotEvaluate(reason), _) => return Finding::CannotEvaluate { reason: reason.clone() },
-        (_, None) => return Finding::CannotEvaluate { reason: "the selector did not compile".to_owned() },
+        (Outcome::CannotEvaluate(reason), _) => {
+            return Finding::CannotEvaluate {
+                reason: reason.clone(),
+            };
+        }
+        (_, None) => {
+            return Finding::CannotEvaluate {
+                reason: "the selector did not compile".to_owned(),
+            };
+        }
         (_, Some(program)) => program,
     };
     let source = selector.expression();
@@ -87,10 +95,15 @@ pub fn diagnose(selector: &Selector, value: &DeviceValue, device: &dyn DeviceVie
         let outcome = evaluate_expr(expr, value);
         match (&whole, outcome) {
             (Outcome::Match(false), Ok(cel::Value::Bool(false))) => {
-                return Finding::False { clause: clause(index, expr) };
+                return Finding::False {
+                    clause: clause(index, expr),
+                };
             }
             (Outcome::RuntimeError(_), Err(Outcome::RuntimeError(message))) => {
-                return Finding::RuntimeError { clause: clause(index, expr), message };
+                return Finding::RuntimeError {
+                    clause: clause(index, expr),
+                    message,
+                };
             }
             _ => {}
         }
@@ -110,7 +123,11 @@ pub fn diagnose(selector: &Selector, value: &DeviceValue, device: &dyn DeviceVie
 /// The clauses of a top-level `a && b && c` chain, left to right.
 fn flatten_and<'e>(expr: &'e IdedExpr, out: &mut Vec<&'e IdedExpr>) {
     match &expr.expr {
-        Expr::Call(CallExpr { func_name, target: None, args }) if func_name == operators::LOGICAL_AND && args.len() == 2 => {
+        Expr::Call(CallExpr {
+            func_name,
+            target: None,
+            args,
+        }) if func_name == operators::LOGICAL_AND && args.len() == 2 => {
             flatten_and(&args[0], out);
             flatten_and(&args[1], out);
         }
@@ -124,7 +141,14 @@ fn split_top_level_and(source: &str) -> Option<Vec<String>> {
     let chars: Vec<char> = source.chars().collect();
     let (mut depth, mut i, mut piece_start) = (0i32, 0usize, 0usize);
     let mut pieces = Vec::new();
-    let piece = |from: usize, to: usize| chars[from..to].iter().collect::<String>().split_whitespace().collect::<Vec<_>>().join(" ");
+    let piece = |from: usize, to: usize| {
+        chars[from..to]
+            .iter()
+            .collect::<String>()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     while i < chars.len() {
         match chars[i] {
             quote @ ('"' | '\'') => {
@@ -136,7 +160,11 @@ fn split_top_level_and(source: &str) -> Option<Vec<String>> {
                         i += 2;
                         continue;
                     }
-                    if chars[i] == quote && (!triple || (chars.get(i + 1) == Some(&quote) && chars.get(i + 2) == Some(&quote))) {
+                    if chars[i] == quote
+                        && (!triple
+                            || (chars.get(i + 1) == Some(&quote)
+                                && chars.get(i + 2) == Some(&quote)))
+                    {
                         i += if triple { 3 } else { 1 };
                         break;
                     }
@@ -177,14 +205,19 @@ fn clause_text(expr: &IdedExpr, source: &str, info: &cel::common::ast::SourceInf
         return String::new();
     }
     let chars: Vec<char> = source.chars().collect();
-    let (mut start, mut stop) = (start as usize, (stop as usize).min(chars.len().saturating_sub(1)));
+    let (mut start, mut stop) = (
+        start as usize,
+        (stop as usize).min(chars.len().saturating_sub(1)),
+    );
     // A selected field's name and the brackets and quotes that close the clause are not nodes
     // of their own: take them in while the text is unbalanced or mid-identifier.
-    loop {
-        let Some(&next) = chars.get(stop + 1) else { break };
+    while let Some(&next) = chars.get(stop + 1) {
         let text = &chars[start..=stop];
         let takes = (next.is_alphanumeric() || next == '_' || next == '?')
-            && (chars[stop] == '.' || chars[stop] == '?' || chars[stop].is_alphanumeric() || chars[stop] == '_')
+            && (chars[stop] == '.'
+                || chars[stop] == '?'
+                || chars[stop].is_alphanumeric()
+                || chars[stop] == '_')
             || (matches!(next, ')' | ']') && balance(text) > 0)
             || (matches!(next, '"' | '\'') && unbalanced_quote(text));
         if !takes {
@@ -195,7 +228,11 @@ fn clause_text(expr: &IdedExpr, source: &str, info: &cel::common::ast::SourceInf
     // Parentheses around the whole clause belong to it.
     loop {
         let before = chars[..start].iter().rposition(|c| !c.is_whitespace());
-        let after = chars.iter().skip(stop + 1).position(|c| !c.is_whitespace()).map(|p| p + stop + 1);
+        let after = chars
+            .iter()
+            .skip(stop + 1)
+            .position(|c| !c.is_whitespace())
+            .map(|p| p + stop + 1);
         match (before, after) {
             (Some(b), Some(a)) if chars[b] == '(' && chars[a] == ')' => {
                 start = b;
@@ -204,19 +241,28 @@ fn clause_text(expr: &IdedExpr, source: &str, info: &cel::common::ast::SourceInf
             _ => break,
         }
     }
-    chars[start..=stop].iter().collect::<String>().split_whitespace().collect::<Vec<_>>().join(" ")
+    chars[start..=stop]
+        .iter()
+        .collect::<String>()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn balance(chars: &[char]) -> i32 {
-    chars.iter().map(|c| match c {
-        '(' | '[' => 1,
-        ')' | ']' => -1,
-        _ => 0,
-    }).sum()
+    chars
+        .iter()
+        .map(|c| match c {
+            '(' | '[' => 1,
+            ')' | ']' => -1,
+            _ => 0,
+        })
+        .sum()
 }
 
 fn unbalanced_quote(chars: &[char]) -> bool {
-    chars.iter().filter(|c| **c == '"').count() % 2 == 1 || chars.iter().filter(|c| **c == '\'').count() % 2 == 1
+    chars.iter().filter(|c| **c == '"').count() % 2 == 1
+        || chars.iter().filter(|c| **c == '\'').count() % 2 == 1
 }
 
 /// The attribute reads of `expr`: `device.attributes["d"].name`, `device.attributes["d"]["name"]`
@@ -231,8 +277,14 @@ fn reads(expr: &IdedExpr, device: &dyn DeviceView) -> Vec<Read> {
     visit(expr, &mut |e| {
         let (operand, name) = match &e.expr {
             Expr::Select(select) => (&*select.operand, select.field.as_str()),
-            Expr::Call(CallExpr { func_name, target: None, args })
-                if (func_name == operators::INDEX || func_name == operators::OPT_INDEX || func_name == operators::OPT_SELECT) && args.len() == 2 =>
+            Expr::Call(CallExpr {
+                func_name,
+                target: None,
+                args,
+            }) if (func_name == operators::INDEX
+                || func_name == operators::OPT_INDEX
+                || func_name == operators::OPT_SELECT)
+                && args.len() == 2 =>
             {
                 match string_literal(&args[1]) {
                     Some(name) => (&args[0], name),
@@ -241,16 +293,26 @@ fn reads(expr: &IdedExpr, device: &dyn DeviceView) -> Vec<Read> {
             }
             _ => return,
         };
-        if is_device_field(operand, "attributes").is_some() || is_device_field(operand, "capacity").is_some() {
+        if is_device_field(operand, "attributes").is_some()
+            || is_device_field(operand, "capacity").is_some()
+        {
             return; // `device.attributes[domain]` itself; its fields are the reads.
         }
         if matches!(&operand.expr, Expr::Ident(v) if v == "device") && name == "driver" {
-            push(Read { name: "driver".into(), domain: None, value: Some(format!("{:?}", device.driver())) });
+            push(Read {
+                name: "driver".into(),
+                domain: None,
+                value: Some(format!("{:?}", device.driver())),
+            });
             return;
         }
         if let Some(domain) = domain_of(operand) {
             let value = device.attribute(&domain, name).map(|v| v.to_string());
-            push(Read { name: name.to_owned(), domain: Some(domain), value });
+            push(Read {
+                name: name.to_owned(),
+                domain: Some(domain),
+                value,
+            });
         }
     });
     out
@@ -259,8 +321,12 @@ fn reads(expr: &IdedExpr, device: &dyn DeviceView) -> Vec<Read> {
 /// `device.attributes[<literal>]` → the domain.
 fn domain_of(expr: &IdedExpr) -> Option<String> {
     match &expr.expr {
-        Expr::Call(CallExpr { func_name, target: None, args })
-            if (func_name == operators::INDEX || func_name == operators::OPT_INDEX) && args.len() == 2 =>
+        Expr::Call(CallExpr {
+            func_name,
+            target: None,
+            args,
+        }) if (func_name == operators::INDEX || func_name == operators::OPT_INDEX)
+            && args.len() == 2 =>
         {
             is_device_field(&args[0], "attributes")?;
             string_literal(&args[1]).map(str::to_owned)
@@ -271,7 +337,12 @@ fn domain_of(expr: &IdedExpr) -> Option<String> {
 
 fn is_device_field(expr: &IdedExpr, field: &str) -> Option<()> {
     match &expr.expr {
-        Expr::Select(select) if select.field == field && matches!(&select.operand.expr, Expr::Ident(v) if v == "device") => Some(()),
+        Expr::Select(select)
+            if select.field == field
+                && matches!(&select.operand.expr, Expr::Ident(v) if v == "device") =>
+        {
+            Some(())
+        }
         _ => None,
     }
 }
@@ -312,15 +383,29 @@ mod tests {
 
     #[test]
     fn the_first_false_clause_with_the_value_it_read() {
-        let Finding::False { clause } = find(CLASS) else { panic!("{:?}", find(CLASS)) };
+        let Finding::False { clause } = find(CLASS) else {
+            panic!("{:?}", find(CLASS))
+        };
         assert_eq!(clause.index, 2);
-        assert_eq!(clause.text, r#"device.attributes["media.liken.sh"].scale10bit"#);
-        assert_eq!(clause.reads.iter().map(ToString::to_string).collect::<Vec<_>>(), ["scale10bit is false"]);
+        assert_eq!(
+            clause.text,
+            r#"device.attributes["media.liken.sh"].scale10bit"#
+        );
+        assert_eq!(
+            clause
+                .reads
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["scale10bit is false"]
+        );
     }
 
     #[test]
     fn the_driver_clause() {
-        let Finding::False { clause } = find(r#"device.driver == "liken.sh" && has(device.attributes["liken.sh"].renderNode)"#) else {
+        let Finding::False { clause } =
+            find(r#"device.driver == "liken.sh" && has(device.attributes["liken.sh"].renderNode)"#)
+        else {
             panic!()
         };
         assert_eq!(clause.index, 0);
@@ -330,20 +415,32 @@ mod tests {
 
     #[test]
     fn parenthesised_clauses_and_comparisons() {
-        let Finding::False { clause } =
-            find(r#"device.attributes["media.liken.sh"].decodeHEVCMain10 && (device.attributes["media.liken.sh"].driver == "iHD" || device.attributes["media.liken.sh"]["scale10bit"])"#)
-        else {
+        let Finding::False { clause } = find(
+            r#"device.attributes["media.liken.sh"].decodeHEVCMain10 && (device.attributes["media.liken.sh"].driver == "iHD" || device.attributes["media.liken.sh"]["scale10bit"])"#,
+        ) else {
             panic!()
         };
         assert_eq!(clause.index, 1);
-        assert_eq!(clause.text, r#"(device.attributes["media.liken.sh"].driver == "iHD" || device.attributes["media.liken.sh"]["scale10bit"])"#);
-        assert_eq!(clause.reads.iter().map(ToString::to_string).collect::<Vec<_>>(), [r#"driver is "i915""#, "scale10bit is false"]);
+        assert_eq!(
+            clause.text,
+            r#"(device.attributes["media.liken.sh"].driver == "iHD" || device.attributes["media.liken.sh"]["scale10bit"])"#
+        );
+        assert_eq!(
+            clause
+                .reads
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            [r#"driver is "i915""#, "scale10bit is false"]
+        );
     }
 
     #[test]
     fn an_errorless_false_clause_wins_over_an_earlier_error() {
         // `error && false` is false: the scheduler sees no error, so neither do we.
-        let Finding::False { clause } = find(r#"device.attributes["media.liken.sh"].decodeAV2 && device.attributes["media.liken.sh"].scale10bit"#) else {
+        let Finding::False { clause } = find(
+            r#"device.attributes["media.liken.sh"].decodeAV2 && device.attributes["media.liken.sh"].scale10bit"#,
+        ) else {
             panic!()
         };
         assert_eq!(clause.index, 1);
@@ -351,8 +448,12 @@ mod tests {
 
     #[test]
     fn runtime_errors_name_the_clause_and_the_missing_attribute() {
-        let finding = find(r#"device.driver == "media.liken.sh" && device.attributes["media.liken.sh"].decodeAV2"#);
-        let Finding::RuntimeError { clause, message } = finding else { panic!("{finding:?}") };
+        let finding = find(
+            r#"device.driver == "media.liken.sh" && device.attributes["media.liken.sh"].decodeAV2"#,
+        );
+        let Finding::RuntimeError { clause, message } = finding else {
+            panic!("{finding:?}")
+        };
         assert_eq!(message, "no such key: decodeAV2");
         assert_eq!(clause.index, 1);
         assert_eq!(clause.reads[0].to_string(), "decodeAV2 is not set");
@@ -360,18 +461,38 @@ mod tests {
 
     #[test]
     fn macros_keep_their_name() {
-        let finding = find(r#"device.driver == "media.liken.sh" && has(device.attributes["liken.sh"].renderNode)"#);
-        let Finding::False { clause } = finding else { panic!("{finding:?}") };
-        assert_eq!(clause.text, r#"has(device.attributes["liken.sh"].renderNode)"#);
+        let finding = find(
+            r#"device.driver == "media.liken.sh" && has(device.attributes["liken.sh"].renderNode)"#,
+        );
+        let Finding::False { clause } = finding else {
+            panic!("{finding:?}")
+        };
+        assert_eq!(
+            clause.text,
+            r#"has(device.attributes["liken.sh"].renderNode)"#
+        );
         assert_eq!(clause.reads[0].to_string(), "renderNode is not set");
-        let finding = find(r#"device.attributes["media.liken.sh"].?decodeHEVCMain10.orValue(false) && cel.bind(m, device.attributes["media.liken.sh"], m.scale10bit)"#);
-        let Finding::False { clause } = finding else { panic!("{finding:?}") };
-        assert_eq!(clause.text, r#"cel.bind(m, device.attributes["media.liken.sh"], m.scale10bit)"#);
+        let finding = find(
+            r#"device.attributes["media.liken.sh"].?decodeHEVCMain10.orValue(false) && cel.bind(m, device.attributes["media.liken.sh"], m.scale10bit)"#,
+        );
+        let Finding::False { clause } = finding else {
+            panic!("{finding:?}")
+        };
+        assert_eq!(
+            clause.text,
+            r#"cel.bind(m, device.attributes["media.liken.sh"], m.scale10bit)"#
+        );
     }
 
     #[test]
     fn selected_and_cannot_evaluate() {
-        assert_eq!(find(r#"device.attributes["media.liken.sh"].decodeHEVCMain10"#), Finding::Selected);
-        assert!(matches!(find("sets.contains([1], [1])"), Finding::CannotEvaluate { .. }));
+        assert_eq!(
+            find(r#"device.attributes["media.liken.sh"].decodeHEVCMain10"#),
+            Finding::Selected
+        );
+        assert!(matches!(
+            find("sets.contains([1], [1])"),
+            Finding::CannotEvaluate { .. }
+        ));
     }
 }

@@ -170,11 +170,17 @@ fn requirement_matches(requirement: &NodeSelectorRequirement, value: Option<&str
         "Exists" => value.is_some(),
         "DoesNotExist" => value.is_none(),
         "Gt" | "Lt" => {
-            let (Some(have), Some(want)) = (value.and_then(number), values.first().and_then(|v| number(v)))
-            else {
+            let (Some(have), Some(want)) = (
+                value.and_then(number),
+                values.first().and_then(|v| number(v)),
+            ) else {
                 return false;
             };
-            if requirement.operator == "Gt" { have > want } else { have < want }
+            if requirement.operator == "Gt" {
+                have > want
+            } else {
+                have < want
+            }
         }
         _ => false,
     }
@@ -241,7 +247,11 @@ impl DeviceView for DeviceRecord {
         }))
     }
     fn capacities(&self) -> Box<dyn Iterator<Item = (&str, &str)> + '_> {
-        Box::new(self.capacities.iter().map(|(n, q)| (n.as_str(), q.as_str())))
+        Box::new(
+            self.capacities
+                .iter()
+                .map(|(n, q)| (n.as_str(), q.as_str())),
+        )
     }
     fn allow_multiple_allocations(&self) -> Option<bool> {
         self.allow_multiple_allocations
@@ -266,9 +276,12 @@ mod tests {
     fn node() -> NodeInfo {
         NodeInfo {
             name: "gpu-1".into(),
-            labels: [("zone".to_owned(), "a".to_owned()), ("gen".to_owned(), "12".to_owned())]
-                .into_iter()
-                .collect(),
+            labels: [
+                ("zone".to_owned(), "a".to_owned()),
+                ("gen".to_owned(), "12".to_owned()),
+            ]
+            .into_iter()
+            .collect(),
         }
     }
 
@@ -280,11 +293,16 @@ mod tests {
         }
     }
 
-    fn selector(terms: Vec<(Vec<NodeSelectorRequirement>, Vec<NodeSelectorRequirement>)>) -> NodeSelector {
+    fn selector(
+        terms: Vec<(Vec<NodeSelectorRequirement>, Vec<NodeSelectorRequirement>)>,
+    ) -> NodeSelector {
         NodeSelector {
             node_selector_terms: terms
                 .into_iter()
-                .map(|(e, f)| NodeSelectorTerm { match_expressions: Some(e), match_fields: Some(f) })
+                .map(|(e, f)| NodeSelectorTerm {
+                    match_expressions: Some(e),
+                    match_fields: Some(f),
+                })
                 .collect(),
         }
     }
@@ -292,12 +310,24 @@ mod tests {
     #[test]
     fn node_selectors_follow_the_scheduler() {
         let n = node();
-        assert!(n.matches(&selector(vec![(vec![req("zone", "In", &["a", "b"])], vec![])])));
-        assert!(!n.matches(&selector(vec![(vec![req("zone", "NotIn", &["a"])], vec![])])));
-        assert!(n.matches(&selector(vec![(vec![req("rack", "NotIn", &["x"])], vec![])])));
+        assert!(n.matches(&selector(vec![(
+            vec![req("zone", "In", &["a", "b"])],
+            vec![]
+        )])));
+        assert!(!n.matches(&selector(vec![(
+            vec![req("zone", "NotIn", &["a"])],
+            vec![]
+        )])));
+        assert!(n.matches(&selector(vec![(
+            vec![req("rack", "NotIn", &["x"])],
+            vec![]
+        )])));
         assert!(n.matches(&selector(vec![(vec![req("gen", "Gt", &["11"])], vec![])])));
         assert!(!n.matches(&selector(vec![(vec![req("gen", "Lt", &["11"])], vec![])])));
-        assert!(n.matches(&selector(vec![(vec![], vec![req("metadata.name", "In", &["gpu-1"])])])));
+        assert!(n.matches(&selector(vec![(
+            vec![],
+            vec![req("metadata.name", "In", &["gpu-1"])]
+        )])));
         // An empty term matches nothing; terms are ORed.
         assert!(!n.matches(&selector(vec![(vec![], vec![])])));
         assert!(n.matches(&selector(vec![
@@ -312,11 +342,17 @@ mod tests {
             driver: "media.liken.sh".into(),
             attributes: vec![
                 ("scale10bit".into(), OwnedAttribute::Bool(true)),
-                ("resource.kubernetes.io/pciBusID".into(), OwnedAttribute::String("0000:00:02.0".into())),
+                (
+                    "resource.kubernetes.io/pciBusID".into(),
+                    OwnedAttribute::String("0000:00:02.0".into()),
+                ),
             ],
             ..Default::default()
         };
-        assert_eq!(d.attribute("media.liken.sh", "scale10bit"), Some(AttributeValue::Bool(true)));
+        assert_eq!(
+            d.attribute("media.liken.sh", "scale10bit"),
+            Some(AttributeValue::Bool(true))
+        );
         assert_eq!(
             d.attribute("resource.kubernetes.io", "pciBusID"),
             Some(AttributeValue::String("0000:00:02.0"))

@@ -13,8 +13,12 @@
 use std::collections::{HashMap, HashSet};
 
 use k8s_openapi::api::resource::v1::{DeviceClassSpec, DeviceTaint, ResourceClaimSpec};
-use media_operator::explain::allocate::{AllocError, Allocator, Claim, Features, Fleet, NodeVerdict};
-use media_operator::explain::{DeviceId, DeviceRecord, DeviceView, NodeInfo, OwnedAttribute, OwnedPlacement};
+use media_operator::explain::allocate::{
+    AllocError, Allocator, Claim, Features, Fleet, NodeVerdict,
+};
+use media_operator::explain::{
+    DeviceId, DeviceRecord, DeviceView, NodeInfo, OwnedAttribute, OwnedPlacement,
+};
 use serde_json::json;
 
 const PCI: &str = "resource.kubernetes.io/pciBusID";
@@ -40,8 +44,16 @@ type Rule = (&'static str, &'static str, fn(&GenDevice) -> bool);
 
 const CLASSES: [Rule; 5] = [
     ("any1", r#"device.driver == "d1""#, |d| d.driver == "d1"),
-    ("a1", r#"device.driver == "d1" && device.attributes["d1"].a"#, |d| d.driver == "d1" && d.a),
-    ("b1", r#"device.driver == "d1" && device.attributes["d1"].b"#, |d| d.driver == "d1" && d.b),
+    (
+        "a1",
+        r#"device.driver == "d1" && device.attributes["d1"].a"#,
+        |d| d.driver == "d1" && d.a,
+    ),
+    (
+        "b1",
+        r#"device.driver == "d1" && device.attributes["d1"].b"#,
+        |d| d.driver == "d1" && d.b,
+    ),
     ("any2", r#"device.driver == "d2""#, |d| d.driver == "d2"),
     (
         "pci2",
@@ -57,7 +69,11 @@ const SELECTORS: [Rule; 3] = [
         r#"device.attributes["resource.kubernetes.io"].?pciBusID.orValue("") in ["p0", "p1"]"#,
         |d| matches!(d.pci, Some(0 | 1)),
     ),
-    ("a-or-b", r#"cel.bind(x, device.attributes[device.driver], x.a || x.b)"#, |d| d.a || d.b),
+    (
+        "a-or-b",
+        r#"cel.bind(x, device.attributes[device.driver], x.a || x.b)"#,
+        |d| d.a || d.b,
+    ),
 ];
 
 /// Tolerations as JSON, and the reference's reading: does it tolerate (key, value, effect)?
@@ -66,9 +82,18 @@ type Tol = (fn() -> serde_json::Value, fn(&str, &str, &str) -> bool);
 const TOLERATIONS: [Tol; 5] = [
     (|| json!(null), |_, _, _| false),
     (|| json!({"operator": "Exists"}), |_, _, _| true),
-    (|| json!({"key": "k", "operator": "Exists"}), |k, _, _| k == "k"),
-    (|| json!({"key": "k", "value": "v"}), |k, v, _| k == "k" && v == "v"),
-    (|| json!({"key": "k", "value": "v", "effect": "NoExecute"}), |k, v, e| k == "k" && v == "v" && e == "NoExecute"),
+    (
+        || json!({"key": "k", "operator": "Exists"}),
+        |k, _, _| k == "k",
+    ),
+    (
+        || json!({"key": "k", "value": "v"}),
+        |k, v, _| k == "k" && v == "v",
+    ),
+    (
+        || json!({"key": "k", "value": "v", "effect": "NoExecute"}),
+        |k, v, e| k == "k" && v == "v" && e == "NoExecute",
+    ),
 ];
 
 #[derive(Clone, Debug)]
@@ -141,7 +166,11 @@ fn generate(rng: &mut fastrand::Rng) -> Case {
         selector: (rng.u8(0..3) == 0).then(|| rng.usize(0..SELECTORS.len())),
         all: rng.u8(0..5) == 0,
         count: if rng.u8(0..4) == 0 { 2 } else { 1 },
-        toleration: if rng.u8(0..3) == 0 { rng.usize(1..TOLERATIONS.len()) } else { 0 },
+        toleration: if rng.u8(0..3) == 0 {
+            rng.usize(1..TOLERATIONS.len())
+        } else {
+            0
+        },
     };
     let mut claims = Vec::new();
     let mut total_requests = 0;
@@ -159,7 +188,11 @@ fn generate(rng: &mut fastrand::Rng) -> Case {
             } else {
                 vec![sub(rng, String::new())]
             };
-            requests.push(GenRequest { name, subs, first_available });
+            requests.push(GenRequest {
+                name,
+                subs,
+                first_available,
+            });
         }
         let constraint = (rng.u8(0..3) != 0).then(|| {
             let attribute = if rng.u8(0..4) == 0 { "d1/a" } else { PCI };
@@ -167,23 +200,40 @@ fn generate(rng: &mut fastrand::Rng) -> Case {
             for r in &requests {
                 match rng.u8(0..4) {
                     0 => {}
-                    1 if r.first_available => covered.push(format!("{}/{}", r.name, r.subs[0].name)),
+                    1 if r.first_available => {
+                        covered.push(format!("{}/{}", r.name, r.subs[0].name))
+                    }
                     _ => covered.push(r.name.clone()),
                 }
             }
             (attribute, covered)
         });
-        claims.push(GenClaim { requests, constraint });
+        claims.push(GenClaim {
+            requests,
+            constraint,
+        });
     }
-    let features = if rng.u8(0..3) == 0 { Features::for_minor(35) } else { Features::for_minor(36) };
-    Case { devices, claims, incomplete, features }
+    let features = if rng.u8(0..3) == 0 {
+        Features::for_minor(35)
+    } else {
+        Features::for_minor(36)
+    };
+    Case {
+        devices,
+        claims,
+        incomplete,
+        features,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
 // The case as API objects, for the allocator under test
 
 fn record(d: &GenDevice) -> DeviceRecord {
-    let mut attributes = vec![("a".to_owned(), OwnedAttribute::Bool(d.a)), ("b".to_owned(), OwnedAttribute::Bool(d.b))];
+    let mut attributes = vec![
+        ("a".to_owned(), OwnedAttribute::Bool(d.a)),
+        ("b".to_owned(), OwnedAttribute::Bool(d.b)),
+    ];
     if let Some(p) = d.pci {
         attributes.push((PCI.to_owned(), OwnedAttribute::String(format!("p{p}"))));
     }
@@ -197,9 +247,14 @@ fn record(d: &GenDevice) -> DeviceRecord {
         taints: d
             .taint
             .iter()
-            .map(|(k, v, e)| serde_json::from_value::<DeviceTaint>(json!({"key": k, "value": v, "effect": e})).unwrap())
+            .map(|(k, v, e)| {
+                serde_json::from_value::<DeviceTaint>(json!({"key": k, "value": v, "effect": e}))
+                    .unwrap()
+            })
             .collect(),
-        placement: d.node.map_or(OwnedPlacement::AllNodes, |n| OwnedPlacement::Node(n.to_owned())),
+        placement: d.node.map_or(OwnedPlacement::AllNodes, |n| {
+            OwnedPlacement::Node(n.to_owned())
+        }),
     }
 }
 
@@ -278,7 +333,9 @@ impl Ctx<'_> {
     }
     fn tolerated(&self, s: &GenSub, i: usize) -> bool {
         match self.dev(i).taint {
-            Some((k, v, e)) if self.case.features.device_taints => (TOLERATIONS[s.toleration].1)(k, v, e),
+            Some((k, v, e)) if self.case.features.device_taints => {
+                (TOLERATIONS[s.toleration].1)(k, v, e)
+            }
             _ => true,
         }
     }
@@ -294,7 +351,12 @@ impl Ctx<'_> {
     fn covers(&self, claim: usize, request: &str, sub: &str) -> bool {
         match &self.case.claims[claim].constraint {
             None => false,
-            Some((_, covered)) => covered.is_empty() || covered.iter().any(|c| c == request || (!sub.is_empty() && *c == format!("{request}/{sub}"))),
+            Some((_, covered)) => {
+                covered.is_empty()
+                    || covered.iter().any(|c| {
+                        c == request || (!sub.is_empty() && *c == format!("{request}/{sub}"))
+                    })
+            }
         }
     }
 }
@@ -307,17 +369,44 @@ struct State {
 }
 
 fn reference(case: &Case, node: &'static str) -> Reference {
-    let node_devices: Vec<usize> = (0..case.devices.len()).filter(|&i| case.devices[i].node.is_none_or(|n| n == node)).collect();
+    let node_devices: Vec<usize> = (0..case.devices.len())
+        .filter(|&i| case.devices[i].node.is_none_or(|n| n == node))
+        .collect();
     let mut out = Reference::default();
-    let any_all = case.claims.iter().flat_map(|c| &c.requests).flat_map(|r| &r.subs).any(|s| s.all);
-    let pools: HashSet<_> = node_devices.iter().map(|&i| (case.devices[i].driver.to_owned(), case.devices[i].pool.clone())).collect();
+    let any_all = case
+        .claims
+        .iter()
+        .flat_map(|c| &c.requests)
+        .flat_map(|r| &r.subs)
+        .any(|s| s.all);
+    let pools: HashSet<_> = node_devices
+        .iter()
+        .map(|&i| {
+            (
+                case.devices[i].driver.to_owned(),
+                case.devices[i].pool.clone(),
+            )
+        })
+        .collect();
     if any_all && pools.iter().any(|p| case.incomplete.contains(p)) {
         out.pool_error = true;
         return out;
     }
-    let order = case.claims.iter().enumerate().flat_map(|(c, claim)| (0..claim.requests.len()).map(move |r| (c, r))).collect();
-    let ctx = Ctx { case, node_devices, order };
-    let state = State { used: HashSet::new(), value: vec![None; case.claims.len()] };
+    let order = case
+        .claims
+        .iter()
+        .enumerate()
+        .flat_map(|(c, claim)| (0..claim.requests.len()).map(move |r| (c, r)))
+        .collect();
+    let ctx = Ctx {
+        case,
+        node_devices,
+        order,
+    };
+    let state = State {
+        used: HashSet::new(),
+        value: vec![None; case.claims.len()],
+    };
     walk(&ctx, 0, state, &mut out);
     out
 }
@@ -334,14 +423,22 @@ fn walk(ctx: &Ctx<'_>, step: usize, state: State, out: &mut Reference) {
     let request = &ctx.case.claims[c].requests[r];
     for sub in &request.subs {
         if sub.all {
-            let set: Vec<usize> = ctx.node_devices.iter().copied().filter(|&i| ctx.selected(sub, i)).collect();
+            let set: Vec<usize> = ctx
+                .node_devices
+                .iter()
+                .copied()
+                .filter(|&i| ctx.selected(sub, i))
+                .collect();
             if set.is_empty() {
                 continue;
             }
             let mut st = state.clone();
             let mut ok = true;
             for &i in &set {
-                if ctx.dev(i).taken || !ctx.tolerated(sub, i) || (!ctx.shareable(i) && st.used.contains(&i)) {
+                if ctx.dev(i).taken
+                    || !ctx.tolerated(sub, i)
+                    || (!ctx.shareable(i) && st.used.contains(&i))
+                {
                     ok = false;
                     break;
                 }
@@ -366,7 +463,17 @@ fn walk(ctx: &Ctx<'_>, step: usize, state: State, out: &mut Reference) {
 /// Chooses the remaining devices of an ExactCount (sub-)request as a multiset: indices never
 /// decrease, and only a shareable device repeats.
 #[allow(clippy::too_many_arguments)]
-fn pick(ctx: &Ctx<'_>, step: usize, c: usize, request: &GenRequest, sub: &GenSub, chosen: usize, from: usize, state: State, out: &mut Reference) {
+fn pick(
+    ctx: &Ctx<'_>,
+    step: usize,
+    c: usize,
+    request: &GenRequest,
+    sub: &GenSub,
+    chosen: usize,
+    from: usize,
+    state: State,
+    out: &mut Reference,
+) {
     if chosen == sub.count {
         walk(ctx, step + 1, state, out);
         return;
@@ -374,8 +481,16 @@ fn pick(ctx: &Ctx<'_>, step: usize, c: usize, request: &GenRequest, sub: &GenSub
     for position in from..ctx.node_devices.len() {
         let i = ctx.node_devices[position];
         let d = ctx.dev(i);
-        let incomplete = ctx.case.incomplete.contains(&(d.driver.to_owned(), d.pool.clone()));
-        if incomplete || d.taken || !ctx.selected(sub, i) || !ctx.tolerated(sub, i) || (!ctx.shareable(i) && state.used.contains(&i)) {
+        let incomplete = ctx
+            .case
+            .incomplete
+            .contains(&(d.driver.to_owned(), d.pool.clone()));
+        if incomplete
+            || d.taken
+            || !ctx.selected(sub, i)
+            || !ctx.tolerated(sub, i)
+            || (!ctx.shareable(i) && state.used.contains(&i))
+        {
             continue;
         }
         let mut st = state.clone();
@@ -385,7 +500,11 @@ fn pick(ctx: &Ctx<'_>, step: usize, c: usize, request: &GenRequest, sub: &GenSub
         if !ctx.shareable(i) {
             st.used.insert(i);
         }
-        let next = if ctx.shareable(i) { position } else { position + 1 };
+        let next = if ctx.shareable(i) {
+            position
+        } else {
+            position + 1
+        };
         pick(ctx, step, c, request, sub, chosen + 1, next, st, out);
     }
 }
@@ -408,23 +527,60 @@ fn add(ctx: &Ctx<'_>, st: &mut State, c: usize, request: &str, sub: &str, i: usi
 }
 
 /// Checks an allocation the allocator returned against the rules, device by device.
-fn check_allocation(ctx: &Ctx<'_>, result: &[Vec<media_operator::explain::allocate::DeviceResult>]) -> Result<(), String> {
-    let index: HashMap<DeviceId, usize> = ctx.case.devices.iter().enumerate().map(|(i, d)| (record(d).id(), i)).collect();
+fn check_allocation(
+    ctx: &Ctx<'_>,
+    result: &[Vec<media_operator::explain::allocate::DeviceResult>],
+) -> Result<(), String> {
+    let index: HashMap<DeviceId, usize> = ctx
+        .case
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (record(d).id(), i))
+        .collect();
     let mut exclusive_uses: HashMap<usize, usize> = HashMap::new();
     for (c, devices) in result.iter().enumerate() {
         let claim = &ctx.case.claims[c];
         let mut values = HashSet::new();
         for request in &claim.requests {
-            let mine: Vec<_> = devices.iter().filter(|d| d.request == request.name || d.request.starts_with(&format!("{}/", request.name))).collect();
-            let sub_name = mine.first().map(|d| d.request.split_once('/').map_or("", |(_, s)| s)).unwrap_or("");
-            let sub = request.subs.iter().find(|s| s.name == sub_name).ok_or("unknown sub-request")?;
-            let expected = if sub.all { ctx.node_devices.iter().filter(|&&i| ctx.selected(sub, i)).count() } else { sub.count };
+            let mine: Vec<_> = devices
+                .iter()
+                .filter(|d| {
+                    d.request == request.name
+                        || d.request.starts_with(&format!("{}/", request.name))
+                })
+                .collect();
+            let sub_name = mine
+                .first()
+                .map(|d| d.request.split_once('/').map_or("", |(_, s)| s))
+                .unwrap_or("");
+            let sub = request
+                .subs
+                .iter()
+                .find(|s| s.name == sub_name)
+                .ok_or("unknown sub-request")?;
+            let expected = if sub.all {
+                ctx.node_devices
+                    .iter()
+                    .filter(|&&i| ctx.selected(sub, i))
+                    .count()
+            } else {
+                sub.count
+            };
             if mine.len() != expected {
-                return Err(format!("request {} got {} devices, wants {expected}", request.name, mine.len()));
+                return Err(format!(
+                    "request {} got {} devices, wants {expected}",
+                    request.name,
+                    mine.len()
+                ));
             }
             for d in mine {
                 let i = *index.get(&d.device).ok_or("unknown device")?;
-                if !ctx.node_devices.contains(&i) || ctx.dev(i).taken || !ctx.selected(sub, i) || !ctx.tolerated(sub, i) {
+                if !ctx.node_devices.contains(&i)
+                    || ctx.dev(i).taken
+                    || !ctx.selected(sub, i)
+                    || !ctx.tolerated(sub, i)
+                {
                     return Err(format!("{} is not usable for {}", d.device, d.request));
                 }
                 if !ctx.shareable(i) {
@@ -432,7 +588,10 @@ fn check_allocation(ctx: &Ctx<'_>, result: &[Vec<media_operator::explain::alloca
                 }
                 if ctx.covers(c, &request.name, &sub.name) {
                     let (attribute, _) = claim.constraint.as_ref().unwrap();
-                    values.insert(ctx.attribute(attribute, i).ok_or("constrained device without the attribute")?);
+                    values.insert(
+                        ctx.attribute(attribute, i)
+                            .ok_or("constrained device without the attribute")?,
+                    );
                 }
             }
         }
@@ -450,41 +609,87 @@ fn check_allocation(ctx: &Ctx<'_>, result: &[Vec<media_operator::explain::alloca
 fn the_allocator_agrees_with_a_brute_force_reference() {
     let classes: HashMap<String, DeviceClassSpec> = CLASSES
         .iter()
-        .map(|(name, expr, _)| (name.to_string(), serde_json::from_value(json!({"selectors": [{"cel": {"expression": expr}}]})).unwrap()))
+        .map(|(name, expr, _)| {
+            (
+                name.to_string(),
+                serde_json::from_value(json!({"selectors": [{"cel": {"expression": expr}}]}))
+                    .unwrap(),
+            )
+        })
         .collect();
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for seed in 0..FLEETS {
         let mut rng = fastrand::Rng::with_seed(seed);
         let case = generate(&mut rng);
         let records: Vec<DeviceRecord> = case.devices.iter().map(record).collect();
-        let taken: HashMap<DeviceId, Vec<String>> =
-            case.devices.iter().zip(&records).filter(|(g, _)| g.taken).map(|(_, r)| (r.id(), vec!["other/holder".to_owned()])).collect();
+        let taken: HashMap<DeviceId, Vec<String>> = case
+            .devices
+            .iter()
+            .zip(&records)
+            .filter(|(g, _)| g.taken)
+            .map(|(_, r)| (r.id(), vec!["other/holder".to_owned()]))
+            .collect();
         let specs: Vec<ResourceClaimSpec> = case.claims.iter().map(claim_spec).collect();
         let names: Vec<String> = (0..specs.len()).map(|i| format!("ns/claim-{i}")).collect();
-        let claims: Vec<Claim> = specs.iter().zip(&names).map(|(spec, name)| Claim { name, spec }).collect();
-        let fleet = Fleet { devices: &records, taken: &taken, incomplete_pools: &case.incomplete };
+        let claims: Vec<Claim> = specs
+            .iter()
+            .zip(&names)
+            .map(|(spec, name)| Claim { name, spec })
+            .collect();
+        let fleet = Fleet {
+            devices: &records,
+            taken: &taken,
+            incomplete_pools: &case.incomplete,
+        };
         let mut allocator = Allocator::new(fleet, &classes, case.features);
         for node in ["n1", "n2"] {
             let expected = reference(&case, node);
-            let got = allocator.allocate(&NodeInfo { name: node.into(), ..Default::default() }, &claims);
-            let context = || format!("seed {seed}, node {node}: got {got:?}, reference {expected:?}\ncase: {:#?}\n{:#?}", case.devices, case.claims);
+            let got = allocator.allocate(
+                &NodeInfo {
+                    name: node.into(),
+                    ..Default::default()
+                },
+                &claims,
+            );
+            let context = || {
+                format!(
+                    "seed {seed}, node {node}: got {got:?}, reference {expected:?}\ncase: {:#?}\n{:#?}",
+                    case.devices, case.claims
+                )
+            };
             match &got {
                 Ok(NodeVerdict::Allocated(result)) => {
                     assert!(expected.feasible && !expected.pool_error, "{}", context());
-                    let node_devices = (0..case.devices.len()).filter(|&i| case.devices[i].node.is_none_or(|n| n == node)).collect();
+                    let node_devices = (0..case.devices.len())
+                        .filter(|&i| case.devices[i].node.is_none_or(|n| n == node))
+                        .collect();
                     let order = vec![];
-                    let ctx = Ctx { case: &case, node_devices, order };
+                    let ctx = Ctx {
+                        case: &case,
+                        node_devices,
+                        order,
+                    };
                     if let Err(problem) = check_allocation(&ctx, result) {
                         panic!("{problem}: {}", context());
                     }
                     *seen.entry("allocated").or_default() += 1;
                 }
                 Ok(NodeVerdict::CannotAllocate) => {
-                    assert!(!expected.feasible && !expected.constraint_error_reachable && !expected.pool_error, "{}", context());
+                    assert!(
+                        !expected.feasible
+                            && !expected.constraint_error_reachable
+                            && !expected.pool_error,
+                        "{}",
+                        context()
+                    );
                     *seen.entry("cannot allocate").or_default() += 1;
                 }
                 Err(AllocError::ConstraintAll { .. }) => {
-                    assert!(expected.constraint_error_reachable && !expected.pool_error, "{}", context());
+                    assert!(
+                        expected.constraint_error_reachable && !expected.pool_error,
+                        "{}",
+                        context()
+                    );
                     *seen.entry("constraint error").or_default() += 1;
                 }
                 Err(AllocError::PoolIncomplete { .. }) => {
@@ -497,7 +702,15 @@ fn the_allocator_agrees_with_a_brute_force_reference() {
     }
     eprintln!("answers: {seen:?}");
     // Every kind of answer occurs, so no branch above is vacuous.
-    for kind in ["allocated", "cannot allocate", "constraint error", "pool error"] {
-        assert!(seen.get(kind).copied().unwrap_or(0) >= 5, "too few {kind:?} cases: {seen:?}");
+    for kind in [
+        "allocated",
+        "cannot allocate",
+        "constraint error",
+        "pool error",
+    ] {
+        assert!(
+            seen.get(kind).copied().unwrap_or(0) >= 5,
+            "too few {kind:?} cases: {seen:?}"
+        );
     }
 }
