@@ -491,7 +491,7 @@ mod tests {
             Finding::Selected
         );
         assert!(matches!(
-            find("sets.contains([1], [1])"),
+            find(r#"ip("10.0.0.1").family() == 4"#),
             Finding::CannotEvaluate { .. }
         ));
     }
