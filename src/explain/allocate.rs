@@ -247,16 +247,13 @@ struct Constraint<'s> {
 }
 
 impl Constraint<'_> {
+    /// allocator.go `matches`: the constraint names the request, or `request/sub-request`.
     fn applies(&self, base: &str, sub: Option<&str>) -> bool {
         self.requests.is_empty()
             || self.requests.iter().any(|r| {
                 r == base
-                    || sub.is_some_and(|s| {
-                        r.len() == base.len() + 1 + s.len()
-                            && r.starts_with(base)
-                            && r.ends_with(s)
-                            && r.as_bytes()[base.len()] == b'/'
-                    })
+                    || (sub.is_some()
+                        && r.strip_prefix(base).and_then(|rest| rest.strip_prefix('/')) == sub)
             })
     }
 }
@@ -343,7 +340,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             allocating: HashMap::new(),
             result: vec![Vec::new(); claims.len()],
         };
-        for (c, claim) in claims.iter().enumerate() {
+        for claim in claims {
             let mut requests = Vec::new();
             for request in claim
                 .spec
@@ -352,7 +349,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 .and_then(|d| d.requests.as_deref())
                 .unwrap_or_default()
             {
-                requests.push(self.prepare_request(&search, c, claim, request)?);
+                requests.push(self.prepare_request(&search, claim, request)?);
             }
             search.requests.push(requests);
             let constraints = claim
@@ -404,7 +401,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             allocating: HashMap::new(),
             result: Vec::new(),
         };
-        let prepared = self.prepare_request(&search, 0, &claim, request)?;
+        let prepared = self.prepare_request(&search, &claim, request)?;
         let data = prepared
             .get(sub_request.unwrap_or(0))
             .ok_or_else(|| unsupported(&claim, &request.name, "no such sub-request"))?;
@@ -438,7 +435,6 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     fn prepare_request<'s>(
         &mut self,
         search: &Search<'_>,
-        claim_index: usize,
         claim: &Claim<'s>,
         request: &'s DeviceRequest,
     ) -> Result<Vec<RequestData<'s>>, AllocError> {
@@ -446,7 +442,6 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         match (&request.exactly, &request.first_available) {
             (Some(exact), None) => out.push(self.prepare_one(
                 search,
-                claim_index,
                 claim,
                 &request.name,
                 None,
@@ -464,7 +459,6 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 for sub in subs {
                     out.push(self.prepare_one(
                         search,
-                        claim_index,
                         claim,
                         &request.name,
                         Some(&sub.name),
@@ -494,7 +488,6 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     fn prepare_one<'s>(
         &mut self,
         search: &Search<'_>,
-        claim_index: usize,
         claim: &Claim<'s>,
         base: &'s str,
         sub: Option<&'s str>,
@@ -581,7 +574,6 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                         all.push(d);
                     }
                 }
-                let _ = claim_index;
                 Mode::All(all)
             }
             other => {

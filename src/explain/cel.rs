@@ -28,8 +28,8 @@ use std::sync::{Arc, OnceLock};
 use cel::common::ast::{ComprehensionExpr, Expr, IdedExpr, ListExpr, LiteralValue};
 use cel::common::traits::{self, Container, Indexer, Iterable, Sizer};
 use cel::common::types::{
-    BOOL_TYPE, CelBool, CelDouble, CelInt, CelMap as DefaultMap, CelMapKey as Key, CelString,
-    INT_TYPE, MAP_TYPE, STRING_TYPE, Type,
+    CelBool, CelDouble, CelInt, CelMap as DefaultMap, CelMapKey as Key, CelString, INT_TYPE,
+    MAP_TYPE, STRING_TYPE, Type,
 };
 use cel::common::value::{CowVal, StaticVal, Val};
 use cel::parser::{Macro, MacroExprHelper, ParseError};
@@ -877,7 +877,6 @@ fn quantity_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
         vec![],
         as_float,
     )?;
-    let _ = BOOL_TYPE;
     Ok(())
 }
 
