@@ -417,6 +417,24 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         Ok(statuses)
     }
 
+    /// The first false (or failing) clause of `expression` on the device at `index`, with the
+    /// values it read, reusing the compiled selector and the device's CEL value.
+    pub fn diagnose(&mut self, expression: &str, index: usize) -> super::diagnose::Finding {
+        let selector = self.selector_id(expression);
+        let value =
+            self.values[index].get_or_insert_with(|| DeviceValue::new(&self.fleet.devices[index]));
+        match value {
+            Ok(value) => super::diagnose::diagnose(
+                &self.selectors[selector],
+                value,
+                &self.fleet.devices[index],
+            ),
+            Err(message) => super::diagnose::Finding::CannotEvaluate {
+                reason: message.clone(),
+            },
+        }
+    }
+
     /// The device at `index` of the fleet.
     pub fn device(&self, index: usize) -> &D {
         &self.fleet.devices[index]
@@ -1511,6 +1529,19 @@ mod tests {
                 None,
             )
             .unwrap();
+        let finding = allocator.diagnose(
+            world.classes["decode-10bit"].selectors.as_ref().unwrap()[0]
+                .cel
+                .as_ref()
+                .unwrap()
+                .expression
+                .as_str(),
+            survey[0].0,
+        );
+        let crate::explain::diagnose::Finding::False { clause } = finding else {
+            panic!("{finding:?}")
+        };
+        assert_eq!(clause.reads[0].to_string(), "scale10bit is false");
         assert_eq!(
             survey.into_iter().map(|(_, s)| s).collect::<Vec<_>>(),
             vec![
