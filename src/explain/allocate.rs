@@ -429,8 +429,14 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 value,
                 &self.fleet.devices[index],
             ),
-            Err(message) => super::diagnose::Finding::CannotEvaluate {
-                reason: message.clone(),
+            // The scheduler fails the same way: its DeviceMatches returns the conversion error.
+            Err(message) => super::diagnose::Finding::RuntimeError {
+                clause: super::diagnose::Clause {
+                    index: 0,
+                    text: expression.to_owned(),
+                    reads: Vec::new(),
+                },
+                message: message.clone(),
             },
         }
     }
