@@ -1465,6 +1465,25 @@ mod tests {
     }
 
     #[test]
+    fn an_attribute_cel_cannot_take_is_a_runtime_error() {
+        let mut world = World::new(vec![media("n1", "gpu-a", "a", true)]);
+        world.devices[0]
+            .attributes
+            .push(("firmware".into(), OwnedAttribute::Version("one".into())));
+        let spec = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu"}}]}),
+        );
+        let error = world
+            .run(Features::default(), "n1", &[spec])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("class media-gpu: selector #0 on device media.liken.sh/n1/gpu-a: CEL runtime error: attribute firmware: parse semantic version: "),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn a_missing_class_is_named() {
         let world = World::new(vec![]);
         let spec =
