@@ -167,6 +167,26 @@ pub struct SelectorFailure {
     pub message: String,
 }
 
+/// One node, explained: see [`Allocator::explain`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeReport {
+    pub verdict: NodeVerdict,
+    /// Per request (`request` or `request/sub-request`), every device usable from the node
+    /// (by fleet index) and how it fares against that request alone.
+    pub requests: Vec<RequestReport>,
+    /// The claims cannot be allocated, but could be without their constraints: each request is
+    /// satisfiable, never on one GPU.
+    pub constraints_block: bool,
+}
+
+/// How the devices of a node fare against one request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestReport {
+    pub claim: String,
+    pub request: String,
+    pub devices: Vec<(usize, DeviceStatus)>,
+}
+
 /// Why one device does or does not serve one request, for the diagnosis.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DeviceStatus {
@@ -381,6 +401,66 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             Ok(false) | Err(Stop::MaxSize) => Ok(NodeVerdict::CannotAllocate),
             Err(Stop::Error(e)) => Err(e),
         }
+    }
+
+    /// Everything the diagnosis needs about one node: the verdict, how every device fares
+    /// against every request and sub-request, and, when the claims cannot be allocated,
+    /// whether the constraints are what blocks them (they could be without them).
+    pub fn explain(
+        &mut self,
+        node: &NodeInfo,
+        claims: &[Claim<'_>],
+    ) -> Result<NodeReport, AllocError> {
+        let verdict = self.allocate(node, claims)?;
+        let mut requests = Vec::new();
+        for claim in claims {
+            for request in claim
+                .spec
+                .devices
+                .as_ref()
+                .and_then(|d| d.requests.as_deref())
+                .unwrap_or_default()
+            {
+                let subs = request.first_available.as_ref().map_or(0, Vec::len);
+                for sub in (0..subs.max(1)).map(|i| (subs > 0).then_some(i)) {
+                    requests.push(RequestReport {
+                        claim: claim.name.to_owned(),
+                        request: match sub {
+                            Some(i) => format!(
+                                "{}/{}",
+                                request.name,
+                                request.first_available.as_ref().expect("counted")[i].name
+                            ),
+                            None => request.name.clone(),
+                        },
+                        devices: self.survey(node, *claim, request, sub)?,
+                    });
+                }
+            }
+        }
+        let constraints_block = verdict == NodeVerdict::CannotAllocate && {
+            let unconstrained: Vec<ResourceClaimSpec> = claims
+                .iter()
+                .map(|c| {
+                    let mut spec = c.spec.clone();
+                    if let Some(devices) = spec.devices.as_mut() {
+                        devices.constraints = None;
+                    }
+                    spec
+                })
+                .collect();
+            let claims: Vec<Claim<'_>> = claims
+                .iter()
+                .zip(&unconstrained)
+                .map(|(c, spec)| Claim { name: c.name, spec })
+                .collect();
+            matches!(self.allocate(node, &claims), Ok(NodeVerdict::Allocated(_)))
+        };
+        Ok(NodeReport {
+            verdict,
+            requests,
+            constraints_block,
+        })
     }
 
     /// For the diagnosis: how each device usable from `node` fares against one request (or
@@ -1222,6 +1302,67 @@ mod tests {
             world.run(Features::default(), "n1", &[product_claim()]),
             Ok(NodeVerdict::CannotAllocate)
         );
+    }
+
+    #[test]
+    fn explain_blames_the_constraint_when_it_is_what_blocks() {
+        let world = World::new(vec![
+            render("n1", "card0", "0000:00:02.0"),
+            media("n1", "gpu-b", "0000:03:00.0", true),
+        ]);
+        let fleet = Fleet {
+            devices: &world.devices,
+            taken: &world.taken,
+            incomplete_pools: &world.incomplete,
+        };
+        let mut allocator = Allocator::new(fleet, &world.classes, Features::default());
+        let spec = product_claim();
+        let report = allocator
+            .explain(
+                &node("n1"),
+                &[Claim {
+                    name: "ns/x",
+                    spec: &spec,
+                }],
+            )
+            .unwrap();
+        assert_eq!(report.verdict, NodeVerdict::CannotAllocate);
+        assert!(report.constraints_block);
+        let available = |r: &RequestReport| {
+            r.devices
+                .iter()
+                .filter(|(_, s)| *s == DeviceStatus::Available)
+                .count()
+        };
+        assert_eq!(
+            report
+                .requests
+                .iter()
+                .map(|r| (r.request.as_str(), available(r)))
+                .collect::<Vec<_>>(),
+            [("gpu", 1), ("decodes", 1)]
+        );
+        // No qualifying GPU at all: not the constraint's fault.
+        let world = World::new(vec![
+            render("n1", "card0", "a"),
+            media("n1", "gpu-a", "a", false),
+        ]);
+        let fleet = Fleet {
+            devices: &world.devices,
+            taken: &world.taken,
+            incomplete_pools: &world.incomplete,
+        };
+        let mut allocator = Allocator::new(fleet, &world.classes, Features::default());
+        let report = allocator
+            .explain(
+                &node("n1"),
+                &[Claim {
+                    name: "ns/x",
+                    spec: &spec,
+                }],
+            )
+            .unwrap();
+        assert!(!report.constraints_block);
     }
 
     #[test]
