@@ -217,7 +217,7 @@ pub struct Allocator<'a, D: DeviceView> {
     elsewhere: Vec<usize>,
     selector_ids: HashMap<String, usize>,
     selectors: Vec<Selector>,
-    values: Vec<Option<Result<DeviceValue, String>>>,
+    values: Vec<Option<Result<DeviceValue<'a>, String>>>,
     outcomes: HashMap<(usize, usize), Outcome>,
 }
 

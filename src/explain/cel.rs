@@ -21,15 +21,13 @@
 //! per device against a [`DeviceValue`] built once per device.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use cel::common::ast::{ComprehensionExpr, Expr, IdedExpr, ListExpr, LiteralValue};
 use cel::common::traits::{self, Container, Indexer, Iterable, Sizer};
 use cel::common::types::{
-    CelBool, CelDouble, CelInt, CelMap as DefaultMap, CelMapKey as Key, CelString, INT_TYPE,
-    MAP_TYPE, STRING_TYPE, Type,
+    CelBool, CelDouble, CelInt, CelString, INT_TYPE, MAP_TYPE, STRING_TYPE, Type,
 };
 use cel::common::value::{CowVal, StaticVal, Val};
 use cel::parser::{Macro, MacroExprHelper, ParseError};
@@ -90,7 +88,7 @@ impl Selector {
     }
 
     /// Evaluates the selector on one device.
-    pub fn evaluate(&self, device: &DeviceValue) -> Outcome {
+    pub fn evaluate(&self, device: &DeviceValue<'_>) -> Outcome {
         let program = match &self.program {
             Ok(program) => program,
             Err(reason) => return Outcome::CannotEvaluate(reason.clone()),
@@ -110,54 +108,52 @@ impl Selector {
 
 /// Evaluates `expr` (a sub-expression of a compiled selector) on `device`: the diagnosis uses
 /// it for the clauses of a `&&` chain.
-pub fn evaluate_expr(expr: &IdedExpr, device: &DeviceValue) -> Result<cel::Value, Outcome> {
+pub fn evaluate_expr(expr: &IdedExpr, device: &DeviceValue<'_>) -> Result<cel::Value, Outcome> {
     let context = device.context();
     cel::Value::resolve(expr, &context).map_err(runtime_outcome)
 }
 
-/// The `device` variable of one device, built once and shared by every selector evaluated on it.
-#[derive(Clone, Debug)]
-pub struct DeviceValue {
-    driver: CelString<'static>,
-    attributes: Domains,
-    capacity: Domains,
+/// The `device` variable of one device, shared by every selector evaluated on it. It reads the
+/// device in place: an attribute becomes a CEL value only when an expression reads it, so
+/// building one costs nothing per attribute (a fleet has 40,000 GPUs of 25 attributes each,
+/// and a selector reads two or three).
+#[derive(Clone)]
+pub struct DeviceValue<'a> {
+    driver: CelString<'a>,
+    attributes: Domains<'a>,
+    capacity: Domains<'a>,
     allow_multiple_allocations: CelBool,
 }
 
-impl DeviceValue {
-    /// Builds the CEL view of `device` (dra cel/compile.go `DeviceMatches`).
-    pub fn new(device: &dyn DeviceView) -> Result<DeviceValue, String> {
-        let driver = device.driver();
-        let mut attributes: HashMap<String, HashMap<Key<'static>, Box<dyn Val>>> = HashMap::new();
+impl fmt::Debug for DeviceValue<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DeviceValue({})", self.attributes.device.id())
+    }
+}
+
+impl<'a> DeviceValue<'a> {
+    /// The CEL view of `device` (dra cel/compile.go `DeviceMatches`). Like the scheduler, which
+    /// converts every attribute before evaluating, a version or quantity that does not parse
+    /// fails every selector on the device, whether it reads it or not.
+    pub fn new(device: &'a dyn DeviceView) -> Result<DeviceValue<'a>, String> {
         for (name, value) in device.attributes() {
-            let (domain, id) = split_qualified(name, driver);
-            let value: Box<dyn Val> = match value {
-                AttributeValue::Bool(b) => Box::new(CelBool::from(b)),
-                AttributeValue::Int(i) => Box::new(CelInt::from(i)),
-                AttributeValue::String(s) => Box::new(CelString::from(s.to_owned())),
-                AttributeValue::Version(v) => Box::new(
-                    Semver::parse(v)
-                        .map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?,
-                ),
-            };
-            attributes
-                .entry(domain.to_owned())
-                .or_default()
-                .insert(Key::from(id.to_owned()), value);
+            if let AttributeValue::Version(v) = value {
+                Semver::parse(v)
+                    .map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?;
+            }
         }
-        let mut capacity: HashMap<String, HashMap<Key<'static>, Box<dyn Val>>> = HashMap::new();
         for (name, quantity) in device.capacities() {
-            let (domain, id) = split_qualified(name, driver);
-            let q = Quantity::parse(quantity).map_err(|e| format!("capacity {name}: {e}"))?;
-            capacity
-                .entry(domain.to_owned())
-                .or_default()
-                .insert(Key::from(id.to_owned()), Box::new(q));
+            Quantity::parse(quantity).map_err(|e| format!("capacity {name}: {e}"))?;
         }
+        let domains = |capacity| Domains {
+            device,
+            capacity,
+            keys: OnceLock::new(),
+        };
         Ok(DeviceValue {
-            driver: CelString::from(driver.to_owned()),
-            attributes: Domains::new(attributes),
-            capacity: Domains::new(capacity),
+            driver: CelString::from(device.driver()),
+            attributes: domains(false),
+            capacity: domains(true),
             allow_multiple_allocations: CelBool::from(
                 device.allow_multiple_allocations().unwrap_or(false),
             ),
@@ -344,7 +340,7 @@ static DEVICE_TYPE: Type = Type::new_unspecified_type("kubernetes.DRADevice");
 
 /// `device`, borrowing the per-device value: binding it to a context copies nothing.
 #[derive(Debug)]
-struct DeviceRef<'a>(&'a DeviceValue);
+struct DeviceRef<'a>(&'a DeviceValue<'a>);
 
 impl Val for DeviceRef<'_> {
     fn get_type(&self) -> &Type {
@@ -400,73 +396,194 @@ impl Indexer for DeviceRef<'_> {
 /// map (dra cel/compile.go `newStringInterfaceMapWithDefault`), so
 /// `device.attributes["other.example.com"].x` is `no such key: x`, not `no such key:
 /// other.example.com`, and `has()` on it is false.
-#[derive(Clone, Debug)]
-struct Domains {
-    domains: HashMap<String, DefaultMap<'static>>,
-    keys: Vec<CelString<'static>>,
-    empty: DefaultMap<'static>,
+#[derive(Clone)]
+struct Domains<'a> {
+    device: &'a dyn DeviceView,
+    capacity: bool,
+    /// The domains as CEL strings, made only if an expression iterates over them.
+    keys: OnceLock<Vec<CelString<'static>>>,
 }
 
-impl Domains {
-    fn new(domains: HashMap<String, HashMap<Key<'static>, Box<dyn Val>>>) -> Domains {
-        let keys = domains.keys().map(|k| CelString::from(k.clone())).collect();
-        Domains {
-            domains: domains
-                .into_iter()
-                .map(|(k, v)| (k, DefaultMap::from(v)))
-                .collect(),
-            keys,
-            empty: DefaultMap::from(HashMap::new()),
+/// The qualified names of a device's attributes (or capacities).
+fn names<'a>(device: &'a dyn DeviceView, capacity: bool) -> Box<dyn Iterator<Item = &'a str> + 'a> {
+    if capacity {
+        Box::new(device.capacities().map(|(name, _)| name))
+    } else {
+        Box::new(device.attributes().map(|(name, _)| name))
+    }
+}
+
+impl<'a> Domains<'a> {
+    fn domains(&self) -> Vec<&'a str> {
+        let mut domains: Vec<&str> = Vec::new();
+        for name in names(self.device, self.capacity) {
+            let (domain, _) = split_qualified(name, self.device.driver());
+            if !domains.contains(&domain) {
+                domains.push(domain);
+            }
         }
+        domains
     }
 }
 
-impl Val for Domains {
-    fn get_type(&self) -> &Type {
-        &MAP_TYPE
+/// One domain of `device.attributes` or `device.capacity`: looks the name up when read.
+#[derive(Clone)]
+struct Domain<'a> {
+    device: &'a dyn DeviceView,
+    capacity: bool,
+    domain: String,
+    keys: OnceLock<Vec<CelString<'static>>>,
+}
+
+impl<'a> Domain<'a> {
+    fn ids(&self) -> impl Iterator<Item = &'a str> + '_ {
+        let driver = self.device.driver();
+        names(self.device, self.capacity).filter_map(move |name| {
+            let (domain, id) = split_qualified(name, driver);
+            (domain == self.domain).then_some(id)
+        })
     }
-    fn cel_type() -> &'static Type {
-        &MAP_TYPE
-    }
-    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
-    where
-        Self: 'v,
-    {
-        Box::new(self.clone())
-    }
-    fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
-    where
-        Self: 'v,
-    {
-        Some(self)
-    }
-    fn as_container(&self) -> Option<&dyn Container> {
-        Some(self)
-    }
-    fn as_iterable<'b, 'v>(&'b self) -> Option<&'b (dyn Iterable + 'v)>
-    where
-        Self: 'v,
-    {
-        Some(self)
-    }
-    fn as_sizer(&self) -> Option<&dyn Sizer> {
-        Some(self)
+
+    fn value(&self, id: &str) -> Option<Result<Box<dyn Val + 'a>, ExecutionError>> {
+        let driver = self.device.driver();
+        let matches = |name: &str| split_qualified(name, driver) == (self.domain.as_str(), id);
+        if self.capacity {
+            let (_, quantity) = self.device.capacities().find(|(name, _)| matches(name))?;
+            return Some(
+                Quantity::parse(quantity)
+                    .map(|q| Box::new(q) as Box<dyn Val>)
+                    .map_err(|e| ExecutionError::function_error("capacity", e)),
+            );
+        }
+        let (_, value) = self.device.attributes().find(|(name, _)| matches(name))?;
+        Some(Ok(match value {
+            AttributeValue::Bool(b) => Box::new(CelBool::from(b)),
+            AttributeValue::Int(i) => Box::new(CelInt::from(i)),
+            AttributeValue::String(s) => Box::new(CelString::from(s)),
+            AttributeValue::Version(v) => match Semver::parse(v) {
+                Ok(v) => Box::new(v),
+                Err(e) => return Some(Err(ExecutionError::function_error("semver", e))),
+            },
+        }))
     }
 }
 
-impl Indexer for Domains {
+/// The `Val` plumbing shared by [`Domains`] and [`Domain`]: a map with an indexer, `in`,
+/// iteration over its keys and `size()`.
+macro_rules! map_val {
+    ($t:ident) => {
+        impl fmt::Debug for $t<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({})", stringify!($t), self.device.name())
+            }
+        }
+
+        impl Val for $t<'_> {
+            fn get_type(&self) -> &Type {
+                &MAP_TYPE
+            }
+            fn cel_type() -> &'static Type {
+                &MAP_TYPE
+            }
+            fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
+            where
+                Self: 'v,
+            {
+                Box::new(self.clone())
+            }
+            fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
+            where
+                Self: 'v,
+            {
+                Some(self)
+            }
+            fn as_container(&self) -> Option<&dyn Container> {
+                Some(self)
+            }
+            fn as_iterable<'b, 'v>(&'b self) -> Option<&'b (dyn Iterable + 'v)>
+            where
+                Self: 'v,
+            {
+                Some(self)
+            }
+            fn as_sizer(&self) -> Option<&dyn Sizer> {
+                Some(self)
+            }
+        }
+    };
+}
+
+map_val!(Domains);
+map_val!(Domain);
+
+fn string_key<'k>(key: &'k dyn Val) -> Result<&'k str, ExecutionError> {
+    key.downcast_ref::<CelString>()
+        .map(CelString::inner)
+        .ok_or_else(|| ExecutionError::UnexpectedType {
+            got: key.get_type().name().to_owned(),
+            want: "string".to_owned(),
+        })
+}
+
+impl Indexer for Domains<'_> {
     fn get<'b, 'v>(&'b self, key: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
     where
         Self: 'v,
     {
-        match key.downcast_ref::<CelString>() {
-            Some(domain) => Ok(CowVal::Borrowed(
-                self.domains.get(domain.inner()).unwrap_or(&self.empty),
-            )),
-            None => Err(ExecutionError::UnexpectedType {
-                got: key.get_type().name().to_owned(),
-                want: "string".to_owned(),
-            }),
+        Ok(CowVal::owned(Domain {
+            device: self.device,
+            capacity: self.capacity,
+            domain: string_key(key)?.to_owned(),
+            keys: OnceLock::new(),
+        }))
+    }
+
+    fn steal<'v>(self: Box<Self>, key: &dyn Val) -> Result<Box<dyn Val + 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        self.get(key).map(CowVal::into_owned)
+    }
+}
+
+impl Container for Domains<'_> {
+    fn contains(&self, key: &dyn Val) -> Result<bool, ExecutionError> {
+        Ok(key
+            .downcast_ref::<CelString>()
+            .is_some_and(|k| self.domains().contains(&k.inner())))
+    }
+}
+
+impl Iterable for Domains<'_> {
+    fn iter<'b, 'v>(&'b self) -> Box<dyn traits::Iterator<'b, 'v> + 'b>
+    where
+        Self: 'v,
+    {
+        let keys = self.keys.get_or_init(|| {
+            self.domains()
+                .into_iter()
+                .map(|d| CelString::from(d.to_owned()))
+                .collect()
+        });
+        Box::new(KeyIter(keys.iter()))
+    }
+}
+
+impl Sizer for Domains<'_> {
+    fn size(&self) -> CelInt {
+        CelInt::from(self.domains().len() as i64)
+    }
+}
+
+impl Indexer for Domain<'_> {
+    fn get<'b, 'v>(&'b self, key: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        let id = string_key(key)?;
+        match self.value(id) {
+            Some(value) => value.map(CowVal::Owned),
+            None => Err(ExecutionError::no_such_key(id)),
         }
     }
 
@@ -478,20 +595,31 @@ impl Indexer for Domains {
     }
 }
 
-impl Container for Domains {
+impl Container for Domain<'_> {
     fn contains(&self, key: &dyn Val) -> Result<bool, ExecutionError> {
         Ok(key
             .downcast_ref::<CelString>()
-            .is_some_and(|k| self.domains.contains_key(k.inner())))
+            .is_some_and(|k| self.ids().any(|id| id == k.inner())))
     }
 }
 
-impl Iterable for Domains {
+impl Iterable for Domain<'_> {
     fn iter<'b, 'v>(&'b self) -> Box<dyn traits::Iterator<'b, 'v> + 'b>
     where
         Self: 'v,
     {
-        Box::new(KeyIter(self.keys.iter()))
+        let keys = self.keys.get_or_init(|| {
+            self.ids()
+                .map(|id| CelString::from(id.to_owned()))
+                .collect()
+        });
+        Box::new(KeyIter(keys.iter()))
+    }
+}
+
+impl Sizer for Domain<'_> {
+    fn size(&self) -> CelInt {
+        CelInt::from(self.ids().count() as i64)
     }
 }
 
@@ -500,12 +628,6 @@ struct KeyIter<'b>(std::slice::Iter<'b, CelString<'static>>);
 impl<'b, 'v> traits::Iterator<'b, 'v> for KeyIter<'b> {
     fn next(&mut self) -> Option<&'b (dyn Val + 'v)> {
         self.0.next().map(|k| k as &dyn Val)
-    }
-}
-
-impl Sizer for Domains {
-    fn size(&self) -> CelInt {
-        CelInt::from(self.domains.len() as i64)
     }
 }
 
@@ -1077,8 +1199,8 @@ mod tests {
     use super::*;
     use crate::explain::{DeviceRecord, OwnedAttribute};
 
-    fn gpu() -> DeviceValue {
-        let device = DeviceRecord {
+    fn gpu() -> DeviceRecord {
+        DeviceRecord {
             driver: "media.liken.sh".into(),
             pool: "node-1".into(),
             name: "pci-0000-00-02-0".into(),
@@ -1103,12 +1225,12 @@ mod tests {
             capacities: vec![("dra.example.com/memory".into(), "16Gi".into())],
             allow_multiple_allocations: Some(true),
             ..Default::default()
-        };
-        DeviceValue::new(&device).unwrap()
+        }
     }
 
     fn eval(expression: &str) -> Outcome {
-        Selector::compile(expression).evaluate(&gpu())
+        let device = gpu();
+        Selector::compile(expression).evaluate(&DeviceValue::new(&device).unwrap())
     }
 
     fn is(expression: &str, expected: bool) {
@@ -1159,6 +1281,23 @@ mod tests {
             "no such key: renderNode",
         );
         is(r#"size(device.capacity["other.example.com"]) == 0"#, true);
+        // The maps behave as maps: size, iteration and `in` over domains and names.
+        is(
+            r#"size(device.attributes) == 3 && size(device.attributes["media.liken.sh"]) == 5"#,
+            true,
+        );
+        is(
+            r#"device.attributes.exists(d, d == "resource.kubernetes.io")"#,
+            true,
+        );
+        is(
+            r#"device.attributes["resource.kubernetes.io"].all(n, n == "pciBusID")"#,
+            true,
+        );
+        is(
+            r#"device.capacity.all(d, d == "dra.example.com") && "memory" in device.capacity["dra.example.com"]"#,
+            true,
+        );
     }
 
     #[test]

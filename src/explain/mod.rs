@@ -60,8 +60,8 @@ pub enum Placement<'a> {
 }
 
 /// What the evaluation reads of one device. Kept small so that the fleet model implements it
-/// directly; every name is as published (qualified or not).
-pub trait DeviceView {
+/// directly; every name is as published (qualified or not). `Sync` because CEL values are.
+pub trait DeviceView: Sync {
     /// The slice's `spec.driver`; also the domain of unqualified attribute names.
     fn driver(&self) -> &str;
     /// The slice's `spec.pool.name`.
