@@ -516,7 +516,7 @@ macro_rules! map_val {
 map_val!(Domains);
 map_val!(Domain);
 
-fn string_key<'k>(key: &'k dyn Val) -> Result<&'k str, ExecutionError> {
+fn string_key(key: &dyn Val) -> Result<&str, ExecutionError> {
     key.downcast_ref::<CelString>()
         .map(CelString::inner)
         .ok_or_else(|| ExecutionError::UnexpectedType {
