@@ -9,6 +9,7 @@ pub mod catalogue;
 pub mod classes;
 pub mod cli;
 pub mod duration;
+pub mod explain;
 pub mod fleet;
 pub mod names;
 pub mod node;

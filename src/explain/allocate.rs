@@ -1,0 +1,1725 @@
+//! The scheduler's allocation rules, pure: for one candidate node, can these claims be
+//! allocated, and with which devices? A port of the search in k8s.io/dynamic-resource-allocation
+//! `structured/internal/{stable,experimental}/allocator_*.go`, so that `why` agrees with the
+//! scheduler, quirks included:
+//!
+//! - devices are tried pool by pool (pools ordered by driver, then name), in slice order;
+//! - a device already in use is skipped before its selectors are evaluated, so a selector that
+//!   would fail at run time on a taken device is never reached;
+//! - class selectors first, then the request's, stopping at the first `false`; a CEL runtime
+//!   error aborts the whole attempt (the scheduler's `SchedulerError`), it is not "no match";
+//! - exclusive devices serve one request of one claim; shareable ones
+//!   (`allowMultipleAllocations`, with the DRAConsumableCapacity gate) are never "in use";
+//!   devices allocated to other claims without a share ID are taken;
+//! - `NoSchedule`/`NoExecute` taints block unless tolerated (with the DRADeviceTaints gate);
+//! - `matchAttribute`: the first device of the set fixes the value, a device without the
+//!   attribute is never chosen, values compare by type and value;
+//! - `ExactCount` backtracks over devices (skipping pools being updated); `All` takes every selectable device of the node and
+//!   fails if one is unusable, errors if one breaks a constraint or a pool is being updated;
+//! - `firstAvailable` sub-requests are tried in order, each with backtracking;
+//! - at most 32 devices per claim (`AllocationResultsMaxSize`).
+//!
+//! Capacity requests (consumable capacity) and counters (partitionable devices) are not
+//! modelled: media.liken.sh and liken.sh devices have neither, and a request that asks for
+//! capacity is reported as [`AllocError::Unsupported`] instead of being guessed.
+
+use std::collections::{HashMap, HashSet};
+
+use k8s_openapi::api::resource::v1::{
+    DeviceClassSpec, DeviceConstraint, DeviceRequest, DeviceTaint, DeviceToleration,
+    ResourceClaimSpec,
+};
+
+use super::cel::{DeviceValue, Outcome, Selector};
+use super::{AttributeValue, DeviceId, DeviceView, NodeInfo, OwnedAttribute, split_qualified};
+
+/// The most devices one claim can be allocated (k8s.io/api resource/v1 `AllocationResultsMaxSize`).
+pub const ALLOCATION_RESULTS_MAX_SIZE: usize = 32;
+
+/// The feature gates that change the rules, by their defaults for the cluster's version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Features {
+    /// DRAConsumableCapacity: `allowMultipleAllocations` is honoured (beta, on from 1.36).
+    pub consumable_capacity: bool,
+    /// DRADeviceTaints: device taints block allocation unless tolerated (beta, on from 1.36).
+    pub device_taints: bool,
+}
+
+impl Features {
+    /// The defaults of a Kubernetes minor version (dra-facts §5b).
+    pub fn for_minor(minor: u32) -> Features {
+        Features {
+            consumable_capacity: minor >= 36,
+            device_taints: minor >= 36,
+        }
+    }
+}
+
+impl Default for Features {
+    fn default() -> Self {
+        Features::for_minor(36)
+    }
+}
+
+/// Where DeviceClasses come from (a map, or the fleet model).
+pub trait ClassSource {
+    fn class(&self, name: &str) -> Option<&DeviceClassSpec>;
+}
+
+impl<S: std::hash::BuildHasher> ClassSource for HashMap<String, DeviceClassSpec, S> {
+    fn class(&self, name: &str) -> Option<&DeviceClassSpec> {
+        self.get(name)
+    }
+}
+
+impl ClassSource for std::collections::BTreeMap<String, DeviceClassSpec> {
+    fn class(&self, name: &str) -> Option<&DeviceClassSpec> {
+        self.get(name)
+    }
+}
+
+/// A claim to allocate: its `namespace/name` (as the scheduler's messages print it) and spec.
+#[derive(Clone, Copy, Debug)]
+pub struct Claim<'a> {
+    pub name: &'a str,
+    pub spec: &'a ResourceClaimSpec,
+}
+
+/// The fleet as the allocator sees it.
+pub struct Fleet<'a, D> {
+    /// Every published device (of every driver), in slice order.
+    pub devices: &'a [D],
+    /// Devices allocated to other claims without a share ID, with those claims' names.
+    pub taken: &'a HashMap<DeviceId, Vec<String>>,
+    /// Pools (`driver`, `pool`) whose slices are not all present at their newest generation.
+    pub incomplete_pools: &'a HashSet<(String, String)>,
+}
+
+/// One allocated device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceResult {
+    /// The request, or `request/subrequest` for a firstAvailable choice.
+    pub request: String,
+    pub device: DeviceId,
+}
+
+/// The outcome on one node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeVerdict {
+    /// Every claim can be allocated: per claim, the devices the scheduler would pick.
+    Allocated(Vec<Vec<DeviceResult>>),
+    /// The scheduler's "cannot allocate all claims".
+    CannotAllocate,
+}
+
+/// What aborts an attempt: the scheduler fails the scheduling cycle (or the pod) with these.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AllocError {
+    /// The request names a class that does not exist.
+    #[error("request {request}: device class {class} does not exist")]
+    ClassNotFound {
+        claim: String,
+        request: String,
+        class: String,
+    },
+    /// A selector failed at run time on a device, in the scheduler's message form.
+    #[error("{}: selector #{} on device {}: CEL runtime error: {}", .0.scope, .0.index, .0.device, .0.message)]
+    Runtime(Box<SelectorFailure>),
+    /// This evaluator cannot decide a selector on a device: nothing is guessed.
+    #[error("{}: selector #{} on device {}: cannot evaluate: {} (expression: {})", .0.scope, .0.index, .0.device, .0.message, .0.expression)]
+    CannotEvaluate(Box<SelectorFailure>),
+    /// `allocationMode: All` while a pool's slices are being updated.
+    #[error(
+        "claim {claim}, request {request}: asks for all devices, but resource pool {pool} is currently being updated"
+    )]
+    PoolIncomplete {
+        claim: String,
+        request: String,
+        pool: String,
+    },
+    /// `allocationMode: All` and a device of it breaks a constraint.
+    #[error(
+        "claim {claim}, request {request}: cannot add device {device} because a claim constraint would not be satisfied"
+    )]
+    ConstraintAll {
+        claim: String,
+        request: String,
+        device: DeviceId,
+    },
+    /// A claim shape the allocator refuses, or one this port does not model.
+    #[error("claim {claim}, request {request}: {problem}")]
+    Unsupported {
+        claim: String,
+        request: String,
+        problem: String,
+    },
+}
+
+/// A selector that failed on a device: where (`class <name>` or `claim <ns/name>`, the
+/// selector's index there), on which device, the expression, and cel-go's message (or, for
+/// [`AllocError::CannotEvaluate`], the reason).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SelectorFailure {
+    pub scope: String,
+    pub index: usize,
+    pub device: DeviceId,
+    pub expression: String,
+    pub message: String,
+}
+
+/// One node, explained: see [`Allocator::explain`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeReport {
+    pub verdict: NodeVerdict,
+    /// Per request (`request` or `request/sub-request`), every device usable from the node
+    /// (by fleet index) and how it fares against that request alone.
+    pub requests: Vec<RequestReport>,
+    /// The claims cannot be allocated, but could be without their constraints: each request is
+    /// satisfiable, never on one GPU.
+    pub constraints_block: bool,
+}
+
+/// How the devices of a node fare against one request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestReport {
+    pub claim: String,
+    pub request: String,
+    pub devices: Vec<(usize, DeviceStatus)>,
+}
+
+/// Why one device does or does not serve one request, for the diagnosis.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeviceStatus {
+    /// Selected and usable.
+    Available,
+    /// A selector is false: the class's (`class: Some`) or the request's, by index.
+    NotSelected { class: Option<String>, index: usize },
+    /// The selector could not be evaluated on it (runtime error or cannot evaluate).
+    Failed(AllocError),
+    /// Selected, but allocated to other claims and not shareable.
+    Taken { claims: Vec<String> },
+    /// Selected, but tainted and the request does not tolerate it.
+    Untolerated { taint: DeviceTaint },
+}
+
+/// The allocator: selector programs compiled once, device values built once and selector
+/// outcomes cached across nodes and calls.
+pub struct Allocator<'a, D: DeviceView> {
+    fleet: Fleet<'a, D>,
+    classes: &'a dyn ClassSource,
+    features: Features,
+    /// Each device's rank in the scheduler's order: by pool (driver, pool), then slice order.
+    rank: Vec<usize>,
+    /// Devices published for one node, by node name, so that a node's candidates are found
+    /// without scanning the fleet (40,000 GPUs, as many nodes).
+    by_node: HashMap<String, Vec<usize>>,
+    /// Devices published with a node selector or for all nodes.
+    elsewhere: Vec<usize>,
+    selector_ids: HashMap<String, usize>,
+    selectors: Vec<Selector>,
+    values: Vec<Option<Result<DeviceValue<'a>, String>>>,
+    outcomes: HashMap<(usize, usize), Outcome>,
+}
+
+/// One request or sub-request, prepared.
+struct RequestData<'s> {
+    base: &'s str,
+    sub: Option<&'s str>,
+    class_name: &'s str,
+    class_selectors: Vec<usize>,
+    request_selectors: Vec<usize>,
+    tolerations: &'s [DeviceToleration],
+    admin_access: bool,
+    mode: Mode,
+}
+
+impl RequestData<'_> {
+    fn name(&self) -> String {
+        match self.sub {
+            Some(sub) => format!("{}/{}", self.base, sub),
+            None => self.base.to_owned(),
+        }
+    }
+    fn own_name(&self) -> &str {
+        self.sub.unwrap_or(self.base)
+    }
+}
+
+enum Mode {
+    Count(usize),
+    All(Vec<usize>),
+}
+
+impl Mode {
+    fn len(&self) -> usize {
+        match self {
+            Mode::Count(n) => *n,
+            Mode::All(devices) => devices.len(),
+        }
+    }
+}
+
+struct Constraint<'s> {
+    requests: &'s [String],
+    attribute: &'s str,
+    value: Option<OwnedAttribute>,
+    count: usize,
+}
+
+impl Constraint<'_> {
+    /// allocator.go `matches`: the constraint names the request, or `request/sub-request`.
+    fn applies(&self, base: &str, sub: Option<&str>) -> bool {
+        self.requests.is_empty()
+            || self.requests.iter().any(|r| {
+                r == base
+                    || (sub.is_some()
+                        && r.strip_prefix(base).and_then(|rest| rest.strip_prefix('/')) == sub)
+            })
+    }
+}
+
+/// One allocation attempt on one node.
+struct Search<'s> {
+    claims: &'s [Claim<'s>],
+    node_devices: Vec<usize>,
+    /// Per claim, per request: the request, or its sub-requests in order.
+    requests: Vec<Vec<Vec<RequestData<'s>>>>,
+    constraints: Vec<Vec<Constraint<'s>>>,
+    /// Devices being allocated (exclusive ones only), with the claims they go to.
+    allocating: HashMap<usize, Vec<usize>>,
+    result: Vec<Vec<(String, usize)>>,
+}
+
+enum Stop {
+    Error(AllocError),
+    MaxSize,
+}
+
+impl<'a, D: DeviceView> Allocator<'a, D> {
+    /// An allocator over `fleet` with the classes of `classes`.
+    pub fn new(fleet: Fleet<'a, D>, classes: &'a dyn ClassSource, features: Features) -> Self {
+        let mut order: Vec<usize> = (0..fleet.devices.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (a, b) = (&fleet.devices[a], &fleet.devices[b]);
+            (a.driver(), a.pool()).cmp(&(b.driver(), b.pool()))
+        });
+        let mut rank = vec![0; order.len()];
+        for (position, &d) in order.iter().enumerate() {
+            rank[d] = position;
+        }
+        let mut by_node: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut elsewhere = Vec::new();
+        for &d in &order {
+            match fleet.devices[d].placement() {
+                super::Placement::Node(name) => by_node.entry(name.to_owned()).or_default().push(d),
+                _ => elsewhere.push(d),
+            }
+        }
+        let values = (0..fleet.devices.len()).map(|_| None).collect();
+        Allocator {
+            fleet,
+            classes,
+            features,
+            rank,
+            by_node,
+            elsewhere,
+            selector_ids: HashMap::new(),
+            selectors: Vec::new(),
+            values,
+            outcomes: HashMap::new(),
+        }
+    }
+
+    /// The devices usable from `node`, in the scheduler's order.
+    pub fn node_devices(&self, node: &NodeInfo) -> Vec<usize> {
+        let mut devices: Vec<usize> = self.by_node.get(&node.name).cloned().unwrap_or_default();
+        if !self.elsewhere.is_empty() {
+            devices.extend(
+                self.elsewhere
+                    .iter()
+                    .copied()
+                    .filter(|&d| node.can_use(self.fleet.devices[d].placement())),
+            );
+            devices.sort_by_key(|&d| self.rank[d]);
+        }
+        devices
+    }
+
+    /// Decides whether `claims` can all be allocated on `node`, as the scheduler's Filter does.
+    pub fn allocate(
+        &mut self,
+        node: &NodeInfo,
+        claims: &[Claim<'_>],
+    ) -> Result<NodeVerdict, AllocError> {
+        let node_devices = self.node_devices(node);
+        let mut search = Search {
+            claims,
+            node_devices,
+            requests: Vec::new(),
+            constraints: Vec::new(),
+            allocating: HashMap::new(),
+            result: vec![Vec::new(); claims.len()],
+        };
+        for claim in claims {
+            let mut requests = Vec::new();
+            for request in claim
+                .spec
+                .devices
+                .as_ref()
+                .and_then(|d| d.requests.as_deref())
+                .unwrap_or_default()
+            {
+                requests.push(self.prepare_request(&search, claim, request)?);
+            }
+            search.requests.push(requests);
+            let constraints = claim
+                .spec
+                .devices
+                .as_ref()
+                .and_then(|d| d.constraints.as_deref())
+                .unwrap_or_default();
+            search
+                .constraints
+                .push(prepare_constraints(claim, constraints)?);
+        }
+        match self.allocate_one(&mut search, 0, 0, 0, 0, false) {
+            Ok(true) => Ok(NodeVerdict::Allocated(
+                search
+                    .result
+                    .iter()
+                    .map(|devices| {
+                        devices
+                            .iter()
+                            .map(|(request, d)| DeviceResult {
+                                request: request.clone(),
+                                device: self.fleet.devices[*d].id(),
+                            })
+                            .collect()
+                    })
+                    .collect(),
+            )),
+            Ok(false) | Err(Stop::MaxSize) => Ok(NodeVerdict::CannotAllocate),
+            Err(Stop::Error(e)) => Err(e),
+        }
+    }
+
+    /// Everything the diagnosis needs about one node: the verdict, how every device fares
+    /// against every request and sub-request, and, when the claims cannot be allocated,
+    /// whether the constraints are what blocks them (they could be without them).
+    pub fn explain(
+        &mut self,
+        node: &NodeInfo,
+        claims: &[Claim<'_>],
+    ) -> Result<NodeReport, AllocError> {
+        let verdict = self.allocate(node, claims)?;
+        let mut requests = Vec::new();
+        for claim in claims {
+            for request in claim
+                .spec
+                .devices
+                .as_ref()
+                .and_then(|d| d.requests.as_deref())
+                .unwrap_or_default()
+            {
+                let subs = request.first_available.as_ref().map_or(0, Vec::len);
+                for sub in (0..subs.max(1)).map(|i| (subs > 0).then_some(i)) {
+                    requests.push(RequestReport {
+                        claim: claim.name.to_owned(),
+                        request: match sub {
+                            Some(i) => format!(
+                                "{}/{}",
+                                request.name,
+                                request.first_available.as_ref().expect("counted")[i].name
+                            ),
+                            None => request.name.clone(),
+                        },
+                        devices: self.survey(node, *claim, request, sub)?,
+                    });
+                }
+            }
+        }
+        let constraints_block = verdict == NodeVerdict::CannotAllocate && {
+            let unconstrained: Vec<ResourceClaimSpec> = claims
+                .iter()
+                .map(|c| {
+                    let mut spec = c.spec.clone();
+                    if let Some(devices) = spec.devices.as_mut() {
+                        devices.constraints = None;
+                    }
+                    spec
+                })
+                .collect();
+            let claims: Vec<Claim<'_>> = claims
+                .iter()
+                .zip(&unconstrained)
+                .map(|(c, spec)| Claim { name: c.name, spec })
+                .collect();
+            matches!(self.allocate(node, &claims), Ok(NodeVerdict::Allocated(_)))
+        };
+        Ok(NodeReport {
+            verdict,
+            requests,
+            constraints_block,
+        })
+    }
+
+    /// For the diagnosis: how each device usable from `node` fares against one request (or
+    /// `firstAvailable` sub-request, by index), ignoring the other requests and constraints.
+    pub fn survey(
+        &mut self,
+        node: &NodeInfo,
+        claim: Claim<'_>,
+        request: &DeviceRequest,
+        sub_request: Option<usize>,
+    ) -> Result<Vec<(usize, DeviceStatus)>, AllocError> {
+        let claims = [claim];
+        let search = Search {
+            claims: &claims,
+            node_devices: self.node_devices(node),
+            requests: Vec::new(),
+            constraints: Vec::new(),
+            allocating: HashMap::new(),
+            result: Vec::new(),
+        };
+        let prepared = self.prepare_request(&search, &claim, request)?;
+        let data = prepared
+            .get(sub_request.unwrap_or(0))
+            .ok_or_else(|| unsupported(&claim, &request.name, "no such sub-request"))?;
+        let mut statuses = Vec::new();
+        for &d in &search.node_devices {
+            let status = match self.selector_verdict(claim.name, data, d) {
+                Err(e) => DeviceStatus::Failed(e),
+                Ok(Some(failed)) => failed,
+                Ok(None) => self.usability(&search, 0, data, d),
+            };
+            statuses.push((d, status));
+        }
+        Ok(statuses)
+    }
+
+    /// The first false (or failing) clause of `expression` on the device at `index`, with the
+    /// values it read, reusing the compiled selector and the device's CEL value.
+    pub fn diagnose(&mut self, expression: &str, index: usize) -> super::diagnose::Finding {
+        let selector = self.selector_id(expression);
+        let value =
+            self.values[index].get_or_insert_with(|| DeviceValue::new(&self.fleet.devices[index]));
+        match value {
+            Ok(value) => super::diagnose::diagnose(
+                &self.selectors[selector],
+                value,
+                &self.fleet.devices[index],
+            ),
+            // The scheduler fails the same way: its DeviceMatches returns the conversion error.
+            Err(message) => super::diagnose::Finding::RuntimeError {
+                clause: super::diagnose::Clause {
+                    index: 0,
+                    text: expression.to_owned(),
+                    reads: Vec::new(),
+                },
+                message: message.clone(),
+            },
+        }
+    }
+
+    /// The device at `index` of the fleet.
+    pub fn device(&self, index: usize) -> &D {
+        &self.fleet.devices[index]
+    }
+
+    fn selector_id(&mut self, expression: &str) -> usize {
+        if let Some(&id) = self.selector_ids.get(expression) {
+            return id;
+        }
+        let id = self.selectors.len();
+        self.selectors.push(Selector::compile(expression));
+        self.selector_ids.insert(expression.to_owned(), id);
+        id
+    }
+
+    fn prepare_request<'s>(
+        &mut self,
+        search: &Search<'_>,
+        claim: &Claim<'s>,
+        request: &'s DeviceRequest,
+    ) -> Result<Vec<RequestData<'s>>, AllocError> {
+        let mut out = Vec::new();
+        match (&request.exactly, &request.first_available) {
+            (Some(exact), None) => out.push(self.prepare_one(
+                search,
+                claim,
+                &request.name,
+                None,
+                Spec {
+                    class: &exact.device_class_name,
+                    selectors: exact.selectors.as_deref().unwrap_or_default(),
+                    mode: exact.allocation_mode.as_deref(),
+                    count: exact.count,
+                    tolerations: exact.tolerations.as_deref().unwrap_or_default(),
+                    admin_access: exact.admin_access.unwrap_or(false),
+                    capacity: exact.capacity.is_some(),
+                },
+            )?),
+            (None, Some(subs)) if !subs.is_empty() => {
+                for sub in subs {
+                    out.push(self.prepare_one(
+                        search,
+                        claim,
+                        &request.name,
+                        Some(&sub.name),
+                        Spec {
+                            class: &sub.device_class_name,
+                            selectors: sub.selectors.as_deref().unwrap_or_default(),
+                            mode: sub.allocation_mode.as_deref(),
+                            count: sub.count,
+                            tolerations: sub.tolerations.as_deref().unwrap_or_default(),
+                            admin_access: false,
+                            capacity: sub.capacity.is_some(),
+                        },
+                    )?);
+                }
+            }
+            _ => {
+                return Err(unsupported(
+                    claim,
+                    &request.name,
+                    "exactly one of exactly or firstAvailable must be set",
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    fn prepare_one<'s>(
+        &mut self,
+        search: &Search<'_>,
+        claim: &Claim<'s>,
+        base: &'s str,
+        sub: Option<&'s str>,
+        spec: Spec<'s>,
+    ) -> Result<RequestData<'s>, AllocError> {
+        let name = sub.map_or_else(|| base.to_owned(), |s| format!("{base}/{s}"));
+        if spec.capacity {
+            return Err(unsupported(
+                claim,
+                &name,
+                "capacity requests are not modelled by this evaluator",
+            ));
+        }
+        let class = self
+            .classes
+            .class(spec.class)
+            .ok_or_else(|| AllocError::ClassNotFound {
+                claim: claim.name.to_owned(),
+                request: name.clone(),
+                class: spec.class.to_owned(),
+            })?;
+        let class_selectors = class
+            .selectors
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .map(|s| s.cel.as_ref().map(|c| c.expression.as_str()))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                unsupported(
+                    claim,
+                    &name,
+                    "CEL expression empty (unsupported selector type?)",
+                )
+            })?;
+        let request_selectors = spec
+            .selectors
+            .iter()
+            .map(|s| s.cel.as_ref().map(|c| c.expression.as_str()))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                unsupported(
+                    claim,
+                    &name,
+                    "CEL expression empty (unsupported selector type?)",
+                )
+            })?;
+        let mut data = RequestData {
+            base,
+            sub,
+            class_name: spec.class,
+            class_selectors: class_selectors
+                .iter()
+                .map(|e| self.selector_id(e))
+                .collect(),
+            request_selectors: request_selectors
+                .iter()
+                .map(|e| self.selector_id(e))
+                .collect(),
+            tolerations: spec.tolerations,
+            admin_access: spec.admin_access,
+            mode: Mode::Count(0),
+        };
+        data.mode = match spec.mode.unwrap_or("ExactCount") {
+            "ExactCount" => {
+                Mode::Count(usize::try_from(spec.count.unwrap_or(1)).unwrap_or(usize::MAX))
+            }
+            "All" => {
+                let mut all = Vec::new();
+                let mut incomplete_checked = HashSet::new();
+                for &d in &search.node_devices {
+                    let device = &self.fleet.devices[d];
+                    let pool = (device.driver().to_owned(), device.pool().to_owned());
+                    if incomplete_checked.insert(pool.clone())
+                        && self.fleet.incomplete_pools.contains(&pool)
+                    {
+                        return Err(AllocError::PoolIncomplete {
+                            claim: claim.name.to_owned(),
+                            request: name,
+                            pool: format!("{}/{}", pool.0, pool.1),
+                        });
+                    }
+                    if self.selector_verdict(claim.name, &data, d)?.is_none() {
+                        all.push(d);
+                    }
+                }
+                Mode::All(all)
+            }
+            other => {
+                return Err(unsupported(
+                    claim,
+                    &name,
+                    &format!("unsupported count mode {other}"),
+                ));
+            }
+        };
+        Ok(data)
+    }
+
+    /// `None` when every selector holds; the first false one otherwise; an error when one
+    /// cannot be decided (which aborts the attempt).
+    fn selector_verdict(
+        &mut self,
+        claim: &str,
+        data: &RequestData<'_>,
+        d: usize,
+    ) -> Result<Option<DeviceStatus>, AllocError> {
+        let groups = [
+            (Some(data.class_name), &data.class_selectors),
+            (None, &data.request_selectors),
+        ];
+        for (class, selectors) in groups {
+            for (index, &selector) in selectors.iter().enumerate() {
+                let scope = || match class {
+                    Some(class) => format!("class {class}"),
+                    None => format!("claim {claim}"),
+                };
+                match self.outcome(selector, d) {
+                    Outcome::Match(true) => {}
+                    Outcome::Match(false) => {
+                        return Ok(Some(DeviceStatus::NotSelected {
+                            class: class.map(str::to_owned),
+                            index,
+                        }));
+                    }
+                    failed => {
+                        let (runtime, message) = match failed {
+                            Outcome::RuntimeError(message) => (true, message),
+                            Outcome::CannotEvaluate(reason) => (false, reason),
+                            Outcome::Match(_) => unreachable!("matched above"),
+                        };
+                        let failure = Box::new(SelectorFailure {
+                            scope: scope(),
+                            index,
+                            device: self.fleet.devices[d].id(),
+                            expression: self.selectors[selector].expression().to_owned(),
+                            message,
+                        });
+                        return Err(if runtime {
+                            AllocError::Runtime(failure)
+                        } else {
+                            AllocError::CannotEvaluate(failure)
+                        });
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn outcome(&mut self, selector: usize, d: usize) -> Outcome {
+        if let Some(outcome) = self.outcomes.get(&(selector, d)) {
+            return outcome.clone();
+        }
+        let value = self.values[d].get_or_insert_with(|| DeviceValue::new(&self.fleet.devices[d]));
+        let outcome = match value {
+            Ok(value) => self.selectors[selector].evaluate(value),
+            // The scheduler fails the same way: DeviceMatches returns the conversion error.
+            Err(e) => Outcome::RuntimeError(e.clone()),
+        };
+        self.outcomes.insert((selector, d), outcome.clone());
+        outcome
+    }
+
+    fn pool_incomplete(&self, d: usize) -> bool {
+        let device = &self.fleet.devices[d];
+        !self.fleet.incomplete_pools.is_empty()
+            && self
+                .fleet
+                .incomplete_pools
+                .contains(&(device.driver().to_owned(), device.pool().to_owned()))
+    }
+
+    fn shareable(&self, d: usize) -> bool {
+        self.features.consumable_capacity
+            && self.fleet.devices[d].allow_multiple_allocations() == Some(true)
+    }
+
+    fn in_use(
+        &self,
+        search: &Search<'_>,
+        claim: usize,
+        data: &RequestData<'_>,
+        d: usize,
+    ) -> Option<Vec<String>> {
+        if data.admin_access {
+            let same_claim = !self.shareable(d)
+                && search
+                    .allocating
+                    .get(&d)
+                    .is_some_and(|c| c.contains(&claim));
+            return same_claim.then(|| vec![search.claims[claim].name.to_owned()]);
+        }
+        if let Some(claims) = self.fleet.taken.get(&self.fleet.devices[d].id()) {
+            return Some(claims.clone());
+        }
+        search
+            .allocating
+            .get(&d)
+            .filter(|c| !c.is_empty())
+            .map(|c| {
+                c.iter()
+                    .map(|&i| search.claims[i].name.to_owned())
+                    .collect()
+            })
+    }
+
+    fn untolerated(&self, data: &RequestData<'_>, d: usize) -> Option<DeviceTaint> {
+        if !self.features.device_taints {
+            return None;
+        }
+        self.fleet.devices[d]
+            .taints()
+            .iter()
+            .find(|t| {
+                matches!(t.effect.as_str(), "NoSchedule" | "NoExecute")
+                    && !data.tolerations.iter().any(|tol| tolerates(tol, t))
+            })
+            .cloned()
+    }
+
+    fn usability(
+        &self,
+        search: &Search<'_>,
+        claim: usize,
+        data: &RequestData<'_>,
+        d: usize,
+    ) -> DeviceStatus {
+        if let Some(claims) = self.in_use(search, claim, data, d) {
+            return DeviceStatus::Taken { claims };
+        }
+        if let Some(taint) = self.untolerated(data, d) {
+            return DeviceStatus::Untolerated { taint };
+        }
+        DeviceStatus::Available
+    }
+
+    /// allocator.go `allocateOne`: the device `device_index` of (sub-)request `sub` of request
+    /// `request` of claim `claim`.
+    fn allocate_one(
+        &mut self,
+        s: &mut Search<'_>,
+        claim: usize,
+        request: usize,
+        sub: usize,
+        device_index: usize,
+        allocating_sub: bool,
+    ) -> Result<bool, Stop> {
+        if claim >= s.claims.len() {
+            return Ok(true);
+        }
+        if request >= s.requests[claim].len() {
+            return match self.allocate_one(s, claim + 1, 0, 0, 0, false) {
+                // Retrying the claim with other choices might help a later firstAvailable.
+                Err(Stop::MaxSize) => Ok(false),
+                other => other,
+            };
+        }
+        let subs = s.requests[claim][request].len();
+        if !allocating_sub && s.requests[claim][request][0].sub.is_some() {
+            let mut all_exceeded = true;
+            for sub in 0..subs {
+                match self.allocate_one(s, claim, request, sub, 0, true) {
+                    Err(Stop::MaxSize) => continue,
+                    Err(e) => return Err(e),
+                    Ok(true) => return Ok(true),
+                    Ok(false) => all_exceeded = false,
+                }
+            }
+            return if all_exceeded {
+                Err(Stop::MaxSize)
+            } else {
+                Ok(false)
+            };
+        }
+        let (num_devices, is_all) = {
+            let data = &s.requests[claim][request][sub];
+            (data.mode.len(), matches!(data.mode, Mode::All(_)))
+        };
+        if is_all && num_devices == 0 {
+            return Ok(false);
+        }
+        if device_index >= num_devices {
+            return self.allocate_one(s, claim, request + 1, 0, 0, false);
+        }
+        if s.result[claim].len() + num_devices - device_index > ALLOCATION_RESULTS_MAX_SIZE {
+            return Err(Stop::MaxSize);
+        }
+        if is_all {
+            let d = match &s.requests[claim][request][sub].mode {
+                Mode::All(devices) => devices[device_index],
+                Mode::Count(_) => unreachable!("checked above"),
+            };
+            if !self.allocate_device(s, claim, request, sub, d, true)? {
+                return Ok(false);
+            }
+            let done = self.allocate_one(s, claim, request, sub, device_index + 1, allocating_sub);
+            if !matches!(done, Ok(true)) {
+                self.deallocate(s, claim, request, sub, d);
+            }
+            return done;
+        }
+        for position in 0..s.node_devices.len() {
+            let d = s.node_devices[position];
+            if self.pool_incomplete(d) {
+                // Devices of a pool being updated are not allocated (but other pools may serve).
+                continue;
+            }
+            {
+                let data = &s.requests[claim][request][sub];
+                if self.in_use(s, claim, data, d).is_some() {
+                    continue;
+                }
+            }
+            let claim_name = s.claims[claim].name;
+            let selected = {
+                let data = &s.requests[claim][request][sub];
+                self.selector_verdict(claim_name, data, d)
+                    .map_err(Stop::Error)?
+                    .is_none()
+            };
+            if !selected {
+                continue;
+            }
+            if !self.allocate_device(s, claim, request, sub, d, false)? {
+                continue;
+            }
+            match self.allocate_one(s, claim, request, sub, device_index + 1, allocating_sub) {
+                Ok(true) => return Ok(true),
+                Ok(false) => self.deallocate(s, claim, request, sub, d),
+                Err(e) => {
+                    self.deallocate(s, claim, request, sub, d);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// allocator.go `allocateDevice`: availability, taints and constraints of one candidate;
+    /// on success the device is recorded as being allocated.
+    fn allocate_device(
+        &mut self,
+        s: &mut Search<'_>,
+        claim: usize,
+        request: usize,
+        sub: usize,
+        d: usize,
+        must: bool,
+    ) -> Result<bool, Stop> {
+        let data = &s.requests[claim][request][sub];
+        if self.in_use(s, claim, data, d).is_some() || self.untolerated(data, d).is_some() {
+            return Ok(false);
+        }
+        let device = &self.fleet.devices[d];
+        let (base, own_sub) = (data.base, data.sub);
+        let constraints = &mut s.constraints[claim];
+        for i in 0..constraints.len() {
+            if !add_to_constraint(&mut constraints[i], base, own_sub, device) {
+                if must {
+                    return Err(Stop::Error(AllocError::ConstraintAll {
+                        claim: s.claims[claim].name.to_owned(),
+                        request: data.own_name().to_owned(),
+                        device: device.id(),
+                    }));
+                }
+                for c in constraints.iter_mut().take(i) {
+                    remove_from_constraint(c, base, own_sub);
+                }
+                return Ok(false);
+            }
+        }
+        let name = data.name();
+        if !self.shareable(d) {
+            s.allocating.entry(d).or_default().push(claim);
+        }
+        s.result[claim].push((name, d));
+        Ok(true)
+    }
+
+    fn deallocate(&self, s: &mut Search<'_>, claim: usize, request: usize, sub: usize, d: usize) {
+        let data = &s.requests[claim][request][sub];
+        for c in s.constraints[claim].iter_mut() {
+            remove_from_constraint(c, data.base, data.sub);
+        }
+        if let Some(claims) = s.allocating.get_mut(&d)
+            && let Some(pos) = claims.iter().rposition(|&c| c == claim)
+        {
+            claims.remove(pos);
+        }
+        s.result[claim].pop();
+    }
+}
+
+struct Spec<'s> {
+    class: &'s str,
+    selectors: &'s [k8s_openapi::api::resource::v1::DeviceSelector],
+    mode: Option<&'s str>,
+    count: Option<i64>,
+    tolerations: &'s [DeviceToleration],
+    admin_access: bool,
+    capacity: bool,
+}
+
+fn unsupported(claim: &Claim<'_>, request: &str, problem: &str) -> AllocError {
+    AllocError::Unsupported {
+        claim: claim.name.to_owned(),
+        request: request.to_owned(),
+        problem: problem.to_owned(),
+    }
+}
+
+fn prepare_constraints<'s>(
+    claim: &Claim<'s>,
+    constraints: &'s [DeviceConstraint],
+) -> Result<Vec<Constraint<'s>>, AllocError> {
+    let mut out = Vec::new();
+    for constraint in constraints {
+        let requests = constraint.requests.as_deref().unwrap_or_default();
+        if constraint.distinct_attribute.is_some() {
+            return Err(unsupported(
+                claim,
+                &requests.join(","),
+                "distinctAttribute constraints are not modelled by this evaluator",
+            ));
+        }
+        let Some(attribute) = constraint.match_attribute.as_deref() else {
+            return Err(unsupported(
+                claim,
+                &requests.join(","),
+                "a constraint without matchAttribute",
+            ));
+        };
+        out.push(Constraint {
+            requests,
+            attribute,
+            value: None,
+            count: 0,
+        });
+    }
+    Ok(out)
+}
+
+/// allocator.go `lookupAttribute`: the fully qualified name, or, in the driver's own domain,
+/// the unqualified name.
+pub fn lookup_attribute<'d>(
+    device: &'d dyn DeviceView,
+    qualified: &str,
+) -> Option<AttributeValue<'d>> {
+    let (domain, id) = qualified.split_once('/')?;
+    if let Some((_, value)) = device.attributes().find(|(name, _)| *name == qualified) {
+        return Some(value);
+    }
+    if domain != device.driver() {
+        return None;
+    }
+    device
+        .attributes()
+        .find(|(name, _)| *name == id && split_qualified(name, device.driver()).0 == domain)
+        .map(|(_, value)| value)
+}
+
+fn owned(value: AttributeValue<'_>) -> OwnedAttribute {
+    match value {
+        AttributeValue::Bool(b) => OwnedAttribute::Bool(b),
+        AttributeValue::Int(i) => OwnedAttribute::Int(i),
+        AttributeValue::String(s) => OwnedAttribute::String(s.to_owned()),
+        AttributeValue::Version(v) => OwnedAttribute::Version(v.to_owned()),
+    }
+}
+
+fn add_to_constraint<D: DeviceView>(
+    c: &mut Constraint<'_>,
+    base: &str,
+    sub: Option<&str>,
+    device: &D,
+) -> bool {
+    if !c.applies(base, sub) {
+        return true;
+    }
+    let Some(value) = lookup_attribute(device, c.attribute) else {
+        return false;
+    };
+    if c.count == 0 {
+        c.value = Some(owned(value));
+        c.count = 1;
+        return true;
+    }
+    // Same type and value; versions compare as strings (semver's minimal form makes that exact).
+    if c.value.as_ref() != Some(&owned(value)) {
+        return false;
+    }
+    c.count += 1;
+    true
+}
+
+fn remove_from_constraint(c: &mut Constraint<'_>, base: &str, sub: Option<&str>) {
+    if c.applies(base, sub) {
+        c.count -= 1;
+    }
+}
+
+/// k8s.io/dynamic-resource-allocation `resourceclaim.ToleratesTaint`.
+pub fn tolerates(toleration: &DeviceToleration, taint: &DeviceTaint) -> bool {
+    if toleration
+        .effect
+        .as_deref()
+        .is_some_and(|e| !e.is_empty() && e != taint.effect)
+    {
+        return false;
+    }
+    if toleration
+        .key
+        .as_deref()
+        .is_some_and(|k| !k.is_empty() && k != taint.key)
+    {
+        return false;
+    }
+    match toleration.operator.as_deref().unwrap_or("Equal") {
+        "Exists" => true,
+        "Equal" | "" => {
+            toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::explain::{DeviceRecord, OwnedPlacement};
+    use serde_json::json;
+
+    const MEDIA: &str = "media.liken.sh";
+    const LIKEN: &str = "liken.sh";
+    const PCI: &str = "resource.kubernetes.io/pciBusID";
+
+    fn media(node: &str, name: &str, pci: &str, scale10: bool) -> DeviceRecord {
+        DeviceRecord {
+            driver: MEDIA.into(),
+            pool: node.into(),
+            name: name.into(),
+            attributes: vec![
+                ("decodeHEVCMain10".into(), OwnedAttribute::Bool(true)),
+                ("scale10bit".into(), OwnedAttribute::Bool(scale10)),
+                (PCI.into(), OwnedAttribute::String(pci.into())),
+            ],
+            allow_multiple_allocations: Some(true),
+            placement: OwnedPlacement::Node(node.into()),
+            ..Default::default()
+        }
+    }
+
+    fn render(node: &str, name: &str, pci: &str) -> DeviceRecord {
+        DeviceRecord {
+            driver: LIKEN.into(),
+            pool: node.into(),
+            name: name.into(),
+            attributes: vec![
+                (
+                    "renderNode".into(),
+                    OwnedAttribute::String(format!("/dev/dri/{name}")),
+                ),
+                (PCI.into(), OwnedAttribute::String(pci.into())),
+            ],
+            allow_multiple_allocations: Some(true),
+            placement: OwnedPlacement::Node(node.into()),
+            ..Default::default()
+        }
+    }
+
+    fn classes() -> HashMap<String, DeviceClassSpec> {
+        let class = |expr: &str| {
+            serde_json::from_value(json!({"selectors": [{"cel": {"expression": expr}}]})).unwrap()
+        };
+        HashMap::from([
+            (
+                "decode-10bit".to_owned(),
+                class(
+                    r#"device.driver == "media.liken.sh" && device.attributes["media.liken.sh"].decodeHEVCMain10 && device.attributes["media.liken.sh"].scale10bit"#,
+                ),
+            ),
+            (
+                "gpu-render".to_owned(),
+                class(
+                    r#"device.driver == "liken.sh" && has(device.attributes["liken.sh"].renderNode)"#,
+                ),
+            ),
+            (
+                "media-gpu".to_owned(),
+                class(r#"device.driver == "media.liken.sh""#),
+            ),
+            (
+                "typo".to_owned(),
+                class(
+                    r#"device.driver == "media.liken.sh" && device.attributes["media.liken.sh"].decodeAV2"#,
+                ),
+            ),
+        ])
+    }
+
+    fn claim(spec: serde_json::Value) -> ResourceClaimSpec {
+        serde_json::from_value(json!({ "devices": spec })).unwrap()
+    }
+
+    fn product_claim() -> ResourceClaimSpec {
+        claim(json!({
+            "requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": "gpu-render"}},
+                {"name": "decodes", "exactly": {"deviceClassName": "decode-10bit"}},
+            ],
+            "constraints": [{"requests": ["gpu", "decodes"], "matchAttribute": PCI}],
+        }))
+    }
+
+    fn node(name: &str) -> NodeInfo {
+        NodeInfo {
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    struct World {
+        devices: Vec<DeviceRecord>,
+        taken: HashMap<DeviceId, Vec<String>>,
+        incomplete: HashSet<(String, String)>,
+        classes: HashMap<String, DeviceClassSpec>,
+    }
+
+    impl World {
+        fn new(devices: Vec<DeviceRecord>) -> World {
+            World {
+                devices,
+                taken: HashMap::new(),
+                incomplete: HashSet::new(),
+                classes: classes(),
+            }
+        }
+        fn run(
+            &self,
+            features: Features,
+            node_name: &str,
+            specs: &[ResourceClaimSpec],
+        ) -> Result<NodeVerdict, AllocError> {
+            let fleet = Fleet {
+                devices: &self.devices,
+                taken: &self.taken,
+                incomplete_pools: &self.incomplete,
+            };
+            let mut allocator = Allocator::new(fleet, &self.classes, features);
+            let names: Vec<String> = (0..specs.len()).map(|i| format!("ns/claim-{i}")).collect();
+            let claims: Vec<Claim> = specs
+                .iter()
+                .zip(&names)
+                .map(|(spec, name)| Claim { name, spec })
+                .collect();
+            allocator.allocate(&node(node_name), &claims)
+        }
+        fn devices_of(&self, specs: &[ResourceClaimSpec]) -> Vec<Vec<(String, String)>> {
+            match self.run(Features::default(), "n1", specs).unwrap() {
+                NodeVerdict::Allocated(claims) => claims
+                    .into_iter()
+                    .map(|c| {
+                        c.into_iter()
+                            .map(|r| (r.request, r.device.device))
+                            .collect()
+                    })
+                    .collect(),
+                NodeVerdict::CannotAllocate => panic!("expected an allocation"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_constraint_keeps_both_devices_on_one_gpu() {
+        let world = World::new(vec![
+            render("n1", "card0", "0000:00:02.0"),
+            render("n1", "card1", "0000:03:00.0"),
+            media("n1", "gpu-a", "0000:00:02.0", false),
+            media("n1", "gpu-b", "0000:03:00.0", true),
+        ]);
+        // card0 is tried first; gpu-a fails the class and gpu-b the constraint with card0, so
+        // the search backtracks to card1.
+        assert_eq!(
+            world.devices_of(&[product_claim()]),
+            vec![vec![
+                ("gpu".into(), "card1".into()),
+                ("decodes".into(), "gpu-b".into())
+            ]]
+        );
+    }
+
+    #[test]
+    fn requests_satisfiable_apart_but_never_on_one_gpu() {
+        let world = World::new(vec![
+            render("n1", "card0", "0000:00:02.0"),
+            media("n1", "gpu-b", "0000:03:00.0", true),
+        ]);
+        assert_eq!(
+            world.run(Features::default(), "n1", &[product_claim()]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
+        // A device without the attribute is never chosen.
+        let mut no_pci = media("n1", "gpu-c", "", true);
+        no_pci.attributes.retain(|(n, _)| n != PCI);
+        let world = World::new(vec![render("n1", "card0", "0000:00:02.0"), no_pci]);
+        assert_eq!(
+            world.run(Features::default(), "n1", &[product_claim()]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
+    }
+
+    #[test]
+    fn explain_blames_the_constraint_when_it_is_what_blocks() {
+        let world = World::new(vec![
+            render("n1", "card0", "0000:00:02.0"),
+            media("n1", "gpu-b", "0000:03:00.0", true),
+        ]);
+        let fleet = Fleet {
+            devices: &world.devices,
+            taken: &world.taken,
+            incomplete_pools: &world.incomplete,
+        };
+        let mut allocator = Allocator::new(fleet, &world.classes, Features::default());
+        let spec = product_claim();
+        let report = allocator
+            .explain(
+                &node("n1"),
+                &[Claim {
+                    name: "ns/x",
+                    spec: &spec,
+                }],
+            )
+            .unwrap();
+        assert_eq!(report.verdict, NodeVerdict::CannotAllocate);
+        assert!(report.constraints_block);
+        let available = |r: &RequestReport| {
+            r.devices
+                .iter()
+                .filter(|(_, s)| *s == DeviceStatus::Available)
+                .count()
+        };
+        assert_eq!(
+            report
+                .requests
+                .iter()
+                .map(|r| (r.request.as_str(), available(r)))
+                .collect::<Vec<_>>(),
+            [("gpu", 1), ("decodes", 1)]
+        );
+        // No qualifying GPU at all: not the constraint's fault.
+        let world = World::new(vec![
+            render("n1", "card0", "a"),
+            media("n1", "gpu-a", "a", false),
+        ]);
+        let fleet = Fleet {
+            devices: &world.devices,
+            taken: &world.taken,
+            incomplete_pools: &world.incomplete,
+        };
+        let mut allocator = Allocator::new(fleet, &world.classes, Features::default());
+        let report = allocator
+            .explain(
+                &node("n1"),
+                &[Claim {
+                    name: "ns/x",
+                    spec: &spec,
+                }],
+            )
+            .unwrap();
+        assert!(!report.constraints_block);
+    }
+
+    #[test]
+    fn other_nodes_devices_are_not_candidates() {
+        let world = World::new(vec![
+            render("n2", "card0", "0000:00:02.0"),
+            media("n2", "gpu-a", "0000:00:02.0", true),
+        ]);
+        assert_eq!(
+            world.run(Features::default(), "n1", &[product_claim()]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
+        assert!(matches!(
+            world.run(Features::default(), "n2", &[product_claim()]),
+            Ok(NodeVerdict::Allocated(_))
+        ));
+    }
+
+    #[test]
+    fn a_runtime_error_aborts_the_attempt_in_the_schedulers_words() {
+        let world = World::new(vec![media("n1", "gpu-a", "0000:00:02.0", true)]);
+        let spec = claim(
+            json!({"requests": [{"name": "decodes", "exactly": {"deviceClassName": "typo"}}]}),
+        );
+        let error = world.run(Features::default(), "n1", &[spec]).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "class typo: selector #0 on device media.liken.sh/n1/gpu-a: CEL runtime error: no such key: decodeAV2"
+        );
+        let spec = claim(
+            json!({"requests": [{"name": "decodes", "exactly": {"deviceClassName": "media-gpu",
+            "selectors": [{"cel": {"expression": "device.attributes[\"media.liken.sh\"].nope"}}]}}]}),
+        );
+        assert_eq!(
+            world
+                .run(Features::default(), "n1", &[spec])
+                .unwrap_err()
+                .to_string(),
+            "claim ns/claim-0: selector #0 on device media.liken.sh/n1/gpu-a: CEL runtime error: no such key: nope"
+        );
+    }
+
+    #[test]
+    fn a_false_class_selector_stops_before_the_request_selectors() {
+        // gpu-a fails the class (scale10bit false): the request's erroring selector is never run.
+        let world = World::new(vec![media("n1", "gpu-a", "0000:00:02.0", false)]);
+        let spec = claim(
+            json!({"requests": [{"name": "decodes", "exactly": {"deviceClassName": "decode-10bit",
+            "selectors": [{"cel": {"expression": "device.attributes[\"media.liken.sh\"].nope"}}]}}]}),
+        );
+        assert_eq!(
+            world.run(Features::default(), "n1", &[spec]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
+    }
+
+    #[test]
+    fn taken_devices_are_skipped_before_their_selectors_run() {
+        let mut world = World::new(vec![
+            media("n1", "gpu-a", "0000:00:02.0", true),
+            media("n1", "gpu-b", "0000:03:00.0", true),
+        ]);
+        world.devices[0]
+            .attributes
+            .retain(|(n, _)| n != "scale10bit");
+        world
+            .taken
+            .insert(world.devices[0].id(), vec!["other/claim".into()]);
+        let spec = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "decode-10bit"}}]}),
+        );
+        assert_eq!(
+            world.devices_of(&[spec]),
+            vec![vec![("d".into(), "gpu-b".into())]]
+        );
+    }
+
+    #[test]
+    fn exclusive_and_shareable_devices() {
+        let one = |shareable: Option<bool>| {
+            let mut d = media("n1", "gpu-a", "0000:00:02.0", true);
+            d.allow_multiple_allocations = shareable;
+            World::new(vec![d])
+        };
+        let spec = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu"}}]}),
+        );
+        let two_claims = [spec.clone(), spec.clone()];
+        // Shareable: both claims get it.
+        assert!(matches!(
+            one(Some(true)).run(Features::default(), "n1", &two_claims),
+            Ok(NodeVerdict::Allocated(_))
+        ));
+        // Exclusive (field absent, e.g. dropped by a 1.35 API server): one claim at a time.
+        assert_eq!(
+            one(None).run(Features::default(), "n1", &two_claims),
+            Ok(NodeVerdict::CannotAllocate)
+        );
+        // The field is ignored while DRAConsumableCapacity is off.
+        assert_eq!(
+            one(Some(true)).run(Features::for_minor(35), "n1", &two_claims),
+            Ok(NodeVerdict::CannotAllocate)
+        );
+        // A shareable device that another claim holds exclusively is taken.
+        let mut world = one(Some(true));
+        world
+            .taken
+            .insert(world.devices[0].id(), vec!["other/claim".into()]);
+        assert_eq!(
+            world.run(Features::default(), "n1", &[spec]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
+        // Upstream allocates a shareable device more than once within one request, too.
+        let count2 = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu", "count": 2}}]}),
+        );
+        assert!(matches!(
+            one(Some(true)).run(Features::default(), "n1", std::slice::from_ref(&count2)),
+            Ok(NodeVerdict::Allocated(_))
+        ));
+        assert_eq!(
+            one(Some(false)).run(Features::default(), "n1", &[count2]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
+    }
+
+    #[test]
+    fn allocation_mode_all() {
+        let mut world = World::new(vec![
+            media("n1", "gpu-a", "a", true),
+            media("n1", "gpu-b", "b", true),
+            media("n1", "gpu-c", "c", false),
+        ]);
+        for d in &mut world.devices {
+            d.allow_multiple_allocations = None;
+        }
+        let all = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "decode-10bit", "allocationMode": "All"}}]}),
+        );
+        assert_eq!(
+            world.devices_of(std::slice::from_ref(&all)),
+            vec![vec![
+                ("d".into(), "gpu-a".into()),
+                ("d".into(), "gpu-b".into())
+            ]]
+        );
+        // One matching device taken: All fails.
+        world
+            .taken
+            .insert(world.devices[1].id(), vec!["other/claim".into()]);
+        assert_eq!(
+            world.run(Features::default(), "n1", std::slice::from_ref(&all)),
+            Ok(NodeVerdict::CannotAllocate)
+        );
+        world.taken.clear();
+        // A pool being updated: an error, not a "no".
+        world.incomplete.insert((MEDIA.into(), "n1".into()));
+        assert!(matches!(
+            world.run(Features::default(), "n1", std::slice::from_ref(&all)),
+            Err(AllocError::PoolIncomplete { .. })
+        ));
+        // ExactCount just skips that pool's devices.
+        let one = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "decode-10bit"}}]}),
+        );
+        assert_eq!(
+            world.run(Features::default(), "n1", &[one]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
+        world.incomplete.clear();
+        // A constraint that the set breaks: an error.
+        let constrained = claim(json!({
+            "requests": [{"name": "d", "exactly": {"deviceClassName": "decode-10bit", "allocationMode": "All"}}],
+            "constraints": [{"matchAttribute": PCI}],
+        }));
+        assert!(matches!(
+            world.run(Features::default(), "n1", &[constrained]),
+            Err(AllocError::ConstraintAll { .. })
+        ));
+        // No matching device at all: cannot allocate.
+        let none = World::new(vec![media("n1", "gpu-c", "c", false)]);
+        assert_eq!(
+            none.run(Features::default(), "n1", &[all]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
+    }
+
+    #[test]
+    fn first_available_tries_sub_requests_in_order() {
+        let world = World::new(vec![media("n1", "gpu-a", "a", false)]);
+        let spec = claim(json!({"requests": [{"name": "d", "firstAvailable": [
+            {"name": "ten-bit", "deviceClassName": "decode-10bit"},
+            {"name": "any", "deviceClassName": "media-gpu"},
+        ]}]}));
+        assert_eq!(
+            world.devices_of(&[spec]),
+            vec![vec![("d/any".into(), "gpu-a".into())]]
+        );
+    }
+
+    #[test]
+    fn untolerated_taints_block() {
+        let taint: DeviceTaint = serde_json::from_value(
+            json!({"key": "broken", "value": "yes", "effect": "NoSchedule"}),
+        )
+        .unwrap();
+        let mut world = World::new(vec![media("n1", "gpu-a", "a", true)]);
+        world.devices[0].taints = vec![taint];
+        let plain = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu"}}]}),
+        );
+        assert_eq!(
+            world.run(Features::default(), "n1", std::slice::from_ref(&plain)),
+            Ok(NodeVerdict::CannotAllocate)
+        );
+        // Off before 1.36.
+        assert!(matches!(
+            world.run(Features::for_minor(35), "n1", &[plain]),
+            Ok(NodeVerdict::Allocated(_))
+        ));
+        for toleration in [
+            json!({"key": "broken", "operator": "Exists"}),
+            json!({"key": "broken", "value": "yes"}),
+            json!({"operator": "Exists", "effect": "NoSchedule"}),
+        ] {
+            let spec = claim(
+                json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu", "tolerations": [toleration]}}]}),
+            );
+            assert!(matches!(
+                world.run(Features::default(), "n1", &[spec]),
+                Ok(NodeVerdict::Allocated(_))
+            ));
+        }
+        let wrong = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu", "tolerations": [{"key": "broken", "value": "no"}]}}]}),
+        );
+        assert_eq!(
+            world.run(Features::default(), "n1", &[wrong]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
+    }
+
+    #[test]
+    fn an_attribute_cel_cannot_take_is_a_runtime_error() {
+        let mut world = World::new(vec![media("n1", "gpu-a", "a", true)]);
+        world.devices[0]
+            .attributes
+            .push(("firmware".into(), OwnedAttribute::Version("one".into())));
+        let spec = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu"}}]}),
+        );
+        let error = world
+            .run(Features::default(), "n1", &[spec])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("class media-gpu: selector #0 on device media.liken.sh/n1/gpu-a: CEL runtime error: attribute firmware: parse semantic version: "),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_missing_class_is_named() {
+        let world = World::new(vec![]);
+        let spec =
+            claim(json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "nope"}}]}));
+        assert_eq!(
+            world
+                .run(Features::default(), "n1", &[spec])
+                .unwrap_err()
+                .to_string(),
+            "request d: device class nope does not exist"
+        );
+    }
+
+    #[test]
+    fn at_most_32_devices_per_claim() {
+        let devices = (0..40)
+            .map(|i| {
+                let mut d = media("n1", &format!("gpu-{i}"), "a", true);
+                d.allow_multiple_allocations = None;
+                d
+            })
+            .collect();
+        let world = World::new(devices);
+        let spec = |n: i64| {
+            claim(
+                json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu", "count": n}}]}),
+            )
+        };
+        assert!(matches!(
+            world.run(Features::default(), "n1", &[spec(32)]),
+            Ok(NodeVerdict::Allocated(_))
+        ));
+        assert_eq!(
+            world.run(Features::default(), "n1", &[spec(33)]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
+    }
+
+    #[test]
+    fn survey_says_why_each_device_does_not_serve() {
+        let mut world = World::new(vec![
+            media("n1", "gpu-a", "a", false),
+            media("n1", "gpu-b", "b", true),
+            media("n1", "gpu-c", "c", true),
+        ]);
+        world.devices[2].allow_multiple_allocations = None;
+        world
+            .taken
+            .insert(world.devices[2].id(), vec!["ns/holder".into()]);
+        let spec = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "decode-10bit"}}]}),
+        );
+        let fleet = Fleet {
+            devices: &world.devices,
+            taken: &world.taken,
+            incomplete_pools: &world.incomplete,
+        };
+        let mut allocator = Allocator::new(fleet, &world.classes, Features::default());
+        let request = &spec.devices.as_ref().unwrap().requests.as_ref().unwrap()[0];
+        let survey = allocator
+            .survey(
+                &node("n1"),
+                Claim {
+                    name: "ns/x",
+                    spec: &spec,
+                },
+                request,
+                None,
+            )
+            .unwrap();
+        let finding = allocator.diagnose(
+            world.classes["decode-10bit"].selectors.as_ref().unwrap()[0]
+                .cel
+                .as_ref()
+                .unwrap()
+                .expression
+                .as_str(),
+            survey[0].0,
+        );
+        let crate::explain::diagnose::Finding::False { clause } = finding else {
+            panic!("{finding:?}")
+        };
+        assert_eq!(clause.reads[0].to_string(), "scale10bit is false");
+        assert_eq!(
+            survey.into_iter().map(|(_, s)| s).collect::<Vec<_>>(),
+            vec![
+                DeviceStatus::NotSelected {
+                    class: Some("decode-10bit".into()),
+                    index: 0
+                },
+                DeviceStatus::Available,
+                DeviceStatus::Taken {
+                    claims: vec!["ns/holder".into()]
+                },
+            ]
+        );
+    }
+}

@@ -1,0 +1,1517 @@
+//! Device selectors evaluated with Kubernetes semantics (k8s.io/dynamic-resource-allocation
+//! `cel/compile.go`, k8s.io/apiserver `pkg/cel/library`): one variable, `device`, with
+//! `driver`, `attributes[domain][name]`, `capacity[domain][name]` and
+//! `allowMultipleAllocations`; an unknown domain is an empty map, an unknown name inside a domain
+//! is the runtime error `no such key: <name>`.
+//!
+//! The crate: `cel` 0.15 (cel-rust), the maintained Rust CEL interpreter. It has the optional
+//! syntax (`.?x`, `orValue`), the strings and lists extensions, error-absorbing `&&`/`||`, custom
+//! value types and macros. `kube-cel` 0.8 would bring Kubernetes' libraries but pins `cel` 0.13
+//! (an older value model) and refuses `cel.bind`, so we use `cel` 0.15 and add here what
+//! Kubernetes has and it lacks: the `cel.bind` macro, the semver library (`semver()`,
+//! `isGreaterThan`, `compareTo`, ...; version attributes are semver values), the Quantity library
+//! (capacities are quantities), Kubernetes' list functions (`isSorted`, `sum`, `min`, `max`,
+//! `indexOf`, `lastIndexOf`) and sets (`sets.contains`, `sets.intersects`, `sets.equivalent`),
+//! and the default-empty domain maps. No timestamps or durations
+//! (the crate's `chrono` feature is off: device attributes have neither type).
+//!
+//! What the crate cannot evaluate (a function it lacks, such as the sets or IP libraries, or
+//! syntax it cannot parse) is reported as [`Outcome::CannotEvaluate`] with the reason; it is never
+//! guessed as true or false. Each selector is compiled once ([`Selector::compile`]) and evaluated
+//! per device against a [`DeviceValue`] built once per device.
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use cel::common::ast::{ComprehensionExpr, Expr, IdedExpr, ListExpr, LiteralValue};
+use cel::common::traits::{self, Container, Indexer, Iterable, Sizer};
+use cel::common::types::{
+    CelBool, CelDouble, CelInt, CelString, INT_TYPE, MAP_TYPE, STRING_TYPE, Type,
+};
+use cel::common::value::{CowVal, StaticVal, Val};
+use cel::parser::{Macro, MacroExprHelper, ParseError};
+use cel::{Context, Env, ExecutionError, Program};
+
+use super::{AttributeValue, DeviceView, split_qualified};
+
+/// The result of evaluating one selector on one device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The selector evaluated to this boolean.
+    Match(bool),
+    /// A runtime error, in cel-go's words (`no such key: decodeAV2`): the scheduler aborts the
+    /// whole scheduling attempt on it.
+    RuntimeError(String),
+    /// This evaluator cannot decide; the reason says why.
+    CannotEvaluate(String),
+}
+
+/// A compiled device selector.
+#[derive(Debug)]
+pub struct Selector {
+    expression: String,
+    program: Result<Program, String>,
+}
+
+impl Selector {
+    /// Compiles `expression` once; a failure is kept and reported per evaluation as
+    /// [`Outcome::CannotEvaluate`] (the API server validated stored expressions with cel-go, so a
+    /// failure here is more likely this evaluator's gap than the user's error).
+    pub fn compile(expression: &str) -> Selector {
+        let program = environment()
+            .compile(expression)
+            .map_err(|e| {
+                format!(
+                    "the expression does not parse here: {}",
+                    one_line(&e.to_string())
+                )
+            })
+            .and_then(|program| {
+                check_device_fields(program.expression())?;
+                Ok(program)
+            });
+        Selector {
+            expression: expression.to_owned(),
+            program,
+        }
+    }
+
+    /// The expression as written.
+    pub fn expression(&self) -> &str {
+        &self.expression
+    }
+
+    /// The program, when it compiled (the diagnosis walks its expression tree).
+    pub fn program(&self) -> Option<&Program> {
+        self.program.as_ref().ok()
+    }
+
+    /// Evaluates the selector on one device.
+    pub fn evaluate(&self, device: &DeviceValue<'_>) -> Outcome {
+        let program = match &self.program {
+            Ok(program) => program,
+            Err(reason) => return Outcome::CannotEvaluate(reason.clone()),
+        };
+        let context = device.context();
+        match program.execute(&context) {
+            Ok(cel::Value::Bool(b)) => Outcome::Match(b),
+            Ok(other) => Outcome::RuntimeError(format!(
+                "CEL result of type {} could not be converted to bool: type conversion error from '{}' to 'bool'",
+                other.type_of(),
+                other.type_of()
+            )),
+            Err(e) => runtime_outcome(e),
+        }
+    }
+}
+
+/// Evaluates `expr` (a sub-expression of a compiled selector) on `device`: the diagnosis uses
+/// it for the clauses of a `&&` chain.
+pub fn evaluate_expr(expr: &IdedExpr, device: &DeviceValue<'_>) -> Result<cel::Value, Outcome> {
+    let context = device.context();
+    cel::Value::resolve(expr, &context).map_err(runtime_outcome)
+}
+
+/// The `device` variable of one device, shared by every selector evaluated on it. It reads the
+/// device in place: an attribute becomes a CEL value only when an expression reads it, so
+/// building one costs nothing per attribute (a fleet has 40,000 GPUs of 25 attributes each,
+/// and a selector reads two or three).
+#[derive(Clone)]
+pub struct DeviceValue<'a> {
+    driver: CelString<'a>,
+    attributes: Domains<'a>,
+    capacity: Domains<'a>,
+    allow_multiple_allocations: CelBool,
+}
+
+impl fmt::Debug for DeviceValue<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DeviceValue({})", self.attributes.device.id())
+    }
+}
+
+impl<'a> DeviceValue<'a> {
+    /// The CEL view of `device` (dra cel/compile.go `DeviceMatches`). Like the scheduler, which
+    /// converts every attribute before evaluating, a version or quantity that does not parse
+    /// fails every selector on the device, whether it reads it or not.
+    pub fn new(device: &'a dyn DeviceView) -> Result<DeviceValue<'a>, String> {
+        for (name, value) in device.attributes() {
+            if let AttributeValue::Version(v) = value {
+                Semver::parse(v)
+                    .map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?;
+            }
+        }
+        for (name, quantity) in device.capacities() {
+            Quantity::parse(quantity).map_err(|e| format!("capacity {name}: {e}"))?;
+        }
+        let domains = |capacity| Domains {
+            device,
+            capacity,
+            keys: OnceLock::new(),
+        };
+        Ok(DeviceValue {
+            driver: CelString::from(device.driver()),
+            attributes: domains(false),
+            capacity: domains(true),
+            allow_multiple_allocations: CelBool::from(
+                device.allow_multiple_allocations().unwrap_or(false),
+            ),
+        })
+    }
+
+    fn context(&self) -> Context<'_, '_> {
+        let mut context = Context::with_env(Arc::clone(environment_arc()));
+        context.add_variable_as_val("device", Box::new(DeviceRef(self)));
+        context
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The environment
+
+fn environment_arc() -> &'static Arc<Env> {
+    static ENV: OnceLock<Arc<Env>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        Arc::new(build_environment().expect("the CEL environment's declarations are consistent"))
+    })
+}
+
+fn environment() -> &'static Env {
+    environment_arc()
+}
+
+fn build_environment() -> Result<Env, cel::DeclarationError> {
+    let mut env = Env::stdlib();
+    env.add_extension(cel::extensions::strings)?;
+    env.add_extension(cel::extensions::lists)?;
+    env.add_macro(Macro::receiver("bind", 3, bind_macro))?;
+    semver_library(&mut env)?;
+    quantity_library(&mut env)?;
+    kubernetes_lists_library(&mut env)?;
+    sets_library(&mut env)?;
+    Ok(env)
+}
+
+/// `cel.bind(name, init, result)` (cel-go `ext.Bindings`): `result` with `name` bound to `init`,
+/// expanded as cel-go does, into a comprehension over an empty list whose accumulator is `name`.
+fn bind_macro(
+    helper: &mut MacroExprHelper<'_>,
+    target: &mut Option<IdedExpr>,
+    args: &mut Vec<IdedExpr>,
+) -> Result<Option<IdedExpr>, ParseError> {
+    // Only `cel.bind`; any other `x.bind(a, b, c)` stays a call.
+    if !matches!(target.as_ref().map(|t| &t.expr), Some(Expr::Ident(name)) if name == "cel") {
+        return Ok(None);
+    }
+    let result = args.pop().expect("three arguments");
+    let init = args.pop().expect("three arguments");
+    let name = args.pop().expect("three arguments");
+    let Expr::Ident(var) = &name.expr else {
+        return Err(helper.new_error(
+            name.id,
+            "cel.bind() variable name must be a simple identifier",
+        ));
+    };
+    let var = var.clone();
+    let bind = ComprehensionExpr {
+        iter_range: helper.next_expr(Expr::List(ListExpr::new(Vec::new()))),
+        iter_var: "#unused".to_owned(),
+        iter_var2: None,
+        accu_var: var.clone(),
+        accu_init: init,
+        loop_cond: helper.next_expr(Expr::Literal(LiteralValue::Boolean(false.into()))),
+        loop_step: helper.next_expr(Expr::Ident(var)),
+        result,
+    };
+    Ok(Some(helper.next_expr(Expr::Comprehension(Box::new(bind)))))
+}
+
+/// The fields cel-go's checker knows on `device` (the `kubernetes.DRADevice` object type): any
+/// other is a compile error there, so it is not evaluated here either.
+fn check_device_fields(expr: &IdedExpr) -> Result<(), String> {
+    const FIELDS: [&str; 4] = [
+        "driver",
+        "attributes",
+        "capacity",
+        "allowMultipleAllocations",
+    ];
+    let mut problem = None;
+    visit(expr, &mut |e| {
+        if let Expr::Select(select) = &e.expr
+            && matches!(&select.operand.expr, Expr::Ident(v) if v == "device")
+            && !FIELDS.contains(&select.field.as_str())
+            && problem.is_none()
+        {
+            problem = Some(format!(
+                "undefined field '{}' on device (valid: {})",
+                select.field,
+                FIELDS.join(", ")
+            ));
+        }
+    });
+    problem.map_or(Ok(()), Err)
+}
+
+/// Calls `f` on `expr` and every sub-expression.
+pub(crate) fn visit(expr: &IdedExpr, f: &mut dyn FnMut(&IdedExpr)) {
+    f(expr);
+    match &expr.expr {
+        Expr::Call(call) => {
+            if let Some(t) = &call.target {
+                visit(t, f);
+            }
+            call.args.iter().for_each(|a| visit(a, f));
+        }
+        Expr::Comprehension(c) => {
+            for e in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
+                visit(e, f);
+            }
+        }
+        Expr::List(list) => list.elements.iter().for_each(|e| visit(e, f)),
+        Expr::Map(map) => {
+            for entry in &map.entries {
+                if let cel::common::ast::EntryExpr::MapEntry(m) = &entry.expr {
+                    visit(&m.key, f);
+                    visit(&m.value, f);
+                }
+            }
+        }
+        Expr::Select(select) => visit(&select.operand, f),
+        _ => {}
+    }
+}
+
+/// cel-go's words for a runtime error, or "cannot evaluate" when the error is this
+/// evaluator's gap (an undeclared function) rather than the expression's.
+fn runtime_outcome(error: ExecutionError) -> Outcome {
+    use ExecutionError as E;
+    let message = match &error {
+        E::NoSuchKey(key) => format!("no such key: {key}"),
+        E::NoSuchOverload(_)
+        | E::ValuesNotComparable(..)
+        | E::UnexpectedType { .. }
+        | E::UnsupportedBinaryOperator(..)
+        | E::UnsupportedTargetType { .. }
+        | E::UnsupportedIndex(..)
+        | E::UnsupportedKeyType(_) => "no such overload".to_owned(),
+        E::DivisionByZero(_) => "division by zero".to_owned(),
+        E::RemainderByZero(_) => "modulus by zero".to_owned(),
+        E::Overflow(..) => "integer overflow".to_owned(),
+        E::IndexOutOfBounds(index) => format!("index out of bounds: {}", value_text(index)),
+        E::FunctionError { message, .. } => message.clone(),
+        E::UndeclaredReference(name) => {
+            return Outcome::CannotEvaluate(format!(
+                "'{name}' is not declared in this evaluator (a Kubernetes CEL library it lacks, or a name cel-go rejects)"
+            ));
+        }
+        other => {
+            return Outcome::CannotEvaluate(format!(
+                "the evaluator failed: {}",
+                one_line(&other.to_string())
+            ));
+        }
+    };
+    Outcome::RuntimeError(message)
+}
+
+fn value_text(value: &cel::Value) -> String {
+    match value {
+        cel::Value::Int(i) => i.to_string(),
+        cel::Value::UInt(u) => u.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The `device` variable
+
+static DEVICE_TYPE: Type = Type::new_unspecified_type("kubernetes.DRADevice");
+
+/// `device`, borrowing the per-device value: binding it to a context copies nothing.
+#[derive(Debug)]
+struct DeviceRef<'a>(&'a DeviceValue<'a>);
+
+impl Val for DeviceRef<'_> {
+    fn get_type(&self) -> &Type {
+        &DEVICE_TYPE
+    }
+    fn cel_type() -> &'static Type {
+        &DEVICE_TYPE
+    }
+    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
+    where
+        Self: 'v,
+    {
+        Box::new(DeviceRef(self.0))
+    }
+    fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
+    where
+        Self: 'v,
+    {
+        Some(self)
+    }
+}
+
+impl Indexer for DeviceRef<'_> {
+    fn get<'b, 'v>(&'b self, field: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        let device = self.0;
+        match field.downcast_ref::<CelString>().map(CelString::inner) {
+            Some("driver") => Ok(CowVal::Borrowed(&device.driver)),
+            Some("attributes") => Ok(CowVal::Borrowed(&device.attributes)),
+            Some("capacity") => Ok(CowVal::Borrowed(&device.capacity)),
+            Some("allowMultipleAllocations") => {
+                Ok(CowVal::Borrowed(&device.allow_multiple_allocations))
+            }
+            Some(other) => Err(ExecutionError::no_such_key(other)),
+            None => Err(ExecutionError::UnexpectedType {
+                got: field.get_type().name().to_owned(),
+                want: "string".to_owned(),
+            }),
+        }
+    }
+
+    fn steal<'v>(self: Box<Self>, field: &dyn Val) -> Result<Box<dyn Val + 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        self.get(field).map(CowVal::into_owned)
+    }
+}
+
+/// `device.attributes` / `device.capacity`: domain → map, where an unknown domain is an empty
+/// map (dra cel/compile.go `newStringInterfaceMapWithDefault`), so
+/// `device.attributes["other.example.com"].x` is `no such key: x`, not `no such key:
+/// other.example.com`, and `has()` on it is false.
+#[derive(Clone)]
+struct Domains<'a> {
+    device: &'a dyn DeviceView,
+    capacity: bool,
+    /// The domains as CEL strings, made only if an expression iterates over them.
+    keys: OnceLock<Vec<CelString<'static>>>,
+}
+
+/// The qualified names of a device's attributes (or capacities).
+fn names<'a>(device: &'a dyn DeviceView, capacity: bool) -> Box<dyn Iterator<Item = &'a str> + 'a> {
+    if capacity {
+        Box::new(device.capacities().map(|(name, _)| name))
+    } else {
+        Box::new(device.attributes().map(|(name, _)| name))
+    }
+}
+
+impl<'a> Domains<'a> {
+    fn domains(&self) -> Vec<&'a str> {
+        let mut domains: Vec<&str> = Vec::new();
+        for name in names(self.device, self.capacity) {
+            let (domain, _) = split_qualified(name, self.device.driver());
+            if !domains.contains(&domain) {
+                domains.push(domain);
+            }
+        }
+        domains
+    }
+}
+
+/// One domain of `device.attributes` or `device.capacity`: looks the name up when read.
+#[derive(Clone)]
+struct Domain<'a> {
+    device: &'a dyn DeviceView,
+    capacity: bool,
+    domain: String,
+    keys: OnceLock<Vec<CelString<'static>>>,
+}
+
+impl<'a> Domain<'a> {
+    fn ids(&self) -> impl Iterator<Item = &'a str> + '_ {
+        let driver = self.device.driver();
+        names(self.device, self.capacity).filter_map(move |name| {
+            let (domain, id) = split_qualified(name, driver);
+            (domain == self.domain).then_some(id)
+        })
+    }
+
+    fn value(&self, id: &str) -> Option<Result<Box<dyn Val + 'a>, ExecutionError>> {
+        let driver = self.device.driver();
+        let matches = |name: &str| split_qualified(name, driver) == (self.domain.as_str(), id);
+        if self.capacity {
+            let (_, quantity) = self.device.capacities().find(|(name, _)| matches(name))?;
+            return Some(
+                Quantity::parse(quantity)
+                    .map(|q| Box::new(q) as Box<dyn Val>)
+                    .map_err(|e| ExecutionError::function_error("capacity", e)),
+            );
+        }
+        let (_, value) = self.device.attributes().find(|(name, _)| matches(name))?;
+        Some(Ok(match value {
+            AttributeValue::Bool(b) => Box::new(CelBool::from(b)),
+            AttributeValue::Int(i) => Box::new(CelInt::from(i)),
+            AttributeValue::String(s) => Box::new(CelString::from(s)),
+            AttributeValue::Version(v) => match Semver::parse(v) {
+                Ok(v) => Box::new(v),
+                Err(e) => return Some(Err(ExecutionError::function_error("semver", e))),
+            },
+        }))
+    }
+}
+
+/// The `Val` plumbing shared by [`Domains`] and [`Domain`]: a map with an indexer, `in`,
+/// iteration over its keys and `size()`.
+macro_rules! map_val {
+    ($t:ident) => {
+        impl fmt::Debug for $t<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({})", stringify!($t), self.device.name())
+            }
+        }
+
+        impl Val for $t<'_> {
+            fn get_type(&self) -> &Type {
+                &MAP_TYPE
+            }
+            fn cel_type() -> &'static Type {
+                &MAP_TYPE
+            }
+            fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
+            where
+                Self: 'v,
+            {
+                Box::new(self.clone())
+            }
+            fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
+            where
+                Self: 'v,
+            {
+                Some(self)
+            }
+            fn as_container(&self) -> Option<&dyn Container> {
+                Some(self)
+            }
+            fn as_iterable<'b, 'v>(&'b self) -> Option<&'b (dyn Iterable + 'v)>
+            where
+                Self: 'v,
+            {
+                Some(self)
+            }
+            fn as_sizer(&self) -> Option<&dyn Sizer> {
+                Some(self)
+            }
+        }
+    };
+}
+
+map_val!(Domains);
+map_val!(Domain);
+
+fn string_key(key: &dyn Val) -> Result<&str, ExecutionError> {
+    key.downcast_ref::<CelString>()
+        .map(CelString::inner)
+        .ok_or_else(|| ExecutionError::UnexpectedType {
+            got: key.get_type().name().to_owned(),
+            want: "string".to_owned(),
+        })
+}
+
+impl Indexer for Domains<'_> {
+    fn get<'b, 'v>(&'b self, key: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        Ok(CowVal::owned(Domain {
+            device: self.device,
+            capacity: self.capacity,
+            domain: string_key(key)?.to_owned(),
+            keys: OnceLock::new(),
+        }))
+    }
+
+    fn steal<'v>(self: Box<Self>, key: &dyn Val) -> Result<Box<dyn Val + 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        self.get(key).map(CowVal::into_owned)
+    }
+}
+
+impl Container for Domains<'_> {
+    fn contains(&self, key: &dyn Val) -> Result<bool, ExecutionError> {
+        Ok(key
+            .downcast_ref::<CelString>()
+            .is_some_and(|k| self.domains().contains(&k.inner())))
+    }
+}
+
+impl Iterable for Domains<'_> {
+    fn iter<'b, 'v>(&'b self) -> Box<dyn traits::Iterator<'b, 'v> + 'b>
+    where
+        Self: 'v,
+    {
+        let keys = self.keys.get_or_init(|| {
+            self.domains()
+                .into_iter()
+                .map(|d| CelString::from(d.to_owned()))
+                .collect()
+        });
+        Box::new(KeyIter(keys.iter()))
+    }
+}
+
+impl Sizer for Domains<'_> {
+    fn size(&self) -> CelInt {
+        CelInt::from(self.domains().len() as i64)
+    }
+}
+
+impl Indexer for Domain<'_> {
+    fn get<'b, 'v>(&'b self, key: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        let id = string_key(key)?;
+        match self.value(id) {
+            Some(value) => value.map(CowVal::Owned),
+            None => Err(ExecutionError::no_such_key(id)),
+        }
+    }
+
+    fn steal<'v>(self: Box<Self>, key: &dyn Val) -> Result<Box<dyn Val + 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        self.get(key).map(CowVal::into_owned)
+    }
+}
+
+impl Container for Domain<'_> {
+    fn contains(&self, key: &dyn Val) -> Result<bool, ExecutionError> {
+        Ok(key
+            .downcast_ref::<CelString>()
+            .is_some_and(|k| self.ids().any(|id| id == k.inner())))
+    }
+}
+
+impl Iterable for Domain<'_> {
+    fn iter<'b, 'v>(&'b self) -> Box<dyn traits::Iterator<'b, 'v> + 'b>
+    where
+        Self: 'v,
+    {
+        let keys = self.keys.get_or_init(|| {
+            self.ids()
+                .map(|id| CelString::from(id.to_owned()))
+                .collect()
+        });
+        Box::new(KeyIter(keys.iter()))
+    }
+}
+
+impl Sizer for Domain<'_> {
+    fn size(&self) -> CelInt {
+        CelInt::from(self.ids().count() as i64)
+    }
+}
+
+struct KeyIter<'b>(std::slice::Iter<'b, CelString<'static>>);
+
+impl<'b, 'v> traits::Iterator<'b, 'v> for KeyIter<'b> {
+    fn next(&mut self) -> Option<&'b (dyn Val + 'v)> {
+        self.0.next().map(|k| k as &dyn Val)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Semver (dra cel/semverlib.go; k8s.io/apiserver pkg/cel/library semver)
+
+static SEMVER_TYPE: Type = Type::new_unspecified_type("kubernetes.Semver");
+
+/// A semantic version: a `version` attribute, or `semver("1.2.3")`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Semver(semver::Version);
+
+impl Semver {
+    fn parse(text: &str) -> Result<Semver, String> {
+        semver::Version::parse(text)
+            .map(Semver)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl Val for Semver {
+    fn get_type(&self) -> &Type {
+        &SEMVER_TYPE
+    }
+    fn cel_type() -> &'static Type {
+        &SEMVER_TYPE
+    }
+    fn equals(&self, other: &dyn Val) -> bool {
+        other
+            .downcast_ref::<Semver>()
+            .is_some_and(|o| self.0 == o.0)
+    }
+    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v> {
+        Box::new(self.clone())
+    }
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+}
+impl StaticVal for Semver {}
+
+fn arg<'a, T: StaticVal>(
+    args: &'a [CowVal<'_, '_>],
+    i: usize,
+    function: &str,
+) -> Result<&'a T, ExecutionError> {
+    args.get(i)
+        .and_then(|a| a.downcast_ref::<T>())
+        .ok_or_else(|| {
+            ExecutionError::no_such_overload(
+                function,
+                args.iter()
+                    .map(|a| a.get_type().name().to_owned())
+                    .collect(),
+            )
+        })
+}
+
+fn string_arg<'a>(
+    args: &'a [CowVal<'_, '_>],
+    i: usize,
+    function: &str,
+) -> Result<&'a str, ExecutionError> {
+    args.get(i)
+        .and_then(|a| a.downcast_ref::<CelString>())
+        .map(CelString::inner)
+        .ok_or_else(|| {
+            ExecutionError::no_such_overload(
+                function,
+                args.iter()
+                    .map(|a| a.get_type().name().to_owned())
+                    .collect(),
+            )
+        })
+}
+
+fn owned<'b, 'v, T: Val + 'v>(value: T) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    Ok(CowVal::owned(value))
+}
+
+fn ordering_int(o: Ordering) -> i64 {
+    match o {
+        Ordering::Less => -1,
+        Ordering::Equal => 0,
+        Ordering::Greater => 1,
+    }
+}
+
+fn semver_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
+    fn to_semver<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        let text = string_arg(&args, 0, "semver")?;
+        match Semver::parse(text) {
+            Ok(v) => owned(v),
+            Err(e) => Err(ExecutionError::function_error("semver", e)),
+        }
+    }
+    fn is_semver<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        owned(CelBool::from(
+            Semver::parse(string_arg(&args, 0, "isSemver")?).is_ok(),
+        ))
+    }
+    fn compare(args: &[CowVal<'_, '_>], f: &str) -> Result<Ordering, ExecutionError> {
+        Ok(arg::<Semver>(args, 0, f)?
+            .0
+            .cmp(&arg::<Semver>(args, 1, f)?.0))
+    }
+    fn greater<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        owned(CelBool::from(
+            compare(&args, "isGreaterThan")? == Ordering::Greater,
+        ))
+    }
+    fn less<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        owned(CelBool::from(
+            compare(&args, "isLessThan")? == Ordering::Less,
+        ))
+    }
+    fn compare_to<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        owned(CelInt::from(ordering_int(compare(&args, "compareTo")?)))
+    }
+    fn major<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        owned(CelInt::from(
+            arg::<Semver>(&args, 0, "major")?.0.major as i64,
+        ))
+    }
+    fn minor<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        owned(CelInt::from(
+            arg::<Semver>(&args, 0, "minor")?.0.minor as i64,
+        ))
+    }
+    fn patch<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        owned(CelInt::from(
+            arg::<Semver>(&args, 0, "patch")?.0.patch as i64,
+        ))
+    }
+    let s = || SEMVER_TYPE.to_owned();
+    env.add_overload("semver", "string_to_semver", vec![STRING_TYPE], to_semver)?;
+    env.add_overload("isSemver", "is_semver_string", vec![STRING_TYPE], is_semver)?;
+    env.add_member_overload(
+        "isGreaterThan",
+        "semver_is_greater_than",
+        s(),
+        vec![s()],
+        greater,
+    )?;
+    env.add_member_overload("isLessThan", "semver_is_less_than", s(), vec![s()], less)?;
+    env.add_member_overload("compareTo", "semver_compare_to", s(), vec![s()], compare_to)?;
+    env.add_member_overload("major", "semver_major", s(), vec![], major)?;
+    env.add_member_overload("minor", "semver_minor", s(), vec![], minor)?;
+    env.add_member_overload("patch", "semver_patch", s(), vec![], patch)?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantity (k8s.io/apiserver pkg/cel/library/quantity.go)
+
+static QUANTITY_TYPE: Type = Type::new_unspecified_type("kubernetes.Quantity");
+
+/// A Kubernetes resource quantity, kept exactly in nano-units (the API's finest scale; finer
+/// digits round up, as `resource.Quantity` does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Quantity {
+    nanos: i128,
+}
+
+impl Quantity {
+    /// Parses the API's quantity syntax: a signed decimal number and an optional suffix (binary
+    /// `Ki`..`Ei`, decimal `n u m "" k M G T P E`, or an exponent `e3`/`E3`).
+    pub fn parse(text: &str) -> Result<Quantity, String> {
+        let bad = || {
+            format!(
+                "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text:?}"
+            )
+        };
+        let (sign, rest) = match text.as_bytes().first() {
+            Some(b'-') => (-1i128, &text[1..]),
+            Some(b'+') => (1, &text[1..]),
+            _ => (1, text),
+        };
+        let split = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (number, suffix) = rest.split_at(split);
+        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+            return Err(bad());
+        }
+        let (whole, frac) = number.split_once('.').unwrap_or((number, ""));
+        // (multiplier numerator, base-10 exponent)
+        let (mult, exp10): (i128, i32) = match suffix {
+            "" => (1, 0),
+            "Ki" => (1 << 10, 0),
+            "Mi" => (1 << 20, 0),
+            "Gi" => (1 << 30, 0),
+            "Ti" => (1 << 40, 0),
+            "Pi" => (1 << 50, 0),
+            "Ei" => (1 << 60, 0),
+            "n" => (1, -9),
+            "u" => (1, -6),
+            "m" => (1, -3),
+            "k" => (1, 3),
+            "M" => (1, 6),
+            "G" => (1, 9),
+            "T" => (1, 12),
+            "P" => (1, 15),
+            "E" => (1, 18),
+            s if s.starts_with(['e', 'E']) => (1, s[1..].parse::<i32>().map_err(|_| bad())?),
+            _ => return Err(bad()),
+        };
+        let digits: String = format!("{whole}{frac}");
+        let digits = digits.trim_start_matches('0');
+        let mantissa: i128 = if digits.is_empty() {
+            0
+        } else {
+            digits.parse().map_err(|_| bad())?
+        };
+        // value = mantissa * 10^(exp10 - frac.len()) * mult; in nanos: * 10^9.
+        let scale = exp10 - frac.len() as i32 + 9;
+        let too_big = || format!("quantity {text:?} is too large");
+        let mut nanos = mantissa.checked_mul(mult).ok_or_else(too_big)?;
+        if scale >= 0 {
+            nanos = nanos
+                .checked_mul(10i128.checked_pow(scale as u32).ok_or_else(too_big)?)
+                .ok_or_else(too_big)?;
+        } else {
+            let divisor = 10i128.checked_pow((-scale) as u32).unwrap_or(i128::MAX);
+            // Below a nano: round up, away from zero, as resource.Quantity does.
+            nanos = nanos / divisor + i128::from(nanos % divisor != 0);
+        }
+        Ok(Quantity {
+            nanos: sign * nanos,
+        })
+    }
+
+    fn from_int(i: i64) -> Quantity {
+        Quantity {
+            nanos: i128::from(i) * 1_000_000_000,
+        }
+    }
+}
+
+impl Val for Quantity {
+    fn get_type(&self) -> &Type {
+        &QUANTITY_TYPE
+    }
+    fn cel_type() -> &'static Type {
+        &QUANTITY_TYPE
+    }
+    fn equals(&self, other: &dyn Val) -> bool {
+        other.downcast_ref::<Quantity>().is_some_and(|o| self == o)
+    }
+    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v> {
+        Box::new(*self)
+    }
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+}
+impl StaticVal for Quantity {}
+
+fn quantity_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
+    fn to_quantity<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        Quantity::parse(string_arg(&args, 0, "quantity")?)
+            .map_err(|e| ExecutionError::function_error("quantity", e))
+            .map(CowVal::owned)
+    }
+    fn is_quantity<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        owned(CelBool::from(
+            Quantity::parse(string_arg(&args, 0, "isQuantity")?).is_ok(),
+        ))
+    }
+    fn q(args: &[CowVal<'_, '_>], i: usize, f: &str) -> Result<Quantity, ExecutionError> {
+        if let Some(i) = args.get(i).and_then(|a| a.downcast_ref::<CelInt>()) {
+            return Ok(Quantity::from_int(*i.inner()));
+        }
+        arg::<Quantity>(args, i, f).copied()
+    }
+    fn greater<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        owned(CelBool::from(
+            q(&args, 0, "isGreaterThan")? > q(&args, 1, "isGreaterThan")?,
+        ))
+    }
+    fn less<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        owned(CelBool::from(
+            q(&args, 0, "isLessThan")? < q(&args, 1, "isLessThan")?,
+        ))
+    }
+    fn compare_to<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        owned(CelInt::from(ordering_int(
+            q(&args, 0, "compareTo")?.cmp(&q(&args, 1, "compareTo")?),
+        )))
+    }
+    fn add<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        let (a, b) = (q(&args, 0, "add")?, q(&args, 1, "add")?);
+        a.nanos
+            .checked_add(b.nanos)
+            .map(|nanos| CowVal::owned(Quantity { nanos }))
+            .ok_or_else(|| ExecutionError::function_error("add", "integer overflow"))
+    }
+    fn sub<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        let (a, b) = (q(&args, 0, "sub")?, q(&args, 1, "sub")?);
+        a.nanos
+            .checked_sub(b.nanos)
+            .map(|nanos| CowVal::owned(Quantity { nanos }))
+            .ok_or_else(|| ExecutionError::function_error("sub", "integer overflow"))
+    }
+    fn sign<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        owned(CelInt::from(q(&args, 0, "sign")?.nanos.signum() as i64))
+    }
+    fn integral(q: Quantity) -> Option<i64> {
+        (q.nanos % 1_000_000_000 == 0)
+            .then(|| i64::try_from(q.nanos / 1_000_000_000).ok())
+            .flatten()
+    }
+    fn is_integer<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        owned(CelBool::from(integral(q(&args, 0, "isInteger")?).is_some()))
+    }
+    fn as_integer<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        match integral(q(&args, 0, "asInteger")?) {
+            Some(i) => owned(CelInt::from(i)),
+            None => Err(ExecutionError::function_error(
+                "asInteger",
+                "cannot convert value to integer",
+            )),
+        }
+    }
+    fn as_float<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        owned(CelDouble::from(
+            q(&args, 0, "asApproximateFloat")?.nanos as f64 / 1e9,
+        ))
+    }
+    let t = || QUANTITY_TYPE.to_owned();
+    env.add_overload(
+        "quantity",
+        "string_to_quantity",
+        vec![STRING_TYPE],
+        to_quantity,
+    )?;
+    env.add_overload(
+        "isQuantity",
+        "is_quantity_string",
+        vec![STRING_TYPE],
+        is_quantity,
+    )?;
+    env.add_member_overload(
+        "isGreaterThan",
+        "quantity_is_greater_than",
+        t(),
+        vec![t()],
+        greater,
+    )?;
+    env.add_member_overload("isLessThan", "quantity_is_less_than", t(), vec![t()], less)?;
+    env.add_member_overload(
+        "compareTo",
+        "quantity_compare_to",
+        t(),
+        vec![t()],
+        compare_to,
+    )?;
+    env.add_member_overload("add", "quantity_add", t(), vec![t()], add)?;
+    env.add_member_overload("add", "quantity_add_int", t(), vec![INT_TYPE], add)?;
+    env.add_member_overload("sub", "quantity_sub", t(), vec![t()], sub)?;
+    env.add_member_overload("sub", "quantity_sub_int", t(), vec![INT_TYPE], sub)?;
+    env.add_member_overload("sign", "quantity_sign", t(), vec![], sign)?;
+    env.add_member_overload("isInteger", "quantity_is_integer", t(), vec![], is_integer)?;
+    env.add_member_overload("asInteger", "quantity_as_integer", t(), vec![], as_integer)?;
+    env.add_member_overload(
+        "asApproximateFloat",
+        "quantity_as_float",
+        t(),
+        vec![],
+        as_float,
+    )?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kubernetes lists and sets (k8s.io/apiserver pkg/cel/library/lists.go, cel-go ext.Sets)
+
+fn elements<'b>(
+    list: &'b CowVal<'_, '_>,
+    function: &str,
+) -> Result<Vec<&'b dyn Val>, ExecutionError> {
+    let iterable = list.as_iterable().ok_or_else(|| {
+        ExecutionError::no_such_overload(function, vec![list.get_type().name().to_owned()])
+    })?;
+    let mut items = iterable.iter();
+    let mut out = Vec::new();
+    while let Some(item) = items.next() {
+        out.push(item);
+    }
+    Ok(out)
+}
+
+fn compare_vals(a: &dyn Val, b: &dyn Val, function: &str) -> Result<Ordering, ExecutionError> {
+    a.as_comparer()
+        .ok_or_else(|| {
+            ExecutionError::no_such_overload(function, vec![a.get_type().name().to_owned()])
+        })?
+        .compare(b)
+}
+
+fn kubernetes_lists_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
+    fn is_sorted<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        let items = elements(&args[0], "isSorted")?;
+        for pair in items.windows(2) {
+            if compare_vals(pair[0], pair[1], "isSorted")? == Ordering::Greater {
+                return owned(CelBool::from(false));
+            }
+        }
+        owned(CelBool::from(true))
+    }
+    fn sum<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        let items = elements(&args[0], "sum")?;
+        if items.iter().all(|i| i.downcast_ref::<CelInt>().is_some()) {
+            let mut total: i64 = 0;
+            for i in &items {
+                total = total
+                    .checked_add(*i.downcast_ref::<CelInt>().expect("checked").inner())
+                    .ok_or_else(|| ExecutionError::function_error("sum", "integer overflow"))?;
+            }
+            return owned(CelInt::from(total));
+        }
+        if items
+            .iter()
+            .all(|i| i.downcast_ref::<CelDouble>().is_some())
+        {
+            let total: f64 = items
+                .iter()
+                .map(|i| *i.downcast_ref::<CelDouble>().expect("checked").inner())
+                .sum();
+            return owned(CelDouble::from(total));
+        }
+        Err(ExecutionError::no_such_overload(
+            "sum",
+            vec!["list".to_owned()],
+        ))
+    }
+    fn extreme(
+        args: &[CowVal<'_, '_>],
+        function: &str,
+        want: Ordering,
+    ) -> Result<Box<dyn Val + 'static>, ExecutionError> {
+        let items = elements(&args[0], function)?;
+        let mut best = *items.first().ok_or_else(|| {
+            ExecutionError::function_error(function, format!("{function} called on empty list"))
+        })?;
+        for &item in &items[1..] {
+            if compare_vals(item, best, function)? == want {
+                best = item;
+            }
+        }
+        // The scalars a list's extreme can be; anything else has no order anyway.
+        if let Some(i) = best.downcast_ref::<CelInt>() {
+            return Ok(Box::new(CelInt::from(*i.inner())));
+        }
+        if let Some(d) = best.downcast_ref::<CelDouble>() {
+            return Ok(Box::new(CelDouble::from(*d.inner())));
+        }
+        if let Some(s) = best.downcast_ref::<CelString>() {
+            return Ok(Box::new(CelString::from(s.inner().to_owned())));
+        }
+        if let Some(b) = best.downcast_ref::<CelBool>() {
+            return Ok(Box::new(CelBool::from(*b.inner())));
+        }
+        Err(ExecutionError::no_such_overload(
+            function,
+            vec![best.get_type().name().to_owned()],
+        ))
+    }
+    fn min<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        extreme(&args, "min", Ordering::Less).map(CowVal::Owned)
+    }
+    fn max<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        extreme(&args, "max", Ordering::Greater).map(CowVal::Owned)
+    }
+    fn index_of<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        let items = elements(&args[0], "indexOf")?;
+        let at = items
+            .iter()
+            .position(|i| i.equals(args[1].as_ref()))
+            .map_or(-1, |p| p as i64);
+        owned(CelInt::from(at))
+    }
+    fn last_index_of<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        let items = elements(&args[0], "lastIndexOf")?;
+        let at = items
+            .iter()
+            .rposition(|i| i.equals(args[1].as_ref()))
+            .map_or(-1, |p| p as i64);
+        owned(CelInt::from(at))
+    }
+    let list = || cel::common::types::LIST_TYPE;
+    let any = || cel::common::types::DYN_TYPE;
+    env.add_member_overload("isSorted", "list_is_sorted", list(), vec![], is_sorted)?;
+    env.add_member_overload("sum", "list_sum", list(), vec![], sum)?;
+    env.add_member_overload("min", "list_min", list(), vec![], min)?;
+    env.add_member_overload("max", "list_max", list(), vec![], max)?;
+    env.add_member_overload("indexOf", "list_index_of", list(), vec![any()], index_of)?;
+    env.add_member_overload(
+        "lastIndexOf",
+        "list_last_index_of",
+        list(),
+        vec![any()],
+        last_index_of,
+    )?;
+    Ok(())
+}
+
+fn sets_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
+    fn contains_all(a: &[&dyn Val], b: &[&dyn Val]) -> bool {
+        b.iter().all(|x| a.iter().any(|y| y.equals(*x)))
+    }
+    fn contains<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        let (a, b) = (
+            elements(&args[0], "sets.contains")?,
+            elements(&args[1], "sets.contains")?,
+        );
+        owned(CelBool::from(contains_all(&a, &b)))
+    }
+    fn intersects<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        let (a, b) = (
+            elements(&args[0], "sets.intersects")?,
+            elements(&args[1], "sets.intersects")?,
+        );
+        owned(CelBool::from(
+            b.iter().any(|x| a.iter().any(|y| y.equals(*x))),
+        ))
+    }
+    fn equivalent<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        let (a, b) = (
+            elements(&args[0], "sets.equivalent")?,
+            elements(&args[1], "sets.equivalent")?,
+        );
+        owned(CelBool::from(contains_all(&a, &b) && contains_all(&b, &a)))
+    }
+    let list = || cel::common::types::LIST_TYPE;
+    env.add_overload(
+        "sets.contains",
+        "list_sets_contains_list",
+        vec![list(), list()],
+        contains,
+    )?;
+    env.add_overload(
+        "sets.intersects",
+        "list_sets_intersects_list",
+        vec![list(), list()],
+        intersects,
+    )?;
+    env.add_overload(
+        "sets.equivalent",
+        "list_sets_equivalent_list",
+        vec![list(), list()],
+        equivalent,
+    )?;
+    Ok(())
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Match(b) => write!(f, "{b}"),
+            Outcome::RuntimeError(e) => write!(f, "CEL runtime error: {e}"),
+            Outcome::CannotEvaluate(reason) => write!(f, "cannot evaluate: {reason}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::explain::{DeviceRecord, OwnedAttribute};
+
+    fn gpu() -> DeviceRecord {
+        DeviceRecord {
+            driver: "media.liken.sh".into(),
+            pool: "node-1".into(),
+            name: "pci-0000-00-02-0".into(),
+            attributes: vec![
+                ("decodeHEVCMain10".into(), OwnedAttribute::Bool(true)),
+                ("scale10bit".into(), OwnedAttribute::Bool(false)),
+                ("driver".into(), OwnedAttribute::String("i915".into())),
+                (
+                    "vaDriver".into(),
+                    OwnedAttribute::String("Intel iHD driver - 26.1.2".into()),
+                ),
+                ("cores".into(), OwnedAttribute::Int(8)),
+                (
+                    "resource.kubernetes.io/pciBusID".into(),
+                    OwnedAttribute::String("0000:00:02.0".into()),
+                ),
+                (
+                    "dra.example.com/firmware".into(),
+                    OwnedAttribute::Version("1.2.3".into()),
+                ),
+            ],
+            capacities: vec![("dra.example.com/memory".into(), "16Gi".into())],
+            allow_multiple_allocations: Some(true),
+            ..Default::default()
+        }
+    }
+
+    fn eval(expression: &str) -> Outcome {
+        let device = gpu();
+        Selector::compile(expression).evaluate(&DeviceValue::new(&device).unwrap())
+    }
+
+    fn is(expression: &str, expected: bool) {
+        assert_eq!(eval(expression), Outcome::Match(expected), "{expression}");
+    }
+
+    fn error(expression: &str, message: &str) {
+        assert_eq!(
+            eval(expression),
+            Outcome::RuntimeError(message.to_owned()),
+            "{expression}"
+        );
+    }
+
+    fn cannot(expression: &str, reason_contains: &str) {
+        match eval(expression) {
+            Outcome::CannotEvaluate(reason) => {
+                assert!(reason.contains(reason_contains), "{expression}: {reason}")
+            }
+            other => panic!("{expression}: expected cannot evaluate, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn device_fields() {
+        is(r#"device.driver == "media.liken.sh""#, true);
+        is(
+            r#"device.attributes["media.liken.sh"].decodeHEVCMain10"#,
+            true,
+        );
+        is(r#"device.attributes["media.liken.sh"].scale10bit"#, false);
+        is(r#"device.attributes["media.liken.sh"].cores >= 8"#, true);
+        is(
+            r#"device.attributes["resource.kubernetes.io"].pciBusID == "0000:00:02.0""#,
+            true,
+        );
+        is("device.allowMultipleAllocations", true);
+    }
+
+    #[test]
+    fn unknown_domain_is_an_empty_map() {
+        is(r#"size(device.attributes["liken.sh"]) == 0"#, true);
+        is(r#"has(device.attributes["liken.sh"].renderNode)"#, false);
+        is(r#""liken.sh" in device.attributes"#, false);
+        is(r#""media.liken.sh" in device.attributes"#, true);
+        error(
+            r#"device.attributes["liken.sh"].renderNode"#,
+            "no such key: renderNode",
+        );
+        is(r#"size(device.capacity["other.example.com"]) == 0"#, true);
+        // The maps behave as maps: size, iteration and `in` over domains and names.
+        is(
+            r#"size(device.attributes) == 3 && size(device.attributes["media.liken.sh"]) == 5"#,
+            true,
+        );
+        is(
+            r#"device.attributes.exists(d, d == "resource.kubernetes.io")"#,
+            true,
+        );
+        is(
+            r#"device.attributes["resource.kubernetes.io"].all(n, n == "pciBusID")"#,
+            true,
+        );
+        is(
+            r#"device.capacity.all(d, d == "dra.example.com") && "memory" in device.capacity["dra.example.com"]"#,
+            true,
+        );
+    }
+
+    #[test]
+    fn unknown_attribute_is_a_runtime_error() {
+        error(
+            r#"device.attributes["media.liken.sh"].decodeAV2"#,
+            "no such key: decodeAV2",
+        );
+        is(
+            r#"has(device.attributes["media.liken.sh"].decodeAV2)"#,
+            false,
+        );
+        is(
+            r#"has(device.attributes["media.liken.sh"].scale10bit)"#,
+            true,
+        );
+    }
+
+    #[test]
+    fn in_and_optionals() {
+        is(
+            r#""scale10bit" in device.attributes["media.liken.sh"]"#,
+            true,
+        );
+        is(
+            r#"device.attributes["media.liken.sh"].driver in ["i915", "iHD"]"#,
+            true,
+        );
+        is(
+            r#"device.attributes["media.liken.sh"].?decodeAV2.orValue(false)"#,
+            false,
+        );
+        is(
+            r#"device.attributes["media.liken.sh"].?decodeHEVCMain10.orValue(false)"#,
+            true,
+        );
+        is(r#"device.attributes[?"liken.sh"].hasValue()"#, true);
+    }
+
+    #[test]
+    fn cel_bind() {
+        is(
+            r#"cel.bind(m, device.attributes["media.liken.sh"], m.decodeHEVCMain10 && !m.scale10bit)"#,
+            true,
+        );
+        is(r#"cel.bind(x, 2, x * x == 4)"#, true);
+        // Only cel.bind is the macro; another receiver's bind stays an (unknown) call.
+        cannot(r#"device.driver.bind(a, 1, true)"#, "'a' is not declared");
+    }
+
+    #[test]
+    fn string_and_list_extensions() {
+        is(
+            r#"device.attributes["media.liken.sh"].vaDriver.lowerAscii().contains("intel")"#,
+            true,
+        );
+        is(
+            r#"device.attributes["media.liken.sh"].vaDriver.startsWith("Intel")"#,
+            true,
+        );
+        is(
+            r#"device.attributes["media.liken.sh"].vaDriver.split(" - ")[1] == "26.1.2""#,
+            true,
+        );
+        is(
+            r#"device.attributes["media.liken.sh"].driver.matches("^i9[0-9]+$")"#,
+            true,
+        );
+        is("[3, 1, 2].sort() == [1, 2, 3]", true);
+        is(
+            r#"["a", "b"].exists(x, x == device.attributes["media.liken.sh"].driver)"#,
+            false,
+        );
+        is(
+            r#"device.attributes["media.liken.sh"].all(k, k != "")"#,
+            true,
+        );
+    }
+
+    #[test]
+    fn semver_on_version_attributes() {
+        is(
+            r#"device.attributes["dra.example.com"].firmware.isGreaterThan(semver("1.2.0"))"#,
+            true,
+        );
+        is(
+            r#"device.attributes["dra.example.com"].firmware.isLessThan(semver("1.10.0"))"#,
+            true,
+        );
+        is(
+            r#"device.attributes["dra.example.com"].firmware.compareTo(semver("1.2.3")) == 0"#,
+            true,
+        );
+        is(
+            r#"device.attributes["dra.example.com"].firmware == semver("1.2.3")"#,
+            true,
+        );
+        is(
+            r#"device.attributes["dra.example.com"].firmware.major() == 1"#,
+            true,
+        );
+        is(r#"isSemver("1.0.0") && !isSemver("v1")"#, true);
+        assert!(matches!(
+            eval(r#"semver("hello").major() == 1"#),
+            Outcome::RuntimeError(_)
+        ));
+    }
+
+    #[test]
+    fn quantity_on_capacities() {
+        is(
+            r#"device.capacity["dra.example.com"].memory.compareTo(quantity("8Gi")) > 0"#,
+            true,
+        );
+        is(
+            r#"device.capacity["dra.example.com"].memory.isGreaterThan(quantity("16G"))"#,
+            true,
+        );
+        is(
+            r#"device.capacity["dra.example.com"].memory.isLessThan(quantity("17179869185"))"#,
+            true,
+        );
+        is(
+            r#"device.capacity["dra.example.com"].memory == quantity("16384Mi")"#,
+            true,
+        );
+        is(
+            r#"device.capacity["dra.example.com"].memory.asInteger() == 17179869184"#,
+            true,
+        );
+        is(
+            r#"quantity("1.5").isInteger() == false && quantity("1500m").asApproximateFloat() == 1.5"#,
+            true,
+        );
+        is(
+            r#"quantity("1k").add(24).compareTo(quantity("1024")) == 0"#,
+            true,
+        );
+        is(
+            r#"quantity("-1").sign() == -1 && isQuantity("2Gi") && !isQuantity("2 Gi")"#,
+            true,
+        );
+        error(
+            r#"quantity("1.5").asInteger() == 1"#,
+            "cannot convert value to integer",
+        );
+    }
+
+    #[test]
+    fn error_absorbing_logic() {
+        let missing = r#"device.attributes["media.liken.sh"].decodeAV2"#;
+        is(&format!("false && {missing}"), false);
+        is(&format!("{missing} && false"), false);
+        is(&format!("true || {missing}"), true);
+        is(&format!("{missing} || true"), true);
+        error(&format!("true && {missing}"), "no such key: decodeAV2");
+        error(&format!("{missing} || false"), "no such key: decodeAV2");
+    }
+
+    #[test]
+    fn type_errors_and_non_boolean_results() {
+        error(
+            r#"device.attributes["media.liken.sh"].driver > 1"#,
+            "no such overload",
+        );
+        error(
+            r#"!device.attributes["media.liken.sh"].driver"#,
+            "no such overload",
+        );
+        assert!(
+            matches!(eval(r#"device.attributes["media.liken.sh"].cores"#), Outcome::RuntimeError(m) if m.starts_with("CEL result of type int could not be converted to bool"))
+        );
+    }
+
+    #[test]
+    fn kubernetes_lists_and_sets() {
+        is("[1, 2, 2, 5].isSorted() && ![2, 1].isSorted()", true);
+        is(
+            "[1, 2, 3].sum() == 6 && [1.5, 2.5].sum() == 4.0 && [].sum() == 0",
+            true,
+        );
+        is(
+            r#"[3, 1, 2].min() == 1 && [3, 1, 2].max() == 3 && ["b", "a"].min() == "a""#,
+            true,
+        );
+        is(
+            r#"["a", "b", "a"].indexOf("a") == 0 && ["a", "b", "a"].lastIndexOf("a") == 2 && [1].indexOf(2) == -1"#,
+            true,
+        );
+        is(r#""b".indexOf("b") == 0"#, true);
+        error("[].min() == 1", "min called on empty list");
+        is(
+            "sets.contains([1, 2, 3], [3, 1]) && !sets.contains([1], [2])",
+            true,
+        );
+        is(
+            "sets.intersects([1, 2], [2, 9]) && !sets.intersects([1], [])",
+            true,
+        );
+        is(
+            "sets.equivalent([1, 2, 2], [2, 1]) && !sets.equivalent([1], [1, 3])",
+            true,
+        );
+        is(
+            r#"sets.contains(["i915", "xe"], [device.attributes["media.liken.sh"].driver])"#,
+            true,
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_evaluated_says_so() {
+        cannot("strings.nope([1, 2], [1])", "'strings' is not declared");
+        cannot(r#"ip("10.0.0.1").family() == 4"#, "ip");
+        cannot("device.nodeName == 'x'", "undefined field 'nodeName'");
+        cannot("device.driver ==", "does not parse");
+    }
+}

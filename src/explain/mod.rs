@@ -1,0 +1,362 @@
+//! `why`: the pure core that decides, the way the scheduler decides, whether a pod's claims can
+//! be allocated on a node, and why not. [`cel`] evaluates device selectors with Kubernetes
+//! semantics, [`allocate`] applies the scheduler's allocation rules, [`diagnose`] names the first
+//! false clause of a selector with the values it read. Gathering the objects (from a cluster or
+//! files) is `fleet`'s job and rendering is `cli`'s; nothing here does I/O.
+//!
+//! The inputs are deliberately small: a device is anything implementing [`DeviceView`], so the
+//! fleet model can be read in place (no copy of 40,000 devices), and claims and classes are the
+//! typed `k8s-openapi` specs, so what the allocator reads has the API's shape by construction.
+
+pub mod allocate;
+pub mod cel;
+pub mod diagnose;
+
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement};
+use k8s_openapi::api::resource::v1::DeviceTaint;
+
+/// One typed attribute value, as a ResourceSlice states it (`bool`, `int`, `string`, `version`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttributeValue<'a> {
+    Bool(bool),
+    Int(i64),
+    String(&'a str),
+    /// A semantic version, as published (`1.2.3`); CEL sees it as a `semver` value.
+    Version(&'a str),
+}
+
+impl AttributeValue<'_> {
+    /// The API's name for the value's type, as the diagnosis prints it.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            AttributeValue::Bool(_) => "bool",
+            AttributeValue::Int(_) => "int",
+            AttributeValue::String(_) => "string",
+            AttributeValue::Version(_) => "version",
+        }
+    }
+}
+
+impl fmt::Display for AttributeValue<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttributeValue::Bool(b) => write!(f, "{b}"),
+            AttributeValue::Int(i) => write!(f, "{i}"),
+            AttributeValue::String(s) => write!(f, "{s:?}"),
+            AttributeValue::Version(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+/// Which nodes a device can be used from: its slice's `nodeName`, `nodeSelector` or `allNodes`
+/// (or, with `perDeviceNodeSelection`, the device's own fields).
+#[derive(Clone, Copy, Debug)]
+pub enum Placement<'a> {
+    Node(&'a str),
+    Selector(&'a NodeSelector),
+    AllNodes,
+}
+
+/// What the evaluation reads of one device. Kept small so that the fleet model implements it
+/// directly; every name is as published (qualified or not). `Sync` because CEL values are.
+pub trait DeviceView: Sync {
+    /// The slice's `spec.driver`; also the domain of unqualified attribute names.
+    fn driver(&self) -> &str;
+    /// The slice's `spec.pool.name`.
+    fn pool(&self) -> &str;
+    /// The device's `name`.
+    fn name(&self) -> &str;
+    /// Every attribute, under the name the slice uses (`decodeH264`,
+    /// `resource.kubernetes.io/pciBusID`).
+    fn attributes(&self) -> Box<dyn Iterator<Item = (&str, AttributeValue<'_>)> + '_>;
+    /// Every capacity, under the name the slice uses, with its quantity as written (`16Gi`).
+    fn capacities(&self) -> Box<dyn Iterator<Item = (&str, &str)> + '_>;
+    /// `allowMultipleAllocations` as stored (`None` when absent, e.g. dropped by a 1.34/1.35 API
+    /// server whose DRAConsumableCapacity gate is off).
+    fn allow_multiple_allocations(&self) -> Option<bool>;
+    /// The device's taints.
+    fn taints(&self) -> &[DeviceTaint];
+    /// The nodes this device can be used from.
+    fn placement(&self) -> Placement<'_>;
+
+    /// The attribute `domain`/`name` as CEL's `device.attributes[domain][name]` sees it: a name
+    /// without a domain belongs to the driver's domain.
+    fn attribute(&self, domain: &str, name: &str) -> Option<AttributeValue<'_>> {
+        self.attributes()
+            .find(|(qualified, _)| split_qualified(qualified, self.driver()) == (domain, name))
+            .map(|(_, value)| value)
+    }
+
+    /// The device's identity, `driver/pool/device`, as the scheduler prints it.
+    fn id(&self) -> DeviceId {
+        DeviceId {
+            driver: self.driver().to_owned(),
+            pool: self.pool().to_owned(),
+            device: self.name().to_owned(),
+        }
+    }
+}
+
+/// Splits a qualified name at its first `/` (dra cel/compile.go `parseQualifiedName`); a name
+/// without a domain belongs to `default_domain`.
+pub fn split_qualified<'a>(name: &'a str, default_domain: &'a str) -> (&'a str, &'a str) {
+    match name.split_once('/') {
+        Some((domain, id)) => (domain, id),
+        None => (default_domain, name),
+    }
+}
+
+/// A device's identity: driver, pool and device name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeviceId {
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+}
+
+impl fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.driver, self.pool, self.device)
+    }
+}
+
+/// A candidate node: its name and labels, for slices published with a `nodeSelector`.
+#[derive(Clone, Debug, Default)]
+pub struct NodeInfo {
+    pub name: String,
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
+impl NodeInfo {
+    /// Whether a device placed at `placement` can be used from this node.
+    pub fn can_use(&self, placement: Placement<'_>) -> bool {
+        match placement {
+            Placement::Node(name) => name == self.name,
+            Placement::AllNodes => true,
+            Placement::Selector(selector) => self.matches(selector),
+        }
+    }
+
+    /// A `NodeSelector` as the scheduler applies it (k8s.io/component-helpers
+    /// `nodeaffinity`): the terms are ORed, the requirements of a term ANDed, an empty term
+    /// matches nothing.
+    pub fn matches(&self, selector: &NodeSelector) -> bool {
+        selector.node_selector_terms.iter().any(|term| {
+            let expressions = term.match_expressions.as_deref().unwrap_or_default();
+            let fields = term.match_fields.as_deref().unwrap_or_default();
+            if expressions.is_empty() && fields.is_empty() {
+                return false;
+            }
+            expressions
+                .iter()
+                .all(|r| requirement_matches(r, self.labels.get(&r.key).map(String::as_str)))
+                && fields.iter().all(|r| {
+                    // metadata.name is the only field the scheduler supports for nodes.
+                    let value = (r.key == "metadata.name").then_some(self.name.as_str());
+                    requirement_matches(r, value)
+                })
+        })
+    }
+}
+
+fn requirement_matches(requirement: &NodeSelectorRequirement, value: Option<&str>) -> bool {
+    let values = requirement.values.as_deref().unwrap_or_default();
+    let number = |s: &str| s.parse::<i64>().ok();
+    match requirement.operator.as_str() {
+        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "NotIn" => value.is_none_or(|v| values.iter().all(|x| x != v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" | "Lt" => {
+            let (Some(have), Some(want)) = (
+                value.and_then(number),
+                values.first().and_then(|v| number(v)),
+            ) else {
+                return false;
+            };
+            if requirement.operator == "Gt" {
+                have > want
+            } else {
+                have < want
+            }
+        }
+        _ => false,
+    }
+}
+
+/// A device as plain owned data: the form fixtures, tests and the benchmark build, and what a
+/// caller without a model of its own can fill in.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceRecord {
+    pub driver: String,
+    pub pool: String,
+    pub name: String,
+    /// Attributes under their published names.
+    pub attributes: Vec<(String, OwnedAttribute)>,
+    /// Capacities under their published names, as quantities (`16Gi`).
+    pub capacities: Vec<(String, String)>,
+    pub allow_multiple_allocations: Option<bool>,
+    pub taints: Vec<DeviceTaint>,
+    pub placement: OwnedPlacement,
+}
+
+/// An owned [`AttributeValue`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OwnedAttribute {
+    Bool(bool),
+    Int(i64),
+    String(String),
+    Version(String),
+}
+
+/// An owned [`Placement`].
+#[derive(Clone, Debug)]
+pub enum OwnedPlacement {
+    Node(String),
+    Selector(NodeSelector),
+    AllNodes,
+}
+
+impl Default for OwnedPlacement {
+    fn default() -> Self {
+        OwnedPlacement::Node(String::new())
+    }
+}
+
+impl DeviceView for DeviceRecord {
+    fn driver(&self) -> &str {
+        &self.driver
+    }
+    fn pool(&self) -> &str {
+        &self.pool
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn attributes(&self) -> Box<dyn Iterator<Item = (&str, AttributeValue<'_>)> + '_> {
+        Box::new(self.attributes.iter().map(|(name, value)| {
+            let value = match value {
+                OwnedAttribute::Bool(b) => AttributeValue::Bool(*b),
+                OwnedAttribute::Int(i) => AttributeValue::Int(*i),
+                OwnedAttribute::String(s) => AttributeValue::String(s),
+                OwnedAttribute::Version(v) => AttributeValue::Version(v),
+            };
+            (name.as_str(), value)
+        }))
+    }
+    fn capacities(&self) -> Box<dyn Iterator<Item = (&str, &str)> + '_> {
+        Box::new(
+            self.capacities
+                .iter()
+                .map(|(n, q)| (n.as_str(), q.as_str())),
+        )
+    }
+    fn allow_multiple_allocations(&self) -> Option<bool> {
+        self.allow_multiple_allocations
+    }
+    fn taints(&self) -> &[DeviceTaint] {
+        &self.taints
+    }
+    fn placement(&self) -> Placement<'_> {
+        match &self.placement {
+            OwnedPlacement::Node(n) => Placement::Node(n),
+            OwnedPlacement::Selector(s) => Placement::Selector(s),
+            OwnedPlacement::AllNodes => Placement::AllNodes,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::NodeSelectorTerm;
+
+    fn node() -> NodeInfo {
+        NodeInfo {
+            name: "gpu-1".into(),
+            labels: [
+                ("zone".to_owned(), "a".to_owned()),
+                ("gen".to_owned(), "12".to_owned()),
+            ]
+            .into_iter()
+            .collect(),
+        }
+    }
+
+    fn req(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement {
+        NodeSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: Some(values.iter().map(|v| v.to_string()).collect()),
+        }
+    }
+
+    fn selector(
+        terms: Vec<(Vec<NodeSelectorRequirement>, Vec<NodeSelectorRequirement>)>,
+    ) -> NodeSelector {
+        NodeSelector {
+            node_selector_terms: terms
+                .into_iter()
+                .map(|(e, f)| NodeSelectorTerm {
+                    match_expressions: Some(e),
+                    match_fields: Some(f),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn node_selectors_follow_the_scheduler() {
+        let n = node();
+        assert!(n.matches(&selector(vec![(
+            vec![req("zone", "In", &["a", "b"])],
+            vec![]
+        )])));
+        assert!(!n.matches(&selector(vec![(
+            vec![req("zone", "NotIn", &["a"])],
+            vec![]
+        )])));
+        assert!(n.matches(&selector(vec![(
+            vec![req("rack", "NotIn", &["x"])],
+            vec![]
+        )])));
+        assert!(n.matches(&selector(vec![(vec![req("gen", "Gt", &["11"])], vec![])])));
+        assert!(!n.matches(&selector(vec![(vec![req("gen", "Lt", &["11"])], vec![])])));
+        assert!(n.matches(&selector(vec![(
+            vec![],
+            vec![req("metadata.name", "In", &["gpu-1"])]
+        )])));
+        // An empty term matches nothing; terms are ORed.
+        assert!(!n.matches(&selector(vec![(vec![], vec![])])));
+        assert!(n.matches(&selector(vec![
+            (vec![req("zone", "In", &["z"])], vec![]),
+            (vec![req("zone", "Exists", &[])], vec![]),
+        ])));
+    }
+
+    #[test]
+    fn unqualified_names_belong_to_the_driver() {
+        let d = DeviceRecord {
+            driver: "media.liken.sh".into(),
+            attributes: vec![
+                ("scale10bit".into(), OwnedAttribute::Bool(true)),
+                (
+                    "resource.kubernetes.io/pciBusID".into(),
+                    OwnedAttribute::String("0000:00:02.0".into()),
+                ),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            d.attribute("media.liken.sh", "scale10bit"),
+            Some(AttributeValue::Bool(true))
+        );
+        assert_eq!(
+            d.attribute("resource.kubernetes.io", "pciBusID"),
+            Some(AttributeValue::String("0000:00:02.0"))
+        );
+        assert_eq!(d.attribute("liken.sh", "scale10bit"), None);
+    }
+}
