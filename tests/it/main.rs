@@ -12,5 +12,6 @@ mod cluster;
 mod generated;
 mod isolation;
 mod kubelet;
+mod libva;
 mod probe_cli;
 mod rules_captures;

@@ -91,8 +91,10 @@ const _: () = assert!(size_of::<VASurfaceAttrib>() == 24);
 
 unsafe extern "C" {
     fn raise(signal: c_int) -> c_int;
+    fn signal(signal: c_int, handler: usize) -> usize;
 }
 const SIGSEGV: c_int = 11;
+const SIG_DFL: usize = 0;
 
 /// The RT format a config answers with.
 enum Rt {
@@ -121,6 +123,20 @@ struct Scenario {
     spew: usize,
     /// Configs created so far: the config id is the index + 1.
     created: Mutex<Vec<(i32, i32)>>,
+    /// `<scenario dir>/<renderDN>.pids`: this process's id and any helper's, for the tests that
+    /// check nothing outlives a killed probe.
+    pid_file: Option<std::path::PathBuf>,
+}
+
+impl Scenario {
+    fn note_pid(&self, what: &str, pid: u32) {
+        if let Some(path) = &self.pid_file {
+            let file = std::fs::OpenOptions::new().create(true).append(true).open(path);
+            if let Ok(mut file) = file {
+                let _ = writeln!(file, "{what} {pid}");
+            }
+        }
+    }
 }
 
 fn number(word: &str) -> Result<i64, String> {
@@ -207,8 +223,12 @@ impl Scenario {
         }
         let _ = writeln!(std::io::stderr(), "mediatest: {how} in {call}");
         match how.as_str() {
-            // SAFETY: raise has no preconditions; the default action ends the process.
+            // The default action, as a faulting driver gets: Rust's runtime in the probe has a
+            // SIGSEGV handler (for stack overflows) that returns when the signal was raised rather
+            // than caused by a fault, so it is reset first.
+            // SAFETY: signal and raise have no preconditions; the default action ends the process.
             "segv" => unsafe {
+                signal(SIGSEGV, SIG_DFL);
                 raise(SIGSEGV);
             },
             "abort" => std::process::abort(),
@@ -218,7 +238,9 @@ impl Scenario {
             "hang-with-helper" => {
                 // A helper in the probe's process group that outlives nothing: the group kill
                 // must take it too.
-                let _ = std::process::Command::new("sleep").arg("1000").spawn();
+                if let Ok(helper) = std::process::Command::new("sleep").arg("1000").spawn() {
+                    self.note_pid("helper", helper.id());
+                }
                 hang()
             }
             other => {
@@ -253,7 +275,9 @@ unsafe fn load_scenario(ctx: *mut VADriverContext) -> Result<Scenario, String> {
     let name = node.file_name().ok_or("the fd's file has no name")?;
     let path = std::path::Path::new(&dir).join(format!("{}.scenario", name.to_string_lossy()));
     let text = std::fs::read_to_string(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
-    Scenario::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let mut scenario = Scenario::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    scenario.pid_file = Some(path.with_extension("pids"));
+    Ok(scenario)
 }
 
 /// # Safety
@@ -482,6 +506,7 @@ unsafe fn init(ctx: *mut VADriverContext) -> VAStatus {
             return ERROR_OPERATION_FAILED;
         }
     };
+    scenario.note_pid("probe", std::process::id());
     if scenario.spew > 0 {
         spew(scenario.spew);
     }

@@ -10,4 +10,5 @@ pub mod apiserver;
 pub mod examples;
 pub mod generated;
 pub mod kubelet;
+pub mod vadriver;
 pub mod vainfo;
