@@ -116,7 +116,7 @@ fn vm_hwm(pid: u32) -> Option<u64> {
 
 /// Runs `command` to the end, sampling its peak memory while it runs.
 fn run(mut command: Command) -> Run {
-    let mut child = command
+    let child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -476,7 +476,9 @@ fn a_driver_flooding_stderr_is_bounded_in_memory_and_in_the_failure() {
     assert!(text.contains(") killed by SIGSEGV after "), "{}", &text[..text.len().min(2000)]);
     assert!(text.len() < 16 << 10, "the failure is {} bytes", text.len());
     // The head (with its bad byte read lossily) and the tail are kept, the middle counted.
-    assert!(text.contains("mediatest: spewing, and one byte that is not UTF-8: \u{fffd}"), "{text}");
+    assert!(text.contains("libva said: libva info: VA-API version"), "{text}");
+    assert!(text.contains("mediatest: spewing | "), "{text}");
+    assert!(text.contains("mediatest: spewed, and one byte that is not UTF-8: \u{fffd} | "), "{text}");
     assert!(text.contains(" lines dropped "), "{text}");
     assert!(text.ends_with("mediatest: segv in init"), "{text}");
     assert!(run.peak_kib < 64 << 10, "peak RSS {} KiB", run.peak_kib);
@@ -500,4 +502,73 @@ fn long_and_invalid_utf8_vendor_strings_are_published_sanitised() {
     let (_, _, gpu) = beside_a_healthy_gpu("amdgpu", &scenario(b"Bad \xff\xfe vendor"), &[]);
     assert_eq!(gpu["attributes"]["vaDriver"], "Bad \u{fffd}\u{fffd} vendor");
     assert_eq!(gpu["attributes"]["decodeH264"], true);
+}
+
+#[test]
+#[cfg_attr(not(have_libva), ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2")]
+fn the_agent_stays_small_while_a_driver_floods_stderr() {
+    let good = healthy();
+    let node = FakeNode::new(vec![
+        FakeGpu {
+            render: 128,
+            pci: good.pci.clone(),
+            scenario: scenario_from_report(good.report.as_ref().unwrap()),
+        },
+        FakeGpu {
+            render: 129,
+            pci: pci("0000:03:00.0", "1002", "744c", "amdgpu"),
+            scenario: format!("spew {}\nact init segv\n", 64 << 20),
+        },
+    ]);
+    let server = TestApiServer::start();
+    server
+        .put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"}}))
+        .expect("create the Node");
+    let agent = AgentProcess::start_with(BIN, "gpu-node-1", &node.args(), &node.env(), server.kubeconfig(), FAST);
+    let line = agent.log.wait_for("pci-0000-03-00-0 (", Duration::from_secs(30));
+    server
+        .wait_until(Duration::from_secs(30), |s| {
+            s.get("resourceslices", "", "gpu-node-1-media.liken.sh").is_some()
+        })
+        .expect("the agent publishes its slice");
+    let slice = server.get("resourceslices", "", "gpu-node-1-media.liken.sh").unwrap();
+    let devices = slice["spec"]["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 2, "both GPUs are published");
+    let peak = vm_hwm(agent.pid()).expect("the agent runs");
+    eprintln!("peak RSS of the agent with a 64 MiB stderr flood: {peak} KiB; log line {} bytes", line.len());
+    assert!(line.len() < 20 << 10, "log line of {} bytes", line.len());
+    assert!(peak < 64 << 10, "peak RSS {peak} KiB");
+}
+
+#[test]
+#[cfg_attr(not(have_libva), ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2")]
+fn ctrl_c_and_sigterm_end_probe_and_every_probe_child_with_it() {
+    for signal in [nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGTERM] {
+        let node = FakeNode::new(vec![FakeGpu {
+            render: 128,
+            pci: pci("0000:03:00.0", "1002", "744c", "amdgpu"),
+            scenario: acting("vaQueryConfigProfiles hang-with-helper"),
+        }]);
+        let probe = command()
+            .envs(node.env())
+            .arg("probe")
+            .args(node.args())
+            .args(["--probe-timeout", "60s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The probe child and its helper are running once the helper's pid is written.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while pids(&node, 128).len() < 2 {
+            assert!(Instant::now() < deadline, "the driver never started its helper");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(probe.id() as i32), signal).unwrap();
+        let out = probe.wait_with_output().unwrap();
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{signal}: {log}");
+        assert!(log.contains("error: interrupted; every probe child was killed"), "{log}");
+        wait_gone(&pids(&node, 128));
+    }
 }

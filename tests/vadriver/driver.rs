@@ -467,11 +467,11 @@ unsafe extern "C" fn query_surface_attributes(
     SUCCESS
 }
 
-/// Writes `bytes` of stderr in lines (one with a byte that is not UTF-8 first), like a driver with
+/// Writes `bytes` of stderr in lines (the last with a byte that is not UTF-8), like a driver with
 /// its debug output left on.
 fn spew(bytes: usize) {
     let mut err = std::io::stderr().lock();
-    let _ = err.write_all(b"mediatest: spewing, and one byte that is not UTF-8: \xff\n");
+    let _ = err.write_all(b"mediatest: spewing\n");
     let line = [b'x'; 99];
     let mut written = 0;
     while written < bytes {
@@ -480,6 +480,7 @@ fn spew(bytes: usize) {
         }
         written += line.len() + 1;
     }
+    let _ = err.write_all(b"mediatest: spewed, and one byte that is not UTF-8: \xff\n");
     let _ = err.flush();
 }
 
