@@ -131,7 +131,10 @@ async fn a_hang_is_killed_after_the_timeout_with_what_it_started() {
     assert!(futures::poll!(probe.as_mut()).is_pending());
     let started = std::time::Instant::now();
     while !ready.exists() {
-        assert!(started.elapsed() < Duration::from_secs(30), "the stand-in never ran");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the stand-in never ran"
+        );
         // Blocking on purpose: the paused clock cannot pass the timeout meanwhile.
         std::thread::sleep(Duration::from_millis(5));
     }

@@ -6,9 +6,11 @@
 //! words. These tests need libva (`apt-get install libva2 libva-drm2`); without it they are
 //! reported as ignored, with that command.
 
-use crate::support::apiserver::TestApiServer;
 use crate::support::agent::{AgentProcess, FAST};
-use crate::support::vadriver::{FakeGpu, FakeNode, KERNEL_NO_FILE, KERNEL_NO_INIT, scenario_from_report};
+use crate::support::apiserver::TestApiServer;
+use crate::support::vadriver::{
+    FakeGpu, FakeNode, KERNEL_NO_FILE, KERNEL_NO_INIT, scenario_from_report,
+};
 use crate::support::vainfo::{captures, report_from_vainfo};
 use media_operator::agent::probing::{Probed, read_records};
 use media_operator::catalogue::Capability;
@@ -48,11 +50,20 @@ fn recorded() -> Vec<Probed> {
     files.sort();
     for file in files {
         let (mut pci, name) = if file.starts_with("amd") {
-            (pci("", "1002", "744c", "amdgpu"), "Navi 31 [Radeon RX 7900 XT/7900 XTX/7900 GRE/7900M]")
+            (
+                pci("", "1002", "744c", "amdgpu"),
+                "Navi 31 [Radeon RX 7900 XT/7900 XTX/7900 GRE/7900M]",
+            )
         } else if file.starts_with("intel") {
-            (pci("", "8086", "9a49", "i915"), "TigerLake-LP GT2 [Iris Xe Graphics]")
+            (
+                pci("", "8086", "9a49", "i915"),
+                "TigerLake-LP GT2 [Iris Xe Graphics]",
+            )
         } else if file.starts_with("nvidia") {
-            (pci("", "10de", "2684", "nvidia-drm"), "AD102 [GeForce RTX 4090]")
+            (
+                pci("", "10de", "2684", "nvidia-drm"),
+                "AD102 [GeForce RTX 4090]",
+            )
         } else {
             panic!("capture {file}: which GPU? (add its vendor here)")
         };
@@ -132,13 +143,19 @@ fn run(mut command: Command) -> Run {
         }
         peak
     });
-    let out = child.wait_with_output().expect("wait for media-capabilities");
+    let out = child
+        .wait_with_output()
+        .expect("wait for media-capabilities");
     let peak_kib = sampler.join().unwrap();
     let log = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "probe failed: {log}");
     let gpus: Vec<Value> = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("probe printed no JSON ({e}): {log}"));
-    Run { gpus, log, peak_kib }
+    Run {
+        gpus,
+        log,
+        peak_kib,
+    }
 }
 
 /// `probe -o json` on `node`, through the real libva.
@@ -159,7 +176,11 @@ fn probe_from(records: &[Probed]) -> Vec<Value> {
     let file = dir.path().join("records.json");
     std::fs::write(&file, serde_json::to_vec(records).unwrap()).unwrap();
     let mut command = command();
-    command.arg("probe").arg("--from").arg(&file).args(["-o", "json"]);
+    command
+        .arg("probe")
+        .arg("--from")
+        .arg(&file)
+        .args(["-o", "json"]);
     run(command).gpus
 }
 
@@ -183,24 +204,36 @@ fn differences(live: &Value, from: &Value) -> String {
     let mut out = Vec::new();
     for (key, value) in live["attributes"].as_object().into_iter().flatten() {
         if from["attributes"][key] != *value {
-            out.push(format!("{key}: live {value}, --from {}", from["attributes"][key]));
+            out.push(format!(
+                "{key}: live {value}, --from {}",
+                from["attributes"][key]
+            ));
         }
     }
     if live["failure"] != from["failure"] {
-        out.push(format!("failure: live {}, --from {}", live["failure"], from["failure"]));
+        out.push(format!(
+            "failure: live {}, --from {}",
+            live["failure"], from["failure"]
+        ));
     }
     out.join("; ")
 }
 
 #[test]
-#[cfg_attr(not(have_libva), ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2")]
+#[cfg_attr(
+    not(have_libva),
+    ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2"
+)]
 fn every_recorded_report_round_trips_through_the_real_libva() {
     let mut records = recorded();
     let node = fake_node(&mut records);
     let live = probe_live(&node, &[]);
     let from = probe_from(&records);
     assert_eq!(live.gpus.len(), records.len(), "{}", live.log);
-    assert!(records.len() >= 11, "the example fleet and the vainfo captures");
+    assert!(
+        records.len() >= 11,
+        "the example fleet and the vainfo captures"
+    );
     for ((live, from), record) in live.gpus.iter().zip(&from).zip(&records) {
         assert_eq!(
             published(live),
@@ -215,6 +248,16 @@ fn every_recorded_report_round_trips_through_the_real_libva() {
         if recorded.error.is_some() {
             continue;
         }
+        let render: u32 = record.render_node.file_name().unwrap().to_str().unwrap()
+            ["renderD".len()..]
+            .parse()
+            .unwrap();
+        let pids = std::fs::read_to_string(node.scenarios().join(format!("renderD{render}.pids")))
+            .unwrap();
+        assert!(
+            pids.contains("terminated "),
+            "vaTerminate was called: {pids}"
+        );
         let report = &live["report"];
         let pairs = |configs: &Value| -> Vec<(Value, Value)> {
             configs
@@ -227,7 +270,12 @@ fn every_recorded_report_round_trips_through_the_real_libva() {
         let want = serde_json::to_value(recorded).unwrap();
         assert_eq!(pairs(&report["configs"]), pairs(&want["configs"]));
         assert_eq!(report["vendor"], want["vendor"]);
-        for (got, want) in report["configs"].as_array().unwrap().iter().zip(want["configs"].as_array().unwrap()) {
+        for (got, want) in report["configs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(want["configs"].as_array().unwrap())
+        {
             if !want["rt_format"].is_null() {
                 assert_eq!(got["rt_format"], want["rt_format"], "{got}");
             }
@@ -238,11 +286,17 @@ fn every_recorded_report_round_trips_through_the_real_libva() {
             }
         }
     }
-    eprintln!("{} recorded reports round-tripped through the real libva", records.len());
+    eprintln!(
+        "{} recorded reports round-tripped through the real libva",
+        records.len()
+    );
 }
 
 #[test]
-#[cfg_attr(not(have_libva), ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2")]
+#[cfg_attr(
+    not(have_libva),
+    ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2"
+)]
 fn the_agent_publishes_the_same_slice_live_as_from_reports() {
     let mut records = recorded();
     let node = fake_node(&mut records);
@@ -259,13 +313,17 @@ fn the_agent_publishes_the_same_slice_live_as_from_reports() {
         server
             .put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"}}))
             .expect("create the Node");
-        let _agent = AgentProcess::start_with(BIN, "gpu-node-1", source, env, server.kubeconfig(), FAST);
+        let _agent =
+            AgentProcess::start_with(BIN, "gpu-node-1", source, env, server.kubeconfig(), FAST);
         server
             .wait_until(Duration::from_secs(30), |s| {
-                s.get("resourceslices", "", "gpu-node-1-media.liken.sh").is_some()
+                s.get("resourceslices", "", "gpu-node-1-media.liken.sh")
+                    .is_some()
             })
             .expect("the agent publishes its slice");
-        let slice = server.get("resourceslices", "", "gpu-node-1-media.liken.sh").unwrap();
+        let slice = server
+            .get("resourceslices", "", "gpu-node-1-media.liken.sh")
+            .unwrap();
         slice["spec"].clone()
     };
     let live = slice(&node.args(), &node.env());
@@ -333,7 +391,10 @@ fn opening(node: &FakeNode, name: &str) -> String {
 }
 
 #[test]
-#[cfg_attr(not(have_libva), ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2")]
+#[cfg_attr(
+    not(have_libva),
+    ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2"
+)]
 fn a_driver_init_error_is_the_status_and_libvas_words() {
     let (node, _, gpu) = beside_a_healthy_gpu("amdgpu", "init 0x1\n", &[]);
     let path = format!("{}/radeonsi_drv_video.so", node.drivers().display());
@@ -350,7 +411,10 @@ fn a_driver_init_error_is_the_status_and_libvas_words() {
 }
 
 #[test]
-#[cfg_attr(not(have_libva), ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2")]
+#[cfg_attr(
+    not(have_libva),
+    ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2"
+)]
 fn a_missing_driver_file_is_libvas_unknown_error() {
     let (node, _, gpu) = beside_a_healthy_gpu(KERNEL_NO_FILE, "", &[]);
     assert_eq!(
@@ -365,29 +429,45 @@ fn a_missing_driver_file_is_libvas_unknown_error() {
 }
 
 #[test]
-#[cfg_attr(not(have_libva), ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2")]
+#[cfg_attr(
+    not(have_libva),
+    ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2"
+)]
 fn a_driver_without_an_init_symbol_is_named() {
     let (node, _, gpu) = beside_a_healthy_gpu(KERNEL_NO_INIT, "", &[]);
     let text = failed(&gpu);
     let path = format!("{}/{KERNEL_NO_INIT}_drv_video.so", node.drivers().display());
     assert!(
-        text.contains(&format!("libva error: {path} has no function __vaDriverInit_1_0")),
+        text.contains(&format!(
+            "libva error: {path} has no function __vaDriverInit_1_0"
+        )),
         "{text}"
     );
-    assert!(text.contains(" failed: vaInitialize failed: unknown libva error (-1); "), "{text}");
+    assert!(
+        text.contains(" failed: vaInitialize failed: unknown libva error (-1); "),
+        "{text}"
+    );
 }
 
 #[test]
-#[cfg_attr(not(have_libva), ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2")]
+#[cfg_attr(
+    not(have_libva),
+    ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2"
+)]
 fn an_empty_vtable_slot_is_refused_by_libva() {
     // Slot 5 is vaDestroyConfig, one of the 41 libva checks.
     let (_, _, gpu) = beside_a_healthy_gpu("amdgpu", "null-slot 5\n", &[]);
     let text = failed(&gpu);
     assert!(
-        text.contains(" failed: vaInitialize failed: the requested function is not implemented (0x14); "),
+        text.contains(
+            " failed: vaInitialize failed: the requested function is not implemented (0x14); "
+        ),
         "{text}"
     );
-    assert!(text.contains("libva error: No valid vtable entry for vaDestroyConfig"), "{text}");
+    assert!(
+        text.contains("libva error: No valid vtable entry for vaDestroyConfig"),
+        "{text}"
+    );
 }
 
 /// A scenario stating one H.264 decoder and failing as `act` says.
@@ -396,25 +476,44 @@ fn acting(act: &str) -> String {
 }
 
 #[test]
-#[cfg_attr(not(have_libva), ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2")]
+#[cfg_attr(
+    not(have_libva),
+    ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2"
+)]
 fn a_segfault_inside_a_query_fails_only_its_gpu() {
-    let (node, _, gpu) = beside_a_healthy_gpu("amdgpu", &acting("vaQueryConfigEntrypoints segv"), &[]);
+    let (node, _, gpu) =
+        beside_a_healthy_gpu("amdgpu", &acting("vaQueryConfigEntrypoints segv"), &[]);
     let text = failed(&gpu);
-    let head = format!("probe of {} (0000:03:00.0) killed by SIGSEGV after ", node.render_node(129).display());
+    let head = format!(
+        "probe of {} (0000:03:00.0) killed by SIGSEGV after ",
+        node.render_node(129).display()
+    );
     assert!(text.starts_with(&head), "{text}");
-    assert!(text.ends_with("mediatest: segv in vaQueryConfigEntrypoints"), "{text}");
-    assert!(text.contains("libva info: va_openDriver() returns 0"), "{text}");
+    assert!(
+        text.ends_with("mediatest: segv in vaQueryConfigEntrypoints"),
+        "{text}"
+    );
+    assert!(
+        text.contains("libva info: va_openDriver() returns 0"),
+        "{text}"
+    );
 }
 
 #[test]
-#[cfg_attr(not(have_libva), ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2")]
+#[cfg_attr(
+    not(have_libva),
+    ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2"
+)]
 fn an_abort_and_a_driver_panic_are_sigabrt() {
     let (_, _, gpu) = beside_a_healthy_gpu("amdgpu", &acting("vaQueryConfigProfiles abort"), &[]);
     assert!(failed(&gpu).contains(") killed by SIGABRT after "));
     let (_, _, gpu) = beside_a_healthy_gpu("amdgpu", &acting("vaQueryConfigProfiles panic"), &[]);
     let text = failed(&gpu);
     assert!(text.contains(") killed by SIGABRT after "), "{text}");
-    assert!(text.contains("mediatest panics in vaQueryConfigProfiles"), "{text}");
+    assert!(
+        text.contains("mediatest panics in vaQueryConfigProfiles"),
+        "{text}"
+    );
 }
 
 fn pids(node: &FakeNode, render: u32) -> Vec<i32> {
@@ -429,7 +528,9 @@ fn pids(node: &FakeNode, render: u32) -> Vec<i32> {
 fn gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
-        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
     }
 }
 
@@ -442,7 +543,10 @@ fn wait_gone(pids: &[i32]) {
 }
 
 #[test]
-#[cfg_attr(not(have_libva), ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2")]
+#[cfg_attr(
+    not(have_libva),
+    ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2"
+)]
 fn a_hang_is_killed_at_the_timeout_with_its_whole_process_group() {
     let (node, _, gpu) = beside_a_healthy_gpu(
         "amdgpu",
@@ -457,14 +561,20 @@ fn a_hang_is_killed_at_the_timeout_with_its_whole_process_group() {
         )),
         "{text}"
     );
-    assert!(text.ends_with("mediatest: hang-with-helper in vaQueryConfigEntrypoints"), "{text}");
+    assert!(
+        text.ends_with("mediatest: hang-with-helper in vaQueryConfigEntrypoints"),
+        "{text}"
+    );
     let pids = pids(&node, 129);
     assert_eq!(pids.len(), 2, "the probe and its helper");
     wait_gone(&pids);
 }
 
 #[test]
-#[cfg_attr(not(have_libva), ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2")]
+#[cfg_attr(
+    not(have_libva),
+    ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2"
+)]
 fn a_driver_flooding_stderr_is_bounded_in_memory_and_in_the_failure() {
     let (_, run, gpu) = beside_a_healthy_gpu(
         "amdgpu",
@@ -472,22 +582,42 @@ fn a_driver_flooding_stderr_is_bounded_in_memory_and_in_the_failure() {
         &[],
     );
     let text = failed(&gpu);
-    eprintln!("peak RSS of probe with a 64 MiB stderr flood: {} KiB", run.peak_kib);
-    assert!(text.contains(") killed by SIGSEGV after "), "{}", &text[..text.len().min(2000)]);
+    eprintln!(
+        "peak RSS of probe with a 64 MiB stderr flood: {} KiB",
+        run.peak_kib
+    );
+    assert!(
+        text.contains(") killed by SIGSEGV after "),
+        "{}",
+        &text[..text.len().min(2000)]
+    );
     assert!(text.len() < 16 << 10, "the failure is {} bytes", text.len());
     // The head (with its bad byte read lossily) and the tail are kept, the middle counted.
-    assert!(text.contains("libva said: libva info: VA-API version"), "{text}");
+    assert!(
+        text.contains("libva said: libva info: VA-API version"),
+        "{text}"
+    );
     assert!(text.contains("mediatest: spewing | "), "{text}");
-    assert!(text.contains("mediatest: spewed, and one byte that is not UTF-8: \u{fffd} | "), "{text}");
+    assert!(
+        text.contains("mediatest: spewed, and one byte that is not UTF-8: \u{fffd} | "),
+        "{text}"
+    );
     assert!(text.contains(" lines dropped "), "{text}");
     assert!(text.ends_with("mediatest: segv in init"), "{text}");
     assert!(run.peak_kib < 64 << 10, "peak RSS {} KiB", run.peak_kib);
-    let line = run.log.lines().find(|l| l.contains("pci-0000-03-00-0")).expect("the GPU's log line");
+    let line = run
+        .log
+        .lines()
+        .find(|l| l.contains("pci-0000-03-00-0"))
+        .expect("the GPU's log line");
     assert!(line.len() < 20 << 10, "log line of {} bytes", line.len());
 }
 
 #[test]
-#[cfg_attr(not(have_libva), ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2")]
+#[cfg_attr(
+    not(have_libva),
+    ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2"
+)]
 fn long_and_invalid_utf8_vendor_strings_are_published_sanitised() {
     let long = "Mesa Gallium driver 24.1.7 for AMD Radeon Graphics ".repeat(4);
     let long = &long[..200];
@@ -505,7 +635,10 @@ fn long_and_invalid_utf8_vendor_strings_are_published_sanitised() {
 }
 
 #[test]
-#[cfg_attr(not(have_libva), ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2")]
+#[cfg_attr(
+    not(have_libva),
+    ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2"
+)]
 fn the_agent_stays_small_while_a_driver_floods_stderr() {
     let good = healthy();
     let node = FakeNode::new(vec![
@@ -524,26 +657,47 @@ fn the_agent_stays_small_while_a_driver_floods_stderr() {
     server
         .put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"}}))
         .expect("create the Node");
-    let agent = AgentProcess::start_with(BIN, "gpu-node-1", &node.args(), &node.env(), server.kubeconfig(), FAST);
-    let line = agent.log.wait_for("pci-0000-03-00-0 (", Duration::from_secs(30));
+    let agent = AgentProcess::start_with(
+        BIN,
+        "gpu-node-1",
+        &node.args(),
+        &node.env(),
+        server.kubeconfig(),
+        FAST,
+    );
+    let line = agent
+        .log
+        .wait_for("pci-0000-03-00-0 (", Duration::from_secs(30));
     server
         .wait_until(Duration::from_secs(30), |s| {
-            s.get("resourceslices", "", "gpu-node-1-media.liken.sh").is_some()
+            s.get("resourceslices", "", "gpu-node-1-media.liken.sh")
+                .is_some()
         })
         .expect("the agent publishes its slice");
-    let slice = server.get("resourceslices", "", "gpu-node-1-media.liken.sh").unwrap();
+    let slice = server
+        .get("resourceslices", "", "gpu-node-1-media.liken.sh")
+        .unwrap();
     let devices = slice["spec"]["devices"].as_array().unwrap();
     assert_eq!(devices.len(), 2, "both GPUs are published");
     let peak = vm_hwm(agent.pid()).expect("the agent runs");
-    eprintln!("peak RSS of the agent with a 64 MiB stderr flood: {peak} KiB; log line {} bytes", line.len());
+    eprintln!(
+        "peak RSS of the agent with a 64 MiB stderr flood: {peak} KiB; log line {} bytes",
+        line.len()
+    );
     assert!(line.len() < 20 << 10, "log line of {} bytes", line.len());
     assert!(peak < 64 << 10, "peak RSS {peak} KiB");
 }
 
 #[test]
-#[cfg_attr(not(have_libva), ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2")]
+#[cfg_attr(
+    not(have_libva),
+    ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2"
+)]
 fn ctrl_c_and_sigterm_end_probe_and_every_probe_child_with_it() {
-    for signal in [nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGTERM] {
+    for signal in [
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGTERM,
+    ] {
         let node = FakeNode::new(vec![FakeGpu {
             render: 128,
             pci: pci("0000:03:00.0", "1002", "744c", "amdgpu"),
@@ -561,14 +715,20 @@ fn ctrl_c_and_sigterm_end_probe_and_every_probe_child_with_it() {
         // The probe child and its helper are running once the helper's pid is written.
         let deadline = Instant::now() + Duration::from_secs(20);
         while pids(&node, 128).len() < 2 {
-            assert!(Instant::now() < deadline, "the driver never started its helper");
+            assert!(
+                Instant::now() < deadline,
+                "the driver never started its helper"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(probe.id() as i32), signal).unwrap();
         let out = probe.wait_with_output().unwrap();
         let log = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{signal}: {log}");
-        assert!(log.contains("error: interrupted; every probe child was killed"), "{log}");
+        assert!(
+            log.contains("error: interrupted; every probe child was killed"),
+            "{log}"
+        );
         wait_gone(&pids(&node, 128));
     }
 }

@@ -298,7 +298,9 @@ unsafe extern "C" fn terminate(ctx: *mut VADriverContext) -> VAStatus {
         (*ctx).driver_data = std::ptr::null_mut();
         (*ctx).str_vendor = std::ptr::null();
         if !data.is_null() {
-            drop(Box::from_raw(data.cast::<Scenario>()));
+            let scenario = Box::from_raw(data.cast::<Scenario>());
+            // The tests check that every display the probe opened was terminated.
+            scenario.note_pid("terminated", std::process::id());
         }
     }
     SUCCESS

@@ -65,7 +65,14 @@ fn rustc(source: &Path, output: &Path, cfgs: &[&str]) -> PathBuf {
     let mut command = std::process::Command::new(&rustc);
     command
         .args(["--edition", "2024", "--crate-type", "cdylib"])
-        .args(["-C", "panic=abort", "-C", "opt-level=1", "--crate-name", "mediatest"])
+        .args([
+            "-C",
+            "panic=abort",
+            "-C",
+            "opt-level=1",
+            "--crate-name",
+            "mediatest",
+        ])
         .arg(source)
         .arg("-o")
         .arg(&tmp);
@@ -107,7 +114,10 @@ pub fn scenario_from_report(report: &Report) -> String {
     let mut s = String::new();
     if let Some(error) = &report.error {
         let (call, _) = error.split_once(" failed: ").expect("a VaError text");
-        assert_eq!(call, "vaInitialize", "only init failures are replayed: {error}");
+        assert_eq!(
+            call, "vaInitialize",
+            "only init failures are replayed: {error}"
+        );
         writeln!(s, "init {}", status_of(error)).unwrap();
         return s;
     }
@@ -141,12 +151,17 @@ pub fn scenario_from_report(report: &Report) -> String {
             .find_map(|w| w.strip_prefix(&format!("{p}/{e}: ")));
         match (config.rt_format, rt_error) {
             (Some(rt), _) => writeln!(s, "config {} {} rt {:#x}", p.0, e.0, rt.raw()),
-            (None, Some(error)) => writeln!(s, "config {} {} rt-error {}", p.0, e.0, status_of(error)),
+            (None, Some(error)) => {
+                writeln!(s, "config {} {} rt-error {}", p.0, e.0, status_of(error))
+            }
             (None, None) => writeln!(s, "config {} {}", p.0, e.0),
         }
         .unwrap();
     }
-    for surfaces in [&report.video_proc, &report.av1_surfaces].into_iter().flatten() {
+    for surfaces in [&report.video_proc, &report.av1_surfaces]
+        .into_iter()
+        .flatten()
+    {
         surfaces_line(&mut s, surfaces);
     }
     s
@@ -185,7 +200,15 @@ pub const KERNEL_NO_INIT: &str = "mediatest_noinit";
 pub const KERNEL_NO_FILE: &str = "mediatest_missing";
 
 /// Every name libva 2.17 maps a kernel driver to (va_drm_utils.c), plus our own.
-const VA_DRIVER_NAMES: &[&str] = &["iHD", "i965", "radeonsi", "r600", "nvidia", "pvr", "mediatest"];
+const VA_DRIVER_NAMES: &[&str] = &[
+    "iHD",
+    "i965",
+    "radeonsi",
+    "r600",
+    "nvidia",
+    "pvr",
+    "mediatest",
+];
 
 /// A node's worth of GPUs on disk.
 pub struct FakeNode {
@@ -210,24 +233,36 @@ impl FakeNode {
         }
         std::os::unix::fs::symlink(
             &built.no_init,
-            node.drivers().join(format!("{KERNEL_NO_INIT}_drv_video.so")),
+            node.drivers()
+                .join(format!("{KERNEL_NO_INIT}_drv_video.so")),
         )
         .unwrap();
-        let mut names = std::collections::BTreeMap::<String, std::collections::BTreeMap<String, String>>::new();
+        let mut names =
+            std::collections::BTreeMap::<String, std::collections::BTreeMap<String, String>>::new();
         for gpu in &node.gpus {
             let render = format!("renderD{}", gpu.render);
             std::fs::write(node.dev_root().join(&render), "").unwrap();
-            let device = node.sys_root().join("class/drm").join(&render).join("device");
+            let device = node
+                .sys_root()
+                .join("class/drm")
+                .join(&render)
+                .join("device");
             std::fs::create_dir_all(&device).unwrap();
             std::fs::write(device.join("vendor"), format!("0x{}\n", gpu.pci.vendor)).unwrap();
             std::fs::write(device.join("device"), format!("0x{}\n", gpu.pci.product)).unwrap();
             std::fs::write(
                 device.join("uevent"),
-                format!("DRIVER={}\nPCI_SLOT_NAME={}\n", gpu.pci.driver, gpu.pci.address),
+                format!(
+                    "DRIVER={}\nPCI_SLOT_NAME={}\n",
+                    gpu.pci.driver, gpu.pci.address
+                ),
             )
             .unwrap();
-            std::fs::write(node.scenarios().join(format!("{render}.scenario")), &gpu.scenario)
-                .unwrap();
+            std::fs::write(
+                node.scenarios().join(format!("{render}.scenario")),
+                &gpu.scenario,
+            )
+            .unwrap();
             if let Some(name) = &gpu.pci.pci_name {
                 let before = names
                     .entry(gpu.pci.vendor.clone())
