@@ -211,21 +211,40 @@ pub enum ProbeError {
         path: PathBuf,
         source: serde_json::Error,
     },
+    #[error(
+        "recorded probes {first} and {second} both describe PCI address {address} (hint: each GPU \
+         must be recorded once; remove one of them)"
+    )]
+    DuplicateAddress {
+        address: String,
+        first: PathBuf,
+        second: PathBuf,
+    },
+    #[error("probe task failed: {0}")]
+    Blocking(String),
 }
 
 impl ProbeSource {
-    /// Every GPU with its outcome, sorted by PCI address.
+    /// Every GPU with its outcome, sorted by PCI address. File reads, the sysfs walk and parsing
+    /// pci.ids run on the blocking pool, never on the async runtime's threads.
     pub async fn probe(&self) -> Result<Vec<Probed>, ProbeError> {
         match self {
-            ProbeSource::Recorded(path) => read_records(path),
+            ProbeSource::Recorded(path) => {
+                let path = path.clone();
+                blocking(move || read_records(&path)).await
+            }
             ProbeSource::Live {
                 roots,
                 pci_ids,
                 only,
                 isolation,
             } => {
-                let names = PciNames::load(pci_ids.as_deref())?;
-                let mut nodes = crate::node::sysfs::discover(roots, &names)?;
+                let (roots, pci_ids) = (roots.clone(), pci_ids.clone());
+                let mut nodes = blocking(move || {
+                    let names = PciNames::load_cached(pci_ids.as_deref())?;
+                    Ok::<_, ProbeError>(crate::node::sysfs::discover(&roots, &names)?)
+                })
+                .await?;
                 if let Some(only) = only {
                     let found = nodes
                         .iter()
@@ -249,14 +268,33 @@ impl ProbeSource {
     }
 }
 
+/// Runs `work` on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ProbeError> + Send + 'static,
+) -> Result<T, ProbeError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ProbeError::Blocking(e.to_string()))?
+}
+
+/// The hint every message about a recorded probe ends with.
+const FORMAT_HINT: &str = "(hint: the format is in docs/report-format.md)";
+
 /// Reads recorded outcomes from a file or every `*.json` file of a directory.
+///
+/// A record that does not parse but still names its GPU (`render_node` and `pci`) becomes that
+/// GPU's failure, so the node's other GPUs are still published; in a directory, a file that names
+/// no GPU at all is logged and skipped for the same reason (a single file named on the command
+/// line is an error). Two records of one PCI address are refused: they would be two devices of
+/// one name, a slice the API server rejects.
 pub fn read_records(path: &Path) -> Result<Vec<Probed>, ProbeError> {
     let read_err = |source| ProbeError::ReadRecord {
         path: path.to_path_buf(),
         source,
     };
     let mut files = Vec::new();
-    if path.is_dir() {
+    let is_dir = path.is_dir();
+    if is_dir {
         for entry in std::fs::read_dir(path).map_err(read_err)? {
             let file = entry.map_err(read_err)?.path();
             if file.extension().is_some_and(|e| e == "json") {
@@ -267,30 +305,91 @@ pub fn read_records(path: &Path) -> Result<Vec<Probed>, ProbeError> {
     } else {
         files.push(path.to_path_buf());
     }
-    let mut records = Vec::new();
+    let mut records: Vec<(Probed, PathBuf)> = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).map_err(|source| ProbeError::ReadRecord {
             path: file.clone(),
             source,
         })?;
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum OneOrMany {
-            Many(Vec<Probed>),
-            One(Box<Probed>),
-        }
-        let parsed: OneOrMany =
-            serde_json::from_str(&text).map_err(|source| ProbeError::ParseRecord {
-                path: file.clone(),
-                source,
-            })?;
-        match parsed {
-            OneOrMany::Many(many) => records.extend(many),
-            OneOrMany::One(one) => records.push(*one),
+        match parse_records(&file, &text) {
+            Ok(parsed) => records.extend(parsed.into_iter().map(|p| (p, file.clone()))),
+            Err(e) if is_dir => tracing::error!("skipping {e}"),
+            Err(e) => return Err(e),
         }
     }
-    records.sort_by(|a, b| a.pci.address.cmp(&b.pci.address));
-    Ok(records)
+    records.sort_by(|a, b| a.0.pci.address.cmp(&b.0.pci.address));
+    if let Some(pair) = records
+        .windows(2)
+        .find(|w| w[0].0.pci.address == w[1].0.pci.address)
+    {
+        return Err(ProbeError::DuplicateAddress {
+            address: pair[0].0.pci.address.clone(),
+            first: pair[0].1.clone(),
+            second: pair[1].1.clone(),
+        });
+    }
+    Ok(records.into_iter().map(|(p, _)| p).collect())
+}
+
+/// The records of one file: one object or an array of them. Told apart by the first character
+/// rather than by an untagged enum, whose error ("data did not match any variant") would hide the
+/// precise one (an unknown profile name, a missing field).
+fn parse_records(file: &Path, text: &str) -> Result<Vec<Probed>, ProbeError> {
+    let parse_err = |source| ProbeError::ParseRecord {
+        path: file.to_path_buf(),
+        source,
+    };
+    if text.trim_start().starts_with('[') {
+        let values: Vec<serde_json::Value> = serde_json::from_str(text).map_err(parse_err)?;
+        return values
+            .into_iter()
+            .enumerate()
+            .map(|(i, value)| {
+                let error = match Probed::deserialize(&value) {
+                    Ok(probed) => return Ok(probed),
+                    Err(e) => format!("record {i}: {e}"),
+                };
+                failed_record(file, &error, &value).ok_or_else(|| ProbeError::ParseRecord {
+                    path: file.to_path_buf(),
+                    source: serde::de::Error::custom(error),
+                })
+            })
+            .collect();
+    }
+    match serde_json::from_str::<Probed>(text) {
+        Ok(probed) => Ok(vec![probed]),
+        Err(error) => {
+            let value: Option<serde_json::Value> = serde_json::from_str(text).ok();
+            value
+                .and_then(|v| failed_record(file, &error.to_string(), &v))
+                .map(|probed| vec![probed])
+                .ok_or_else(|| parse_err(error))
+        }
+    }
+}
+
+/// A record whose content does not parse, as its GPU's failure, if it names the GPU.
+fn failed_record(file: &Path, error: &str, value: &serde_json::Value) -> Option<Probed> {
+    let render_node = PathBuf::deserialize(value.get("render_node")?).ok()?;
+    let pci = PciIdentity::deserialize(value.get("pci")?).ok()?;
+    let failure = failure_text(
+        &RenderNode {
+            path: render_node.clone(),
+            pci: pci.clone(),
+        },
+        &format!(
+            "has an unreadable recorded probe: parse {}: {error} {FORMAT_HINT}",
+            file.display()
+        ),
+        &[],
+    );
+    tracing::error!("{failure}");
+    Some(Probed {
+        render_node,
+        pci,
+        report: None,
+        failure: Some(failure),
+    })
 }
 
 /// Probes every node in its own child, at most `isolation.parallel` at once; results in the
@@ -749,5 +848,93 @@ mod tests {
             let err = bad.parse::<DriverOverride>().unwrap_err();
             assert!(err.contains("(valid: ADDRESS=NAME"), "{err}");
         }
+    }
+
+    const GOOD: &str = r#"{"render_node": "/dev/dri/renderD128",
+        "pci": {"address": "0000:00:02.0", "vendor": "8086", "product": "9a49", "driver": "i915"},
+        "report": {"configs": [{"profile": "VAProfileH264High", "entrypoint": "VAEntrypointVLD"}]}}"#;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn an_unknown_profile_name_is_its_own_message_and_fails_only_that_gpu() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "a.json", GOOD);
+        let bad = GOOD
+            .replace("renderD128", "renderD129")
+            .replace("0000:00:02.0", "0000:03:00.0")
+            .replace("VAProfileH264High", "VAProfileH264Hihg");
+        let bad_file = write(dir.path(), "b.json", &bad);
+        let records = read_records(dir.path()).unwrap();
+        assert_eq!(records.len(), 2);
+        assert!(records[0].report.is_some() && records[0].failure.is_none());
+        let failure = records[1].failure.as_deref().unwrap();
+        assert!(
+            failure.starts_with(&format!(
+                "probe of /dev/dri/renderD129 (0000:03:00.0) has an unreadable recorded probe: \
+                 parse {}: unknown VAProfile name \"VAProfileH264Hihg\" (hint: write values this \
+                 build does not name as numbers)",
+                bad_file.display()
+            )),
+            "{failure}"
+        );
+        assert!(!failure.contains("did not match any variant"), "{failure}");
+        // In an array, the record is named by its index.
+        let array = write(
+            dir.path(),
+            "array.json.txt",
+            &format!("[{GOOD}, {}]", bad.replace("0000:03", "0000:04")),
+        );
+        let records = read_records(&array).unwrap();
+        assert!(
+            records[1]
+                .failure
+                .as_deref()
+                .unwrap()
+                .contains(": record 1: unknown VAProfile name")
+        );
+    }
+
+    #[test]
+    fn a_file_naming_no_gpu_is_skipped_in_a_directory_and_an_error_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "a.json", GOOD);
+        let broken = write(dir.path(), "b.json", "{\"render_node\": ");
+        let records = read_records(dir.path()).unwrap();
+        assert_eq!(records.len(), 1, "the good GPU is still there");
+        let err = read_records(&broken).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!("parse recorded probes {}: EOF", broken.display())),
+            "{err}"
+        );
+        assert!(
+            err.ends_with("(hint: the format is in docs/report-format.md)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn two_records_of_one_pci_address_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = write(dir.path(), "a.json", GOOD);
+        let b = write(
+            dir.path(),
+            "b.json",
+            &GOOD.replace("renderD128", "renderD129"),
+        );
+        let err = read_records(dir.path()).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "recorded probes {} and {} both describe PCI address 0000:00:02.0 (hint: each GPU \
+                 must be recorded once; remove one of them)",
+                a.display(),
+                b.display()
+            )
+        );
     }
 }

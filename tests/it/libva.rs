@@ -520,6 +520,7 @@ fn pids(node: &FakeNode, render: u32) -> Vec<i32> {
     std::fs::read_to_string(node.scenarios().join(format!("renderD{render}.pids")))
         .unwrap_or_default()
         .lines()
+        .filter(|l| l.starts_with("probe ") || l.starts_with("helper "))
         .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
         .collect()
 }
