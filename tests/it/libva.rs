@@ -733,3 +733,58 @@ fn ctrl_c_and_sigterm_end_probe_and_every_probe_child_with_it() {
         wait_gone(&pids(&node, 128));
     }
 }
+
+#[test]
+#[cfg_attr(
+    not(have_libva),
+    ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2"
+)]
+fn the_agent_reaps_what_a_killed_probe_leaves_behind() {
+    let node = FakeNode::new(vec![FakeGpu {
+        render: 128,
+        pci: pci("0000:03:00.0", "1002", "744c", "amdgpu"),
+        scenario: acting("vaQueryConfigProfiles hang-with-helper"),
+    }]);
+    let server = TestApiServer::start();
+    server
+        .put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"}}))
+        .expect("create the Node");
+    let mut args: Vec<&str> = FAST.to_vec();
+    args.extend(["--probe-timeout", "1s"]);
+    let agent = AgentProcess::start_with(
+        BIN,
+        "gpu-node-1",
+        &node.args(),
+        &node.env(),
+        server.kubeconfig(),
+        &args,
+    );
+    let line = agent
+        .log
+        .wait_for("pci-0000-03-00-0 (", Duration::from_secs(30));
+    assert!(
+        line.contains("timed out after 1.0s and was killed with its process group"),
+        "{line}"
+    );
+    let pids = pids(&node, 128);
+    assert_eq!(pids.len(), 2, "the probe and its helper");
+    // The helper was re-parented to the agent (a subreaper), killed with the group, and reaped:
+    // not even a zombie is left.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pids
+        .iter()
+        .any(|p| Path::new(&format!("/proc/{p}")).exists())
+    {
+        let states: Vec<String> = pids
+            .iter()
+            .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
+            .filter_map(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("State:"))
+                    .map(str::to_string)
+            })
+            .collect();
+        assert!(Instant::now() < deadline, "not reaped: {pids:?} {states:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
