@@ -112,7 +112,7 @@ impl PciNames {
     /// parsing pci.ids takes tens of milliseconds. The last database stays cached; asking for
     /// another path replaces it.
     pub fn load_cached(path: Option<&Path>) -> Result<Arc<PciNames>, DiscoveryError> {
-        static CACHE: Mutex<Option<(Option<PathBuf>, FileStamp, Arc<PciNames>)>> = Mutex::new(None);
+        static CACHE: Mutex<Option<CachedNames>> = Mutex::new(None);
         let resolved = match path {
             Some(p) => Some(p.to_path_buf()),
             None => PCI_IDS_PATHS
@@ -150,6 +150,9 @@ impl PciNames {
             .map(|d| d.name.clone())
     }
 }
+
+/// The last database read: which file (`None`: the first of `PCI_IDS_PATHS`), which version.
+type CachedNames = (Option<PathBuf>, FileStamp, Arc<PciNames>);
 
 /// What identifies one version of a file without reading it.
 #[derive(Clone, Debug, PartialEq, Eq)]
