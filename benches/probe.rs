@@ -5,7 +5,16 @@
 //! timeout machinery — and the driver's own work is not. The baseline, measured in the same run,
 //! spawns a trivial process (`/bin/true`) the same way.
 //!
+//! Where libva is installed (`cfg(have_libva)`), the same report is also probed through the real
+//! libva: the child loads libva, which loads the test VA driver of `tests/vadriver` on a fake node
+//! (tests/it/support/vadriver.rs), and the driver answers from the report. That is the cost per GPU
+//! of everything but a real driver's own work, set against the `--from` path (reading the record
+//! and deriving its attributes, no child at all) in the same run.
+//!
 //! Run: `cargo bench --bench probe`.
+
+#[path = "../tests/it/support/mod.rs"]
+mod support;
 
 use media_operator::agent::probing::{
     CHILD_SUBCOMMAND, Isolation, ProbeCommand, probe_all, probe_in_child, read_records,
@@ -30,6 +39,9 @@ fn main() {
         serde_json::to_string(probed[0].report.as_ref().expect("a report")).unwrap(),
     )
     .unwrap();
+
+    #[cfg(have_libva)]
+    let fake = libva_node(&probed[0]);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -92,7 +104,80 @@ fn main() {
         eight_time.as_secs_f64() * 1000.0,
         eight_time.as_secs_f64() * 1000.0 / 8.0
     );
+    #[cfg(have_libva)]
+    libva_figures(&runtime, &fake, &record, agent_ms, baseline_ms);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A fake node whose one GPU's test driver states what `probed` recorded, and this process's
+/// environment set so that the probe children find it.
+#[cfg(have_libva)]
+fn libva_node(probed: &media_operator::agent::probing::Probed) -> support::vadriver::FakeNode {
+    use support::vadriver::{FakeGpu, FakeNode, scenario_from_report};
+    let node = FakeNode::new(vec![FakeGpu {
+        render: 128,
+        pci: probed.pci.clone(),
+        scenario: scenario_from_report(probed.report.as_ref().expect("a report")),
+    }]);
+    for (key, value) in node.env() {
+        // SAFETY: called before the runtime or any other thread exists.
+        unsafe { std::env::set_var(key, value) };
+    }
+    node
+}
+
+#[cfg(have_libva)]
+fn libva_figures(
+    runtime: &tokio::runtime::Runtime,
+    fake: &support::vadriver::FakeNode,
+    record: &Path,
+    replay_ms: f64,
+    baseline_ms: f64,
+) {
+    let node = RenderNode {
+        path: fake.render_node(128),
+        pci: fake.gpus[0].pci.clone(),
+    };
+    let live = isolation(ProbeCommand {
+        program: PathBuf::from(env!("CARGO_BIN_EXE_media-capabilities")),
+        args: vec![CHILD_SUBCOMMAND.into()],
+    });
+    let mut libva = Duration::ZERO;
+    runtime.block_on(async {
+        for _ in 0..10 {
+            expect_report(probe_in_child(&node, &live).await);
+        }
+        for _ in 0..ROUNDS {
+            let start = Instant::now();
+            let outcome = probe_in_child(&node, &live).await;
+            libva += start.elapsed();
+            expect_report(outcome);
+        }
+    });
+    // The --from path: read the record, derive the attributes and the log line.
+    let start = Instant::now();
+    for _ in 0..ROUNDS {
+        let probed = read_records(record).expect("the record parses");
+        std::hint::black_box(log_line(&describe(&probed[0].node(), &probed[0].outcome())));
+    }
+    let from_ms = start.elapsed().as_secs_f64() * 1000.0 / f64::from(ROUNDS);
+    let libva_ms = libva.as_secs_f64() * 1000.0 / f64::from(ROUNDS);
+    println!("probe cost per GPU through the real libva and the test VA driver, {ROUNDS} rounds");
+    println!("  real libva: child + libva + test driver  {libva_ms:8.3} ms");
+    println!(
+        "  real libva against replay child          ratio {:.2}x ({:+.3} ms)",
+        libva_ms / replay_ms,
+        libva_ms - replay_ms
+    );
+    println!(
+        "  real libva against /bin/true             ratio {:.2}x",
+        libva_ms / baseline_ms
+    );
+    println!("  --from: read record + derive + log line  {from_ms:8.3} ms");
+    println!(
+        "  real libva against --from                ratio {:.0}x",
+        libva_ms / from_ms
+    );
 }
 
 fn isolation(command: ProbeCommand) -> Isolation {

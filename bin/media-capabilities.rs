@@ -83,6 +83,8 @@ fn run(cli: Cli, config: Option<AgentConfig>) -> anyhow::Result<()> {
     match cli.command {
         None => {
             let config = config.context("the agent's configuration was not validated")?;
+            // The processes of killed probes come back to the agent to be reaped, PID 1 or not.
+            media_operator::agent::probing::become_subreaper();
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
@@ -94,7 +96,14 @@ fn run(cli: Cli, config: Option<AgentConfig>) -> anyhow::Result<()> {
                 .enable_all()
                 .build()?;
             let mut out = std::io::stdout().lock();
-            runtime.block_on(media_operator::agent::probe_cmd::run(&args, &mut out))?;
+            if args.from.is_none() {
+                media_operator::agent::probing::become_subreaper();
+            }
+            runtime.block_on(media_operator::agent::probe_cmd::run(
+                &args,
+                &mut out,
+                signal(),
+            ))?;
             Ok(())
         }
         Some(Command::ProbeGpu(args)) => {

@@ -4,6 +4,9 @@
 //!
 //! The two programs in `bin/` are thin entry points; everything they do lives here.
 
+// Unsafe code lives only in `node::va::ffi`, the one module allowed it.
+#![deny(unsafe_code)]
+
 pub mod agent;
 pub mod catalogue;
 pub mod classes;

@@ -24,6 +24,8 @@ pub enum ProbeCmdError {
     Write(#[from] std::io::Error),
     #[error("render output: {0}")]
     Render(String),
+    #[error("interrupted; every probe child was killed")]
+    Interrupted,
 }
 
 /// Builds the probe source `args` describe: recorded probes with `--from`, else live ones.
@@ -48,9 +50,19 @@ pub fn source(args: &ProbeArgs) -> Result<ProbeSource, ProbeCmdError> {
     })
 }
 
-/// Runs `probe` and writes its output to `out`.
-pub async fn run(args: &ProbeArgs, out: &mut dyn Write) -> Result<(), ProbeCmdError> {
-    let probed = source(args)?.probe().await?;
+/// Runs `probe` and writes its output to `out`. When `interrupted` completes first (Ctrl-C,
+/// SIGTERM), the probing is abandoned: every probe child is killed with its process group, and
+/// nothing is printed.
+pub async fn run(
+    args: &ProbeArgs,
+    out: &mut dyn Write,
+    interrupted: impl std::future::Future<Output = ()>,
+) -> Result<(), ProbeCmdError> {
+    let source = source(args)?;
+    let probed = tokio::select! {
+        probed = source.probe() => probed?,
+        () = interrupted => return Err(ProbeCmdError::Interrupted),
+    };
     for record in &probed {
         tracing::info!(
             "{}",

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::io::AsyncReadExt;
 
 /// The hidden subcommand the agent runs itself with to probe one GPU.
 pub const CHILD_SUBCOMMAND: &str = "__probe-gpu";
@@ -211,21 +211,40 @@ pub enum ProbeError {
         path: PathBuf,
         source: serde_json::Error,
     },
+    #[error(
+        "recorded probes {first} and {second} both describe PCI address {address} (hint: each GPU \
+         must be recorded once; remove one of them)"
+    )]
+    DuplicateAddress {
+        address: String,
+        first: PathBuf,
+        second: PathBuf,
+    },
+    #[error("probe task failed: {0}")]
+    Blocking(String),
 }
 
 impl ProbeSource {
-    /// Every GPU with its outcome, sorted by PCI address.
+    /// Every GPU with its outcome, sorted by PCI address. File reads, the sysfs walk and parsing
+    /// pci.ids run on the blocking pool, never on the async runtime's threads.
     pub async fn probe(&self) -> Result<Vec<Probed>, ProbeError> {
         match self {
-            ProbeSource::Recorded(path) => read_records(path),
+            ProbeSource::Recorded(path) => {
+                let path = path.clone();
+                blocking(move || read_records(&path)).await
+            }
             ProbeSource::Live {
                 roots,
                 pci_ids,
                 only,
                 isolation,
             } => {
-                let names = PciNames::load(pci_ids.as_deref())?;
-                let mut nodes = crate::node::sysfs::discover(roots, &names)?;
+                let (roots, pci_ids) = (roots.clone(), pci_ids.clone());
+                let mut nodes = blocking(move || {
+                    let names = PciNames::load_cached(pci_ids.as_deref())?;
+                    Ok::<_, ProbeError>(crate::node::sysfs::discover(&roots, &names)?)
+                })
+                .await?;
                 if let Some(only) = only {
                     let found = nodes
                         .iter()
@@ -249,14 +268,33 @@ impl ProbeSource {
     }
 }
 
+/// Runs `work` on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ProbeError> + Send + 'static,
+) -> Result<T, ProbeError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ProbeError::Blocking(e.to_string()))?
+}
+
+/// The hint every message about a recorded probe ends with.
+const FORMAT_HINT: &str = "(hint: the format is in docs/report-format.md)";
+
 /// Reads recorded outcomes from a file or every `*.json` file of a directory.
+///
+/// A record that does not parse but still names its GPU (`render_node` and `pci`) becomes that
+/// GPU's failure, so the node's other GPUs are still published; in a directory, a file that names
+/// no GPU at all is logged and skipped for the same reason (a single file named on the command
+/// line is an error). Two records of one PCI address are refused: they would be two devices of
+/// one name, a slice the API server rejects.
 pub fn read_records(path: &Path) -> Result<Vec<Probed>, ProbeError> {
     let read_err = |source| ProbeError::ReadRecord {
         path: path.to_path_buf(),
         source,
     };
     let mut files = Vec::new();
-    if path.is_dir() {
+    let is_dir = path.is_dir();
+    if is_dir {
         for entry in std::fs::read_dir(path).map_err(read_err)? {
             let file = entry.map_err(read_err)?.path();
             if file.extension().is_some_and(|e| e == "json") {
@@ -267,30 +305,91 @@ pub fn read_records(path: &Path) -> Result<Vec<Probed>, ProbeError> {
     } else {
         files.push(path.to_path_buf());
     }
-    let mut records = Vec::new();
+    let mut records: Vec<(Probed, PathBuf)> = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).map_err(|source| ProbeError::ReadRecord {
             path: file.clone(),
             source,
         })?;
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum OneOrMany {
-            Many(Vec<Probed>),
-            One(Box<Probed>),
-        }
-        let parsed: OneOrMany =
-            serde_json::from_str(&text).map_err(|source| ProbeError::ParseRecord {
-                path: file.clone(),
-                source,
-            })?;
-        match parsed {
-            OneOrMany::Many(many) => records.extend(many),
-            OneOrMany::One(one) => records.push(*one),
+        match parse_records(&file, &text) {
+            Ok(parsed) => records.extend(parsed.into_iter().map(|p| (p, file.clone()))),
+            Err(e) if is_dir => tracing::error!("skipping {e}"),
+            Err(e) => return Err(e),
         }
     }
-    records.sort_by(|a, b| a.pci.address.cmp(&b.pci.address));
-    Ok(records)
+    records.sort_by(|a, b| a.0.pci.address.cmp(&b.0.pci.address));
+    if let Some(pair) = records
+        .windows(2)
+        .find(|w| w[0].0.pci.address == w[1].0.pci.address)
+    {
+        return Err(ProbeError::DuplicateAddress {
+            address: pair[0].0.pci.address.clone(),
+            first: pair[0].1.clone(),
+            second: pair[1].1.clone(),
+        });
+    }
+    Ok(records.into_iter().map(|(p, _)| p).collect())
+}
+
+/// The records of one file: one object or an array of them. Told apart by the first character
+/// rather than by an untagged enum, whose error ("data did not match any variant") would hide the
+/// precise one (an unknown profile name, a missing field).
+fn parse_records(file: &Path, text: &str) -> Result<Vec<Probed>, ProbeError> {
+    let parse_err = |source| ProbeError::ParseRecord {
+        path: file.to_path_buf(),
+        source,
+    };
+    if text.trim_start().starts_with('[') {
+        let values: Vec<serde_json::Value> = serde_json::from_str(text).map_err(parse_err)?;
+        return values
+            .into_iter()
+            .enumerate()
+            .map(|(i, value)| {
+                let error = match Probed::deserialize(&value) {
+                    Ok(probed) => return Ok(probed),
+                    Err(e) => format!("record {i}: {e}"),
+                };
+                failed_record(file, &error, &value).ok_or_else(|| ProbeError::ParseRecord {
+                    path: file.to_path_buf(),
+                    source: serde::de::Error::custom(error),
+                })
+            })
+            .collect();
+    }
+    match serde_json::from_str::<Probed>(text) {
+        Ok(probed) => Ok(vec![probed]),
+        Err(error) => {
+            let value: Option<serde_json::Value> = serde_json::from_str(text).ok();
+            value
+                .and_then(|v| failed_record(file, &error.to_string(), &v))
+                .map(|probed| vec![probed])
+                .ok_or_else(|| parse_err(error))
+        }
+    }
+}
+
+/// A record whose content does not parse, as its GPU's failure, if it names the GPU.
+fn failed_record(file: &Path, error: &str, value: &serde_json::Value) -> Option<Probed> {
+    let render_node = PathBuf::deserialize(value.get("render_node")?).ok()?;
+    let pci = PciIdentity::deserialize(value.get("pci")?).ok()?;
+    let failure = failure_text(
+        &RenderNode {
+            path: render_node.clone(),
+            pci: pci.clone(),
+        },
+        &format!(
+            "has an unreadable recorded probe: parse {}: {error} {FORMAT_HINT}",
+            file.display()
+        ),
+        &[],
+    );
+    tracing::error!("{failure}");
+    Some(Probed {
+        render_node,
+        pci,
+        report: None,
+        failure: Some(failure),
+    })
 }
 
 /// Probes every node in its own child, at most `isolation.parallel` at once; results in the
@@ -343,6 +442,183 @@ fn seconds(elapsed: Duration) -> String {
     format!("{:.1}s", elapsed.as_secs_f64())
 }
 
+/// What a probe child may make its parent hold: the report line (real ones are a few KiB), and
+/// of everything else it says, the first and last lines, each cut to a length. A driver that
+/// prints without end costs the agent these bounds, never more.
+pub const REPORT_MAX_BYTES: usize = 4 << 20;
+/// Lines kept from the start and from the end of what a child says (stderr, and stdout before
+/// the report); the ones in between are counted.
+pub const SAID_HEAD_LINES: usize = 16;
+pub const SAID_TAIL_LINES: usize = 16;
+/// Longer lines are cut (on a character boundary) and marked.
+pub const SAID_LINE_MAX_BYTES: usize = 512;
+
+/// The first and last lines a child said, with a count of the lines dropped in between.
+#[derive(Debug, Default)]
+struct Said {
+    head: Vec<String>,
+    tail: std::collections::VecDeque<String>,
+    dropped: u64,
+}
+
+impl Said {
+    fn push(&mut self, line: String) {
+        if self.head.len() < SAID_HEAD_LINES {
+            self.head.push(line);
+            return;
+        }
+        if self.tail.len() == SAID_TAIL_LINES {
+            self.tail.pop_front();
+            self.dropped += 1;
+        }
+        self.tail.push_back(line);
+    }
+
+    fn lines(&self) -> Vec<String> {
+        let mut lines = self.head.clone();
+        if self.dropped > 0 {
+            lines.push(format!("… {} lines dropped …", self.dropped));
+        }
+        lines.extend(self.tail.iter().cloned());
+        lines
+    }
+}
+
+/// One line of bytes as text: invalid UTF-8 replaced (so one bad byte loses nothing after it),
+/// cut to `SAID_LINE_MAX_BYTES`, with how much was cut.
+fn said_line(bytes: &[u8], cut: usize) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.strip_suffix('\r').unwrap_or(&text);
+    if text.len() <= SAID_LINE_MAX_BYTES && cut == 0 {
+        return text.to_string();
+    }
+    let mut end = text.len().min(SAID_LINE_MAX_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = cut + text.len() - end;
+    format!("{}… ({cut} bytes cut)", &text[..end])
+}
+
+/// Reads `reader` to its end as lines, holding at most `max_line` bytes of any one line (the rest
+/// of a longer line is counted, not kept) and calling `line(bytes, bytes_cut)` for each.
+async fn read_lines<R: tokio::io::AsyncRead + Unpin>(
+    mut reader: R,
+    max_line: usize,
+    mut line: impl FnMut(&[u8], usize),
+) {
+    let mut chunk = vec![0u8; 16 << 10];
+    let mut current: Vec<u8> = Vec::new();
+    let mut cut = 0usize;
+    loop {
+        let n = match reader.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let mut rest = &chunk[..n];
+        while !rest.is_empty() {
+            let (part, newline) = match rest.iter().position(|b| *b == b'\n') {
+                Some(i) => (&rest[..i], Some(i)),
+                None => (rest, None),
+            };
+            let room = max_line.saturating_sub(current.len());
+            current.extend_from_slice(&part[..part.len().min(room)]);
+            cut += part.len().saturating_sub(room);
+            match newline {
+                Some(i) => {
+                    line(&current, cut);
+                    current.clear();
+                    cut = 0;
+                    rest = &rest[i + 1..];
+                }
+                None => rest = &[],
+            }
+        }
+    }
+    if !current.is_empty() || cut > 0 {
+        line(&current, cut);
+    }
+}
+
+/// What the child printed on stdout: its last non-empty line (the report), and the lines before
+/// it, which the driver said.
+#[derive(Default)]
+struct Stdout {
+    said: Said,
+    last: Option<(Vec<u8>, usize)>,
+}
+
+/// Kills a probe child's whole process group when dropped: after the child exits (helpers the
+/// driver left behind), at a timeout, and when the probe is abandoned (shutdown, Ctrl-C, a
+/// dropped future). The group has the child as leader, and its id cannot be reused while any
+/// member lives, so this reaches only the probe and what it started. Members re-parented to this
+/// process (it is PID 1 in its container, or a subreaper: `become_subreaper`) are reaped here.
+struct ProbeGroup(Option<nix::unistd::Pid>);
+
+/// Reaps the members of group `pgid` that ended up as our children, without blocking; true when
+/// none is left to wait for.
+fn reap_group(pgid: nix::unistd::Pid) -> bool {
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+    loop {
+        match waitid(Id::PGid(pgid), WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG) {
+            Ok(WaitStatus::StillAlive) => return false,
+            Ok(_) => continue,
+            // ECHILD: no child of ours is in the group (any more).
+            Err(_) => return true,
+        }
+    }
+}
+
+impl ProbeGroup {
+    fn kill(&self) {
+        if let Some(pgid) = self.0 {
+            // ESRCH (nobody left) is the usual answer after a clean exit.
+            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+
+    /// Kills the group and reaps it, waiting up to a second for SIGKILL to take effect.
+    async fn end(mut self) {
+        self.kill();
+        let Some(pgid) = self.0.take() else { return };
+        for _ in 0..100 {
+            if reap_group(pgid) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for ProbeGroup {
+    fn drop(&mut self) {
+        self.kill();
+        let Some(pgid) = self.0.take() else { return };
+        // Reaping needs the members to have died; a short-lived thread waits for them, so that an
+        // abandoned probe leaves no zombie behind either.
+        let _ = std::thread::Builder::new()
+            .name("reap-probe".into())
+            .spawn(move || {
+                for _ in 0..100 {
+                    if reap_group(pgid) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            });
+    }
+}
+
+/// Makes this process the reaper of the processes its probe children leave behind
+/// (`PR_SET_CHILD_SUBREAPER`), so that a killed probe's helpers come back to it to be reaped
+/// even when it is not PID 1 (as PID 1 in its container, they come to it anyway). The agent and
+/// `probe` call it once at start.
+pub fn become_subreaper() {
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        tracing::warn!("cannot become a subreaper (helpers of killed probes may linger): {e}");
+    }
+}
+
 /// Runs one probe child for `node` and turns whatever happens into an outcome.
 pub async fn probe_in_child(node: &RenderNode, isolation: &Isolation) -> Outcome {
     let start = Instant::now();
@@ -370,94 +646,117 @@ pub async fn probe_in_child(node: &RenderNode, isolation: &Isolation) -> Outcome
             return Outcome::Failed(failure_text(node, &what, &[]));
         }
     };
-    let pid = child.id();
-    let said = Arc::new(Mutex::new(Vec::<String>::new()));
-    let stderr = child.stderr.take().map(|stderr| {
-        let said = Arc::clone(&said);
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Ok(mut said) = said.lock() {
-                    said.push(line);
+    // From here on the group dies with this function, however it ends.
+    let group = child
+        .id()
+        .and_then(|p| i32::try_from(p).ok())
+        .map(|p| ProbeGroup(Some(nix::unistd::Pid::from_raw(p))));
+    let stderr = Arc::new(Mutex::new(Said::default()));
+    let stderr_task = child.stderr.take().map(|pipe| {
+        let said = Arc::clone(&stderr);
+        tokio::spawn(read_lines(pipe, SAID_LINE_MAX_BYTES, move |bytes, cut| {
+            if let Ok(mut said) = said.lock() {
+                said.push(said_line(bytes, cut));
+            }
+        }))
+    });
+    let stdout = Arc::new(Mutex::new(Stdout::default()));
+    let stdout_task = child.stdout.take().map(|pipe| {
+        let out = Arc::clone(&stdout);
+        tokio::spawn(read_lines(pipe, REPORT_MAX_BYTES, move |bytes, cut| {
+            if bytes.iter().all(u8::is_ascii_whitespace) && cut == 0 {
+                return;
+            }
+            if let Ok(mut out) = out.lock() {
+                if let Some((previous, previous_cut)) = out.last.take() {
+                    out.said.push(said_line(&previous, previous_cut));
                 }
+                out.last = Some((bytes.to_vec(), cut));
             }
-        })
+        }))
     });
-    let stdout = child.stdout.take().map(|mut stdout| {
-        tokio::spawn(async move {
-            let mut bytes = Vec::new();
-            let read = stdout.read_to_end(&mut bytes).await;
-            read.map(|_| bytes)
-        })
-    });
-    let finished = tokio::time::timeout(isolation.timeout, async {
-        let status = child.wait().await;
-        // Both pipes reach EOF once the child and anything holding them have exited.
-        if let Some(task) = stderr {
-            let _ = task.await;
-        }
-        let out = match stdout {
-            Some(task) => task.await.ok().and_then(Result::ok),
-            None => None,
+    // Both pipes reach EOF once the child and everything holding them have exited or been
+    // killed; a helper that left the group could hold them longer, hence the bound.
+    let drained = async {
+        let pipes = async {
+            if let Some(task) = stderr_task {
+                let _ = task.await;
+            }
+            if let Some(task) = stdout_task {
+                let _ = task.await;
+            }
         };
-        (status, out)
-    })
-    .await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), pipes).await;
+    };
+    let status = tokio::time::timeout(isolation.timeout, child.wait()).await;
+    // Whatever is still running in the group (a hung probe, helpers a driver left behind) ends
+    // now; what it wrote stays in the pipes and is read to the end below.
+    if let Some(group) = &group {
+        group.kill();
+    }
+    if status.is_err() {
+        let _ = child.kill().await;
+    }
+    drained.await;
+    if let Some(group) = group {
+        group.end().await;
+    }
     let elapsed = seconds(start.elapsed());
-    let said_now = || said.lock().map(|s| s.clone()).unwrap_or_default();
-    let (status, stdout) = match finished {
-        Ok(done) => done,
+    let mut said = stderr.lock().map(|s| s.lines()).unwrap_or_default();
+    let (stdout_said, last) = match stdout.lock() {
+        Ok(mut out) => (out.said.lines(), out.last.take()),
+        Err(_) => (Vec::new(), None),
+    };
+    // Anything the driver printed to stdout before the report is also something it said.
+    said.extend(stdout_said);
+    let status = match status {
         Err(_) => {
-            if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-                // The group has our child as leader; its id cannot be reused while any member
-                // lives, so this reaches only the probe and what it started.
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-            let _ = child.kill().await;
             let what = format!(
-                "timed out after {} and was killed",
+                "timed out after {} and was killed with its process group",
                 seconds(isolation.timeout)
             );
-            return Outcome::Failed(failure_text(node, &what, &said_now()));
+            return Outcome::Failed(failure_text(node, &what, &said));
         }
-    };
-    let status = match status {
-        Ok(status) => status,
-        Err(e) => {
+        Ok(Err(e)) => {
             let what = format!("could not be waited for after {elapsed}: {e}");
-            return Outcome::Failed(failure_text(node, &what, &said_now()));
+            return Outcome::Failed(failure_text(node, &what, &said));
         }
+        Ok(Ok(status)) => status,
     };
-    let stdout = stdout.unwrap_or_default();
-    let text = String::from_utf8_lossy(&stdout);
-    let mut lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    let last = lines.pop();
-    // Anything the driver printed to stdout before the report is also something it said.
-    let mut said = said_now();
-    said.extend(lines.iter().map(|l| l.to_string()));
     use std::os::unix::process::ExitStatusExt;
     if let Some(signal) = status.signal() {
         let name = nix::sys::signal::Signal::try_from(signal)
             .map(|s| s.as_str().to_string())
             .unwrap_or_else(|_| format!("signal {signal}"));
+        if let Some((bytes, cut)) = &last {
+            said.push(said_line(bytes, *cut));
+        }
         let what = format!("killed by {name} after {elapsed}");
         return Outcome::Failed(failure_text(node, &what, &said));
     }
     if !status.success() {
+        if let Some((bytes, cut)) = &last {
+            said.push(said_line(bytes, *cut));
+        }
         let code = status
             .code()
             .map_or_else(|| "unknown".to_string(), |c| c.to_string());
         let what = format!("exited with status {code} after {elapsed}");
         return Outcome::Failed(failure_text(node, &what, &said));
     }
-    let Some(last) = last else {
+    let Some((last, cut)) = last else {
         let what = format!("printed no report after {elapsed}");
         return Outcome::Failed(failure_text(node, &what, &said));
     };
-    match serde_json::from_str::<Report>(last) {
+    if cut > 0 {
+        said.push(said_line(&last, cut));
+        let what = format!(
+            "printed a report longer than {} MiB after {elapsed}",
+            REPORT_MAX_BYTES >> 20
+        );
+        return Outcome::Failed(failure_text(node, &what, &said));
+    }
+    match serde_json::from_slice::<Report>(&last) {
         Ok(report) => {
             for line in &said {
                 tracing::debug!("probe of {}: {line}", node.path.display());
@@ -465,7 +764,7 @@ pub async fn probe_in_child(node: &RenderNode, isolation: &Isolation) -> Outcome
             Outcome::Report(Box::new(report))
         }
         Err(e) => {
-            said.push(last.to_string());
+            said.push(said_line(&last, 0));
             let what = format!("printed an unreadable report after {elapsed} ({e})");
             Outcome::Failed(failure_text(node, &what, &said))
         }
@@ -549,5 +848,93 @@ mod tests {
             let err = bad.parse::<DriverOverride>().unwrap_err();
             assert!(err.contains("(valid: ADDRESS=NAME"), "{err}");
         }
+    }
+
+    const GOOD: &str = r#"{"render_node": "/dev/dri/renderD128",
+        "pci": {"address": "0000:00:02.0", "vendor": "8086", "product": "9a49", "driver": "i915"},
+        "report": {"configs": [{"profile": "VAProfileH264High", "entrypoint": "VAEntrypointVLD"}]}}"#;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn an_unknown_profile_name_is_its_own_message_and_fails_only_that_gpu() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "a.json", GOOD);
+        let bad = GOOD
+            .replace("renderD128", "renderD129")
+            .replace("0000:00:02.0", "0000:03:00.0")
+            .replace("VAProfileH264High", "VAProfileH264Hihg");
+        let bad_file = write(dir.path(), "b.json", &bad);
+        let records = read_records(dir.path()).unwrap();
+        assert_eq!(records.len(), 2);
+        assert!(records[0].report.is_some() && records[0].failure.is_none());
+        let failure = records[1].failure.as_deref().unwrap();
+        assert!(
+            failure.starts_with(&format!(
+                "probe of /dev/dri/renderD129 (0000:03:00.0) has an unreadable recorded probe: \
+                 parse {}: unknown VAProfile name \"VAProfileH264Hihg\" (hint: write values this \
+                 build does not name as numbers)",
+                bad_file.display()
+            )),
+            "{failure}"
+        );
+        assert!(!failure.contains("did not match any variant"), "{failure}");
+        // In an array, the record is named by its index.
+        let array = write(
+            dir.path(),
+            "array.json.txt",
+            &format!("[{GOOD}, {}]", bad.replace("0000:03", "0000:04")),
+        );
+        let records = read_records(&array).unwrap();
+        assert!(
+            records[1]
+                .failure
+                .as_deref()
+                .unwrap()
+                .contains(": record 1: unknown VAProfile name")
+        );
+    }
+
+    #[test]
+    fn a_file_naming_no_gpu_is_skipped_in_a_directory_and_an_error_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "a.json", GOOD);
+        let broken = write(dir.path(), "b.json", "{\"render_node\": ");
+        let records = read_records(dir.path()).unwrap();
+        assert_eq!(records.len(), 1, "the good GPU is still there");
+        let err = read_records(&broken).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!("parse recorded probes {}: EOF", broken.display())),
+            "{err}"
+        );
+        assert!(
+            err.ends_with("(hint: the format is in docs/report-format.md)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn two_records_of_one_pci_address_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = write(dir.path(), "a.json", GOOD);
+        let b = write(
+            dir.path(),
+            "b.json",
+            &GOOD.replace("renderD128", "renderD129"),
+        );
+        let err = read_records(dir.path()).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "recorded probes {} and {} both describe PCI address 0000:00:02.0 (hint: each GPU \
+                 must be recorded once; remove one of them)",
+                a.display(),
+                b.display()
+            )
+        );
     }
 }

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// The places discovery reads; `/dev/dri` and `/sys` unless a test or an operator says otherwise.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,6 +107,36 @@ impl PciNames {
         Ok(PciNames { db: Some(db) })
     }
 
+    /// As `load`, but parsed once per process and again only when the file changes (its size,
+    /// modification time or inode), since the agent discovers the GPUs again at every rescan and
+    /// parsing pci.ids takes tens of milliseconds. The last database stays cached; asking for
+    /// another path replaces it.
+    pub fn load_cached(path: Option<&Path>) -> Result<Arc<PciNames>, DiscoveryError> {
+        static CACHE: Mutex<Option<CachedNames>> = Mutex::new(None);
+        let resolved = match path {
+            Some(p) => Some(p.to_path_buf()),
+            None => PCI_IDS_PATHS
+                .iter()
+                .map(Path::new)
+                .find(|p| p.exists())
+                .map(Path::to_path_buf),
+        };
+        let stamp = resolved.as_deref().and_then(FileStamp::of);
+        let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((cached_path, cached_stamp, names)) = cache.as_ref()
+            && *cached_path == resolved
+            && stamp.is_some()
+            && Some(cached_stamp) == stamp.as_ref()
+        {
+            return Ok(Arc::clone(names));
+        }
+        let names = Arc::new(PciNames::load(resolved.as_deref().or(path))?);
+        if let Some(stamp) = stamp {
+            *cache = Some((resolved, stamp, Arc::clone(&names)));
+        }
+        Ok(names)
+    }
+
     /// The device's name, when the database has the entry.
     pub fn device_name(&self, vendor: u16, product: u16) -> Option<String> {
         // Looked up in the parsed maps rather than with `find_device_name`, which formats IDs
@@ -117,6 +148,29 @@ impl PciNames {
             .devices
             .get(&product)
             .map(|d| d.name.clone())
+    }
+}
+
+/// The last database read: which file (`None`: the first of `PCI_IDS_PATHS`), which version.
+type CachedNames = (Option<PathBuf>, FileStamp, Arc<PciNames>);
+
+/// What identifies one version of a file without reading it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    inode: u64,
+}
+
+impl FileStamp {
+    fn of(path: &Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).ok()?;
+        Some(FileStamp {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            inode: meta.ino(),
+        })
     }
 }
 
@@ -386,5 +440,36 @@ mod tests {
         assert!(!valid_address("00:02.0"));
         assert!(!valid_address("0000:00:02.0/x"));
         assert!(!valid_address("0000:0g:02.0"));
+    }
+
+    #[test]
+    fn pci_ids_is_parsed_once_and_again_only_when_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pci.ids");
+        std::fs::write(&file, "8086  Intel Corporation\n\t9a49  TigerLake-LP GT2\n").unwrap();
+        let first = PciNames::load_cached(Some(&file)).unwrap();
+        let again = PciNames::load_cached(Some(&file)).unwrap();
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "the same file is not parsed twice"
+        );
+        assert_eq!(
+            again.device_name(0x8086, 0x9a49).as_deref(),
+            Some("TigerLake-LP GT2")
+        );
+        // A new version (an update of the pci.ids package replaces the file).
+        let new = dir.path().join("pci.ids.new");
+        std::fs::write(
+            &new,
+            "8086  Intel Corporation\n\t9a49  TigerLake-LP GT2 [Iris Xe]\n",
+        )
+        .unwrap();
+        std::fs::rename(&new, &file).unwrap();
+        let changed = PciNames::load_cached(Some(&file)).unwrap();
+        assert!(!Arc::ptr_eq(&first, &changed));
+        assert_eq!(
+            changed.device_name(0x8086, 0x9a49).as_deref(),
+            Some("TigerLake-LP GT2 [Iris Xe]")
+        );
     }
 }

@@ -15,6 +15,7 @@ mod explain;
 mod generated;
 mod isolation;
 mod kubelet;
+mod libva;
 mod probe_cli;
 mod release;
 mod rules_captures;

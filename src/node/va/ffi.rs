@@ -7,6 +7,18 @@
 //! va_drm.h (libva-facts §1, §3). Above this module the probe sees a small safe API: a `Libva`, a
 //! `Display` that always terminates and closes its fd when dropped, and `VaError`, produced from a
 //! `VAStatus` in exactly one function (`Libva::check`).
+//!
+//! A display is a typestate: `open_display` gives a `Display<Opened>`, on which the only query is
+//! `initialize`; the queries exist only on the `Display<Initialised>` it returns, so the compiler,
+//! not a comment, keeps any query off a display libva has not initialised. The message callbacks'
+//! context is a `Box::into_raw` pointer owned by the display and freed only after `vaTerminate`,
+//! the last call that can deliver a message.
+//!
+//! This is the one module allowed `unsafe` (`#![deny(unsafe_code)]` in lib.rs); every unsafe block
+//! and function here carries its `SAFETY:` justification, which clippy enforces.
+
+#![deny(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 use super::report::{Level, Message};
 use libloading::Library;
@@ -14,6 +26,7 @@ use std::error::Error as _;
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::fs::OpenOptions;
 use std::io::Write as _;
+use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::Mutex;
@@ -201,8 +214,8 @@ impl Libva {
         let va_drm = unsafe { Library::new(&paths.va_drm) }
             .map_err(|e| OpenError::Load(loader_error(&e)))?;
         let (v, d) = (paths.va.as_str(), paths.va_drm.as_str());
-        // SAFETY (every `symbol` call below): each type is the signature from va.h / va_drm.h
-        // (libva-facts §3), and `Libva` keeps both libraries open while `api` is in use.
+        // SAFETY: for every `symbol` call below, each type is the signature from va.h /
+        // va_drm.h (libva-facts §3), and `Libva` keeps both libraries open while `api` is in use.
         let api = unsafe {
             Api {
                 get_display_drm: symbol(&va_drm, d, "vaGetDisplayDRM")?,
@@ -257,7 +270,7 @@ impl Libva {
         node: &Path,
         driver: Option<&str>,
         echo_messages: bool,
-    ) -> Result<Display<'_>, OpenError> {
+    ) -> Result<Display<'_, Opened>, OpenError> {
         let path = node.display().to_string();
         // Render nodes need no DRM authentication; std opens with O_CLOEXEC.
         let file = OpenOptions::new()
@@ -269,31 +282,28 @@ impl Libva {
                 source,
             })?;
         let fd = OwnedFd::from(file);
-        // SAFETY: `fd` is an open descriptor that outlives the display (Display owns it and
+        // SAFETY: `fd` is an open descriptor that outlives the display (the handle owns it and
         // terminates the display before the fd is closed).
         let dpy = unsafe { (self.api.get_display_drm)(fd.as_raw_fd()) };
         if dpy.is_null() {
             return Err(OpenError::NoDisplay(path));
         }
-        let sink = Box::new(Sink {
+        // Owned by the handle from here on: freed in its Drop, after vaTerminate.
+        let sink = Box::into_raw(Box::new(Sink {
             messages: Mutex::new(Vec::new()),
             echo: echo_messages,
-        });
-        let display = Display {
+        }));
+        let handle = Handle {
             lib: self,
             dpy,
             sink,
             _fd: fd,
         };
-        let ctx = std::ptr::from_ref::<Sink>(&display.sink)
-            .cast_mut()
-            .cast::<c_void>();
         // SAFETY: `dpy` is a valid display; the callbacks never unwind (see `on_message`) and
-        // `ctx` points into a Box that `display` owns and frees only after vaTerminate, the last
-        // call that can deliver a message.
+        // `sink` stays allocated until after vaTerminate (Handle::drop).
         unsafe {
-            (self.api.set_error_callback)(dpy, Some(on_error), ctx);
-            (self.api.set_info_callback)(dpy, Some(on_info), ctx);
+            (self.api.set_error_callback)(dpy, Some(on_error), sink.cast());
+            (self.api.set_info_callback)(dpy, Some(on_info), sink.cast());
         }
         if let Some(name) = driver {
             let set = self
@@ -307,7 +317,10 @@ impl Libva {
             self.check("vaSetDriverName", status)
                 .map_err(OpenError::SetDriverName)?;
         }
-        Ok(display)
+        Ok(Display {
+            handle,
+            _state: PhantomData,
+        })
     }
 }
 
@@ -319,11 +332,15 @@ struct Sink {
     echo: bool,
 }
 
+/// # Safety
+/// Called by libva only, with the context registered in `open_display`.
 unsafe extern "C" fn on_error(ctx: *mut c_void, message: *const c_char) {
     // SAFETY: libva passes back the ctx we registered and a NUL-terminated message.
     unsafe { on_message(ctx, message, Level::Error) }
 }
 
+/// # Safety
+/// As `on_error`.
 unsafe extern "C" fn on_info(ctx: *mut c_void, message: *const c_char) {
     // SAFETY: as above.
     unsafe { on_message(ctx, message, Level::Info) }
@@ -356,32 +373,122 @@ unsafe fn on_message(ctx: *mut c_void, message: *const c_char, level: Level) {
     }));
 }
 
-/// An open VA display on one render node. Dropping it calls `vaTerminate` and then closes the
-/// node, on every path (libva never closes the fd itself).
-pub struct Display<'a> {
+/// What a display owns, in either state: the display, the callbacks' context and the node's fd.
+/// Dropping it calls `vaTerminate`, then frees the context, then closes the fd (libva never
+/// closes it itself), on every path.
+struct Handle<'a> {
     lib: &'a Libva,
+    /// Null once terminated.
     dpy: VADisplay,
-    sink: Box<Sink>,
+    /// From `Box::into_raw`; freed in `drop`, after vaTerminate.
+    sink: *mut Sink,
     // Declared last: closed after `drop` has terminated the display.
     _fd: OwnedFd,
 }
 
-impl Display<'_> {
-    /// `vaInitialize`: loads and initialises the VA driver. Returns the VA-API version.
-    pub fn initialize(&mut self) -> Result<(i32, i32), VaError> {
+impl Handle<'_> {
+    fn sink(&self) -> &Sink {
+        // SAFETY: `sink` came from Box::into_raw in open_display and is freed only in drop.
+        unsafe { &*self.sink }
+    }
+
+    fn terminate(&mut self) {
+        if !self.dpy.is_null() {
+            // SAFETY: `dpy` came from vaGetDisplayDRM and is terminated exactly once (it is
+            // nulled here); libva allows vaTerminate after a failed vaInitialize.
+            unsafe { (self.lib.api.terminate)(self.dpy) };
+            self.dpy = std::ptr::null_mut();
+        }
+    }
+
+    fn take_messages(&self) -> Vec<Message> {
+        self.sink()
+            .messages
+            .lock()
+            .map(|mut m| std::mem::take(&mut *m))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Handle<'_> {
+    fn drop(&mut self) {
+        self.terminate();
+        // SAFETY: from Box::into_raw, freed once here; libva can no longer call back into it
+        // because the display is terminated.
+        drop(unsafe { Box::from_raw(self.sink) });
+        // The fd is closed afterwards, when `_fd` drops.
+    }
+}
+
+/// A display libva has not initialised: the only thing to do with it is `initialize`.
+pub struct Opened;
+/// A display whose VA driver is loaded and initialised: the queries live here.
+pub struct Initialised;
+
+/// An open VA display on one render node, in state `Opened` or `Initialised`.
+pub struct Display<'a, State> {
+    handle: Handle<'a>,
+    _state: PhantomData<State>,
+}
+
+/// `vaInitialize` failed: the error, and every message libva sent up to its `vaTerminate`.
+#[derive(Debug)]
+pub struct InitFailed {
+    pub error: VaError,
+    pub messages: Vec<Message>,
+}
+
+impl<'a> Display<'a, Opened> {
+    /// `vaInitialize`: loads and initialises the VA driver. Returns the initialised display and
+    /// the VA-API version; on failure the display is terminated and its messages returned.
+    pub fn initialize(mut self) -> Result<(Display<'a, Initialised>, (i32, i32)), InitFailed> {
         let (mut major, mut minor) = (0, 0);
-        // SAFETY: valid display, valid out-pointers.
-        let status = unsafe { (self.lib.api.initialize)(self.dpy, &mut major, &mut minor) };
-        self.lib.check("vaInitialize", status)?;
-        Ok((major, minor))
+        // SAFETY: valid, not yet initialised display; valid out-pointers.
+        let status =
+            unsafe { (self.handle.lib.api.initialize)(self.handle.dpy, &mut major, &mut minor) };
+        match self.handle.lib.check("vaInitialize", status) {
+            Ok(()) => Ok((
+                Display {
+                    handle: self.handle,
+                    _state: PhantomData,
+                },
+                (major, minor),
+            )),
+            Err(error) => {
+                self.handle.terminate();
+                Err(InitFailed {
+                    error,
+                    messages: self.handle.take_messages(),
+                })
+            }
+        }
+    }
+}
+
+impl<State> Display<'_, State> {
+    /// Terminates the display now and returns every message, including those `vaTerminate`
+    /// itself produced. The callbacks' context is freed and the fd closed as `self` drops.
+    pub fn terminate(mut self) -> Vec<Message> {
+        self.handle.terminate();
+        self.handle.take_messages()
+    }
+}
+
+impl Display<'_, Initialised> {
+    fn lib(&self) -> &Libva {
+        self.handle.lib
+    }
+
+    fn dpy(&self) -> VADisplay {
+        self.handle.dpy
     }
 
     /// `vaQueryVendorString`, copied at once (the pointer belongs to the driver).
     pub fn vendor(&self) -> Option<String> {
         // SAFETY: initialised display.
-        let text = unsafe { (self.lib.api.query_vendor_string)(self.dpy) };
-        // SAFETY: non-null strings from libva are NUL-terminated and live until vaTerminate.
+        let text = unsafe { (self.lib().api.query_vendor_string)(self.dpy()) };
         (!text.is_null()).then(|| {
+            // SAFETY: non-null strings from libva are NUL-terminated and live until vaTerminate.
             unsafe { CStr::from_ptr(text) }
                 .to_string_lossy()
                 .into_owned()
@@ -391,14 +498,14 @@ impl Display<'_> {
     /// `vaQueryConfigProfiles`, with a buffer of at least 64 entries and the count checked.
     pub fn profiles(&self) -> Result<Vec<i32>, VaError> {
         // SAFETY: initialised display.
-        let max = unsafe { (self.lib.api.max_num_profiles)(self.dpy) };
+        let max = unsafe { (self.lib().api.max_num_profiles)(self.dpy()) };
         let mut list = vec![0; usize::try_from(max).unwrap_or(0).max(64)];
         let mut count: c_int = 0;
         // SAFETY: `list` has room for vaMaxNumProfiles entries (and more).
         let status = unsafe {
-            (self.lib.api.query_config_profiles)(self.dpy, list.as_mut_ptr(), &mut count)
+            (self.lib().api.query_config_profiles)(self.dpy(), list.as_mut_ptr(), &mut count)
         };
-        self.lib.check("vaQueryConfigProfiles", status)?;
+        self.lib().check("vaQueryConfigProfiles", status)?;
         list.truncate(usize::try_from(count).unwrap_or(0).min(list.len()));
         Ok(list)
     }
@@ -406,19 +513,19 @@ impl Display<'_> {
     /// `vaQueryConfigEntrypoints` for one profile.
     pub fn entrypoints(&self, profile: i32) -> Result<Vec<i32>, VaError> {
         // SAFETY: initialised display.
-        let max = unsafe { (self.lib.api.max_num_entrypoints)(self.dpy) };
+        let max = unsafe { (self.lib().api.max_num_entrypoints)(self.dpy()) };
         let mut list = vec![0; usize::try_from(max).unwrap_or(0).max(64)];
         let mut count: c_int = 0;
         // SAFETY: `list` has room for vaMaxNumEntrypoints entries (and more).
         let status = unsafe {
-            (self.lib.api.query_config_entrypoints)(
-                self.dpy,
+            (self.lib().api.query_config_entrypoints)(
+                self.dpy(),
                 profile,
                 list.as_mut_ptr(),
                 &mut count,
             )
         };
-        self.lib.check("vaQueryConfigEntrypoints", status)?;
+        self.lib().check("vaQueryConfigEntrypoints", status)?;
         list.truncate(usize::try_from(count).unwrap_or(0).min(list.len()));
         Ok(list)
     }
@@ -431,9 +538,9 @@ impl Display<'_> {
         };
         // SAFETY: one attribute, one entry in the array.
         let status = unsafe {
-            (self.lib.api.get_config_attributes)(self.dpy, profile, entrypoint, &mut attrib, 1)
+            (self.lib().api.get_config_attributes)(self.dpy(), profile, entrypoint, &mut attrib, 1)
         };
-        self.lib.check("vaGetConfigAttributes", status)?;
+        self.lib().check("vaGetConfigAttributes", status)?;
         Ok(attrib.value)
     }
 
@@ -443,8 +550,8 @@ impl Display<'_> {
         let mut config: VAConfigID = 0;
         // SAFETY: no attributes (null list, count 0) and a valid out-pointer.
         let status = unsafe {
-            (self.lib.api.create_config)(
-                self.dpy,
+            (self.lib().api.create_config)(
+                self.dpy(),
                 profile,
                 entrypoint,
                 std::ptr::null_mut(),
@@ -452,11 +559,11 @@ impl Display<'_> {
                 &mut config,
             )
         };
-        self.lib.check("vaCreateConfig", status)?;
+        self.lib().check("vaCreateConfig", status)?;
         let formats = self.query_surface_formats(config);
         // SAFETY: `config` was created above and is destroyed exactly once.
-        let status = unsafe { (self.lib.api.destroy_config)(self.dpy, config) };
-        let destroyed = self.lib.check("vaDestroyConfig", status);
+        let status = unsafe { (self.lib().api.destroy_config)(self.dpy(), config) };
+        let destroyed = self.lib().check("vaDestroyConfig", status);
         let formats = formats?;
         destroyed?;
         Ok(formats)
@@ -466,14 +573,14 @@ impl Display<'_> {
         let mut count: c_uint = 0;
         // SAFETY: a null list asks only for the count.
         let status = unsafe {
-            (self.lib.api.query_surface_attributes)(
-                self.dpy,
+            (self.lib().api.query_surface_attributes)(
+                self.dpy(),
                 config,
                 std::ptr::null_mut(),
                 &mut count,
             )
         };
-        self.lib.check("vaQuerySurfaceAttributes", status)?;
+        self.lib().check("vaQuerySurfaceAttributes", status)?;
         let empty = VASurfaceAttrib {
             kind: 0,
             flags: 0,
@@ -485,9 +592,14 @@ impl Display<'_> {
         let mut list = vec![empty; count as usize];
         // SAFETY: `list` holds `count` entries, the number libva asked for.
         let status = unsafe {
-            (self.lib.api.query_surface_attributes)(self.dpy, config, list.as_mut_ptr(), &mut count)
+            (self.lib().api.query_surface_attributes)(
+                self.dpy(),
+                config,
+                list.as_mut_ptr(),
+                &mut count,
+            )
         };
-        self.lib.check("vaQuerySurfaceAttributes", status)?;
+        self.lib().check("vaQuerySurfaceAttributes", status)?;
         list.truncate(count as usize);
         Ok(list
             .iter()
@@ -497,37 +609,5 @@ impl Display<'_> {
             // SAFETY: the value's type tag says the union holds an integer.
             .map(|a| unsafe { a.value.value.i } as u32)
             .collect())
-    }
-
-    /// Terminates the display now and returns every message, including those `vaTerminate`
-    /// itself produced. The fd is closed when the returned value's owner drops `self`.
-    pub fn terminate(mut self) -> Vec<Message> {
-        self.terminate_once();
-        self.take_messages()
-    }
-
-    fn terminate_once(&mut self) {
-        if !self.dpy.is_null() {
-            // SAFETY: `dpy` came from vaGetDisplayDRM and is terminated exactly once (it is
-            // nulled here); libva allows vaTerminate after a failed vaInitialize.
-            unsafe { (self.lib.api.terminate)(self.dpy) };
-            self.dpy = std::ptr::null_mut();
-        }
-    }
-
-    /// The messages libva and the driver have sent so far, in order.
-    pub fn take_messages(&self) -> Vec<Message> {
-        self.sink
-            .messages
-            .lock()
-            .map(|mut m| std::mem::take(&mut *m))
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Display<'_> {
-    fn drop(&mut self) {
-        // The fd is closed afterwards, when `_fd` drops.
-        self.terminate_once();
     }
 }

@@ -4,7 +4,9 @@
 //! hangs takes only that child with it. Everything the driver states goes into a `Report`
 //! unchanged; a call that fails is recorded, never guessed around.
 
-use super::ffi::{Display, Libva, LibvaPaths, STATUS_UNSUPPORTED_PROFILE};
+use super::ffi::{
+    Display, Initialised, Libva, LibvaPaths, Opened, STATUS_UNSUPPORTED_PROFILE, VaError,
+};
 use super::report::{Config, Entrypoint, Fourcc, Profile, Report, RtFormat, SurfaceFormats};
 use std::path::Path;
 
@@ -45,55 +47,64 @@ pub fn probe(node: &Path, options: &ProbeOptions) -> Report {
 }
 
 /// Steps 4–9 on an open display; terminates it on every path.
-fn query(mut display: Display<'_>, report: &mut Report) {
-    let result = (|| {
-        let (major, minor) = display.initialize()?;
-        report.va_api_version = Some(format!("{major}.{minor}"));
-        report.vendor = display.vendor();
-        for profile in display.profiles()? {
-            let entrypoints = match display.entrypoints(profile) {
-                Ok(list) => list,
-                // Listed, then "not supported" (libva-facts §3 step 6): skip, but keep the record.
-                Err(e) if e.status == STATUS_UNSUPPORTED_PROFILE => {
-                    report.warnings.push(format!("{}: {e}", Profile(profile)));
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            for entrypoint in entrypoints {
-                let (p, e) = (Profile(profile), Entrypoint(entrypoint));
-                let rt_format = needs_rt_format(p, e)
-                    .then(|| match display.rt_format(profile, entrypoint) {
-                        Ok(raw) => Some(RtFormat::from_raw(raw)),
-                        Err(err) => {
-                            report.warnings.push(format!("{p}/{e}: {err}"));
-                            None
-                        }
-                    })
-                    .flatten();
-                report.configs.push(Config {
-                    profile: p,
-                    entrypoint: e,
-                    rt_format,
-                });
-            }
+fn query(display: Display<'_, Opened>, report: &mut Report) {
+    let (display, (major, minor)) = match display.initialize() {
+        Ok(initialised) => initialised,
+        Err(failed) => {
+            report.error = Some(failed.error.to_string());
+            report.messages = failed.messages;
+            return;
         }
-        if report
-            .config(Profile::NONE, Entrypoint::VIDEO_PROC)
-            .is_some()
-        {
-            report.video_proc = Some(surfaces(&display, Profile::NONE, Entrypoint::VIDEO_PROC));
-        }
-        let av1 = report.config(Profile::AV1_PROFILE0, Entrypoint::VLD);
-        if av1.is_some_and(|c| c.rt_format == Some(RtFormat::NotStated)) {
-            report.av1_surfaces = Some(surfaces(&display, Profile::AV1_PROFILE0, Entrypoint::VLD));
-        }
-        Ok(())
-    })();
-    if let Err(e) = result {
+    };
+    report.va_api_version = Some(format!("{major}.{minor}"));
+    if let Err(e) = statements(&display, report) {
         report.error = Some(e.to_string());
     }
     report.messages = display.terminate();
+}
+
+/// Steps 5–8: what the initialised driver states.
+fn statements(display: &Display<'_, Initialised>, report: &mut Report) -> Result<(), VaError> {
+    report.vendor = display.vendor();
+    for profile in display.profiles()? {
+        let entrypoints = match display.entrypoints(profile) {
+            Ok(list) => list,
+            // Listed, then "not supported" (libva-facts §3 step 6): skip, but keep the record.
+            Err(e) if e.status == STATUS_UNSUPPORTED_PROFILE => {
+                report.warnings.push(format!("{}: {e}", Profile(profile)));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        for entrypoint in entrypoints {
+            let (p, e) = (Profile(profile), Entrypoint(entrypoint));
+            let rt_format = needs_rt_format(p, e)
+                .then(|| match display.rt_format(profile, entrypoint) {
+                    Ok(raw) => Some(RtFormat::from_raw(raw)),
+                    Err(err) => {
+                        report.warnings.push(format!("{p}/{e}: {err}"));
+                        None
+                    }
+                })
+                .flatten();
+            report.configs.push(Config {
+                profile: p,
+                entrypoint: e,
+                rt_format,
+            });
+        }
+    }
+    if report
+        .config(Profile::NONE, Entrypoint::VIDEO_PROC)
+        .is_some()
+    {
+        report.video_proc = Some(surfaces(display, Profile::NONE, Entrypoint::VIDEO_PROC));
+    }
+    let av1 = report.config(Profile::AV1_PROFILE0, Entrypoint::VLD);
+    if av1.is_some_and(|c| c.rt_format == Some(RtFormat::NotStated)) {
+        report.av1_surfaces = Some(surfaces(display, Profile::AV1_PROFILE0, Entrypoint::VLD));
+    }
+    Ok(())
 }
 
 /// Whether a rule of `va::rules` reads the RT format of this pair (libva-facts §2): AV1 decode
@@ -111,7 +122,11 @@ fn needs_rt_format(profile: Profile, entrypoint: Entrypoint) -> bool {
     }
 }
 
-fn surfaces(display: &Display<'_>, profile: Profile, entrypoint: Entrypoint) -> SurfaceFormats {
+fn surfaces(
+    display: &Display<'_, Initialised>,
+    profile: Profile,
+    entrypoint: Entrypoint,
+) -> SurfaceFormats {
     match display.surface_formats(profile.0, entrypoint.0) {
         Ok(formats) => SurfaceFormats {
             profile,

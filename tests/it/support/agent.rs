@@ -131,6 +131,20 @@ impl AgentProcess {
         kubeconfig: &Path,
         extra: &[&str],
     ) -> AgentProcess {
+        let source = ["--reports".into(), reports.as_os_str().to_owned()];
+        AgentProcess::start_with(program, node, &source, &[], kubeconfig, extra)
+    }
+
+    /// As `start`, with `source` for where the GPUs come from (`--reports DIR`, or a fake node's
+    /// discovery flags) and `env` added to the scrubbed environment.
+    pub fn start_with(
+        program: &str,
+        node: &str,
+        source: &[std::ffi::OsString],
+        env: &[(&str, std::ffi::OsString)],
+        kubeconfig: &Path,
+        extra: &[&str],
+    ) -> AgentProcess {
         let dir = tempfile::tempdir().expect("temp dir for the kubelet sockets");
         let registry_dir = dir.path().join("plugins_registry");
         let plugins_dir = dir.path().join("plugins/media.liken.sh");
@@ -139,8 +153,8 @@ impl AgentProcess {
             .env("NODE_NAME", node)
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info")
-            .arg("--reports")
-            .arg(reports)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .args(source)
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .arg("--kubelet-registry-dir")

@@ -11,4 +11,5 @@ pub mod examples;
 pub mod generated;
 pub mod grpc_raw;
 pub mod kubelet;
+pub mod vadriver;
 pub mod vainfo;
