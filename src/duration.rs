@@ -17,7 +17,7 @@ const UNITS: [(&str, f64); 7] = [
 
 /// Parses `30s`, `1m30s`, `500ms`, `2h` or a bare number of seconds (`30`). Zero is a duration
 /// like any other; callers that need a positive one say so.
-pub fn parse(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let invalid = || format!("invalid duration {text:?} (valid: e.g. 30, 30s, 1m30s, 500ms, 2h)");
     if let Ok(seconds) = text.parse::<u64>() {
@@ -45,7 +45,7 @@ pub fn parse(text: &str) -> Result<Duration, String> {
 }
 
 /// [`parse`], refusing zero: for intervals and timeouts that must pass before something happens.
-pub fn parse_positive(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_positive(text: &str) -> Result<Duration, String> {
     match parse(text)? {
         d if d.is_zero() => Err(format!("duration {:?} must be more than zero", text.trim())),
         d => Ok(d),

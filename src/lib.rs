@@ -6,13 +6,16 @@
 
 // Unsafe code lives only in `node::va::ffi`, the one module allowed it.
 #![deny(unsafe_code)]
+// Items are `pub` only where another crate (the two programs, the tests, the benchmarks) uses
+// them; the lint keeps `pub` off everything else.
+#![warn(unreachable_pub)]
 
 pub mod agent;
 pub mod catalogue;
 pub mod classes;
 pub mod cli;
-pub mod duration;
+pub(crate) mod duration;
 pub mod explain;
 pub mod fleet;
-pub mod names;
+pub(crate) mod names;
 pub mod node;

@@ -1,4 +1,4 @@
-//! Kubernetes name rules (DNS-1123 subdomains and labels), checked before we write an object so
+//! Kubernetes' name rule for object names (DNS-1123 subdomains), checked before we write an object so
 //! the user hears which rule a name breaks from us, not a 422 from the API server later.
 //!
 //! The rules and their wording follow k8s.io/apimachinery/pkg/util/validation.
@@ -6,9 +6,7 @@
 use std::fmt;
 
 /// The longest DNS-1123 subdomain (object names such as DeviceClass or ResourceSlice names).
-pub const MAX_SUBDOMAIN_LENGTH: usize = 253;
-/// The longest DNS-1123 label (device names, each part of a subdomain).
-pub const MAX_LABEL_LENGTH: usize = 63;
+pub(crate) const MAX_SUBDOMAIN_LENGTH: usize = 253;
 
 /// The first rule a name breaks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,13 +16,12 @@ pub enum NameRule {
         max: usize,
         len: usize,
     },
-    /// A character outside `[a-z0-9-]` (labels) or `[a-z0-9.-]` (subdomains).
+    /// A character outside `[a-z0-9.-]`.
     Character {
         found: char,
-        dots_allowed: bool,
     },
-    /// A label (or a dot-separated part of a subdomain) starts or ends with something other than
-    /// a lowercase letter or digit.
+    /// A dot-separated part starts or ends with something other than a lowercase letter or
+    /// digit.
     Edge {
         part: String,
     },
@@ -37,19 +34,9 @@ impl fmt::Display for NameRule {
             NameRule::TooLong { max, len } => {
                 write!(f, "must be no more than {max} characters (it has {len})")
             }
-            NameRule::Character {
-                found,
-                dots_allowed: true,
-            } => write!(
+            NameRule::Character { found } => write!(
                 f,
                 "must consist of lower case alphanumeric characters, '-' or '.' (found {found:?})"
-            ),
-            NameRule::Character {
-                found,
-                dots_allowed: false,
-            } => write!(
-                f,
-                "must consist of lower case alphanumeric characters or '-' (found {found:?})"
             ),
             NameRule::Edge { part } if part.is_empty() => {
                 f.write_str("must not contain an empty part between dots")
@@ -64,17 +51,8 @@ impl fmt::Display for NameRule {
 
 /// Checks a DNS-1123 subdomain: at most 253 characters of `[a-z0-9.-]`, each dot-separated part
 /// starting and ending with a lowercase letter or digit.
-pub fn check_subdomain(name: &str) -> Result<(), NameRule> {
-    check(name, MAX_SUBDOMAIN_LENGTH, true)
-}
-
-/// Checks a DNS-1123 label: at most 63 characters of `[a-z0-9-]`, starting and ending with a
-/// lowercase letter or digit.
-pub fn check_label(name: &str) -> Result<(), NameRule> {
-    check(name, MAX_LABEL_LENGTH, false)
-}
-
-fn check(name: &str, max: usize, dots_allowed: bool) -> Result<(), NameRule> {
+pub(crate) fn check_subdomain(name: &str) -> Result<(), NameRule> {
+    let max = MAX_SUBDOMAIN_LENGTH;
     if name.is_empty() {
         return Err(NameRule::Empty);
     }
@@ -82,14 +60,9 @@ fn check(name: &str, max: usize, dots_allowed: bool) -> Result<(), NameRule> {
     if len > max {
         return Err(NameRule::TooLong { max, len });
     }
-    let allowed = |c: char| {
-        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (dots_allowed && c == '.')
-    };
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
     if let Some(found) = name.chars().find(|&c| !allowed(c)) {
-        return Err(NameRule::Character {
-            found,
-            dots_allowed,
-        });
+        return Err(NameRule::Character { found });
     }
     let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
     for part in name.split('.') {
@@ -120,17 +93,11 @@ mod tests {
         assert_eq!(check_subdomain(""), Err(NameRule::Empty));
         assert_eq!(
             check_subdomain("Decode"),
-            Err(NameRule::Character {
-                found: 'D',
-                dots_allowed: true
-            })
+            Err(NameRule::Character { found: 'D' })
         );
         assert_eq!(
             check_subdomain("decode_10"),
-            Err(NameRule::Character {
-                found: '_',
-                dots_allowed: true
-            })
+            Err(NameRule::Character { found: '_' })
         );
         assert_eq!(
             check_subdomain("-decode"),
@@ -156,23 +123,6 @@ mod tests {
         assert_eq!(
             check_subdomain(&"a".repeat(254)),
             Err(NameRule::TooLong { max: 253, len: 254 })
-        );
-    }
-
-    #[test]
-    fn labels() {
-        assert_eq!(check_label("pci-0000-00-02-0"), Ok(()));
-        assert_eq!(
-            check_label("a.b"),
-            Err(NameRule::Character {
-                found: '.',
-                dots_allowed: false
-            })
-        );
-        assert_eq!(check_label(&"a".repeat(63)), Ok(()));
-        assert_eq!(
-            check_label(&"a".repeat(64)),
-            Err(NameRule::TooLong { max: 63, len: 64 })
         );
     }
 

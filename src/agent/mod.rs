@@ -7,6 +7,6 @@ pub mod health;
 pub mod kubelet;
 pub mod probe_cmd;
 pub mod probing;
-pub mod publisher;
-pub mod render_nodes;
+pub(crate) mod publisher;
+pub(crate) mod render_nodes;
 pub mod run;

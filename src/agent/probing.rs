@@ -220,6 +220,11 @@ pub enum ProbeError {
         first: PathBuf,
         second: PathBuf,
     },
+    #[error(
+        "recorded probe {path}: PCI address {address:?} is not dddd:bb:dd.f (hint: write it as the \
+         kernel does, e.g. 0000:03:00.0; the device name is made from it)"
+    )]
+    BadAddress { path: PathBuf, address: String },
     #[error("probe task failed: {0}")]
     Blocking(String),
 }
@@ -316,6 +321,17 @@ pub fn read_records(path: &Path) -> Result<Vec<Probed>, ProbeError> {
             Err(e) if is_dir => tracing::error!("skipping {e}"),
             Err(e) => return Err(e),
         }
+    }
+    // A malformed address would give a device name the API server refuses, and it refuses the
+    // whole slice, every GPU of the node with it.
+    if let Some((probed, path)) = records
+        .iter()
+        .find(|(p, _)| !crate::node::sysfs::valid_address(&p.pci.address))
+    {
+        return Err(ProbeError::BadAddress {
+            path: path.clone(),
+            address: probed.pci.address.clone(),
+        });
     }
     records.sort_by(|a, b| a.0.pci.address.cmp(&b.0.pci.address));
     if let Some(pair) = records
@@ -934,6 +950,25 @@ mod tests {
                  must be recorded once; remove one of them)",
                 a.display(),
                 b.display()
+            )
+        );
+    }
+
+    #[test]
+    fn a_record_whose_address_would_make_an_invalid_device_name_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = write(
+            dir.path(),
+            "a.json",
+            &GOOD.replace("0000:00:02.0", "0000:00:02.0 "),
+        );
+        let err = read_records(&bad).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "recorded probe {}: PCI address \"0000:00:02.0 \" is not dddd:bb:dd.f (hint: write \
+                 it as the kernel does, e.g. 0000:03:00.0; the device name is made from it)",
+                bad.display()
             )
         );
     }

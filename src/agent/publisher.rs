@@ -68,14 +68,14 @@ const MAX_IMMEDIATE_RETRIES: usize = 5;
 
 /// The longest one API request may take before it counts as failed. The client itself has no
 /// read timeout, so without this a hung connection would stall the publisher for good.
-pub const API_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const API_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The longest a server message is quoted in a log line or on `/readyz`.
 const MAX_MESSAGE: usize = 400;
 
 /// Cuts a server's text to one line: control characters and runs of white space become one
 /// space, and more than `max` bytes are cut on a character boundary with `...`.
-pub fn one_line(text: &str, max: usize) -> String {
+pub(crate) fn one_line(text: &str, max: usize) -> String {
     let mut out = String::with_capacity(text.len().min(max + 3));
     for word in text.split(|c: char| c.is_whitespace() || c.is_control()) {
         if word.is_empty() {
@@ -99,7 +99,7 @@ pub fn one_line(text: &str, max: usize) -> String {
 
 /// What went wrong with one API request, as an operator reads it (never a Rust `Debug` dump).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ApiCause {
+pub(crate) enum ApiCause {
     /// The server answered with an error status.
     Status {
         code: u16,
@@ -119,7 +119,7 @@ pub enum ApiCause {
 
 impl ApiCause {
     /// From a client error; `url` is the API server's address, named when it cannot be reached.
-    pub fn from_kube(error: &kube::Error, url: &str) -> Self {
+    pub(crate) fn from_kube(error: &kube::Error, url: &str) -> Self {
         match error {
             kube::Error::Api(status) => ApiCause::Status {
                 code: status.code,
@@ -163,7 +163,7 @@ impl ApiCause {
     /// A refusal: the server understood the request and will not accept it as it is
     /// (validation, admission, authorisation). Retrying unchanged does not help until someone
     /// changes the policy, the permissions or the agent.
-    pub fn is_refusal(&self) -> bool {
+    pub(crate) fn is_refusal(&self) -> bool {
         matches!(
             self,
             ApiCause::Status {
@@ -176,7 +176,7 @@ impl ApiCause {
     /// The API server cannot be reached at all: no connection, or no answer in time. That is one
     /// problem for the whole agent. A server that answers with an error (5xx, 429) is reachable:
     /// that failure belongs to the request, which may well be the only one failing.
-    pub fn is_outage(&self) -> bool {
+    pub(crate) fn is_outage(&self) -> bool {
         matches!(
             self,
             ApiCause::Unreachable { .. } | ApiCause::TimedOut { .. }
@@ -184,7 +184,7 @@ impl ApiCause {
     }
 
     /// How long the server asked to wait before retrying.
-    pub fn retry_after(&self) -> Option<Duration> {
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
         match self {
             ApiCause::Status { retry_after, .. } => *retry_after,
             _ => None,
@@ -212,7 +212,7 @@ impl ApiCause {
 
     /// What kind of failure it is: a problem is logged again only when this changes, so an
     /// outage that moves from "list" to "watch" or from one retry to the next is one problem.
-    pub fn class(&self) -> String {
+    pub(crate) fn class(&self) -> String {
         match self {
             ApiCause::Status {
                 code,
@@ -273,7 +273,7 @@ fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 /// Records that the API server did not work for a request; logs once when such an outage
 /// starts, whichever loop meets it first. Returns false (nothing recorded) for a cause that is
 /// not an outage: that one is the caller's to report.
-pub fn api_unanswered(health: &Health, url: &str, cause: &ApiCause) -> bool {
+pub(crate) fn api_unanswered(health: &Health, url: &str, cause: &ApiCause) -> bool {
     if !cause.is_outage() {
         return false;
     }
@@ -289,7 +289,7 @@ pub fn api_unanswered(health: &Health, url: &str, cause: &ApiCause) -> bool {
 }
 
 /// Records that the API server answered; logs the end of an outage.
-pub fn api_answered(health: &Health, url: &str) {
+pub(crate) fn api_answered(health: &Health, url: &str) {
     let previous = health
         .api_outage
         .lock()
@@ -302,7 +302,7 @@ pub fn api_answered(health: &Health, url: &str) {
 
 /// Why one publish attempt failed (retried; never fatal).
 #[derive(Debug, thiserror::Error)]
-pub enum PublishError {
+pub(crate) enum PublishError {
     /// An API request failed: `verb` on `what` (`ResourceSlice <name>`, `Node <name>`).
     #[error("{verb} {what}: {cause}")]
     Api {
@@ -329,7 +329,7 @@ pub enum PublishError {
 
 impl PublishError {
     /// The refusal, if the API server refused a write.
-    pub fn refusal(&self) -> Option<(&'static str, u16)> {
+    pub(crate) fn refusal(&self) -> Option<(&'static str, u16)> {
         match self {
             PublishError::Api { verb, cause, .. } if cause.is_refusal() => {
                 cause.status().map(|(code, _)| (*verb, code))
@@ -349,7 +349,7 @@ impl PublishError {
 /// Capped exponential backoff with jitter ("equal jitter": half fixed, half random), so a fleet
 /// of agents that lost the API server together does not come back in lockstep.
 #[derive(Debug)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     failures: u32,
     initial: Duration,
     max: Duration,
@@ -357,12 +357,12 @@ pub struct Backoff {
 
 impl Backoff {
     /// A backoff from 200 ms that never waits longer than `max`.
-    pub fn new(max: Duration) -> Self {
+    pub(crate) fn new(max: Duration) -> Self {
         Self::starting_at(INITIAL_BACKOFF, max)
     }
 
     /// A backoff from `initial` that never waits longer than `max`.
-    pub fn starting_at(initial: Duration, max: Duration) -> Self {
+    pub(crate) fn starting_at(initial: Duration, max: Duration) -> Self {
         Self {
             failures: 0,
             initial,
@@ -371,7 +371,7 @@ impl Backoff {
     }
 
     /// The delay before the next attempt after one more failure.
-    pub fn next_delay(&mut self) -> Duration {
+    pub(crate) fn next_delay(&mut self) -> Duration {
         let exp = self.initial.saturating_mul(1 << self.failures.min(20));
         self.failures = self.failures.saturating_add(1);
         let capped = exp.min(self.max);
@@ -380,7 +380,7 @@ impl Backoff {
     }
 
     /// Back to the first delay after a success.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.failures = 0;
     }
 }
@@ -388,7 +388,7 @@ impl Backoff {
 /// Logs a problem once when it starts (or its kind changes) and once when it is over, not per
 /// retry.
 #[derive(Debug)]
-pub struct Problem {
+pub(crate) struct Problem {
     what: &'static str,
     /// The kind of the current problem, and its message as first logged.
     current: Option<(String, String)>,
@@ -396,7 +396,7 @@ pub struct Problem {
 
 impl Problem {
     /// A tracker for one activity (`what`: "publish the ResourceSlice", "watch ...").
-    pub fn new(what: &'static str) -> Self {
+    pub(crate) fn new(what: &'static str) -> Self {
         Self {
             what,
             current: None,
@@ -404,13 +404,13 @@ impl Problem {
     }
 
     /// Records a failure whose kind is its message, at WARN; returns whether it was logged.
-    pub fn failed(&mut self, error: &str) -> bool {
+    pub(crate) fn failed(&mut self, error: &str) -> bool {
         self.report(Level::WARN, error, error)
     }
 
     /// Records a failure of kind `kind` (logged again only when the kind changes); returns
     /// whether it was logged.
-    pub fn report(&mut self, level: Level, kind: &str, message: &str) -> bool {
+    pub(crate) fn report(&mut self, level: Level, kind: &str, message: &str) -> bool {
         if self
             .current
             .as_ref()
@@ -431,21 +431,22 @@ impl Problem {
     }
 
     /// Records a success; logs the recovery if there was a problem.
-    pub fn ok(&mut self) {
+    pub(crate) fn ok(&mut self) {
         if let Some((_, previous)) = self.current.take() {
             info!("{}: works again (after: {previous})", self.what);
         }
     }
 
     /// Whether a problem is current.
-    pub fn is_failing(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_failing(&self) -> bool {
         self.current.is_some()
     }
 }
 
 /// One step of a path into a slice's JSON: an object key, or every element of a list.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Step {
+pub(crate) enum Step {
     Key(String),
     Each,
 }
@@ -453,7 +454,7 @@ pub enum Step {
 /// A field of the slice, with list positions generalised (`spec.devices[*].attributes[x]`), so
 /// that what is learned from one device applies to every device, now and after a change.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct FieldPath(pub Vec<Step>);
+pub(crate) struct FieldPath(pub Vec<Step>);
 
 impl FieldPath {
     fn key(&self, i: usize) -> Option<&str> {
@@ -507,7 +508,7 @@ impl fmt::Display for FieldPath {
 
 /// How the server treated one field of what was sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Treatment {
+pub(crate) enum Treatment {
     Dropped,
     Added,
     Changed,
@@ -515,7 +516,7 @@ pub enum Treatment {
 
 /// One field the server stored otherwise than it was sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Change {
+pub(crate) struct Change {
     pub path: FieldPath,
     pub treatment: Treatment,
     /// What the server stored (for an added or changed field), compact JSON.
@@ -567,7 +568,7 @@ fn prune(value: &mut Value) -> bool {
 }
 
 /// The fields the server stored otherwise than `sent`, in path order.
-pub fn stored_changes(sent: &ResourceSlice, stored: &ResourceSlice) -> Vec<Change> {
+pub(crate) fn stored_changes(sent: &ResourceSlice, stored: &ResourceSlice) -> Vec<Change> {
     let mut changes = Vec::new();
     diff(
         &content(sent),
@@ -642,7 +643,7 @@ fn strip(value: &mut Value, path: &[Step]) {
 
 /// Whether the stored slice says what we want, ignoring the pool generation, metadata other
 /// than the ownerReferences, and the fields in `left_aside` (learned from the server's answers).
-pub fn same_content(
+pub(crate) fn same_content(
     stored: &ResourceSlice,
     wanted: &ResourceSlice,
     left_aside: &[FieldPath],
@@ -660,7 +661,7 @@ pub fn same_content(
 /// The immutable field in which the stored slice differs from ours, if any: such a slice was
 /// not made by this agent and cannot be updated into its slice (kube-apiserver refuses to change
 /// `spec.driver`, `spec.pool.name` and `spec.nodeName` on update).
-pub fn not_ours(stored: &ResourceSlice, wanted: &ResourceSlice) -> Option<String> {
+pub(crate) fn not_ours(stored: &ResourceSlice, wanted: &ResourceSlice) -> Option<String> {
     let show = |v: Option<&str>| v.map_or_else(|| "unset".to_string(), |v| format!("{v:?}"));
     let fields = [
         (
@@ -687,7 +688,7 @@ pub fn not_ours(stored: &ResourceSlice, wanted: &ResourceSlice) -> Option<String
 
 /// How the publisher is set up.
 #[derive(Clone, Debug)]
-pub struct PublisherConfig {
+pub(crate) struct PublisherConfig {
     /// The node whose slice this is.
     pub node: String,
     /// How often the stored slice is re-read without a watch event (reads only).
@@ -699,7 +700,7 @@ pub struct PublisherConfig {
 }
 
 /// Publishes and keeps the node's slice; see the module documentation.
-pub struct Publisher {
+pub(crate) struct Publisher {
     config: PublisherConfig,
     name: String,
     slices: Api<ResourceSlice>,
@@ -719,7 +720,7 @@ pub struct Publisher {
 
 impl Publisher {
     /// A publisher for `config.node` using `client`; `heartbeat` tells `/healthz` it progresses.
-    pub fn new(
+    pub(crate) fn new(
         client: kube::Client,
         config: PublisherConfig,
         health: Arc<Health>,
@@ -740,7 +741,7 @@ impl Publisher {
     }
 
     /// Runs until the `gpus` sender is dropped. `gpus` holds `None` until the first probe.
-    pub async fn run(mut self, mut gpus: watch::Receiver<Option<Vec<GpuDevice>>>) {
+    pub(crate) async fn run(mut self, mut gpus: watch::Receiver<Option<Vec<GpuDevice>>>) {
         let selector = format!("spec.nodeName={},spec.driver={DRIVER}", self.config.node);
         let events = watcher::watcher(
             self.slices.clone(),

@@ -27,7 +27,7 @@ use crate::catalogue::{PCI_BUS_ID, RENDER_DRIVER};
 use crate::node::device::{AttrValue, GpuDevice};
 
 /// The PCI addresses liken publishes for the node, from its slices.
-pub fn liken_addresses(slices: &[ResourceSlice]) -> BTreeSet<String> {
+pub(crate) fn liken_addresses(slices: &[ResourceSlice]) -> BTreeSet<String> {
     slices
         .iter()
         .filter(|s| s.spec.driver == RENDER_DRIVER)
@@ -37,7 +37,7 @@ pub fn liken_addresses(slices: &[ResourceSlice]) -> BTreeSet<String> {
 }
 
 /// The PCI addresses of the GPUs the agent found (and so can open).
-pub fn agent_addresses(gpus: &[GpuDevice]) -> BTreeSet<String> {
+pub(crate) fn agent_addresses(gpus: &[GpuDevice]) -> BTreeSet<String> {
     gpus.iter()
         .filter_map(|g| match g.attributes.get(PCI_BUS_ID) {
             Some(AttrValue::String(address)) => Some(address.clone()),
@@ -47,7 +47,7 @@ pub fn agent_addresses(gpus: &[GpuDevice]) -> BTreeSet<String> {
 }
 
 /// The message for GPUs liken publishes that the agent does not have, if any.
-pub fn not_in_claim(liken: &BTreeSet<String>, agent: &BTreeSet<String>) -> Option<String> {
+pub(crate) fn not_in_claim(liken: &BTreeSet<String>, agent: &BTreeSet<String>) -> Option<String> {
     let missing: Vec<&str> = liken.difference(agent).map(String::as_str).collect();
     if missing.is_empty() {
         return None;
@@ -60,7 +60,7 @@ pub fn not_in_claim(liken: &BTreeSet<String>, agent: &BTreeSet<String>) -> Optio
 }
 
 /// Compares liken's render nodes with the agent's GPUs until `gpus` is dropped.
-pub async fn follow(
+pub(crate) async fn follow(
     client: kube::Client,
     node: String,
     api_url: String,

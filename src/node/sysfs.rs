@@ -270,7 +270,7 @@ fn hex_id(path: &Path) -> Result<u16, Skip> {
 }
 
 /// `dddd:bb:dd.f` in hex: the only shape the kernel gives, and what keeps device names valid.
-fn valid_address(address: &str) -> bool {
+pub(crate) fn valid_address(address: &str) -> bool {
     let parts: Vec<&str> = address.split([':', '.']).collect();
     parts.len() == 4
         && parts
