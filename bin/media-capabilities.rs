@@ -83,11 +83,13 @@ fn run(cli: Cli, config: Option<AgentConfig>) -> anyhow::Result<()> {
     match cli.command {
         None => {
             let config = config.context("the agent's configuration was not validated")?;
-            // The processes of killed probes come back to the agent to be reaped, PID 1 or not.
+            // The processes of killed probes come back to the agent to be reaped, PID 1 or not,
+            // including helpers that left a probe's process group.
             media_operator::agent::probing::become_subreaper();
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
+            runtime.spawn(media_operator::agent::probing::reap_orphans());
             runtime.block_on(media_operator::agent::run::run(config, signal()))?;
             Ok(())
         }
@@ -98,6 +100,7 @@ fn run(cli: Cli, config: Option<AgentConfig>) -> anyhow::Result<()> {
             let mut out = std::io::stdout().lock();
             if args.from.is_none() {
                 media_operator::agent::probing::become_subreaper();
+                runtime.spawn(media_operator::agent::probing::reap_orphans());
             }
             runtime.block_on(media_operator::agent::probe_cmd::run(
                 &args,

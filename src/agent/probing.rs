@@ -21,6 +21,7 @@ use crate::node::sysfs::{DiscoveryError, PciIdentity, PciNames, RenderNode, Root
 use crate::node::va::probe::{ProbeOptions, probe};
 use crate::node::va::report::Report;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -564,6 +565,82 @@ struct Stdout {
     last: Option<(Vec<u8>, usize)>,
 }
 
+/// The probe children this process started and tokio waits for (by pid); [`reap_orphans`] leaves
+/// them alone. Spawning holds the lock until the pid is in, so the reaper never sees one of ours
+/// unlisted.
+static OWN_CHILDREN: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+
+/// Takes a probe child off [`OWN_CHILDREN`] when its probe ends (by then tokio has waited for
+/// it; a probe abandoned mid-way leaves a killed child that tokio's orphan queue or the reaper
+/// collects, either is fine).
+struct OwnChild(i32);
+
+impl Drop for OwnChild {
+    fn drop(&mut self) {
+        OWN_CHILDREN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.0);
+    }
+}
+
+/// Reaps, for as long as the runtime runs, every process that ends up a child of this one without
+/// being a probe child it started: helpers a driver moved out of the probe's process group (their
+/// own session), which the group kill cannot reach and which are re-parented here when their
+/// parent dies (this process is a subreaper, or PID 1 in its container). Woken by SIGCHLD; each
+/// wake-up scans `/proc` (a container's is small) on the blocking pool.
+pub async fn reap_orphans() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut children = match signal(SignalKind::child()) {
+        Ok(children) => children,
+        Err(e) => {
+            tracing::warn!(
+                "cannot watch for ended child processes (orphans of probes may linger): {e}"
+            );
+            return;
+        }
+    };
+    while children.recv().await.is_some() {
+        let _ = tokio::task::spawn_blocking(reap_orphans_now).await;
+    }
+}
+
+/// One pass of [`reap_orphans`]: every zombie whose parent is this process and that is not one
+/// of [`OWN_CHILDREN`] is waited for.
+fn reap_orphans_now() {
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    let own = OWN_CHILDREN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`, where comm may hold spaces and parentheses.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let (Some(state), Some(ppid)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        if state == "Z" && ppid.parse::<u32>().ok() == Some(me) && !own.contains(&pid) {
+            let pid = nix::unistd::Pid::from_raw(pid);
+            let _ = nix::sys::wait::waitpid(pid, Some(nix::sys::wait::WaitPidFlag::WNOHANG));
+        }
+    }
+}
+
 /// Kills a probe child's whole process group when dropped: after the child exits (helpers the
 /// driver left behind), at a timeout, and when the probe is abandoned (shutdown, Ctrl-C, a
 /// dropped future). The group has the child as leader, and its id cannot be reused while any
@@ -628,7 +705,9 @@ impl Drop for ProbeGroup {
 /// Makes this process the reaper of the processes its probe children leave behind
 /// (`PR_SET_CHILD_SUBREAPER`), so that a killed probe's helpers come back to it to be reaped
 /// even when it is not PID 1 (as PID 1 in its container, they come to it anyway). The agent and
-/// `probe` call it once at start.
+/// `probe` call it once at start, and run [`reap_orphans`] for what leaves the probes' groups.
+/// Never in a process that has children of its own to wait for (a test harness): the reaper
+/// would take them.
 pub fn become_subreaper() {
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         tracing::warn!("cannot become a subreaper (helpers of killed probes may linger): {e}");
@@ -655,11 +734,20 @@ pub async fn probe_in_child(node: &RenderNode, isolation: &Isolation) -> Outcome
         // Its own process group, so a hung probe is killed with anything it started.
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            let what = format!("could not start {}: {e}", program.display());
-            return Outcome::Failed(failure_text(node, &what, &[]));
+    let (mut child, _own) = {
+        let mut own = OWN_CHILDREN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match command.spawn() {
+            Ok(child) => {
+                let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+                own.insert(pid);
+                (child, OwnChild(pid))
+            }
+            Err(e) => {
+                let what = format!("could not start {}: {e}", program.display());
+                return Outcome::Failed(failure_text(node, &what, &[]));
+            }
         }
     };
     // From here on the group dies with this function, however it ends.

@@ -788,3 +788,48 @@ fn the_agent_reaps_what_a_killed_probe_leaves_behind() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+#[test]
+#[cfg_attr(
+    not(have_libva),
+    ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2"
+)]
+fn the_agent_reaps_a_helper_that_left_the_probes_process_group() {
+    let node = FakeNode::new(vec![FakeGpu {
+        render: 128,
+        pci: pci("0000:03:00.0", "1002", "744c", "amdgpu"),
+        scenario: acting("vaQueryConfigProfiles escape-then-segv"),
+    }]);
+    let server = TestApiServer::start();
+    server
+        .put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"}}))
+        .expect("create the Node");
+    let agent = AgentProcess::start_with(
+        BIN,
+        "gpu-node-1",
+        &node.args(),
+        &node.env(),
+        server.kubeconfig(),
+        FAST,
+    );
+    let line = agent
+        .log
+        .wait_for("pci-0000-03-00-0 (", Duration::from_secs(30));
+    assert!(line.contains("killed by SIGSEGV"), "{line}");
+    let escapee: i32 = std::fs::read_to_string(node.scenarios().join("renderD128.pids"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("escapee ")?.parse().ok())
+        .expect("the driver started its helper");
+    // The helper (its own session, out of reach of the group kill) sleeps half a second, ends,
+    // is re-parented to the agent, and must not stay a zombie there.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Path::new(&format!("/proc/{escapee}")).exists() {
+        let state = std::fs::read_to_string(format!("/proc/{escapee}/stat")).unwrap_or_default();
+        assert!(
+            Instant::now() < deadline,
+            "the helper that left the group was not reaped: {state}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -92,6 +92,8 @@ const _: () = assert!(size_of::<VASurfaceAttrib>() == 24);
 unsafe extern "C" {
     fn raise(signal: c_int) -> c_int;
     fn signal(signal: c_int, handler: usize) -> usize;
+    fn getpgid(pid: c_int) -> c_int;
+    fn getpgrp() -> c_int;
 }
 const SIGSEGV: c_int = 11;
 const SIG_DFL: usize = 0;
@@ -117,7 +119,8 @@ struct Scenario {
     entrypoint_errors: Vec<(i32, VAStatus)>,
     surfaces: Vec<(i32, i32, Surfaces)>,
     null_slots: Vec<usize>,
-    /// (call, how): `segv`, `abort`, `panic`, `hang`, `hang-with-helper`.
+    /// (call, how): `segv`, `abort`, `panic`, `hang`, `hang-with-helper`,
+    /// `escape-then-segv`.
     act: Option<(String, String)>,
     /// Bytes to write to stderr during init.
     spew: usize,
@@ -235,6 +238,32 @@ impl Scenario {
             // Built with panic=abort: the panic message goes to stderr, then SIGABRT.
             "panic" => panic!("mediatest panics in {call}"),
             "hang" => hang(),
+            "escape-then-segv" => {
+                // A helper that leaves the probe's process group (its own session), so the group
+                // kill cannot reach it: it ends on its own later, re-parented to the agent, which
+                // must reap it.
+                if let Ok(helper) = std::process::Command::new("setsid")
+                    .args(["sleep", "0.5"])
+                    .spawn()
+                {
+                    self.note_pid("escapee", helper.id());
+                    // Crash only once it has really left the group (setsid runs after the exec),
+                    // or the group kill would still reach it.
+                    let pid = helper.id() as c_int;
+                    for _ in 0..500 {
+                        // SAFETY: getpgid and getpgrp only read process attributes.
+                        if unsafe { getpgid(pid) != getpgrp() } {
+                            break;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(2));
+                    }
+                }
+                // SAFETY: as for "segv" above.
+                unsafe {
+                    signal(SIGSEGV, SIG_DFL);
+                    raise(SIGSEGV);
+                }
+            }
             "hang-with-helper" => {
                 // A helper in the probe's process group that outlives nothing: the group kill
                 // must take it too.
