@@ -26,6 +26,11 @@ pub enum ProbeCmdError {
     Render(String),
     #[error("interrupted; every probe child was killed")]
     Interrupted,
+    #[error(
+        "no recorded probes in {0} (hint: `media-capabilities probe -o json > FILE` on a GPU node \
+         records one; the format is in docs/report-format.md)"
+    )]
+    NoRecords(PathBuf),
 }
 
 /// Builds the probe source `args` describe: recorded probes with `--from`, else live ones.
@@ -63,6 +68,9 @@ pub async fn run(
         probed = source.probe() => probed?,
         () = interrupted => return Err(ProbeCmdError::Interrupted),
     };
+    if let (Some(from), true) = (&args.from, probed.is_empty()) {
+        return Err(ProbeCmdError::NoRecords(from.clone()));
+    }
     for record in &probed {
         tracing::info!(
             "{}",

@@ -226,6 +226,11 @@ pub enum ProbeError {
          kernel does, e.g. 0000:03:00.0; the device name is made from it)"
     )]
     BadAddress { path: PathBuf, address: String },
+    #[error(
+        "{path} holds no recorded probes, but its subdirectories do ({example}, ...): each is one \
+         node's (hint: give one node's directory, e.g. {path}/{example})"
+    )]
+    NodeDirectories { path: PathBuf, example: String },
     #[error("probe task failed: {0}")]
     Blocking(String),
 }
@@ -301,13 +306,34 @@ pub fn read_records(path: &Path) -> Result<Vec<Probed>, ProbeError> {
     let mut files = Vec::new();
     let is_dir = path.is_dir();
     if is_dir {
+        let mut subdirectories = Vec::new();
         for entry in std::fs::read_dir(path).map_err(read_err)? {
             let file = entry.map_err(read_err)?.path();
-            if file.extension().is_some_and(|e| e == "json") {
+            if is_record_file(&file) {
                 files.push(file);
+            } else if file.is_dir() {
+                subdirectories.push(file);
             }
         }
         files.sort();
+        subdirectories.sort();
+        // A fleet's directory (one directory per node, as docs/examples/fleet/) is not one node:
+        // reading it as none would say "no GPUs" of a directory full of them.
+        if files.is_empty()
+            && let Some(node) = subdirectories.iter().find(|d| {
+                std::fs::read_dir(d)
+                    .map(|entries| entries.flatten().any(|e| is_record_file(&e.path())))
+                    .unwrap_or(false)
+            })
+        {
+            return Err(ProbeError::NodeDirectories {
+                path: path.to_path_buf(),
+                example: node
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            });
+        }
     } else {
         files.push(path.to_path_buf());
     }
@@ -348,6 +374,14 @@ pub fn read_records(path: &Path) -> Result<Vec<Probed>, ProbeError> {
     Ok(records.into_iter().map(|(p, _)| p).collect())
 }
 
+/// A file of recorded probes in a directory: JSON (`probe -o json`) or YAML (`probe -o yaml`).
+fn is_record_file(path: &Path) -> bool {
+    path.is_file()
+        && path
+            .extension()
+            .is_some_and(|e| e == "json" || e == "yaml" || e == "yml")
+}
+
 /// The records of one file: one object or an array of them. Told apart by the first character
 /// rather than by an untagged enum, whose error ("data did not match any variant") would hide the
 /// precise one (an unknown profile name, a missing field).
@@ -356,6 +390,15 @@ fn parse_records(file: &Path, text: &str) -> Result<Vec<Probed>, ProbeError> {
         path: file.to_path_buf(),
         source,
     };
+    // `probe -o yaml` output reads back too: YAML is turned into the same JSON first, so both
+    // take one path below (and JSON, itself YAML, never goes through the YAML parser).
+    let trimmed = text.trim_start();
+    if !trimmed.starts_with('[') && !trimmed.starts_with('{') {
+        let value: serde_json::Value = serde_yaml::from_str(text)
+            .map_err(|e| parse_err(serde::de::Error::custom(format!("as YAML: {e}"))))?;
+        let json = serde_json::to_string(&value).map_err(parse_err)?;
+        return parse_records(file, &json);
+    }
     if text.trim_start().starts_with('[') {
         let values: Vec<serde_json::Value> = serde_json::from_str(text).map_err(parse_err)?;
         return values

@@ -164,3 +164,62 @@ fn usage_errors_exit_with_2_and_the_bare_command_needs_a_node() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("--node-name"));
 }
+
+#[test]
+fn yaml_output_reads_back_and_a_fleet_or_empty_directory_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    docs_example(dir.path());
+    let from = dir.path().to_str().unwrap();
+    let json = stdout(&run(&["probe", "--from", from, "-o", "json"]));
+    // `probe -o yaml` output is something `--from` reads, as its help says.
+    let saved = tempfile::tempdir().unwrap();
+    let yaml = saved.path().join("probes.yaml");
+    std::fs::write(
+        &yaml,
+        stdout(&run(&["probe", "--from", from, "-o", "yaml"])),
+    )
+    .unwrap();
+    let again = stdout(&run(&[
+        "probe",
+        "--from",
+        yaml.to_str().unwrap(),
+        "-o",
+        "json",
+    ]));
+    assert_eq!(json, again);
+    // ...in a directory too.
+    let again = stdout(&run(&[
+        "probe",
+        "--from",
+        saved.path().to_str().unwrap(),
+        "-o",
+        "json",
+    ]));
+    assert_eq!(json, again);
+
+    // A fleet's directory of node directories is not one node.
+    let fleet = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples/fleet");
+    let output = run(&["probe", "--from", fleet.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "error: {} holds no recorded probes, but its subdirectories do (amd-1, ...)",
+            fleet.display()
+        )) && err.contains(&format!("e.g. {}/amd-1)", fleet.display())),
+        "{err}"
+    );
+    // And a directory with nothing in it says so, instead of "no PCI render nodes found".
+    let empty = tempfile::tempdir().unwrap();
+    let output = run(&["probe", "--from", empty.path().to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        err.starts_with(&format!(
+            "error: no recorded probes in {} (hint: ",
+            empty.path().display()
+        )),
+        "{err}"
+    );
+}
