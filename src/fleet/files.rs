@@ -107,7 +107,7 @@ pub fn add_text(objects: &mut Objects, text: &str, name: &str) -> Result<(), Sna
                 }
             })?;
             if !value.is_null() {
-                objects.add_value(value);
+                objects.add_value(&value);
             }
         }
     }

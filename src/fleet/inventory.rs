@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::catalogue::{self, Capability, Identity};
-use crate::fleet::objects::{Attributes, Device, ResourceSlice};
+use crate::fleet::objects::{Attributes, Device, ResourceSlice, Ustr};
 
 /// Capability values in catalogue order; `None` when the device lacks the attribute or it is
 /// not a bool.
@@ -104,16 +104,16 @@ pub struct Inventory {
 pub fn current_slices(mut slices: Vec<ResourceSlice>) -> Vec<ResourceSlice> {
     // Decided with borrowed keys first, then applied: no copy of a driver or pool name.
     let keep: Vec<bool> = {
-        let mut highest: HashMap<(&str, &str), i64> = HashMap::new();
+        let mut highest: HashMap<(Ustr, Ustr), i64> = HashMap::new();
         for slice in &slices {
-            let key = (slice.spec.driver.as_str(), slice.spec.pool.name.as_str());
+            let key = (slice.spec.driver, slice.spec.pool.name);
             let generation = highest.entry(key).or_insert(slice.spec.pool.generation);
             *generation = (*generation).max(slice.spec.pool.generation);
         }
         slices
             .iter()
             .map(|s| {
-                highest[&(s.spec.driver.as_str(), s.spec.pool.name.as_str())]
+                highest[&(s.spec.driver, s.spec.pool.name)]
                     == s.spec.pool.generation
             })
             .collect()
@@ -127,20 +127,20 @@ fn node_of(slice: &ResourceSlice) -> String {
     slice
         .spec
         .node_name
-        .clone()
-        .unwrap_or_else(|| slice.spec.pool.name.clone())
+        .unwrap_or(slice.spec.pool.name)
+        .to_string()
 }
 
 fn statements(attributes: &Attributes) -> Statements {
     Capability::ALL.map(|c| attributes.capability(c).as_bool())
 }
 
-/// A GPU a media device describes; takes the device's strings rather than copying them (a
-/// fleet has tens of thousands).
-fn described(node: String, device: Device) -> Gpu {
-    let mut a = device.attributes;
-    let capabilities = statements(&a);
-    let va_driver = a.take_string(Identity::VaDriver);
+/// A GPU a media device describes.
+fn described(node: String, device: &Device) -> Gpu {
+    let a = &device.attributes;
+    let owned = |i: Identity| a.string(i).map(str::to_owned);
+    let capabilities = statements(a);
+    let va_driver = owned(Identity::VaDriver);
     let unreadable: Vec<Capability> = Capability::ALL
         .into_iter()
         .filter(|&c| capabilities[c as usize].is_none())
@@ -154,18 +154,16 @@ fn described(node: String, device: Device) -> Gpu {
     } else {
         Status::Described
     };
-    let address = a
-        .take_string(Identity::PciBusId)
-        .or_else(|| a.take_string(Identity::Address));
+    let address = owned(Identity::PciBusId).or_else(|| owned(Identity::Address));
     Gpu {
         node,
         address: address.unwrap_or_default(),
-        device: Some(device.name),
-        name: a.take_string(Identity::Name),
-        kernel_driver: a.take_string(Identity::Driver),
+        device: Some(device.name.to_string()),
+        name: owned(Identity::Name),
+        kernel_driver: owned(Identity::Driver),
         va_driver,
-        vendor: a.take_string(Identity::Vendor),
-        product: a.take_string(Identity::Product),
+        vendor: owned(Identity::Vendor),
+        product: owned(Identity::Product),
         capabilities,
         status,
         drift: None,
@@ -182,7 +180,7 @@ pub fn build(slices: Vec<ResourceSlice>) -> Inventory {
     let mut gpus = Vec::new();
     for slice in media {
         let node = node_of(&slice);
-        for device in slice.spec.devices {
+        for device in &slice.spec.devices {
             gpus.push(described(node.clone(), device));
         }
     }
@@ -199,8 +197,8 @@ pub fn build(slices: Vec<ResourceSlice>) -> Inventory {
             let node = slice
                 .spec
                 .node_name
-                .as_deref()
-                .unwrap_or(&slice.spec.pool.name);
+                .unwrap_or(slice.spec.pool.name)
+                .as_str();
             for device in &slice.spec.devices {
                 // A render node without a PCI address cannot be matched to any GPU statement,
                 // and a claim's matchAttribute constraint can never pair it either.
@@ -366,6 +364,10 @@ mod tests {
     use super::*;
     use crate::fleet::objects::{Device, Metadata, Pool, SliceSpec, Stated, Value};
 
+    fn s(text: &str) -> Value {
+        Value::String(Ustr::from(text))
+    }
+
     fn device(
         name: &str,
         address: &str,
@@ -374,12 +376,12 @@ mod tests {
         stated: &[Capability],
     ) -> Device {
         let mut attributes = Attributes::default();
-        attributes.set_identity(Identity::PciBusId, Value::String(address.into()));
-        attributes.set_identity(Identity::Address, Value::String(address.into()));
-        attributes.set_identity(Identity::Vendor, Value::String(model.0.into()));
-        attributes.set_identity(Identity::Product, Value::String(model.1.into()));
+        attributes.set_identity(Identity::PciBusId, s(address));
+        attributes.set_identity(Identity::Address, s(address));
+        attributes.set_identity(Identity::Vendor, s(model.0));
+        attributes.set_identity(Identity::Product, s(model.1));
         if let Some(va) = va {
-            attributes.set_identity(Identity::VaDriver, Value::String(va.into()));
+            attributes.set_identity(Identity::VaDriver, s(va));
         }
         for c in Capability::ALL {
             attributes.set_capability(c, Stated::Bool(stated.contains(&c)));
@@ -387,15 +389,17 @@ mod tests {
         Device {
             name: name.into(),
             attributes,
+            ..Device::default()
         }
     }
 
     fn render_node(address: &str) -> Device {
         let mut attributes = Attributes::default();
-        attributes.set_identity(Identity::PciBusId, Value::String(address.into()));
+        attributes.set_identity(Identity::PciBusId, s(address));
         Device {
-            name: format!("card-{address}"),
+            name: Ustr::from(&format!("card-{address}")),
             attributes,
+            ..Device::default()
         }
     }
 
@@ -413,6 +417,7 @@ mod tests {
                 },
                 node_name: Some(node.into()),
                 devices,
+                ..SliceSpec::default()
             },
         }
     }
