@@ -47,7 +47,7 @@ _kubectl__media() {
 
     case "${cmd}" in
         kubectl__media)
-            opts="-h -V --color --kubeconfig --context --request-timeout --help --version caps class __complete help"
+            opts="-n -A -h -V --color --kubeconfig --context --namespace --all-namespaces --request-timeout --help --version caps class __complete help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -65,6 +65,14 @@ _kubectl__media() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --request-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -77,7 +85,7 @@ _kubectl__media() {
             return 0
             ;;
         kubectl__subcmd__media__subcmd____complete)
-            opts="-h -V --color --kubeconfig --context --request-timeout --help --version"
+            opts="-n -A -h -V --color --kubeconfig --context --namespace --all-namespaces --request-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -95,6 +103,14 @@ _kubectl__media() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --request-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -107,7 +123,7 @@ _kubectl__media() {
             return 0
             ;;
         kubectl__subcmd__media__subcmd__caps)
-            opts="-f -o -h -V --filename --node --decode --encode --scale --summary --output --no-headers --color --kubeconfig --context --request-timeout --help --version"
+            opts="-f -o -n -A -h -V --filename --node --decode --encode --scale --summary --output --no-headers --color --kubeconfig --context --namespace --all-namespaces --request-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -179,6 +195,14 @@ _kubectl__media() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --request-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -191,7 +215,7 @@ _kubectl__media() {
             return 0
             ;;
         kubectl__subcmd__media__subcmd__class)
-            opts="-o -h -V --decode --encode --scale --claim --render-class --with-render-class --selector --base-class --with-base-class --output --color --kubeconfig --context --request-timeout --help --version"
+            opts="-o -n -A -h -V --decode --encode --scale --claim --render-class --with-render-class --selector --base-class --with-base-class --output --color --kubeconfig --context --namespace --all-namespaces --request-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -238,6 +262,14 @@ _kubectl__media() {
                     return 0
                     ;;
                 --context)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -n)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

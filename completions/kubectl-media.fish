@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_kubectl_media_global_optspecs
-    string join \n color= kubeconfig= context= request-timeout= h/help V/version
+    string join \n color= kubeconfig= context= n/namespace= A/all-namespaces request-timeout= h/help V/version
 end
 
 function __fish_kubectl_media_needs_command
@@ -29,7 +29,9 @@ always\t'Colour even when writing to a pipe or file'
 never\t'Never colour'"
 complete -c kubectl-media -n "__fish_kubectl_media_needs_command" -l kubeconfig -d 'Path to the kubeconfig file [default: KUBECONFIG, then ~/.kube/config]' -r -F
 complete -c kubectl-media -n "__fish_kubectl_media_needs_command" -l context -d 'The kubeconfig context to use' -r
+complete -c kubectl-media -n "__fish_kubectl_media_needs_command" -s n -l namespace -d 'The namespace to read namespaced objects from [default: the context\'s namespace, else default]' -r
 complete -c kubectl-media -n "__fish_kubectl_media_needs_command" -l request-timeout -d 'How long to wait for each API request: 0 waits indefinitely; else 30s, 1m, 500ms...' -r
+complete -c kubectl-media -n "__fish_kubectl_media_needs_command" -s A -l all-namespaces -d 'Read namespaced objects from every namespace; overrides --namespace, as in kubectl'
 complete -c kubectl-media -n "__fish_kubectl_media_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c kubectl-media -n "__fish_kubectl_media_needs_command" -s V -l version -d 'Print version'
 complete -c kubectl-media -n "__fish_kubectl_media_needs_command" -f -a "caps" -d 'List what every GPU\'s driver states, beside liken\'s render nodes'
@@ -64,9 +66,11 @@ always\t'Colour even when writing to a pipe or file'
 never\t'Never colour'"
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand caps" -l kubeconfig -d 'Path to the kubeconfig file [default: KUBECONFIG, then ~/.kube/config]' -r -F
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand caps" -l context -d 'The kubeconfig context to use' -r
+complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand caps" -s n -l namespace -d 'The namespace to read namespaced objects from [default: the context\'s namespace, else default]' -r
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand caps" -l request-timeout -d 'How long to wait for each API request: 0 waits indefinitely; else 30s, 1m, 500ms...' -r
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand caps" -l summary -d 'Per capability, how many GPUs and nodes state it; then the models that drift'
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand caps" -l no-headers -d 'Print no header row and no notes below the table'
+complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand caps" -s A -l all-namespaces -d 'Read namespaced objects from every namespace; overrides --namespace, as in kubectl'
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand caps" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand caps" -s V -l version -d 'Print version'
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand class" -l decode -d 'A decode capability the GPU must state; repeat or give a comma list' -r -f -a "AV1Main\t'decodes AV1 Main profile (8-bit 4:2:0) in hardware'
@@ -97,10 +101,12 @@ always\t'Colour even when writing to a pipe or file'
 never\t'Never colour'"
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand class" -l kubeconfig -d 'Path to the kubeconfig file [default: KUBECONFIG, then ~/.kube/config]' -r -F
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand class" -l context -d 'The kubeconfig context to use' -r
+complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand class" -s n -l namespace -d 'The namespace to read namespaced objects from [default: the context\'s namespace, else default]' -r
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand class" -l request-timeout -d 'How long to wait for each API request: 0 waits indefinitely; else 30s, 1m, 500ms...' -r
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand class" -l with-render-class -d 'Also print the render-node class (skip it when you have one, e.g. display-render)'
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand class" -l selector -d 'Print no class: the template\'s request narrows the base class with CEL selectors'
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand class" -l with-base-class -d 'Also print the base class (device.driver == "media.liken.sh")'
+complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand class" -s A -l all-namespaces -d 'Read namespaced objects from every namespace; overrides --namespace, as in kubectl'
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand class" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand class" -s V -l version -d 'Print version'
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand __complete" -l color -d 'When to colour output: auto colours a terminal unless NO_COLOR is set' -r -f -a "auto\t'Colour when writing to a terminal and `NO_COLOR` is not set'
@@ -108,7 +114,9 @@ always\t'Colour even when writing to a pipe or file'
 never\t'Never colour'"
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand __complete" -l kubeconfig -d 'Path to the kubeconfig file [default: KUBECONFIG, then ~/.kube/config]' -r -F
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand __complete" -l context -d 'The kubeconfig context to use' -r
+complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand __complete" -s n -l namespace -d 'The namespace to read namespaced objects from [default: the context\'s namespace, else default]' -r
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand __complete" -l request-timeout -d 'How long to wait for each API request: 0 waits indefinitely; else 30s, 1m, 500ms...' -r
+complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand __complete" -s A -l all-namespaces -d 'Read namespaced objects from every namespace; overrides --namespace, as in kubectl'
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand __complete" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand __complete" -s V -l version -d 'Print version'
 complete -c kubectl-media -n "__fish_kubectl_media_using_subcommand help; and not __fish_seen_subcommand_from caps class __complete help" -f -a "caps" -d 'List what every GPU\'s driver states, beside liken\'s render nodes'

@@ -10,5 +10,6 @@ pub mod classes;
 pub mod cli;
 pub mod duration;
 pub mod fleet;
+pub mod kubeconfig;
 pub mod names;
 pub mod node;

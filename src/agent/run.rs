@@ -15,7 +15,7 @@
 //! with an error and the kubelet restarts it.
 
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
@@ -46,17 +46,12 @@ const FAILED_REPROBE_MAX: Duration = Duration::from_secs(30 * 60);
 /// Why the agent could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    /// The kubeconfig could not be read or used.
-    #[error("read kubeconfig {path}: {source}")]
-    Kubeconfig {
-        path: PathBuf,
-        source: kube::config::KubeconfigError,
-    },
-    /// No kubeconfig and not in a cluster.
+    /// No API server to talk to: the kubeconfig could not be read or used, or there is none
+    /// and this is not a pod (the one loader both programs share: `crate::kubeconfig`).
     #[error(
-        "find the API server: {0} (hint: in a pod this needs the service account token; elsewhere set --kubeconfig or KUBECONFIG)"
+        "{0} (hint: in a pod this needs the service account token; elsewhere set --kubeconfig or KUBECONFIG)"
     )]
-    Infer(kube::config::InferConfigError),
+    Kubeconfig(#[from] crate::kubeconfig::KubeconfigError),
     /// The client could not be built from the configuration.
     #[error("set up the API client: {0}")]
     Client(kube::Error),
@@ -81,23 +76,11 @@ pub enum AgentError {
 
 /// The API client `config` asks for: its kubeconfig, or the usual inference (in-cluster first).
 pub async fn client(config: &AgentConfig) -> Result<kube::Client, AgentError> {
-    let kube_config = match &config.kubeconfig {
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path).map_err(|source| {
-                AgentError::Kubeconfig {
-                    path: path.clone(),
-                    source,
-                }
-            })?;
-            kube::Config::from_custom_kubeconfig(file, &Default::default())
-                .await
-                .map_err(|source| AgentError::Kubeconfig {
-                    path: path.clone(),
-                    source,
-                })?
-        }
-        None => kube::Config::infer().await.map_err(AgentError::Infer)?,
-    };
+    let kube_config = crate::kubeconfig::load(&crate::kubeconfig::Source {
+        kubeconfig: config.kubeconfig.clone(),
+        context: None,
+    })
+    .await?;
     kube::Client::try_from(kube_config).map_err(AgentError::Client)
 }
 

@@ -4,14 +4,19 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
+use std::io::IsTerminal;
 
 use clap::Args;
 use serde::Serialize;
 
 use crate::catalogue::{self, Capability, Group, Identity};
-use crate::cli::CapabilityFlags;
-use crate::cli::table::{Cell, Grid, Paint, TableStyle};
-use crate::fleet::inventory::{Counts, Drift, Filter, Gpu, Inventory, Status};
+use crate::cli::output::{self, RenderError};
+use crate::cli::table::{Cell, Grid, Paint, TableStyle, Width};
+use crate::cli::{CapabilityFlags, Error, Global, Io};
+use crate::fleet::cluster::Cluster;
+use crate::fleet::files::{self, Source};
+use crate::fleet::inventory::{self, Counts, Drift, Filter, Gpu, Inventory, Status};
+use crate::fleet::objects::{Kind, Kinds, Objects};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -96,6 +101,97 @@ impl CapsArgs {
             return Some("--no-headers applies to tables only (hint: drop --no-headers with -o json or -o yaml)".into());
         }
         None
+    }
+}
+
+/// Runs `caps`: reads the slices, builds the inventory, renders it.
+pub fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(), Error> {
+    if let Some(conflict) = args.conflict() {
+        return Err(Error::Usage(conflict));
+    }
+    let filter = args.filter()?;
+    // Only slices: a file may hold pods, claims and events too, which caps passes over unread.
+    let mut objects = Objects::wanting(Kinds::only(&[Kind::ResourceSlice]));
+    if args.files.is_empty() {
+        let connection = global.kube.connection();
+        // One worker drives the requests; pages are parsed on the runtime's blocking threads
+        // while the next one is fetched (see `Cluster::list`).
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map_err(Error::Runtime)?;
+        runtime.block_on(async {
+            let cluster = Cluster::connect(&connection).await?;
+            cluster.list_slices(&mut objects).await
+        })?;
+    } else {
+        let sources: Vec<Source> = args.files.iter().map(|f| Source::parse(f)).collect();
+        files::read_into(&mut objects, &sources, io.stdin)?;
+    }
+    let warn = global.color.for_stderr();
+    for note in &objects.notes {
+        let _ = writeln!(
+            io.stderr,
+            "{} {note}",
+            owo_colors::OwoColorize::style(&"warning:", warn.warning)
+        );
+    }
+    let inventory = inventory::build(objects.slices);
+    // As kubectl: an empty table is a line on stderr; JSON and YAML stay parseable (`[]`).
+    let table = !matches!(args.output, Some(CapsFormat::Json | CapsFormat::Yaml));
+    if inventory.gpus.is_empty() && table {
+        let _ = writeln!(io.stderr, "No media.liken.sh or liken.sh devices found.");
+        return Ok(());
+    }
+    let text = match args.output {
+        Some(CapsFormat::Json) | Some(CapsFormat::Yaml) => {
+            let value = if args.summary {
+                serde_json::to_value(summary_record(&inventory, &filter))
+            } else {
+                serde_json::to_value(records(&inventory, &filter))
+            }
+            .map_err(RenderError::from)?;
+            if args.output == Some(CapsFormat::Json) {
+                let mut text = serde_json::to_string_pretty(&value).map_err(RenderError::from)?;
+                text.push('\n');
+                text
+            } else {
+                serde_yaml::to_string(&value).map_err(RenderError::from)?
+            }
+        }
+        _ => {
+            let style = TableStyle {
+                colored: global.color.for_stdout().colored,
+                width: table_width(),
+                no_headers: args.no_headers,
+            };
+            if args.summary {
+                render_summary(&inventory, &filter, &style)
+            } else {
+                render_table(
+                    &inventory,
+                    &filter,
+                    args.output == Some(CapsFormat::Wide),
+                    &style,
+                )
+            }
+        }
+    };
+    output::write_all(io.stdout, &text)?;
+    Ok(())
+}
+
+/// `COLUMNS` when set (tests and scripts set it), else the terminal's width when standard output
+/// is one, else no limit.
+fn table_width() -> Width {
+    match std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse::<u16>().ok())
+    {
+        Some(columns) if columns > 0 => Width::Columns(columns),
+        _ if std::io::stdout().is_terminal() => Width::Terminal,
+        _ => Width::Unlimited,
     }
 }
 

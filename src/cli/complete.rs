@@ -11,7 +11,9 @@
 
 use std::ffi::OsString;
 
-use clap::Args;
+use clap::{Args, CommandFactory};
+
+use crate::cli::{Cli, Error, Global, Io, output};
 
 /// Cobra's "do not fall back to file names" directive, for every value that is not a file.
 const NO_FILE_COMP: u8 = 4;
@@ -24,6 +26,13 @@ pub struct CompleteArgs {
     /// The words after `kubectl media`, the last being the one to complete ("" for a new word).
     #[arg(num_args = 0.., allow_hyphen_values = true, trailing_var_arg = true)]
     pub words: Vec<OsString>,
+}
+
+/// Runs `__complete`: answers from the command definitions.
+pub fn run(args: &CompleteArgs, _: &Global, io: &mut Io<'_>) -> Result<(), Error> {
+    let text = complete(&mut Cli::command(), &args.words);
+    output::write_all(io.stdout, &text)?;
+    Ok(())
 }
 
 /// Answers one completion request in Cobra's format.
@@ -95,8 +104,6 @@ fn completes_a_file(cmd: &clap::Command, words: &[OsString]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::Cli;
-    use clap::CommandFactory;
 
     fn answer(words: &[&str]) -> Vec<String> {
         let words: Vec<OsString> = words.iter().map(OsString::from).collect();

@@ -112,10 +112,7 @@ pub fn current_slices(mut slices: Vec<ResourceSlice>) -> Vec<ResourceSlice> {
         }
         slices
             .iter()
-            .map(|s| {
-                highest[&(s.spec.driver, s.spec.pool.name)]
-                    == s.spec.pool.generation
-            })
+            .map(|s| highest[&(s.spec.driver, s.spec.pool.name)] == s.spec.pool.generation)
             .collect()
     };
     let mut keep = keep.into_iter();

@@ -257,8 +257,7 @@ struct CatalogueNames {
 fn catalogue_names() -> &'static CatalogueNames {
     static NAMES: std::sync::OnceLock<CatalogueNames> = std::sync::OnceLock::new();
     NAMES.get_or_init(|| CatalogueNames {
-        identity: Identity::ALL
-            .map(|i| QualifiedName::parse(i.attribute(), catalogue::DRIVER)),
+        identity: Identity::ALL.map(|i| QualifiedName::parse(i.attribute(), catalogue::DRIVER)),
         capabilities: Capability::ALL
             .map(|c| QualifiedName::parse(c.attribute(), catalogue::DRIVER)),
     })
@@ -456,6 +455,35 @@ pub struct Taint {
     pub time_added: Option<String>,
 }
 
+thread_local! {
+    /// The names of the last device read on this thread, by position: the devices of a fleet
+    /// list their attributes in the same order, so a name is nearly always a byte comparison
+    /// away from its interned form, with no hashing.
+    static LAST_NAMES: std::cell::RefCell<Vec<(Box<str>, QualifiedName)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The interned form of an attribute name read at `position` in its device.
+fn attribute_name(key: &str, position: usize) -> QualifiedName {
+    LAST_NAMES.with_borrow_mut(|last| {
+        if let Some((text, name)) = last.get(position)
+            && **text == *key
+        {
+            return *name;
+        }
+        let name = match key.split_once('/') {
+            Some((domain, name)) => QualifiedName::new(domain, name),
+            None => QualifiedName::unqualified(key),
+        };
+        if position < last.len() {
+            last[position] = (key.into(), name);
+        } else if position == last.len() && position < 64 {
+            last.push((key.into(), name));
+        }
+        name
+    })
+}
+
 impl<'de> Deserialize<'de> for Attributes {
     fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct AttributesVisitor;
@@ -465,20 +493,19 @@ impl<'de> Deserialize<'de> for Attributes {
                 f.write_str("a map of attributes")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Attributes, A::Error> {
-                let mut attributes = Vec::with_capacity(map.size_hint().unwrap_or(32));
-                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
-                    let name = match name.split_once('/') {
-                        Some((domain, name)) => QualifiedName::new(domain, name),
-                        None => QualifiedName::unqualified(&name),
-                    };
+                // Read into a buffer, then kept at its exact size: a device of liken's has three
+                // attributes, one of ours 25, and a fleet has tens of thousands of each.
+                let mut read: Vec<(QualifiedName, Value)> = Vec::with_capacity(32);
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    let name = attribute_name(&key, read.len());
                     let value = map.next_value::<Value>()?;
                     // The API server refuses a device that names one attribute twice; of a
                     // hand-written one, the first is kept.
-                    if !attributes.iter().any(|(n, _)| *n == name) {
-                        attributes.push((name, value));
+                    if !read.iter().any(|(n, _)| *n == name) {
+                        read.push((name, value));
                     }
                 }
-                Ok(Attributes(attributes))
+                Ok(Attributes(read.as_slice().to_vec()))
             }
             fn visit_unit<E: de::Error>(self) -> Result<Attributes, E> {
                 Ok(Attributes::default())
@@ -501,10 +528,12 @@ fn capacities<'de, D: de::Deserializer<'de>>(
     struct Quantity(Ustr);
     impl<'de> Deserialize<'de> for Quantity {
         fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            Ok(Quantity(Ustr::from(&match serde_json::Value::deserialize(d)? {
-                serde_json::Value::String(s) => s,
-                other => other.to_string(),
-            })))
+            Ok(Quantity(Ustr::from(
+                &match serde_json::Value::deserialize(d)? {
+                    serde_json::Value::String(s) => s,
+                    other => other.to_string(),
+                },
+            )))
         }
     }
     let map = Option::<std::collections::BTreeMap<String, Capacity>>::deserialize(deserializer)?;
@@ -824,7 +853,10 @@ struct ItemsSeed<'o, 'i> {
 impl<'de> DeserializeSeed<'de> for ItemsSeed<'_, '_> {
     type Value = Vec<serde_json::Map<String, serde_json::Value>>;
 
-    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_any(self)
     }
 }
