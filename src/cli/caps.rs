@@ -18,6 +18,10 @@ use crate::fleet::files::{self, Source};
 use crate::fleet::inventory::{self, Counts, Drift, Filter, Gpu, Inventory, Status};
 use crate::fleet::objects::{Kind, Kinds, Objects};
 
+/// Deletes the agent's pod on one node (the DaemonSet makes a new one, with a new claim); the
+/// node name follows.
+const AGENT_POD_DELETE: &str = "kubectl -n liken-system delete pod -l app.kubernetes.io/name=media-capabilities --field-selector spec.nodeName";
+
 const EXAMPLES: &str = "\
 Examples:
   # Every GPU and what its driver states
@@ -375,17 +379,31 @@ fn notes(inventory: &Inventory, shown: &[&Gpu], filter: &Filter) -> Vec<String> 
             gpus(failed)
         ));
     }
-    let unprobed = count(&|g| {
-        g.status
-            == Status::NotDescribed {
-                agent_on_node: true,
-            }
-    });
-    if unprobed > 0 {
+    let unprobed: BTreeSet<&str> = shown
+        .iter()
+        .filter(|g| {
+            g.status
+                == Status::NotDescribed {
+                    agent_on_node: true,
+                }
+        })
+        .map(|g| g.node.as_str())
+        .collect();
+    if !unprobed.is_empty() {
+        let nodes: Vec<&str> = unprobed.iter().copied().collect();
+        // The agent's render nodes come from a claim allocated once, when its pod started: a GPU
+        // that appeared later (hot-plug, a reboot with a new card) is not in its container.
         notes.push(format!(
-            "not probed: {}: liken publishes a render node, but the agent on that node describes \
-             no GPU at its address (hint: see the agent's log: {AGENT_LOG})",
-            gpus(unprobed)
+            "not probed: {} on {}: liken publishes a render node, but the agent on that node \
+             describes no GPU at its address: the agent's claim was allocated before this GPU \
+             appeared, so its container cannot open it (hint: delete the agent's pod on that \
+             node so that its claim is made anew: {AGENT_POD_DELETE}={})",
+            gpus(count(&|g| g.status
+                == Status::NotDescribed {
+                    agent_on_node: true
+                })),
+            list_nodes(&nodes),
+            nodes[0]
         ));
     }
     let agentless: BTreeSet<&str> = shown

@@ -383,21 +383,13 @@ mod tests {
         for c in Capability::ALL {
             attributes.set_capability(c, Stated::Bool(stated.contains(&c)));
         }
-        Device {
-            name: name.into(),
-            attributes,
-            ..Device::default()
-        }
+        Device::new(name, attributes)
     }
 
     fn render_node(address: &str) -> Device {
         let mut attributes = Attributes::default();
         attributes.set_identity(Identity::PciBusId, s(address));
-        Device {
-            name: Ustr::from(&format!("card-{address}")),
-            attributes,
-            ..Device::default()
-        }
+        Device::new(&format!("card-{address}"), attributes)
     }
 
     fn slice(driver: &str, node: &str, generation: i64, devices: Vec<Device>) -> ResourceSlice {

@@ -245,8 +245,24 @@ impl Stated {
 
 /// A device's attributes, every domain's, in the order given. A device has at most 32, so a
 /// lookup is a short scan comparing interned pointers: cheaper than any index.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Attributes(Vec<(QualifiedName, Value)>);
+///
+/// The names are a shape shared by every device that lists the same names in the same order
+/// (nearly all of a fleet's devices of one driver): a device then costs its values alone.
+#[derive(Clone, Debug, Default)]
+pub struct Attributes {
+    names: std::sync::Arc<[QualifiedName]>,
+    values: Box<[Value]>,
+}
+
+/// A map: the same attributes in another order are the same (YAML read through a sorted map,
+/// JSON as written).
+impl PartialEq for Attributes {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().all(|(n, v)| other.get(n) == Some(v))
+    }
+}
+
+impl Eq for Attributes {}
 
 /// The catalogue's names, interned once.
 struct CatalogueNames {
@@ -266,35 +282,48 @@ fn catalogue_names() -> &'static CatalogueNames {
 impl Attributes {
     /// The attribute of that fully qualified name.
     pub fn get(&self, name: QualifiedName) -> Option<&Value> {
-        self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+        let i = self.names.iter().position(|n| *n == name)?;
+        self.values.get(i)
     }
 
     /// Looks an attribute up by its text name (`liken.sh/renderNode`), without interning it.
     pub fn get_named(&self, full: &str) -> Option<&Value> {
         let (domain, name) = full.split_once('/')?;
-        self.0
+        let i = self
+            .names
             .iter()
-            .find(|(n, _)| n.domain == domain && n.name == name)
-            .map(|(_, v)| v)
+            .position(|n| n.domain == domain && n.name == name)?;
+        self.values.get(i)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (QualifiedName, &Value)> {
-        self.0.iter().map(|(n, v)| (*n, v))
+        self.names.iter().copied().zip(self.values.iter())
     }
 
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.values.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.values.is_empty()
     }
 
-    /// Sets an attribute, replacing one of the same name.
+    /// Sets an attribute, replacing one of the same name (for building devices by hand: it
+    /// copies the shape).
     pub fn insert(&mut self, name: QualifiedName, value: Value) {
-        match self.0.iter_mut().find(|(n, _)| *n == name) {
+        let mut entries: Vec<(QualifiedName, Value)> = self.iter().map(|(n, v)| (n, *v)).collect();
+        match entries.iter_mut().find(|(n, _)| *n == name) {
             Some(slot) => slot.1 = value,
-            None => self.0.push((name, value)),
+            None => entries.push((name, value)),
+        }
+        *self = Attributes::from_entries(entries);
+    }
+
+    fn from_entries(entries: Vec<(QualifiedName, Value)>) -> Attributes {
+        let (names, values): (Vec<QualifiedName>, Vec<Value>) = entries.into_iter().unzip();
+        Attributes {
+            names: names.into(),
+            values: values.into(),
         }
     }
 
@@ -325,17 +354,40 @@ impl Attributes {
     pub fn set_capability(&mut self, capability: Capability, stated: Stated) {
         let name = catalogue_names().capabilities[capability as usize];
         match stated {
-            Stated::Absent => self.0.retain(|(n, _)| *n != name),
+            Stated::Absent => {
+                let kept = self
+                    .iter()
+                    .filter(|(n, _)| *n != name)
+                    .map(|(n, v)| (n, *v));
+                *self = Attributes::from_entries(kept.collect());
+            }
             Stated::Bool(b) => self.insert(name, Value::Bool(b)),
             Stated::NotBool => self.insert(name, Value::Invalid),
         }
     }
 
-    /// Files the unqualified names read under the slice's driver.
-    fn qualify(&mut self, driver: Ustr) {
-        for (name, _) in &mut self.0 {
-            if name.domain.is_empty() {
-                name.domain = driver;
+    /// Files the unqualified names read under the slice's driver (a new shape, shared by the
+    /// slice's devices of the same names).
+    fn qualify(&mut self, driver: Ustr, last: &mut Option<std::sync::Arc<[QualifiedName]>>) {
+        if !self.names.iter().any(|n| n.domain.is_empty()) {
+            return;
+        }
+        let qualified = self.names.iter().map(|n| QualifiedName {
+            domain: if n.domain.is_empty() {
+                driver
+            } else {
+                n.domain
+            },
+            name: n.name,
+        });
+        match last {
+            Some(shape) if shape.iter().copied().eq(qualified.clone()) => {
+                self.names = shape.clone()
+            }
+            _ => {
+                let shape: std::sync::Arc<[QualifiedName]> = qualified.collect();
+                *last = Some(shape.clone());
+                self.names = shape;
             }
         }
     }
@@ -387,14 +439,18 @@ struct SpecFields {
 impl From<SpecFields> for SliceSpec {
     fn from(fields: SpecFields) -> SliceSpec {
         let mut devices = fields.devices;
+        let mut shape = LAST_QUALIFIED.take();
         for device in &mut devices {
-            device.attributes.qualify(fields.driver);
-            for (name, _) in &mut device.capacity {
-                if name.domain.is_empty() {
-                    name.domain = fields.driver;
+            device.attributes.qualify(fields.driver, &mut shape);
+            if let Some(more) = &mut device.more {
+                for (name, _) in &mut more.capacity {
+                    if name.domain.is_empty() {
+                        name.domain = fields.driver;
+                    }
                 }
             }
         }
+        LAST_QUALIFIED.set(shape);
         SliceSpec {
             driver: fields.driver,
             pool: fields.pool,
@@ -417,29 +473,96 @@ pub struct Pool {
 
 /// One device of a slice.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
+#[serde(from = "DeviceFields")]
 pub struct Device {
     pub name: Ustr,
     pub attributes: Attributes,
-    /// Capacities by qualified name, each quantity as given (`"1"`, `"16Gi"`).
-    #[serde(deserialize_with = "capacities")]
-    pub capacity: Vec<(QualifiedName, Ustr)>,
     /// `None` when absent: a 1.34/1.35 API server with DRAConsumableCapacity off drops it.
     pub allow_multiple_allocations: Option<bool>,
-    pub taints: Vec<Taint>,
-    /// With the slice's `perDeviceNodeSelection`: where this device is.
-    pub node_name: Option<Ustr>,
-    pub node_selector: Option<NodeSelector>,
-    pub all_nodes: Option<bool>,
+    /// What few devices have, kept aside so that a fleet's devices stay small.
+    more: Option<Box<More>>,
+}
+
+/// The fields of a device that most devices lack.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct More {
+    capacity: Vec<(QualifiedName, Ustr)>,
+    taints: Vec<Taint>,
+    node_name: Option<Ustr>,
+    node_selector: Option<NodeSelector>,
+    all_nodes: Option<bool>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct DeviceFields {
+    name: Ustr,
+    attributes: Attributes,
+    #[serde(deserialize_with = "capacities")]
+    capacity: Vec<(QualifiedName, Ustr)>,
+    allow_multiple_allocations: Option<bool>,
+    taints: Vec<Taint>,
+    node_name: Option<Ustr>,
+    node_selector: Option<NodeSelector>,
+    all_nodes: Option<bool>,
+}
+
+impl From<DeviceFields> for Device {
+    fn from(f: DeviceFields) -> Device {
+        let more = More {
+            capacity: f.capacity,
+            taints: f.taints,
+            node_name: f.node_name,
+            node_selector: f.node_selector,
+            all_nodes: f.all_nodes,
+        };
+        Device {
+            name: f.name,
+            attributes: f.attributes,
+            allow_multiple_allocations: f.allow_multiple_allocations,
+            more: (more != More::default()).then(|| Box::new(more)),
+        }
+    }
 }
 
 impl Device {
+    /// A device with these attributes and nothing else.
+    pub fn new(name: &str, attributes: Attributes) -> Device {
+        Device {
+            name: Ustr::from(name),
+            attributes,
+            ..Device::default()
+        }
+    }
+
+    /// Capacities by qualified name, each quantity as given (`"1"`, `"16Gi"`).
+    pub fn capacities(&self) -> &[(QualifiedName, Ustr)] {
+        self.more.as_ref().map_or(&[], |m| &m.capacity)
+    }
+
     /// A capacity's quantity, by qualified name.
     pub fn capacity(&self, name: QualifiedName) -> Option<Ustr> {
-        self.capacity
+        self.capacities()
             .iter()
             .find(|(n, _)| *n == name)
             .map(|(_, q)| *q)
+    }
+
+    pub fn taints(&self) -> &[Taint] {
+        self.more.as_ref().map_or(&[], |m| &m.taints)
+    }
+
+    /// With the slice's `perDeviceNodeSelection`: where this device is.
+    pub fn node_name(&self) -> Option<Ustr> {
+        self.more.as_ref().and_then(|m| m.node_name)
+    }
+
+    pub fn node_selector(&self) -> Option<&NodeSelector> {
+        self.more.as_ref().and_then(|m| m.node_selector.as_ref())
+    }
+
+    pub fn all_nodes(&self) -> Option<bool> {
+        self.more.as_ref().and_then(|m| m.all_nodes)
     }
 }
 
@@ -484,6 +607,17 @@ fn attribute_name(key: &str, position: usize) -> QualifiedName {
     })
 }
 
+thread_local! {
+    /// The last shape qualified on this thread: the next slice's devices most likely have it.
+    static LAST_QUALIFIED: std::cell::Cell<Option<std::sync::Arc<[QualifiedName]>>> =
+        const { std::cell::Cell::new(None) };
+
+    /// The shape of the last device read on this thread: the next device of the fleet most
+    /// likely has the same.
+    static LAST_SHAPE: std::cell::RefCell<Option<std::sync::Arc<[QualifiedName]>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 impl<'de> Deserialize<'de> for Attributes {
     fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct AttributesVisitor;
@@ -493,19 +627,30 @@ impl<'de> Deserialize<'de> for Attributes {
                 f.write_str("a map of attributes")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Attributes, A::Error> {
-                // Read into a buffer, then kept at its exact size: a device of liken's has three
-                // attributes, one of ours 25, and a fleet has tens of thousands of each.
-                let mut read: Vec<(QualifiedName, Value)> = Vec::with_capacity(32);
+                let mut names: Vec<QualifiedName> = Vec::with_capacity(32);
+                let mut values: Vec<Value> = Vec::with_capacity(32);
                 while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    let name = attribute_name(&key, read.len());
+                    let name = attribute_name(&key, names.len());
                     let value = map.next_value::<Value>()?;
                     // The API server refuses a device that names one attribute twice; of a
                     // hand-written one, the first is kept.
-                    if !read.iter().any(|(n, _)| *n == name) {
-                        read.push((name, value));
+                    if !names.contains(&name) {
+                        names.push(name);
+                        values.push(value);
                     }
                 }
-                Ok(Attributes(read.as_slice().to_vec()))
+                let names = LAST_SHAPE.with_borrow_mut(|last| match last {
+                    Some(shape) if **shape == *names => shape.clone(),
+                    _ => {
+                        let shape: std::sync::Arc<[QualifiedName]> = names.as_slice().into();
+                        *last = Some(shape.clone());
+                        shape
+                    }
+                });
+                Ok(Attributes {
+                    names,
+                    values: values.as_slice().into(),
+                })
             }
             fn visit_unit<E: de::Error>(self) -> Result<Attributes, E> {
                 Ok(Attributes::default())
@@ -1172,5 +1317,303 @@ pub fn continue_token(text: &str) -> Result<Option<String>, serde_json::Error> {
     match de::Deserializer::deserialize_map(&mut deserializer, Early(&mut found)) {
         Err(e) if found.is_none() || !e.to_string().starts_with(STOPPED) => Err(e),
         _ => Ok(found.flatten().filter(|t| !t.is_empty())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SLICE: &str = r#"{
+      "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+      "metadata": {"name": "node-a-media.liken.sh", "uid": "x"},
+      "spec": {"driver": "media.liken.sh", "nodeName": "node-a",
+        "pool": {"name": "node-a", "generation": 3, "resourceSliceCount": 1},
+        "devices": [{"name": "pci-0000-00-02-0", "allowMultipleAllocations": true, "attributes": {
+          "address": {"string": "0000:00:02.0"},
+          "decodeHEVCMain10": {"bool": true},
+          "media.liken.sh/scale10bit": {"bool": false},
+          "decodeVP9": {"string": "yes"},
+          "decodeAV1Main": {"bool": true, "string": "x"},
+          "encodeH264": {"bool": null},
+          "resource.kubernetes.io/pciBusID": {"string": "0000:00:02.0"},
+          "somethingElse": {"int": 3},
+          "gpu.example.com/firmware": {"version": "1.2.3"}
+        }}]}}"#;
+
+    fn name(full: &str) -> QualifiedName {
+        QualifiedName::parse(full, "unused.example.com")
+    }
+
+    #[test]
+    fn reads_a_slice_keeping_every_attribute_typed_and_qualified() {
+        let mut objects = Objects::default();
+        assert_eq!(objects.add_json(SLICE).unwrap(), None);
+        assert_eq!(objects.slices.len(), 1);
+        let slice = &objects.slices[0];
+        assert_eq!(slice.spec.node_name.map(|n| n.as_str()), Some("node-a"));
+        assert_eq!(slice.spec.pool.generation, 3);
+        let device = &slice.spec.devices[0];
+        assert_eq!(device.allow_multiple_allocations, Some(true));
+        let a = &device.attributes;
+        assert_eq!(a.len(), 9);
+        // Every attribute, under its qualified name, with its type.
+        assert_eq!(
+            a.get(name("media.liken.sh/somethingElse")),
+            Some(&Value::Int(3))
+        );
+        assert_eq!(
+            a.get(name("gpu.example.com/firmware")),
+            Some(&Value::Version("1.2.3".into()))
+        );
+        assert_eq!(
+            a.get_named("media.liken.sh/address"),
+            Some(&Value::String("0000:00:02.0".into()))
+        );
+        // The catalogue's fast paths read the same model.
+        assert_eq!(a.string(Identity::Address), Some("0000:00:02.0"));
+        assert_eq!(a.string(Identity::PciBusId), Some("0000:00:02.0"));
+        assert_eq!(
+            a.capability(Capability::DecodeHEVCMain10),
+            Stated::Bool(true)
+        );
+        assert_eq!(a.capability(Capability::Scale10bit), Stated::Bool(false));
+        // Wrong type, two types, and null: never a crash, never a guess.
+        assert_eq!(a.capability(Capability::DecodeVP9), Stated::NotBool);
+        assert_eq!(a.capability(Capability::DecodeAV1Main), Stated::NotBool);
+        assert_eq!(a.capability(Capability::EncodeH264), Stated::NotBool);
+        assert_eq!(a.capability(Capability::DecodeH264), Stated::Absent);
+    }
+
+    #[test]
+    fn unqualified_names_belong_to_the_slices_driver_whatever_the_field_order() {
+        // kubectl's YAML sorts keys: `devices` comes before `driver`.
+        let yaml = "
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1-liken.sh}
+spec:
+  devices:
+  - name: card0
+    attributes:
+      renderNode: {string: /dev/dri/renderD128}
+      resource.kubernetes.io/pciBusID: {string: '0000:00:02.0'}
+    capacity:
+      memory: {value: 16Gi}
+      example.com/slots: {value: 4}
+    taints:
+    - {key: example.com/broken, value: 'yes', effect: NoSchedule, timeAdded: '2026-01-02T03:04:05Z'}
+  driver: liken.sh
+  nodeName: n1
+  pool: {name: n1, generation: 1, resourceSliceCount: 1}
+";
+        let value: serde_json::Value = serde_yaml::from_str(yaml).unwrap();
+        let mut objects = Objects::default();
+        objects.add_value(&value);
+        assert!(objects.notes.is_empty(), "{:?}", objects.notes);
+        let device = &objects.slices[0].spec.devices[0];
+        assert_eq!(
+            device.attributes.get(name("liken.sh/renderNode")),
+            Some(&Value::String("/dev/dri/renderD128".into()))
+        );
+        // Not ours: liken's unqualified names are never filed under media.liken.sh.
+        assert_eq!(
+            device.attributes.get(name("media.liken.sh/renderNode")),
+            None
+        );
+        assert_eq!(device.capacity(name("liken.sh/memory")).unwrap(), "16Gi");
+        assert_eq!(device.capacity(name("example.com/slots")).unwrap(), "4");
+        assert_eq!(device.allow_multiple_allocations, None);
+        assert_eq!(
+            device.taints(),
+            [Taint {
+                key: "example.com/broken".into(),
+                value: Some("yes".into()),
+                effect: "NoSchedule".into(),
+                time_added: Some("2026-01-02T03:04:05Z".into()),
+            }]
+        );
+        // The same text as JSON reads the same.
+        let mut from_json = Objects::default();
+        from_json.add_json(&value.to_string()).unwrap();
+        assert_eq!(from_json.slices, objects.slices);
+    }
+
+    #[test]
+    fn where_the_devices_are() {
+        let mut objects = Objects::default();
+        objects
+            .add_json(
+                r#"{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSliceList","metadata":{},"items":[
+                {"metadata":{"name":"a"},"spec":{"driver":"d","pool":{"name":"p"},"allNodes":true}},
+                {"metadata":{"name":"b"},"spec":{"driver":"d","pool":{"name":"q"},
+                  "nodeSelector":{"nodeSelectorTerms":[{"matchLabels":{}, "matchExpressions":[{"key":"k","operator":"In","values":["v"]}]}]}}},
+                {"metadata":{"name":"c"},"spec":{"driver":"d","pool":{"name":"r"},"perDeviceNodeSelection":true,
+                  "devices":[{"name":"x","nodeName":"n2"},{"name":"y","allNodes":true}]}}]}"#,
+            )
+            .unwrap();
+        let [a, b, c] = &objects.slices[..] else {
+            panic!("{:?}", objects.slices)
+        };
+        assert!(a.spec.all_nodes && a.spec.node_name.is_none());
+        let terms = &b.spec.node_selector.as_ref().unwrap().node_selector_terms;
+        assert_eq!(terms[0].match_expressions.as_ref().unwrap()[0].key, "k");
+        assert!(c.spec.per_device_node_selection);
+        assert_eq!(c.spec.devices[0].node_name().unwrap(), "n2");
+        assert_eq!(c.spec.devices[1].all_nodes(), Some(true));
+    }
+
+    /// `kubectl get pods,resourceclaims,...,events -A -o json` writes one `List` whose items carry
+    /// their own kind; an API server's typed lists carry none on their items.
+    #[test]
+    fn routes_every_kind_from_lists_and_single_objects() {
+        let list = format!(
+            r#"{{"apiVersion":"v1","items":[
+              {{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p","namespace":"ns"}},
+                "spec":{{"containers":[{{"name":"c"}}],"resourceClaims":[{{"name":"gpu","resourceClaimTemplateName":"t"}}]}},
+                "status":{{"resourceClaimStatuses":[{{"name":"gpu","resourceClaimName":"p-gpu-x"}}]}}}},
+              {{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{{"name":"p-gpu-x","namespace":"ns"}},
+                "spec":{{"devices":{{"requests":[{{"name":"gpu","exactly":{{"deviceClassName":"c"}}}}]}}}}}},
+              {{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaimTemplate","metadata":{{"name":"t","namespace":"ns"}},
+                "spec":{{"spec":{{"devices":{{"requests":[{{"name":"gpu","exactly":{{"deviceClassName":"c"}}}}]}}}}}}}},
+              {{"apiVersion":"resource.k8s.io/v1","kind":"DeviceClass","metadata":{{"name":"c"}},
+                "spec":{{"selectors":[{{"cel":{{"expression":"device.driver == 'media.liken.sh'"}}}}]}}}},
+              {SLICE},
+              {{"apiVersion":"v1","kind":"Node","metadata":{{"name":"node-a","labels":{{"x":"y"}}}}}},
+              {{"apiVersion":"v1","kind":"Event","metadata":{{"name":"e","namespace":"ns"}},"reason":"FailedScheduling",
+                "message":"0/1 nodes are available","involvedObject":{{"kind":"Pod","name":"p","namespace":"ns"}}}},
+              {{"apiVersion":"apps/v1","kind":"Deployment","metadata":{{"name":"skipped-silently"}}}}
+            ],"kind":"List","metadata":{{"resourceVersion":""}}}}"#
+        );
+        let mut objects = Objects::default();
+        objects.add_json(&list).unwrap();
+        assert!(objects.notes.is_empty(), "{:?}", objects.notes);
+        assert_eq!(objects.pods.len(), 1);
+        let statuses = objects.pods[0].status.as_ref().unwrap();
+        assert_eq!(
+            statuses.resource_claim_statuses.as_ref().unwrap()[0]
+                .resource_claim_name
+                .as_deref(),
+            Some("p-gpu-x")
+        );
+        assert_eq!(objects.claims.len(), 1);
+        assert_eq!(objects.claim_templates.len(), 1);
+        assert_eq!(objects.classes[0].metadata.name.as_deref(), Some("c"));
+        assert_eq!(objects.slices.len(), 1);
+        assert_eq!(objects.nodes[0].metadata.name.as_deref(), Some("node-a"));
+        assert_eq!(
+            objects.events[0].reason.as_deref(),
+            Some("FailedScheduling")
+        );
+
+        // A typed list: items without kind or apiVersion.
+        let mut typed = Objects::default();
+        typed
+            .add_json(r#"{"kind":"PodList","apiVersion":"v1","metadata":{"continue":"next"},"items":[{"metadata":{"name":"q","namespace":"ns"},"spec":{"containers":[]}}]}"#)
+            .map(|token| assert_eq!(token.as_deref(), Some("next")))
+            .unwrap();
+        assert_eq!(typed.pods[0].metadata.name.as_deref(), Some("q"));
+
+        // kind after the items, and the items kindless: read once the List's kind is known.
+        let mut late = Objects::default();
+        late.add_json(
+            r#"{"items":[{"metadata":{"name":"n"}}],"kind":"NodeList","apiVersion":"v1"}"#,
+        )
+        .unwrap();
+        assert_eq!(late.nodes[0].metadata.name.as_deref(), Some("n"));
+    }
+
+    #[test]
+    fn odd_objects_are_skipped_with_a_note_and_the_rest_survive() {
+        let bad_slice = SLICE.replace(r#""generation": 3"#, r#""generation": "three""#);
+        let old_slice = SLICE.replace("resource.k8s.io/v1", "resource.k8s.io/v1beta1");
+        let list = format!(
+            r#"{{"apiVersion":"v1","kind":"List","items":[{bad_slice},{old_slice},{SLICE},
+              {{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p","namespace":"ns"}},"spec":{{"containers":"none"}}}},
+              {{"apiVersion":"events.k8s.io/v1","kind":"Event","metadata":{{"name":"e","namespace":"ns"}}}},
+              {{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"fine","namespace":"ns"}}}}]}}"#
+        );
+        let mut objects = Objects::default();
+        objects.add_json(&list).unwrap();
+        assert_eq!(objects.slices.len(), 1);
+        assert_eq!(objects.pods.len(), 1);
+        assert_eq!(objects.notes.len(), 4, "{:#?}", objects.notes);
+        assert!(
+            objects.notes[0]
+                .starts_with("skipped ResourceSlice \"node-a-media.liken.sh\": invalid type"),
+            "{}",
+            objects.notes[0]
+        );
+        assert!(
+            objects.notes[1]
+                .contains("it is resource.k8s.io/v1beta1, and only resource.k8s.io/v1 is read")
+        );
+        assert!(
+            objects.notes[2].starts_with("skipped Pod \"ns/p\": invalid type"),
+            "{}",
+            objects.notes[2]
+        );
+        assert_eq!(
+            objects.notes[3],
+            "skipped Event \"ns/e\": it is events.k8s.io/v1, and only v1 is read (hint: kubectl get events -o yaml)"
+        );
+
+        // The same from YAML (already parsed), item by item.
+        let value: serde_json::Value = serde_json::from_str(&list).unwrap();
+        let mut from_value = Objects::default();
+        from_value.add_value(&value);
+        assert_eq!(from_value.slices, objects.slices);
+        assert_eq!(from_value.pods, objects.pods);
+        assert_eq!(from_value.notes.len(), 4, "{:#?}", from_value.notes);
+    }
+
+    #[test]
+    fn kinds_not_wanted_are_not_read() {
+        // caps reads only slices: a malformed pod beside them costs nothing, not even a note.
+        let list = format!(
+            r#"{{"apiVersion":"v1","kind":"List","items":[{SLICE},
+              {{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p"}},"spec":{{"containers":"none"}}}}]}}"#
+        );
+        let mut objects = Objects::wanting(Kinds::only(&[Kind::ResourceSlice]));
+        objects.add_json(&list).unwrap();
+        assert_eq!(objects.slices.len(), 1);
+        assert!(
+            objects.pods.is_empty() && objects.notes.is_empty(),
+            "{:?}",
+            objects.notes
+        );
+        assert!(Kinds::ALL.contains(Kind::Event));
+        assert!(!Kinds::only(&[Kind::Pod]).contains(Kind::Node));
+    }
+
+    #[test]
+    fn continue_tokens_are_read_without_the_items() {
+        assert_eq!(
+            continue_token(r#"{"kind":"L","metadata":{"continue":"abc"},"items":[{"broken":]}"#)
+                .unwrap(),
+            Some("abc".to_string()),
+            "reading stops at metadata"
+        );
+        assert_eq!(
+            continue_token(r#"{"items":[],"metadata":{"continue":"x"}}"#).unwrap(),
+            Some("x".into())
+        );
+        assert_eq!(
+            continue_token(r#"{"metadata":{"continue":""},"items":[]}"#).unwrap(),
+            None
+        );
+        assert_eq!(continue_token(r#"{"items":[]}"#).unwrap(), None);
+        assert!(continue_token(r#"{"items":[}"#).is_err());
+        assert!(continue_token("[]").is_err());
+    }
+
+    #[test]
+    fn kinds_name_their_resources() {
+        for kind in Kind::ALL {
+            assert_eq!(Kind::from_name(kind.name()), Some(kind));
+            assert!(kind.resource().starts_with(kind.plural()));
+        }
+        assert_eq!(Kind::Event.api_version(), "v1");
+        assert!(Kind::Pod.namespaced() && !Kind::ResourceSlice.namespaced());
     }
 }
