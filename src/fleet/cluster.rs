@@ -109,7 +109,7 @@ pub enum ClusterError {
         scope: String,
         message: String,
     },
-    #[error("the cluster at {server} does not serve {resource} in {api_version}: {why}", why = not_served(*.api_version))]
+    #[error("the cluster at {server} does not serve {resource} in {api_version}: {why}", why = not_served(.api_version))]
     NotServed {
         server: String,
         resource: &'static str,

@@ -334,10 +334,13 @@ fn names(objects: &Objects) -> Vec<(Kind, String)> {
     names
 }
 
+/// A listing: the kind, where (`None`: the namespace in effect), the label and field selectors.
+type Listing<'a> = (Kind, Option<Namespaces>, Option<&'a str>, Option<&'a str>);
+
 fn list_with(
     server: &TestApiServer,
     namespace: Option<&str>,
-    requests: &[(Kind, Option<Namespaces>, Option<&str>, Option<&str>)],
+    requests: &[Listing<'_>],
 ) -> (Objects, String) {
     let connection = Connection {
         source: Source {
