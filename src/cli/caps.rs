@@ -281,7 +281,7 @@ pub fn render_table(
         .iter()
         .map(|gpu| {
             let mut row = vec![
-                Cell::plain(&gpu.node),
+                Cell::plain(gpu.node.as_str()),
                 Cell::plain(dash(gpu.device.as_deref())),
                 Cell::plain(dash(gpu.name.as_deref())),
                 Cell::plain(dash(Some(&gpu.address))),
@@ -589,7 +589,7 @@ pub fn records<'a>(inventory: &'a Inventory, filter: &'a Filter) -> Vec<Record<'
                 };
                 attributes.insert(
                     identity.attribute().to_string(),
-                    value.map_or(serde_json::Value::Null, Into::into),
+                    value.map_or(serde_json::Value::Null, |v| v.as_str().into()),
                 );
             }
             for capability in Capability::ALL {

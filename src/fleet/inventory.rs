@@ -25,17 +25,19 @@ pub type Statements = [Option<bool>; Capability::ALL.len()];
 
 /// One GPU of the fleet.
 #[derive(Clone, Debug, PartialEq, Eq)]
+/// Its strings are the reader's interned ones: a fleet's GPUs repeat a few hundred strings, and
+/// copying them out would cost more than reading them did.
 pub struct Gpu {
-    pub node: String,
+    pub node: Ustr,
     /// The PCI address that joins the two drivers' devices; empty when neither states one.
-    pub address: String,
+    pub address: Ustr,
     /// The `media.liken.sh` device's name; `None` when no media device describes the GPU.
-    pub device: Option<String>,
-    pub name: Option<String>,
-    pub kernel_driver: Option<String>,
-    pub va_driver: Option<String>,
-    pub vendor: Option<String>,
-    pub product: Option<String>,
+    pub device: Option<Ustr>,
+    pub name: Option<Ustr>,
+    pub kernel_driver: Option<Ustr>,
+    pub va_driver: Option<Ustr>,
+    pub vendor: Option<Ustr>,
+    pub product: Option<Ustr>,
     pub capabilities: Statements,
     pub status: Status,
     /// Index into [`Inventory::drift`] when this GPU's model drifts.
@@ -56,7 +58,7 @@ impl Gpu {
 
     /// `vendor:product`, when both are known.
     pub fn model(&self) -> Option<(String, String)> {
-        Some((self.vendor.clone()?, self.product.clone()?))
+        Some((self.vendor?.to_string(), self.product?.to_string()))
     }
 }
 
@@ -120,12 +122,8 @@ pub fn current_slices(mut slices: Vec<ResourceSlice>) -> Vec<ResourceSlice> {
     slices
 }
 
-fn node_of(slice: &ResourceSlice) -> String {
-    slice
-        .spec
-        .node_name
-        .unwrap_or(slice.spec.pool.name)
-        .to_string()
+fn node_of(slice: &ResourceSlice) -> Ustr {
+    slice.spec.node_name.unwrap_or(slice.spec.pool.name)
 }
 
 fn statements(attributes: &Attributes) -> Statements {
@@ -133,9 +131,9 @@ fn statements(attributes: &Attributes) -> Statements {
 }
 
 /// A GPU a media device describes.
-fn described(node: String, device: &Device) -> Gpu {
+fn described(node: Ustr, device: &Device) -> Gpu {
     let a = &device.attributes;
-    let owned = |i: Identity| a.string(i).map(str::to_owned);
+    let owned = |i: Identity| a.identity(i).and_then(|v| v.as_ustr());
     let capabilities = statements(a);
     let va_driver = owned(Identity::VaDriver);
     let unreadable: Vec<Capability> = Capability::ALL
@@ -155,7 +153,7 @@ fn described(node: String, device: &Device) -> Gpu {
     Gpu {
         node,
         address: address.unwrap_or_default(),
-        device: Some(device.name.to_string()),
+        device: Some(device.name),
         name: owned(Identity::Name),
         kernel_driver: owned(Identity::Driver),
         va_driver,
@@ -173,41 +171,38 @@ pub fn build(slices: Vec<ResourceSlice>) -> Inventory {
         .into_iter()
         .partition(|s| s.spec.driver == catalogue::DRIVER);
     // A node whose agent found no GPU still has a (device-less) media slice.
-    let agent_nodes: HashSet<String> = media.iter().map(node_of).collect();
+    let agent_nodes: HashSet<Ustr> = media.iter().map(node_of).collect();
     let mut gpus = Vec::new();
     for slice in media {
         let node = node_of(&slice);
         for device in &slice.spec.devices {
-            gpus.push(described(node.clone(), device));
+            gpus.push(described(node, device));
         }
     }
     let mut undescribed = Vec::new();
     {
-        let mut seen: HashSet<(&str, &str)> = gpus
-            .iter()
-            .map(|g| (g.node.as_str(), g.address.as_str()))
-            .collect();
+        let mut seen: HashSet<(Ustr, Ustr)> = gpus.iter().map(|g| (g.node, g.address)).collect();
         for slice in others
             .iter()
             .filter(|s| s.spec.driver == catalogue::RENDER_DRIVER)
         {
-            let node = slice
-                .spec
-                .node_name
-                .unwrap_or(slice.spec.pool.name)
-                .as_str();
+            let node = node_of(slice);
             for device in &slice.spec.devices {
                 // A render node without a PCI address cannot be matched to any GPU statement,
                 // and a claim's matchAttribute constraint can never pair it either.
-                let Some(address) = device.attributes.string(Identity::PciBusId) else {
+                let Some(address) = device
+                    .attributes
+                    .identity(Identity::PciBusId)
+                    .and_then(|v| v.as_ustr())
+                else {
                     continue;
                 };
                 if !seen.insert((node, address)) {
                     continue;
                 }
                 undescribed.push(Gpu {
-                    node: node.to_string(),
-                    address: address.to_string(),
+                    node,
+                    address,
                     device: None,
                     name: None,
                     kernel_driver: None,
@@ -216,7 +211,7 @@ pub fn build(slices: Vec<ResourceSlice>) -> Inventory {
                     product: None,
                     capabilities: [None; Capability::ALL.len()],
                     status: Status::NotDescribed {
-                        agent_on_node: agent_nodes.contains(node),
+                        agent_on_node: agent_nodes.contains(&node),
                     },
                     drift: None,
                 });
@@ -260,8 +255,10 @@ fn find_drift(gpus: &mut [Gpu]) -> Vec<Drift> {
                     variants.last_mut().expect("just pushed")
                 }
             };
-            variant.va_drivers.extend(gpu.va_driver.clone());
-            variant.nodes.insert(gpu.node.clone());
+            variant
+                .va_drivers
+                .extend(gpu.va_driver.map(|v| v.to_string()));
+            variant.nodes.insert(gpu.node.to_string());
             variant.gpus += 1;
         }
         if variants.len() < 2 {
@@ -284,7 +281,7 @@ fn find_drift(gpus: &mut [Gpu]) -> Vec<Drift> {
         drift.push(Drift {
             vendor,
             product,
-            name: gpus[members[0]].name.clone(),
+            name: gpus[members[0]].name.map(|n| n.to_string()),
             differing,
             variants,
         });
@@ -305,7 +302,7 @@ impl Filter {
     }
 
     pub fn matches(&self, gpu: &Gpu) -> bool {
-        (self.nodes.is_empty() || self.nodes.contains(&gpu.node))
+        (self.nodes.is_empty() || self.nodes.iter().any(|n| *n == gpu.node))
             && self
                 .capabilities
                 .iter()

@@ -216,8 +216,13 @@ impl Value {
     }
 
     pub fn as_str(&self) -> Option<&'static str> {
+        self.as_ustr().map(|s| s.as_str())
+    }
+
+    /// A string or version, interned.
+    pub fn as_ustr(&self) -> Option<Ustr> {
         match self {
-            Value::String(s) | Value::Version(s) => Some(s.as_str()),
+            Value::String(s) | Value::Version(s) => Some(*s),
             _ => None,
         }
     }
