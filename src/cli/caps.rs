@@ -579,13 +579,13 @@ pub fn records<'a>(inventory: &'a Inventory, filter: &'a Filter) -> Vec<Record<'
             for identity in Identity::ALL {
                 let value = match identity {
                     Identity::Address | Identity::PciBusId => {
-                        Some(gpu.address.clone()).filter(|a| !a.is_empty())
+                        Some(gpu.address).filter(|a| !a.is_empty())
                     }
-                    Identity::Driver => gpu.kernel_driver.clone(),
-                    Identity::Name => gpu.name.clone(),
-                    Identity::Product => gpu.product.clone(),
-                    Identity::Vendor => gpu.vendor.clone(),
-                    Identity::VaDriver => gpu.va_driver.clone(),
+                    Identity::Driver => gpu.kernel_driver,
+                    Identity::Name => gpu.name,
+                    Identity::Product => gpu.product,
+                    Identity::Vendor => gpu.vendor,
+                    Identity::VaDriver => gpu.va_driver,
                 };
                 attributes.insert(
                     identity.attribute().to_string(),
