@@ -10,6 +10,11 @@
 //!
 //! Targets: ≤ 1 s wall for the whole fleet, ≥ 10× faster than kubectl, peak memory ≤ 4× the JSON.
 //! Run: `cargo bench --bench caps` (`CAPS_BENCH_NODES=500` for a quicker look).
+//!
+//! `CAPS_BENCH_BASELINE=/path/to/kubectl-media` also runs an older build of the plugin (say, the
+//! commit before a change to the read path, built into another target dir) on the same fleet,
+//! its runs interleaved with this build's so that a loaded machine slows both alike, and prints
+//! this build's time and memory as ratios of the baseline's.
 
 #[path = "../tests/it/support/mod.rs"]
 mod support;
@@ -49,12 +54,31 @@ struct Timing {
 }
 
 fn sample(rounds: usize, make: impl Fn() -> Command) -> Timing {
-    let mut runs: Vec<Duration> = (0..rounds).map(|_| timed(make())).collect();
+    let runs: Vec<Duration> = (0..rounds).map(|_| timed(make())).collect();
+    summarise(runs)
+}
+
+fn summarise(mut runs: Vec<Duration>) -> Timing {
     runs.sort();
     Timing {
         best: runs[0],
         median: runs[runs.len() / 2],
     }
+}
+
+/// This build and the baseline, run by turns (new, old, new, old...).
+fn interleaved(
+    rounds: usize,
+    make: impl Fn(&str) -> Command,
+    new: &str,
+    old: &str,
+) -> (Timing, Timing) {
+    let (mut news, mut olds) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        news.push(timed(make(new)));
+        olds.push(timed(make(old)));
+    }
+    (summarise(news), summarise(olds))
 }
 
 /// The peak resident set (MiB) and CPU time (user + system, ms) of one run of `command`,
@@ -120,6 +144,16 @@ fn main() {
         items.len()
     );
 
+    let baseline = std::env::var("CAPS_BENCH_BASELINE").ok();
+    let caps_of = |program: &str, args: &[&str]| {
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .env_clear()
+            .env("NO_COLOR", "1")
+            .env("HOME", dir.path());
+        command
+    };
     let caps = |args: &[&str]| {
         let mut command = Command::new(binary);
         command
@@ -133,6 +167,16 @@ fn main() {
     let from_file = sample(ROUNDS, || caps(&["caps", "-f", &file_arg]));
     let summary = sample(ROUNDS, || caps(&["caps", "-f", &file_arg, "--summary"]));
     let file_rss = rss_and_cpu(&caps(&["caps", "-f", &file_arg]));
+    let file_against_baseline = baseline.as_deref().map(|old| {
+        let timings = interleaved(
+            ROUNDS,
+            |program| caps_of(program, &["caps", "-f", &file_arg]),
+            binary,
+            old,
+        );
+        let rss = rss_and_cpu(&caps_of(old, &["caps", "-f", &file_arg]));
+        (timings, rss)
+    });
 
     let server = TestApiServer::start();
     let load = Instant::now();
@@ -153,6 +197,15 @@ fn main() {
         let mut command = caps(&["caps"]);
         command.env("KUBECONFIG", &kubeconfig);
         command
+    });
+    let server_against_baseline = baseline.as_deref().map(|old| {
+        let with_server = |program: &str| {
+            let mut command = caps_of(program, &["caps"]);
+            command.env("KUBECONFIG", &kubeconfig);
+            command
+        };
+        let timings = interleaved(ROUNDS, with_server, binary, old);
+        (timings, rss_and_cpu(&with_server(old)))
     });
     // The same data as caps reads, in full: a heavier baseline than the table.
     let kubectl_json = kubectl_installed().then(|| {
@@ -219,6 +272,40 @@ fn main() {
             );
         }
         _ => println!("peak RSS: not measured (/usr/bin/time is not installed)"),
+    }
+    if let (
+        Some(old),
+        Some(((file_new, file_old), file_old_rss)),
+        Some(((server_new, server_old), server_old_rss)),
+    ) = (&baseline, file_against_baseline, server_against_baseline)
+    {
+        println!("against the baseline {old} ({ROUNDS} runs of each, interleaved):");
+        let ratio = |label: &str, new: Timing, old: Timing| {
+            println!(
+                "  {label:<24} new best {:>6.0} ms, old {:>6.0} ms: {:.3}x;  median new {:>6.0} ms, old {:>6.0} ms: {:.3}x (target: <= 1.10x)",
+                ms(new.best),
+                ms(old.best),
+                new.best.as_secs_f64() / old.best.as_secs_f64(),
+                ms(new.median),
+                ms(old.median),
+                new.median.as_secs_f64() / old.median.as_secs_f64()
+            )
+        };
+        ratio("caps -f fleet.json", file_new, file_old);
+        ratio("caps (test API server)", server_new, server_old);
+        if let (
+            Some((new_rss, _)),
+            Some((old_rss, _)),
+            Some((new_server_rss, _)),
+            Some((old_server_rss, _)),
+        ) = (file_rss, file_old_rss, server_rss, server_old_rss)
+        {
+            println!(
+                "  peak RSS from the file: new {new_rss:.0} MiB, old {old_rss:.0} MiB ({:.2}x); from the server: new {new_server_rss:.0} MiB, old {old_server_rss:.0} MiB ({:.2}x)",
+                new_rss / old_rss,
+                new_server_rss / old_server_rss
+            );
+        }
     }
     println!(
         "target <= 1 s for the whole fleet: file {}, server {}",

@@ -17,5 +17,6 @@ pub mod cli;
 pub(crate) mod duration;
 pub mod explain;
 pub mod fleet;
+pub mod kubeconfig;
 pub(crate) mod names;
 pub mod node;

@@ -18,7 +18,7 @@
 //! with an error and the kubelet restarts it.
 
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
@@ -51,17 +51,12 @@ const FAILED_REPROBE_MAX: Duration = Duration::from_secs(30 * 60);
 /// Why the agent could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    /// The kubeconfig could not be read or used.
-    #[error("read kubeconfig {path}: {source}")]
-    Kubeconfig {
-        path: PathBuf,
-        source: kube::config::KubeconfigError,
-    },
-    /// No kubeconfig and not in a cluster.
+    /// No API server to talk to: the kubeconfig could not be read or used, or there is none
+    /// and this is not a pod (the one loader both programs share: `crate::kubeconfig`).
     #[error(
-        "find the API server: {0} (hint: in a pod this needs the service account token; elsewhere set --kubeconfig or KUBECONFIG)"
+        "{0} (hint: in a pod this needs the service account token; elsewhere set --kubeconfig or KUBECONFIG)"
     )]
-    Infer(kube::config::InferConfigError),
+    Kubeconfig(#[from] crate::kubeconfig::KubeconfigError),
     /// The client could not be built from the configuration.
     #[error("set up the API client: {0}")]
     Client(kube::Error),
@@ -110,28 +105,15 @@ pub fn log_filter(rust_log: Option<&str>) -> Result<EnvFilter, String> {
 /// The API client `config` asks for: its kubeconfig, or the usual inference (in-cluster first);
 /// with the API server's address, for error messages.
 pub async fn client(config: &AgentConfig) -> Result<(kube::Client, String), AgentError> {
-    let kube_config = match &config.kubeconfig {
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path).map_err(|source| {
-                AgentError::Kubeconfig {
-                    path: path.clone(),
-                    source,
-                }
-            })?;
-            kube::Config::from_custom_kubeconfig(file, &Default::default())
-                .await
-                .map_err(|source| AgentError::Kubeconfig {
-                    path: path.clone(),
-                    source,
-                })?
-        }
-        None => kube::Config::infer().await.map_err(AgentError::Infer)?,
-    };
+    let mut kube_config = crate::kubeconfig::load(&crate::kubeconfig::Source {
+        kubeconfig: config.kubeconfig.clone(),
+        context: None,
+    })
+    .await?;
     // The client's own retries (429, 503 and 504, up to 15 times with a delay that doubles
     // from 5 ms) would hide an answer for minutes, and with it the problem from the log and the
     // liveness check; every loop retries with its own backoff and jitter instead, honouring
     // the server's Retry-After.
-    let mut kube_config = kube_config;
     kube_config.default_retry = false;
     let url = kube_config.cluster_url.to_string();
     let url = url.trim_end_matches('/').to_string();

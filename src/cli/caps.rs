@@ -4,14 +4,23 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
+use std::io::IsTerminal;
 
 use clap::Args;
 use serde::Serialize;
 
 use crate::catalogue::{self, Capability, Group, Identity};
-use crate::cli::CapabilityFlags;
-use crate::cli::table::{Cell, Grid, Paint, TableStyle};
-use crate::fleet::inventory::{Counts, Drift, Filter, Gpu, Inventory, Status};
+use crate::cli::output::{self, RenderError};
+use crate::cli::table::{Cell, Grid, Paint, TableStyle, Width};
+use crate::cli::{CapabilityFlags, Error, Global, Io};
+use crate::fleet::cluster::Cluster;
+use crate::fleet::files::{self, Source};
+use crate::fleet::inventory::{self, Counts, Drift, Filter, Gpu, Inventory, Status};
+use crate::fleet::objects::{Kind, Kinds, Objects};
+
+/// Deletes the agent's pod on one node (the DaemonSet makes a new one, with a new claim); the
+/// node name follows.
+const AGENT_POD_DELETE: &str = "kubectl -n liken-system delete pod -l app.kubernetes.io/name=media-capabilities --field-selector spec.nodeName";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -99,6 +108,97 @@ impl CapsArgs {
     }
 }
 
+/// Runs `caps`: reads the slices, builds the inventory, renders it.
+pub fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(), Error> {
+    if let Some(conflict) = args.conflict() {
+        return Err(Error::Usage(conflict));
+    }
+    let filter = args.filter()?;
+    // Only slices: a file may hold pods, claims and events too, which caps passes over unread.
+    let mut objects = Objects::wanting(Kinds::only(&[Kind::ResourceSlice]));
+    if args.files.is_empty() {
+        let connection = global.kube.connection();
+        // One worker drives the requests; pages are parsed on the runtime's blocking threads
+        // while the next one is fetched (see `Cluster::list`).
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map_err(Error::Runtime)?;
+        runtime.block_on(async {
+            let cluster = Cluster::connect(&connection).await?;
+            cluster.list_slices(&mut objects).await
+        })?;
+    } else {
+        let sources: Vec<Source> = args.files.iter().map(|f| Source::parse(f)).collect();
+        files::read_into(&mut objects, &sources, io.stdin)?;
+    }
+    let warn = global.color.for_stderr();
+    for note in &objects.notes {
+        let _ = writeln!(
+            io.stderr,
+            "{} {note}",
+            owo_colors::OwoColorize::style(&"warning:", warn.warning)
+        );
+    }
+    let inventory = inventory::build(objects.slices);
+    // As kubectl: an empty table is a line on stderr; JSON and YAML stay parseable (`[]`).
+    let table = !matches!(args.output, Some(CapsFormat::Json | CapsFormat::Yaml));
+    if inventory.gpus.is_empty() && table {
+        let _ = writeln!(io.stderr, "No media.liken.sh or liken.sh devices found.");
+        return Ok(());
+    }
+    let text = match args.output {
+        Some(CapsFormat::Json) | Some(CapsFormat::Yaml) => {
+            let value = if args.summary {
+                serde_json::to_value(summary_record(&inventory, &filter))
+            } else {
+                serde_json::to_value(records(&inventory, &filter))
+            }
+            .map_err(RenderError::from)?;
+            if args.output == Some(CapsFormat::Json) {
+                let mut text = serde_json::to_string_pretty(&value).map_err(RenderError::from)?;
+                text.push('\n');
+                text
+            } else {
+                serde_yaml::to_string(&value).map_err(RenderError::from)?
+            }
+        }
+        _ => {
+            let style = TableStyle {
+                colored: global.color.for_stdout().colored,
+                width: table_width(),
+                no_headers: args.no_headers,
+            };
+            if args.summary {
+                render_summary(&inventory, &filter, &style)
+            } else {
+                render_table(
+                    &inventory,
+                    &filter,
+                    args.output == Some(CapsFormat::Wide),
+                    &style,
+                )
+            }
+        }
+    };
+    output::write_all(io.stdout, &text)?;
+    Ok(())
+}
+
+/// `COLUMNS` when set (tests and scripts set it), else the terminal's width when standard output
+/// is one, else no limit.
+fn table_width() -> Width {
+    match std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse::<u16>().ok())
+    {
+        Some(columns) if columns > 0 => Width::Columns(columns),
+        _ if std::io::stdout().is_terminal() => Width::Terminal,
+        _ => Width::Unlimited,
+    }
+}
+
 /// The compact statement of a GPU: `decode AV1 H264 · encode H264 · scale 8 10`.
 pub fn compact(gpu: &Gpu) -> String {
     let mut parts = Vec::new();
@@ -181,7 +281,7 @@ pub fn render_table(
         .iter()
         .map(|gpu| {
             let mut row = vec![
-                Cell::plain(&gpu.node),
+                Cell::plain(gpu.node.as_str()),
                 Cell::plain(dash(gpu.device.as_deref())),
                 Cell::plain(dash(gpu.name.as_deref())),
                 Cell::plain(dash(Some(&gpu.address))),
@@ -279,17 +379,31 @@ fn notes(inventory: &Inventory, shown: &[&Gpu], filter: &Filter) -> Vec<String> 
             gpus(failed)
         ));
     }
-    let unprobed = count(&|g| {
-        g.status
-            == Status::NotDescribed {
-                agent_on_node: true,
-            }
-    });
-    if unprobed > 0 {
+    let unprobed: BTreeSet<&str> = shown
+        .iter()
+        .filter(|g| {
+            g.status
+                == Status::NotDescribed {
+                    agent_on_node: true,
+                }
+        })
+        .map(|g| g.node.as_str())
+        .collect();
+    if !unprobed.is_empty() {
+        let nodes: Vec<&str> = unprobed.iter().copied().collect();
+        // The agent's render nodes come from a claim allocated once, when its pod started: a GPU
+        // that appeared later (hot-plug, a reboot with a new card) is not in its container.
         notes.push(format!(
-            "not probed: {}: liken publishes a render node, but the agent on that node describes \
-             no GPU at its address (hint: see the agent's log: {AGENT_LOG})",
-            gpus(unprobed)
+            "not probed: {} on {}: liken publishes a render node, but the agent on that node \
+             describes no GPU at its address: the agent's claim was allocated before this GPU \
+             appeared, so its container cannot open it (hint: delete the agent's pod on that \
+             node so that its claim is made anew: {AGENT_POD_DELETE}={})",
+            gpus(count(&|g| g.status
+                == Status::NotDescribed {
+                    agent_on_node: true
+                })),
+            list_nodes(&nodes),
+            nodes[0]
         ));
     }
     let agentless: BTreeSet<&str> = shown
@@ -465,17 +579,17 @@ pub fn records<'a>(inventory: &'a Inventory, filter: &'a Filter) -> Vec<Record<'
             for identity in Identity::ALL {
                 let value = match identity {
                     Identity::Address | Identity::PciBusId => {
-                        Some(gpu.address.clone()).filter(|a| !a.is_empty())
+                        Some(gpu.address).filter(|a| !a.is_empty())
                     }
-                    Identity::Driver => gpu.kernel_driver.clone(),
-                    Identity::Name => gpu.name.clone(),
-                    Identity::Product => gpu.product.clone(),
-                    Identity::Vendor => gpu.vendor.clone(),
-                    Identity::VaDriver => gpu.va_driver.clone(),
+                    Identity::Driver => gpu.kernel_driver,
+                    Identity::Name => gpu.name,
+                    Identity::Product => gpu.product,
+                    Identity::Vendor => gpu.vendor,
+                    Identity::VaDriver => gpu.va_driver,
                 };
                 attributes.insert(
                     identity.attribute().to_string(),
-                    value.map_or(serde_json::Value::Null, Into::into),
+                    value.map_or(serde_json::Value::Null, |v| v.as_str().into()),
                 );
             }
             for capability in Capability::ALL {

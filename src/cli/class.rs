@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use crate::catalogue::UnknownCapability;
 use crate::classes::{self, CapabilitySet, Statement};
-use crate::cli::CapabilityFlags;
-use crate::cli::output::ObjectFormat;
+use crate::cli::output::{self, ObjectFormat};
+use crate::cli::{CapabilityFlags, Error, Global, Io};
 use crate::names::{self, NameRule};
 
 const EXAMPLES: &str = "\
@@ -135,6 +135,14 @@ pub enum ClassError {
     },
     #[error("{0}")]
     Conflict(String),
+}
+
+/// Runs `class`: plans the objects and prints them; nothing is read from a cluster.
+pub fn run(args: &ClassArgs, _: &Global, io: &mut Io<'_>) -> Result<(), Error> {
+    let objects = args.plan()?;
+    let text = output::render_objects(&objects, args.output)?;
+    output::write_all(io.stdout, &text)?;
+    Ok(())
 }
 
 impl ClassArgs {

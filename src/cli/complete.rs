@@ -11,14 +11,13 @@
 //! and fish in `completions/` ask the same question (`kubectl-media __complete ...`), so a shell
 //! and kubectl always offer the same candidates, and hidden subcommands never.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 
-use std::ffi::OsStr;
-
-use clap::Args;
+use clap::{Args, CommandFactory};
 use clap_complete::engine::{ArgValueCompleter, CompletionCandidate, ValueCompleter};
 
 use crate::catalogue::Group;
+use crate::cli::{Cli, Error, Global, Io, output};
 
 /// Cobra's "do not fall back to file names" directive, for every value that is not a file.
 const NO_FILE_COMP: u8 = 4;
@@ -31,6 +30,13 @@ pub struct CompleteArgs {
     /// The words after `kubectl media`, the last being the one to complete ("" for a new word).
     #[arg(num_args = 0.., allow_hyphen_values = true, trailing_var_arg = true)]
     pub words: Vec<OsString>,
+}
+
+/// Runs `__complete`: answers from the command definitions.
+pub fn run(args: &CompleteArgs, _: &Global, io: &mut Io<'_>) -> Result<(), Error> {
+    let text = complete(&mut Cli::command(), &args.words);
+    output::write_all(io.stdout, &text)?;
+    Ok(())
 }
 
 /// Completes the values of `--decode`, `--encode` or `--scale`: the catalogue's names that start
@@ -132,8 +138,6 @@ fn completes_a_file(cmd: &clap::Command, words: &[OsString]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::Cli;
-    use clap::CommandFactory;
 
     fn answer(words: &[&str]) -> Vec<String> {
         let words: Vec<OsString> = words.iter().map(OsString::from).collect();

@@ -1,6 +1,11 @@
-//! `kubectl media`: the clap definitions, one module per command, and the shared rendering and
-//! styling. kubectl runs the `kubectl-media` executable with the words after `kubectl media`, so
-//! this is an ordinary program whose name, in help and errors, is `kubectl media`.
+//! `kubectl media`: the root command, dispatch and exit codes. kubectl runs the
+//! `kubectl-media` executable with the words after `kubectl media`, so this is an ordinary
+//! program whose name, in help and errors, is `kubectl media`.
+//!
+//! Each command is a module that owns its arguments, its orchestration and its rendering
+//! behind one signature, `run(&args, &Global, &mut Io) -> Result<(), Error>`: `caps`, `class`,
+//! and the hidden `__complete`. What several commands share lives beside them: the capability
+//! flags and kubectl's global flags here, tables, output and colour in their own modules.
 
 pub mod caps;
 pub mod class;
@@ -10,19 +15,21 @@ pub mod style;
 pub mod table;
 
 use std::ffi::{OsStr, OsString};
-use std::io::{IsTerminal, Read, Write};
+use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::builder::{PossibleValue, TypedValueParser};
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Arg, CommandFactory, Parser, Subcommand};
 
 use crate::catalogue::{Capability, Group, UnknownCapability};
+use crate::fleet::cluster::{Connection, Namespaces};
 
-use self::caps::{CapsArgs, CapsFormat};
+use self::caps::CapsArgs;
 use self::class::{ClassArgs, ClassError};
 use self::output::RenderError;
 use self::style::ColorChoice;
-use self::table::{TableStyle, Width};
 
 /// The help heading of the flags every command takes.
 const GLOBAL: &str = "Global options";
@@ -50,7 +57,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// kubectl's connection flags; kubectl passes them to a plugin untouched.
+/// kubectl's connection and namespace flags; kubectl passes them to a plugin untouched.
 #[derive(Debug, Clone, clap::Args)]
 pub struct KubeArgs {
     /// Path to the kubeconfig file [default: KUBECONFIG, then ~/.kube/config].
@@ -61,19 +68,54 @@ pub struct KubeArgs {
     #[arg(long, global = true, value_name = "NAME", help_heading = GLOBAL)]
     pub context: Option<String>,
 
+    /// The namespace to read namespaced objects from [default: the context's namespace, else
+    /// default].
+    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE", help_heading = GLOBAL)]
+    pub namespace: Option<String>,
+
+    /// Read namespaced objects from every namespace; overrides --namespace, as in kubectl.
+    #[arg(short = 'A', long, global = true, help_heading = GLOBAL)]
+    pub all_namespaces: bool,
+
     /// How long to wait for each API request: 0 waits indefinitely; else 30s, 1m, 500ms...
-    #[arg(long, global = true, value_name = "DURATION", default_value = "0", help_heading = GLOBAL)]
-    pub request_timeout: String,
+    #[arg(long, global = true, value_name = "DURATION", default_value = "0", value_parser = RequestTimeout::parse, help_heading = GLOBAL)]
+    pub request_timeout: RequestTimeout,
+}
+
+/// `--request-timeout`, parsed with the rest of the command line: `None` waits indefinitely.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestTimeout(pub Option<Duration>);
+
+impl RequestTimeout {
+    /// kubectl's forms: `0` for none, a number of seconds, or a duration such as `30s`,
+    /// `1m30s`, `500ms`, `2h`.
+    pub fn parse(text: &str) -> Result<RequestTimeout, String> {
+        let timeout = crate::duration::parse(text)?;
+        Ok(RequestTimeout((!timeout.is_zero()).then_some(timeout)))
+    }
 }
 
 impl KubeArgs {
-    fn connection(&self) -> Result<crate::fleet::cluster::Connection, Error> {
-        Ok(crate::fleet::cluster::Connection {
-            kubeconfig: self.kubeconfig.clone(),
-            context: self.context.clone(),
-            request_timeout: crate::fleet::cluster::parse_timeout(&self.request_timeout)
-                .map_err(Error::Usage)?,
-        })
+    /// How to reach the cluster.
+    pub fn connection(&self) -> Connection {
+        Connection {
+            source: crate::kubeconfig::Source {
+                kubeconfig: self.kubeconfig.clone(),
+                context: self.context.clone(),
+            },
+            namespace: self.namespace.clone(),
+            request_timeout: self.request_timeout.0,
+        }
+    }
+
+    /// The namespaces a listing covers, given the namespace in effect (`-n`, else the
+    /// context's): `-A` wins over `-n`, as in kubectl.
+    pub fn namespaces(&self, in_effect: &str) -> Namespaces {
+        if self.all_namespaces {
+            Namespaces::All
+        } else {
+            Namespaces::One(in_effect.to_string())
+        }
     }
 }
 
@@ -200,60 +242,153 @@ pub enum Parsed {
 /// Parses the command line. Clap's own errors are folded into one line ending in a hint, like
 /// every other error of ours.
 pub fn parse(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> Result<Parsed, Error> {
-    match Cli::try_parse_from(args) {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    match Cli::try_parse_from(&args) {
         Ok(cli) => Ok(Parsed::Run(Box::new(cli))),
         Err(e) => match e.kind() {
-            clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
                 Ok(Parsed::Info(e.render().to_string()))
             }
-            clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-                let commands: Vec<String> = Cli::command()
-                    .get_subcommands()
-                    .filter(|c| !c.is_hide_set())
-                    .map(|c| c.get_name().to_string())
-                    .collect();
-                Err(Error::Usage(format!(
-                    "a command is required: {} (hint: see 'kubectl media --help')",
-                    commands.join(", ")
-                )))
-            }
-            _ => Err(Error::Usage(one_line(&e.render().to_string()))),
+            _ => Err(Error::Usage(usage_message(&e, &args))),
         },
     }
 }
 
-/// Turns clap's several-line error (message, tip, usage, "for more information") into
-/// `message (hint: tip)`, pointing at the right `--help` when there is no tip.
-fn one_line(rendered: &str) -> String {
-    let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
-    let message = lines.next().unwrap_or("invalid arguments");
-    let message = message.strip_prefix("error: ").unwrap_or(message);
-    let rest: Vec<&str> = lines.collect();
-    // Clap's "similar ... exists" tips help; its "use '-- --x' to pass it as a value" tip
-    // misleads more often than not for a mistyped flag.
-    let tip = rest
-        .iter()
-        .find_map(|l| l.strip_prefix("tip: "))
-        .filter(|tip| tip.contains("similar"));
-    let command = rest
-        .iter()
-        .find_map(|l| l.strip_prefix("Usage: "))
-        .map(|usage| {
-            usage
+/// One line for a clap error, built from its kind and context (never from its rendered text):
+/// `message (hint: ...)`, the hint being clap's suggestion, the valid values, or the command's
+/// `--help`.
+fn usage_message(e: &clap::Error, args: &[OsString]) -> String {
+    let context = |kind: ContextKind| match e.get(kind) {
+        Some(ContextValue::String(s)) => vec![s.clone()],
+        Some(ContextValue::Strings(list)) => list.clone(),
+        Some(ContextValue::StyledStr(s)) => vec![s.to_string()],
+        Some(ContextValue::StyledStrs(list)) => list.iter().map(ToString::to_string).collect(),
+        _ => Vec::new(),
+    };
+    let first = |kind: ContextKind| context(kind).into_iter().next().unwrap_or_default();
+    let quoted = |list: &[String]| {
+        list.iter()
+            .map(|s| format!("'{s}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let command = command_of(args);
+    let help = format!("see '{command} --help'");
+    let (message, hint) = match e.kind() {
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
+            let commands: Vec<String> = Cli::command()
+                .get_subcommands()
+                .filter(|c| !c.is_hide_set())
+                .map(|c| c.get_name().to_string())
+                .collect();
+            (
+                format!("a command is required: {}", commands.join(", ")),
+                help,
+            )
+        }
+        ErrorKind::InvalidSubcommand => {
+            let similar = context(ContextKind::SuggestedSubcommand);
+            let hint = match similar.len() {
+                0 => help,
+                1 => format!("a similar subcommand exists: {}", quoted(&similar)),
+                _ => format!("some similar subcommands exist: {}", quoted(&similar)),
+            };
+            (
+                format!(
+                    "unrecognized subcommand '{}'",
+                    first(ContextKind::InvalidSubcommand)
+                ),
+                hint,
+            )
+        }
+        ErrorKind::UnknownArgument => {
+            // Clap's other tip for an unknown flag ("to pass it as a value, use '-- --x'")
+            // misleads more often than not for a mistyped flag; only its suggestion is kept.
+            let similar = context(ContextKind::SuggestedArg);
+            let hint = match similar.len() {
+                0 => help,
+                1 => format!("a similar argument exists: {}", quoted(&similar)),
+                _ => format!("some similar arguments exist: {}", quoted(&similar)),
+            };
+            (
+                format!(
+                    "unexpected argument '{}' found",
+                    first(ContextKind::InvalidArg)
+                ),
+                hint,
+            )
+        }
+        ErrorKind::InvalidValue => {
+            let arg = first(ContextKind::InvalidArg);
+            let value = first(ContextKind::InvalidValue);
+            let similar = context(ContextKind::SuggestedValue);
+            let valid = context(ContextKind::ValidValue);
+            let hint = if let Some(similar) = similar.first() {
+                format!("a similar value exists: '{similar}'")
+            } else if !valid.is_empty() {
+                format!("use one of {}", valid.join(", "))
+            } else {
+                help
+            };
+            let message = if value.is_empty() {
+                format!("a value is required for '{arg}' but none was supplied")
+            } else {
+                format!("invalid value '{value}' for '{arg}'")
+            };
+            (message, hint)
+        }
+        ErrorKind::ValueValidation => {
+            // Our own parsers' errors carry their hint ("(valid: ...)"): the flag, then it.
+            let arg = first(ContextKind::InvalidArg);
+            let flag = arg
                 .split_whitespace()
-                .take_while(|w| !w.starts_with(['[', '<', '-']))
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_else(|| "kubectl media".to_string());
-    let possible = rest.iter().find_map(|l| {
-        l.strip_prefix("[possible values: ")
-            .and_then(|v| v.strip_suffix(']'))
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            let cause = std::error::Error::source(e)
+                .map(ToString::to_string)
+                .unwrap_or_else(|| format!("invalid value '{}'", first(ContextKind::InvalidValue)));
+            return format!("{flag}: {cause}");
+        }
+        ErrorKind::MissingRequiredArgument => (
+            format!(
+                "the following required arguments were not provided: {}",
+                context(ContextKind::InvalidArg).join(", ")
+            ),
+            help,
+        ),
+        ErrorKind::ArgumentConflict => (
+            format!(
+                "the argument '{}' cannot be used with {}",
+                first(ContextKind::InvalidArg),
+                quoted(&context(ContextKind::PriorArg))
+            ),
+            help,
+        ),
+        kind => {
+            let what = kind.as_str().unwrap_or("invalid arguments");
+            match context(ContextKind::InvalidArg).first() {
+                Some(arg) => (format!("{what}: '{arg}'"), help),
+                None => (what.to_string(), help),
+            }
+        }
+    };
+    format!("{message} (hint: {hint})")
+}
+
+/// `kubectl media caps` when the words name a command, else `kubectl media`: which `--help`
+/// to point at.
+fn command_of(args: &[OsString]) -> String {
+    let root = Cli::command();
+    let named = args.iter().skip(1).find_map(|arg| {
+        let arg = arg.to_str()?;
+        root.get_subcommands()
+            .find(|c| !c.is_hide_set() && c.get_name() == arg)
+            .map(|c| c.get_name().to_string())
     });
-    match (tip, possible) {
-        (Some(tip), _) => format!("{message} (hint: {tip})"),
-        (None, Some(values)) => format!("{message} (hint: use one of {values})"),
-        (None, None) => format!("{message} (hint: see '{command} --help')"),
+    match named {
+        Some(name) => format!("kubectl media {name}"),
+        None => "kubectl media".to_string(),
     }
 }
 
@@ -264,120 +399,23 @@ pub struct Io<'a> {
     pub stderr: &'a mut dyn Write,
 }
 
+/// What every command gets beside its own arguments: the global flags.
+#[derive(Clone, Debug)]
+pub struct Global {
+    pub color: ColorChoice,
+    pub kube: KubeArgs,
+}
+
 /// Runs a parsed command.
 pub fn run(cli: &Cli, io: &mut Io<'_>) -> Result<(), Error> {
+    let global = Global {
+        color: cli.color,
+        kube: cli.kube.clone(),
+    };
     match &cli.command {
-        Command::Caps(args) => run_caps(args, &cli.kube, cli.color, io),
-        Command::Class(args) => {
-            let objects = args.plan()?;
-            let text = output::render_objects(&objects, args.output)?;
-            output::write_all(io.stdout, &text)?;
-            Ok(())
-        }
-        Command::Complete(args) => {
-            let text = complete::complete(&mut Cli::command(), &args.words);
-            output::write_all(io.stdout, &text)?;
-            Ok(())
-        }
-    }
-}
-
-fn run_caps(
-    args: &CapsArgs,
-    kube: &KubeArgs,
-    color: ColorChoice,
-    io: &mut Io<'_>,
-) -> Result<(), Error> {
-    if let Some(conflict) = args.conflict() {
-        return Err(Error::Usage(conflict));
-    }
-    let filter = args.filter()?;
-    let objects = if args.files.is_empty() {
-        let connection = kube.connection()?;
-        // One worker drives the requests; pages are parsed on the runtime's blocking threads
-        // while the next one is fetched (see `cluster::Cluster::list_slices`).
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .map_err(Error::Runtime)?;
-        runtime.block_on(async {
-            let cluster = crate::fleet::cluster::Cluster::connect(&connection).await?;
-            let mut objects = crate::fleet::objects::Objects::default();
-            cluster.list_slices(&mut objects).await?;
-            Ok::<_, Error>(objects)
-        })?
-    } else {
-        let sources: Vec<_> = args
-            .files
-            .iter()
-            .map(|f| crate::fleet::files::Source::parse(f))
-            .collect();
-        crate::fleet::files::read(&sources, io.stdin)?
-    };
-    let warn = color.for_stderr();
-    for note in &objects.notes {
-        let _ = writeln!(
-            io.stderr,
-            "{} {note}",
-            owo_colors::OwoColorize::style(&"warning:", warn.warning)
-        );
-    }
-    let inventory = crate::fleet::inventory::build(objects.slices);
-    // As kubectl: an empty table is a line on stderr; JSON and YAML stay parseable (`[]`).
-    let table = !matches!(args.output, Some(CapsFormat::Json | CapsFormat::Yaml));
-    if inventory.gpus.is_empty() && table {
-        let _ = writeln!(io.stderr, "No media.liken.sh or liken.sh devices found.");
-        return Ok(());
-    }
-    let text = match args.output {
-        Some(CapsFormat::Json) | Some(CapsFormat::Yaml) => {
-            let value = if args.summary {
-                serde_json::to_value(caps::summary_record(&inventory, &filter))
-            } else {
-                serde_json::to_value(caps::records(&inventory, &filter))
-            }
-            .map_err(RenderError::from)?;
-            if args.output == Some(CapsFormat::Json) {
-                let mut text = serde_json::to_string_pretty(&value).map_err(RenderError::from)?;
-                text.push('\n');
-                text
-            } else {
-                serde_yaml::to_string(&value).map_err(RenderError::from)?
-            }
-        }
-        _ => {
-            let style = TableStyle {
-                colored: color.for_stdout().colored,
-                width: table_width(),
-                no_headers: args.no_headers,
-            };
-            if args.summary {
-                caps::render_summary(&inventory, &filter, &style)
-            } else {
-                caps::render_table(
-                    &inventory,
-                    &filter,
-                    args.output == Some(CapsFormat::Wide),
-                    &style,
-                )
-            }
-        }
-    };
-    output::write_all(io.stdout, &text)?;
-    Ok(())
-}
-
-/// `COLUMNS` when set (tests and scripts set it), else the terminal's width when standard output
-/// is one, else no limit.
-fn table_width() -> Width {
-    match std::env::var("COLUMNS")
-        .ok()
-        .and_then(|c| c.parse::<u16>().ok())
-    {
-        Some(columns) if columns > 0 => Width::Columns(columns),
-        _ if std::io::stdout().is_terminal() => Width::Terminal,
-        _ => Width::Unlimited,
+        Command::Caps(args) => caps::run(args, &global, io),
+        Command::Class(args) => class::run(args, &global, io),
+        Command::Complete(args) => complete::run(args, &global, io),
     }
 }
 
@@ -419,6 +457,85 @@ mod tests {
             parse(["kubectl-media", "--version"]),
             Ok(Parsed::Info(_))
         ));
+    }
+
+    #[test]
+    fn timeouts_parse_like_kubectl() {
+        let parse = |t: &str| RequestTimeout::parse(t).map(|t| t.0);
+        assert_eq!(parse("0"), Ok(None));
+        assert_eq!(parse("30"), Ok(Some(Duration::from_secs(30))));
+        assert_eq!(parse("30s"), Ok(Some(Duration::from_secs(30))));
+        assert_eq!(parse("1m30s"), Ok(Some(Duration::from_secs(90))));
+        assert_eq!(parse("500ms"), Ok(Some(Duration::from_millis(500))));
+        assert_eq!(parse("2h"), Ok(Some(Duration::from_secs(7200))));
+        for bad in ["", "s", "10x", "1m30", "-1s", "abc"] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_request_timeout_is_checked_when_the_arguments_are() {
+        // Even where no request is ever sent (-f): a typo is a usage error, not silence.
+        let err = match parse([
+            "kubectl-media",
+            "caps",
+            "-f",
+            "x",
+            "--request-timeout",
+            "soon",
+        ]) {
+            Err(e) => e,
+            Ok(_) => panic!("parsed"),
+        };
+        assert_eq!(
+            err.to_string(),
+            "--request-timeout: invalid duration \"soon\" (valid: e.g. 30, 30s, 1m30s, 500ms, 2h)"
+        );
+        assert_eq!(err.exit_code(), 2);
+    }
+
+    #[test]
+    fn usage_errors_come_from_clap_context() {
+        let message = |args: &[&str]| match parse(args.iter().copied()) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("parsed {args:?}"),
+        };
+        assert_eq!(
+            message(&["kubectl-media", "caps", "--decod", "VP9"]),
+            "unexpected argument '--decod' found (hint: a similar argument exists: '--decode')"
+        );
+        assert_eq!(
+            message(&["kubectl-media", "caps", "-o", "table"]),
+            "invalid value 'table' for '--output <FORMAT>' (hint: use one of wide, json, yaml)"
+        );
+        assert_eq!(
+            message(&["kubectl-media", "caps", "-o"]),
+            "a value is required for '--output <FORMAT>' but none was supplied (hint: use one of wide, json, yaml)"
+        );
+        assert_eq!(
+            message(&["kubectl-media", "--bogus"]),
+            "unexpected argument '--bogus' found (hint: see 'kubectl media --help')"
+        );
+        assert_eq!(
+            message(&["kubectl-media"]),
+            "a command is required: caps, class (hint: see 'kubectl media --help')"
+        );
+    }
+
+    #[test]
+    fn namespaces_follow_kubectl() {
+        let cli = |args: &[&str]| match parse(args.iter().copied()) {
+            Ok(Parsed::Run(cli)) => cli,
+            _ => panic!("did not parse {args:?}"),
+        };
+        let kube = cli(&["kubectl-media", "caps", "-n", "media"]).kube;
+        assert_eq!(kube.connection().namespace.as_deref(), Some("media"));
+        assert_eq!(kube.namespaces("media"), Namespaces::One("media".into()));
+        // -A wins over -n, as in kubectl; the flags are global, before or after the command.
+        let kube = cli(&["kubectl-media", "-A", "caps", "--namespace", "media"]).kube;
+        assert_eq!(kube.namespaces("media"), Namespaces::All);
+        let kube = cli(&["kubectl-media", "caps"]).kube;
+        assert_eq!(kube.connection().namespace, None);
     }
 
     #[test]

@@ -1,17 +1,17 @@
-//! Reading objects from a cluster for `kubectl media`, with kubectl's connection flags and the
-//! failures a user can act on turned into one line each: the API server is unreachable, a
-//! permission is missing, or the cluster is too old to serve `resource.k8s.io/v1`.
+//! Reading objects from a cluster for `kubectl media`: one paged lister for every kind the
+//! reader knows ([`Kind`]), namespaced or not, with label and field selectors, over one client
+//! built from kubectl's connection flags ([`crate::kubeconfig`]). The failures a user can act on
+//! become one line each: the API server is unreachable, a permission is missing, the cluster is
+//! too old to serve `resource.k8s.io/v1`.
 //!
-//! Responses are paged as kubectl pages them and go through the same parser as files
+//! Responses are paged as kubectl pages them and go through the same reader as files
 //! ([`crate::fleet::objects`]), so `-f` of a `kubectl get -o json` gives the same answer.
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use kube::config::{KubeConfigOptions, Kubeconfig};
-
-use crate::fleet::objects::{Objects, RESOURCE_API_VERSION};
+use crate::fleet::objects::{Kind, Objects};
+use crate::kubeconfig::{KubeconfigError, Source};
 
 /// kubectl's page size for lists (`--chunk-size`).
 pub const PAGE_SIZE: usize = 500;
@@ -22,23 +22,72 @@ const PARSERS: usize = 2;
 /// How to reach the cluster: kubectl's own flags, which a plugin must handle itself.
 #[derive(Clone, Debug, Default)]
 pub struct Connection {
-    pub kubeconfig: Option<PathBuf>,
-    pub context: Option<String>,
+    pub source: Source,
+    /// `-n/--namespace`; `None` is the context's namespace.
+    pub namespace: Option<String>,
     /// Per request; `None` waits as long as the server takes.
     pub request_timeout: Option<Duration>,
+}
+
+/// Which namespaces a listing of a namespaced kind covers (ignored for cluster-scoped kinds).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Namespaces {
+    /// `-A/--all-namespaces`.
+    All,
+    One(String),
+}
+
+/// One listing: a kind, where, and which of its objects.
+#[derive(Clone, Debug)]
+pub struct ListRequest<'a> {
+    pub kind: Kind,
+    pub namespaces: &'a Namespaces,
+    /// As `kubectl get -l`: `app=x,tier in (a,b)`.
+    pub label_selector: Option<&'a str>,
+    /// As `kubectl get --field-selector`: `spec.nodeName=n1`.
+    pub field_selector: Option<&'a str>,
+}
+
+impl ListRequest<'_> {
+    /// The collection's path and query, without paging.
+    fn uri(&self) -> String {
+        let mut path = if self.kind.group().is_empty() {
+            format!("/api/{}", self.kind.api_version())
+        } else {
+            format!("/apis/{}", self.kind.api_version())
+        };
+        if let (true, Namespaces::One(namespace)) = (self.kind.namespaced(), self.namespaces) {
+            path.push_str("/namespaces/");
+            path.push_str(&percent_encode(namespace));
+        }
+        path.push('/');
+        path.push_str(self.kind.plural());
+        path.push_str(&format!("?limit={PAGE_SIZE}"));
+        if let Some(selector) = self.label_selector.filter(|s| !s.is_empty()) {
+            path.push_str("&labelSelector=");
+            path.push_str(&percent_encode(selector));
+        }
+        if let Some(selector) = self.field_selector.filter(|s| !s.is_empty()) {
+            path.push_str("&fieldSelector=");
+            path.push_str(&percent_encode(selector));
+        }
+        path
+    }
+
+    /// How a message names where the listing looked, as the API server's own messages do.
+    fn scope(&self) -> String {
+        match (self.kind.namespaced(), self.namespaces) {
+            (true, Namespaces::One(namespace)) => format!("in the namespace {namespace:?}"),
+            _ => "at the cluster scope".to_string(),
+        }
+    }
 }
 
 /// Why reading from the cluster failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
-    #[error(
-        "load kubeconfig: {cause} (hint: pass --kubeconfig or --context, set KUBECONFIG, or read objects from a file with -f)"
-    )]
-    Config { cause: String },
-    #[error(
-        "no kubeconfig: KUBECONFIG is not set, ~/.kube/config does not exist, and this is not a pod in a cluster (hint: pass --kubeconfig or set KUBECONFIG, or read objects from a file with -f)"
-    )]
-    NoConfig,
+    #[error("{0} (hint: {hint})", hint = kubeconfig_hint(.0))]
+    Config(#[from] KubeconfigError),
     #[error(
         "the Kubernetes API at {server} refused our credentials (401 Unauthorized) (hint: log in again, or check the user of the kubeconfig context)"
     )]
@@ -52,19 +101,19 @@ pub enum ClusterError {
     )]
     Timeout { server: String, timeout: Duration },
     #[error(
-        "forbidden: cannot {verb} {resource} at the cluster scope: {message} (hint: ask for a role that allows '{verb}' on {resource})"
+        "forbidden: cannot {verb} {resource} {scope}: {message} (hint: ask for a role that allows '{verb}' on {resource})"
     )]
     Forbidden {
         verb: &'static str,
         resource: &'static str,
+        scope: String,
         message: String,
     },
-    #[error(
-        "the cluster at {server} does not serve {resource} in {RESOURCE_API_VERSION}: it is older than Kubernetes 1.34, or the resource.k8s.io/v1 API is disabled (hint: DRA with resource.k8s.io/v1 needs Kubernetes 1.34 or newer)"
-    )]
+    #[error("the cluster at {server} does not serve {resource} in {api_version}: {why}", why = not_served(.api_version))]
     NotServed {
         server: String,
         resource: &'static str,
+        api_version: &'static str,
     },
     #[error(
         "the Kubernetes API at {server} refused to {verb} {resource}: {message} ({code} {reason})"
@@ -85,41 +134,38 @@ pub enum ClusterError {
     },
 }
 
-/// A connected client and the server it talks to (for messages).
+fn kubeconfig_hint(error: &KubeconfigError) -> &'static str {
+    match error {
+        KubeconfigError::Missing => {
+            "pass --kubeconfig or set KUBECONFIG, or read objects from a file with -f"
+        }
+        KubeconfigError::Invalid { .. } => {
+            "pass --kubeconfig or --context, set KUBECONFIG, or read objects from a file with -f"
+        }
+    }
+}
+
+fn not_served(api_version: &str) -> &'static str {
+    if api_version == crate::fleet::objects::RESOURCE_API_VERSION {
+        "it is older than Kubernetes 1.34, or the resource.k8s.io/v1 API is disabled (hint: DRA with resource.k8s.io/v1 needs Kubernetes 1.34 or newer)"
+    } else {
+        "the API server does not know this resource (hint: check the server and --context)"
+    }
+}
+
+/// A connected client, the server it talks to (for messages) and the namespace in effect.
 #[derive(Clone)]
 pub struct Cluster {
     client: kube::Client,
     server: String,
+    namespace: String,
     timeout: Option<Duration>,
 }
 
 impl Cluster {
-    /// Loads the kubeconfig (the `--kubeconfig` file, else `KUBECONFIG`, else `~/.kube/config`)
-    /// and builds a client. Nothing is sent yet.
+    /// Loads the kubeconfig and builds a client. Nothing is sent yet.
     pub async fn connect(connection: &Connection) -> Result<Cluster, ClusterError> {
-        let options = KubeConfigOptions {
-            context: connection.context.clone(),
-            ..Default::default()
-        };
-        let mut config = match (&connection.kubeconfig, &connection.context) {
-            (Some(path), _) => {
-                let kubeconfig = Kubeconfig::read_from(path).map_err(config_error)?;
-                kube::Config::from_custom_kubeconfig(kubeconfig, &options)
-                    .await
-                    .map_err(config_error)?
-            }
-            // As kubectl does: KUBECONFIG, else ~/.kube/config, else the pod's service account.
-            (None, None) => kube::Config::infer().await.map_err(|e| {
-                if no_kubeconfig() {
-                    ClusterError::NoConfig
-                } else {
-                    config_error(e)
-                }
-            })?,
-            (None, Some(_)) => kube::Config::from_kubeconfig(&options)
-                .await
-                .map_err(config_error)?,
-        };
+        let mut config = crate::kubeconfig::load(&connection.source).await?;
         config.connect_timeout = connection.request_timeout;
         config.read_timeout = connection.request_timeout;
         let server = config
@@ -127,49 +173,67 @@ impl Cluster {
             .to_string()
             .trim_end_matches('/')
             .to_string();
-        let client = kube::Client::try_from(config).map_err(config_error)?;
+        let namespace = connection
+            .namespace
+            .clone()
+            .unwrap_or_else(|| config.default_namespace.clone());
+        let client = kube::Client::try_from(config).map_err(|e| {
+            ClusterError::Config(KubeconfigError::Invalid {
+                cause: crate::kubeconfig::chain(&e),
+            })
+        })?;
         Ok(Cluster {
             client,
             server,
+            namespace,
             timeout: connection.request_timeout,
         })
     }
 
-    pub fn server(&self) -> &str {
-        &self.server
+    /// The namespace in effect: `-n`, else the context's, else `default` (as kubectl).
+    pub fn namespace(&self) -> &str {
+        &self.namespace
     }
 
     /// Lists every ResourceSlice, page by page, into `objects`.
     pub async fn list_slices(&self, objects: &mut Objects) -> Result<(), ClusterError> {
-        self.list_all(
-            "/apis/resource.k8s.io/v1/resourceslices",
-            "resourceslices.resource.k8s.io",
+        self.list(
+            &ListRequest {
+                kind: Kind::ResourceSlice,
+                namespaces: &Namespaces::All,
+                label_selector: None,
+                field_selector: None,
+            },
             objects,
         )
         .await
     }
 
-    /// Lists every object of a collection, page by page. The next page is asked for before the
-    /// current one is parsed, so the server prepares it while we read: a fleet's listing costs
-    /// about the larger of the two, not their sum.
-    async fn list_all(
+    /// Lists every object a request selects, page by page, into `objects`. The next page is
+    /// asked for before the current one is parsed, so the server prepares it while we read: a
+    /// fleet's listing costs about the larger of the two, not their sum.
+    pub async fn list(
         &self,
-        path: &str,
-        resource: &'static str,
+        request: &ListRequest<'_>,
         objects: &mut Objects,
     ) -> Result<(), ClusterError> {
+        let resource = request.kind.resource();
+        let scope = request.scope();
         let unreadable = |e: serde_json::Error| ClusterError::Response {
             server: self.server.clone(),
             resource,
             cause: format!("unreadable response: {e}"),
         };
+        let base = request.uri();
+        let kind = request.kind;
         let fetch = |token: Option<String>| {
-            let mut uri = format!("{path}?limit={PAGE_SIZE}");
+            let mut uri = base.clone();
             if let Some(token) = token {
                 uri.push_str("&continue=");
                 uri.push_str(&percent_encode(&token));
             }
             let cluster = self.clone();
+            let scope = scope.clone();
             tokio::spawn(async move {
                 let request = http::Request::get(uri).body(Vec::new()).map_err(|e| {
                     ClusterError::Response {
@@ -178,9 +242,10 @@ impl Cluster {
                         cause: e.to_string(),
                     }
                 })?;
-                cluster.request_text(request, "list", resource).await
+                cluster.request_text(request, "list", kind, scope).await
             })
         };
+        let wanted = objects.wanted();
         // Pages are parsed on blocking threads, two at a time (one per core of a small
         // machine), and merged in order; more in flight would only hold more pages in memory.
         let mut parsing: VecDeque<tokio::task::JoinHandle<Result<Objects, serde_json::Error>>> =
@@ -196,7 +261,7 @@ impl Cluster {
                 objects.extend(self.joined(oldest, resource).await?.map_err(unreadable)?);
             }
             parsing.push_back(tokio::task::spawn_blocking(move || {
-                let mut parsed = Objects::default();
+                let mut parsed = Objects::wanting(wanted);
                 parsed.add_json(&page).map(|_| parsed)
             }));
         }
@@ -222,7 +287,8 @@ impl Cluster {
         &self,
         request: http::Request<Vec<u8>>,
         verb: &'static str,
-        resource: &'static str,
+        kind: Kind,
+        scope: String,
     ) -> Result<String, ClusterError> {
         let call = self.client.request_text(request);
         let result =
@@ -235,25 +301,32 @@ impl Cluster {
                 })?,
                 None => call.await,
             };
-        result.map_err(|e| self.classify(e, verb, resource))
+        result.map_err(|e| self.classify(e, verb, kind, scope))
     }
 
     fn classify(
         &self,
         error: kube::Error,
         verb: &'static str,
-        resource: &'static str,
+        kind: Kind,
+        scope: String,
     ) -> ClusterError {
         let server = self.server.clone();
+        let resource = kind.resource();
         match error {
             kube::Error::Api(status) => match status.code {
                 401 => ClusterError::Unauthorized { server },
                 403 => ClusterError::Forbidden {
                     verb,
                     resource,
+                    scope,
                     message: status.message,
                 },
-                404 => ClusterError::NotServed { server, resource },
+                404 => ClusterError::NotServed {
+                    server,
+                    resource,
+                    api_version: kind.api_version(),
+                },
                 code => ClusterError::Api {
                     server,
                     verb,
@@ -276,32 +349,6 @@ impl Cluster {
     }
 }
 
-/// Whether there is no kubeconfig to read at all (then the in-cluster attempt's failure is not
-/// what the user needs to hear).
-fn no_kubeconfig() -> bool {
-    std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty())
-        && std::env::var_os("HOME")
-            .is_none_or(|home| !std::path::Path::new(&home).join(".kube/config").exists())
-}
-
-fn config_error(e: impl std::error::Error) -> ClusterError {
-    ClusterError::Config { cause: chain(&e) }
-}
-
-/// The error and its sources, lowercase and joined, without kube's generic prefixes.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        source = s.source();
-    }
-    parts.join(": ")
-}
-
 /// The innermost cause is what a user can act on ("Connection refused (os error 111)",
 /// "dns error"), not kube's or hyper's wrappers around it.
 fn root_cause(e: &kube::Error) -> String {
@@ -310,7 +357,11 @@ fn root_cause(e: &kube::Error) -> String {
         last = source;
     }
     let text = last.to_string();
-    if text.is_empty() { chain(e) } else { text }
+    if text.is_empty() {
+        crate::kubeconfig::chain(e)
+    } else {
+        text
+    }
 }
 
 fn is_timeout(e: &kube::Error) -> bool {
@@ -329,8 +380,8 @@ fn is_timeout(e: &kube::Error) -> bool {
     false
 }
 
-/// Percent-encodes a continue token for a query string (tokens are base64 and may hold `=`,
-/// `+` and `/`).
+/// Percent-encodes a query value: continue tokens are base64 (`=`, `+`, `/`), selectors hold
+/// `=`, `!`, `,`, spaces and parentheses.
 fn percent_encode(token: &str) -> String {
     let mut out = String::with_capacity(token.len());
     for b in token.bytes() {
@@ -343,29 +394,9 @@ fn percent_encode(token: &str) -> String {
     out
 }
 
-/// Parses kubectl's `--request-timeout`: `0` for none, a number of seconds, or a duration such
-/// as `30s`, `1m30s`, `500ms`, `2h`.
-pub fn parse_timeout(text: &str) -> Result<Option<Duration>, String> {
-    let timeout = crate::duration::parse(text).map_err(|e| format!("--request-timeout: {e}"))?;
-    Ok((!timeout.is_zero()).then_some(timeout))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn timeouts_parse_like_kubectl() {
-        assert_eq!(parse_timeout("0"), Ok(None));
-        assert_eq!(parse_timeout("30"), Ok(Some(Duration::from_secs(30))));
-        assert_eq!(parse_timeout("30s"), Ok(Some(Duration::from_secs(30))));
-        assert_eq!(parse_timeout("1m30s"), Ok(Some(Duration::from_secs(90))));
-        assert_eq!(parse_timeout("500ms"), Ok(Some(Duration::from_millis(500))));
-        assert_eq!(parse_timeout("2h"), Ok(Some(Duration::from_secs(7200))));
-        for bad in ["", "s", "10x", "1m30", "-1s", "abc"] {
-            assert!(parse_timeout(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn continue_tokens_are_encoded() {

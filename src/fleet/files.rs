@@ -55,9 +55,19 @@ impl Source {
     }
 }
 
-/// Reads every source in order into one set of objects.
+/// Reads every source in order into one set of objects of every kind.
 pub fn read(sources: &[Source], stdin: &mut dyn Read) -> Result<Objects, SnapshotError> {
     let mut objects = Objects::default();
+    read_into(&mut objects, sources, stdin)?;
+    Ok(objects)
+}
+
+/// Reads every source in order into `objects`, keeping the kinds it wants.
+pub fn read_into(
+    objects: &mut Objects,
+    sources: &[Source],
+    stdin: &mut dyn Read,
+) -> Result<(), SnapshotError> {
     for source in sources {
         let name = source.display();
         let text = match source {
@@ -73,9 +83,9 @@ pub fn read(sources: &[Source], stdin: &mut dyn Read) -> Result<Objects, Snapsho
             }
             Source::File(path) => read_file(path, &name)?,
         };
-        add_text(&mut objects, &text, &name)?;
+        add_text(objects, &text, &name)?;
     }
-    Ok(objects)
+    Ok(())
 }
 
 fn read_file(path: &Path, name: &str) -> Result<String, SnapshotError> {
@@ -107,7 +117,7 @@ pub fn add_text(objects: &mut Objects, text: &str, name: &str) -> Result<(), Sna
                 }
             })?;
             if !value.is_null() {
-                objects.add_value(value);
+                objects.add_value(&value);
             }
         }
     }

@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::catalogue::{self, Capability, Identity};
-use crate::fleet::objects::{Attributes, Device, ResourceSlice};
+use crate::fleet::objects::{Attributes, Device, ResourceSlice, Ustr};
 
 /// Capability values in catalogue order; `None` when the device lacks the attribute or it is
 /// not a bool.
@@ -25,17 +25,19 @@ pub type Statements = [Option<bool>; Capability::ALL.len()];
 
 /// One GPU of the fleet.
 #[derive(Clone, Debug, PartialEq, Eq)]
+/// Its strings are the reader's interned ones: a fleet's GPUs repeat a few hundred strings, and
+/// copying them out would cost more than reading them did.
 pub struct Gpu {
-    pub node: String,
+    pub node: Ustr,
     /// The PCI address that joins the two drivers' devices; empty when neither states one.
-    pub address: String,
+    pub address: Ustr,
     /// The `media.liken.sh` device's name; `None` when no media device describes the GPU.
-    pub device: Option<String>,
-    pub name: Option<String>,
-    pub kernel_driver: Option<String>,
-    pub va_driver: Option<String>,
-    pub vendor: Option<String>,
-    pub product: Option<String>,
+    pub device: Option<Ustr>,
+    pub name: Option<Ustr>,
+    pub kernel_driver: Option<Ustr>,
+    pub va_driver: Option<Ustr>,
+    pub vendor: Option<Ustr>,
+    pub product: Option<Ustr>,
     pub capabilities: Statements,
     pub status: Status,
     /// Index into [`Inventory::drift`] when this GPU's model drifts.
@@ -56,7 +58,7 @@ impl Gpu {
 
     /// `vendor:product`, when both are known.
     pub fn model(&self) -> Option<(String, String)> {
-        Some((self.vendor.clone()?, self.product.clone()?))
+        Some((self.vendor?.to_string(), self.product?.to_string()))
     }
 }
 
@@ -104,18 +106,15 @@ pub struct Inventory {
 pub fn current_slices(mut slices: Vec<ResourceSlice>) -> Vec<ResourceSlice> {
     // Decided with borrowed keys first, then applied: no copy of a driver or pool name.
     let keep: Vec<bool> = {
-        let mut highest: HashMap<(&str, &str), i64> = HashMap::new();
+        let mut highest: HashMap<(Ustr, Ustr), i64> = HashMap::new();
         for slice in &slices {
-            let key = (slice.spec.driver.as_str(), slice.spec.pool.name.as_str());
+            let key = (slice.spec.driver, slice.spec.pool.name);
             let generation = highest.entry(key).or_insert(slice.spec.pool.generation);
             *generation = (*generation).max(slice.spec.pool.generation);
         }
         slices
             .iter()
-            .map(|s| {
-                highest[&(s.spec.driver.as_str(), s.spec.pool.name.as_str())]
-                    == s.spec.pool.generation
-            })
+            .map(|s| highest[&(s.spec.driver, s.spec.pool.name)] == s.spec.pool.generation)
             .collect()
     };
     let mut keep = keep.into_iter();
@@ -123,24 +122,20 @@ pub fn current_slices(mut slices: Vec<ResourceSlice>) -> Vec<ResourceSlice> {
     slices
 }
 
-fn node_of(slice: &ResourceSlice) -> String {
-    slice
-        .spec
-        .node_name
-        .clone()
-        .unwrap_or_else(|| slice.spec.pool.name.clone())
+fn node_of(slice: &ResourceSlice) -> Ustr {
+    slice.spec.node_name.unwrap_or(slice.spec.pool.name)
 }
 
 fn statements(attributes: &Attributes) -> Statements {
     Capability::ALL.map(|c| attributes.capability(c).as_bool())
 }
 
-/// A GPU a media device describes; takes the device's strings rather than copying them (a
-/// fleet has tens of thousands).
-fn described(node: String, device: Device) -> Gpu {
-    let mut a = device.attributes;
-    let capabilities = statements(&a);
-    let va_driver = a.take_string(Identity::VaDriver);
+/// A GPU a media device describes.
+fn described(node: Ustr, device: &Device) -> Gpu {
+    let a = &device.attributes;
+    let owned = |i: Identity| a.identity(i).and_then(|v| v.as_ustr());
+    let capabilities = statements(a);
+    let va_driver = owned(Identity::VaDriver);
     let unreadable: Vec<Capability> = Capability::ALL
         .into_iter()
         .filter(|&c| capabilities[c as usize].is_none())
@@ -154,18 +149,16 @@ fn described(node: String, device: Device) -> Gpu {
     } else {
         Status::Described
     };
-    let address = a
-        .take_string(Identity::PciBusId)
-        .or_else(|| a.take_string(Identity::Address));
+    let address = owned(Identity::PciBusId).or_else(|| owned(Identity::Address));
     Gpu {
         node,
         address: address.unwrap_or_default(),
         device: Some(device.name),
-        name: a.take_string(Identity::Name),
-        kernel_driver: a.take_string(Identity::Driver),
+        name: owned(Identity::Name),
+        kernel_driver: owned(Identity::Driver),
         va_driver,
-        vendor: a.take_string(Identity::Vendor),
-        product: a.take_string(Identity::Product),
+        vendor: owned(Identity::Vendor),
+        product: owned(Identity::Product),
         capabilities,
         status,
         drift: None,
@@ -178,41 +171,38 @@ pub fn build(slices: Vec<ResourceSlice>) -> Inventory {
         .into_iter()
         .partition(|s| s.spec.driver == catalogue::DRIVER);
     // A node whose agent found no GPU still has a (device-less) media slice.
-    let agent_nodes: HashSet<String> = media.iter().map(node_of).collect();
+    let agent_nodes: HashSet<Ustr> = media.iter().map(node_of).collect();
     let mut gpus = Vec::new();
     for slice in media {
         let node = node_of(&slice);
-        for device in slice.spec.devices {
-            gpus.push(described(node.clone(), device));
+        for device in &slice.spec.devices {
+            gpus.push(described(node, device));
         }
     }
     let mut undescribed = Vec::new();
     {
-        let mut seen: HashSet<(&str, &str)> = gpus
-            .iter()
-            .map(|g| (g.node.as_str(), g.address.as_str()))
-            .collect();
+        let mut seen: HashSet<(Ustr, Ustr)> = gpus.iter().map(|g| (g.node, g.address)).collect();
         for slice in others
             .iter()
             .filter(|s| s.spec.driver == catalogue::RENDER_DRIVER)
         {
-            let node = slice
-                .spec
-                .node_name
-                .as_deref()
-                .unwrap_or(&slice.spec.pool.name);
+            let node = node_of(slice);
             for device in &slice.spec.devices {
                 // A render node without a PCI address cannot be matched to any GPU statement,
                 // and a claim's matchAttribute constraint can never pair it either.
-                let Some(address) = device.attributes.string(Identity::PciBusId) else {
+                let Some(address) = device
+                    .attributes
+                    .identity(Identity::PciBusId)
+                    .and_then(|v| v.as_ustr())
+                else {
                     continue;
                 };
                 if !seen.insert((node, address)) {
                     continue;
                 }
                 undescribed.push(Gpu {
-                    node: node.to_string(),
-                    address: address.to_string(),
+                    node,
+                    address,
                     device: None,
                     name: None,
                     kernel_driver: None,
@@ -221,7 +211,7 @@ pub fn build(slices: Vec<ResourceSlice>) -> Inventory {
                     product: None,
                     capabilities: [None; Capability::ALL.len()],
                     status: Status::NotDescribed {
-                        agent_on_node: agent_nodes.contains(node),
+                        agent_on_node: agent_nodes.contains(&node),
                     },
                     drift: None,
                 });
@@ -265,8 +255,10 @@ fn find_drift(gpus: &mut [Gpu]) -> Vec<Drift> {
                     variants.last_mut().expect("just pushed")
                 }
             };
-            variant.va_drivers.extend(gpu.va_driver.clone());
-            variant.nodes.insert(gpu.node.clone());
+            variant
+                .va_drivers
+                .extend(gpu.va_driver.map(|v| v.to_string()));
+            variant.nodes.insert(gpu.node.to_string());
             variant.gpus += 1;
         }
         if variants.len() < 2 {
@@ -289,7 +281,7 @@ fn find_drift(gpus: &mut [Gpu]) -> Vec<Drift> {
         drift.push(Drift {
             vendor,
             product,
-            name: gpus[members[0]].name.clone(),
+            name: gpus[members[0]].name.map(|n| n.to_string()),
             differing,
             variants,
         });
@@ -310,7 +302,7 @@ impl Filter {
     }
 
     pub fn matches(&self, gpu: &Gpu) -> bool {
-        (self.nodes.is_empty() || self.nodes.contains(&gpu.node))
+        (self.nodes.is_empty() || self.nodes.iter().any(|n| *n == gpu.node))
             && self
                 .capabilities
                 .iter()
@@ -366,6 +358,10 @@ mod tests {
     use super::*;
     use crate::fleet::objects::{Device, Metadata, Pool, SliceSpec, Stated, Value};
 
+    fn s(text: &str) -> Value {
+        Value::String(Ustr::from(text))
+    }
+
     fn device(
         name: &str,
         address: &str,
@@ -374,29 +370,23 @@ mod tests {
         stated: &[Capability],
     ) -> Device {
         let mut attributes = Attributes::default();
-        attributes.set_identity(Identity::PciBusId, Value::String(address.into()));
-        attributes.set_identity(Identity::Address, Value::String(address.into()));
-        attributes.set_identity(Identity::Vendor, Value::String(model.0.into()));
-        attributes.set_identity(Identity::Product, Value::String(model.1.into()));
+        attributes.set_identity(Identity::PciBusId, s(address));
+        attributes.set_identity(Identity::Address, s(address));
+        attributes.set_identity(Identity::Vendor, s(model.0));
+        attributes.set_identity(Identity::Product, s(model.1));
         if let Some(va) = va {
-            attributes.set_identity(Identity::VaDriver, Value::String(va.into()));
+            attributes.set_identity(Identity::VaDriver, s(va));
         }
         for c in Capability::ALL {
             attributes.set_capability(c, Stated::Bool(stated.contains(&c)));
         }
-        Device {
-            name: name.into(),
-            attributes,
-        }
+        Device::new(name, attributes)
     }
 
     fn render_node(address: &str) -> Device {
         let mut attributes = Attributes::default();
-        attributes.set_identity(Identity::PciBusId, Value::String(address.into()));
-        Device {
-            name: format!("card-{address}"),
-            attributes,
-        }
+        attributes.set_identity(Identity::PciBusId, s(address));
+        Device::new(&format!("card-{address}"), attributes)
     }
 
     fn slice(driver: &str, node: &str, generation: i64, devices: Vec<Device>) -> ResourceSlice {
@@ -413,6 +403,7 @@ mod tests {
                 },
                 node_name: Some(node.into()),
                 devices,
+                ..SliceSpec::default()
             },
         }
     }

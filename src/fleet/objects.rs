@@ -1,69 +1,209 @@
-//! Lean, read-only views of the API objects `kubectl media` reads, and the one parser that turns
-//! API responses and files (`-f`) into them, so that a file gives the same result as a cluster.
+//! Kubernetes objects as `kubectl media` reads them, and the one reader that turns API responses
+//! and files (`-f`) into them, so that a file gives the same result as the cluster it came from.
 //!
-//! Fleets are large (thousands of slices, tens of thousands of devices), so a device keeps only
-//! the attributes of our catalogue, already typed, and parsing goes straight from text to these
-//! views: no intermediate JSON tree for JSON input. Odd content never fails a whole listing: an
-//! attribute of the wrong type is kept as [`Value::Invalid`], and an object that does not have
-//! the shape of its kind is skipped with a note naming it.
+//! Every kind a command needs is routed by `kind` and `apiVersion`, from Lists (typed ones such
+//! as `ResourceSliceList`, whose items carry no kind, and kubectl's `List`), multi-document YAML
+//! and single objects: Pods, ResourceClaims, ResourceClaimTemplates, DeviceClasses and Nodes and
+//! Events are few and small, so they are the faithful `k8s-openapi` types; ResourceSlices are
+//! many (thousands of slices, tens of thousands of devices), so they get a model of their own,
+//! read in one pass straight from the text. A device keeps every attribute of every domain
+//! under its fully qualified name (an unqualified name belongs to the slice's driver, as the
+//! scheduler reads it), typed, with its capacities, `allowMultipleAllocations` and taints.
+//! Names and string values are interned ([`Ustr`]): a fleet repeats the same few hundred
+//! strings a million times.
+//!
+//! Odd content never fails a whole listing: an attribute of no readable type is kept as
+//! [`Value::Invalid`], and an object of a known kind that does not have its kind's shape is
+//! skipped with a note naming it. Unknown kinds are passed over in silence.
 
+use std::borrow::Cow;
 use std::fmt;
 
+use k8s_openapi::api::core::v1::{Event, Node, NodeSelector, Pod};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
 use serde::Deserialize;
-use serde::de::{self, IgnoredAny, MapAccess, Visitor};
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
+pub use ustr::Ustr;
 
-use crate::catalogue::{Capability, Identity, PCI_BUS_ID};
+use crate::catalogue::{self, Capability, Identity};
 
-/// The API group and version whose ResourceSlices we read.
+/// The API group and version whose DRA objects we read.
 pub const RESOURCE_API_VERSION: &str = "resource.k8s.io/v1";
 
-/// A ResourceSlice, reduced to what the inventory needs.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct ResourceSlice {
-    pub metadata: Metadata,
-    pub spec: SliceSpec,
+/// The kinds the reader keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    ResourceSlice,
+    DeviceClass,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    Pod,
+    Node,
+    Event,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct Metadata {
-    pub name: String,
+impl Kind {
+    pub const ALL: [Kind; 7] = [
+        Kind::ResourceSlice,
+        Kind::DeviceClass,
+        Kind::ResourceClaim,
+        Kind::ResourceClaimTemplate,
+        Kind::Pod,
+        Kind::Node,
+        Kind::Event,
+    ];
+
+    /// The object's `kind`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::ResourceSlice => "ResourceSlice",
+            Kind::DeviceClass => "DeviceClass",
+            Kind::ResourceClaim => "ResourceClaim",
+            Kind::ResourceClaimTemplate => "ResourceClaimTemplate",
+            Kind::Pod => "Pod",
+            Kind::Node => "Node",
+            Kind::Event => "Event",
+        }
+    }
+
+    /// The API group; empty for the core group.
+    pub fn group(self) -> &'static str {
+        match self {
+            Kind::ResourceSlice
+            | Kind::DeviceClass
+            | Kind::ResourceClaim
+            | Kind::ResourceClaimTemplate => "resource.k8s.io",
+            Kind::Pod | Kind::Node | Kind::Event => "",
+        }
+    }
+
+    /// The one `apiVersion` read for this kind.
+    pub fn api_version(self) -> &'static str {
+        if self.group().is_empty() {
+            "v1"
+        } else {
+            RESOURCE_API_VERSION
+        }
+    }
+
+    /// The resource's plural name, as in URLs.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::ResourceSlice => "resourceslices",
+            Kind::DeviceClass => "deviceclasses",
+            Kind::ResourceClaim => "resourceclaims",
+            Kind::ResourceClaimTemplate => "resourceclaimtemplates",
+            Kind::Pod => "pods",
+            Kind::Node => "nodes",
+            Kind::Event => "events",
+        }
+    }
+
+    /// `resourceslices.resource.k8s.io`, or `pods` for the core group, as kubectl and the API
+    /// server's messages name a resource.
+    pub fn resource(self) -> &'static str {
+        match self {
+            Kind::ResourceSlice => "resourceslices.resource.k8s.io",
+            Kind::DeviceClass => "deviceclasses.resource.k8s.io",
+            Kind::ResourceClaim => "resourceclaims.resource.k8s.io",
+            Kind::ResourceClaimTemplate => "resourceclaimtemplates.resource.k8s.io",
+            Kind::Pod => "pods",
+            Kind::Node => "nodes",
+            Kind::Event => "events",
+        }
+    }
+
+    /// Whether its objects live in namespaces.
+    pub fn namespaced(self) -> bool {
+        matches!(
+            self,
+            Kind::ResourceClaim | Kind::ResourceClaimTemplate | Kind::Pod | Kind::Event
+        )
+    }
+
+    pub fn from_name(kind: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == kind)
+    }
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct SliceSpec {
-    pub driver: String,
-    pub pool: Pool,
-    pub node_name: Option<String>,
-    pub devices: Vec<Device>,
+/// A set of kinds to keep; the others are skipped without being parsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kinds(u8);
+
+impl Kinds {
+    pub const ALL: Kinds = Kinds(0x7f);
+
+    pub fn only(kinds: &[Kind]) -> Kinds {
+        Kinds(kinds.iter().fold(0, |bits, k| bits | (1 << *k as u8)))
+    }
+
+    pub fn contains(self, kind: Kind) -> bool {
+        self.0 & (1 << kind as u8) != 0
+    }
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct Pool {
-    pub name: String,
-    pub generation: i64,
-    pub resource_slice_count: i64,
+impl Default for Kinds {
+    fn default() -> Self {
+        Kinds::ALL
+    }
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct Device {
-    pub name: String,
-    pub attributes: Attributes,
+/// An attribute's or capacity's fully qualified name: `liken.sh/renderNode` is domain
+/// `liken.sh`, name `renderNode` — CEL's `device.attributes["liken.sh"].renderNode`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QualifiedName {
+    pub domain: Ustr,
+    pub name: Ustr,
+}
+
+impl QualifiedName {
+    pub fn new(domain: &str, name: &str) -> QualifiedName {
+        QualifiedName {
+            domain: Ustr::from(domain),
+            name: Ustr::from(name),
+        }
+    }
+
+    /// Splits a name at its first `/` as the scheduler does; an unqualified name belongs to
+    /// `driver`.
+    pub fn parse(full: &str, driver: &str) -> QualifiedName {
+        match full.split_once('/') {
+            Some((domain, name)) => QualifiedName::new(domain, name),
+            None => QualifiedName::new(driver, full),
+        }
+    }
+
+    /// A name read before its slice's driver was: its domain is filled in by `qualify`.
+    fn unqualified(name: &str) -> QualifiedName {
+        QualifiedName {
+            domain: Ustr::default(),
+            name: Ustr::from(name),
+        }
+    }
+}
+
+impl fmt::Display for QualifiedName {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "{}/{}", self.domain, self.name)
+    }
+}
+
+impl fmt::Debug for QualifiedName {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "{self}")
+    }
 }
 
 /// An attribute value as the API states it (`{bool: true}`, `{string: "..."}`), or `Invalid`
 /// when it has no value we can read (another type, several types, none).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Value {
     Bool(bool),
     Int(i64),
-    String(String),
-    Version(String),
+    String(Ustr),
+    /// A semantic version, as given.
+    Version(Ustr),
     Invalid,
 }
 
@@ -75,25 +215,20 @@ impl Value {
         }
     }
 
-    pub fn as_str(&self) -> Option<&str> {
+    pub fn as_str(&self) -> Option<&'static str> {
+        self.as_ustr().map(|s| s.as_str())
+    }
+
+    /// A string or version, interned.
+    pub fn as_ustr(&self) -> Option<Ustr> {
         match self {
-            Value::String(s) | Value::Version(s) => Some(s),
+            Value::String(s) | Value::Version(s) => Some(*s),
             _ => None,
         }
     }
 }
 
-/// The attributes of our catalogue that a device carries; others are dropped while parsing.
-/// Unqualified names are matched as-is and also as `media.liken.sh/<name>`, and the PCI bus ID
-/// under its qualified name, as the scheduler matches them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Attributes {
-    identity: [Option<Value>; Identity::ALL.len()],
-    /// A byte or two each rather than a [`Value`]: a fleet has 18 of these per GPU.
-    capabilities: [Stated; Capability::ALL.len()],
-}
-
-/// What a device says of one capability.
+/// What a device says of one catalogue capability.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Stated {
     /// The device has no such attribute.
@@ -113,58 +248,379 @@ impl Stated {
     }
 }
 
-/// Where an attribute of a device goes, by its name.
-enum Slot {
-    Identity(usize),
-    Capability(usize),
+/// A device's attributes, every domain's, in the order given. A device has at most 32, so a
+/// lookup is a short scan comparing interned pointers: cheaper than any index.
+///
+/// The names are a shape shared by every device that lists the same names in the same order
+/// (nearly all of a fleet's devices of one driver): a device then costs its values alone.
+#[derive(Clone, Debug, Default)]
+pub struct Attributes {
+    names: std::sync::Arc<[QualifiedName]>,
+    values: Box<[Value]>,
+}
+
+/// A map: the same attributes in another order are the same (YAML read through a sorted map,
+/// JSON as written).
+impl PartialEq for Attributes {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().all(|(n, v)| other.get(n) == Some(v))
+    }
+}
+
+impl Eq for Attributes {}
+
+/// The catalogue's names, interned once.
+struct CatalogueNames {
+    identity: [QualifiedName; Identity::ALL.len()],
+    capabilities: [QualifiedName; Capability::ALL.len()],
+}
+
+fn catalogue_names() -> &'static CatalogueNames {
+    static NAMES: std::sync::OnceLock<CatalogueNames> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| CatalogueNames {
+        identity: Identity::ALL.map(|i| QualifiedName::parse(i.attribute(), catalogue::DRIVER)),
+        capabilities: Capability::ALL
+            .map(|c| QualifiedName::parse(c.attribute(), catalogue::DRIVER)),
+    })
 }
 
 impl Attributes {
-    pub fn identity(&self, attribute: Identity) -> Option<&Value> {
-        self.identity[attribute as usize].as_ref()
+    /// The attribute of that fully qualified name.
+    pub fn get(&self, name: QualifiedName) -> Option<&Value> {
+        let i = self.names.iter().position(|n| *n == name)?;
+        self.values.get(i)
     }
 
-    /// The identity attribute when it is a string.
-    pub fn string(&self, attribute: Identity) -> Option<&str> {
+    /// Looks an attribute up by its text name (`liken.sh/renderNode`), without interning it.
+    pub fn get_named(&self, full: &str) -> Option<&Value> {
+        let (domain, name) = full.split_once('/')?;
+        let i = self
+            .names
+            .iter()
+            .position(|n| n.domain == domain && n.name == name)?;
+        self.values.get(i)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (QualifiedName, &Value)> {
+        self.names.iter().copied().zip(self.values.iter())
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// Sets an attribute, replacing one of the same name (for building devices by hand: it
+    /// copies the shape).
+    pub fn insert(&mut self, name: QualifiedName, value: Value) {
+        let mut entries: Vec<(QualifiedName, Value)> = self.iter().map(|(n, v)| (n, *v)).collect();
+        match entries.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = value,
+            None => entries.push((name, value)),
+        }
+        *self = Attributes::from_entries(entries);
+    }
+
+    fn from_entries(entries: Vec<(QualifiedName, Value)>) -> Attributes {
+        let (names, values): (Vec<QualifiedName>, Vec<Value>) = entries.into_iter().unzip();
+        Attributes {
+            names: names.into(),
+            values: values.into(),
+        }
+    }
+
+    /// A catalogue identity attribute of a `media.liken.sh` device (`pciBusID` in its own
+    /// domain).
+    pub fn identity(&self, attribute: Identity) -> Option<&Value> {
+        self.get(catalogue_names().identity[attribute as usize])
+    }
+
+    /// The identity attribute when it is a string or version.
+    pub fn string(&self, attribute: Identity) -> Option<&'static str> {
         self.identity(attribute).and_then(Value::as_str)
     }
 
-    /// Takes the identity attribute's string out, leaving it absent.
-    pub fn take_string(&mut self, attribute: Identity) -> Option<String> {
-        match self.identity[attribute as usize].take() {
-            Some(Value::String(s) | Value::Version(s)) => Some(s),
-            _ => None,
-        }
-    }
-
+    /// What a `media.liken.sh` device states of a catalogue capability.
     pub fn capability(&self, capability: Capability) -> Stated {
-        self.capabilities[capability as usize]
+        match self.get(catalogue_names().capabilities[capability as usize]) {
+            None => Stated::Absent,
+            Some(Value::Bool(b)) => Stated::Bool(*b),
+            Some(_) => Stated::NotBool,
+        }
     }
 
     pub fn set_identity(&mut self, attribute: Identity, value: Value) {
-        self.identity[attribute as usize] = Some(value);
+        self.insert(catalogue_names().identity[attribute as usize], value);
     }
 
     pub fn set_capability(&mut self, capability: Capability, stated: Stated) {
-        self.capabilities[capability as usize] = stated;
+        let name = catalogue_names().capabilities[capability as usize];
+        match stated {
+            Stated::Absent => {
+                let kept = self
+                    .iter()
+                    .filter(|(n, _)| *n != name)
+                    .map(|(n, v)| (n, *v));
+                *self = Attributes::from_entries(kept.collect());
+            }
+            Stated::Bool(b) => self.insert(name, Value::Bool(b)),
+            Stated::NotBool => self.insert(name, Value::Invalid),
+        }
     }
 
-    fn slot(name: &str) -> Option<Slot> {
-        let local = name
-            .strip_prefix(crate::catalogue::DRIVER)
-            .and_then(|n| n.strip_prefix('/'))
-            .unwrap_or(name);
-        if name == PCI_BUS_ID {
-            return Some(Slot::Identity(Identity::PciBusId as usize));
+    /// Files the unqualified names read under the slice's driver (a new shape, shared by the
+    /// slice's devices of the same names).
+    fn qualify(&mut self, driver: Ustr, last: &mut Option<std::sync::Arc<[QualifiedName]>>) {
+        if !self.names.iter().any(|n| n.domain.is_empty()) {
+            return;
         }
-        if let Some(i) = Identity::ALL
-            .iter()
-            .position(|i| i.attribute() == local && *i != Identity::PciBusId)
-        {
-            return Some(Slot::Identity(i));
+        let qualified = self.names.iter().map(|n| QualifiedName {
+            domain: if n.domain.is_empty() {
+                driver
+            } else {
+                n.domain
+            },
+            name: n.name,
+        });
+        match last {
+            Some(shape) if shape.iter().copied().eq(qualified.clone()) => {
+                self.names = shape.clone()
+            }
+            _ => {
+                let shape: std::sync::Arc<[QualifiedName]> = qualified.collect();
+                *last = Some(shape.clone());
+                self.names = shape;
+            }
         }
-        Capability::from_attribute(local).map(|c| Slot::Capability(c as usize))
     }
+}
+
+/// A ResourceSlice as the fleet model keeps it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ResourceSlice {
+    pub metadata: Metadata,
+    pub spec: SliceSpec,
+}
+
+/// The metadata of a slice that anything reads.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Metadata {
+    pub name: String,
+}
+
+/// `spec` of a ResourceSlice (resource.k8s.io/v1).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(from = "SpecFields")]
+pub struct SliceSpec {
+    pub driver: Ustr,
+    pub pool: Pool,
+    /// Exactly one of these four says where the devices are (dra-facts §2).
+    pub node_name: Option<Ustr>,
+    pub node_selector: Option<NodeSelector>,
+    pub all_nodes: bool,
+    /// Each device says for itself ([`Device::node_name`] and the like).
+    pub per_device_node_selection: bool,
+    pub devices: Vec<Device>,
+}
+
+/// The fields as read, in whatever order they came: `qualify` runs once the driver is known
+/// (kubectl's YAML sorts `devices` before `driver`).
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct SpecFields {
+    driver: Ustr,
+    pool: Pool,
+    node_name: Option<Ustr>,
+    node_selector: Option<NodeSelector>,
+    all_nodes: Option<bool>,
+    per_device_node_selection: Option<bool>,
+    devices: Vec<Device>,
+}
+
+impl From<SpecFields> for SliceSpec {
+    fn from(fields: SpecFields) -> SliceSpec {
+        let mut devices = fields.devices;
+        let mut shape = LAST_QUALIFIED.take();
+        for device in &mut devices {
+            device.attributes.qualify(fields.driver, &mut shape);
+            if let Some(more) = &mut device.more {
+                for (name, _) in &mut more.capacity {
+                    if name.domain.is_empty() {
+                        name.domain = fields.driver;
+                    }
+                }
+            }
+        }
+        LAST_QUALIFIED.set(shape);
+        SliceSpec {
+            driver: fields.driver,
+            pool: fields.pool,
+            node_name: fields.node_name,
+            node_selector: fields.node_selector,
+            all_nodes: fields.all_nodes == Some(true),
+            per_device_node_selection: fields.per_device_node_selection == Some(true),
+            devices,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Pool {
+    pub name: Ustr,
+    pub generation: i64,
+    pub resource_slice_count: i64,
+}
+
+/// One device of a slice.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(from = "DeviceFields")]
+pub struct Device {
+    pub name: Ustr,
+    pub attributes: Attributes,
+    /// `None` when absent: a 1.34/1.35 API server with DRAConsumableCapacity off drops it.
+    pub allow_multiple_allocations: Option<bool>,
+    /// What few devices have, kept aside so that a fleet's devices stay small.
+    more: Option<Box<More>>,
+}
+
+/// The fields of a device that most devices lack.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct More {
+    capacity: Vec<(QualifiedName, Ustr)>,
+    taints: Vec<Taint>,
+    node_name: Option<Ustr>,
+    node_selector: Option<NodeSelector>,
+    all_nodes: Option<bool>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct DeviceFields {
+    name: Ustr,
+    attributes: Attributes,
+    #[serde(deserialize_with = "capacities")]
+    capacity: Vec<(QualifiedName, Ustr)>,
+    allow_multiple_allocations: Option<bool>,
+    taints: Vec<Taint>,
+    node_name: Option<Ustr>,
+    node_selector: Option<NodeSelector>,
+    all_nodes: Option<bool>,
+}
+
+impl From<DeviceFields> for Device {
+    fn from(f: DeviceFields) -> Device {
+        let more = More {
+            capacity: f.capacity,
+            taints: f.taints,
+            node_name: f.node_name,
+            node_selector: f.node_selector,
+            all_nodes: f.all_nodes,
+        };
+        Device {
+            name: f.name,
+            attributes: f.attributes,
+            allow_multiple_allocations: f.allow_multiple_allocations,
+            more: (more != More::default()).then(|| Box::new(more)),
+        }
+    }
+}
+
+impl Device {
+    /// A device with these attributes and nothing else.
+    pub fn new(name: &str, attributes: Attributes) -> Device {
+        Device {
+            name: Ustr::from(name),
+            attributes,
+            ..Device::default()
+        }
+    }
+
+    /// Capacities by qualified name, each quantity as given (`"1"`, `"16Gi"`).
+    pub fn capacities(&self) -> &[(QualifiedName, Ustr)] {
+        self.more.as_ref().map_or(&[], |m| &m.capacity)
+    }
+
+    /// A capacity's quantity, by qualified name.
+    pub fn capacity(&self, name: QualifiedName) -> Option<Ustr> {
+        self.capacities()
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, q)| *q)
+    }
+
+    pub fn taints(&self) -> &[Taint] {
+        self.more.as_ref().map_or(&[], |m| &m.taints)
+    }
+
+    /// With the slice's `perDeviceNodeSelection`: where this device is.
+    pub fn node_name(&self) -> Option<Ustr> {
+        self.more.as_ref().and_then(|m| m.node_name)
+    }
+
+    pub fn node_selector(&self) -> Option<&NodeSelector> {
+        self.more.as_ref().and_then(|m| m.node_selector.as_ref())
+    }
+
+    pub fn all_nodes(&self) -> Option<bool> {
+        self.more.as_ref().and_then(|m| m.all_nodes)
+    }
+}
+
+/// A device taint (resource.k8s.io/v1 `DeviceTaint`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Taint {
+    pub key: Ustr,
+    pub value: Option<Ustr>,
+    /// `NoSchedule` or `NoExecute` (or another, as given).
+    pub effect: Ustr,
+    /// RFC 3339, as given.
+    pub time_added: Option<String>,
+}
+
+thread_local! {
+    /// The names of the last device read on this thread, by position: the devices of a fleet
+    /// list their attributes in the same order, so a name is nearly always a byte comparison
+    /// away from its interned form, with no hashing.
+    static LAST_NAMES: std::cell::RefCell<Vec<(Box<str>, QualifiedName)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The interned form of an attribute name read at `position` in its device.
+fn attribute_name(key: &str, position: usize) -> QualifiedName {
+    LAST_NAMES.with_borrow_mut(|last| {
+        if let Some((text, name)) = last.get(position)
+            && **text == *key
+        {
+            return *name;
+        }
+        let name = match key.split_once('/') {
+            Some((domain, name)) => QualifiedName::new(domain, name),
+            None => QualifiedName::unqualified(key),
+        };
+        if position < last.len() {
+            last[position] = (key.into(), name);
+        } else if position == last.len() && position < 64 {
+            last.push((key.into(), name));
+        }
+        name
+    })
+}
+
+thread_local! {
+    /// The last shape qualified on this thread: the next slice's devices most likely have it.
+    static LAST_QUALIFIED: std::cell::Cell<Option<std::sync::Arc<[QualifiedName]>>> =
+        const { std::cell::Cell::new(None) };
+
+    /// The shape of the last device read on this thread: the next device of the fleet most
+    /// likely has the same.
+    static LAST_SHAPE: std::cell::RefCell<Option<std::sync::Arc<[QualifiedName]>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 impl<'de> Deserialize<'de> for Attributes {
@@ -176,24 +632,30 @@ impl<'de> Deserialize<'de> for Attributes {
                 f.write_str("a map of attributes")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Attributes, A::Error> {
-                let mut attributes = Attributes::default();
-                while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                    match Attributes::slot(&name) {
-                        Some(Slot::Identity(i)) => {
-                            attributes.identity[i] = Some(map.next_value::<Value>()?)
-                        }
-                        Some(Slot::Capability(i)) => {
-                            attributes.capabilities[i] = match map.next_value::<Value>()? {
-                                Value::Bool(b) => Stated::Bool(b),
-                                _ => Stated::NotBool,
-                            }
-                        }
-                        None => {
-                            map.next_value::<IgnoredAny>()?;
-                        }
+                let mut names: Vec<QualifiedName> = Vec::with_capacity(32);
+                let mut values: Vec<Value> = Vec::with_capacity(32);
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    let name = attribute_name(&key, names.len());
+                    let value = map.next_value::<Value>()?;
+                    // The API server refuses a device that names one attribute twice; of a
+                    // hand-written one, the first is kept.
+                    if !names.contains(&name) {
+                        names.push(name);
+                        values.push(value);
                     }
                 }
-                Ok(attributes)
+                let names = LAST_SHAPE.with_borrow_mut(|last| match last {
+                    Some(shape) if **shape == *names => shape.clone(),
+                    _ => {
+                        let shape: std::sync::Arc<[QualifiedName]> = names.as_slice().into();
+                        *last = Some(shape.clone());
+                        shape
+                    }
+                });
+                Ok(Attributes {
+                    names,
+                    values: values.as_slice().into(),
+                })
             }
             fn visit_unit<E: de::Error>(self) -> Result<Attributes, E> {
                 Ok(Attributes::default())
@@ -201,6 +663,41 @@ impl<'de> Deserialize<'de> for Attributes {
         }
         deserializer.deserialize_any(AttributesVisitor)
     }
+}
+
+/// `capacity: {name: {value: "1"}}`, names qualified like attributes.
+fn capacities<'de, D: de::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<(QualifiedName, Ustr)>, D::Error> {
+    #[derive(Deserialize)]
+    struct Capacity {
+        #[serde(default)]
+        value: Option<Quantity>,
+    }
+    /// A quantity as given: the API writes a string; hand-written YAML may hold a number.
+    struct Quantity(Ustr);
+    impl<'de> Deserialize<'de> for Quantity {
+        fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            Ok(Quantity(Ustr::from(
+                &match serde_json::Value::deserialize(d)? {
+                    serde_json::Value::String(s) => s,
+                    other => other.to_string(),
+                },
+            )))
+        }
+    }
+    let map = Option::<std::collections::BTreeMap<String, Capacity>>::deserialize(deserializer)?;
+    Ok(map
+        .into_iter()
+        .flatten()
+        .filter_map(|(name, c)| {
+            let name = match name.split_once('/') {
+                Some((domain, name)) => QualifiedName::new(domain, name),
+                None => QualifiedName::unqualified(&name),
+            };
+            Some((name, c.value?.0))
+        })
+        .collect())
 }
 
 impl<'de> Deserialize<'de> for Value {
@@ -214,7 +711,7 @@ impl<'de> Deserialize<'de> for Value {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
                 let mut found: Option<Value> = None;
                 let mut types = 0;
-                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
                     let scalar = map.next_value::<Scalar>()?;
                     let value = match (key.as_ref(), scalar) {
                         ("bool", Scalar::Bool(b)) => Value::Bool(b),
@@ -252,7 +749,7 @@ impl<'de> Deserialize<'de> for Value {
             fn visit_unit<E>(self) -> Result<Value, E> {
                 Ok(Value::Invalid)
             }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(Value::Invalid)
             }
@@ -265,7 +762,7 @@ impl<'de> Deserialize<'de> for Value {
 enum Scalar {
     Bool(bool),
     Int(i64),
-    String(String),
+    String(Ustr),
     Null,
     Other,
 }
@@ -291,10 +788,7 @@ impl<'de> Deserialize<'de> for Scalar {
                 Ok(Scalar::Other)
             }
             fn visit_str<E>(self, s: &str) -> Result<Scalar, E> {
-                Ok(Scalar::String(s.to_string()))
-            }
-            fn visit_string<E>(self, s: String) -> Result<Scalar, E> {
-                Ok(Scalar::String(s))
+                Ok(Scalar::String(Ustr::from(s)))
             }
             fn visit_unit<E>(self) -> Result<Scalar, E> {
                 Ok(Scalar::Null)
@@ -302,7 +796,7 @@ impl<'de> Deserialize<'de> for Scalar {
             fn visit_none<E>(self) -> Result<Scalar, E> {
                 Ok(Scalar::Null)
             }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar, A::Error> {
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar, A::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(Scalar::Other)
             }
@@ -315,57 +809,485 @@ impl<'de> Deserialize<'de> for Scalar {
     }
 }
 
-/// Everything read from a cluster or from files: the objects of the kinds we use, and a note
+/// Everything read from a cluster or from files: the objects of the kinds asked for, and a note
 /// for each object we had to pass over.
 #[derive(Clone, Debug, Default)]
 pub struct Objects {
     pub slices: Vec<ResourceSlice>,
+    pub classes: Vec<DeviceClass>,
+    pub claims: Vec<ResourceClaim>,
+    pub claim_templates: Vec<ResourceClaimTemplate>,
+    pub pods: Vec<Pod>,
+    pub nodes: Vec<Node>,
+    pub events: Vec<Event>,
     /// One line per object that was skipped, naming it and why.
     pub notes: Vec<String>,
+    wanted: Kinds,
 }
 
-/// Just enough of an object to route it: its kind, version and name, or a List's items.
-#[derive(Deserialize)]
-struct Head<'a> {
-    #[serde(default, rename = "apiVersion")]
-    api_version: Option<String>,
-    #[serde(default)]
-    kind: Option<String>,
-    #[serde(default, borrow)]
-    items: Option<Vec<&'a RawValue>>,
-    #[serde(default)]
-    metadata: Option<NameOnly>,
+/// The kind and apiVersion a List gives items that carry none (an API server's typed list).
+#[derive(Clone, Copy, Default)]
+struct Inherit<'a> {
+    kind: Option<&'a str>,
+    api_version: Option<&'a str>,
 }
 
-#[derive(Deserialize)]
-struct NameOnly {
-    #[serde(default)]
+/// `metadata` of a List, or of a ResourceSlice: the paging token and the name.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Head {
     name: Option<String>,
+    namespace: Option<String>,
     /// A List's paging token (`metadata.continue`).
-    #[serde(default, rename = "continue")]
+    #[serde(rename = "continue")]
     continue_token: Option<String>,
 }
 
-/// A document read in one pass, every object's spec read as a ResourceSlice's.
-#[derive(Deserialize)]
-struct OnePass {
-    #[serde(default, rename = "apiVersion")]
-    api_version: Option<String>,
-    #[serde(default)]
-    kind: Option<String>,
-    #[serde(default)]
-    metadata: Option<NameOnly>,
-    #[serde(default)]
-    spec: Option<SliceSpec>,
-    #[serde(default)]
-    items: Option<Vec<OnePass>>,
+/// A List's item kind: `ResourceSliceList` → `ResourceSlice`.
+fn list_item_kind(list_kind: Option<&str>) -> Option<&str> {
+    list_kind
+        .and_then(|k| k.strip_suffix("List"))
+        .filter(|k| !k.is_empty())
 }
 
-fn head_name(head: &Head<'_>) -> String {
-    head.metadata
-        .as_ref()
-        .and_then(|m| m.name.clone())
-        .unwrap_or_default()
+/// What reading one object came to.
+enum Outcome {
+    /// An object, kept or passed over by its kind.
+    Object,
+    /// A List, with its continue token.
+    List(Option<String>),
+    /// An object with no kind, in a List whose kind was not known yet (kubectl writes `items`
+    /// before `kind`): read again once it is.
+    Kindless(serde_json::Map<String, serde_json::Value>),
+}
+
+/// Reads one object or List into `objects`, routing by kind as fields arrive. A ResourceSlice's
+/// spec is read straight into the model when its kind and version come first (an API server's
+/// and kubectl's order); otherwise its fields are kept as JSON values and read once the kind is
+/// known.
+struct ObjectSeed<'o, 'i> {
+    objects: &'o mut Objects,
+    inherit: Inherit<'i>,
+}
+
+/// What a field is read as, by what is known of the object's kind when it arrives.
+enum Read {
+    Slice,
+    /// A kind we read, in a version we do not: only its name is kept, for the note.
+    Named,
+    Typed,
+    Skip,
+    Unknown,
+}
+
+impl ObjectSeed<'_, '_> {
+    fn read_as(&self, kind: Option<&str>, api_version: Option<&str>) -> Read {
+        let kind = kind.or(self.inherit.kind);
+        let api_version = api_version.or(self.inherit.api_version);
+        let Some(kind) = kind else {
+            return Read::Unknown;
+        };
+        let Some(known) = Kind::from_name(kind) else {
+            return if kind.ends_with("List") {
+                Read::Unknown
+            } else {
+                Read::Skip
+            };
+        };
+        if !self.objects.wanted.contains(known) {
+            return Read::Skip;
+        }
+        match api_version {
+            None => Read::Unknown,
+            // Noted by `route` without reading the rest.
+            Some(v) if v != known.api_version() => Read::Named,
+            Some(_) if known == Kind::ResourceSlice => Read::Slice,
+            Some(_) => Read::Typed,
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for ObjectSeed<'_, '_> {
+    type Value = Outcome;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Outcome, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
+    type Value = Outcome;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a Kubernetes object or List")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Outcome, A::Error> {
+        let mut api_version: Option<String> = None;
+        let mut kind: Option<String> = None;
+        let mut head: Option<Head> = None;
+        let mut spec: Option<SliceSpec> = None;
+        let mut fields = serde_json::Map::new();
+        let mut list = false;
+        let mut kindless: Vec<serde_json::Map<String, serde_json::Value>> = Vec::new();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match key.as_ref() {
+                "apiVersion" => api_version = map.next_value()?,
+                "kind" => kind = map.next_value()?,
+                "items" => {
+                    list = true;
+                    let inherit = Inherit {
+                        kind: list_item_kind(kind.as_deref()).or(self.inherit.kind),
+                        api_version: api_version.as_deref().or(self.inherit.api_version),
+                    };
+                    kindless = map.next_value_seed(ItemsSeed {
+                        objects: &mut *self.objects,
+                        inherit,
+                    })?;
+                }
+                other => match (other, self.read_as(kind.as_deref(), api_version.as_deref())) {
+                    ("metadata", Read::Slice | Read::Named) => head = Some(map.next_value()?),
+                    ("spec", Read::Slice) => spec = Some(map.next_value()?),
+                    ("metadata", _) if kind.as_deref().is_some_and(|k| k.ends_with("List")) => {
+                        head = Some(map.next_value()?)
+                    }
+                    (_, Read::Slice | Read::Named | Read::Skip) => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                    (_, Read::Typed | Read::Unknown) => {
+                        fields.insert(other.to_string(), map.next_value()?);
+                    }
+                },
+            }
+        }
+        if list {
+            let inherit = Inherit {
+                kind: list_item_kind(kind.as_deref()).or(self.inherit.kind),
+                api_version: api_version.as_deref().or(self.inherit.api_version),
+            };
+            for item in kindless {
+                self.objects
+                    .add_value_with(&serde_json::Value::Object(item), inherit);
+            }
+            let token = head
+                .and_then(|h| h.continue_token)
+                .or_else(|| {
+                    fields
+                        .get("metadata")
+                        .and_then(|m| m.get("continue"))
+                        .and_then(|c| c.as_str())
+                        .map(str::to_owned)
+                })
+                .filter(|t| !t.is_empty());
+            return Ok(Outcome::List(token));
+        }
+        let kind = kind.as_deref().or(self.inherit.kind);
+        let api_version = api_version.as_deref().or(self.inherit.api_version);
+        if kind.is_none() && api_version.is_none() {
+            return Ok(Outcome::Kindless(fields));
+        }
+        self.objects
+            .route(kind, api_version, head, spec, fields)
+            .map_err(de::Error::custom)?;
+        Ok(Outcome::Object)
+    }
+}
+
+/// A List's items, each read by [`ObjectSeed`]; those that carry no kind while the List's kind
+/// is not known yet are handed back, to be read at the end of the List.
+struct ItemsSeed<'o, 'i> {
+    objects: &'o mut Objects,
+    inherit: Inherit<'i>,
+}
+
+impl<'de> DeserializeSeed<'de> for ItemsSeed<'_, '_> {
+    type Value = Vec<serde_json::Map<String, serde_json::Value>>;
+
+    fn deserialize<D: de::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ItemsSeed<'_, '_> {
+    type Value = Vec<serde_json::Map<String, serde_json::Value>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a list of objects")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Vec::new())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut kindless = Vec::new();
+        while let Some(outcome) = seq.next_element_seed(ObjectSeed {
+            objects: &mut *self.objects,
+            inherit: self.inherit,
+        })? {
+            if let Outcome::Kindless(fields) = outcome {
+                kindless.push(fields);
+            }
+        }
+        Ok(kindless)
+    }
+}
+
+/// An object of a known kind that does not have its kind's shape; the one-pass read fails with
+/// it, and the forgiving read turns it into a note.
+#[derive(Debug)]
+struct Unreadable(String);
+
+impl fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Objects {
+    /// An empty set that keeps only these kinds; objects of the others are skipped unparsed.
+    pub fn wanting(kinds: Kinds) -> Objects {
+        Objects {
+            wanted: kinds,
+            ..Objects::default()
+        }
+    }
+
+    /// The kinds kept.
+    pub fn wanted(&self) -> Kinds {
+        self.wanted
+    }
+
+    /// Adds the objects of one JSON document: a single object, or a List (including the
+    /// `ResourceSliceList` an API server returns). Returns the List's `metadata.continue` token
+    /// when there is one, for paging through a cluster.
+    ///
+    /// The document is read in one pass; one where an object does not have its kind's shape is
+    /// read again object by object, so that the odd object costs a note, not the listing.
+    pub fn add_json(&mut self, text: &str) -> Result<Option<String>, serde_json::Error> {
+        let mut attempt = Objects::wanting(self.wanted);
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let read = ObjectSeed {
+            objects: &mut attempt,
+            inherit: Inherit::default(),
+        }
+        .deserialize(&mut deserializer)
+        .and_then(|outcome| deserializer.end().map(|()| outcome));
+        match read {
+            Ok(outcome) => {
+                self.extend(attempt);
+                Ok(match outcome {
+                    Outcome::List(token) => token,
+                    Outcome::Object | Outcome::Kindless(_) => None,
+                })
+            }
+            Err(e) if e.is_data() => self.add_json_by_object(text),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The slow, forgiving path of [`Objects::add_json`]: each item of a List read on its own.
+    fn add_json_by_object(&mut self, text: &str) -> Result<Option<String>, serde_json::Error> {
+        #[derive(Deserialize)]
+        struct ListHead<'a> {
+            #[serde(default, rename = "apiVersion")]
+            api_version: Option<String>,
+            #[serde(default)]
+            kind: Option<String>,
+            #[serde(default, borrow)]
+            items: Option<Vec<&'a RawValue>>,
+            #[serde(default)]
+            metadata: Option<Head>,
+        }
+        let head: ListHead = serde_json::from_str(text)?;
+        let token = head
+            .metadata
+            .as_ref()
+            .and_then(|m| m.continue_token.clone())
+            .filter(|t| !t.is_empty());
+        let inherit = Inherit {
+            kind: list_item_kind(head.kind.as_deref()),
+            api_version: head.api_version.as_deref(),
+        };
+        match head.items {
+            Some(items) => {
+                for item in items {
+                    self.add_item_text(item.get(), inherit)?;
+                }
+            }
+            None => self.add_item_text(text, Inherit::default())?,
+        }
+        Ok(token)
+    }
+
+    /// Reads one object on its own; when it does not have its kind's shape, notes it.
+    fn add_item_text(&mut self, text: &str, inherit: Inherit<'_>) -> Result<(), serde_json::Error> {
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let mut attempt = Objects::wanting(self.wanted);
+        let read = ObjectSeed {
+            objects: &mut attempt,
+            inherit,
+        }
+        .deserialize(&mut deserializer);
+        match read {
+            Ok(_) => self.extend(attempt),
+            Err(e) if e.is_data() => {
+                let value: serde_json::Value = serde_json::from_str(text)?;
+                self.note_unreadable(&value, inherit, &e.to_string());
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    fn note_unreadable(&mut self, value: &serde_json::Value, inherit: Inherit<'_>, error: &str) {
+        let kind = value
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .or(inherit.kind)
+            .unwrap_or("object");
+        let name = object_name(value.get("metadata"));
+        self.notes.push(format!("skipped {kind} {name:?}: {error}"));
+    }
+
+    /// Appends another set of objects (a later page of the same listing, another file).
+    pub fn extend(&mut self, other: Objects) {
+        self.slices.extend(other.slices);
+        self.classes.extend(other.classes);
+        self.claims.extend(other.claims);
+        self.claim_templates.extend(other.claim_templates);
+        self.pods.extend(other.pods);
+        self.nodes.extend(other.nodes);
+        self.events.extend(other.events);
+        self.notes.extend(other.notes);
+    }
+
+    /// Adds the objects of one already-parsed document (the YAML path).
+    pub fn add_value(&mut self, value: &serde_json::Value) {
+        self.add_value_with(value, Inherit::default());
+    }
+
+    fn add_value_with(&mut self, value: &serde_json::Value, inherit: Inherit<'_>) {
+        let mut attempt = Objects::wanting(self.wanted);
+        let read = ObjectSeed {
+            objects: &mut attempt,
+            inherit,
+        }
+        .deserialize(value);
+        match read {
+            Ok(_) => self.extend(attempt),
+            Err(e) => match value.get("items").and_then(|i| i.as_array()) {
+                Some(items) => {
+                    let text = |f: &str| value.get(f).and_then(|v| v.as_str());
+                    let inherit = Inherit {
+                        kind: list_item_kind(text("kind")).or(inherit.kind),
+                        api_version: text("apiVersion").or(inherit.api_version),
+                    };
+                    for item in items {
+                        self.add_value_with(item, inherit);
+                    }
+                }
+                None => self.note_unreadable(value, inherit, &e.to_string()),
+            },
+        }
+    }
+
+    /// Keeps one object read by [`ObjectSeed`], by its kind.
+    fn route(
+        &mut self,
+        kind: Option<&str>,
+        api_version: Option<&str>,
+        head: Option<Head>,
+        spec: Option<SliceSpec>,
+        mut fields: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), Unreadable> {
+        let Some(known) = kind.and_then(Kind::from_name) else {
+            // Other kinds (Deployments, ConfigMaps...) may share a file: not ours to read.
+            return Ok(());
+        };
+        if !self.wanted.contains(known) {
+            return Ok(());
+        }
+        let name = match &head {
+            Some(h) => qualified_name(h.namespace.as_deref(), h.name.as_deref()),
+            None => object_name(fields.get("metadata")),
+        };
+        if api_version != Some(known.api_version()) {
+            let hint = if known.group().is_empty() {
+                format!("kubectl get {} -o yaml", known.plural())
+            } else {
+                format!(
+                    "kubectl get {}.v1.{} -o yaml",
+                    known.plural(),
+                    known.group()
+                )
+            };
+            self.notes.push(format!(
+                "skipped {} {name:?}: it is {}, and only {} is read (hint: {hint})",
+                known.name(),
+                api_version.unwrap_or("of no apiVersion"),
+                known.api_version(),
+            ));
+            return Ok(());
+        }
+        let unreadable = |e: serde_json::Error| Unreadable(e.to_string());
+        if known == Kind::ResourceSlice {
+            // Fields that came before the kind was known were kept as values.
+            let metadata = match (head, fields.remove("metadata")) {
+                (Some(head), _) => Metadata {
+                    name: head.name.unwrap_or_default(),
+                },
+                (None, Some(value)) => serde_json::from_value(value).map_err(unreadable)?,
+                (None, None) => Metadata::default(),
+            };
+            let spec = match (spec, fields.remove("spec")) {
+                (Some(spec), _) => spec,
+                (None, Some(value)) => serde_json::from_value(value).map_err(unreadable)?,
+                (None, None) => SliceSpec::default(),
+            };
+            self.slices.push(ResourceSlice { metadata, spec });
+            return Ok(());
+        }
+        // k8s-openapi checks kind and apiVersion; items of a typed List carry neither.
+        fields.insert("kind".into(), known.name().into());
+        fields.insert("apiVersion".into(), known.api_version().into());
+        let value = serde_json::Value::Object(fields);
+        let typed = || -> Result<(), serde_json::Error> {
+            match known {
+                Kind::DeviceClass => self.classes.push(serde_json::from_value(value)?),
+                Kind::ResourceClaim => self.claims.push(serde_json::from_value(value)?),
+                Kind::ResourceClaimTemplate => {
+                    self.claim_templates.push(serde_json::from_value(value)?)
+                }
+                Kind::Pod => self.pods.push(serde_json::from_value(value)?),
+                Kind::Node => self.nodes.push(serde_json::from_value(value)?),
+                Kind::Event => self.events.push(serde_json::from_value(value)?),
+                Kind::ResourceSlice => unreachable!("read above"),
+            }
+            Ok(())
+        };
+        if let Err(e) = typed() {
+            self.notes
+                .push(format!("skipped {} {name:?}: {e}", known.name()));
+        }
+        Ok(())
+    }
+}
+
+/// `namespace/name`, or `name` for cluster-scoped objects.
+fn qualified_name(namespace: Option<&str>, name: Option<&str>) -> String {
+    match (namespace, name.unwrap_or_default()) {
+        (Some(ns), name) if !ns.is_empty() => format!("{ns}/{name}"),
+        (_, name) => name.to_string(),
+    }
+}
+
+fn object_name(metadata: Option<&serde_json::Value>) -> String {
+    let field = |f: &str| metadata.and_then(|m| m.get(f)).and_then(|v| v.as_str());
+    qualified_name(field("namespace"), field("name"))
 }
 
 /// A List's `metadata.continue` token. The API server writes `metadata` before `items` (Go's
@@ -381,9 +1303,9 @@ pub fn continue_token(text: &str) -> Result<Option<String>, serde_json::Error> {
             f.write_str("a List")
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
                 if key == "metadata" {
-                    let metadata: Option<NameOnly> = map.next_value()?;
+                    let metadata: Option<Head> = map.next_value()?;
                     *self.0 = Some(metadata.and_then(|m| m.continue_token));
                     return Err(de::Error::custom(STOPPED));
                 }
@@ -400,156 +1322,6 @@ pub fn continue_token(text: &str) -> Result<Option<String>, serde_json::Error> {
     match de::Deserializer::deserialize_map(&mut deserializer, Early(&mut found)) {
         Err(e) if found.is_none() || !e.to_string().starts_with(STOPPED) => Err(e),
         _ => Ok(found.flatten().filter(|t| !t.is_empty())),
-    }
-}
-
-/// An API server's typed list (`ResourceSliceList`) leaves kind and apiVersion off its items;
-/// `kubectl get -o json` (a `List`) puts them on each item.
-fn list_item_kind(list_kind: Option<&str>) -> Option<&str> {
-    list_kind
-        .and_then(|k| k.strip_suffix("List"))
-        .filter(|k| !k.is_empty())
-}
-
-impl Objects {
-    /// Adds the objects of one JSON document: a single object, or a List (including the
-    /// `ResourceSliceList` an API server returns). Returns the List's `metadata.continue` token
-    /// when there is one, for paging through a cluster.
-    ///
-    /// The common case (every object readable as a ResourceSlice, which other kinds usually
-    /// are, their fields being ignored) is read in one pass; a document where that fails is read
-    /// again object by object, so that one odd object costs a note, not the listing.
-    pub fn add_json(&mut self, text: &str) -> Result<Option<String>, serde_json::Error> {
-        match serde_json::from_str::<OnePass>(text) {
-            Ok(mut document) => {
-                let continue_token = document
-                    .metadata
-                    .as_ref()
-                    .and_then(|m| m.continue_token.clone());
-                match document.items.take() {
-                    Some(items) => {
-                        let item_kind = list_item_kind(document.kind.as_deref()).map(str::to_owned);
-                        for mut item in items {
-                            if item.kind.is_none() {
-                                item.kind.clone_from(&item_kind);
-                                item.api_version.clone_from(&document.api_version);
-                            }
-                            self.add_read(item);
-                        }
-                    }
-                    None => self.add_read(document),
-                }
-                Ok(continue_token.filter(|t| !t.is_empty()))
-            }
-            Err(_) => self.add_json_by_object(text),
-        }
-    }
-
-    /// Keeps an object the one-pass read produced, if it is a ResourceSlice we read.
-    fn add_read(&mut self, object: OnePass) {
-        let name = object.metadata.and_then(|m| m.name).unwrap_or_default();
-        let spec = object.spec.unwrap_or_default();
-        self.add_item(
-            object.kind.as_deref(),
-            object.api_version.as_deref(),
-            &name.clone(),
-            || {
-                Ok(ResourceSlice {
-                    metadata: Metadata { name },
-                    spec,
-                })
-            },
-        );
-    }
-
-    /// The slow, forgiving path of [`Objects::add_json`]: each object parsed on its own.
-    fn add_json_by_object(&mut self, text: &str) -> Result<Option<String>, serde_json::Error> {
-        let head: Head = serde_json::from_str(text)?;
-        let continue_token = head
-            .metadata
-            .as_ref()
-            .and_then(|m| m.continue_token.clone());
-        match head.items {
-            Some(items) => {
-                let item_kind = list_item_kind(head.kind.as_deref());
-                for item in items {
-                    let mut item_head: Head = serde_json::from_str(item.get())?;
-                    if item_head.kind.is_none() {
-                        item_head.kind = item_kind.map(str::to_owned);
-                        item_head.api_version.clone_from(&head.api_version);
-                    }
-                    let name = head_name(&item_head);
-                    self.add_item(
-                        item_head.kind.as_deref(),
-                        item_head.api_version.as_deref(),
-                        &name,
-                        || serde_json::from_str(item.get()),
-                    );
-                }
-            }
-            None => {
-                let name = head_name(&head);
-                self.add_item(
-                    head.kind.as_deref(),
-                    head.api_version.as_deref(),
-                    &name,
-                    || serde_json::from_str(text),
-                );
-            }
-        }
-        Ok(continue_token.filter(|t| !t.is_empty()))
-    }
-
-    /// Appends another set of objects (a later page of the same listing).
-    pub fn extend(&mut self, other: Objects) {
-        self.slices.extend(other.slices);
-        self.notes.extend(other.notes);
-    }
-
-    /// Adds the objects of one already-parsed document (the YAML path).
-    pub fn add_value(&mut self, value: serde_json::Value) {
-        let mut value = value;
-        if let Some(items) = value
-            .get_mut("items")
-            .and_then(serde_json::Value::as_array_mut)
-        {
-            for item in std::mem::take(items) {
-                self.add_value(item);
-            }
-            return;
-        }
-        let text = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(str::to_owned);
-        let kind = text(value.get("kind"));
-        let api_version = text(value.get("apiVersion"));
-        let name = text(value.pointer("/metadata/name")).unwrap_or_default();
-        self.add_item(kind.as_deref(), api_version.as_deref(), &name, || {
-            serde_json::from_value(value)
-        });
-    }
-
-    /// Keeps an object if it is a ResourceSlice we read; `parse` is only called then.
-    fn add_item(
-        &mut self,
-        kind: Option<&str>,
-        api_version: Option<&str>,
-        name: &str,
-        parse: impl FnOnce() -> Result<ResourceSlice, serde_json::Error>,
-    ) {
-        match (kind, api_version) {
-            (Some("ResourceSlice"), Some(RESOURCE_API_VERSION)) => match parse() {
-                Ok(slice) => self.slices.push(slice),
-                Err(e) => self
-                    .notes
-                    .push(format!("skipped ResourceSlice {name:?}: {e}")),
-            },
-            (Some("ResourceSlice"), version) => self.notes.push(format!(
-                "skipped ResourceSlice {name:?}: it is {}, and only {RESOURCE_API_VERSION} is read \
-                 (hint: kubectl get resourceslices.v1.resource.k8s.io -o yaml)",
-                version.unwrap_or("of no apiVersion")
-            )),
-            // Other kinds (pods, claims...) are for other commands; a file may hold them all.
-            _ => {}
-        }
     }
 }
 
@@ -570,32 +1342,253 @@ mod tests {
           "decodeAV1Main": {"bool": true, "string": "x"},
           "encodeH264": {"bool": null},
           "resource.kubernetes.io/pciBusID": {"string": "0000:00:02.0"},
-          "somethingElse": {"int": 3}
+          "somethingElse": {"int": 3},
+          "gpu.example.com/firmware": {"version": "1.2.3"}
         }}]}}"#;
 
+    fn name(full: &str) -> QualifiedName {
+        QualifiedName::parse(full, "unused.example.com")
+    }
+
     #[test]
-    fn reads_a_slice_keeping_only_catalogue_attributes() {
+    fn reads_a_slice_keeping_every_attribute_typed_and_qualified() {
         let mut objects = Objects::default();
         assert_eq!(objects.add_json(SLICE).unwrap(), None);
         assert_eq!(objects.slices.len(), 1);
         let slice = &objects.slices[0];
-        assert_eq!(slice.spec.node_name.as_deref(), Some("node-a"));
+        assert_eq!(slice.spec.node_name.map(|n| n.as_str()), Some("node-a"));
         assert_eq!(slice.spec.pool.generation, 3);
-        let a = &slice.spec.devices[0].attributes;
+        let device = &slice.spec.devices[0];
+        assert_eq!(device.allow_multiple_allocations, Some(true));
+        let a = &device.attributes;
+        assert_eq!(a.len(), 9);
+        // Every attribute, under its qualified name, with its type.
+        assert_eq!(
+            a.get(name("media.liken.sh/somethingElse")),
+            Some(&Value::Int(3))
+        );
+        assert_eq!(
+            a.get(name("gpu.example.com/firmware")),
+            Some(&Value::Version("1.2.3".into()))
+        );
+        assert_eq!(
+            a.get_named("media.liken.sh/address"),
+            Some(&Value::String("0000:00:02.0".into()))
+        );
+        // The catalogue's fast paths read the same model.
         assert_eq!(a.string(Identity::Address), Some("0000:00:02.0"));
         assert_eq!(a.string(Identity::PciBusId), Some("0000:00:02.0"));
         assert_eq!(
             a.capability(Capability::DecodeHEVCMain10),
             Stated::Bool(true)
         );
-        // A qualified name in our own domain is the same attribute.
         assert_eq!(a.capability(Capability::Scale10bit), Stated::Bool(false));
         // Wrong type, two types, and null: never a crash, never a guess.
         assert_eq!(a.capability(Capability::DecodeVP9), Stated::NotBool);
-        assert_eq!(a.capability(Capability::DecodeVP9).as_bool(), None);
         assert_eq!(a.capability(Capability::DecodeAV1Main), Stated::NotBool);
         assert_eq!(a.capability(Capability::EncodeH264), Stated::NotBool);
         assert_eq!(a.capability(Capability::DecodeH264), Stated::Absent);
+    }
+
+    #[test]
+    fn unqualified_names_belong_to_the_slices_driver_whatever_the_field_order() {
+        // kubectl's YAML sorts keys: `devices` comes before `driver`.
+        let yaml = "
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1-liken.sh}
+spec:
+  devices:
+  - name: card0
+    attributes:
+      renderNode: {string: /dev/dri/renderD128}
+      resource.kubernetes.io/pciBusID: {string: '0000:00:02.0'}
+    capacity:
+      memory: {value: 16Gi}
+      example.com/slots: {value: 4}
+    taints:
+    - {key: example.com/broken, value: 'yes', effect: NoSchedule, timeAdded: '2026-01-02T03:04:05Z'}
+  driver: liken.sh
+  nodeName: n1
+  pool: {name: n1, generation: 1, resourceSliceCount: 1}
+";
+        let value: serde_json::Value = serde_yaml::from_str(yaml).unwrap();
+        let mut objects = Objects::default();
+        objects.add_value(&value);
+        assert!(objects.notes.is_empty(), "{:?}", objects.notes);
+        let device = &objects.slices[0].spec.devices[0];
+        assert_eq!(
+            device.attributes.get(name("liken.sh/renderNode")),
+            Some(&Value::String("/dev/dri/renderD128".into()))
+        );
+        // Not ours: liken's unqualified names are never filed under media.liken.sh.
+        assert_eq!(
+            device.attributes.get(name("media.liken.sh/renderNode")),
+            None
+        );
+        assert_eq!(device.capacity(name("liken.sh/memory")).unwrap(), "16Gi");
+        assert_eq!(device.capacity(name("example.com/slots")).unwrap(), "4");
+        assert_eq!(device.allow_multiple_allocations, None);
+        assert_eq!(
+            device.taints(),
+            [Taint {
+                key: "example.com/broken".into(),
+                value: Some("yes".into()),
+                effect: "NoSchedule".into(),
+                time_added: Some("2026-01-02T03:04:05Z".into()),
+            }]
+        );
+        // The same text as JSON reads the same.
+        let mut from_json = Objects::default();
+        from_json.add_json(&value.to_string()).unwrap();
+        assert_eq!(from_json.slices, objects.slices);
+    }
+
+    #[test]
+    fn where_the_devices_are() {
+        let mut objects = Objects::default();
+        objects
+            .add_json(
+                r#"{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSliceList","metadata":{},"items":[
+                {"metadata":{"name":"a"},"spec":{"driver":"d","pool":{"name":"p"},"allNodes":true}},
+                {"metadata":{"name":"b"},"spec":{"driver":"d","pool":{"name":"q"},
+                  "nodeSelector":{"nodeSelectorTerms":[{"matchLabels":{}, "matchExpressions":[{"key":"k","operator":"In","values":["v"]}]}]}}},
+                {"metadata":{"name":"c"},"spec":{"driver":"d","pool":{"name":"r"},"perDeviceNodeSelection":true,
+                  "devices":[{"name":"x","nodeName":"n2"},{"name":"y","allNodes":true}]}}]}"#,
+            )
+            .unwrap();
+        let [a, b, c] = &objects.slices[..] else {
+            panic!("{:?}", objects.slices)
+        };
+        assert!(a.spec.all_nodes && a.spec.node_name.is_none());
+        let terms = &b.spec.node_selector.as_ref().unwrap().node_selector_terms;
+        assert_eq!(terms[0].match_expressions.as_ref().unwrap()[0].key, "k");
+        assert!(c.spec.per_device_node_selection);
+        assert_eq!(c.spec.devices[0].node_name().unwrap(), "n2");
+        assert_eq!(c.spec.devices[1].all_nodes(), Some(true));
+    }
+
+    /// `kubectl get pods,resourceclaims,...,events -A -o json` writes one `List` whose items carry
+    /// their own kind; an API server's typed lists carry none on their items.
+    #[test]
+    fn routes_every_kind_from_lists_and_single_objects() {
+        let list = format!(
+            r#"{{"apiVersion":"v1","items":[
+              {{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p","namespace":"ns"}},
+                "spec":{{"containers":[{{"name":"c"}}],"resourceClaims":[{{"name":"gpu","resourceClaimTemplateName":"t"}}]}},
+                "status":{{"resourceClaimStatuses":[{{"name":"gpu","resourceClaimName":"p-gpu-x"}}]}}}},
+              {{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{{"name":"p-gpu-x","namespace":"ns"}},
+                "spec":{{"devices":{{"requests":[{{"name":"gpu","exactly":{{"deviceClassName":"c"}}}}]}}}}}},
+              {{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaimTemplate","metadata":{{"name":"t","namespace":"ns"}},
+                "spec":{{"spec":{{"devices":{{"requests":[{{"name":"gpu","exactly":{{"deviceClassName":"c"}}}}]}}}}}}}},
+              {{"apiVersion":"resource.k8s.io/v1","kind":"DeviceClass","metadata":{{"name":"c"}},
+                "spec":{{"selectors":[{{"cel":{{"expression":"device.driver == 'media.liken.sh'"}}}}]}}}},
+              {SLICE},
+              {{"apiVersion":"v1","kind":"Node","metadata":{{"name":"node-a","labels":{{"x":"y"}}}}}},
+              {{"apiVersion":"v1","kind":"Event","metadata":{{"name":"e","namespace":"ns"}},"reason":"FailedScheduling",
+                "message":"0/1 nodes are available","involvedObject":{{"kind":"Pod","name":"p","namespace":"ns"}}}},
+              {{"apiVersion":"apps/v1","kind":"Deployment","metadata":{{"name":"skipped-silently"}}}}
+            ],"kind":"List","metadata":{{"resourceVersion":""}}}}"#
+        );
+        let mut objects = Objects::default();
+        objects.add_json(&list).unwrap();
+        assert!(objects.notes.is_empty(), "{:?}", objects.notes);
+        assert_eq!(objects.pods.len(), 1);
+        let statuses = objects.pods[0].status.as_ref().unwrap();
+        assert_eq!(
+            statuses.resource_claim_statuses.as_ref().unwrap()[0]
+                .resource_claim_name
+                .as_deref(),
+            Some("p-gpu-x")
+        );
+        assert_eq!(objects.claims.len(), 1);
+        assert_eq!(objects.claim_templates.len(), 1);
+        assert_eq!(objects.classes[0].metadata.name.as_deref(), Some("c"));
+        assert_eq!(objects.slices.len(), 1);
+        assert_eq!(objects.nodes[0].metadata.name.as_deref(), Some("node-a"));
+        assert_eq!(
+            objects.events[0].reason.as_deref(),
+            Some("FailedScheduling")
+        );
+
+        // A typed list: items without kind or apiVersion.
+        let mut typed = Objects::default();
+        typed
+            .add_json(r#"{"kind":"PodList","apiVersion":"v1","metadata":{"continue":"next"},"items":[{"metadata":{"name":"q","namespace":"ns"},"spec":{"containers":[]}}]}"#)
+            .map(|token| assert_eq!(token.as_deref(), Some("next")))
+            .unwrap();
+        assert_eq!(typed.pods[0].metadata.name.as_deref(), Some("q"));
+
+        // kind after the items, and the items kindless: read once the List's kind is known.
+        let mut late = Objects::default();
+        late.add_json(
+            r#"{"items":[{"metadata":{"name":"n"}}],"kind":"NodeList","apiVersion":"v1"}"#,
+        )
+        .unwrap();
+        assert_eq!(late.nodes[0].metadata.name.as_deref(), Some("n"));
+    }
+
+    #[test]
+    fn odd_objects_are_skipped_with_a_note_and_the_rest_survive() {
+        let bad_slice = SLICE.replace(r#""generation": 3"#, r#""generation": "three""#);
+        let old_slice = SLICE.replace("resource.k8s.io/v1", "resource.k8s.io/v1beta1");
+        let list = format!(
+            r#"{{"apiVersion":"v1","kind":"List","items":[{bad_slice},{old_slice},{SLICE},
+              {{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p","namespace":"ns"}},"spec":{{"containers":"none"}}}},
+              {{"apiVersion":"events.k8s.io/v1","kind":"Event","metadata":{{"name":"e","namespace":"ns"}}}},
+              {{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"fine","namespace":"ns"}}}}]}}"#
+        );
+        let mut objects = Objects::default();
+        objects.add_json(&list).unwrap();
+        assert_eq!(objects.slices.len(), 1);
+        assert_eq!(objects.pods.len(), 1);
+        assert_eq!(objects.notes.len(), 4, "{:#?}", objects.notes);
+        assert!(
+            objects.notes[0]
+                .starts_with("skipped ResourceSlice \"node-a-media.liken.sh\": invalid type"),
+            "{}",
+            objects.notes[0]
+        );
+        assert!(
+            objects.notes[1]
+                .contains("it is resource.k8s.io/v1beta1, and only resource.k8s.io/v1 is read")
+        );
+        assert!(
+            objects.notes[2].starts_with("skipped Pod \"ns/p\": invalid type"),
+            "{}",
+            objects.notes[2]
+        );
+        assert_eq!(
+            objects.notes[3],
+            "skipped Event \"ns/e\": it is events.k8s.io/v1, and only v1 is read (hint: kubectl get events -o yaml)"
+        );
+
+        // The same from YAML (already parsed), item by item.
+        let value: serde_json::Value = serde_json::from_str(&list).unwrap();
+        let mut from_value = Objects::default();
+        from_value.add_value(&value);
+        assert_eq!(from_value.slices, objects.slices);
+        assert_eq!(from_value.pods, objects.pods);
+        assert_eq!(from_value.notes.len(), 4, "{:#?}", from_value.notes);
+    }
+
+    #[test]
+    fn kinds_not_wanted_are_not_read() {
+        // caps reads only slices: a malformed pod beside them costs nothing, not even a note.
+        let list = format!(
+            r#"{{"apiVersion":"v1","kind":"List","items":[{SLICE},
+              {{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p"}},"spec":{{"containers":"none"}}}}]}}"#
+        );
+        let mut objects = Objects::wanting(Kinds::only(&[Kind::ResourceSlice]));
+        objects.add_json(&list).unwrap();
+        assert_eq!(objects.slices.len(), 1);
+        assert!(
+            objects.pods.is_empty() && objects.notes.is_empty(),
+            "{:?}",
+            objects.notes
+        );
+        assert!(Kinds::ALL.contains(Kind::Event));
+        assert!(!Kinds::only(&[Kind::Pod]).contains(Kind::Node));
     }
 
     #[test]
@@ -620,57 +1613,12 @@ mod tests {
     }
 
     #[test]
-    fn reads_lists_and_returns_the_continue_token() {
-        let list = format!(
-            r#"{{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSliceList","metadata":{{"continue":"abc"}},"items":[{SLICE},{SLICE}]}}"#
-        )
-        .replace(r#""kind": "ResourceSlice","#, r#""kind": "ResourceSlice","#);
-        let mut objects = Objects::default();
-        assert_eq!(objects.add_json(&list).unwrap().as_deref(), Some("abc"));
-        assert_eq!(objects.slices.len(), 2);
-    }
-
-    #[test]
-    fn list_items_without_kind_are_read_as_the_lists_kind() {
-        // An API server's ResourceSliceList items carry no kind/apiVersion of their own.
-        let item = SLICE.replace(
-            r#""apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice","#,
-            "",
-        );
-        let list = format!(
-            r#"{{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSliceList","metadata":{{}},"items":[{item}]}}"#
-        );
-        let mut objects = Objects::default();
-        objects.add_json(&list).unwrap();
-        assert_eq!(objects.slices.len(), 1, "{:?}", objects.notes);
-    }
-
-    #[test]
-    fn odd_objects_are_skipped_with_a_note() {
-        let mut objects = Objects::default();
-        let bad = SLICE.replace(r#""generation": 3"#, r#""generation": "three""#);
-        objects.add_json(&bad).unwrap();
-        let old = SLICE.replace("resource.k8s.io/v1", "resource.k8s.io/v1beta1");
-        objects.add_json(&old).unwrap();
-        objects
-            .add_json(r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}"#)
-            .unwrap();
-        assert!(objects.slices.is_empty());
-        assert_eq!(objects.notes.len(), 2, "{:?}", objects.notes);
-        assert!(
-            objects.notes[0]
-                .starts_with("skipped ResourceSlice \"node-a-media.liken.sh\": invalid type")
-        );
-        assert!(objects.notes[1].contains("resource.k8s.io/v1beta1"));
-    }
-
-    #[test]
-    fn yaml_values_read_the_same() {
-        let value: serde_json::Value = serde_json::from_str(SLICE).unwrap();
-        let mut from_value = Objects::default();
-        from_value.add_value(value);
-        let mut from_json = Objects::default();
-        from_json.add_json(SLICE).unwrap();
-        assert_eq!(from_value.slices, from_json.slices);
+    fn kinds_name_their_resources() {
+        for kind in Kind::ALL {
+            assert_eq!(Kind::from_name(kind.name()), Some(kind));
+            assert!(kind.resource().starts_with(kind.plural()));
+        }
+        assert_eq!(Kind::Event.api_version(), "v1");
+        assert!(Kind::Pod.namespaced() && !Kind::ResourceSlice.namespaced());
     }
 }

@@ -398,3 +398,66 @@ fn colour_follows_the_flag_and_never_touches_json() {
         plain.lines().collect::<Vec<_>>()
     );
 }
+
+/// A GPU liken publishes for a node whose agent describes the node's other GPUs was not in the
+/// agent's claim (it appeared after the agent's pod started): the hint says so and names the
+/// fix, deleting that node's agent pod so that its claim is made anew (issue 9, item 8).
+#[test]
+fn a_gpu_the_agents_claim_did_not_bring_is_not_probed_with_the_fix() {
+    let yaml = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: resource.k8s.io/v1
+  kind: ResourceSlice
+  metadata: {name: n1-media.liken.sh}
+  spec:
+    driver: media.liken.sh
+    nodeName: n1
+    pool: {name: n1, generation: 1, resourceSliceCount: 1}
+    devices:
+    - name: pci-0000-00-02-0
+      attributes:
+        resource.kubernetes.io/pciBusID: {string: "0000:00:02.0"}
+- apiVersion: resource.k8s.io/v1
+  kind: ResourceSlice
+  metadata: {name: n1-liken.sh}
+  spec:
+    driver: liken.sh
+    nodeName: n1
+    pool: {name: n1, generation: 1, resourceSliceCount: 1}
+    devices:
+    - name: card0
+      attributes:
+        renderNode: {string: /dev/dri/renderD128}
+        resource.kubernetes.io/pciBusID: {string: "0000:00:02.0"}
+    - name: card1
+      attributes:
+        renderNode: {string: /dev/dri/renderD129}
+        resource.kubernetes.io/pciBusID: {string: "0000:03:00.0"}
+"#;
+    let out = run(&["caps", "-f", "-"], Some("400"), Some(yaml));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let row = stdout
+        .lines()
+        .find(|l| l.contains("0000:03:00.0"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(row.ends_with("not probed"), "{row}");
+    let note = stdout
+        .lines()
+        .find(|l| l.starts_with("not probed:"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(
+        note,
+        "not probed: 1 GPU on node n1: liken publishes a render node, but the agent on that node \
+         describes no GPU at its address: the agent's claim was allocated before this GPU \
+         appeared, so its container cannot open it (hint: delete the agent's pod on that node so \
+         that its claim is made anew: kubectl -n liken-system delete pod -l \
+         app.kubernetes.io/name=media-capabilities --field-selector spec.nodeName=n1)"
+    );
+}

@@ -163,18 +163,10 @@ fn caps_explains_what_the_cluster_refuses() {
 }
 
 /// `kubectl apply -f -` accepts what `class` writes (issue 2, item 6), with kubectl 1.32 as the
-/// real client. Skipped, saying so, where kubectl is not installed.
+/// real client; ignored, with the install hint, where kubectl is not installed.
 #[test]
+#[cfg_attr(not(have_kubectl), ignore = "needs kubectl on PATH (kubectl 1.32)")]
 fn kubectl_applies_what_class_writes() {
-    if Command::new("kubectl")
-        .arg("version")
-        .arg("--client")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipped: kubectl is not on PATH");
-        return;
-    }
     let server = TestApiServer::start();
     let yaml = stdout(kubectl_media(
         &[
@@ -235,4 +227,328 @@ fn kubectl_applies_what_class_writes() {
         .map(|t| t["metadata"]["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["decode-10bit", "decode-vp9-scale-8bit"]);
+}
+
+// --- the reader, every kind ------------------------------------------------------------------------
+
+use media_operator::fleet::cluster::{Cluster, Connection, ListRequest, Namespaces};
+use media_operator::fleet::objects::{Kind, Objects, QualifiedName, Value as AttributeValue};
+use media_operator::kubeconfig::Source;
+use serde_json::json;
+
+/// One object of every kind the reader routes, shaped as a cluster with a pending pod holds
+/// them, plus a pod and an event in another namespace.
+fn every_kind() -> Vec<Value> {
+    vec![
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"gpu": "yes"}}}),
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu-render"},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == \"liken.sh\" && has(device.attributes[\"liken.sh\"].renderNode)"}}]}}),
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "decode-10bit", "namespace": "media"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu-render"}}]}}}}),
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "film-gpu-abcde", "namespace": "media"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu-render"}}]}}}),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "film", "namespace": "media", "labels": {"app": "film"}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "worker", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}],
+                "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "decode-10bit"}]},
+            "status": {"phase": "Pending", "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "film-gpu-abcde"}]}}),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "other", "namespace": "default"},
+            "spec": {"nodeName": "n2", "containers": [{"name": "c", "image": "x"}]}}),
+        json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "film.1", "namespace": "media"},
+            "involvedObject": {"kind": "Pod", "name": "film", "namespace": "media"}, "reason": "FailedScheduling",
+            "message": "0/1 nodes are available: 1 cannot allocate all claims.", "type": "Warning"}),
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "n1-liken.sh"},
+            "spec": {"driver": "liken.sh", "nodeName": "n1", "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "card0", "attributes": {
+                    "renderNode": {"string": "/dev/dri/renderD128"},
+                    "resource.kubernetes.io/pciBusID": {"string": "0000:00:02.0"}},
+                    "capacity": {"shares": {"value": "8"}}}]}}),
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "n1-media.liken.sh"},
+            "spec": {"driver": "media.liken.sh", "nodeName": "n1", "pool": {"name": "n1", "generation": 2, "resourceSliceCount": 1},
+                "devices": [{"name": "pci-0000-00-02-0", "allowMultipleAllocations": true, "attributes": {
+                    "decodeHEVCMain10": {"bool": true},
+                    "resource.kubernetes.io/pciBusID": {"string": "0000:00:02.0"}},
+                    "taints": [{"key": "example.com/maintenance", "effect": "NoSchedule"}]}]}}),
+    ]
+}
+
+fn loaded(namespace: &str) -> TestApiServer {
+    let server = TestApiServer::start_with(crate::support::apiserver::Config {
+        namespace: namespace.to_string(),
+        ..Default::default()
+    });
+    for object in every_kind() {
+        server.put(object).unwrap();
+    }
+    server
+}
+
+/// What a test checks of a set of objects, kind by kind, by name.
+fn names(objects: &Objects) -> Vec<(Kind, String)> {
+    let meta = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| match (
+        &m.namespace,
+        &m.name,
+    ) {
+        (Some(ns), Some(name)) => format!("{ns}/{name}"),
+        (None, Some(name)) => name.clone(),
+        _ => String::new(),
+    };
+    let mut names: Vec<(Kind, String)> = Vec::new();
+    names.extend(
+        objects
+            .slices
+            .iter()
+            .map(|s| (Kind::ResourceSlice, s.metadata.name.clone())),
+    );
+    names.extend(
+        objects
+            .classes
+            .iter()
+            .map(|o| (Kind::DeviceClass, meta(&o.metadata))),
+    );
+    names.extend(
+        objects
+            .claims
+            .iter()
+            .map(|o| (Kind::ResourceClaim, meta(&o.metadata))),
+    );
+    names.extend(
+        objects
+            .claim_templates
+            .iter()
+            .map(|o| (Kind::ResourceClaimTemplate, meta(&o.metadata))),
+    );
+    names.extend(objects.pods.iter().map(|o| (Kind::Pod, meta(&o.metadata))));
+    names.extend(
+        objects
+            .nodes
+            .iter()
+            .map(|o| (Kind::Node, meta(&o.metadata))),
+    );
+    names.extend(
+        objects
+            .events
+            .iter()
+            .map(|o| (Kind::Event, meta(&o.metadata))),
+    );
+    names.sort();
+    names
+}
+
+/// A listing: the kind, where (`None`: the namespace in effect), the label and field selectors.
+type Listing<'a> = (Kind, Option<Namespaces>, Option<&'a str>, Option<&'a str>);
+
+fn list_with(
+    server: &TestApiServer,
+    namespace: Option<&str>,
+    requests: &[Listing<'_>],
+) -> (Objects, String) {
+    let connection = Connection {
+        source: Source {
+            kubeconfig: Some(server.kubeconfig().to_path_buf()),
+            context: None,
+        },
+        namespace: namespace.map(str::to_owned),
+        request_timeout: Some(Duration::from_secs(10)),
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let cluster = Cluster::connect(&connection).await.unwrap();
+        let in_effect = Namespaces::One(cluster.namespace().to_string());
+        let mut objects = Objects::default();
+        for (kind, namespaces, labels, fields) in requests {
+            cluster
+                .list(
+                    &ListRequest {
+                        kind: *kind,
+                        namespaces: namespaces.as_ref().unwrap_or(&in_effect),
+                        label_selector: *labels,
+                        field_selector: *fields,
+                    },
+                    &mut objects,
+                )
+                .await
+                .unwrap();
+        }
+        (objects, cluster.namespace().to_string())
+    })
+}
+
+#[test]
+fn one_lister_reads_every_kind_namespaced_or_not_with_selectors() {
+    let server = loaded("media");
+    let mark = server.request_mark();
+    let every: Vec<_> = Kind::ALL
+        .into_iter()
+        .map(|k| (k, Some(Namespaces::All), None, None))
+        .collect();
+    let (objects, namespace) = list_with(&server, None, &every);
+    // The context's namespace is the default, as kubectl has it.
+    assert_eq!(namespace, "media");
+    assert!(objects.notes.is_empty(), "{:?}", objects.notes);
+    let all = names(&objects);
+    assert_eq!(all.len(), 9, "{all:?}");
+    assert!(
+        all.contains(&(Kind::Pod, "default/other".into())),
+        "{all:?}"
+    );
+
+    // liken's unqualified renderNode is liken.sh's, typed; capacities and taints survive.
+    let liken = objects
+        .slices
+        .iter()
+        .find(|s| s.spec.driver == "liken.sh")
+        .unwrap();
+    let card = &liken.spec.devices[0];
+    assert_eq!(
+        card.attributes
+            .get(QualifiedName::new("liken.sh", "renderNode")),
+        Some(&AttributeValue::String("/dev/dri/renderD128".into()))
+    );
+    assert_eq!(
+        card.capacity(QualifiedName::new("liken.sh", "shares"))
+            .unwrap(),
+        "8"
+    );
+    let media = objects
+        .slices
+        .iter()
+        .find(|s| s.spec.driver == "media.liken.sh")
+        .unwrap();
+    assert_eq!(media.spec.pool.generation, 2);
+    assert_eq!(media.spec.devices[0].allow_multiple_allocations, Some(true));
+    assert_eq!(media.spec.devices[0].taints()[0].effect, "NoSchedule");
+    assert_eq!(
+        objects
+            .pods
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some("film"))
+            .unwrap()
+            .spec
+            .as_ref()
+            .unwrap()
+            .resource_claims
+            .as_ref()
+            .unwrap()[0]
+            .resource_claim_template_name
+            .as_deref(),
+        Some("decode-10bit")
+    );
+
+    // In the namespace in effect (the context's), in another (-n), by label and by field.
+    let (objects, _) = list_with(&server, None, &[(Kind::Pod, None, None, None)]);
+    assert_eq!(names(&objects), [(Kind::Pod, "media/film".to_string())]);
+    let (objects, namespace) =
+        list_with(&server, Some("default"), &[(Kind::Pod, None, None, None)]);
+    assert_eq!(namespace, "default");
+    assert_eq!(names(&objects), [(Kind::Pod, "default/other".to_string())]);
+    let (objects, _) = list_with(
+        &server,
+        None,
+        &[
+            (
+                Kind::Pod,
+                Some(Namespaces::All),
+                Some("app in (film, x)"),
+                None,
+            ),
+            (
+                Kind::ResourceSlice,
+                None,
+                None,
+                Some("spec.driver=liken.sh"),
+            ),
+            (
+                Kind::Event,
+                Some(Namespaces::All),
+                None,
+                Some("involvedObject.name=film,reason=FailedScheduling"),
+            ),
+            (Kind::Node, None, Some("gpu=yes"), None),
+        ],
+    );
+    assert_eq!(
+        names(&objects),
+        [
+            (Kind::ResourceSlice, "n1-liken.sh".to_string()),
+            (Kind::Pod, "media/film".to_string()),
+            (Kind::Node, "n1".to_string()),
+            (Kind::Event, "media/film.1".to_string()),
+        ]
+    );
+    // It only read.
+    assert!(server.writes_since(mark).is_empty());
+}
+
+/// The reader reads what kubectl 1.32 writes: `kubectl get <every kind> -A -o yaml|json` (one
+/// List whose items carry their kind), and the kinds one by one as multi-document YAML; each
+/// gives what the lister gives.
+#[test]
+#[cfg_attr(not(have_kubectl), ignore = "needs kubectl on PATH (kubectl 1.32)")]
+fn the_reader_reads_kubectls_output_of_every_kind() {
+    let server = loaded("default");
+    let every: Vec<_> = Kind::ALL
+        .into_iter()
+        .map(|k| (k, Some(Namespaces::All), None, None))
+        .collect();
+    let (mut listed, _) = list_with(&server, None, &every);
+    // kubectl hides managedFields (`--show-managed-fields` is off by default).
+    let hide_managed_fields = |objects: &mut Objects| {
+        for pod in &mut objects.pods {
+            pod.metadata.managed_fields = None;
+        }
+        for event in &mut objects.events {
+            event.metadata.managed_fields = None;
+        }
+    };
+    hide_managed_fields(&mut listed);
+    let kubectl = |args: &[&str]| {
+        let out = Command::new("kubectl")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", server.kubeconfig().parent().unwrap())
+            .arg("--kubeconfig")
+            .arg(server.kubeconfig())
+            .args(args)
+            .output()
+            .expect("run kubectl (hint: install kubectl 1.32)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let all =
+        "pods,resourceclaims,resourceclaimtemplates,deviceclasses,resourceslices,nodes,events";
+    let mut documents = Vec::new();
+    for kind in Kind::ALL {
+        documents.push(kubectl(&["get", kind.plural(), "-A", "-o", "yaml"]));
+    }
+    for (name, text) in [
+        ("all.yaml", kubectl(&["get", all, "-A", "-o", "yaml"])),
+        ("all.json", kubectl(&["get", all, "-A", "-o", "json"])),
+        ("kinds.yaml", documents.join("---\n")),
+    ] {
+        let mut read = Objects::default();
+        media_operator::fleet::files::add_text(&mut read, &text, name).unwrap();
+        hide_managed_fields(&mut read);
+        assert!(read.notes.is_empty(), "{name}: {:?}", read.notes);
+        assert_eq!(names(&read), names(&listed), "{name}");
+        assert_eq!(read.slices, listed.slices, "{name}");
+        assert_eq!(read.pods, listed.pods, "{name}");
+        assert_eq!(read.events, listed.events, "{name}");
+        let liken = read
+            .slices
+            .iter()
+            .find(|s| s.spec.driver == "liken.sh")
+            .unwrap();
+        assert_eq!(
+            liken.spec.devices[0]
+                .attributes
+                .get_named("liken.sh/renderNode")
+                .and_then(|v| v.as_str()),
+            Some("/dev/dri/renderD128"),
+            "{name}"
+        );
+    }
 }

@@ -31,7 +31,9 @@
 //! graceful deletion (deletes are immediate; deletionTimestamp is never set), namespace
 //! existence checks, consistent reads at an older resourceVersion (a list always reads the
 //! current state, and a `continue` page reads the state at the time of that page, never 410),
-//! `resourceVersionMatch`, `remainingItemCount`, periodic bookmarks (call
+//! `resourceVersionMatch`, `remainingItemCount`, the field selectors whose value the real server
+//! derives rather than reads (pods' `spec.hostNetwork`, events' `source`, nodes'
+//! `spec.unschedulable`), periodic bookmarks (call
 //! [`TestApiServer::send_bookmarks`]), watches of a single object by path, OpenAPI schemas,
 //! aggregated discovery (clients fall back to the legacy documents), CEL, and any validation of
 //! DeviceClass/ResourceClaim/ResourceClaimTemplate beyond names and required fields.

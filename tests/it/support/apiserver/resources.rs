@@ -90,7 +90,17 @@ pub static RESOURCES: &[ResourceType] = &[
         kind: "Pod",
         namespaced: true,
         short_names: &["po"],
-        field_labels: &["spec.nodeName", "status.phase"],
+        // k8s.io/kubernetes pkg/registry/core/pod/strategy.go ToSelectableFields, less
+        // spec.hostNetwork (the real server reads an absent one as "false").
+        field_labels: &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
         has_generation: true,
         columns: &[("Status", "status.phase"), ("Node", "spec.nodeName")],
     },
@@ -102,12 +112,18 @@ pub static RESOURCES: &[ResourceType] = &[
         kind: "Event",
         namespaced: true,
         short_names: &["ev"],
+        // pkg/registry/core/event/strategy.go ToSelectableFields, less `source` (which the
+        // real server reads from source.component).
         field_labels: &[
             "involvedObject.name",
             "involvedObject.uid",
             "involvedObject.kind",
             "involvedObject.namespace",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
             "reason",
+            "reportingComponent",
             "type",
         ],
         has_generation: false,
