@@ -109,7 +109,7 @@ impl CapsArgs {
 }
 
 /// Runs `caps`: reads the slices, builds the inventory, renders it.
-pub fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(), Error> {
+pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(), Error> {
     if let Some(conflict) = args.conflict() {
         return Err(Error::Usage(conflict));
     }
@@ -200,7 +200,7 @@ fn table_width() -> Width {
 }
 
 /// The compact statement of a GPU: `decode AV1 H264 · encode H264 · scale 8 10`.
-pub fn compact(gpu: &Gpu) -> String {
+pub(crate) fn compact(gpu: &Gpu) -> String {
     let mut parts = Vec::new();
     for group in Group::ALL {
         let labels: Vec<&str> = group
@@ -220,7 +220,7 @@ pub fn compact(gpu: &Gpu) -> String {
 }
 
 /// The short status word of a row.
-pub fn status_word(gpu: &Gpu) -> &'static str {
+pub(crate) fn status_word(gpu: &Gpu) -> &'static str {
     match (&gpu.status, gpu.drift) {
         (Status::Described, None) => "ok",
         (Status::Described, Some(_)) => "drift",
@@ -254,7 +254,7 @@ fn dash(value: Option<&str>) -> String {
 }
 
 /// The table (`-o wide` when `wide`), then the notes that explain its marks.
-pub fn render_table(
+pub(crate) fn render_table(
     inventory: &Inventory,
     filter: &Filter,
     wide: bool,
@@ -473,7 +473,7 @@ fn list_nodes(nodes: &[&str]) -> String {
 
 /// One line on a drifting model: which capabilities differ, and per variant what it states,
 /// where, and with which VA drivers.
-pub fn describe_drift(drift: &Drift) -> String {
+pub(crate) fn describe_drift(drift: &Drift) -> String {
     let model = match &drift.name {
         Some(name) => format!("{name} ({}:{})", drift.vendor, drift.product),
         None => format!("{}:{}", drift.vendor, drift.product),
@@ -536,7 +536,7 @@ fn count_line(counts: &Counts, filter: &Filter) -> String {
 }
 
 /// `--summary`: per capability, the GPUs and nodes that state it, then drift.
-pub fn render_summary(inventory: &Inventory, filter: &Filter, style: &TableStyle) -> String {
+pub(crate) fn render_summary(inventory: &Inventory, filter: &Filter, style: &TableStyle) -> String {
     let counts = inventory.counts(filter);
     let rows = inventory
         .summary(filter)
@@ -562,7 +562,7 @@ pub fn render_summary(inventory: &Inventory, filter: &Filter, style: &TableStyle
 
 /// A GPU as `-o json|yaml` prints it: every catalogue attribute, `null` when absent.
 #[derive(Serialize)]
-pub struct Record<'a> {
+pub(crate) struct Record<'a> {
     pub node: &'a str,
     pub device: Option<&'a str>,
     pub status: &'static str,
@@ -571,7 +571,7 @@ pub struct Record<'a> {
     pub attributes: serde_json::Map<String, serde_json::Value>,
 }
 
-pub fn records<'a>(inventory: &'a Inventory, filter: &'a Filter) -> Vec<Record<'a>> {
+pub(crate) fn records<'a>(inventory: &'a Inventory, filter: &'a Filter) -> Vec<Record<'a>> {
     inventory
         .select(filter)
         .map(|gpu| {
@@ -611,14 +611,14 @@ pub fn records<'a>(inventory: &'a Inventory, filter: &'a Filter) -> Vec<Record<'
 
 /// `--summary -o json|yaml`.
 #[derive(Serialize)]
-pub struct SummaryRecord {
+pub(crate) struct SummaryRecord {
     pub gpus: usize,
     pub nodes: usize,
     pub capabilities: serde_json::Map<String, serde_json::Value>,
     pub drift: Vec<String>,
 }
 
-pub fn summary_record(inventory: &Inventory, filter: &Filter) -> SummaryRecord {
+pub(crate) fn summary_record(inventory: &Inventory, filter: &Filter) -> SummaryRecord {
     let counts = inventory.counts(filter);
     let mut capabilities = serde_json::Map::new();
     for (capability, gpus, nodes) in inventory.summary(filter) {

@@ -138,7 +138,7 @@ pub enum ClassError {
 }
 
 /// Runs `class`: plans the objects and prints them; nothing is read from a cluster.
-pub fn run(args: &ClassArgs, _: &Global, io: &mut Io<'_>) -> Result<(), Error> {
+pub(crate) fn run(args: &ClassArgs, _: &Global, io: &mut Io<'_>) -> Result<(), Error> {
     let objects = args.plan()?;
     let text = output::render_objects(&objects, args.output)?;
     output::write_all(io.stdout, &text)?;

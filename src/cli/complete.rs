@@ -33,7 +33,7 @@ pub struct CompleteArgs {
 }
 
 /// Runs `__complete`: answers from the command definitions.
-pub fn run(args: &CompleteArgs, _: &Global, io: &mut Io<'_>) -> Result<(), Error> {
+pub(crate) fn run(args: &CompleteArgs, _: &Global, io: &mut Io<'_>) -> Result<(), Error> {
     let text = complete(&mut Cli::command(), &args.words);
     output::write_all(io.stdout, &text)?;
     Ok(())
@@ -63,7 +63,7 @@ impl ValueCompleter for CapabilityCompleter {
 }
 
 /// Answers one completion request in Cobra's format.
-pub fn complete(cmd: &mut clap::Command, words: &[OsString]) -> String {
+pub(crate) fn complete(cmd: &mut clap::Command, words: &[OsString]) -> String {
     // A file argument (`-f FILE`) is the shell's to complete: it knows the file system and the
     // user's quoting.
     if completes_a_file(cmd, words) {

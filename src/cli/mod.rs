@@ -7,12 +7,12 @@
 //! and the hidden `__complete`. What several commands share lives beside them: the capability
 //! flags and kubectl's global flags here, tables, output and colour in their own modules.
 
-pub mod caps;
-pub mod class;
-pub mod complete;
-pub mod output;
+pub(crate) mod caps;
+pub(crate) mod class;
+pub(crate) mod complete;
+pub(crate) mod output;
 pub mod style;
-pub mod table;
+pub(crate) mod table;
 
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};

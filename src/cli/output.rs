@@ -18,7 +18,7 @@ pub enum ObjectFormat {
 }
 
 /// Renders objects as multi-document YAML (`---` between documents) or as a JSON `List`.
-pub fn render_objects<T: Serialize>(
+pub(crate) fn render_objects<T: Serialize>(
     objects: &[T],
     format: ObjectFormat,
 ) -> Result<String, RenderError> {
@@ -60,7 +60,7 @@ pub enum RenderError {
 
 /// Writes finished output. A reader that went away (`| head`) is not an error: the command
 /// stops quietly, as command-line tools do.
-pub fn write_all(out: &mut dyn Write, text: &str) -> io::Result<()> {
+pub(crate) fn write_all(out: &mut dyn Write, text: &str) -> io::Result<()> {
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
         other => other,

@@ -10,7 +10,7 @@ use owo_colors::OwoColorize;
 
 /// How a table is drawn.
 #[derive(Clone, Copy, Debug)]
-pub struct TableStyle {
+pub(crate) struct TableStyle {
     pub colored: bool,
     pub width: Width,
     pub no_headers: bool,
@@ -18,7 +18,7 @@ pub struct TableStyle {
 
 /// The width a table must fit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Width {
+pub(crate) enum Width {
     /// `COLUMNS` says how wide the screen is.
     Columns(u16),
     /// Standard output is a terminal: ask it.
@@ -29,7 +29,7 @@ pub enum Width {
 
 /// The colour of a cell, when colour is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Paint {
+pub(crate) enum Paint {
     Green,
     Yellow,
     Red,
@@ -37,20 +37,20 @@ pub enum Paint {
 
 /// A cell's text and colour.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Cell {
+pub(crate) struct Cell {
     pub text: String,
     pub paint: Option<Paint>,
 }
 
 impl Cell {
-    pub fn plain(text: impl Into<String>) -> Cell {
+    pub(crate) fn plain(text: impl Into<String>) -> Cell {
         Cell {
             text: text.into(),
             paint: None,
         }
     }
 
-    pub fn painted(text: impl Into<String>, paint: Option<Paint>) -> Cell {
+    pub(crate) fn painted(text: impl Into<String>, paint: Option<Paint>) -> Cell {
         Cell {
             text: text.into(),
             paint,
@@ -60,7 +60,7 @@ impl Cell {
 
 /// A table's header, rows, and the columns that must never wrap (names, addresses, statuses).
 #[derive(Clone, Debug, Default)]
-pub struct Grid {
+pub(crate) struct Grid {
     pub header: Vec<String>,
     pub rows: Vec<Vec<Cell>>,
     pub unwrapped: Vec<usize>,
@@ -72,7 +72,7 @@ fn width_of(text: &str) -> usize {
 
 impl Grid {
     /// Renders the table, ending each line with a newline.
-    pub fn render(&self, style: &TableStyle) -> String {
+    pub(crate) fn render(&self, style: &TableStyle) -> String {
         let columns = self.header.len();
         let mut widths: Vec<usize> = if style.no_headers {
             vec![0; columns]

@@ -21,7 +21,7 @@ use crate::fleet::objects::{Attributes, Device, ResourceSlice, Ustr};
 
 /// Capability values in catalogue order; `None` when the device lacks the attribute or it is
 /// not a bool.
-pub type Statements = [Option<bool>; Capability::ALL.len()];
+pub(crate) type Statements = [Option<bool>; Capability::ALL.len()];
 
 /// One GPU of the fleet.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,13 +49,6 @@ impl Gpu {
         self.capabilities[capability as usize]
     }
 
-    /// The capabilities this GPU states as true, in catalogue order.
-    pub fn stated(&self) -> impl Iterator<Item = Capability> + '_ {
-        Capability::ALL
-            .into_iter()
-            .filter(|&c| self.states(c) == Some(true))
-    }
-
     /// `vendor:product`, when both are known.
     pub fn model(&self) -> Option<(String, String)> {
         Some((self.vendor?.to_string(), self.product?.to_string()))
@@ -77,7 +70,7 @@ pub enum Status {
 
 /// GPUs of one model whose statements differ across the fleet.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Drift {
+pub(crate) struct Drift {
     pub vendor: String,
     pub product: String,
     pub name: Option<String>,
@@ -88,7 +81,7 @@ pub struct Drift {
 
 /// One set of statements a model has somewhere in the fleet.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Variant {
+pub(crate) struct Variant {
     pub capabilities: Statements,
     pub va_drivers: BTreeSet<String>,
     pub nodes: BTreeSet<String>,
@@ -97,13 +90,13 @@ pub struct Variant {
 
 /// The fleet, sorted by node then address.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Inventory {
+pub(crate) struct Inventory {
     pub gpus: Vec<Gpu>,
     pub drift: Vec<Drift>,
 }
 
 /// Keeps, for each pool of each driver, only the slices of its highest generation.
-pub fn current_slices(mut slices: Vec<ResourceSlice>) -> Vec<ResourceSlice> {
+pub(crate) fn current_slices(mut slices: Vec<ResourceSlice>) -> Vec<ResourceSlice> {
     // Decided with borrowed keys first, then applied: no copy of a driver or pool name.
     let keep: Vec<bool> = {
         let mut highest: HashMap<(Ustr, Ustr), i64> = HashMap::new();
@@ -166,7 +159,7 @@ fn described(node: Ustr, device: &Device) -> Gpu {
 }
 
 /// Builds the inventory from every slice read.
-pub fn build(slices: Vec<ResourceSlice>) -> Inventory {
+pub(crate) fn build(slices: Vec<ResourceSlice>) -> Inventory {
     let (media, others): (Vec<ResourceSlice>, Vec<ResourceSlice>) = current_slices(slices)
         .into_iter()
         .partition(|s| s.spec.driver == catalogue::DRIVER);
@@ -312,7 +305,7 @@ impl Filter {
 
 /// How many GPUs and nodes there are, and how many of them a filter keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Counts {
+pub(crate) struct Counts {
     pub gpus: usize,
     pub nodes: usize,
     pub matching_gpus: usize,
@@ -321,11 +314,11 @@ pub struct Counts {
 
 impl Inventory {
     /// The GPUs a filter keeps, in inventory order.
-    pub fn select<'a>(&'a self, filter: &'a Filter) -> impl Iterator<Item = &'a Gpu> + 'a {
+    pub(crate) fn select<'a>(&'a self, filter: &'a Filter) -> impl Iterator<Item = &'a Gpu> + 'a {
         self.gpus.iter().filter(move |g| filter.matches(g))
     }
 
-    pub fn counts(&self, filter: &Filter) -> Counts {
+    pub(crate) fn counts(&self, filter: &Filter) -> Counts {
         let nodes: HashSet<&str> = self.gpus.iter().map(|g| g.node.as_str()).collect();
         let matching: Vec<&Gpu> = self.select(filter).collect();
         let matching_nodes: HashSet<&str> = matching.iter().map(|g| g.node.as_str()).collect();
@@ -338,7 +331,7 @@ impl Inventory {
     }
 
     /// Per capability, how many of the selected GPUs state it and on how many nodes.
-    pub fn summary(&self, filter: &Filter) -> Vec<(Capability, usize, usize)> {
+    pub(crate) fn summary(&self, filter: &Filter) -> Vec<(Capability, usize, usize)> {
         Capability::ALL
             .into_iter()
             .map(|c| {

@@ -4,5 +4,5 @@
 
 pub mod cluster;
 pub mod files;
-pub mod inventory;
+pub(crate) mod inventory;
 pub mod objects;

@@ -17,15 +17,6 @@ pub struct Roots {
     pub sys: PathBuf,
 }
 
-impl Default for Roots {
-    fn default() -> Self {
-        Roots {
-            dev: PathBuf::from("/dev/dri"),
-            sys: PathBuf::from("/sys"),
-        }
-    }
-}
-
 /// Where pci.ids usually lives: the Debian `pci.ids` package, then hwdata.
 pub const PCI_IDS_PATHS: [&str; 2] = ["/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids"];
 

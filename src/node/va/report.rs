@@ -418,14 +418,6 @@ pub struct Report {
 }
 
 impl Report {
-    /// The entrypoints the driver listed for `profile`.
-    pub fn entrypoints(&self, profile: Profile) -> impl Iterator<Item = Entrypoint> + '_ {
-        self.configs
-            .iter()
-            .filter(move |c| c.profile == profile)
-            .map(|c| c.entrypoint)
-    }
-
     /// The listed config for (profile, entrypoint), if the driver listed that pair.
     pub fn config(&self, profile: Profile, entrypoint: Entrypoint) -> Option<&Config> {
         self.configs
