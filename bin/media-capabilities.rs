@@ -1,7 +1,7 @@
 //! Entry point of the capabilities agent; all behaviour lives in the library.
 
 use anyhow::Context;
-use clap::Parser;
+use clap::Parser as _;
 use media_operator::agent::cli::{Cli, Command};
 use media_operator::agent::config::AgentConfig;
 use media_operator::agent::probing::{ChildRequest, run_child};
@@ -31,7 +31,18 @@ async fn signal() {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        // --help and --version: clap prints them and exits 0.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let root = <Cli as clap::CommandFactory>::command();
+            let message = media_operator::usage::message(&e, &root, "media-capabilities", &args);
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    };
     // The agent's flags are checked before anything starts; a bad value is a usage error.
     let config = match cli.command {
         Some(_) => None,

@@ -20,3 +20,4 @@ pub mod fleet;
 pub mod kubeconfig;
 pub(crate) mod names;
 pub mod node;
+pub mod usage;

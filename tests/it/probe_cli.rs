@@ -153,16 +153,44 @@ fn errors_name_the_file_and_exit_with_1() {
 }
 
 #[test]
-fn usage_errors_exit_with_2_and_the_bare_command_needs_a_node() {
-    let output = run(&["probe", "-o", "wide"]);
-    assert_eq!(output.status.code(), Some(2));
+fn usage_errors_are_one_line_exit_with_2_and_never_suggest_hidden_subcommands() {
+    let one_line = |args: &[&str]| {
+        let output = run(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(output.stdout.is_empty(), "{args:?}");
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("error: ") && stderr.contains("(hint: "),
+            "{args:?}: {stderr}"
+        );
+        stderr
+    };
+    let err = one_line(&["probe", "-o", "wide"]);
     assert!(
-        String::from_utf8_lossy(&output.stderr).contains("[possible values: table, json, yaml]")
+        err.contains("invalid value 'wide'") && err.contains("table, json, yaml"),
+        "{err}"
     );
+    // `__probe-gpu` is the probe child's own entry: close to `prob`, and never offered.
+    let err = one_line(&["prob"]);
+    assert_eq!(
+        err,
+        "error: unrecognized subcommand 'prob' (hint: a similar subcommand exists: 'probe')\n"
+    );
+    let err = one_line(&["--bogus"]);
+    assert!(
+        err.contains("'--bogus'") && err.contains("media-capabilities --help"),
+        "{err}"
+    );
+    let err = one_line(&["probe", "--bogus"]);
+    assert!(err.contains("media-capabilities probe --help"), "{err}");
     // The bare command runs the agent, which needs to know its node (tests/agent.rs runs it).
-    let output = run(&[]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("--node-name"));
+    let err = one_line(&[]);
+    assert!(err.contains("--node-name"), "{err}");
+    // Help is not an error.
+    let output = run(&["--help"]);
+    assert_eq!(output.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("Usage:"));
 }
 
 #[test]
