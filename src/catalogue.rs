@@ -135,7 +135,7 @@ impl Capability {
         }
     }
 
-    pub fn group(self) -> Group {
+    pub(crate) fn group(self) -> Group {
         use Capability::*;
         match self {
             DecodeAV1Main | DecodeAV1Main10 | DecodeH264 | DecodeHEVCMain | DecodeHEVCMain10
@@ -158,7 +158,7 @@ impl Capability {
     }
 
     /// A short label for compact listings (`HEVC-10`, `H264-LP`, `10`).
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         use Capability::*;
         match self {
             DecodeAV1Main => "AV1",
@@ -264,11 +264,6 @@ impl Capability {
                  succeeds, and P010 among the pixel formats vaQuerySurfaceAttributes lists for it"
             }
         }
-    }
-
-    /// Finds a capability by its published attribute name (exact, as CEL would).
-    pub fn from_attribute(name: &str) -> Option<Capability> {
-        Capability::ALL.into_iter().find(|c| c.attribute() == name)
     }
 
     /// Resolves what a user typed for a `--decode`/`--encode`/`--scale` flag: the value with or
@@ -421,11 +416,6 @@ impl Identity {
             Identity::VaDriver => "vaQueryVendorString; trimmed to 64 bytes",
         }
     }
-
-    /// Whether a device may lack this attribute (only when the VA query failed).
-    pub fn optional(self) -> bool {
-        self == Identity::VaDriver
-    }
 }
 
 /// The value type of a published attribute, as in the ResourceSlice API.
@@ -487,22 +477,10 @@ impl Attribute {
             Attribute::Identity(i) => i.source(),
         }
     }
-
-    /// The attribute's domain and name within it, as CEL addresses it:
-    /// `device.attributes[domain].name`.
-    pub fn cel_path(self) -> (&'static str, &'static str) {
-        qualified(self.name())
-    }
-}
-
-/// Splits an attribute name into (domain, name) the way the DRA CEL environment does: at the
-/// first `/`, with unqualified names in the driver's domain.
-pub fn qualified(name: &'static str) -> (&'static str, &'static str) {
-    name.split_once('/').unwrap_or((DRIVER, name))
 }
 
 /// The CEL expression that reads a capability of a `media.liken.sh` device.
-pub fn cel_capability(capability: Capability) -> String {
+pub(crate) fn cel_capability(capability: Capability) -> String {
     format!("device.attributes[\"{DRIVER}\"].{}", capability.attribute())
 }
 
@@ -698,15 +676,7 @@ mod tests {
     }
 
     #[test]
-    fn cel_paths_split_qualified_names_at_the_first_slash() {
-        assert_eq!(
-            Attribute::Identity(Identity::PciBusId).cel_path(),
-            ("resource.kubernetes.io", "pciBusID")
-        );
-        assert_eq!(
-            Attribute::Capability(Capability::Scale10bit).cel_path(),
-            (DRIVER, "scale10bit")
-        );
+    fn cel_reads_a_capability_in_our_domain() {
         assert_eq!(
             cel_capability(Capability::DecodeVP9),
             "device.attributes[\"media.liken.sh\"].decodeVP9"

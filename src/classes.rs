@@ -17,37 +17,37 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use crate::catalogue::{self, Capability, Group};
 
 /// The class of the liken render nodes when the user names none (product document, step 2).
-pub const DEFAULT_RENDER_CLASS: &str = "gpu-render";
+pub(crate) const DEFAULT_RENDER_CLASS: &str = "gpu-render";
 /// The class of the agent's own claim, installed as wiring (`deploy/deviceclass.yaml`): "not for
 /// workloads" (product document, step 2), so `class` never writes or claims through it.
 pub const AGENT_CLASS: &str = "media-render";
 /// The catch-all class of every `media.liken.sh` device (product document, step 4).
-pub const DEFAULT_BASE_CLASS: &str = "media-gpu";
+pub(crate) const DEFAULT_BASE_CLASS: &str = "media-gpu";
 /// The attribute every liken render node carries (liken's own, not ours).
-pub const RENDER_NODE_ATTRIBUTE: &str = "renderNode";
+pub(crate) const RENDER_NODE_ATTRIBUTE: &str = "renderNode";
 /// The request for the render node, which the container receives.
-pub const RENDER_REQUEST: &str = "gpu";
+pub(crate) const RENDER_REQUEST: &str = "gpu";
 
 /// A non-empty set of capabilities, always kept in catalogue order so that expressions and
 /// derived names do not depend on the order of the flags.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CapabilitySet(BTreeSet<Capability>);
+pub(crate) struct CapabilitySet(BTreeSet<Capability>);
 
 impl CapabilitySet {
     /// `None` when `capabilities` is empty: a class over no capability would select every GPU,
     /// which is what the base class is for.
-    pub fn new(capabilities: impl IntoIterator<Item = Capability>) -> Option<Self> {
+    pub(crate) fn new(capabilities: impl IntoIterator<Item = Capability>) -> Option<Self> {
         let set: BTreeSet<Capability> = capabilities.into_iter().collect();
         (!set.is_empty()).then_some(CapabilitySet(set))
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = Capability> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Capability> + '_ {
         self.0.iter().copied()
     }
 
     /// A readable object name made from the capabilities, e.g. `decode-hevcmain10-scale-10bit`.
     /// It is a valid DNS subdomain: 18 capabilities at most keep it far below 253 characters.
-    pub fn derived_name(&self) -> String {
+    pub(crate) fn derived_name(&self) -> String {
         let mut parts = Vec::new();
         for group in Group::ALL {
             let values: Vec<String> = self
@@ -65,7 +65,7 @@ impl CapabilitySet {
 
     /// The name of the request that asks for the capability statement: `decodes` as in the
     /// product document, or `encodes`/`scales` when the set asks for no decoder.
-    pub fn request_name(&self) -> &'static str {
+    pub(crate) fn request_name(&self) -> &'static str {
         match self.iter().next().map(Capability::group) {
             Some(Group::Encode) => "encodes",
             Some(Group::Scale) => "scales",
@@ -80,7 +80,7 @@ impl CapabilitySet {
 
 /// How the claim template asks for the capability statement.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Statement<'a> {
+pub(crate) enum Statement<'a> {
     /// Through a class that already checks the capabilities (step 3).
     Class(&'a str),
     /// Through a class of every `media.liken.sh` device, narrowed by request selectors (step 4).
@@ -122,13 +122,13 @@ fn device_class(name: &str, expression: String) -> DeviceClass {
 }
 
 /// A class of the `media.liken.sh` devices of GPUs that state every capability of the set.
-pub fn capability_class(name: &str, capabilities: &CapabilitySet) -> DeviceClass {
+pub(crate) fn capability_class(name: &str, capabilities: &CapabilitySet) -> DeviceClass {
     let terms = std::iter::once(driver_is(catalogue::DRIVER)).chain(capabilities.terms());
     device_class(name, expression(terms))
 }
 
 /// The class of the render nodes liken publishes.
-pub fn render_class(name: &str) -> DeviceClass {
+pub(crate) fn render_class(name: &str) -> DeviceClass {
     let has_render_node = format!(
         "has(device.attributes[\"{}\"].{RENDER_NODE_ATTRIBUTE})",
         catalogue::RENDER_DRIVER
@@ -140,7 +140,7 @@ pub fn render_class(name: &str) -> DeviceClass {
 }
 
 /// The catch-all class of every `media.liken.sh` device, for request-level selectors.
-pub fn base_class(name: &str) -> DeviceClass {
+pub(crate) fn base_class(name: &str) -> DeviceClass {
     device_class(name, expression([driver_is(catalogue::DRIVER)]))
 }
 
@@ -158,7 +158,7 @@ fn exact_request(name: &str, class: &str, selectors: Option<Vec<DeviceSelector>>
 
 /// The template of step 3: the render node and the capability statement, constrained to the
 /// same GPU by `resource.kubernetes.io/pciBusID`.
-pub fn claim_template(
+pub(crate) fn claim_template(
     name: &str,
     render_class: &str,
     request_name: &str,

@@ -29,7 +29,7 @@ pub struct Source {
 }
 
 /// Loads the configuration `source` names. Nothing is sent to the server.
-pub async fn load(source: &Source) -> Result<kube::Config, KubeconfigError> {
+pub(crate) async fn load(source: &Source) -> Result<kube::Config, KubeconfigError> {
     let options = kube::config::KubeConfigOptions {
         context: source.context.clone(),
         ..Default::default()

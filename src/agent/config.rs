@@ -14,7 +14,7 @@ use crate::names::check_subdomain;
 use crate::node::sysfs::Roots;
 
 /// The default address of the health server (`/healthz`, `/readyz`, `/metrics`).
-pub const DEFAULT_HEALTH_ADDR: &str = "0.0.0.0:8081";
+pub(crate) const DEFAULT_HEALTH_ADDR: &str = "0.0.0.0:8081";
 
 /// The flags of the agent itself (the bare `media-capabilities` command).
 #[derive(Clone, Debug, clap::Args)]

@@ -36,7 +36,7 @@ use tokio::sync::watch;
 use crate::agent::kubelet::RegistrationState;
 
 /// The line `/readyz` and the log show when the API server dropped `allowMultipleAllocations`.
-pub const DROPPED_FIELD_WARNING: &str = "the API server dropped allowMultipleAllocations from the \
+pub(crate) const DROPPED_FIELD_WARNING: &str = "the API server dropped allowMultipleAllocations from the \
      media.liken.sh devices (the DRAConsumableCapacity feature gate is off, as by default in \
      Kubernetes 1.34 and 1.35): each GPU's statement can now back only one claim at a time, so a \
      second pod claiming the same GPU's capabilities stays Pending (hint: enable the \
@@ -161,7 +161,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// The metrics in the Prometheus text format.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut text = String::new();
         // Writing into a String cannot fail; an error here would be a bug in the encoder.
         if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
@@ -198,7 +198,7 @@ pub struct Health {
 
 impl Health {
     /// Records a successful publish.
-    pub fn mark_published(&self) {
+    pub(crate) fn mark_published(&self) {
         self.published.store(true, Ordering::Relaxed);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -209,7 +209,7 @@ impl Health {
 
     /// Records whether the API server kept `allowMultipleAllocations`; returns whether that
     /// changed, so the caller logs once per change.
-    pub fn set_dropped_field(&self, dropped: bool) -> bool {
+    pub(crate) fn set_dropped_field(&self, dropped: bool) -> bool {
         self.metrics.dropped_field.set(i64::from(dropped));
         self.dropped_field.swap(dropped, Ordering::Relaxed) != dropped
     }
@@ -217,7 +217,7 @@ impl Health {
 
 impl Health {
     /// Sets or clears one of the message slots; returns whether it changed (log once per change).
-    pub fn set_note(slot: &Mutex<Option<String>>, note: Option<String>) -> bool {
+    pub(crate) fn set_note(slot: &Mutex<Option<String>>, note: Option<String>) -> bool {
         let mut current = slot.lock().unwrap_or_else(|e| e.into_inner());
         if *current == note {
             return false;
@@ -234,7 +234,7 @@ impl Health {
 /// How long past its promise a loop may be before `/healthz` calls it wedged. It absorbs a
 /// loaded node's scheduling delays; the kubelet's own probe period and failure threshold come
 /// on top.
-pub const DEFAULT_LIVENESS_MARGIN: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_LIVENESS_MARGIN: Duration = Duration::from_secs(30);
 
 /// The loops' heartbeats, read by `/healthz`.
 #[derive(Debug)]
@@ -267,7 +267,7 @@ impl Liveness {
     }
 
     /// A heartbeat for the loop `name`, which promises its first beat `within` from now.
-    pub fn register(self: &Arc<Self>, name: &'static str, within: Duration) -> Heartbeat {
+    pub(crate) fn register(self: &Arc<Self>, name: &'static str, within: Duration) -> Heartbeat {
         let mut loops = self.lock();
         loops.push(Beating {
             name,
@@ -294,7 +294,7 @@ impl Liveness {
     }
 
     /// One line per loop that is past its promise and the margin.
-    pub fn overdue(&self) -> Vec<String> {
+    pub(crate) fn overdue(&self) -> Vec<String> {
         let now = Instant::now();
         self.lock()
             .iter()
@@ -319,7 +319,7 @@ impl Liveness {
 }
 
 /// A duration as an operator reads it: `250ms`, `12.5s`, `5m30s`.
-pub fn human(d: Duration) -> String {
+pub(crate) fn human(d: Duration) -> String {
     if d < Duration::from_secs(1) {
         format!("{}ms", d.as_millis())
     } else if d < Duration::from_secs(60) {
@@ -340,21 +340,22 @@ pub fn human(d: Duration) -> String {
 
 /// One loop's heartbeat (see [`Liveness`]).
 #[derive(Clone, Debug)]
-pub struct Heartbeat {
+pub(crate) struct Heartbeat {
     liveness: Arc<Liveness>,
     index: usize,
 }
 
 impl Heartbeat {
-    /// A heartbeat nobody reads, for a loop run on its own (tests, benchmarks).
-    pub fn detached(name: &'static str) -> Self {
+    /// A heartbeat nobody reads, for a loop run on its own (unit tests).
+    #[cfg(test)]
+    pub(crate) fn detached(name: &'static str) -> Self {
         Arc::new(Liveness::default()).register(name, Duration::MAX / 4)
     }
 
     /// Records progress before a bounded step (an API call with a timeout, a probe with its
     /// budget): the next beat comes `within` from now. Never blocks; the wedge point of a loop
     /// is its [`beat`](Self::beat) once per round.
-    pub fn busy(&self, within: Duration) {
+    pub(crate) fn busy(&self, within: Duration) {
         let mut loops = self.liveness.lock();
         let beating = &mut loops[self.index];
         beating.last = Instant::now();
@@ -364,7 +365,7 @@ impl Heartbeat {
     /// Records progress once per round of the loop and promises the next beat `within` from
     /// now. Returns at once, except for a loop [`Liveness::wedge`]d by a test, where it never
     /// returns.
-    pub async fn beat(&self, within: Duration) {
+    pub(crate) async fn beat(&self, within: Duration) {
         let wedged = {
             let mut loops = self.liveness.lock();
             let beating = &mut loops[self.index];
@@ -386,7 +387,7 @@ struct Served {
 }
 
 /// Serves `/healthz`, `/readyz` and `/metrics` on `listener` until `shutdown` completes.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     health: Arc<Health>,
     registration: watch::Receiver<RegistrationState>,

@@ -102,7 +102,7 @@ fn json_value(value: &AttrValue) -> serde_json::Value {
 }
 
 /// Writes the probes in `format`.
-pub fn render(
+pub(crate) fn render(
     probed: &[Probed],
     format: OutputFormat,
     out: &mut dyn Write,

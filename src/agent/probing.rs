@@ -34,10 +34,10 @@ use tokio::io::AsyncReadExt;
 pub const CHILD_SUBCOMMAND: &str = "__probe-gpu";
 
 /// The default time a probe may take before it is killed.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The default number of probes running at once.
-pub const DEFAULT_PARALLEL: usize = 4;
+pub(crate) const DEFAULT_PARALLEL: usize = 4;
 
 /// One GPU and how its probe ended: what the agent works from, and the recorded format.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,7 +99,7 @@ pub struct ProbeCommand {
 
 impl ProbeCommand {
     /// `<this executable> __probe-gpu`.
-    pub fn current_exe() -> std::io::Result<ProbeCommand> {
+    pub(crate) fn current_exe() -> std::io::Result<ProbeCommand> {
         Ok(ProbeCommand {
             program: std::env::current_exe()?,
             args: vec![CHILD_SUBCOMMAND.into()],
@@ -155,7 +155,10 @@ impl std::str::FromStr for DriverOverride {
 }
 
 /// The override for `pci`: one for its address wins over one for its vendor.
-pub fn driver_for<'a>(overrides: &'a [DriverOverride], pci: &PciIdentity) -> Option<&'a str> {
+pub(crate) fn driver_for<'a>(
+    overrides: &'a [DriverOverride],
+    pci: &PciIdentity,
+) -> Option<&'a str> {
     let find = |want: &dyn Fn(&OverrideKey) -> bool| {
         overrides
             .iter()
@@ -505,13 +508,13 @@ fn seconds(elapsed: Duration) -> String {
 /// What a probe child may make its parent hold: the report line (real ones are a few KiB), and
 /// of everything else it says, the first and last lines, each cut to a length. A driver that
 /// prints without end costs the agent these bounds, never more.
-pub const REPORT_MAX_BYTES: usize = 4 << 20;
+pub(crate) const REPORT_MAX_BYTES: usize = 4 << 20;
 /// Lines kept from the start and from the end of what a child says (stderr, and stdout before
 /// the report); the ones in between are counted.
-pub const SAID_HEAD_LINES: usize = 16;
-pub const SAID_TAIL_LINES: usize = 16;
+pub(crate) const SAID_HEAD_LINES: usize = 16;
+pub(crate) const SAID_TAIL_LINES: usize = 16;
 /// Longer lines are cut (on a character boundary) and marked.
-pub const SAID_LINE_MAX_BYTES: usize = 512;
+pub(crate) const SAID_LINE_MAX_BYTES: usize = 512;
 
 /// The first and last lines a child said, with a count of the lines dropped in between.
 #[derive(Debug, Default)]

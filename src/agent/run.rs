@@ -83,7 +83,7 @@ pub enum AgentError {
 /// names them: it logs an ERROR line for every failed request and a WARN with a Rust `Debug`
 /// dump for every broken stream, so an outage would print one per retry. Every failure reaches
 /// the agent as an error value instead, which it reports once, with the verb and the resource.
-pub const CLIENT_LOG_TARGETS: [&str; 2] = ["kube_client", "kube_runtime"];
+pub(crate) const CLIENT_LOG_TARGETS: [&str; 2] = ["kube_client", "kube_runtime"];
 
 /// The log filter for `RUST_LOG` (default `info`), with the client library's own events off
 /// unless `RUST_LOG` names one of [`CLIENT_LOG_TARGETS`] (`RUST_LOG=info,kube_client=debug`).
@@ -104,7 +104,7 @@ pub fn log_filter(rust_log: Option<&str>) -> Result<EnvFilter, String> {
 
 /// The API client `config` asks for: its kubeconfig, or the usual inference (in-cluster first);
 /// with the API server's address, for error messages.
-pub async fn client(config: &AgentConfig) -> Result<(kube::Client, String), AgentError> {
+pub(crate) async fn client(config: &AgentConfig) -> Result<(kube::Client, String), AgentError> {
     let mut kube_config = crate::kubeconfig::load(&crate::kubeconfig::Source {
         kubeconfig: config.kubeconfig.clone(),
         context: None,
@@ -295,7 +295,7 @@ pub async fn run_with(
 type Listing = Vec<(String, u64, Option<SystemTime>)>;
 
 /// Lists what tells that the set of GPUs may have changed. A missing directory lists as empty.
-pub fn listing(watched: &Watched) -> std::io::Result<Listing> {
+pub(crate) fn listing(watched: &Watched) -> std::io::Result<Listing> {
     fn entries(dir: &Path, keep: impl Fn(&str) -> bool) -> std::io::Result<Listing> {
         let mut found = Vec::new();
         let read = match std::fs::read_dir(dir) {

@@ -83,7 +83,7 @@ pub enum CapsFormat {
 
 impl CapsArgs {
     /// The filter the flags ask for.
-    pub fn filter(&self) -> Result<Filter, catalogue::UnknownCapability> {
+    pub(crate) fn filter(&self) -> Result<Filter, catalogue::UnknownCapability> {
         let mut capabilities = self.capabilities.parse()?;
         capabilities.sort();
         capabilities.dedup();
@@ -94,7 +94,7 @@ impl CapsArgs {
     }
 
     /// Flags that cannot go together, as a usage message.
-    pub fn conflict(&self) -> Option<String> {
+    pub(crate) fn conflict(&self) -> Option<String> {
         if self.summary && self.output == Some(CapsFormat::Wide) {
             return Some(
                 "--summary has no wide form (hint: drop -o wide, or use -o json for the figures)"

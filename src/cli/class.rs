@@ -81,7 +81,7 @@ pub struct ClassArgs {
 #[serde(untagged)]
 // A run prints at most four objects; boxing would buy nothing.
 #[allow(clippy::large_enum_variant)]
-pub enum Object {
+pub(crate) enum Object {
     Class(DeviceClass),
     Template(ResourceClaimTemplate),
 }
@@ -147,7 +147,7 @@ pub(crate) fn run(args: &ClassArgs, _: &Global, io: &mut Io<'_>) -> Result<(), E
 
 impl ClassArgs {
     /// Checks every flag and returns the objects to print.
-    pub fn plan(&self) -> Result<Vec<Object>, ClassError> {
+    pub(crate) fn plan(&self) -> Result<Vec<Object>, ClassError> {
         let capabilities = self.capabilities()?;
         self.check_unused_flags()?;
 

@@ -23,7 +23,7 @@ pub enum ColorChoice {
 impl ColorChoice {
     /// Decides for one stream. `no_color` is the value of `NO_COLOR`; per no-color.org any
     /// non-empty value turns colour off.
-    pub fn enabled(self, no_color: Option<&str>, is_terminal: bool) -> bool {
+    pub(crate) fn enabled(self, no_color: Option<&str>, is_terminal: bool) -> bool {
         match self {
             ColorChoice::Always => true,
             ColorChoice::Never => false,
@@ -38,7 +38,7 @@ impl ColorChoice {
     }
 
     /// Decides for standard output, the stream tables go to.
-    pub fn for_stdout(self) -> Styles {
+    pub(crate) fn for_stdout(self) -> Styles {
         let no_color = std::env::var("NO_COLOR").ok();
         Styles::new(self.enabled(no_color.as_deref(), std::io::stdout().is_terminal()))
     }

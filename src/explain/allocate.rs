@@ -34,7 +34,7 @@ use super::cel::{DeviceValue, Outcome, Selector};
 use super::{AttributeValue, DeviceId, DeviceView, NodeInfo, OwnedAttribute, split_qualified};
 
 /// The most devices one claim can be allocated (k8s.io/api resource/v1 `AllocationResultsMaxSize`).
-pub const ALLOCATION_RESULTS_MAX_SIZE: usize = 32;
+pub(crate) const ALLOCATION_RESULTS_MAX_SIZE: usize = 32;
 
 /// The feature gates that change the rules, by their defaults for the cluster's version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,7 +169,7 @@ pub struct SelectorFailure {
 
 /// One node, explained: see [`Allocator::explain`].
 #[derive(Clone, Debug, PartialEq)]
-pub struct NodeReport {
+pub(crate) struct NodeReport {
     pub verdict: NodeVerdict,
     /// Per request (`request` or `request/sub-request`), every device usable from the node
     /// (by fleet index) and how it fares against that request alone.
@@ -181,7 +181,7 @@ pub struct NodeReport {
 
 /// How the devices of a node fare against one request.
 #[derive(Clone, Debug, PartialEq)]
-pub struct RequestReport {
+pub(crate) struct RequestReport {
     pub claim: String,
     pub request: String,
     pub devices: Vec<(usize, DeviceStatus)>,
@@ -189,7 +189,7 @@ pub struct RequestReport {
 
 /// Why one device does or does not serve one request, for the diagnosis.
 #[derive(Clone, Debug, PartialEq)]
-pub enum DeviceStatus {
+pub(crate) enum DeviceStatus {
     /// Selected and usable.
     Available,
     /// A selector is false: the class's (`class: Some`) or the request's, by index.
@@ -331,7 +331,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     }
 
     /// The devices usable from `node`, in the scheduler's order.
-    pub fn node_devices(&self, node: &NodeInfo) -> Vec<usize> {
+    pub(crate) fn node_devices(&self, node: &NodeInfo) -> Vec<usize> {
         let mut devices: Vec<usize> = self.by_node.get(&node.name).cloned().unwrap_or_default();
         if !self.elsewhere.is_empty() {
             devices.extend(
@@ -406,7 +406,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     /// Everything the diagnosis needs about one node: the verdict, how every device fares
     /// against every request and sub-request, and, when the claims cannot be allocated,
     /// whether the constraints are what blocks them (they could be without them).
-    pub fn explain(
+    pub(crate) fn explain(
         &mut self,
         node: &NodeInfo,
         claims: &[Claim<'_>],
@@ -465,7 +465,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
 
     /// For the diagnosis: how each device usable from `node` fares against one request (or
     /// `firstAvailable` sub-request, by index), ignoring the other requests and constraints.
-    pub fn survey(
+    pub(crate) fn survey(
         &mut self,
         node: &NodeInfo,
         claim: Claim<'_>,
@@ -499,7 +499,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
 
     /// The first false (or failing) clause of `expression` on the device at `index`, with the
     /// values it read, reusing the compiled selector and the device's CEL value.
-    pub fn diagnose(&mut self, expression: &str, index: usize) -> super::diagnose::Finding {
+    pub(crate) fn diagnose(&mut self, expression: &str, index: usize) -> super::diagnose::Finding {
         let selector = self.selector_id(expression);
         let value =
             self.values[index].get_or_insert_with(|| DeviceValue::new(&self.fleet.devices[index]));
@@ -522,7 +522,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     }
 
     /// The device at `index` of the fleet.
-    pub fn device(&self, index: usize) -> &D {
+    pub(crate) fn device(&self, index: usize) -> &D {
         &self.fleet.devices[index]
     }
 
@@ -1037,7 +1037,7 @@ fn prepare_constraints<'s>(
 
 /// allocator.go `lookupAttribute`: the fully qualified name, or, in the driver's own domain,
 /// the unqualified name.
-pub fn lookup_attribute<'d>(
+pub(crate) fn lookup_attribute<'d>(
     device: &'d dyn DeviceView,
     qualified: &str,
 ) -> Option<AttributeValue<'d>> {
@@ -1095,7 +1095,7 @@ fn remove_from_constraint(c: &mut Constraint<'_>, base: &str, sub: Option<&str>)
 }
 
 /// k8s.io/dynamic-resource-allocation `resourceclaim.ToleratesTaint`.
-pub fn tolerates(toleration: &DeviceToleration, taint: &DeviceTaint) -> bool {
+pub(crate) fn tolerates(toleration: &DeviceToleration, taint: &DeviceTaint) -> bool {
     if toleration
         .effect
         .as_deref()

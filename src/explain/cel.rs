@@ -49,7 +49,7 @@ pub enum Outcome {
 
 /// A compiled device selector.
 #[derive(Debug)]
-pub struct Selector {
+pub(crate) struct Selector {
     expression: String,
     program: Result<Program, String>,
 }
@@ -58,7 +58,7 @@ impl Selector {
     /// Compiles `expression` once; a failure is kept and reported per evaluation as
     /// [`Outcome::CannotEvaluate`] (the API server validated stored expressions with cel-go, so a
     /// failure here is more likely this evaluator's gap than the user's error).
-    pub fn compile(expression: &str) -> Selector {
+    pub(crate) fn compile(expression: &str) -> Selector {
         let program = environment()
             .compile(expression)
             .map_err(|e| {
@@ -78,17 +78,17 @@ impl Selector {
     }
 
     /// The expression as written.
-    pub fn expression(&self) -> &str {
+    pub(crate) fn expression(&self) -> &str {
         &self.expression
     }
 
     /// The program, when it compiled (the diagnosis walks its expression tree).
-    pub fn program(&self) -> Option<&Program> {
+    pub(crate) fn program(&self) -> Option<&Program> {
         self.program.as_ref().ok()
     }
 
     /// Evaluates the selector on one device.
-    pub fn evaluate(&self, device: &DeviceValue<'_>) -> Outcome {
+    pub(crate) fn evaluate(&self, device: &DeviceValue<'_>) -> Outcome {
         let program = match &self.program {
             Ok(program) => program,
             Err(reason) => return Outcome::CannotEvaluate(reason.clone()),
@@ -108,7 +108,10 @@ impl Selector {
 
 /// Evaluates `expr` (a sub-expression of a compiled selector) on `device`: the diagnosis uses
 /// it for the clauses of a `&&` chain.
-pub fn evaluate_expr(expr: &IdedExpr, device: &DeviceValue<'_>) -> Result<cel::Value, Outcome> {
+pub(crate) fn evaluate_expr(
+    expr: &IdedExpr,
+    device: &DeviceValue<'_>,
+) -> Result<cel::Value, Outcome> {
     let context = device.context();
     cel::Value::resolve(expr, &context).map_err(runtime_outcome)
 }
@@ -118,7 +121,7 @@ pub fn evaluate_expr(expr: &IdedExpr, device: &DeviceValue<'_>) -> Result<cel::V
 /// building one costs nothing per attribute (a fleet has 40,000 GPUs of 25 attributes each,
 /// and a selector reads two or three).
 #[derive(Clone)]
-pub struct DeviceValue<'a> {
+pub(crate) struct DeviceValue<'a> {
     driver: CelString<'a>,
     attributes: Domains<'a>,
     capacity: Domains<'a>,
@@ -135,7 +138,7 @@ impl<'a> DeviceValue<'a> {
     /// The CEL view of `device` (dra cel/compile.go `DeviceMatches`). Like the scheduler, which
     /// converts every attribute before evaluating, a version or quantity that does not parse
     /// fails every selector on the device, whether it reads it or not.
-    pub fn new(device: &'a dyn DeviceView) -> Result<DeviceValue<'a>, String> {
+    pub(crate) fn new(device: &'a dyn DeviceView) -> Result<DeviceValue<'a>, String> {
         for (name, value) in device.attributes() {
             if let AttributeValue::Version(v) = value {
                 Semver::parse(v)
@@ -638,7 +641,7 @@ static SEMVER_TYPE: Type = Type::new_unspecified_type("kubernetes.Semver");
 
 /// A semantic version: a `version` attribute, or `semver("1.2.3")`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Semver(semver::Version);
+pub(crate) struct Semver(semver::Version);
 
 impl Semver {
     fn parse(text: &str) -> Result<Semver, String> {
@@ -788,14 +791,14 @@ static QUANTITY_TYPE: Type = Type::new_unspecified_type("kubernetes.Quantity");
 /// A Kubernetes resource quantity, kept exactly in nano-units (the API's finest scale; finer
 /// digits round up, as `resource.Quantity` does).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Quantity {
+pub(crate) struct Quantity {
     nanos: i128,
 }
 
 impl Quantity {
     /// Parses the API's quantity syntax: a signed decimal number and an optional suffix (binary
     /// `Ki`..`Ei`, decimal `n u m "" k M G T P E`, or an exponent `e3`/`E3`).
-    pub fn parse(text: &str) -> Result<Quantity, String> {
+    pub(crate) fn parse(text: &str) -> Result<Quantity, String> {
         let bad = || {
             format!(
                 "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text:?}"

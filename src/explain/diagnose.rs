@@ -14,7 +14,7 @@ use super::cel::{DeviceValue, Outcome, Selector, evaluate_expr, visit};
 
 /// What the diagnosis found for one selector on one device.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Finding {
+pub(crate) enum Finding {
     /// The selector selects the device.
     Selected,
     /// The selector is false; `clause` is the first false clause of its top-level `&&` chain
@@ -28,7 +28,7 @@ pub enum Finding {
 
 /// One clause of a selector and what it read from the device.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Clause {
+pub(crate) struct Clause {
     /// Its position in the `&&` chain, from 0.
     pub index: usize,
     /// Its source text.
@@ -40,7 +40,7 @@ pub struct Clause {
 
 /// One value a clause reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Read {
+pub(crate) struct Read {
     /// `driver`, or the attribute's name as the expression spells it.
     pub name: String,
     /// The attribute's domain (`None` for `device.driver`).
@@ -60,7 +60,11 @@ impl std::fmt::Display for Read {
 }
 
 /// Diagnoses `selector` on `device` (whose CEL value is `value`).
-pub fn diagnose(selector: &Selector, value: &DeviceValue, device: &dyn DeviceView) -> Finding {
+pub(crate) fn diagnose(
+    selector: &Selector,
+    value: &DeviceValue,
+    device: &dyn DeviceView,
+) -> Finding {
     let whole = selector.evaluate(value);
     let program = match (&whole, selector.program()) {
         (Outcome::Match(true), _) => return Finding::Selected,

@@ -29,7 +29,7 @@ pub enum AttributeValue<'a> {
 
 impl AttributeValue<'_> {
     /// The API's name for the value's type, as the diagnosis prints it.
-    pub fn type_name(&self) -> &'static str {
+    pub(crate) fn type_name(&self) -> &'static str {
         match self {
             AttributeValue::Bool(_) => "bool",
             AttributeValue::Int(_) => "int",
@@ -101,7 +101,7 @@ pub trait DeviceView: Sync {
 
 /// Splits a qualified name at its first `/` (dra cel/compile.go `parseQualifiedName`); a name
 /// without a domain belongs to `default_domain`.
-pub fn split_qualified<'a>(name: &'a str, default_domain: &'a str) -> (&'a str, &'a str) {
+pub(crate) fn split_qualified<'a>(name: &'a str, default_domain: &'a str) -> (&'a str, &'a str) {
     match name.split_once('/') {
         Some((domain, id)) => (domain, id),
         None => (default_domain, name),
@@ -131,7 +131,7 @@ pub struct NodeInfo {
 
 impl NodeInfo {
     /// Whether a device placed at `placement` can be used from this node.
-    pub fn can_use(&self, placement: Placement<'_>) -> bool {
+    pub(crate) fn can_use(&self, placement: Placement<'_>) -> bool {
         match placement {
             Placement::Node(name) => name == self.name,
             Placement::AllNodes => true,
@@ -142,7 +142,7 @@ impl NodeInfo {
     /// A `NodeSelector` as the scheduler applies it (k8s.io/component-helpers
     /// `nodeaffinity`): the terms are ORed, the requirements of a term ANDed, an empty term
     /// matches nothing.
-    pub fn matches(&self, selector: &NodeSelector) -> bool {
+    pub(crate) fn matches(&self, selector: &NodeSelector) -> bool {
         selector.node_selector_terms.iter().any(|term| {
             let expressions = term.match_expressions.as_deref().unwrap_or_default();
             let fields = term.match_fields.as_deref().unwrap_or_default();

@@ -14,7 +14,7 @@ use crate::fleet::objects::{Kind, Objects};
 use crate::kubeconfig::{KubeconfigError, Source};
 
 /// kubectl's page size for lists (`--chunk-size`).
-pub const PAGE_SIZE: usize = 500;
+pub(crate) const PAGE_SIZE: usize = 500;
 
 /// How many pages are parsed at once.
 const PARSERS: usize = 2;
@@ -196,7 +196,7 @@ impl Cluster {
     }
 
     /// Lists every ResourceSlice, page by page, into `objects`.
-    pub async fn list_slices(&self, objects: &mut Objects) -> Result<(), ClusterError> {
+    pub(crate) async fn list_slices(&self, objects: &mut Objects) -> Result<(), ClusterError> {
         self.list(
             &ListRequest {
                 kind: Kind::ResourceSlice,

@@ -56,14 +56,21 @@ impl Source {
 }
 
 /// Reads every source in order into one set of objects of every kind.
-pub fn read(sources: &[Source], stdin: &mut dyn Read) -> Result<Objects, SnapshotError> {
+#[cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "every kind is read by `kubectl media why`, which is not written yet"
+    )
+)]
+pub(crate) fn read(sources: &[Source], stdin: &mut dyn Read) -> Result<Objects, SnapshotError> {
     let mut objects = Objects::default();
     read_into(&mut objects, sources, stdin)?;
     Ok(objects)
 }
 
 /// Reads every source in order into `objects`, keeping the kinds it wants.
-pub fn read_into(
+pub(crate) fn read_into(
     objects: &mut Objects,
     sources: &[Source],
     stdin: &mut dyn Read,

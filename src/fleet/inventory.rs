@@ -27,7 +27,7 @@ pub(crate) type Statements = [Option<bool>; Capability::ALL.len()];
 #[derive(Clone, Debug, PartialEq, Eq)]
 /// Its strings are the reader's interned ones: a fleet's GPUs repeat a few hundred strings, and
 /// copying them out would cost more than reading them did.
-pub struct Gpu {
+pub(crate) struct Gpu {
     pub node: Ustr,
     /// The PCI address that joins the two drivers' devices; empty when neither states one.
     pub address: Ustr,
@@ -45,19 +45,19 @@ pub struct Gpu {
 }
 
 impl Gpu {
-    pub fn states(&self, capability: Capability) -> Option<bool> {
+    pub(crate) fn states(&self, capability: Capability) -> Option<bool> {
         self.capabilities[capability as usize]
     }
 
     /// `vendor:product`, when both are known.
-    pub fn model(&self) -> Option<(String, String)> {
+    pub(crate) fn model(&self) -> Option<(String, String)> {
         Some((self.vendor?.to_string(), self.product?.to_string()))
     }
 }
 
 /// What is known about a GPU's statements.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Status {
+pub(crate) enum Status {
     /// A media device states every capability.
     Described,
     /// The media device has no `vaDriver`: the agent's query of the driver failed.
@@ -284,17 +284,17 @@ fn find_drift(gpus: &mut [Gpu]) -> Vec<Drift> {
 
 /// What `--node` and `--decode/--encode/--scale` ask for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Filter {
+pub(crate) struct Filter {
     pub nodes: Vec<String>,
     pub capabilities: Vec<Capability>,
 }
 
 impl Filter {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.nodes.is_empty() && self.capabilities.is_empty()
     }
 
-    pub fn matches(&self, gpu: &Gpu) -> bool {
+    pub(crate) fn matches(&self, gpu: &Gpu) -> bool {
         (self.nodes.is_empty() || self.nodes.iter().any(|n| *n == gpu.node))
             && self
                 .capabilities

@@ -29,7 +29,7 @@ pub use ustr::Ustr;
 use crate::catalogue::{self, Capability, Identity};
 
 /// The API group and version whose DRA objects we read.
-pub const RESOURCE_API_VERSION: &str = "resource.k8s.io/v1";
+pub(crate) const RESOURCE_API_VERSION: &str = "resource.k8s.io/v1";
 
 /// The kinds the reader keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -68,7 +68,7 @@ impl Kind {
     }
 
     /// The API group; empty for the core group.
-    pub fn group(self) -> &'static str {
+    pub(crate) fn group(self) -> &'static str {
         match self {
             Kind::ResourceSlice
             | Kind::DeviceClass
@@ -79,7 +79,7 @@ impl Kind {
     }
 
     /// The one `apiVersion` read for this kind.
-    pub fn api_version(self) -> &'static str {
+    pub(crate) fn api_version(self) -> &'static str {
         if self.group().is_empty() {
             "v1"
         } else {
@@ -102,7 +102,7 @@ impl Kind {
 
     /// `resourceslices.resource.k8s.io`, or `pods` for the core group, as kubectl and the API
     /// server's messages name a resource.
-    pub fn resource(self) -> &'static str {
+    pub(crate) fn resource(self) -> &'static str {
         match self {
             Kind::ResourceSlice => "resourceslices.resource.k8s.io",
             Kind::DeviceClass => "deviceclasses.resource.k8s.io",
@@ -115,7 +115,7 @@ impl Kind {
     }
 
     /// Whether its objects live in namespaces.
-    pub fn namespaced(self) -> bool {
+    pub(crate) fn namespaced(self) -> bool {
         matches!(
             self,
             Kind::ResourceClaim | Kind::ResourceClaimTemplate | Kind::Pod | Kind::Event
@@ -129,16 +129,16 @@ impl Kind {
 
 /// A set of kinds to keep; the others are skipped without being parsed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Kinds(u8);
+pub(crate) struct Kinds(u8);
 
 impl Kinds {
-    pub const ALL: Kinds = Kinds(0x7f);
+    pub(crate) const ALL: Kinds = Kinds(0x7f);
 
-    pub fn only(kinds: &[Kind]) -> Kinds {
+    pub(crate) fn only(kinds: &[Kind]) -> Kinds {
         Kinds(kinds.iter().fold(0, |bits, k| bits | (1 << *k as u8)))
     }
 
-    pub fn contains(self, kind: Kind) -> bool {
+    pub(crate) fn contains(self, kind: Kind) -> bool {
         self.0 & (1 << kind as u8) != 0
     }
 }
@@ -208,19 +208,12 @@ pub enum Value {
 }
 
 impl Value {
-    pub fn as_bool(&self) -> Option<bool> {
-        match self {
-            Value::Bool(b) => Some(*b),
-            _ => None,
-        }
-    }
-
     pub fn as_str(&self) -> Option<&'static str> {
         self.as_ustr().map(|s| s.as_str())
     }
 
     /// A string or version, interned.
-    pub fn as_ustr(&self) -> Option<Ustr> {
+    pub(crate) fn as_ustr(&self) -> Option<Ustr> {
         match self {
             Value::String(s) | Value::Version(s) => Some(*s),
             _ => None,
@@ -230,7 +223,7 @@ impl Value {
 
 /// What a device says of one catalogue capability.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Stated {
+pub(crate) enum Stated {
     /// The device has no such attribute.
     #[default]
     Absent,
@@ -240,7 +233,7 @@ pub enum Stated {
 }
 
 impl Stated {
-    pub fn as_bool(self) -> Option<bool> {
+    pub(crate) fn as_bool(self) -> Option<bool> {
         match self {
             Stated::Bool(b) => Some(b),
             Stated::Absent | Stated::NotBool => None,
@@ -301,21 +294,18 @@ impl Attributes {
         self.values.get(i)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (QualifiedName, &Value)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (QualifiedName, &Value)> {
         self.names.iter().copied().zip(self.values.iter())
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.values.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
     }
 
     /// Sets an attribute, replacing one of the same name (for building devices by hand: it
     /// copies the shape).
-    pub fn insert(&mut self, name: QualifiedName, value: Value) {
+    #[cfg(test)]
+    pub(crate) fn insert(&mut self, name: QualifiedName, value: Value) {
         let mut entries: Vec<(QualifiedName, Value)> = self.iter().map(|(n, v)| (n, *v)).collect();
         match entries.iter_mut().find(|(n, _)| *n == name) {
             Some(slot) => slot.1 = value,
@@ -324,6 +314,7 @@ impl Attributes {
         *self = Attributes::from_entries(entries);
     }
 
+    #[cfg(test)]
     fn from_entries(entries: Vec<(QualifiedName, Value)>) -> Attributes {
         let (names, values): (Vec<QualifiedName>, Vec<Value>) = entries.into_iter().unzip();
         Attributes {
@@ -334,17 +325,18 @@ impl Attributes {
 
     /// A catalogue identity attribute of a `media.liken.sh` device (`pciBusID` in its own
     /// domain).
-    pub fn identity(&self, attribute: Identity) -> Option<&Value> {
+    pub(crate) fn identity(&self, attribute: Identity) -> Option<&Value> {
         self.get(catalogue_names().identity[attribute as usize])
     }
 
     /// The identity attribute when it is a string or version.
-    pub fn string(&self, attribute: Identity) -> Option<&'static str> {
+    #[cfg(test)]
+    pub(crate) fn string(&self, attribute: Identity) -> Option<&'static str> {
         self.identity(attribute).and_then(Value::as_str)
     }
 
     /// What a `media.liken.sh` device states of a catalogue capability.
-    pub fn capability(&self, capability: Capability) -> Stated {
+    pub(crate) fn capability(&self, capability: Capability) -> Stated {
         match self.get(catalogue_names().capabilities[capability as usize]) {
             None => Stated::Absent,
             Some(Value::Bool(b)) => Stated::Bool(*b),
@@ -352,11 +344,13 @@ impl Attributes {
         }
     }
 
-    pub fn set_identity(&mut self, attribute: Identity, value: Value) {
+    #[cfg(test)]
+    pub(crate) fn set_identity(&mut self, attribute: Identity, value: Value) {
         self.insert(catalogue_names().identity[attribute as usize], value);
     }
 
-    pub fn set_capability(&mut self, capability: Capability, stated: Stated) {
+    #[cfg(test)]
+    pub(crate) fn set_capability(&mut self, capability: Capability, stated: Stated) {
         let name = catalogue_names().capabilities[capability as usize];
         match stated {
             Stated::Absent => {
@@ -541,7 +535,7 @@ impl Device {
     }
 
     /// Capacities by qualified name, each quantity as given (`"1"`, `"16Gi"`).
-    pub fn capacities(&self) -> &[(QualifiedName, Ustr)] {
+    pub(crate) fn capacities(&self) -> &[(QualifiedName, Ustr)] {
         self.more.as_ref().map_or(&[], |m| &m.capacity)
     }
 
@@ -558,15 +552,33 @@ impl Device {
     }
 
     /// With the slice's `perDeviceNodeSelection`: where this device is.
-    pub fn node_name(&self) -> Option<Ustr> {
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "read by `kubectl media why`, which is not written yet"
+        )
+    )]
+    pub(crate) fn node_name(&self) -> Option<Ustr> {
         self.more.as_ref().and_then(|m| m.node_name)
     }
 
-    pub fn node_selector(&self) -> Option<&NodeSelector> {
+    #[expect(
+        dead_code,
+        reason = "read by `kubectl media why`, which is not written yet"
+    )]
+    pub(crate) fn node_selector(&self) -> Option<&NodeSelector> {
         self.more.as_ref().and_then(|m| m.node_selector.as_ref())
     }
 
-    pub fn all_nodes(&self) -> Option<bool> {
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "read by `kubectl media why`, which is not written yet"
+        )
+    )]
+    pub(crate) fn all_nodes(&self) -> Option<bool> {
         self.more.as_ref().and_then(|m| m.all_nodes)
     }
 }
@@ -1049,7 +1061,7 @@ impl fmt::Display for Unreadable {
 
 impl Objects {
     /// An empty set that keeps only these kinds; objects of the others are skipped unparsed.
-    pub fn wanting(kinds: Kinds) -> Objects {
+    pub(crate) fn wanting(kinds: Kinds) -> Objects {
         Objects {
             wanted: kinds,
             ..Objects::default()
@@ -1057,7 +1069,7 @@ impl Objects {
     }
 
     /// The kinds kept.
-    pub fn wanted(&self) -> Kinds {
+    pub(crate) fn wanted(&self) -> Kinds {
         self.wanted
     }
 
@@ -1067,7 +1079,7 @@ impl Objects {
     ///
     /// The document is read in one pass; one where an object does not have its kind's shape is
     /// read again object by object, so that the odd object costs a note, not the listing.
-    pub fn add_json(&mut self, text: &str) -> Result<Option<String>, serde_json::Error> {
+    pub(crate) fn add_json(&mut self, text: &str) -> Result<Option<String>, serde_json::Error> {
         let mut attempt = Objects::wanting(self.wanted);
         let mut deserializer = serde_json::Deserializer::from_str(text);
         let read = ObjectSeed {
@@ -1154,7 +1166,7 @@ impl Objects {
     }
 
     /// Appends another set of objects (a later page of the same listing, another file).
-    pub fn extend(&mut self, other: Objects) {
+    pub(crate) fn extend(&mut self, other: Objects) {
         self.slices.extend(other.slices);
         self.classes.extend(other.classes);
         self.claims.extend(other.claims);
@@ -1166,7 +1178,7 @@ impl Objects {
     }
 
     /// Adds the objects of one already-parsed document (the YAML path).
-    pub fn add_value(&mut self, value: &serde_json::Value) {
+    pub(crate) fn add_value(&mut self, value: &serde_json::Value) {
         self.add_value_with(value, Inherit::default());
     }
 
@@ -1293,7 +1305,7 @@ fn object_name(metadata: Option<&serde_json::Value>) -> String {
 /// A List's `metadata.continue` token. The API server writes `metadata` before `items` (Go's
 /// field order), so reading stops at `metadata` instead of skipping megabytes of items: the
 /// next page is asked for that much sooner. A list that puts `items` first is still read whole.
-pub fn continue_token(text: &str) -> Result<Option<String>, serde_json::Error> {
+pub(crate) fn continue_token(text: &str) -> Result<Option<String>, serde_json::Error> {
     /// Carries the token out of the visitor, which stops the parse early by failing on purpose.
     struct Early<'a>(&'a mut Option<Option<String>>);
 

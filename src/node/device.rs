@@ -64,7 +64,7 @@ impl GpuDevice {
     }
 
     /// The value of a capability (always present).
-    pub fn capability(&self, capability: Capability) -> bool {
+    pub(crate) fn capability(&self, capability: Capability) -> bool {
         matches!(
             self.get(Attribute::Capability(capability)),
             Some(AttrValue::Bool(true))
@@ -74,7 +74,7 @@ impl GpuDevice {
 
 /// The device name for a PCI address: `pci-` and the address with `:` and `.` as `-`, a valid DNS
 /// label because discovery only accepts `dddd:bb:dd.f` addresses.
-pub fn device_name(address: &str) -> String {
+pub(crate) fn device_name(address: &str) -> String {
     format!(
         "pci-{}",
         address.replace([':', '.'], "-").to_ascii_lowercase()
@@ -83,7 +83,7 @@ pub fn device_name(address: &str) -> String {
 
 /// The failure line of libva-facts §4's isolation: `probe of <node> (<address>) <what>; libva
 /// said: <messages>`, with every message verbatim and separated by ` | `.
-pub fn failure_text(node: &RenderNode, what: &str, said: &[String]) -> String {
+pub(crate) fn failure_text(node: &RenderNode, what: &str, said: &[String]) -> String {
     let said = if said.is_empty() {
         "libva said nothing".to_string()
     } else {
@@ -99,7 +99,7 @@ pub fn failure_text(node: &RenderNode, what: &str, said: &[String]) -> String {
 /// Trims a string to fit a DRA string attribute (libva-facts §5): trim, drop control characters;
 /// when still over 64 bytes, cut before the first " (" if that fits, else at 64 bytes on a
 /// character boundary.
-pub fn sanitise(text: &str) -> String {
+pub(crate) fn sanitise(text: &str) -> String {
     let clean: String = text.trim().chars().filter(|c| !c.is_control()).collect();
     if clean.len() <= MAX_STRING_VALUE_BYTES {
         return clean;

@@ -35,7 +35,7 @@ pub struct NodeRef {
 
 /// The slice's name for a node: `<node>-media.liken.sh`, or the documented fallback when that
 /// is too long.
-pub fn slice_name(node: &str) -> String {
+pub(crate) fn slice_name(node: &str) -> String {
     let plain = format!("{node}{NAME_SUFFIX}");
     if plain.len() <= MAX_SUBDOMAIN_LENGTH {
         return plain;
@@ -58,7 +58,7 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// The devices of the slice, one per GPU, sorted by name so that the same GPUs always give the
 /// same spec.
-pub fn devices(gpus: &[GpuDevice]) -> Vec<Device> {
+pub(crate) fn devices(gpus: &[GpuDevice]) -> Vec<Device> {
     let mut devices: Vec<Device> = gpus
         .iter()
         .map(|gpu| Device {

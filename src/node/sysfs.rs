@@ -18,7 +18,8 @@ pub struct Roots {
 }
 
 /// Where pci.ids usually lives: the Debian `pci.ids` package, then hwdata.
-pub const PCI_IDS_PATHS: [&str; 2] = ["/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids"];
+pub(crate) const PCI_IDS_PATHS: [&str; 2] =
+    ["/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids"];
 
 /// What sysfs and pci.ids say about the GPU behind a render node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,20 +62,20 @@ pub enum DiscoveryError {
 }
 
 /// The PCI ID database, or the knowledge that there is none.
-pub struct PciNames {
+pub(crate) struct PciNames {
     db: Option<pciid_parser::Database>,
 }
 
 impl PciNames {
     /// No database: every `pci_name` is absent.
-    pub fn none() -> PciNames {
+    pub(crate) fn none() -> PciNames {
         PciNames { db: None }
     }
 
     /// Reads `path`, or with `None` the first of `PCI_IDS_PATHS` that exists. A path the operator
     /// named must be readable; a missing system database is only logged, since names are
     /// cosmetic and the capabilities do not depend on them.
-    pub fn load(path: Option<&Path>) -> Result<PciNames, DiscoveryError> {
+    pub(crate) fn load(path: Option<&Path>) -> Result<PciNames, DiscoveryError> {
         let path = match path {
             Some(p) => p.to_path_buf(),
             None => match PCI_IDS_PATHS.iter().map(Path::new).find(|p| p.exists()) {
@@ -102,7 +103,7 @@ impl PciNames {
     /// modification time or inode), since the agent discovers the GPUs again at every rescan and
     /// parsing pci.ids takes tens of milliseconds. The last database stays cached; asking for
     /// another path replaces it.
-    pub fn load_cached(path: Option<&Path>) -> Result<Arc<PciNames>, DiscoveryError> {
+    pub(crate) fn load_cached(path: Option<&Path>) -> Result<Arc<PciNames>, DiscoveryError> {
         static CACHE: Mutex<Option<CachedNames>> = Mutex::new(None);
         let resolved = match path {
             Some(p) => Some(p.to_path_buf()),
@@ -129,7 +130,7 @@ impl PciNames {
     }
 
     /// The device's name, when the database has the entry.
-    pub fn device_name(&self, vendor: u16, product: u16) -> Option<String> {
+    pub(crate) fn device_name(&self, vendor: u16, product: u16) -> Option<String> {
         // Looked up in the parsed maps rather than with `find_device_name`, which formats IDs
         // without leading zeros and so misses products like 0412.
         self.db
@@ -167,7 +168,7 @@ impl FileStamp {
 
 /// Every PCI render node under `roots.dev`, sorted by PCI address. Nodes without a PCI identity
 /// (vgem, platform GPUs) and nodes whose identity cannot be read are skipped with a log line.
-pub fn discover(roots: &Roots, names: &PciNames) -> Result<Vec<RenderNode>, DiscoveryError> {
+pub(crate) fn discover(roots: &Roots, names: &PciNames) -> Result<Vec<RenderNode>, DiscoveryError> {
     let entries = std::fs::read_dir(&roots.dev).map_err(|source| DiscoveryError::DevRoot {
         path: roots.dev.clone(),
         source,

@@ -49,23 +49,23 @@ use self::socket::{FileId, Found};
 use crate::catalogue::DRIVER;
 
 /// Where the kubelet's plugin watcher looks for registration sockets.
-pub const DEFAULT_REGISTRY_DIR: &str = "/var/lib/kubelet/plugins_registry";
+pub(crate) const DEFAULT_REGISTRY_DIR: &str = "/var/lib/kubelet/plugins_registry";
 
 /// The parent of every DRA driver's own directory (`<this>/media.liken.sh`).
-pub const DEFAULT_PLUGINS_ROOT: &str = "/var/lib/kubelet/plugins";
+pub(crate) const DEFAULT_PLUGINS_ROOT: &str = "/var/lib/kubelet/plugins";
 
 /// The plugin type the kubelet expects from a DRA driver in `PluginInfo.type`.
-pub const PLUGIN_TYPE: &str = "DRAPlugin";
+pub(crate) const PLUGIN_TYPE: &str = "DRAPlugin";
 
 /// The DRA API versions we serve, preferred first: the kubelet takes the first one it knows.
 pub const SUPPORTED_VERSIONS: [&str; 2] = ["v1.DRAPlugin", "v1beta1.DRAPlugin"];
 
 /// How often the socket files are checked by default (see the module documentation).
-pub const DEFAULT_RECHECK_INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_RECHECK_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How long in-flight kubelet calls may take to finish at shutdown by default. Our calls do no
 /// work, so this only bounds a stuck connection.
-pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Where and how the kubelet plugin serves.
 #[derive(Clone, Debug)]
@@ -277,7 +277,7 @@ impl KubeletPlugin {
     }
 
     /// Beats `heartbeat` at every socket re-check, so a wedged serving loop fails `/healthz`.
-    pub fn with_heartbeat(self, heartbeat: crate::agent::health::Heartbeat) -> Self {
+    pub(crate) fn with_heartbeat(self, heartbeat: crate::agent::health::Heartbeat) -> Self {
         Self {
             heartbeat: Some(heartbeat),
             ..self

@@ -37,7 +37,7 @@ type VAConfigID = c_uint;
 type VAMessageCallback = Option<unsafe extern "C" fn(ctx: *mut c_void, message: *const c_char)>;
 
 /// `VA_STATUS_ERROR_UNSUPPORTED_PROFILE`: a listed profile that has no entrypoints after all.
-pub const STATUS_UNSUPPORTED_PROFILE: i32 = 0xc;
+pub(crate) const STATUS_UNSUPPORTED_PROFILE: i32 = 0xc;
 /// `VAConfigAttribRTFormat`.
 const CONFIG_ATTRIB_RT_FORMAT: c_int = 0;
 /// `VASurfaceAttribPixelFormat`.
@@ -85,7 +85,7 @@ const _: () = {
 /// A failed libva call: which call, the status and `vaErrorStr`'s words for it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{call} failed: {text} ({})", status_code(*.status))]
-pub struct VaError {
+pub(crate) struct VaError {
     pub call: &'static str,
     pub status: i32,
     pub text: String,
@@ -102,7 +102,7 @@ fn status_code(status: i32) -> String {
 
 /// Why libva or a display could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub enum OpenError {
+pub(crate) enum OpenError {
     /// The loader's own words (`dlopen failed: libva.so.2: cannot open shared object file: ...`).
     #[error("{0}")]
     Load(String),
@@ -181,7 +181,7 @@ struct Api {
 
 /// libva and libva-drm, loaded. The function pointers in `api` stay valid because the libraries
 /// are kept open for as long as this value lives.
-pub struct Libva {
+pub(crate) struct Libva {
     api: Api,
     /// What libva was loaded as, for messages.
     soname: String,
@@ -205,7 +205,7 @@ unsafe fn symbol<T: Copy>(lib: &Library, soname: &str, name: &str) -> Result<T, 
 impl Libva {
     /// Loads libva and libva-drm. Loading runs their initialisers, nothing more; no driver is
     /// loaded until a display is initialised.
-    pub fn load(paths: &LibvaPaths) -> Result<Libva, OpenError> {
+    pub(crate) fn load(paths: &LibvaPaths) -> Result<Libva, OpenError> {
         // SAFETY: libva's and libva-drm's initialisers have no preconditions; we load them once
         // per probe process, which exists only to call them.
         let va =
@@ -265,7 +265,7 @@ impl Libva {
     /// Opens `node`, gets a DRM display for it and sets the message callbacks, in that order, so
     /// every message from `vaInitialize` on is captured. With `driver`, the display will load that
     /// VA driver instead of the one libva would choose for the node's kernel driver.
-    pub fn open_display(
+    pub(crate) fn open_display(
         &self,
         node: &Path,
         driver: Option<&str>,
@@ -421,19 +421,19 @@ impl Drop for Handle<'_> {
 }
 
 /// A display libva has not initialised: the only thing to do with it is `initialize`.
-pub struct Opened;
+pub(crate) struct Opened;
 /// A display whose VA driver is loaded and initialised: the queries live here.
-pub struct Initialised;
+pub(crate) struct Initialised;
 
 /// An open VA display on one render node, in state `Opened` or `Initialised`.
-pub struct Display<'a, State> {
+pub(crate) struct Display<'a, State> {
     handle: Handle<'a>,
     _state: PhantomData<State>,
 }
 
 /// `vaInitialize` failed: the error, and every message libva sent up to its `vaTerminate`.
 #[derive(Debug)]
-pub struct InitFailed {
+pub(crate) struct InitFailed {
     pub error: VaError,
     pub messages: Vec<Message>,
 }
@@ -441,7 +441,9 @@ pub struct InitFailed {
 impl<'a> Display<'a, Opened> {
     /// `vaInitialize`: loads and initialises the VA driver. Returns the initialised display and
     /// the VA-API version; on failure the display is terminated and its messages returned.
-    pub fn initialize(mut self) -> Result<(Display<'a, Initialised>, (i32, i32)), InitFailed> {
+    pub(crate) fn initialize(
+        mut self,
+    ) -> Result<(Display<'a, Initialised>, (i32, i32)), InitFailed> {
         let (mut major, mut minor) = (0, 0);
         // SAFETY: valid, not yet initialised display; valid out-pointers.
         let status =
@@ -468,7 +470,7 @@ impl<'a> Display<'a, Opened> {
 impl<State> Display<'_, State> {
     /// Terminates the display now and returns every message, including those `vaTerminate`
     /// itself produced. The callbacks' context is freed and the fd closed as `self` drops.
-    pub fn terminate(mut self) -> Vec<Message> {
+    pub(crate) fn terminate(mut self) -> Vec<Message> {
         self.handle.terminate();
         self.handle.take_messages()
     }
@@ -484,7 +486,7 @@ impl Display<'_, Initialised> {
     }
 
     /// `vaQueryVendorString`, copied at once (the pointer belongs to the driver).
-    pub fn vendor(&self) -> Option<String> {
+    pub(crate) fn vendor(&self) -> Option<String> {
         // SAFETY: initialised display.
         let text = unsafe { (self.lib().api.query_vendor_string)(self.dpy()) };
         (!text.is_null()).then(|| {
@@ -496,7 +498,7 @@ impl Display<'_, Initialised> {
     }
 
     /// `vaQueryConfigProfiles`, with a buffer of at least 64 entries and the count checked.
-    pub fn profiles(&self) -> Result<Vec<i32>, VaError> {
+    pub(crate) fn profiles(&self) -> Result<Vec<i32>, VaError> {
         // SAFETY: initialised display.
         let max = unsafe { (self.lib().api.max_num_profiles)(self.dpy()) };
         let mut list = vec![0; usize::try_from(max).unwrap_or(0).max(64)];
@@ -511,7 +513,7 @@ impl Display<'_, Initialised> {
     }
 
     /// `vaQueryConfigEntrypoints` for one profile.
-    pub fn entrypoints(&self, profile: i32) -> Result<Vec<i32>, VaError> {
+    pub(crate) fn entrypoints(&self, profile: i32) -> Result<Vec<i32>, VaError> {
         // SAFETY: initialised display.
         let max = unsafe { (self.lib().api.max_num_entrypoints)(self.dpy()) };
         let mut list = vec![0; usize::try_from(max).unwrap_or(0).max(64)];
@@ -531,7 +533,7 @@ impl Display<'_, Initialised> {
     }
 
     /// The raw `VAConfigAttribRTFormat` value of (profile, entrypoint).
-    pub fn rt_format(&self, profile: i32, entrypoint: i32) -> Result<u32, VaError> {
+    pub(crate) fn rt_format(&self, profile: i32, entrypoint: i32) -> Result<u32, VaError> {
         let mut attrib = VAConfigAttrib {
             kind: CONFIG_ATTRIB_RT_FORMAT,
             value: 0,
@@ -546,7 +548,11 @@ impl Display<'_, Initialised> {
 
     /// The pixel formats `vaQuerySurfaceAttributes` lists for a config of (profile, entrypoint).
     /// The config is created for the query and destroyed afterwards, also on failure.
-    pub fn surface_formats(&self, profile: i32, entrypoint: i32) -> Result<Vec<u32>, VaError> {
+    pub(crate) fn surface_formats(
+        &self,
+        profile: i32,
+        entrypoint: i32,
+    ) -> Result<Vec<u32>, VaError> {
         let mut config: VAConfigID = 0;
         // SAFETY: no attributes (null list, count 0) and a valid out-pointer.
         let status = unsafe {

@@ -90,16 +90,16 @@ fn value_of(table: &'static [(i32, &'static str)], name: &str) -> Option<i32> {
 
 impl Profile {
     pub const NONE: Profile = Profile(-1);
-    pub const MPEG2_MAIN: Profile = Profile(1);
-    pub const H264_MAIN: Profile = Profile(6);
-    pub const H264_HIGH: Profile = Profile(7);
-    pub const VC1_ADVANCED: Profile = Profile(10);
-    pub const H264_CONSTRAINED_BASELINE: Profile = Profile(13);
-    pub const VP8_VERSION0_3: Profile = Profile(14);
-    pub const HEVC_MAIN: Profile = Profile(17);
-    pub const HEVC_MAIN10: Profile = Profile(18);
-    pub const VP9_PROFILE0: Profile = Profile(19);
-    pub const VP9_PROFILE2: Profile = Profile(21);
+    pub(crate) const MPEG2_MAIN: Profile = Profile(1);
+    pub(crate) const H264_MAIN: Profile = Profile(6);
+    pub(crate) const H264_HIGH: Profile = Profile(7);
+    pub(crate) const VC1_ADVANCED: Profile = Profile(10);
+    pub(crate) const H264_CONSTRAINED_BASELINE: Profile = Profile(13);
+    pub(crate) const VP8_VERSION0_3: Profile = Profile(14);
+    pub(crate) const HEVC_MAIN: Profile = Profile(17);
+    pub(crate) const HEVC_MAIN10: Profile = Profile(18);
+    pub(crate) const VP9_PROFILE0: Profile = Profile(19);
+    pub(crate) const VP9_PROFILE2: Profile = Profile(21);
     pub const AV1_PROFILE0: Profile = Profile(32);
 
     /// libva's name (`VAProfileH264High`), or `None` for a value this build does not know.
@@ -116,7 +116,6 @@ impl Profile {
 impl Entrypoint {
     pub const VLD: Entrypoint = Entrypoint(1);
     pub const ENC_SLICE: Entrypoint = Entrypoint(6);
-    pub const ENC_PICTURE: Entrypoint = Entrypoint(7);
     pub const ENC_SLICE_LP: Entrypoint = Entrypoint(8);
     pub const VIDEO_PROC: Entrypoint = Entrypoint(10);
 
@@ -219,14 +218,14 @@ pub enum RtFormat {
 
 impl RtFormat {
     /// `VA_ATTRIB_NOT_SUPPORTED`.
-    pub const NOT_SUPPORTED: u32 = 0x8000_0000;
+    pub(crate) const NOT_SUPPORTED: u32 = 0x8000_0000;
     /// `VA_RT_FORMAT_YUV420`.
-    pub const YUV420: u32 = 0x1;
+    pub(crate) const YUV420: u32 = 0x1;
     /// `VA_RT_FORMAT_YUV420_10`.
-    pub const YUV420_10: u32 = 0x100;
+    pub(crate) const YUV420_10: u32 = 0x100;
 
     /// The statement the raw attribute value makes.
-    pub fn from_raw(raw: u32) -> RtFormat {
+    pub(crate) fn from_raw(raw: u32) -> RtFormat {
         if raw == Self::NOT_SUPPORTED {
             RtFormat::NotStated
         } else {
@@ -288,7 +287,7 @@ impl Fourcc {
     }
 
     /// The code of a four-character text (`"NV12"`).
-    pub fn from_text(text: &str) -> Option<Fourcc> {
+    pub(crate) fn from_text(text: &str) -> Option<Fourcc> {
         let bytes: [u8; 4] = text.as_bytes().try_into().ok()?;
         Some(Fourcc(u32::from_le_bytes(bytes)))
     }
