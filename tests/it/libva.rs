@@ -543,6 +543,27 @@ fn wait_gone(pids: &[i32]) {
     }
 }
 
+/// The agent on `node` (as node `gpu-node-1`, with `args`) against a fresh test API server that
+/// holds its Node; and its log line for the GPU at 0000:03:00.0 once that was probed.
+fn agent_probing(node: &FakeNode, args: &[&str]) -> (TestApiServer, AgentProcess, String) {
+    let server = TestApiServer::start();
+    server
+        .put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"}}))
+        .expect("create the Node");
+    let agent = AgentProcess::start_with(
+        BIN,
+        "gpu-node-1",
+        &node.args(),
+        &node.env(),
+        server.kubeconfig(),
+        args,
+    );
+    let line = agent
+        .log
+        .wait_for("pci-0000-03-00-0 (", Duration::from_secs(30));
+    (server, agent, line)
+}
+
 #[test]
 #[cfg_attr(
     not(have_libva),
@@ -654,21 +675,7 @@ fn the_agent_stays_small_while_a_driver_floods_stderr() {
             scenario: format!("spew {}\nact init segv\n", 64 << 20),
         },
     ]);
-    let server = TestApiServer::start();
-    server
-        .put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"}}))
-        .expect("create the Node");
-    let agent = AgentProcess::start_with(
-        BIN,
-        "gpu-node-1",
-        &node.args(),
-        &node.env(),
-        server.kubeconfig(),
-        FAST,
-    );
-    let line = agent
-        .log
-        .wait_for("pci-0000-03-00-0 (", Duration::from_secs(30));
+    let (server, agent, line) = agent_probing(&node, FAST);
     server
         .wait_until(Duration::from_secs(30), |s| {
             s.get("resourceslices", "", "gpu-node-1-media.liken.sh")
@@ -745,23 +752,9 @@ fn the_agent_reaps_what_a_killed_probe_leaves_behind() {
         pci: pci("0000:03:00.0", "1002", "744c", "amdgpu"),
         scenario: acting("vaQueryConfigProfiles hang-with-helper"),
     }]);
-    let server = TestApiServer::start();
-    server
-        .put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"}}))
-        .expect("create the Node");
     let mut args: Vec<&str> = FAST.to_vec();
     args.extend(["--probe-timeout", "1s"]);
-    let agent = AgentProcess::start_with(
-        BIN,
-        "gpu-node-1",
-        &node.args(),
-        &node.env(),
-        server.kubeconfig(),
-        &args,
-    );
-    let line = agent
-        .log
-        .wait_for("pci-0000-03-00-0 (", Duration::from_secs(30));
+    let (_server, _agent, line) = agent_probing(&node, &args);
     assert!(
         line.contains("timed out after 1.0s and was killed with its process group"),
         "{line}"
@@ -800,21 +793,7 @@ fn the_agent_reaps_a_helper_that_left_the_probes_process_group() {
         pci: pci("0000:03:00.0", "1002", "744c", "amdgpu"),
         scenario: acting("vaQueryConfigProfiles escape-then-segv"),
     }]);
-    let server = TestApiServer::start();
-    server
-        .put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"}}))
-        .expect("create the Node");
-    let agent = AgentProcess::start_with(
-        BIN,
-        "gpu-node-1",
-        &node.args(),
-        &node.env(),
-        server.kubeconfig(),
-        FAST,
-    );
-    let line = agent
-        .log
-        .wait_for("pci-0000-03-00-0 (", Duration::from_secs(30));
+    let (_server, _agent, line) = agent_probing(&node, FAST);
     assert!(line.contains("killed by SIGSEGV"), "{line}");
     let escapee: i32 = std::fs::read_to_string(node.scenarios().join("renderD128.pids"))
         .unwrap()
