@@ -250,6 +250,10 @@ pub enum Parsed {
 /// every other error of ours.
 pub fn parse(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> Result<Parsed, Error> {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    // `kubectl media` alone prints the help, as `kubectl` alone does.
+    if args.len() <= 1 {
+        return Ok(Parsed::Info(Cli::command().render_long_help().to_string()));
+    }
     match Cli::try_parse_from(&args) {
         Ok(cli) => Ok(Parsed::Run(Box::new(cli))),
         Err(e) => match e.kind() {
