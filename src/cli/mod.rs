@@ -394,10 +394,12 @@ mod tests {
             message(&["kubectl-media", "--bogus"]),
             "unexpected argument '--bogus' found (hint: see 'kubectl media --help')"
         );
+        // Flags without a command: the command is missing (alone, it prints the help).
         assert_eq!(
-            message(&["kubectl-media"]),
+            message(&["kubectl-media", "--color", "never"]),
             "a command is required: caps, class (hint: see 'kubectl media --help')"
         );
+        assert!(matches!(parse(["kubectl-media"]), Ok(Parsed::Info(_))));
     }
 
     #[test]
