@@ -212,9 +212,57 @@ pub(crate) fn build(slices: Vec<ResourceSlice>) -> Inventory {
         }
     }
     gpus.extend(undescribed);
-    gpus.sort_by(|a, b| (&a.node, &a.address, &a.device).cmp(&(&b.node, &b.address, &b.device)));
+    // Nodes in the order people read their names; ranked once per node rather than compared
+    // per GPU, which keeps a 40,000-GPU fleet's sort as cheap as a plain one.
+    let mut nodes: Vec<Ustr> = gpus
+        .iter()
+        .map(|g| g.node)
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    nodes.sort_by(|a, b| natural_cmp(a, b));
+    let rank: HashMap<Ustr, usize> = nodes.into_iter().enumerate().map(|(i, n)| (n, i)).collect();
+    gpus.sort_by(|a, b| {
+        (rank[&a.node], &a.address, &a.device).cmp(&(rank[&b.node], &b.address, &b.device))
+    });
     let drift = find_drift(&mut gpus);
     Inventory { gpus, drift }
+}
+
+/// Orders names as people read them: runs of digits by their value, so `edge-1-2` comes before
+/// `edge-1-10` (plain string order puts it after). Equal by that measure (`n01`, `n1`), the plain
+/// order decides, so the order is total and stable.
+fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    fn parts(s: &str) -> impl Iterator<Item = (bool, &str)> {
+        let mut rest = s;
+        std::iter::from_fn(move || {
+            let first = rest.chars().next()?;
+            let digits = first.is_ascii_digit();
+            let end = rest
+                .find(|c: char| c.is_ascii_digit() != digits)
+                .unwrap_or(rest.len());
+            let (part, tail) = rest.split_at(end);
+            rest = tail;
+            Some((digits, part))
+        })
+    }
+    let mut left = parts(a);
+    let mut right = parts(b);
+    loop {
+        let order = match (left.next(), right.next()) {
+            (None, None) => return a.cmp(b),
+            (None, Some(_)) => std::cmp::Ordering::Less,
+            (Some(_), None) => std::cmp::Ordering::Greater,
+            (Some((true, x)), Some((true, y))) => {
+                let (x, y) = (x.trim_start_matches('0'), y.trim_start_matches('0'));
+                x.len().cmp(&y.len()).then_with(|| x.cmp(y))
+            }
+            (Some((_, x)), Some((_, y))) => x.cmp(y),
+        };
+        if order.is_ne() {
+            return order;
+        }
+    }
 }
 
 /// Groups described GPUs by model and records the models whose statements differ.
@@ -657,5 +705,50 @@ mod tests {
         assert!(summary.contains(&(Scale8bit, 2, 2)));
         assert!(summary.contains(&(DecodeVP9, 2, 1)));
         assert!(summary.contains(&(DecodeAV1Main, 0, 0)));
+    }
+
+    #[test]
+    fn the_fleet_lists_nodes_in_natural_order() {
+        let on = |node: &str| {
+            slice(
+                catalogue::DRIVER,
+                node,
+                1,
+                vec![device("pci-a", "0000:00:02.0", INTEL, Some("iHD"), &[])],
+            )
+        };
+        let inventory = build(vec![on("edge-1-10"), on("edge-1-2"), on("edge-1-1")]);
+        let nodes: Vec<&str> = inventory.gpus.iter().map(|g| g.node.as_str()).collect();
+        assert_eq!(nodes, ["edge-1-1", "edge-1-2", "edge-1-10"]);
+    }
+
+    #[test]
+    fn node_names_sort_as_people_read_them() {
+        let mut names = vec![
+            "edge-1-10",
+            "edge-1-2",
+            "edge-10-1",
+            "edge-2-1",
+            "a",
+            "edge-1-02",
+            "b1",
+        ];
+        names.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(
+            names,
+            [
+                "a",
+                "b1",
+                "edge-1-02",
+                "edge-1-2",
+                "edge-1-10",
+                "edge-2-1",
+                "edge-10-1"
+            ]
+        );
+        assert_eq!(
+            natural_cmp("gpu-node", "gpu-node"),
+            std::cmp::Ordering::Equal
+        );
     }
 }
