@@ -613,13 +613,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 request: name.clone(),
                 class: spec.class.to_owned(),
             })?;
-        let class_selectors = class
-            .selectors
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .map(|s| s.cel.as_ref().map(|c| c.expression.as_str()))
-            .collect::<Option<Vec<_>>>()
+        let class_selectors = cel_expressions(class.selectors.as_deref().unwrap_or_default())
             .ok_or_else(|| {
                 unsupported(
                     claim,
@@ -627,18 +621,13 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                     "CEL expression empty (unsupported selector type?)",
                 )
             })?;
-        let request_selectors = spec
-            .selectors
-            .iter()
-            .map(|s| s.cel.as_ref().map(|c| c.expression.as_str()))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| {
-                unsupported(
-                    claim,
-                    &name,
-                    "CEL expression empty (unsupported selector type?)",
-                )
-            })?;
+        let request_selectors = cel_expressions(spec.selectors).ok_or_else(|| {
+            unsupported(
+                claim,
+                &name,
+                "CEL expression empty (unsupported selector type?)",
+            )
+        })?;
         let mut data = RequestData {
             base,
             sub,
@@ -1117,6 +1106,17 @@ pub(crate) fn tolerates(toleration: &DeviceToleration, taint: &DeviceTaint) -> b
         }
         _ => false,
     }
+}
+
+/// The CEL expressions of `selectors`, in order; `None` when one is not a CEL selector (the only
+/// kind the API defines today), which the caller reports as unsupported.
+fn cel_expressions(
+    selectors: &[k8s_openapi::api::resource::v1::DeviceSelector],
+) -> Option<Vec<&str>> {
+    selectors
+        .iter()
+        .map(|s| s.cel.as_ref().map(|c| c.expression.as_str()))
+        .collect()
 }
 
 #[cfg(test)]
