@@ -34,11 +34,11 @@ pub fn claims(prefix: &str, count: usize) -> Vec<(String, String, String)> {
         .collect()
 }
 
-/// Prepares then unprepares `claims` over one API version (`v1` or `v1beta1` in scope); every
-/// claim must get an entry, with no devices and no error.
-#[allow(unused_macros)] // not every test binary that includes support/ prepares claims
-macro_rules! prepare_and_unprepare {
-    ($version:ident, $channel:expr, $claims:expr) => {{
+/// The claims of a prepare or unprepare call in `$version`'s types, with the UIDs every answer
+/// must name: `(wanted, request)`.
+#[allow(unused_macros)]
+macro_rules! dra_claims {
+    ($version:ident, $claims:expr) => {{
         let claims: Vec<(String, String, String)> = $claims;
         let wanted: std::collections::BTreeSet<String> =
             claims.iter().map(|c| c.2.clone()).collect();
@@ -50,6 +50,61 @@ macro_rules! prepare_and_unprepare {
                 uid: uid.clone(),
             })
             .collect();
+        (wanted, request)
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use dra_claims;
+
+/// A prepare answer names every claim of `$wanted`, each with no devices and no error.
+#[allow(unused_macros)]
+macro_rules! check_prepared {
+    ($prepared:expr, $wanted:expr) => {{
+        assert_eq!(
+            $prepared
+                .claims
+                .keys()
+                .cloned()
+                .collect::<std::collections::BTreeSet<_>>(),
+            $wanted
+        );
+        for (uid, answer) in &$prepared.claims {
+            assert!(
+                answer.devices.is_empty() && answer.error.is_empty(),
+                "{uid}: {answer:?}"
+            );
+        }
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use check_prepared;
+
+/// An unprepare answer names every claim of `$wanted`, each with no error.
+#[allow(unused_macros)]
+macro_rules! check_unprepared {
+    ($unprepared:expr, $wanted:expr) => {{
+        assert_eq!(
+            $unprepared
+                .claims
+                .keys()
+                .cloned()
+                .collect::<std::collections::BTreeSet<_>>(),
+            $wanted
+        );
+        for (uid, answer) in &$unprepared.claims {
+            assert!(answer.error.is_empty(), "{uid}: {answer:?}");
+        }
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use check_unprepared;
+
+/// Prepares then unprepares `claims` over one API version (`v1` or `v1beta1` in scope); every
+/// claim must get an entry, with no devices and no error.
+#[allow(unused_macros)] // not every test binary that includes support/ prepares claims
+macro_rules! prepare_and_unprepare {
+    ($version:ident, $channel:expr, $claims:expr) => {{
+        let (wanted, request) = crate::support::kubelet::dra_claims!($version, $claims);
         let mut client = $version::dra_plugin_client::DraPluginClient::new($channel);
         let prepared = client
             .node_prepare_resources($version::NodePrepareResourcesRequest {
@@ -58,36 +113,13 @@ macro_rules! prepare_and_unprepare {
             .await
             .expect("prepare succeeds")
             .into_inner();
-        assert_eq!(
-            prepared
-                .claims
-                .keys()
-                .cloned()
-                .collect::<std::collections::BTreeSet<_>>(),
-            wanted
-        );
-        for (uid, answer) in &prepared.claims {
-            assert!(
-                answer.devices.is_empty() && answer.error.is_empty(),
-                "{uid}: {answer:?}"
-            );
-        }
+        crate::support::kubelet::check_prepared!(prepared, wanted);
         let unprepared = client
             .node_unprepare_resources($version::NodeUnprepareResourcesRequest { claims: request })
             .await
             .expect("unprepare succeeds")
             .into_inner();
-        assert_eq!(
-            unprepared
-                .claims
-                .keys()
-                .cloned()
-                .collect::<std::collections::BTreeSet<_>>(),
-            wanted
-        );
-        for (uid, answer) in &unprepared.claims {
-            assert!(answer.error.is_empty(), "{uid}: {answer:?}");
-        }
+        crate::support::kubelet::check_unprepared!(unprepared, wanted);
     }};
 }
 #[allow(unused_imports)]
@@ -142,17 +174,7 @@ macro_rules! raw_prepare_and_unprepare {
             use crate::support::grpc_raw::{RawGrpc, unary};
             let socket: &std::path::Path = $socket;
             let authority = $form.value(socket);
-            let claims: Vec<(String, String, String)> = $claims;
-            let wanted: std::collections::BTreeSet<String> =
-                claims.iter().map(|c| c.2.clone()).collect();
-            let request: Vec<$version::Claim> = claims
-                .iter()
-                .map(|(namespace, name, uid)| $version::Claim {
-                    namespace: namespace.clone(),
-                    name: name.clone(),
-                    uid: uid.clone(),
-                })
-                .collect();
+            let (wanted, request) = crate::support::kubelet::dra_claims!($version, $claims);
             let service = concat!(
                 "/k8s.io.kubelet.pkg.apis.dra.",
                 stringify!($version),
@@ -170,20 +192,7 @@ macro_rules! raw_prepare_and_unprepare {
                 },
             )
             .await?;
-            assert_eq!(
-                prepared
-                    .claims
-                    .keys()
-                    .cloned()
-                    .collect::<std::collections::BTreeSet<_>>(),
-                wanted
-            );
-            for (uid, answer) in &prepared.claims {
-                assert!(
-                    answer.devices.is_empty() && answer.error.is_empty(),
-                    "{uid}: {answer:?}"
-                );
-            }
+            crate::support::kubelet::check_prepared!(prepared, wanted);
             let unprepared: $version::NodeUnprepareResourcesResponse = unary(
                 &mut conn,
                 authority.as_deref(),
@@ -191,17 +200,7 @@ macro_rules! raw_prepare_and_unprepare {
                 &$version::NodeUnprepareResourcesRequest { claims: request },
             )
             .await?;
-            assert_eq!(
-                unprepared
-                    .claims
-                    .keys()
-                    .cloned()
-                    .collect::<std::collections::BTreeSet<_>>(),
-                wanted
-            );
-            for (uid, answer) in &unprepared.claims {
-                assert!(answer.error.is_empty(), "{uid}: {answer:?}");
-            }
+            crate::support::kubelet::check_unprepared!(unprepared, wanted);
             Ok::<(), crate::support::grpc_raw::CallError>(())
         }
         .await
