@@ -543,6 +543,27 @@ fn wait_gone(pids: &[i32]) {
     }
 }
 
+/// Waits until none of `pids` exists any more, not even as a zombie: their parent reaped them.
+fn wait_reaped(pids: &[i32]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pids
+        .iter()
+        .any(|p| Path::new(&format!("/proc/{p}")).exists())
+    {
+        let states: Vec<String> = pids
+            .iter()
+            .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
+            .filter_map(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("State:"))
+                    .map(str::to_string)
+            })
+            .collect();
+        assert!(Instant::now() < deadline, "not reaped: {pids:?} {states:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// The agent on `node` (as node `gpu-node-1`, with `args`) against a fresh test API server that
 /// holds its Node; and its log line for the GPU at 0000:03:00.0 once that was probed.
 fn agent_probing(node: &FakeNode, args: &[&str]) -> (TestApiServer, AgentProcess, String) {
@@ -763,23 +784,7 @@ fn the_agent_reaps_what_a_killed_probe_leaves_behind() {
     assert_eq!(pids.len(), 2, "the probe and its helper");
     // The helper was re-parented to the agent (a subreaper), killed with the group, and reaped:
     // not even a zombie is left.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while pids
-        .iter()
-        .any(|p| Path::new(&format!("/proc/{p}")).exists())
-    {
-        let states: Vec<String> = pids
-            .iter()
-            .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
-            .filter_map(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("State:"))
-                    .map(str::to_string)
-            })
-            .collect();
-        assert!(Instant::now() < deadline, "not reaped: {pids:?} {states:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_reaped(&pids);
 }
 
 #[test]
@@ -802,13 +807,5 @@ fn the_agent_reaps_a_helper_that_left_the_probes_process_group() {
         .expect("the driver started its helper");
     // The helper (its own session, out of reach of the group kill) sleeps half a second, ends,
     // is re-parented to the agent, and must not stay a zombie there.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Path::new(&format!("/proc/{escapee}")).exists() {
-        let state = std::fs::read_to_string(format!("/proc/{escapee}/stat")).unwrap_or_default();
-        assert!(
-            Instant::now() < deadline,
-            "the helper that left the group was not reaped: {state}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_reaped(&[escapee]);
 }
