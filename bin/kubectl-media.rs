@@ -1,6 +1,7 @@
 //! Entry point of `kubectl media` (kubectl runs `kubectl-media` from PATH with the words after
 //! `kubectl media`). Parses the command line, hands over to the library, and turns the outcome
-//! into an exit code: 0 success, 1 failure, 2 usage error.
+//! into an exit code: 0 success, 1 failure, 2 usage error, 3 when `why` finds a claim that
+//! cannot be allocated.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -34,6 +35,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err((error, _)) if error.is_silent() => ExitCode::from(error.exit_code()),
         Err((error, color)) => {
             let styles = color.for_stderr();
             eprintln!("{} {error}", "error:".style(styles.error));

@@ -15,13 +15,6 @@ pub mod catalogue;
 pub mod classes;
 pub mod cli;
 pub(crate) mod duration;
-// What `kubectl media why` (issue 11) evaluates and explains. Until that command lands, the
-// unit tests and tests/it/explain.rs are the only callers of much of it; `expect` (not `allow`)
-// so the attribute has to go once every part is used.
-#[expect(
-    dead_code,
-    reason = "consumed by `kubectl media why`, which is not written yet"
-)]
 pub mod explain;
 pub mod fleet;
 pub mod kubeconfig;

@@ -13,6 +13,7 @@ pub(crate) mod complete;
 pub(crate) mod output;
 pub mod style;
 pub(crate) mod table;
+pub(crate) mod why;
 
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
@@ -30,6 +31,7 @@ use self::caps::CapsArgs;
 use self::class::{ClassArgs, ClassError};
 use self::output::RenderError;
 use self::style::ColorChoice;
+use self::why::WhyArgs;
 
 /// The help heading of the flags every command takes.
 const GLOBAL: &str = "Global options";
@@ -110,13 +112,6 @@ impl KubeArgs {
 
     /// The namespaces a listing covers, given the namespace in effect (`-n`, else the
     /// context's): `-A` wins over `-n`, as in kubectl.
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "`kubectl media why` lists namespaced objects; not written yet"
-        )
-    )]
     pub(crate) fn namespaces(&self, in_effect: &str) -> Namespaces {
         if self.all_namespaces {
             Namespaces::All
@@ -132,6 +127,8 @@ pub enum Command {
     Caps(CapsArgs),
     /// Write a DeviceClass (and claim template) that selects GPUs by capability.
     Class(ClassArgs),
+    /// Explain, device by device, why a pod's claims stay Pending.
+    Why(WhyArgs),
     /// Answer kubectl's shell completion requests (run by the kubectl_complete-media shim).
     #[command(name = "__complete", hide = true)]
     Complete(complete::CompleteArgs),
@@ -219,6 +216,11 @@ pub enum Error {
     Cluster(#[from] crate::fleet::cluster::ClusterError),
     #[error(transparent)]
     Snapshot(#[from] crate::fleet::files::SnapshotError),
+    #[error(transparent)]
+    Why(Box<crate::explain::pod::TargetError>),
+    /// `why` found a claim that cannot be allocated; the explanation is on stdout (exit 3).
+    #[error("")]
+    Blocked,
     #[error("start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error("write output: {0}")]
@@ -226,14 +228,22 @@ pub enum Error {
 }
 
 impl Error {
-    /// 2 for usage errors, as clap and kubectl use it; 1 for everything else.
+    /// Whether the error has nothing to print (its output is already written).
+    pub fn is_silent(&self) -> bool {
+        matches!(self, Error::Blocked)
+    }
+
+    /// 2 for usage errors, as clap and kubectl use it; 3 when `why` finds a claim that cannot
+    /// be allocated; 1 for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_) | Error::Class(_) | Error::UnknownCapability(_) => 2,
+            Error::Blocked => 3,
             Error::Render(_)
             | Error::Write(_)
             | Error::Cluster(_)
             | Error::Snapshot(_)
+            | Error::Why(_)
             | Error::Runtime(_) => 1,
         }
     }
@@ -293,6 +303,7 @@ pub fn run(cli: &Cli, io: &mut Io<'_>) -> Result<(), Error> {
     match &cli.command {
         Command::Caps(args) => caps::run(args, &global, io),
         Command::Class(args) => class::run(args, &global, io),
+        Command::Why(args) => why::run(args, &global, io),
         Command::Complete(args) => complete::run(args, &global, io),
     }
 }

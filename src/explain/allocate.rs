@@ -521,6 +521,28 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         }
     }
 
+    /// Each clause of `expression`'s top-level `&&` chain on the device at `index` (see
+    /// [`super::diagnose::clause_values`]), reusing the compiled selector and device value.
+    pub(crate) fn clause_values(
+        &mut self,
+        expression: &str,
+        index: usize,
+    ) -> Option<Vec<Option<bool>>> {
+        let selector = self.selector_id(expression);
+        let value =
+            self.values[index].get_or_insert_with(|| DeviceValue::new(&self.fleet.devices[index]));
+        match value {
+            Ok(value) => super::diagnose::clause_values(&self.selectors[selector], value),
+            Err(_) => None,
+        }
+    }
+
+    /// The compiled selector of `expression` (compiled once, shared with the search).
+    pub(crate) fn selector(&mut self, expression: &str) -> &Selector {
+        let id = self.selector_id(expression);
+        &self.selectors[id]
+    }
+
     /// The device at `index` of the fleet.
     pub(crate) fn device(&self, index: usize) -> &D {
         &self.fleet.devices[index]
@@ -1110,7 +1132,7 @@ pub(crate) fn tolerates(toleration: &DeviceToleration, taint: &DeviceTaint) -> b
 
 /// The CEL expressions of `selectors`, in order; `None` when one is not a CEL selector (the only
 /// kind the API defines today), which the caller reports as unsupported.
-fn cel_expressions(
+pub(crate) fn cel_expressions(
     selectors: &[k8s_openapi::api::resource::v1::DeviceSelector],
 ) -> Option<Vec<&str>> {
     selectors

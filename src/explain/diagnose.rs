@@ -124,6 +124,78 @@ pub(crate) fn diagnose(
     }
 }
 
+/// The clauses of a selector's top-level `&&` chain as written, whitespace collapsed; `None`
+/// when it did not compile.
+pub(crate) fn clause_texts(selector: &Selector) -> Option<Vec<String>> {
+    let program = selector.program()?;
+    let mut clauses = Vec::new();
+    flatten_and(program.expression(), &mut clauses);
+    let source = selector.expression();
+    Some(
+        match split_top_level_and(source).filter(|p| p.len() == clauses.len()) {
+            Some(pieces) => pieces,
+            None => clauses
+                .iter()
+                .map(|c| clause_text(c, source, program.source_info()))
+                .collect(),
+        },
+    )
+}
+
+/// Each clause of the selector's top-level `&&` chain on one device: `Some(b)` for a boolean,
+/// `None` for an error or a value of another type. `None` overall when it did not compile.
+pub(crate) fn clause_values(selector: &Selector, value: &DeviceValue) -> Option<Vec<Option<bool>>> {
+    let program = selector.program()?;
+    let mut clauses = Vec::new();
+    flatten_and(program.expression(), &mut clauses);
+    Some(
+        clauses
+            .iter()
+            .map(|c| match evaluate_expr(c, value) {
+                Ok(cel::Value::Bool(b)) => Some(b),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+/// The attributes a selector reads by a literal domain (`device.attributes["d"].name`), as
+/// (domain, name), each once, in reading order: what `why` checks against the names the fleet
+/// publishes.
+pub(crate) fn attribute_names(selector: &Selector) -> Vec<(String, String)> {
+    let Some(program) = selector.program() else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, String)> = Vec::new();
+    visit(program.expression(), &mut |e| {
+        let (operand, name) = match &e.expr {
+            Expr::Select(select) => (&*select.operand, select.field.as_str()),
+            Expr::Call(CallExpr {
+                func_name,
+                target: None,
+                args,
+            }) if (func_name == operators::INDEX
+                || func_name == operators::OPT_INDEX
+                || func_name == operators::OPT_SELECT)
+                && args.len() == 2 =>
+            {
+                match string_literal(&args[1]) {
+                    Some(name) => (&args[0], name),
+                    None => return,
+                }
+            }
+            _ => return,
+        };
+        if let Some(domain) = domain_of(operand) {
+            let pair = (domain, name.to_owned());
+            if !out.contains(&pair) {
+                out.push(pair);
+            }
+        }
+    });
+    out
+}
+
 /// The clauses of a top-level `a && b && c` chain, left to right.
 fn flatten_and<'e>(expr: &'e IdedExpr, out: &mut Vec<&'e IdedExpr>) {
     match &expr.expr {

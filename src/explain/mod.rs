@@ -11,6 +11,8 @@
 pub mod allocate;
 pub mod cel;
 pub mod diagnose;
+pub(crate) mod model;
+pub(crate) mod pod;
 
 use std::fmt;
 

@@ -195,6 +195,13 @@ impl Cluster {
         &self.namespace
     }
 
+    /// The API server's minor version (`/version`), for its feature-gate defaults; `None` when
+    /// it does not say (the caller then states what it assumed).
+    pub(crate) async fn minor_version(&self) -> Option<u32> {
+        let info = self.client.apiserver_version().await.ok()?;
+        info.minor.trim_end_matches('+').parse().ok()
+    }
+
     /// Lists every ResourceSlice, page by page, into `objects`.
     pub(crate) async fn list_slices(&self, objects: &mut Objects) -> Result<(), ClusterError> {
         self.list(

@@ -56,13 +56,6 @@ impl Source {
 }
 
 /// Reads every source in order into one set of objects of every kind.
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "every kind is read by `kubectl media why`, which is not written yet"
-    )
-)]
 pub(crate) fn read(sources: &[Source], stdin: &mut dyn Read) -> Result<Objects, SnapshotError> {
     let mut objects = Objects::default();
     read_into(&mut objects, sources, stdin)?;

@@ -302,6 +302,12 @@ impl Attributes {
         self.values.len()
     }
 
+    /// The names, in order: one allocation shared by every device of the same shape, so a
+    /// reader that derives something from the names (`why` joins them) does it once per shape.
+    pub(crate) fn shape(&self) -> std::sync::Arc<[QualifiedName]> {
+        self.names.clone()
+    }
+
     /// Sets an attribute, replacing one of the same name (for building devices by hand: it
     /// copies the shape).
     #[cfg(test)]
@@ -552,32 +558,14 @@ impl Device {
     }
 
     /// With the slice's `perDeviceNodeSelection`: where this device is.
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "read by `kubectl media why`, which is not written yet"
-        )
-    )]
     pub(crate) fn node_name(&self) -> Option<Ustr> {
         self.more.as_ref().and_then(|m| m.node_name)
     }
 
-    #[expect(
-        dead_code,
-        reason = "read by `kubectl media why`, which is not written yet"
-    )]
     pub(crate) fn node_selector(&self) -> Option<&NodeSelector> {
         self.more.as_ref().and_then(|m| m.node_selector.as_ref())
     }
 
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "read by `kubectl media why`, which is not written yet"
-        )
-    )]
     pub(crate) fn all_nodes(&self) -> Option<bool> {
         self.more.as_ref().and_then(|m| m.all_nodes)
     }

@@ -1,0 +1,412 @@
+//! The fleet as the allocator reads it, built from the objects `kubectl media` read (files or
+//! the cluster): every device of every driver's current slices, viewed in place
+//! ([`SliceDevice`] implements [`DeviceView`] over the reader's model, no copy of 40,000
+//! devices' attributes), the devices other claims hold, the pools being updated, and the
+//! candidate nodes. Pure: nothing here reads a file or the network.
+//!
+//! The scheduler's own gathering (k8s.io/dynamic-resource-allocation `structured` `GatherPools`)
+//! is followed: only the slices of a pool's newest generation count, and a pool whose newest
+//! generation has fewer slices than `resourceSliceCount` says is incomplete ("being updated").
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::{DeviceTaint, ResourceClaim};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::{AttributeValue, DeviceId, DeviceView, NodeInfo, Placement};
+use crate::fleet::objects::{Device, QualifiedName, ResourceSlice, Ustr, Value};
+
+/// One device of a current slice, as [`DeviceView`] reads it.
+pub(crate) struct SliceDevice<'a> {
+    driver: Ustr,
+    pool: Ustr,
+    device: &'a Device,
+    /// The attributes' names joined as `domain/name`, in the device's order (shared by every
+    /// device of the same shape).
+    names: Arc<[Ustr]>,
+    capacities: Vec<(Ustr, Ustr)>,
+    taints: Vec<DeviceTaint>,
+    placement: Placement<'a>,
+    /// The node the device is published for, when one is (`nodeName`).
+    node: Option<Ustr>,
+}
+
+impl SliceDevice<'_> {
+    /// The node named by the slice (or the device, with `perDeviceNodeSelection`).
+    pub(crate) fn node(&self) -> Option<Ustr> {
+        self.node
+    }
+
+    /// Which shape of attribute names the device has: equal for devices that list the same
+    /// names in the same order (and the same driver, which qualifies them).
+    pub(crate) fn shape_id(&self) -> (usize, Ustr) {
+        (
+            Arc::as_ptr(&self.names).cast::<Ustr>() as usize,
+            self.driver,
+        )
+    }
+
+    /// A string attribute by its fully qualified name.
+    pub(crate) fn string(&self, qualified: &str) -> Option<&'static str> {
+        match self.device.attributes.get_named(qualified) {
+            Some(Value::String(s) | Value::Version(s)) => Some(s.as_str()),
+            _ => None,
+        }
+    }
+}
+
+impl DeviceView for SliceDevice<'_> {
+    fn driver(&self) -> &str {
+        &self.driver
+    }
+    fn pool(&self) -> &str {
+        &self.pool
+    }
+    fn name(&self) -> &str {
+        &self.device.name
+    }
+    fn attributes(&self) -> Box<dyn Iterator<Item = (&str, AttributeValue<'_>)> + '_> {
+        Box::new(
+            self.names
+                .iter()
+                .zip(self.device.attributes.iter())
+                .filter_map(|(joined, (_, value))| {
+                    let value = match *value {
+                        Value::Bool(b) => AttributeValue::Bool(b),
+                        Value::Int(i) => AttributeValue::Int(i),
+                        Value::String(s) => AttributeValue::String(s.as_str()),
+                        Value::Version(v) => AttributeValue::Version(v.as_str()),
+                        // The API server refuses an attribute of no type; one read here is
+                        // skipped, as if it were absent.
+                        Value::Invalid => return None,
+                    };
+                    Some((joined.as_str(), value))
+                }),
+        )
+    }
+    fn capacities(&self) -> Box<dyn Iterator<Item = (&str, &str)> + '_> {
+        Box::new(
+            self.capacities
+                .iter()
+                .map(|(n, q)| (n.as_str(), q.as_str())),
+        )
+    }
+    fn allow_multiple_allocations(&self) -> Option<bool> {
+        self.device.allow_multiple_allocations
+    }
+    fn taints(&self) -> &[DeviceTaint] {
+        &self.taints
+    }
+    fn placement(&self) -> Placement<'_> {
+        self.placement
+    }
+}
+
+/// The fleet the allocator works on.
+pub(crate) struct FleetModel<'a> {
+    pub devices: Vec<SliceDevice<'a>>,
+    /// Devices allocated to claims other than the ones explained, without a share ID.
+    pub taken: HashMap<DeviceId, Vec<String>>,
+    /// Devices allocated to other claims at all (shared ones included), for the messages.
+    pub incomplete_pools: HashSet<(String, String)>,
+    /// Every node: from the Node objects when there are any, else the nodes the slices name.
+    pub nodes: Vec<CandidateNode<'a>>,
+    /// Whether the nodes came from Node objects (labels and taints known) or only from slices.
+    pub nodes_known: bool,
+}
+
+/// A node the pod could run on, with what the scheduler's node filters read.
+pub(crate) struct CandidateNode<'a> {
+    pub info: NodeInfo,
+    pub node: Option<&'a Node>,
+}
+
+/// Builds the model from `slices` (every driver's), the claims of the cluster and its nodes.
+/// `explained` are the claims being diagnosed (`namespace/name`): their own allocations do not
+/// make their devices taken.
+pub(crate) fn build<'a>(
+    slices: &'a [ResourceSlice],
+    claims: &[ResourceClaim],
+    nodes: &'a [Node],
+    explained: &[String],
+) -> FleetModel<'a> {
+    let current = current(slices);
+    let mut incomplete_pools = HashSet::new();
+    let mut counts: HashMap<(Ustr, Ustr), (i64, usize)> = HashMap::new();
+    for &i in &current {
+        let spec = &slices[i].spec;
+        let entry = counts
+            .entry((spec.driver, spec.pool.name))
+            .or_insert((spec.pool.resource_slice_count, 0));
+        entry.1 += 1;
+    }
+    for ((driver, pool), (expected, seen)) in &counts {
+        if i64::try_from(*seen).unwrap_or(i64::MAX) < *expected {
+            incomplete_pools.insert((driver.to_string(), pool.to_string()));
+        }
+    }
+    let mut shapes: HashMap<*const [QualifiedName], Arc<[Ustr]>> = HashMap::new();
+    let mut devices = Vec::new();
+    for &i in &current {
+        let slice = &slices[i];
+        let spec = &slice.spec;
+        for device in &spec.devices {
+            let shape = device.attributes.shape();
+            let names = shapes
+                .entry(Arc::as_ptr(&shape))
+                .or_insert_with(|| shape.iter().map(|n| Ustr::from(&n.to_string())).collect())
+                .clone();
+            let (placement, node) = if spec.per_device_node_selection {
+                match (
+                    device.node_name(),
+                    device.node_selector(),
+                    device.all_nodes(),
+                ) {
+                    (Some(n), _, _) => (Placement::Node(n.as_str()), Some(n)),
+                    (None, Some(s), _) => (Placement::Selector(s), None),
+                    _ => (Placement::AllNodes, None),
+                }
+            } else {
+                match (spec.node_name, spec.node_selector.as_ref(), spec.all_nodes) {
+                    (Some(n), _, _) => (Placement::Node(n.as_str()), Some(n)),
+                    (None, Some(s), _) => (Placement::Selector(s), None),
+                    _ => (Placement::AllNodes, None),
+                }
+            };
+            devices.push(SliceDevice {
+                driver: spec.driver,
+                pool: spec.pool.name,
+                device,
+                names,
+                capacities: device
+                    .capacities()
+                    .iter()
+                    .map(|(n, q)| (Ustr::from(&n.to_string()), *q))
+                    .collect(),
+                taints: device
+                    .taints()
+                    .iter()
+                    .map(|t| DeviceTaint {
+                        key: t.key.to_string(),
+                        value: t.value.map(|v| v.to_string()),
+                        effect: t.effect.to_string(),
+                        time_added: t
+                            .time_added
+                            .as_deref()
+                            .and_then(|s| s.parse().ok())
+                            .map(Time),
+                    })
+                    .collect(),
+                placement,
+                node,
+            });
+        }
+    }
+    let mut taken: HashMap<DeviceId, Vec<String>> = HashMap::new();
+    for claim in claims {
+        let name = claim_name(claim);
+        if explained.contains(&name) {
+            continue;
+        }
+        let results = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.devices.as_ref())
+            .and_then(|d| d.results.as_deref())
+            .unwrap_or_default();
+        for result in results {
+            // A share ID marks a shared allocation (allowMultipleAllocations); admin access
+            // does not hold the device either (allocator.go: allocated devices skip both).
+            if result.share_id.is_some() || result.admin_access == Some(true) {
+                continue;
+            }
+            taken
+                .entry(DeviceId {
+                    driver: result.driver.clone(),
+                    pool: result.pool.clone(),
+                    device: result.device.clone(),
+                })
+                .or_default()
+                .push(name.clone());
+        }
+    }
+    let (nodes, nodes_known) = if nodes.is_empty() {
+        let mut names: Vec<Ustr> = devices.iter().filter_map(|d| d.node).collect();
+        names.sort();
+        names.dedup();
+        let nodes = names
+            .into_iter()
+            .map(|name| CandidateNode {
+                info: NodeInfo {
+                    name: name.to_string(),
+                    labels: BTreeMap::new(),
+                },
+                node: None,
+            })
+            .collect();
+        (nodes, false)
+    } else {
+        let nodes = nodes
+            .iter()
+            .map(|node| CandidateNode {
+                info: NodeInfo {
+                    name: node.metadata.name.clone().unwrap_or_default(),
+                    labels: node.metadata.labels.clone().unwrap_or_default(),
+                },
+                node: Some(node),
+            })
+            .collect();
+        (nodes, true)
+    };
+    FleetModel {
+        devices,
+        taken,
+        incomplete_pools,
+        nodes,
+        nodes_known,
+    }
+}
+
+/// `namespace/name` of a claim, as the scheduler's messages print it.
+pub(crate) fn claim_name(claim: &ResourceClaim) -> String {
+    format!(
+        "{}/{}",
+        claim.metadata.namespace.as_deref().unwrap_or_default(),
+        claim.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The indexes of the slices that count: per pool of each driver, those of the newest
+/// generation, in the order read.
+fn current(slices: &[ResourceSlice]) -> Vec<usize> {
+    let mut newest: HashMap<(Ustr, Ustr), i64> = HashMap::new();
+    for slice in slices {
+        let generation = newest
+            .entry((slice.spec.driver, slice.spec.pool.name))
+            .or_insert(slice.spec.pool.generation);
+        *generation = (*generation).max(slice.spec.pool.generation);
+    }
+    (0..slices.len())
+        .filter(|&i| {
+            let spec = &slices[i].spec;
+            newest[&(spec.driver, spec.pool.name)] == spec.pool.generation
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::objects::{Kinds, Objects};
+
+    fn objects(text: &str) -> Objects {
+        let mut objects = Objects::wanting(Kinds::only(&crate::fleet::objects::Kind::ALL));
+        for document in serde_yaml::Deserializer::from_str(text) {
+            let value: serde_json::Value = serde::Deserialize::deserialize(document).unwrap();
+            objects.add_value(&value);
+        }
+        objects
+    }
+
+    const SLICES: &str = r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1-liken}
+spec:
+  driver: liken.sh
+  nodeName: n1
+  pool: {name: n1, generation: 2, resourceSliceCount: 1}
+  devices:
+  - name: renderd128
+    attributes:
+      renderNode: {string: /dev/dri/renderD128}
+      resource.kubernetes.io/pciBusID: {string: "0000:03:00.0"}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1-liken-old}
+spec:
+  driver: liken.sh
+  nodeName: n1
+  pool: {name: n1, generation: 1, resourceSliceCount: 1}
+  devices:
+  - name: stale
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: shared}
+spec:
+  driver: media.liken.sh
+  allNodes: true
+  pool: {name: shared, generation: 1, resourceSliceCount: 2}
+  devices:
+  - name: gpu-0
+    taints: [{key: broken, effect: NoSchedule}]
+    capacity: {memory: {value: 16Gi}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: other, namespace: media}
+spec: {}
+status:
+  allocation:
+    devices:
+      results:
+      - {request: r, driver: liken.sh, pool: n1, device: renderd128}
+      - {request: r, driver: media.liken.sh, pool: shared, device: gpu-0, shareID: 7b8c0c8e-6b3a-4a49-9d5e-2f1d4c0e8a11}
+"#;
+
+    #[test]
+    fn the_model_follows_the_scheduler_s_gathering() {
+        let objects = objects(SLICES);
+        let model = build(&objects.slices, &objects.claims, &objects.nodes, &[]);
+        let names: Vec<String> = model.devices.iter().map(|d| d.id().to_string()).collect();
+        // The older generation of a pool does not count.
+        assert_eq!(
+            names,
+            ["liken.sh/n1/renderd128", "media.liken.sh/shared/gpu-0"]
+        );
+        let render = &model.devices[0];
+        // Unqualified names belong to the slice's driver; qualified ones keep their domain.
+        assert_eq!(
+            render.attribute("liken.sh", "renderNode"),
+            Some(AttributeValue::String("/dev/dri/renderD128"))
+        );
+        assert_eq!(
+            render.attribute("resource.kubernetes.io", "pciBusID"),
+            Some(AttributeValue::String("0000:03:00.0"))
+        );
+        assert_eq!(render.node().as_deref(), Some("n1"));
+        let shared = &model.devices[1];
+        assert!(matches!(shared.placement(), Placement::AllNodes));
+        assert_eq!(shared.taints()[0].effect, "NoSchedule");
+        assert_eq!(
+            shared.capacities().collect::<Vec<_>>(),
+            [("media.liken.sh/memory", "16Gi")]
+        );
+        // One slice of two: the pool is being updated.
+        assert!(
+            model
+                .incomplete_pools
+                .contains(&("media.liken.sh".into(), "shared".into()))
+        );
+        // An exclusive allocation takes the device; a shared one (share ID) does not.
+        assert_eq!(model.taken.len(), 1);
+        assert_eq!(model.taken[&render.id()], vec!["media/other".to_string()]);
+        // Without Node objects, the nodes are the ones the slices name.
+        assert!(!model.nodes_known);
+        assert_eq!(model.nodes.len(), 1);
+        assert_eq!(model.nodes[0].info.name, "n1");
+        // The claim being explained does not take its own devices.
+        let model = build(
+            &objects.slices,
+            &objects.claims,
+            &objects.nodes,
+            &["media/other".into()],
+        );
+        assert!(model.taken.is_empty());
+    }
+}

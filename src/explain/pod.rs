@@ -1,0 +1,1976 @@
+//! Why a pod's (or one claim's) devices are not allocated: the explanation `kubectl media why`
+//! prints, built from the objects alone. Pure: the objects come in (from files or the cluster,
+//! read by `fleet`), a [`Diagnosis`] comes out, and `cli::why` renders it; the [`Diagnosis`] is
+//! also the documented `-o json|yaml` schema (docs/why-format.md).
+//!
+//! The order follows the way a pod meets DRA: the pod's claims are found the way the kubelet
+//! and the scheduler find them (`status.resourceClaimStatuses` for claims made from templates,
+//! never a guessed name), the cases the scheduler is silent about are named (a claim not created
+//! yet, missing, being deleted, not owned by the pod; a class that does not exist), claims
+//! already allocated are shown with their devices, and the claims still to allocate go to the
+//! allocator ([`super::allocate`]), node by node, as the scheduler's Filter does. Then, per
+//! request, every device of the fleet is accounted for: how many pass the class's and the
+//! request's selectors, and for the others the first clause that is false with the value it
+//! read, grouped by reason and GPU model so that a large fleet reads as a few lines.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+
+use k8s_openapi::api::core::v1::{Event, Node, Pod, Taint, Toleration};
+use k8s_openapi::api::resource::v1::{
+    DeviceClassSpec, DeviceRequest, ResourceClaim, ResourceClaimSpec,
+};
+use serde::Serialize;
+
+use super::allocate::{
+    AllocError, Allocator, Claim, DeviceStatus, Features, Fleet, NodeVerdict, cel_expressions,
+};
+use super::diagnose::{self, Finding};
+use super::model::{self, FleetModel, SliceDevice};
+use super::{DeviceView, NodeInfo};
+use crate::fleet::objects::{Kind, Objects};
+
+/// The PCI attribute the product's claims constrain on.
+const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
+/// liken's render node attribute.
+const RENDER_NODE: &str = "liken.sh/renderNode";
+/// How many names a grouped line lists before it says "and N more".
+const NAMES_SHOWN: usize = 5;
+
+/// What to explain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    Pod { namespace: String, name: String },
+    Claim { namespace: String, name: String },
+}
+
+impl Target {
+    fn namespace(&self) -> &str {
+        match self {
+            Target::Pod { namespace, .. } | Target::Claim { namespace, .. } => namespace,
+        }
+    }
+}
+
+/// The analysis' inputs besides the objects.
+pub(crate) struct Input<'a> {
+    pub objects: &'a Objects,
+    pub target: &'a Target,
+    pub features: Features,
+    /// Kinds that could not be read (for example no permission), with the reason: the
+    /// diagnosis says what it lacks because of each.
+    pub unread: &'a [(Kind, String)],
+    /// Keep every device's line, for `-o wide`.
+    pub every_device: bool,
+}
+
+/// Why there is nothing to explain.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TargetError {
+    #[error("pod {namespace}/{name} not found{hint}", hint = not_found_hint(.similar, .elsewhere, "pod"))]
+    PodNotFound {
+        namespace: String,
+        name: String,
+        similar: Vec<String>,
+        elsewhere: Vec<String>,
+    },
+    #[error("resourceclaim {namespace}/{name} not found{hint}", hint = not_found_hint(.similar, .elsewhere, "claim"))]
+    ClaimNotFound {
+        namespace: String,
+        name: String,
+        similar: Vec<String>,
+        elsewhere: Vec<String>,
+    },
+    #[error(
+        "pod {namespace}/{name} has no resource claims (spec.resourceClaims is empty), so DRA does not hold it (hint: kubectl describe pod -n {namespace} {name})"
+    )]
+    NoClaims { namespace: String, name: String },
+}
+
+fn not_found_hint(similar: &[String], elsewhere: &[String], what: &str) -> String {
+    let flag = if what == "pod" { "" } else { "claim/" };
+    match (similar.first(), elsewhere.first()) {
+        (_, Some(namespace)) => format!(
+            " (hint: a {what} of that name is in the namespace {namespace}: add -n {namespace}{more})",
+            more = if elsewhere.len() > 1 {
+                format!("; also in {}", elsewhere[1..].join(", "))
+            } else {
+                String::new()
+            }
+        ),
+        (Some(_), None) => format!(
+            " (hint: similar names: {}; e.g. kubectl media why {flag}{})",
+            similar.join(", "),
+            similar[0]
+        ),
+        (None, None) => format!(
+            " (hint: check the name and -n, or list them with kubectl get {what}s)",
+            what = if what == "pod" {
+                "pod"
+            } else {
+                "resourceclaim"
+            }
+        ),
+    }
+}
+
+/// The whole explanation; serialised as is for `-o json|yaml`.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Diagnosis {
+    /// `Pod` or `ResourceClaim`.
+    pub kind: &'static str,
+    /// `namespace/name`.
+    pub name: String,
+    /// Whether something in the fleet keeps a claim from being allocated (exit code 3).
+    pub blocked: bool,
+    /// One sentence.
+    pub verdict: String,
+    pub claims: Vec<ClaimReport>,
+    /// How the candidate nodes fare with the claims still to allocate; absent when none are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<NodeSummary>,
+    /// An error that makes every scheduling attempt fail (a CEL runtime error, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt_error: Option<AttemptError>,
+    /// The scheduler's and the kubelet's own words.
+    pub scheduler: SchedulerWords,
+    pub next_steps: Vec<String>,
+    /// What the analysis lacks or assumed.
+    pub notes: Vec<String>,
+}
+
+/// One claim of the pod.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ClaimReport {
+    /// The name in the pod's `spec.resourceClaims` (the claim's name for `why claim/NAME`).
+    pub name: String,
+    /// The ResourceClaim, `namespace/name`, when there is one.
+    pub claim: Option<String>,
+    /// The ResourceClaimTemplate it is made from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+    pub state: ClaimState,
+    /// What is wrong with the claim itself, when something is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<Problem>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocation: Option<Allocation>,
+    /// Per request (and firstAvailable sub-request), for claims still to allocate.
+    pub requests: Vec<RequestReport>,
+    pub constraints: Vec<String>,
+}
+
+/// Where a claim stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub(crate) enum ClaimState {
+    /// Allocated and reserved for the pod.
+    Reserved,
+    /// Allocated, not (yet) reserved for the pod.
+    Allocated,
+    /// Not allocated: the allocator's findings follow.
+    Pending,
+    /// Made from a template, and the claim controller has not created it yet.
+    NotCreated,
+    /// Named by the pod (or its status), and not in the cluster.
+    Missing,
+    /// Has a deletion timestamp.
+    BeingDeleted,
+    /// Made from a template, but not owned by this pod.
+    NotOwned,
+    /// The claim controller decided that no claim is needed.
+    NotNeeded,
+}
+
+/// Something wrong, the words to say it and the fix.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Problem {
+    pub message: String,
+    pub fix: String,
+}
+
+/// What an allocated claim got.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Allocation {
+    pub node: Option<String>,
+    pub devices: Vec<AllocatedDevice>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AllocatedDevice {
+    pub request: String,
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+    #[serde(rename = "pciBusID", skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub render_node: Option<String>,
+}
+
+/// One request of a claim still to allocate, against the whole fleet.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RequestReport {
+    /// `request`, or `request/sub-request` for a firstAvailable choice.
+    pub name: String,
+    pub class: String,
+    /// `ExactCount` or `All`.
+    pub allocation_mode: String,
+    pub count: i64,
+    /// Devices of the fleet (every driver's) on the candidate nodes.
+    pub total: usize,
+    /// Devices that pass the class's and the request's selectors.
+    pub qualifying: usize,
+    /// Qualifying devices that are free: not held by other claims, no untolerated taint.
+    pub available: usize,
+    /// Why the others do not serve, grouped.
+    pub reasons: Vec<Reason>,
+    /// Attributes the selectors read that no device of the fleet has.
+    pub unknown_attributes: Vec<UnknownAttribute>,
+    /// A clause that, dropped, would let devices qualify.
+    pub relaxations: Vec<Relaxation>,
+    /// Every device, with `-o wide` only.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceLine>,
+}
+
+/// A group of devices that do not serve a request for the same reason.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Reason {
+    pub reason: ReasonKind,
+    /// `class decode-10bit selector #0` or `request selector #0`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// The first false clause, as written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clause: Option<String>,
+    /// What the device has: `scale10bit is false`, the error, the claims holding it.
+    pub detail: String,
+    /// The GPU model (or the driver, for devices no GPU name describes).
+    pub model: String,
+    pub devices: usize,
+    pub nodes: usize,
+    /// Claims holding the devices (`Taken`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub(crate) enum ReasonKind {
+    /// A selector is false.
+    SelectorFalse,
+    /// A selector is false on the device's driver alone (`device.driver == "..."`): the
+    /// device is another driver's.
+    OtherDriver,
+    /// A selector fails at run time on the device (the whole attempt fails).
+    RuntimeError,
+    /// This evaluator cannot decide.
+    CannotEvaluate,
+    /// Allocated to other claims and not shareable.
+    Taken,
+    /// A taint the request does not tolerate.
+    Untolerated,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct UnknownAttribute {
+    /// `domain/name` as the selector reads it.
+    pub attribute: String,
+    pub selector: String,
+    /// The nearest name some device has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nearest: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Relaxation {
+    pub selector: String,
+    pub clause: String,
+    /// Devices that would qualify without it.
+    pub qualifying: usize,
+    /// Of those, free ones.
+    pub available: usize,
+    pub nodes: usize,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DeviceLine {
+    pub node: String,
+    pub device: String,
+    #[serde(rename = "pciBusID")]
+    pub pci_bus_id: Option<String>,
+    pub model: String,
+    /// `Available`, or the reason.
+    pub status: String,
+}
+
+/// The candidate nodes, grouped by outcome.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct NodeSummary {
+    pub total: usize,
+    pub allocatable: usize,
+    pub outcomes: Vec<NodeOutcome>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct NodeOutcome {
+    pub outcome: OutcomeKind,
+    pub detail: String,
+    pub count: usize,
+    pub nodes: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub(crate) enum OutcomeKind {
+    /// Every claim can be allocated there now.
+    Allocatable,
+    /// The pod's nodeSelector rules it out.
+    NodeSelector,
+    /// The pod's required node affinity rules it out.
+    NodeAffinity,
+    /// A node taint the pod does not tolerate.
+    NodeTaint,
+    /// An allocated claim of the pod is bound to another node.
+    ClaimElsewhere,
+    /// A request has no free device there that passes its selectors.
+    RequestUnsatisfied,
+    /// Each request can be served, never together under the claim's constraints.
+    Constraint,
+    /// The devices do not add up (counts, exclusive devices shared by requests).
+    CannotAllocate,
+    /// The attempt fails with an error there.
+    Error,
+}
+
+/// An error that aborts every scheduling attempt.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct AttemptError {
+    /// In the scheduler's words.
+    pub message: String,
+    pub consequence: String,
+    pub fix: String,
+}
+
+/// What the scheduler and the kubelet said about the pod.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SchedulerWords {
+    /// The PodScheduled condition, when the pod has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub condition: Option<ConditionWords>,
+    /// FailedScheduling, FailedResourceClaimCreation, FailedPrepareDynamicResources and the
+    /// like, newest last.
+    pub events: Vec<EventWords>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct ConditionWords {
+    pub status: String,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct EventWords {
+    pub reason: String,
+    pub message: String,
+    pub count: i32,
+}
+
+/// The event reasons that matter here.
+const EVENT_REASONS: [&str; 4] = [
+    "FailedScheduling",
+    "FailedResourceClaimCreation",
+    "FailedPrepareDynamicResources",
+    "FailedUnprepareDynamicResources",
+];
+
+/// Explains the target.
+pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
+    let objects = input.objects;
+    let namespace = input.target.namespace();
+    let notes: Vec<String> = input
+        .unread
+        .iter()
+        .map(|(kind, why)| format!("{} were not read ({why}): {}", kind.plural(), lacks(*kind)))
+        .collect();
+
+    // The claims to explain, each with where it stands.
+    let (kind, name, pod, entries) = match input.target {
+        Target::Pod { name, .. } => {
+            let pod = objects
+                .pods
+                .iter()
+                .find(|p| meta_is(&p.metadata, namespace, name))
+                .ok_or_else(|| TargetError::PodNotFound {
+                    namespace: namespace.to_owned(),
+                    name: name.clone(),
+                    similar: similar(objects.pods.iter().map(|p| &p.metadata), namespace, name),
+                    elsewhere: elsewhere(objects.pods.iter().map(|p| &p.metadata), name),
+                })?;
+            let entries = pod_claims(pod, objects);
+            if entries.is_empty() {
+                return Err(TargetError::NoClaims {
+                    namespace: namespace.to_owned(),
+                    name: name.clone(),
+                });
+            }
+            ("Pod", name, Some(pod), entries)
+        }
+        Target::Claim { name, .. } => {
+            let claim = objects
+                .claims
+                .iter()
+                .find(|c| meta_is(&c.metadata, namespace, name))
+                .ok_or_else(|| TargetError::ClaimNotFound {
+                    namespace: namespace.to_owned(),
+                    name: name.clone(),
+                    similar: similar(objects.claims.iter().map(|c| &c.metadata), namespace, name),
+                    elsewhere: elsewhere(objects.claims.iter().map(|c| &c.metadata), name),
+                })?;
+            let entry = Entry {
+                name: name.clone(),
+                claim: Some(claim),
+                claim_name: Some(model::claim_name(claim)),
+                template: None,
+                spec: Some(&claim.spec),
+                state: claim_state(claim, None),
+                problem: None,
+            };
+            ("ResourceClaim", name, None, vec![entry])
+        }
+    };
+    let full_name = format!("{namespace}/{name}");
+
+    let classes: BTreeMap<String, DeviceClassSpec> = objects
+        .classes
+        .iter()
+        .map(|c| (c.metadata.name.clone().unwrap_or_default(), c.spec.clone()))
+        .collect();
+    let mut claims: Vec<ClaimReport> = Vec::new();
+    let mut problems: Vec<Problem> = Vec::new();
+    // The claims the allocator works on: pending ones, and those made from a template that
+    // does not exist yet (the template's spec is what the claim will ask for).
+    let mut pending: Vec<(usize, String, &ResourceClaimSpec)> = Vec::new();
+    let mut bound_nodes: Vec<&k8s_openapi::api::core::v1::NodeSelector> = Vec::new();
+    let explained: Vec<String> = entries
+        .iter()
+        .filter_map(|e| e.claim_name.clone())
+        .collect();
+    let model = model::build(&objects.slices, &objects.claims, &objects.nodes, &explained);
+    let models = gpu_models(&model);
+
+    for entry in &entries {
+        let mut report = ClaimReport {
+            name: entry.name.clone(),
+            claim: entry.claim_name.clone(),
+            template: entry.template.clone(),
+            state: entry.state,
+            problem: entry.problem.clone(),
+            allocation: None,
+            requests: Vec::new(),
+            constraints: Vec::new(),
+        };
+        if let Some(problem) = &entry.problem {
+            problems.push(problem.clone());
+        }
+        if let Some(spec) = entry.spec {
+            report.constraints = spec
+                .devices
+                .as_ref()
+                .and_then(|d| d.constraints.as_deref())
+                .unwrap_or_default()
+                .iter()
+                .map(|c| {
+                    let requests = c.requests.as_deref().unwrap_or_default();
+                    let over = if requests.is_empty() {
+                        "all requests".to_owned()
+                    } else {
+                        requests.join(", ")
+                    };
+                    match (&c.match_attribute, &c.distinct_attribute) {
+                        (Some(a), _) => format!("matchAttribute {a} over {over}"),
+                        (None, Some(a)) => format!("distinctAttribute {a} over {over}"),
+                        (None, None) => format!("a constraint over {over}"),
+                    }
+                })
+                .collect();
+        }
+        match (entry.state, entry.claim) {
+            (ClaimState::Reserved | ClaimState::Allocated, Some(claim)) => {
+                let allocation = claim.status.as_ref().and_then(|s| s.allocation.as_ref());
+                if let Some(selector) = allocation.and_then(|a| a.node_selector.as_ref()) {
+                    bound_nodes.push(selector);
+                }
+                report.allocation = Some(allocated(claim, &model));
+            }
+            (ClaimState::Pending | ClaimState::NotCreated, _) => {
+                if let Some(spec) = entry.spec {
+                    pending.push((claims.len(), entry.claim_label(namespace), spec));
+                }
+            }
+            _ => {}
+        }
+        claims.push(report);
+    }
+
+    // Classes that do not exist: the scheduler fails the pod with "request %s: device class %s
+    // does not exist" before looking at a device.
+    for (index, label, spec) in &pending {
+        for (request, class) in request_classes(spec) {
+            if !classes.contains_key(class) {
+                let nearest = nearest(class, classes.keys().map(String::as_str));
+                let problem = Problem {
+                    message: format!(
+                        "claim {label}: request {request}: device class {class} does not exist"
+                    ),
+                    fix: match nearest {
+                        Some(n) => format!(
+                            "did you mean {n}? fix deviceClassName, or create the class (kubectl media class ... | kubectl apply -f -)"
+                        ),
+                        None => "create the DeviceClass (kubectl media class ... | kubectl apply -f -), or fix deviceClassName".to_owned(),
+                    },
+                };
+                if claims[*index].problem.is_none() {
+                    claims[*index].problem = Some(problem.clone());
+                }
+                problems.push(problem);
+            }
+        }
+    }
+    if input.unread.iter().any(|(k, _)| *k == Kind::DeviceClass) {
+        // Without the classes nothing can be evaluated; the note says so.
+        problems.retain(|p| !p.message.contains("does not exist"));
+        for report in &mut claims {
+            report.problem = report
+                .problem
+                .take()
+                .filter(|p| !p.message.contains("does not exist"));
+        }
+    }
+
+    let mut diagnosis = Diagnosis {
+        kind,
+        name: full_name.clone(),
+        blocked: false,
+        verdict: String::new(),
+        claims,
+        nodes: None,
+        attempt_error: None,
+        scheduler: scheduler_words(pod, &objects.events),
+        next_steps: Vec::new(),
+        notes,
+    };
+    if !model.nodes_known && !pending.is_empty() {
+        diagnosis.notes.push(
+            "no Node objects were given: the nodes are the ones the slices name, and the pod's nodeSelector, affinity and node taints were not checked (hint: include nodes, e.g. kubectl get nodes -o yaml)".to_owned(),
+        );
+    }
+
+    let class_problem = problems
+        .iter()
+        .any(|p| p.message.contains("does not exist"));
+    let can_evaluate = !pending.is_empty()
+        && !class_problem
+        && !input.unread.iter().any(|(k, _)| *k == Kind::DeviceClass);
+    if can_evaluate {
+        evaluate(
+            input,
+            &model,
+            &models,
+            &classes,
+            pod,
+            &pending,
+            &bound_nodes,
+            &mut diagnosis,
+        );
+    }
+    conclude(&mut diagnosis, pod, &problems, &pending);
+    Ok(diagnosis)
+}
+
+/// A claim of the pod, found.
+struct Entry<'o> {
+    name: String,
+    claim: Option<&'o ResourceClaim>,
+    claim_name: Option<String>,
+    template: Option<String>,
+    spec: Option<&'o ResourceClaimSpec>,
+    state: ClaimState,
+    problem: Option<Problem>,
+}
+
+impl Entry<'_> {
+    fn claim_label(&self, namespace: &str) -> String {
+        match (&self.claim_name, &self.template) {
+            (Some(name), _) => name.clone(),
+            (None, Some(template)) => format!("{namespace}/(from template {template})"),
+            (None, None) => format!("{namespace}/{}", self.name),
+        }
+    }
+}
+
+fn meta_is(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    namespace: &str,
+    name: &str,
+) -> bool {
+    meta.name.as_deref() == Some(name)
+        && meta.namespace.as_deref().unwrap_or("default") == namespace
+}
+
+fn similar<'m>(
+    metas: impl Iterator<Item = &'m k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+    namespace: &str,
+    name: &str,
+) -> Vec<String> {
+    let mut scored: Vec<(usize, String)> = metas
+        .filter(|m| m.namespace.as_deref().unwrap_or("default") == namespace)
+        .filter_map(|m| m.name.clone())
+        .filter_map(|candidate| {
+            let distance = strsim::levenshtein(&candidate, name);
+            let close = distance <= name.len().max(3) / 3
+                || candidate.starts_with(name)
+                || name.starts_with(&candidate);
+            close.then_some((distance, candidate))
+        })
+        .collect();
+    scored.sort();
+    scored.into_iter().take(3).map(|(_, n)| n).collect()
+}
+
+fn elsewhere<'m>(
+    metas: impl Iterator<Item = &'m k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+    name: &str,
+) -> Vec<String> {
+    let mut namespaces: Vec<String> = metas
+        .filter(|m| m.name.as_deref() == Some(name))
+        .filter_map(|m| m.namespace.clone())
+        .collect();
+    namespaces.sort();
+    namespaces.dedup();
+    namespaces
+}
+
+/// The pod's claims, each found as the kubelet finds it.
+fn pod_claims<'o>(pod: &'o Pod, objects: &'o Objects) -> Vec<Entry<'o>> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.as_deref())
+        .unwrap_or_default();
+    let find = |name: &str| {
+        objects
+            .claims
+            .iter()
+            .find(|c| meta_is(&c.metadata, namespace, name))
+    };
+    let mut out = Vec::new();
+    for entry in pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_deref())
+        .unwrap_or_default()
+    {
+        let mut found = Entry {
+            name: entry.name.clone(),
+            claim: None,
+            claim_name: None,
+            template: entry.resource_claim_template_name.clone(),
+            spec: None,
+            state: ClaimState::Missing,
+            problem: None,
+        };
+        match (
+            &entry.resource_claim_name,
+            &entry.resource_claim_template_name,
+        ) {
+            (Some(claim_name), _) => {
+                found.claim_name = Some(format!("{namespace}/{claim_name}"));
+                match find(claim_name) {
+                    Some(claim) => {
+                        found.claim = Some(claim);
+                        found.spec = Some(&claim.spec);
+                        found.state = claim_state(claim, Some(pod));
+                    }
+                    None => {
+                        found.problem = Some(Problem {
+                            message: format!(
+                                "the pod names ResourceClaim {namespace}/{claim_name}, which does not exist; the scheduler waits for it without an event"
+                            ),
+                            fix: format!(
+                                "create the claim {claim_name} in {namespace}, or fix spec.resourceClaims[{}].resourceClaimName",
+                                entry.name
+                            ),
+                        });
+                    }
+                }
+            }
+            (None, Some(template_name)) => {
+                let template = objects
+                    .claim_templates
+                    .iter()
+                    .find(|t| meta_is(&t.metadata, namespace, template_name));
+                let status = statuses.iter().find(|s| s.name == entry.name);
+                match status {
+                    None => {
+                        found.state = ClaimState::NotCreated;
+                        found.spec = template.map(|t| &t.spec.spec);
+                        found.problem = Some(match template {
+                            Some(_) => Problem {
+                                message: format!(
+                                    "the claim for {} is not created yet (pod.status.resourceClaimStatuses has no entry); the scheduler waits without an event",
+                                    entry.name
+                                ),
+                                fix: "wait for the resource claim controller; if it stays so, look for FailedResourceClaimCreation events and the controller manager's log".to_owned(),
+                            },
+                            None => Problem {
+                                message: format!(
+                                    "ResourceClaimTemplate {namespace}/{template_name} does not exist, so no claim can be made for {}",
+                                    entry.name
+                                ),
+                                fix: format!("create the template {template_name} in {namespace} (kubectl media class --claim ...), or fix spec.resourceClaims[{}].resourceClaimTemplateName", entry.name),
+                            },
+                        });
+                    }
+                    Some(status) => match &status.resource_claim_name {
+                        None => found.state = ClaimState::NotNeeded,
+                        Some(claim_name) => {
+                            found.claim_name = Some(format!("{namespace}/{claim_name}"));
+                            match find(claim_name) {
+                                Some(claim) => {
+                                    found.claim = Some(claim);
+                                    found.spec = Some(&claim.spec);
+                                    found.state = claim_state(claim, Some(pod));
+                                    if found.state == ClaimState::NotOwned {
+                                        found.problem = Some(Problem {
+                                            message: format!(
+                                                "ResourceClaim {namespace}/{claim_name} was not created for pod {namespace}/{} (the pod is not its owner); the scheduler waits without an event",
+                                                pod.metadata.name.as_deref().unwrap_or_default()
+                                            ),
+                                            fix: "delete the claim so that the controller makes the pod's own, or recreate the pod".to_owned(),
+                                        });
+                                    }
+                                }
+                                None => {
+                                    found.problem = Some(Problem {
+                                        message: format!(
+                                            "the pod's status names ResourceClaim {namespace}/{claim_name}, which does not exist (deleted?); the scheduler waits without an event"
+                                        ),
+                                        fix: "recreate the pod, so that its claim is made again"
+                                            .to_owned(),
+                                    });
+                                }
+                            }
+                        }
+                    },
+                }
+            }
+            (None, None) => {
+                found.problem = Some(Problem {
+                    message: format!(
+                        "spec.resourceClaims[{}] names neither a claim nor a template",
+                        entry.name
+                    ),
+                    fix: "set resourceClaimName or resourceClaimTemplateName".to_owned(),
+                });
+            }
+        }
+        if found.state == ClaimState::BeingDeleted && found.problem.is_none() {
+            found.problem = Some(Problem {
+                message: format!(
+                    "resourceclaim {} is being deleted",
+                    found.claim_name.clone().unwrap_or_default()
+                ),
+                fix: "wait for the deletion to finish (finalizers), then recreate the pod or the claim".to_owned(),
+            });
+        }
+        out.push(found);
+    }
+    out
+}
+
+/// Where one claim stands, for `pod` (when the pod is known).
+fn claim_state(claim: &ResourceClaim, pod: Option<&Pod>) -> ClaimState {
+    if claim.metadata.deletion_timestamp.is_some() {
+        return ClaimState::BeingDeleted;
+    }
+    if let Some(pod) = pod
+        && pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.resource_claims.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .any(|e| {
+                e.resource_claim_template_name.is_some()
+                    && format!(
+                        "{}/{}",
+                        claim.metadata.namespace.as_deref().unwrap_or_default(),
+                        claim.metadata.name.as_deref().unwrap_or_default()
+                    )
+                    .ends_with(&claim_generated_name(pod, &e.name).unwrap_or_default())
+            })
+        && !owned_by(claim, pod)
+    {
+        return ClaimState::NotOwned;
+    }
+    let status = claim.status.as_ref();
+    let allocated = status.and_then(|s| s.allocation.as_ref()).is_some();
+    let reserved = pod.is_some_and(|pod| {
+        let uid = pod.metadata.uid.as_deref();
+        status
+            .and_then(|s| s.reserved_for.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .any(|r| {
+                r.resource == "pods"
+                    && (Some(r.uid.as_str()) == uid
+                        || r.name == pod.metadata.name.clone().unwrap_or_default())
+            })
+    });
+    match (allocated, reserved) {
+        (true, true) => ClaimState::Reserved,
+        (true, false) => ClaimState::Allocated,
+        (false, _) => ClaimState::Pending,
+    }
+}
+
+/// The generated claim's name from the pod's status, as `/name`, for the ownership check.
+fn claim_generated_name(pod: &Pod, entry: &str) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .resource_claim_statuses
+        .as_deref()?
+        .iter()
+        .find(|s| s.name == entry)?
+        .resource_claim_name
+        .as_ref()
+        .map(|n| format!("/{n}"))
+}
+
+fn owned_by(claim: &ResourceClaim, pod: &Pod) -> bool {
+    claim
+        .metadata
+        .owner_references
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|o| {
+            o.kind == "Pod"
+                && o.controller == Some(true)
+                && (pod.metadata.uid.as_deref().is_none_or(|uid| uid == o.uid))
+                && Some(&o.name) == pod.metadata.name.as_ref()
+        })
+}
+
+/// What the analysis cannot say without a kind.
+fn lacks(kind: Kind) -> &'static str {
+    match kind {
+        Kind::ResourceSlice => "no device can be evaluated",
+        Kind::DeviceClass => "no selector can be evaluated",
+        Kind::ResourceClaim => "the pod's claims and the devices other claims hold are unknown",
+        Kind::ResourceClaimTemplate => "claims not created yet cannot be evaluated",
+        Kind::Pod => "the pod cannot be found",
+        Kind::Node => "the pod's nodeSelector, affinity and node taints are not checked",
+        Kind::Event => "the scheduler's and the kubelet's messages are not shown",
+    }
+}
+
+/// (request name, class name) of every request and sub-request.
+fn request_classes(spec: &ResourceClaimSpec) -> Vec<(String, &str)> {
+    let mut out = Vec::new();
+    for request in requests(spec) {
+        if let Some(exact) = &request.exactly {
+            out.push((request.name.clone(), exact.device_class_name.as_str()));
+        }
+        for sub in request.first_available.as_deref().unwrap_or_default() {
+            out.push((
+                format!("{}/{}", request.name, sub.name),
+                sub.device_class_name.as_str(),
+            ));
+        }
+    }
+    out
+}
+
+fn requests(spec: &ResourceClaimSpec) -> &[DeviceRequest] {
+    spec.devices
+        .as_ref()
+        .and_then(|d| d.requests.as_deref())
+        .unwrap_or_default()
+}
+
+/// What an allocated claim got, with the GPU's address and render node looked up.
+fn allocated(claim: &ResourceClaim, model: &FleetModel<'_>) -> Allocation {
+    let allocation = claim.status.as_ref().and_then(|s| s.allocation.as_ref());
+    let node = allocation
+        .and_then(|a| a.node_selector.as_ref())
+        .and_then(node_of_selector);
+    let devices = allocation
+        .and_then(|a| a.devices.as_ref())
+        .and_then(|d| d.results.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .map(|r| {
+            let device = model
+                .devices
+                .iter()
+                .find(|d| d.driver() == r.driver && d.pool() == r.pool && d.name() == r.device);
+            AllocatedDevice {
+                request: r.request.clone(),
+                driver: r.driver.clone(),
+                pool: r.pool.clone(),
+                device: r.device.clone(),
+                pci_bus_id: device.and_then(|d| d.string(PCI_BUS_ID)).map(str::to_owned),
+                render_node: device
+                    .and_then(|d| d.string(RENDER_NODE))
+                    .map(str::to_owned),
+            }
+        })
+        .collect();
+    Allocation { node, devices }
+}
+
+/// The node an allocation's node selector names (`metadata.name In [node]`, as the scheduler
+/// writes it).
+fn node_of_selector(selector: &k8s_openapi::api::core::v1::NodeSelector) -> Option<String> {
+    selector.node_selector_terms.iter().find_map(|t| {
+        t.match_fields
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .find(|r| r.key == "metadata.name" && r.operator == "In")
+            .and_then(|r| r.values.as_ref()?.first().cloned())
+    })
+}
+
+/// A GPU's model name for each device: a media.liken.sh device's `name` attribute, and for
+/// other drivers' devices the name of the media device at the same node and PCI address.
+fn gpu_models(model: &FleetModel<'_>) -> Vec<String> {
+    let name_attribute = format!("{}/name", crate::catalogue::DRIVER);
+    let mut by_address: HashMap<(Option<&str>, &str), &str> = HashMap::new();
+    for device in &model.devices {
+        if device.driver() == crate::catalogue::DRIVER
+            && let (Some(pci), Some(name)) =
+                (device.string(PCI_BUS_ID), device.string(&name_attribute))
+        {
+            by_address.insert((device.node().map(|n| n.as_str()), pci), name);
+        }
+    }
+    model
+        .devices
+        .iter()
+        .map(|device| {
+            let own = (device.driver() == crate::catalogue::DRIVER)
+                .then(|| device.string(&name_attribute))
+                .flatten();
+            let joined = device.string(PCI_BUS_ID).and_then(|pci| {
+                by_address
+                    .get(&(device.node().map(|n| n.as_str()), pci))
+                    .copied()
+            });
+            match own.or(joined) {
+                Some(name) => name.to_owned(),
+                None => format!("{} device", device.driver()),
+            }
+        })
+        .collect()
+}
+
+/// A device's CEL inputs, hashed: devices of one signature give every selector the same
+/// result, so a diagnosis is computed once per signature, not once per device.
+fn signature(device: &SliceDevice<'_>) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    device.driver().hash(&mut hasher);
+    for (name, value) in device.attributes() {
+        name.hash(&mut hasher);
+        value.to_string().hash(&mut hasher);
+        value.type_name().hash(&mut hasher);
+    }
+    for (name, quantity) in device.capacities() {
+        name.hash(&mut hasher);
+        quantity.hash(&mut hasher);
+    }
+    device.allow_multiple_allocations().hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The allocator's part: node by node, then request by request.
+#[allow(clippy::too_many_arguments)]
+fn evaluate(
+    input: &Input<'_>,
+    model: &FleetModel<'_>,
+    models: &[String],
+    classes: &BTreeMap<String, DeviceClassSpec>,
+    pod: Option<&Pod>,
+    pending: &[(usize, String, &ResourceClaimSpec)],
+    bound_nodes: &[&k8s_openapi::api::core::v1::NodeSelector],
+    diagnosis: &mut Diagnosis,
+) {
+    let fleet = Fleet {
+        devices: &model.devices,
+        taken: &model.taken,
+        incomplete_pools: &model.incomplete_pools,
+    };
+    let mut allocator = Allocator::new(fleet, classes, input.features);
+    let claims: Vec<Claim<'_>> = pending
+        .iter()
+        .map(|(_, label, spec)| Claim { name: label, spec })
+        .collect();
+
+    // Per node.
+    let mut outcomes: BTreeMap<(OutcomeKind, String), Vec<String>> = BTreeMap::new();
+    // Per (claim, request): device index → status, each device once.
+    let mut statuses: Vec<BTreeMap<usize, DeviceStatus>> = Vec::new();
+    let mut request_keys: Vec<(String, String)> = Vec::new();
+    let mut attempt_error: Option<AllocError> = None;
+    let mut allocatable = 0;
+    let mut total_devices: HashSet<usize> = HashSet::new();
+    for candidate in &model.nodes {
+        let node = &candidate.info;
+        let report = match allocator.explain(node, &claims) {
+            Ok(report) => report,
+            Err(e) => {
+                outcomes
+                    .entry((OutcomeKind::Error, e.to_string()))
+                    .or_default()
+                    .push(node.name.clone());
+                attempt_error.get_or_insert(e);
+                continue;
+            }
+        };
+        for request in &report.requests {
+            let key = (request.claim.clone(), request.request.clone());
+            let slot = match request_keys.iter().position(|k| *k == key) {
+                Some(i) => i,
+                None => {
+                    request_keys.push(key);
+                    statuses.push(BTreeMap::new());
+                    statuses.len() - 1
+                }
+            };
+            for (d, status) in &request.devices {
+                total_devices.insert(*d);
+                statuses[slot].entry(*d).or_insert_with(|| status.clone());
+            }
+        }
+        // The pod's own node filters come first in the scheduler (they are separate plugins);
+        // the allocation is still computed, to say what the node would allow without them.
+        let filtered = pod
+            .zip(candidate.node)
+            .and_then(|(pod, node_object)| pod_filter(pod, node, node_object));
+        let bound_elsewhere = bound_nodes.iter().any(|s| !node.matches(s));
+        let (kind, detail) = if let Some(filtered) = filtered {
+            filtered
+        } else if bound_elsewhere {
+            (
+                OutcomeKind::ClaimElsewhere,
+                "another claim of the pod is allocated on a different node".to_owned(),
+            )
+        } else {
+            match &report.verdict {
+                NodeVerdict::Allocated(_) => {
+                    allocatable += 1;
+                    (
+                        OutcomeKind::Allocatable,
+                        "every claim can be allocated now".to_owned(),
+                    )
+                }
+                NodeVerdict::CannotAllocate => why_not_on_node(&allocator, &report),
+            }
+        };
+        outcomes
+            .entry((kind, detail))
+            .or_default()
+            .push(node.name.clone());
+    }
+
+    // Per request, against the fleet.
+    let mut diagnoses: HashMap<(String, u64), Finding> = HashMap::new();
+    for (slot, (claim_label, request_name)) in request_keys.iter().enumerate() {
+        let Some(&(claim_index, _, spec)) = pending.iter().find(|(_, l, _)| l == claim_label)
+        else {
+            continue;
+        };
+        let Some((class_name, request_selectors, mode, count)) = request_shape(spec, request_name)
+        else {
+            continue;
+        };
+        let class_selectors = classes
+            .get(class_name)
+            .and_then(|c| cel_expressions(c.selectors.as_deref().unwrap_or_default()))
+            .unwrap_or_default();
+        let mut report = RequestReport {
+            name: request_name.clone(),
+            class: class_name.to_owned(),
+            allocation_mode: mode.to_owned(),
+            count,
+            total: statuses[slot].len(),
+            qualifying: 0,
+            available: 0,
+            reasons: Vec::new(),
+            unknown_attributes: Vec::new(),
+            relaxations: Vec::new(),
+            devices: Vec::new(),
+        };
+        let mut groups: BTreeMap<
+            (ReasonKind, String, String, String, String),
+            (usize, BTreeSet<String>, BTreeSet<String>),
+        > = BTreeMap::new();
+        // Devices that fail selectors: their clause vectors, for the relaxations.
+        let mut failing: Vec<usize> = Vec::new();
+        for (&d, status) in &statuses[slot] {
+            let (node_name, device_signature) = {
+                let device = allocator.device(d);
+                let node = device.node().map(|n| n.to_string());
+                (
+                    node.unwrap_or_else(|| "(any node)".to_owned()),
+                    signature(device),
+                )
+            };
+            let (kind, selector, clause, detail, claims_holding) = match status {
+                DeviceStatus::Available => {
+                    report.qualifying += 1;
+                    report.available += 1;
+                    if input.every_device {
+                        report.devices.push(device_line(
+                            allocator.device(d),
+                            &models[d],
+                            "Available".to_owned(),
+                        ));
+                    }
+                    continue;
+                }
+                DeviceStatus::Taken { claims } => {
+                    report.qualifying += 1;
+                    (
+                        ReasonKind::Taken,
+                        None,
+                        None,
+                        "allocated to other claims, and not shareable".to_owned(),
+                        claims.clone(),
+                    )
+                }
+                DeviceStatus::Untolerated { taint } => {
+                    report.qualifying += 1;
+                    (
+                        ReasonKind::Untolerated,
+                        None,
+                        None,
+                        format!(
+                            "taint {}{}:{} is not tolerated",
+                            taint.key,
+                            taint
+                                .value
+                                .as_deref()
+                                .map(|v| format!("={v}"))
+                                .unwrap_or_default(),
+                            taint.effect
+                        ),
+                        Vec::new(),
+                    )
+                }
+                DeviceStatus::NotSelected { class, index } => {
+                    failing.push(d);
+                    let (scope, expression) = match class {
+                        Some(class) => (
+                            format!("class {class} selector #{index}"),
+                            class_selectors.get(*index).copied(),
+                        ),
+                        None => (
+                            format!("request selector #{index}"),
+                            request_selectors.get(*index).copied(),
+                        ),
+                    };
+                    let expression = expression.unwrap_or_default();
+                    let finding = diagnoses
+                        .entry((expression.to_owned(), device_signature))
+                        .or_insert_with(|| allocator.diagnose(expression, d))
+                        .clone();
+                    match finding {
+                        Finding::False { clause }
+                            if clause.reads.len() == 1 && clause.reads[0].domain.is_none() =>
+                        {
+                            let detail = clause.reads[0].to_string();
+                            (
+                                ReasonKind::OtherDriver,
+                                Some(scope),
+                                Some(clause.text),
+                                detail,
+                                Vec::new(),
+                            )
+                        }
+                        Finding::False { clause } => {
+                            let detail = if clause.reads.is_empty() {
+                                "is false".to_owned()
+                            } else {
+                                clause
+                                    .reads
+                                    .iter()
+                                    .map(ToString::to_string)
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            };
+                            (
+                                ReasonKind::SelectorFalse,
+                                Some(scope),
+                                Some(clause.text),
+                                detail,
+                                Vec::new(),
+                            )
+                        }
+                        Finding::RuntimeError { clause, message } => (
+                            ReasonKind::RuntimeError,
+                            Some(scope),
+                            Some(clause.text),
+                            format!("CEL runtime error: {message}"),
+                            Vec::new(),
+                        ),
+                        Finding::CannotEvaluate { reason } => (
+                            ReasonKind::CannotEvaluate,
+                            Some(scope),
+                            None,
+                            format!("cannot evaluate: {reason}"),
+                            Vec::new(),
+                        ),
+                        Finding::Selected => (
+                            ReasonKind::SelectorFalse,
+                            Some(scope),
+                            None,
+                            "is false".to_owned(),
+                            Vec::new(),
+                        ),
+                    }
+                }
+                DeviceStatus::Failed(e) => {
+                    let (kind, detail) = match e {
+                        AllocError::Runtime(f) => (
+                            ReasonKind::RuntimeError,
+                            format!("CEL runtime error: {}", f.message),
+                        ),
+                        AllocError::CannotEvaluate(f) => (
+                            ReasonKind::CannotEvaluate,
+                            format!("cannot evaluate: {}", f.message),
+                        ),
+                        other => (ReasonKind::CannotEvaluate, other.to_string()),
+                    };
+                    let selector = match e {
+                        AllocError::Runtime(f) | AllocError::CannotEvaluate(f) => {
+                            Some(format!("{} selector #{}", f.scope, f.index))
+                        }
+                        _ => None,
+                    };
+                    (kind, selector, None, detail, Vec::new())
+                }
+            };
+            if input.every_device {
+                let text = match (&selector, &clause) {
+                    (Some(s), Some(c)) => format!("{s}: {c}: {detail}"),
+                    (Some(s), None) => format!("{s}: {detail}"),
+                    _ => detail.clone(),
+                };
+                report
+                    .devices
+                    .push(device_line(allocator.device(d), &models[d], text));
+            }
+            let model = if kind == ReasonKind::OtherDriver {
+                format!("{} devices", allocator.device(d).driver())
+            } else {
+                models[d].clone()
+            };
+            let entry = groups
+                .entry((
+                    kind,
+                    selector.unwrap_or_default(),
+                    clause.unwrap_or_default(),
+                    detail,
+                    model,
+                ))
+                .or_default();
+            entry.0 += 1;
+            entry.1.insert(node_name);
+            entry.2.extend(claims_holding);
+        }
+        let mut reasons: Vec<Reason> = groups
+            .into_iter()
+            .map(
+                |((reason, selector, clause, detail, model), (devices, nodes, claims))| Reason {
+                    reason,
+                    selector: (!selector.is_empty()).then_some(selector),
+                    clause: (!clause.is_empty()).then_some(clause),
+                    detail,
+                    model,
+                    devices,
+                    nodes: nodes.len(),
+                    claims: claims.into_iter().collect(),
+                },
+            )
+            .collect();
+        // Grouped by reason (the most devices first), models within; other drivers' devices last.
+        let mut totals: HashMap<(ReasonKind, Option<String>, Option<String>, String), usize> =
+            HashMap::new();
+        for r in &reasons {
+            *totals.entry(reason_key(r)).or_default() += r.devices;
+        }
+        reasons.sort_by(|a, b| {
+            let (ta, tb) = (totals[&reason_key(a)], totals[&reason_key(b)]);
+            (a.reason == ReasonKind::OtherDriver)
+                .cmp(&(b.reason == ReasonKind::OtherDriver))
+                .then(tb.cmp(&ta))
+                .then(reason_key(a).cmp(&reason_key(b)))
+                .then(b.devices.cmp(&a.devices))
+                .then(a.model.cmp(&b.model))
+        });
+        report.reasons = reasons;
+
+        // Names no device has.
+        let known = known_attributes(model);
+        let selectors = class_selectors
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (format!("class {class_name} selector #{i}"), *e))
+            .chain(
+                request_selectors
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| (format!("request selector #{i}"), *e)),
+            );
+        let selectors: Vec<(String, &str)> = selectors.collect();
+        for (scope, expression) in &selectors {
+            for (domain, name) in diagnose::attribute_names(allocator.selector(expression)) {
+                if known.contains(&(domain.clone(), name.clone())) {
+                    continue;
+                }
+                let nearest = nearest(
+                    &format!("{domain}/{name}"),
+                    known
+                        .iter()
+                        .map(|(d, n)| format!("{d}/{n}"))
+                        .collect::<Vec<_>>()
+                        .iter()
+                        .map(String::as_str),
+                );
+                report.unknown_attributes.push(UnknownAttribute {
+                    attribute: format!("{domain}/{name}"),
+                    selector: scope.clone(),
+                    nearest,
+                });
+            }
+        }
+
+        // Relaxations: a clause whose removal alone lets failing devices qualify.
+        if report.qualifying == 0 || report.available == 0 {
+            report.relaxations =
+                relaxations(&mut allocator, &selectors, &failing, &statuses[slot], model);
+        }
+        diagnosis.claims[claim_index].requests.push(report);
+    }
+
+    let total = model.nodes.len();
+    let mut node_outcomes: Vec<NodeOutcome> = outcomes
+        .into_iter()
+        .map(|((outcome, detail), nodes)| NodeOutcome {
+            outcome,
+            detail,
+            count: nodes.len(),
+            nodes,
+        })
+        .collect();
+    node_outcomes.sort_by(|a, b| a.outcome.cmp(&b.outcome).then(b.count.cmp(&a.count)));
+    diagnosis.nodes = Some(NodeSummary {
+        total,
+        allocatable,
+        outcomes: node_outcomes,
+    });
+    if let Some(error) = attempt_error {
+        diagnosis.attempt_error = Some(attempt(&error));
+    }
+    let _ = total_devices;
+}
+
+/// What a reason says, without the model: the lines `why` prints under one heading.
+pub(crate) fn reason_key(r: &Reason) -> (ReasonKind, Option<String>, Option<String>, String) {
+    (
+        r.reason,
+        r.selector.clone(),
+        r.clause.clone(),
+        r.detail.clone(),
+    )
+}
+
+/// The request (or `request/sub`) of a spec: class, request selectors, mode and count.
+fn request_shape<'s>(
+    spec: &'s ResourceClaimSpec,
+    name: &str,
+) -> Option<(&'s str, Vec<&'s str>, &'s str, i64)> {
+    let (base, sub) = match name.split_once('/') {
+        Some((b, s)) => (b, Some(s)),
+        None => (name, None),
+    };
+    let request = requests(spec).iter().find(|r| r.name == base)?;
+    match sub {
+        None => {
+            let exact = request.exactly.as_ref()?;
+            Some((
+                &exact.device_class_name,
+                cel_expressions(exact.selectors.as_deref().unwrap_or_default())?,
+                exact.allocation_mode.as_deref().unwrap_or("ExactCount"),
+                exact.count.unwrap_or(1),
+            ))
+        }
+        Some(sub) => {
+            let sub = request
+                .first_available
+                .as_deref()?
+                .iter()
+                .find(|s| s.name == sub)?;
+            Some((
+                &sub.device_class_name,
+                cel_expressions(sub.selectors.as_deref().unwrap_or_default())?,
+                sub.allocation_mode.as_deref().unwrap_or("ExactCount"),
+                sub.count.unwrap_or(1),
+            ))
+        }
+    }
+}
+
+fn device_line(device: &SliceDevice<'_>, model: &str, status: String) -> DeviceLine {
+    DeviceLine {
+        node: device
+            .node()
+            .map(|n| n.to_string())
+            .unwrap_or_else(|| "(any node)".to_owned()),
+        device: device.id().to_string(),
+        pci_bus_id: device.string(PCI_BUS_ID).map(str::to_owned),
+        model: model.to_owned(),
+        status,
+    }
+}
+
+/// Every (domain, name) some device of the fleet has.
+fn known_attributes(model: &FleetModel<'_>) -> HashSet<(String, String)> {
+    let mut seen = HashSet::new();
+    let mut known = HashSet::new();
+    for device in &model.devices {
+        // Devices of one shape share their names: each shape is read once.
+        if !seen.insert(device.shape_id()) {
+            continue;
+        }
+        for (name, _) in device.attributes() {
+            let (domain, id) = super::split_qualified(name, device.driver());
+            known.insert((domain.to_owned(), id.to_owned()));
+        }
+    }
+    known
+}
+
+/// The nearest of `candidates` to `typed` (case-insensitive edit distance), when it is close.
+fn nearest<'c>(typed: &str, candidates: impl Iterator<Item = &'c str>) -> Option<String> {
+    let lower = typed.to_lowercase();
+    candidates
+        .map(|c| (strsim::damerau_levenshtein(&lower, &c.to_lowercase()), c))
+        .filter(|(d, c)| *d <= (c.len().max(typed.len()) / 3).max(2))
+        .min()
+        .map(|(_, c)| c.to_owned())
+}
+
+/// For the clauses of the request's selectors: how many failing devices would qualify were
+/// that one clause dropped (every other clause true).
+fn relaxations(
+    allocator: &mut Allocator<'_, SliceDevice<'_>>,
+    selectors: &[(String, &str)],
+    failing: &[usize],
+    statuses: &BTreeMap<usize, DeviceStatus>,
+    model: &FleetModel<'_>,
+) -> Vec<Relaxation> {
+    let texts: Vec<Vec<String>> = selectors
+        .iter()
+        .map(|(_, e)| diagnose::clause_texts(allocator.selector(e)).unwrap_or_default())
+        .collect();
+    let mut memo: HashMap<u64, Option<(usize, usize)>> = HashMap::new();
+    let mut gains: BTreeMap<(usize, usize), (usize, usize, BTreeSet<String>)> = BTreeMap::new();
+    for &d in failing {
+        let key = signature(allocator.device(d));
+        let only = match memo.get(&key) {
+            Some(only) => *only,
+            None => {
+                let mut false_clauses = Vec::new();
+                let mut undecided = false;
+                for (s, (_, expression)) in selectors.iter().enumerate() {
+                    match allocator.clause_values(expression, d) {
+                        Some(values) => {
+                            for (c, v) in values.iter().enumerate() {
+                                match v {
+                                    Some(true) => {}
+                                    Some(false) => false_clauses.push((s, c)),
+                                    None => undecided = true,
+                                }
+                            }
+                        }
+                        None => undecided = true,
+                    }
+                }
+                let only = (!undecided && false_clauses.len() == 1).then(|| false_clauses[0]);
+                memo.insert(key, only);
+                only
+            }
+        };
+        if let Some(position) = only {
+            let device = allocator.device(d);
+            let free = !model.taken.contains_key(&device.id()) && device.taints().is_empty();
+            let entry = gains.entry(position).or_default();
+            entry.0 += 1;
+            entry.1 += usize::from(free);
+            if let Some(node) = device.node() {
+                entry.2.insert(node.to_string());
+            }
+        }
+    }
+    let _ = statuses;
+    let mut out: Vec<Relaxation> = gains
+        .into_iter()
+        .map(|((s, c), (qualifying, available, nodes))| Relaxation {
+            selector: selectors[s].0.clone(),
+            clause: texts[s].get(c).cloned().unwrap_or_default(),
+            qualifying,
+            available,
+            nodes: nodes.len(),
+        })
+        .collect();
+    out.sort_by(|a, b| b.qualifying.cmp(&a.qualifying));
+    out
+}
+
+/// Why the claims cannot be allocated on a node whose verdict is "cannot allocate".
+fn why_not_on_node(
+    allocator: &Allocator<'_, SliceDevice<'_>>,
+    report: &super::allocate::NodeReport,
+) -> (OutcomeKind, String) {
+    if report.constraints_block {
+        // Each request is served alone; show the addresses each could use.
+        let parts: Vec<String> = report
+            .requests
+            .iter()
+            .map(|r| {
+                let mut addresses: Vec<&str> = r
+                    .devices
+                    .iter()
+                    .filter(|(_, s)| *s == DeviceStatus::Available)
+                    .map(|(d, _)| {
+                        allocator
+                            .device(*d)
+                            .string(PCI_BUS_ID)
+                            .unwrap_or("(no pciBusID)")
+                    })
+                    .collect();
+                addresses.sort_unstable();
+                addresses.dedup();
+                format!("{} on {}", r.request, addresses.join(", "))
+            })
+            .collect();
+        return (
+            OutcomeKind::Constraint,
+            format!(
+                "each request can be served, never on one GPU: {}",
+                parts.join("; ")
+            ),
+        );
+    }
+    for r in &report.requests {
+        // firstAvailable: the request fails only if every sub-request does; the first
+        // sub-request stands for the request here.
+        if r.devices.iter().any(|(_, s)| *s == DeviceStatus::Available) {
+            continue;
+        }
+        let passing = r
+            .devices
+            .iter()
+            .filter(|(_, s)| {
+                matches!(
+                    s,
+                    DeviceStatus::Taken { .. } | DeviceStatus::Untolerated { .. }
+                )
+            })
+            .count();
+        let detail = if r.devices.is_empty() {
+            format!("request {}: the node has no devices", r.request)
+        } else if passing == 0 {
+            format!("request {}: no device passes the selectors", r.request)
+        } else {
+            format!(
+                "request {}: every device that passes the selectors is taken or tainted",
+                r.request
+            )
+        };
+        if r.request.contains('/')
+            && report.requests.iter().any(|o| {
+                o.request.split('/').next() == r.request.split('/').next()
+                    && o.devices.iter().any(|(_, s)| *s == DeviceStatus::Available)
+            })
+        {
+            continue;
+        }
+        return (OutcomeKind::RequestUnsatisfied, detail);
+    }
+    (
+        OutcomeKind::CannotAllocate,
+        "the devices do not add up: counts, or exclusive devices wanted by several requests"
+            .to_owned(),
+    )
+}
+
+/// The pod's own node filters on one node: nodeSelector, required node affinity, taints.
+fn pod_filter(pod: &Pod, info: &NodeInfo, node: &Node) -> Option<(OutcomeKind, String)> {
+    let spec = pod.spec.as_ref()?;
+    if let Some(selector) = &spec.node_selector {
+        let missing: Vec<String> = selector
+            .iter()
+            .filter(|(k, v)| info.labels.get(*k) != Some(v))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        if !missing.is_empty() {
+            return Some((
+                OutcomeKind::NodeSelector,
+                format!("the pod's nodeSelector wants {}", missing.join(", ")),
+            ));
+        }
+    }
+    if let Some(required) = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        && !info.matches(required)
+    {
+        return Some((
+            OutcomeKind::NodeAffinity,
+            "the pod's required node affinity does not match".to_owned(),
+        ));
+    }
+    let tolerations = spec.tolerations.as_deref().unwrap_or_default();
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default();
+    if let Some(taint) = taints.iter().find(|t| {
+        matches!(t.effect.as_str(), "NoSchedule" | "NoExecute")
+            && !tolerations.iter().any(|tol| pod_tolerates(tol, t))
+    }) {
+        return Some((
+            OutcomeKind::NodeTaint,
+            format!(
+                "untolerated taint {{{}: {}}}",
+                taint.key,
+                taint.value.as_deref().unwrap_or_default()
+            ),
+        ));
+    }
+    None
+}
+
+/// k8s.io/api core/v1 `Toleration.ToleratesTaint`.
+fn pod_tolerates(toleration: &Toleration, taint: &Taint) -> bool {
+    if let Some(effect) = toleration.effect.as_deref().filter(|e| !e.is_empty())
+        && effect != taint.effect
+    {
+        return false;
+    }
+    let key = toleration.key.as_deref().unwrap_or_default();
+    if !key.is_empty() && key != taint.key {
+        return false;
+    }
+    match toleration.operator.as_deref().unwrap_or("Equal") {
+        "Exists" => true,
+        "Equal" | "" => {
+            toleration.value.as_deref().unwrap_or_default()
+                == taint.value.as_deref().unwrap_or_default()
+        }
+        _ => false,
+    }
+}
+
+fn attempt(error: &AllocError) -> AttemptError {
+    match error {
+        AllocError::Runtime(f) => AttemptError {
+            message: error.to_string(),
+            consequence: "the scheduler fails the whole scheduling attempt (PodScheduled reason SchedulerError), on every node, not just this device".to_owned(),
+            fix: format!(
+                "guard the read in {} selector #{}: has(device.attributes[\"domain\"].name) && ..., or device.attributes[\"domain\"].?name.orValue(false)",
+                f.scope, f.index
+            ),
+        },
+        AllocError::CannotEvaluate(_) | AllocError::Unsupported { .. } => AttemptError {
+            message: error.to_string(),
+            consequence: "kubectl media cannot decide this claim; nothing about it is guessed".to_owned(),
+            fix: "check the scheduler's events for its verdict".to_owned(),
+        },
+        AllocError::PoolIncomplete { .. } => AttemptError {
+            message: error.to_string(),
+            consequence: "the scheduler does not allocate allocationMode All while a pool's slices are being updated".to_owned(),
+            fix: "wait for the driver to finish publishing the pool".to_owned(),
+        },
+        AllocError::ConstraintAll { .. } => AttemptError {
+            message: error.to_string(),
+            consequence: "the scheduler fails the attempt: allocationMode All takes every matching device, and one breaks the constraint".to_owned(),
+            fix: "narrow the request's selectors to devices that share the attribute, or drop the constraint".to_owned(),
+        },
+        AllocError::ClassNotFound { .. } => AttemptError {
+            message: error.to_string(),
+            consequence: "the scheduler fails the pod".to_owned(),
+            fix: "create the class or fix deviceClassName".to_owned(),
+        },
+    }
+}
+
+fn scheduler_words(pod: Option<&Pod>, events: &[Event]) -> SchedulerWords {
+    let Some(pod) = pod else {
+        return SchedulerWords::default();
+    };
+    let condition = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .find(|c| c.type_ == "PodScheduled" && c.status != "True")
+        .map(|c| ConditionWords {
+            status: c.status.clone(),
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+        });
+    let mut found: Vec<(&Event, EventWords)> = events
+        .iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some("Pod")
+                && e.involved_object.name == pod.metadata.name
+                && e.involved_object.namespace == pod.metadata.namespace
+                && e.reason
+                    .as_deref()
+                    .is_some_and(|r| EVENT_REASONS.contains(&r))
+        })
+        .map(|e| {
+            (
+                e,
+                EventWords {
+                    reason: e.reason.clone().unwrap_or_default(),
+                    message: e.message.clone().unwrap_or_default(),
+                    count: e.count.unwrap_or(1),
+                },
+            )
+        })
+        .collect();
+    found.sort_by_key(|(e, _)| {
+        e.last_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .or_else(|| e.event_time.as_ref().map(|t| t.0))
+    });
+    SchedulerWords {
+        condition,
+        events: found.into_iter().map(|(_, w)| w).collect(),
+    }
+}
+
+/// The verdict, the exit status and the next steps.
+fn conclude(
+    diagnosis: &mut Diagnosis,
+    pod: Option<&Pod>,
+    problems: &[Problem],
+    pending: &[(usize, String, &ResourceClaimSpec)],
+) {
+    let what = if diagnosis.kind == "Pod" {
+        format!("pod {}", diagnosis.name)
+    } else {
+        format!("claim {}", diagnosis.name)
+    };
+    let running = pod
+        .and_then(|p| p.status.as_ref())
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Running" || p == "Succeeded");
+    let scheduled_on = pod
+        .and_then(|p| p.spec.as_ref())
+        .and_then(|s| s.node_name.clone());
+    let mut steps: Vec<String> = Vec::new();
+    let prepare_failures: Vec<&EventWords> = diagnosis
+        .scheduler
+        .events
+        .iter()
+        .filter(|e| e.reason == "FailedPrepareDynamicResources")
+        .collect();
+
+    if let Some(problem) = problems.first() {
+        diagnosis.blocked = true;
+        diagnosis.verdict = format!("{what} waits: {}.", problem.message);
+        steps.extend(problems.iter().map(|p| p.fix.clone()));
+    } else if let Some(error) = &diagnosis.attempt_error {
+        diagnosis.blocked = true;
+        diagnosis.verdict = format!(
+            "every scheduling attempt for {what} fails: {}.",
+            error.message
+        );
+        steps.push(error.fix.clone());
+    } else if pending.is_empty() {
+        // Every claim is allocated (or needs none).
+        let node = diagnosis
+            .claims
+            .iter()
+            .find_map(|c| c.allocation.as_ref().and_then(|a| a.node.clone()))
+            .or(scheduled_on.clone());
+        let on = node.map(|n| format!(" on node {n}")).unwrap_or_default();
+        if running || diagnosis.kind != "Pod" {
+            diagnosis.verdict =
+                format!("the claims of {what} are allocated{on}; DRA does not hold it.");
+        } else if let Some(failure) = prepare_failures.last() {
+            diagnosis.verdict = format!(
+                "the claims of {what} are allocated{on}, but the kubelet there cannot prepare them: {}.",
+                failure.message
+            );
+            steps.push("check that the DRA drivers' kubelet plugins run on that node: kubectl -n liken-system get pods -o wide --field-selector spec.nodeName=<node> (media.liken.sh is the media-capabilities agent)".to_owned());
+        } else {
+            diagnosis.verdict = format!(
+                "the claims of {what} are allocated{on}; the pod waits for something other than its devices."
+            );
+            steps.push(format!("kubectl describe {}", describe_target(diagnosis)));
+        }
+    } else {
+        let nodes = diagnosis.nodes.as_ref();
+        let allocatable = nodes.map_or(0, |n| n.allocatable);
+        if allocatable > 0 {
+            diagnosis.verdict = format!(
+                "nothing in the fleet blocks {what}: its claims can be allocated now on {allocatable} of {} nodes.",
+                nodes.map_or(0, |n| n.total)
+            );
+            if let Some(words) = diagnosis
+                .scheduler
+                .events
+                .iter()
+                .rev()
+                .find(|e| e.reason == "FailedScheduling")
+            {
+                steps.push(format!(
+                    "the scheduler's last word was {:?}; if it is older than the devices, it will retry on its own",
+                    words.message
+                ));
+            }
+        } else {
+            diagnosis.blocked = true;
+            let main = nodes
+                .and_then(|n| {
+                    n.outcomes
+                        .iter()
+                        .filter(|o| o.outcome != OutcomeKind::Allocatable)
+                        .max_by_key(|o| o.count)
+                })
+                .map(|o| {
+                    format!(
+                        "{} ({} of {} nodes)",
+                        o.detail,
+                        o.count,
+                        nodes.map_or(0, |n| n.total)
+                    )
+                })
+                .unwrap_or_else(|| "no node has devices".to_owned());
+            diagnosis.verdict = format!("no node can allocate the claims of {what}: {main}.");
+            for claim in &diagnosis.claims {
+                for request in &claim.requests {
+                    if let Some(r) = request.relaxations.first() {
+                        steps.push(format!(
+                            "without {} (in {} of request {}), {} devices would qualify on {} nodes, {} of them free",
+                            r.clause, r.selector, request.name, r.qualifying, r.nodes, r.available
+                        ));
+                    }
+                    for unknown in &request.unknown_attributes {
+                        steps.push(match &unknown.nearest {
+                            Some(n) => format!(
+                                "no device has {} ({}): did you mean {n}?",
+                                unknown.attribute, unknown.selector
+                            ),
+                            None => format!(
+                                "no device has {} ({})",
+                                unknown.attribute, unknown.selector
+                            ),
+                        });
+                    }
+                    if request.qualifying > 0 && request.available == 0 {
+                        let holders: BTreeSet<&String> =
+                            request.reasons.iter().flat_map(|r| &r.claims).collect();
+                        if !holders.is_empty() {
+                            steps.push(format!(
+                                "the devices that qualify for request {} are held by {}: wait for them, or make the devices shareable (allowMultipleAllocations needs DRAConsumableCapacity, on by default from Kubernetes 1.36)",
+                                request.name,
+                                shorten(holders.into_iter().cloned().collect())
+                            ));
+                        }
+                        if request
+                            .reasons
+                            .iter()
+                            .any(|r| r.reason == ReasonKind::Untolerated)
+                        {
+                            steps.push(format!(
+                                "tolerate the devices' taint in request {} (exactly.tolerations), or clear the taint",
+                                request.name
+                            ));
+                        }
+                    }
+                }
+            }
+            if let Some(nodes) = nodes {
+                if nodes.outcomes.iter().any(|o| {
+                    matches!(
+                        o.outcome,
+                        OutcomeKind::NodeSelector
+                            | OutcomeKind::NodeAffinity
+                            | OutcomeKind::NodeTaint
+                    )
+                }) {
+                    steps.push("some nodes are ruled out by the pod's own nodeSelector, affinity or tolerations: relax them to reach those nodes' GPUs".to_owned());
+                }
+                if nodes
+                    .outcomes
+                    .iter()
+                    .any(|o| o.outcome == OutcomeKind::Constraint)
+                {
+                    steps.push("the constraint keeps the requests on one GPU (matchAttribute): the GPUs that pass one request are not the ones that pass the other".to_owned());
+                }
+            }
+            steps.push("or give the workload a way forward without such a GPU: a second claim on any render node (class gpu-render) that it uses with its own fallback path, or no claim and work on the CPU; the workload's controller chooses, not the scheduler".to_owned());
+        }
+    }
+    diagnosis.next_steps = steps;
+}
+
+fn describe_target(diagnosis: &Diagnosis) -> String {
+    let (namespace, name) = diagnosis
+        .name
+        .split_once('/')
+        .unwrap_or(("default", &diagnosis.name));
+    format!("pod -n {namespace} {name}")
+}
+
+/// A list of names, the first few and how many more.
+pub(crate) fn shorten(names: Vec<String>) -> String {
+    if names.len() <= NAMES_SHOWN {
+        return names.join(", ");
+    }
+    format!(
+        "{} and {} more",
+        names[..NAMES_SHOWN].join(", "),
+        names.len() - NAMES_SHOWN
+    )
+}
