@@ -1040,15 +1040,45 @@ fn evaluate(
     let mut total_devices: HashSet<usize> = HashSet::new();
     for candidate in &model.nodes {
         let node = &candidate.info;
-        let report = match allocator.explain(node, &claims) {
-            Ok(report) => report,
+        let (report, failed) = match allocator.explain(node, &claims) {
+            Ok(report) => (report, false),
             Err(e) => {
+                // The attempt fails on this node; each request's devices are still accounted
+                // for, one request at a time (a runtime error shows on the device it hits).
+                let mut surveyed = Vec::new();
+                for claim in &claims {
+                    for request in requests(claim.spec) {
+                        let subs = request.first_available.as_ref().map_or(0, Vec::len);
+                        for sub in (0..subs.max(1)).map(|i| (subs > 0).then_some(i)) {
+                            let name = match sub {
+                                Some(i) => format!(
+                                    "{}/{}",
+                                    request.name,
+                                    request.first_available.as_deref().unwrap_or_default()[i].name
+                                ),
+                                None => request.name.clone(),
+                            };
+                            if let Ok(devices) = allocator.survey(node, *claim, request, sub) {
+                                surveyed.push(super::allocate::RequestReport {
+                                    claim: claim.name.to_owned(),
+                                    request: name,
+                                    devices,
+                                });
+                            }
+                        }
+                    }
+                }
                 outcomes
-                    .entry((OutcomeKind::Error, e.to_string()))
+                    .entry((OutcomeKind::Error, error_summary(&e)))
                     .or_default()
                     .push(node.name.clone());
                 attempt_error.get_or_insert(e);
-                continue;
+                let report = super::allocate::NodeReport {
+                    verdict: NodeVerdict::CannotAllocate,
+                    requests: surveyed,
+                    constraints_block: false,
+                };
+                (report, true)
             }
         };
         for request in &report.requests {
@@ -1065,6 +1095,9 @@ fn evaluate(
                 total_devices.insert(*d);
                 statuses[slot].entry(*d).or_insert_with(|| status.clone());
             }
+        }
+        if failed {
+            continue;
         }
         // The pod's own node filters come first in the scheduler (they are separate plugins);
         // the allocation is still computed, to say what the node would allow without them.
@@ -1371,10 +1404,8 @@ fn evaluate(
         }
 
         // Relaxations: a clause whose removal alone lets failing devices qualify.
-        if report.qualifying == 0 || report.available == 0 {
-            report.relaxations =
-                relaxations(&mut allocator, &selectors, &failing, &statuses[slot], model);
-        }
+        report.relaxations =
+            relaxations(&mut allocator, &selectors, &failing, &statuses[slot], model);
         diagnosis.claims[claim_index].requests.push(report);
     }
 
@@ -1398,6 +1429,21 @@ fn evaluate(
         diagnosis.attempt_error = Some(attempt(&error));
     }
     let _ = total_devices;
+}
+
+/// An attempt error without the device it was met on, so that nodes group by it.
+fn error_summary(error: &AllocError) -> String {
+    match error {
+        AllocError::Runtime(f) => format!(
+            "{} selector #{}: CEL runtime error: {}",
+            f.scope, f.index, f.message
+        ),
+        AllocError::CannotEvaluate(f) => format!(
+            "{} selector #{}: cannot evaluate: {}",
+            f.scope, f.index, f.message
+        ),
+        other => other.to_string(),
+    }
 }
 
 /// What a reason says, without the model: the lines `why` prints under one heading.
@@ -1710,10 +1756,13 @@ fn attempt(error: &AllocError) -> AttemptError {
         AllocError::Runtime(f) => AttemptError {
             message: error.to_string(),
             consequence: "the scheduler fails the whole scheduling attempt (PodScheduled reason SchedulerError), on every node, not just this device".to_owned(),
-            fix: format!(
-                "guard the read in {} selector #{}: has(device.attributes[\"domain\"].name) && ..., or device.attributes[\"domain\"].?name.orValue(false)",
-                f.scope, f.index
-            ),
+            fix: match f.message.strip_prefix("no such key: ") {
+                Some(key) => format!(
+                    "if the name is right and only some devices have it, guard the read in {} selector #{}: has(device.attributes[...].{key}) && ..., or device.attributes[...].?{key}.orValue(false)",
+                    f.scope, f.index
+                ),
+                None => format!("fix {} selector #{} for the devices it fails on", f.scope, f.index),
+            },
         },
         AllocError::CannotEvaluate(_) | AllocError::Unsupported { .. } => AttemptError {
             message: error.to_string(),
@@ -1824,6 +1873,7 @@ fn conclude(
             "every scheduling attempt for {what} fails: {}.",
             error.message
         );
+        steps.extend(unknown_steps(diagnosis));
         steps.push(error.fix.clone());
     } else if pending.is_empty() {
         // Every claim is allocated (or needs none).
@@ -1870,12 +1920,19 @@ fn conclude(
             }
         } else {
             diagnosis.blocked = true;
+            // The nodes the pod may use explain more than those its own filters rule out.
+            let pod_filter = |o: &NodeOutcome| {
+                matches!(
+                    o.outcome,
+                    OutcomeKind::NodeSelector | OutcomeKind::NodeAffinity | OutcomeKind::NodeTaint
+                )
+            };
             let main = nodes
                 .and_then(|n| {
                     n.outcomes
                         .iter()
                         .filter(|o| o.outcome != OutcomeKind::Allocatable)
-                        .max_by_key(|o| o.count)
+                        .max_by_key(|o| (!pod_filter(o), o.count))
                 })
                 .map(|o| {
                     format!(
@@ -1887,6 +1944,7 @@ fn conclude(
                 })
                 .unwrap_or_else(|| "no node has devices".to_owned());
             diagnosis.verdict = format!("no node can allocate the claims of {what}: {main}.");
+            steps.extend(unknown_steps(diagnosis));
             for claim in &diagnosis.claims {
                 for request in &claim.requests {
                     if let Some(r) = request.relaxations.first() {
@@ -1894,18 +1952,6 @@ fn conclude(
                             "without {} (in {} of request {}), {} devices would qualify on {} nodes, {} of them free",
                             r.clause, r.selector, request.name, r.qualifying, r.nodes, r.available
                         ));
-                    }
-                    for unknown in &request.unknown_attributes {
-                        steps.push(match &unknown.nearest {
-                            Some(n) => format!(
-                                "no device has {} ({}): did you mean {n}?",
-                                unknown.attribute, unknown.selector
-                            ),
-                            None => format!(
-                                "no device has {} ({})",
-                                unknown.attribute, unknown.selector
-                            ),
-                        });
                     }
                     if request.qualifying > 0 && request.available == 0 {
                         let holders: BTreeSet<&String> =
@@ -1953,6 +1999,29 @@ fn conclude(
         }
     }
     diagnosis.next_steps = steps;
+}
+
+/// A step per attribute name no device has.
+fn unknown_steps(diagnosis: &Diagnosis) -> Vec<String> {
+    let mut steps = Vec::new();
+    for request in diagnosis.claims.iter().flat_map(|c| &c.requests) {
+        for unknown in &request.unknown_attributes {
+            let step = match &unknown.nearest {
+                Some(n) => format!(
+                    "no device in the fleet has {} ({}): did you mean {n}?",
+                    unknown.attribute, unknown.selector
+                ),
+                None => format!(
+                    "no device in the fleet has {} ({}): check the name against kubectl media caps -o json",
+                    unknown.attribute, unknown.selector
+                ),
+            };
+            if !steps.contains(&step) {
+                steps.push(step);
+            }
+        }
+    }
+    steps
 }
 
 fn describe_target(diagnosis: &Diagnosis) -> String {

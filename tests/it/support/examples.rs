@@ -67,8 +67,8 @@ pub fn media_slice(node: &str, probed: &[Probed]) -> Value {
         .expect("a ResourceSlice serialises")
 }
 
-/// liken's slice of render nodes for `node`: one device per render node, with the PCI address
-/// the claim constraint matches on.
+/// liken's slice of render nodes for `node`: one shareable device per render node, with the PCI
+/// address the claim constraint matches on.
 pub fn liken_slice(node: &str, render_nodes: &[(String, String)]) -> Value {
     let devices: Vec<Value> = render_nodes
         .iter()
@@ -78,8 +78,11 @@ pub fn liken_slice(node: &str, render_nodes: &[(String, String)]) -> Value {
                 .next()
                 .unwrap_or(render_node)
                 .to_ascii_lowercase();
+            // liken's render nodes are shareable (the product document: "several workloads
+            // decode on one GPU at the same time"), as the agent's media devices are.
             json!({
                 "name": name,
+                "allowMultipleAllocations": true,
                 "attributes": {
                     "renderNode": {"string": render_node},
                     catalogue::PCI_BUS_ID: {"string": address},
