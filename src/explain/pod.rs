@@ -2043,3 +2043,518 @@ pub(crate) fn shorten(names: Vec<String>) -> String {
         names.len() - NAMES_SHOWN
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::objects::Kinds;
+
+    /// Two nodes, a GPU each with its render node: n1's decodes and scales 10-bit, n2's only
+    /// decodes.
+    const FLEET: &str = r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1-liken}
+spec:
+  driver: liken.sh
+  nodeName: n1
+  pool: {name: n1, generation: 1, resourceSliceCount: 1}
+  devices:
+  - name: renderd128
+    allowMultipleAllocations: true
+    attributes:
+      renderNode: {string: /dev/dri/renderD128}
+      resource.kubernetes.io/pciBusID: {string: "0000:03:00.0"}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1-media}
+spec:
+  driver: media.liken.sh
+  nodeName: n1
+  pool: {name: n1, generation: 1, resourceSliceCount: 1}
+  devices:
+  - name: gpu-a
+    allowMultipleAllocations: true
+    attributes:
+      name: {string: Arc A770}
+      decodeHEVCMain10: {bool: true}
+      scale10bit: {bool: true}
+      resource.kubernetes.io/pciBusID: {string: "0000:03:00.0"}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n2-liken}
+spec:
+  driver: liken.sh
+  nodeName: n2
+  pool: {name: n2, generation: 1, resourceSliceCount: 1}
+  devices:
+  - name: renderd128
+    allowMultipleAllocations: true
+    attributes:
+      renderNode: {string: /dev/dri/renderD128}
+      resource.kubernetes.io/pciBusID: {string: "0000:00:02.0"}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n2-media}
+spec:
+  driver: media.liken.sh
+  nodeName: n2
+  pool: {name: n2, generation: 1, resourceSliceCount: 1}
+  devices:
+  - name: gpu-b
+    allowMultipleAllocations: true
+    attributes:
+      name: {string: UHD 630}
+      decodeHEVCMain10: {bool: true}
+      scale10bit: {bool: false}
+      resource.kubernetes.io/pciBusID: {string: "0000:00:02.0"}
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: decode-10bit}
+spec:
+  selectors:
+  - cel:
+      expression: |
+        device.driver == "media.liken.sh" &&
+        device.attributes["media.liken.sh"].decodeHEVCMain10 &&
+        device.attributes["media.liken.sh"].scale10bit
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu-render}
+spec:
+  selectors:
+  - cel: {expression: 'device.driver == "liken.sh"'}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: t, namespace: media}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly: {deviceClassName: gpu-render}
+      - name: decodes
+        exactly: {deviceClassName: decode-10bit}
+      constraints:
+      - {requests: [gpu, decodes], matchAttribute: resource.kubernetes.io/pciBusID}
+"#;
+
+    fn pod(extra_status: &str) -> String {
+        format!(
+            r#"
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: p, namespace: media, uid: pod-uid}}
+spec:
+  resourceClaims: [{{name: gpu, resourceClaimTemplateName: t}}]
+  containers: [{{name: c, image: i}}]
+status:
+  phase: Pending
+{extra_status}
+"#
+        )
+    }
+
+    fn claim(name: &str, spec: &str, extra: &str) -> String {
+        format!(
+            r#"
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: {name}
+  namespace: media
+  ownerReferences: [{{apiVersion: v1, kind: Pod, name: p, uid: pod-uid, controller: true}}]
+{extra}
+spec:
+{spec}
+"#
+        )
+    }
+
+    const SPEC: &str = r#"  devices:
+    requests:
+    - name: gpu
+      exactly: {deviceClassName: gpu-render}
+    - name: decodes
+      exactly: {deviceClassName: decode-10bit}
+    constraints:
+    - {requests: [gpu, decodes], matchAttribute: resource.kubernetes.io/pciBusID}"#;
+
+    const STATUS: &str = "  resourceClaimStatuses: [{name: gpu, resourceClaimName: p-gpu-x}]";
+
+    fn objects(text: &str) -> Objects {
+        let mut objects = Objects::wanting(Kinds::ALL);
+        for document in serde_yaml::Deserializer::from_str(text) {
+            let value: serde_json::Value = serde::Deserialize::deserialize(document).unwrap();
+            if !value.is_null() {
+                objects.add_value(&value);
+            }
+        }
+        assert!(objects.notes.is_empty(), "{:?}", objects.notes);
+        objects
+    }
+
+    fn explain_pod(text: &str) -> Result<Diagnosis, TargetError> {
+        let objects = objects(text);
+        explain(&Input {
+            objects: &objects,
+            target: &Target::Pod {
+                namespace: "media".into(),
+                name: "p".into(),
+            },
+            features: Features::default(),
+            unread: &[],
+            every_device: false,
+        })
+    }
+
+    fn outcome_kinds(d: &Diagnosis) -> Vec<(OutcomeKind, Vec<String>)> {
+        d.nodes
+            .as_ref()
+            .expect("nodes")
+            .outcomes
+            .iter()
+            .map(|o| (o.outcome, o.nodes.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn a_pending_claim_allocatable_on_one_node() {
+        let d = explain_pod(&format!(
+            "{FLEET}{}{}",
+            pod(STATUS),
+            claim("p-gpu-x", SPEC, "")
+        ))
+        .unwrap();
+        assert!(!d.blocked, "{d:#?}");
+        assert_eq!(d.claims[0].state, ClaimState::Pending);
+        let decodes = &d.claims[0].requests[1];
+        assert_eq!(
+            (decodes.qualifying, decodes.available, decodes.total),
+            (1, 1, 4)
+        );
+        // gpu-b: the first false clause with the value it read.
+        let reason = decodes
+            .reasons
+            .iter()
+            .find(|r| r.reason == ReasonKind::SelectorFalse)
+            .expect("a false clause");
+        assert_eq!(reason.detail, "scale10bit is false");
+        assert_eq!(reason.model, "UHD 630");
+        assert_eq!(
+            reason.clause.as_deref(),
+            Some(r#"device.attributes["media.liken.sh"].scale10bit"#)
+        );
+        assert_eq!(
+            outcome_kinds(&d),
+            [
+                (OutcomeKind::Allocatable, vec!["n1".to_owned()]),
+                (OutcomeKind::RequestUnsatisfied, vec!["n2".to_owned()]),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_silent_cases_are_named() {
+        // Not created yet: no status entry. The template's requests are still evaluated.
+        let d = explain_pod(&format!("{FLEET}{}", pod(""))).unwrap();
+        assert_eq!(d.claims[0].state, ClaimState::NotCreated);
+        assert!(d.blocked);
+        assert!(d.verdict.contains("not created yet"), "{}", d.verdict);
+        assert_eq!(d.claims[0].requests.len(), 2);
+
+        // The status names a claim that does not exist.
+        let d = explain_pod(&format!("{FLEET}{}", pod(STATUS))).unwrap();
+        assert_eq!(d.claims[0].state, ClaimState::Missing);
+        assert!(d.verdict.contains("does not exist"), "{}", d.verdict);
+
+        // Being deleted.
+        let deleting = "  deletionTimestamp: 2026-11-02T09:00:00Z";
+        let d = explain_pod(&format!(
+            "{FLEET}{}{}",
+            pod(STATUS),
+            claim("p-gpu-x", SPEC, deleting)
+        ))
+        .unwrap();
+        assert_eq!(d.claims[0].state, ClaimState::BeingDeleted);
+        assert!(d.verdict.contains("being deleted"), "{}", d.verdict);
+
+        // Not owned by the pod (another pod's uid).
+        let other = claim("p-gpu-x", SPEC, "").replace("uid: pod-uid", "uid: other-uid");
+        let d = explain_pod(&format!("{FLEET}{}{other}", pod(STATUS))).unwrap();
+        assert_eq!(d.claims[0].state, ClaimState::NotOwned);
+        assert!(d.verdict.contains("not created for pod"), "{}", d.verdict);
+
+        // The template does not exist.
+        let text = format!("{FLEET}{}", pod("")).replace(
+            "resourceClaimTemplateName: t",
+            "resourceClaimTemplateName: t2",
+        );
+        let d = explain_pod(&text).unwrap();
+        assert!(
+            d.verdict
+                .contains("ResourceClaimTemplate media/t2 does not exist"),
+            "{}",
+            d.verdict
+        );
+    }
+
+    #[test]
+    fn a_missing_class_is_named_with_the_nearest() {
+        let spec = SPEC.replace(
+            "deviceClassName: decode-10bit",
+            "deviceClassName: decode-10bits",
+        );
+        let d = explain_pod(&format!(
+            "{FLEET}{}{}",
+            pod(STATUS),
+            claim("p-gpu-x", &spec, "")
+        ))
+        .unwrap();
+        assert!(d.blocked);
+        assert_eq!(
+            d.verdict,
+            "pod media/p waits: claim media/p-gpu-x: request decodes: device class decode-10bits does not exist."
+        );
+        assert!(
+            d.next_steps[0].contains("did you mean decode-10bit?"),
+            "{:?}",
+            d.next_steps
+        );
+    }
+
+    #[test]
+    fn an_allocated_claim_shows_what_it_got() {
+        let allocated = r#"status:
+  allocation:
+    devices:
+      results:
+      - {request: gpu, driver: liken.sh, pool: n1, device: renderd128}
+      - {request: decodes, driver: media.liken.sh, pool: n1, device: gpu-a}
+    nodeSelector:
+      nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [n1]}]}]
+  reservedFor: [{resource: pods, name: p, uid: pod-uid}]"#;
+        let text = format!("{FLEET}{}{}", pod(STATUS), claim("p-gpu-x", SPEC, "")) + allocated;
+        let running = text.replace("phase: Pending", "phase: Running");
+        let d = explain_pod(&running).unwrap();
+        assert!(!d.blocked);
+        assert_eq!(d.claims[0].state, ClaimState::Reserved);
+        let allocation = d.claims[0].allocation.as_ref().unwrap();
+        assert_eq!(allocation.node.as_deref(), Some("n1"));
+        assert_eq!(
+            allocation.devices[0].render_node.as_deref(),
+            Some("/dev/dri/renderD128")
+        );
+        assert_eq!(
+            allocation.devices[1].pci_bus_id.as_deref(),
+            Some("0000:03:00.0")
+        );
+        assert!(d.nodes.is_none());
+
+        // Still Pending with the kubelet's complaint: the verdict points at the kubelet.
+        let event = r#"
+---
+apiVersion: v1
+kind: Event
+metadata: {name: p.1, namespace: media}
+involvedObject: {kind: Pod, name: p, namespace: media}
+reason: FailedPrepareDynamicResources
+message: 'Failed to prepare dynamic resources: DRA driver media.liken.sh is not registered'
+count: 3
+"#;
+        let d = explain_pod(&(text + event)).unwrap();
+        assert!(!d.blocked);
+        assert!(
+            d.verdict.contains("the kubelet there cannot prepare them"),
+            "{}",
+            d.verdict
+        );
+        assert!(d.verdict.contains("not registered"), "{}", d.verdict);
+    }
+
+    #[test]
+    fn taken_devices_name_the_claims_that_hold_them() {
+        // Exclusive render nodes (no allowMultipleAllocations), n1's held by another claim.
+        let fleet = FLEET.replace(
+            "    allowMultipleAllocations: true\n    attributes:\n      renderNode",
+            "    attributes:\n      renderNode",
+        );
+        let other = r#"
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: other, namespace: batch}
+spec: {}
+status:
+  allocation:
+    devices:
+      results: [{request: r, driver: liken.sh, pool: n1, device: renderd128}]
+"#;
+        let d = explain_pod(&format!(
+            "{fleet}{}{}{other}",
+            pod(STATUS),
+            claim("p-gpu-x", SPEC, "")
+        ))
+        .unwrap();
+        assert!(d.blocked, "{d:#?}");
+        let gpu = &d.claims[0].requests[0];
+        assert_eq!((gpu.qualifying, gpu.available), (2, 1));
+        let taken = gpu
+            .reasons
+            .iter()
+            .find(|r| r.reason == ReasonKind::Taken)
+            .unwrap();
+        assert_eq!(taken.claims, ["batch/other"]);
+        assert_eq!(taken.model, "Arc A770");
+    }
+
+    #[test]
+    fn the_pod_s_node_filters_rule_nodes_out() {
+        let nodes = r#"
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {pool: edge}}
+spec:
+  taints: [{key: dedicated, value: edge, effect: NoSchedule}]
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n2, labels: {pool: dc}}
+spec: {}
+"#;
+        let d = explain_pod(&format!(
+            "{FLEET}{nodes}{}{}",
+            pod(STATUS),
+            claim("p-gpu-x", SPEC, "")
+        ))
+        .unwrap();
+        assert!(d.blocked);
+        assert_eq!(
+            outcome_kinds(&d),
+            [
+                (OutcomeKind::NodeTaint, vec!["n1".to_owned()]),
+                (OutcomeKind::RequestUnsatisfied, vec!["n2".to_owned()]),
+            ]
+        );
+        // Tolerated, the taint does not count; a nodeSelector does.
+        let tolerant = pod(STATUS).replace(
+            "  containers:",
+            "  tolerations: [{key: dedicated, operator: Exists}]\n  nodeSelector: {pool: dc}\n  containers:",
+        );
+        let d = explain_pod(&format!(
+            "{FLEET}{nodes}{tolerant}{}",
+            claim("p-gpu-x", SPEC, "")
+        ))
+        .unwrap();
+        assert_eq!(
+            outcome_kinds(&d)[0],
+            (OutcomeKind::NodeSelector, vec!["n1".to_owned()])
+        );
+    }
+
+    #[test]
+    fn unknown_names_and_relaxations_lead_somewhere() {
+        let spec = SPEC.replace(
+            "exactly: {deviceClassName: decode-10bit}",
+            "exactly: {deviceClassName: decode-10bit, selectors: [{cel: {expression: 'device.attributes[\"media.liken.sh\"].?decodeAv1Main.orValue(false)'}}]}",
+        );
+        let d = explain_pod(&format!(
+            "{FLEET}{}{}",
+            pod(STATUS),
+            claim("p-gpu-x", &spec, "")
+        ))
+        .unwrap();
+        assert!(d.blocked);
+        let decodes = &d.claims[0].requests[1];
+        assert_eq!(decodes.unknown_attributes.len(), 1);
+        assert_eq!(
+            decodes.unknown_attributes[0].attribute,
+            "media.liken.sh/decodeAv1Main"
+        );
+        assert!(
+            d.next_steps[0].contains("no device in the fleet has media.liken.sh/decodeAv1Main"),
+            "{:?}",
+            d.next_steps
+        );
+        // Dropping the request's clause lets gpu-a qualify.
+        let relaxation = &decodes.relaxations[0];
+        assert_eq!(relaxation.selector, "request selector #0");
+        assert_eq!((relaxation.qualifying, relaxation.available), (1, 1));
+    }
+
+    #[test]
+    fn a_cel_runtime_error_fails_the_attempt() {
+        let fleet = FLEET.replace(
+            "device.attributes[\"media.liken.sh\"].scale10bit\n",
+            "device.attributes[\"media.liken.sh\"].scale10Bit\n",
+        );
+        let d = explain_pod(&format!(
+            "{fleet}{}{}",
+            pod(STATUS),
+            claim("p-gpu-x", SPEC, "")
+        ))
+        .unwrap();
+        assert!(d.blocked);
+        let error = d.attempt_error.as_ref().expect("the attempt fails");
+        assert_eq!(
+            error.message,
+            "class decode-10bit: selector #0 on device media.liken.sh/n1/gpu-a: CEL runtime error: no such key: scale10Bit"
+        );
+        assert!(
+            d.next_steps[0].contains("did you mean media.liken.sh/scale10bit?"),
+            "{:?}",
+            d.next_steps
+        );
+    }
+
+    #[test]
+    fn targets_that_are_not_there() {
+        let text = format!("{FLEET}{}", pod(STATUS));
+        let objects = objects(&text);
+        let explain_target = |namespace: &str, name: &str| {
+            explain(&Input {
+                objects: &objects,
+                target: &Target::Pod {
+                    namespace: namespace.into(),
+                    name: name.into(),
+                },
+                features: Features::default(),
+                unread: &[],
+                every_device: false,
+            })
+        };
+        let e = explain_target("default", "p").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "pod default/p not found (hint: a pod of that name is in the namespace media: add -n media)"
+        );
+        let e = explain_target("media", "pp").unwrap_err();
+        assert!(e.to_string().contains("similar names: p"), "{e}");
+        let no_claims = text.replace(
+            "  resourceClaims: [{name: gpu, resourceClaimTemplateName: t}]\n",
+            "",
+        );
+        let objects = super::tests::objects(&no_claims);
+        let e = explain(&Input {
+            objects: &objects,
+            target: &Target::Pod {
+                namespace: "media".into(),
+                name: "p".into(),
+            },
+            features: Features::default(),
+            unread: &[],
+            every_device: false,
+        })
+        .unwrap_err();
+        assert!(matches!(e, TargetError::NoClaims { .. }), "{e}");
+    }
+}

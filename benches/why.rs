@@ -1,0 +1,266 @@
+//! `kubectl media why` on a fleet of 5,000 nodes × 8 GPUs (40,000 GPUs, 80,000 devices of two
+//! drivers, 5,000 Node objects), with a pending pod whose claim has a render-node request, a
+//! capability request and the `pciBusID` constraint (the product document's decode-10bit
+//! template, plus a request selector that no GPU of the fleet satisfies, so that every device is
+//! diagnosed). Reports, in one run:
+//!
+//! - `why -f fleet.json` and `why` against the project's test API server holding the same
+//!   objects, wall time with start-up and parsing;
+//! - the baseline measured in the same run: `caps -f fleet.json` on the same file (reading and
+//!   parsing the fleet, which `why` must do too), so the ratio is what `why` adds;
+//! - the time per device evaluation: the allocator alone, in process, over the same devices,
+//!   with each selector compiled once (node by node, as the scheduler's Filter runs).
+//!
+//! Target: ≤ 1 s from a file and from the API. Run: `cargo bench --bench why`
+//! (`WHY_BENCH_NODES=500` for a quicker look).
+
+#[path = "../tests/it/support/mod.rs"]
+mod support;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::resource::v1::{DeviceClassSpec, ResourceClaimSpec};
+use media_operator::explain::allocate::{Allocator, Claim, Features, Fleet};
+use media_operator::explain::{DeviceRecord, NodeInfo, OwnedAttribute, OwnedPlacement};
+use serde_json::{Value, json};
+use support::apiserver::TestApiServer;
+
+const GPUS_PER_NODE: usize = 8;
+const ROUNDS: usize = 5;
+
+const DECODE_10BIT: &str = "device.driver == \"media.liken.sh\" &&\ndevice.attributes[\"media.liken.sh\"].decodeHEVCMain10 &&\ndevice.attributes[\"media.liken.sh\"].scale10bit\n";
+const GPU_RENDER: &str =
+    "device.driver == \"liken.sh\" &&\nhas(device.attributes[\"liken.sh\"].renderNode)\n";
+/// No GPU of the example fleet decodes VC-1 without an H.264 encoder and scales 10-bit.
+const REQUEST: &str = "device.attributes[\"media.liken.sh\"].decodeVC1 &&\n!device.attributes[\"media.liken.sh\"].encodeH264";
+
+fn claim_spec() -> Value {
+    json!({"devices": {
+        "requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": "gpu-render"}},
+            {"name": "decodes", "exactly": {"deviceClassName": "decode-10bit",
+                "selectors": [{"cel": {"expression": REQUEST}}]}},
+        ],
+        "constraints": [{"requests": ["gpu", "decodes"], "matchAttribute": "resource.kubernetes.io/pciBusID"}],
+    }})
+}
+
+fn pending_pod() -> Vec<Value> {
+    let class = |name: &str, expression: &str| {
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": name, "uid": support::examples::uid("DeviceClass", name), "resourceVersion": "1"},
+            "spec": {"selectors": [{"cel": {"expression": expression}}]}})
+    };
+    let uid = support::examples::uid("Pod", "film-0");
+    vec![
+        class("decode-10bit", DECODE_10BIT),
+        class("gpu-render", GPU_RENDER),
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "film-0", "namespace": "media", "uid": uid, "resourceVersion": "1"},
+            "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "decode-10bit"}],
+                "containers": [{"name": "worker", "image": "transcoder"}]},
+            "status": {"phase": "Pending", "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "film-0-gpu-abcde"}]}}),
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "decode-10bit", "namespace": "media", "uid": support::examples::uid("ResourceClaimTemplate", "decode-10bit"), "resourceVersion": "1"},
+            "spec": {"spec": claim_spec()}}),
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "film-0-gpu-abcde", "namespace": "media", "uid": support::examples::uid("ResourceClaim", "film-0-gpu-abcde"), "resourceVersion": "1",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "film-0", "uid": uid, "controller": true}]},
+            "spec": claim_spec()}),
+    ]
+}
+
+fn node_object(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "uid": support::examples::uid("Node", name), "resourceVersion": "1",
+            "labels": {"kubernetes.io/hostname": name}},
+        "spec": {}})
+}
+
+fn timed(mut command: Command) -> (Duration, i32) {
+    let start = Instant::now();
+    let out = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("spawn");
+    let elapsed = start.elapsed();
+    let code = out.status.code().unwrap_or(-1);
+    assert!(
+        code == 0 || code == 3,
+        "{command:?} exited {code}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (elapsed, code)
+}
+
+/// Best and median of `ROUNDS` runs.
+fn sample(make: impl Fn() -> Command) -> (Duration, Duration, i32) {
+    let mut runs = Vec::new();
+    let mut code = 0;
+    for _ in 0..ROUNDS {
+        let (t, c) = timed(make());
+        runs.push(t);
+        code = c;
+    }
+    runs.sort();
+    (runs[0], runs[runs.len() / 2], code)
+}
+
+/// The slices' devices as the allocator's plain records.
+fn records(items: &[Value]) -> Vec<DeviceRecord> {
+    let mut out = Vec::new();
+    for item in items {
+        let spec = &item["spec"];
+        let driver = spec["driver"].as_str().unwrap_or_default();
+        let node = spec["nodeName"].as_str().unwrap_or_default();
+        for device in spec["devices"].as_array().into_iter().flatten() {
+            let attributes = device["attributes"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(name, value)| {
+                    let value = if let Some(b) = value["bool"].as_bool() {
+                        OwnedAttribute::Bool(b)
+                    } else if let Some(s) = value["string"].as_str() {
+                        OwnedAttribute::String(s.to_owned())
+                    } else if let Some(i) = value["int"].as_i64() {
+                        OwnedAttribute::Int(i)
+                    } else {
+                        OwnedAttribute::Version(value["version"].as_str()?.to_owned())
+                    };
+                    Some((name.clone(), value))
+                })
+                .collect();
+            out.push(DeviceRecord {
+                driver: driver.to_owned(),
+                pool: spec["pool"]["name"].as_str().unwrap_or_default().to_owned(),
+                name: device["name"].as_str().unwrap_or_default().to_owned(),
+                attributes,
+                allow_multiple_allocations: device["allowMultipleAllocations"].as_bool(),
+                placement: OwnedPlacement::Node(node.to_owned()),
+                ..DeviceRecord::default()
+            });
+        }
+    }
+    out
+}
+
+fn main() {
+    let nodes: usize = std::env::var("WHY_BENCH_NODES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(5_000);
+    // Under `cargo test --all-targets` (no --bench flag) only check that the benchmark runs.
+    let smoke = !std::env::args().any(|a| a == "--bench");
+    let nodes = if smoke { 20 } else { nodes };
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let binary = env!("CARGO_BIN_EXE_kubectl-media");
+
+    let templates = support::examples::example_nodes(&root).expect("example fleet");
+    let slices = support::examples::large_fleet(nodes, GPUS_PER_NODE, &templates);
+    let mut items = slices.clone();
+    items.extend((0..nodes).map(|i| node_object(&format!("node-{i:05}"))));
+    items.extend(pending_pod());
+    let json = serde_json::to_string(&support::examples::list(items.clone())).expect("serialise");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("fleet.json");
+    std::fs::write(&file, &json).expect("write fleet");
+    let devices = records(&slices);
+    println!(
+        "fleet: {nodes} nodes x {GPUS_PER_NODE} GPUs = {} GPUs, {} devices, {} slices, {:.1} MiB of JSON",
+        nodes * GPUS_PER_NODE,
+        devices.len(),
+        slices.len(),
+        json.len() as f64 / (1024.0 * 1024.0)
+    );
+
+    let command = |args: &[&str]| {
+        let mut command = Command::new(binary);
+        command
+            .args(args)
+            .env_clear()
+            .env("NO_COLOR", "1")
+            .env("HOME", dir.path());
+        command
+    };
+    let file_arg = file.to_str().expect("utf-8 path").to_owned();
+    let caps = sample(|| command(&["caps", "-f", &file_arg]));
+    let from_file = sample(|| command(&["why", "film-0", "-n", "media", "-f", &file_arg]));
+
+    let server = TestApiServer::start();
+    for item in items {
+        server.put(item).expect("the test server accepts the fleet");
+    }
+    let kubeconfig = server.kubeconfig().to_path_buf();
+    let from_server = sample(|| {
+        let mut command = command(&["why", "film-0", "-n", "media"]);
+        command.env("KUBECONFIG", &kubeconfig);
+        command
+    });
+
+    // The allocator alone: every node's devices through the class and request selectors.
+    let classes: BTreeMap<String, DeviceClassSpec> =
+        [("decode-10bit", DECODE_10BIT), ("gpu-render", GPU_RENDER)]
+            .into_iter()
+            .map(|(name, expression)| {
+                (
+                    name.to_owned(),
+                    serde_json::from_value(
+                        json!({"selectors": [{"cel": {"expression": expression}}]}),
+                    )
+                    .expect("class"),
+                )
+            })
+            .collect();
+    let spec: ResourceClaimSpec = serde_json::from_value(claim_spec()).expect("claim");
+    let (taken, incomplete) = (HashMap::new(), HashSet::new());
+    let start = Instant::now();
+    let mut allocator = Allocator::new(
+        Fleet {
+            devices: &devices,
+            taken: &taken,
+            incomplete_pools: &incomplete,
+        },
+        &classes,
+        Features::default(),
+    );
+    let claims = [Claim {
+        name: "media/film-0-gpu-abcde",
+        spec: &spec,
+    }];
+    for i in 0..nodes {
+        let node = NodeInfo {
+            name: format!("node-{i:05}"),
+            ..NodeInfo::default()
+        };
+        allocator.allocate(&node, &claims).expect("no CEL error");
+    }
+    let allocation = start.elapsed();
+
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!("wall time, start-up and parsing included ({ROUNDS} runs each):");
+    let line = |label: &str, (best, median, code): (Duration, Duration, i32)| {
+        println!(
+            "  {label:<40} best {:>6.0} ms   median {:>6.0} ms   (exit {code})",
+            ms(best),
+            ms(median)
+        )
+    };
+    line("caps -f fleet.json (baseline: the read)", caps);
+    line("why film-0 -f fleet.json", from_file);
+    line("why film-0 (test API server)", from_server);
+    println!(
+        "  why -f takes {:.2}x the time of caps -f on the same file (median/median); target: <= 1 s, from a file and from the API",
+        from_file.1.as_secs_f64() / caps.1.as_secs_f64()
+    );
+    println!(
+        "allocator alone, in process: {nodes} nodes, {} devices in {:.0} ms = {:.2} us per device evaluation (selectors compiled once)",
+        devices.len(),
+        ms(allocation),
+        allocation.as_secs_f64() * 1e6 / devices.len() as f64
+    );
+}
