@@ -261,6 +261,10 @@ pub(crate) fn build<'a>(
             .collect();
         (nodes, true)
     };
+    // In natural order (edge-1-2 before edge-1-10), as caps lists them; a file's order and the
+    // API server's (by name) then give the same explanation.
+    let mut nodes: Vec<CandidateNode<'a>> = nodes;
+    nodes.sort_by(|a, b| crate::fleet::inventory::natural_cmp(&a.info.name, &b.info.name));
     FleetModel {
         devices,
         taken,

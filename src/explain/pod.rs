@@ -1587,6 +1587,12 @@ fn relaxations(
     let _ = statuses;
     let mut out: Vec<Relaxation> = gains
         .into_iter()
+        // Dropping the class's driver clause is not a way forward: it picks other drivers.
+        .filter(|((s, c), _)| {
+            !texts[*s]
+                .get(*c)
+                .is_some_and(|t| t.starts_with("device.driver"))
+        })
         .map(|((s, c), (qualifying, available, nodes))| Relaxation {
             selector: selectors[s].0.clone(),
             clause: texts[s].get(c).cloned().unwrap_or_default(),
@@ -1947,10 +1953,24 @@ fn conclude(
             steps.extend(unknown_steps(diagnosis));
             for claim in &diagnosis.claims {
                 for request in &claim.requests {
-                    if let Some(r) = request.relaxations.first() {
+                    // Only for the requests that block: one no device serves, or one the
+                    // nodes fail on.
+                    let blocking = request.available == 0
+                        || nodes.is_some_and(|n| {
+                            n.outcomes.iter().any(|o| {
+                                o.outcome == OutcomeKind::RequestUnsatisfied
+                                    && o.detail.starts_with(&format!("request {}:", request.name))
+                            })
+                        });
+                    if let Some(r) = request.relaxations.first().filter(|_| blocking) {
                         steps.push(format!(
-                            "without {} (in {} of request {}), {} devices would qualify on {} nodes, {} of them free",
-                            r.clause, r.selector, request.name, r.qualifying, r.nodes, r.available
+                            "without {} (in {} of request {}), {} would qualify on {}, {} of them free",
+                            r.clause,
+                            r.selector,
+                            request.name,
+                            count(r.qualifying, "device", "devices"),
+                            count(r.nodes, "node", "nodes"),
+                            r.available
                         ));
                     }
                     if request.qualifying > 0 && request.available == 0 {
@@ -1999,6 +2019,10 @@ fn conclude(
         }
     }
     diagnosis.next_steps = steps;
+}
+
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// A step per attribute name no device has.

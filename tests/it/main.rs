@@ -19,3 +19,4 @@ mod libva;
 mod probe_cli;
 mod release;
 mod rules_captures;
+mod why;

@@ -1,0 +1,373 @@
+//! `kubectl media why` as a user runs it: the real binary with a scrubbed environment, on the
+//! pending-pod scenarios of docs/examples/why/ built on the example fleet. The explanations are
+//! snapshotted; exit codes, the JSON schema, the same answer from the test API server as from
+//! the files, missing permissions and bad input are checked.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+use crate::support::apiserver::{Fault, TestApiServer};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn example(name: &str) -> String {
+    root()
+        .join("docs/examples")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// The files every scenario reads: the fleet, its nodes and the product document's classes.
+fn fleet_files() -> Vec<String> {
+    ["fleet.yaml", "why/nodes.yaml", "why/classes.yaml"]
+        .iter()
+        .map(|f| example(f))
+        .collect()
+}
+
+fn run(args: &[&str], kubeconfig: Option<&std::path::Path>) -> Output {
+    let home = tempfile::tempdir().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kubectl-media"));
+    command
+        .args(args)
+        .env_clear()
+        .env("HOME", home.path())
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    if let Some(kubeconfig) = kubeconfig {
+        command.env("KUBECONFIG", kubeconfig);
+    }
+    command.output().unwrap()
+}
+
+/// `why` on a scenario file, from files.
+fn why_files(target: &str, scenario: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["why".to_owned(), target.to_owned()];
+    for file in fleet_files() {
+        args.extend(["-f".to_owned(), file]);
+    }
+    args.extend(["-f".to_owned(), example(&format!("why/{scenario}.yaml"))]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run(&args, None)
+}
+
+fn text(out: &Output, code: i32) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "stderr: {stderr}");
+    assert!(stderr.is_empty(), "stderr: {stderr}");
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+/// Every object of the YAML files, Lists flattened.
+fn objects(files: &[String]) -> Vec<Value> {
+    let mut out = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for document in serde_yaml::Deserializer::from_str(&text) {
+            let value: Value = serde::Deserialize::deserialize(document).unwrap();
+            match value.get("items").and_then(Value::as_array) {
+                Some(items) => out.extend(items.iter().cloned()),
+                None if !value.is_null() => out.push(value),
+                None => {}
+            }
+        }
+    }
+    out
+}
+
+/// A test API server holding the fleet and a scenario.
+fn server_with(scenario: &str, consumable_capacity: bool) -> TestApiServer {
+    let server = TestApiServer::start();
+    server.set_consumable_capacity(consumable_capacity);
+    let mut files = fleet_files();
+    files.push(example(&format!("why/{scenario}.yaml")));
+    // The server gives each object its own uid, as kube-apiserver does: pods go first, and the
+    // claims' owner references and reservations are pointed at the uids it gave them.
+    let (pods, others): (Vec<Value>, Vec<Value>) = objects(&files)
+        .into_iter()
+        .partition(|o| o["kind"] == "Pod");
+    let mut uids = std::collections::HashMap::new();
+    for pod in pods {
+        let stored = server.put(pod).expect("the test server takes the pod");
+        uids.insert(
+            stored["metadata"]["name"].as_str().unwrap().to_owned(),
+            stored["metadata"]["uid"].clone(),
+        );
+    }
+    for mut object in others {
+        for pointer in ["/metadata/ownerReferences", "/status/reservedFor"] {
+            if let Some(list) = object.pointer_mut(pointer).and_then(Value::as_array_mut) {
+                for reference in list {
+                    if let Some(uid) = reference["name"].as_str().and_then(|n| uids.get(n)) {
+                        reference["uid"] = uid.clone();
+                    }
+                }
+            }
+        }
+        server
+            .put(object)
+            .expect("the test server takes the scenario");
+    }
+    server
+}
+
+#[test]
+fn no_gpu_the_pod_may_use_qualifies() {
+    let out = why_files(
+        "archive-0",
+        "no-gpu-qualifies",
+        &["--kubernetes-version", "1.36"],
+    );
+    let explanation = text(&out, 3);
+    insta::assert_snapshot!("why-no-gpu-qualifies", explanation);
+    assert!(explanation.contains("decodeVC1 is false"));
+    assert!(
+        explanation.contains("the pod's nodeSelector wants gpu-pool=datacenter: edge-1, tgl-1")
+    );
+    // The way forward: which clause, dropped, lets GPUs qualify; and the product's fallback.
+    assert!(
+        explanation
+            .contains("without device.attributes[\"media.liken.sh\"].encodeHEVCMain10LowPower")
+    );
+    assert!(explanation.contains("a second claim on any render node"));
+}
+
+#[test]
+fn qualifying_gpus_all_taken() {
+    let out = why_files("film-0", "all-taken", &["--kubernetes-version", "1.35"]);
+    let explanation = text(&out, 3);
+    insta::assert_snapshot!("why-all-taken", explanation);
+    assert!(explanation.contains("9 of 17 devices pass the selectors, 0 free"));
+    assert!(explanation.contains("liken-system/media-capabilities-amd-1-render-2kq8x"));
+}
+
+#[test]
+fn each_request_satisfiable_never_on_one_gpu() {
+    let out = why_files(
+        "proxy-0",
+        "never-one-gpu",
+        &["--kubernetes-version", "1.36"],
+    );
+    let explanation = text(&out, 3);
+    insta::assert_snapshot!("why-never-one-gpu", explanation);
+    assert!(explanation.contains(
+        "each request can be served, never on one GPU: decodes on 0000:01:00.0; encodes on 0000:00:02.0: ws-1"
+    ));
+}
+
+#[test]
+fn a_typo_in_a_class() {
+    let out = why_files("review-0", "class-typo", &["--kubernetes-version", "1.36"]);
+    let explanation = text(&out, 3);
+    insta::assert_snapshot!("why-class-typo", explanation);
+    assert!(explanation.contains("CEL runtime error: no such key: decodeHevcMain10"));
+    assert!(explanation.contains("did you mean media.liken.sh/decodeHEVCMain10?"));
+}
+
+#[test]
+fn every_device_with_wide() {
+    let out = why_files(
+        "proxy-0",
+        "never-one-gpu",
+        &["--kubernetes-version", "1.36", "-o", "wide"],
+    );
+    let explanation = text(&out, 3);
+    // Each request lists all 21 devices of the fleet, one line each.
+    let lines = explanation
+        .lines()
+        .filter(|l| l.starts_with("      ws-1  "))
+        .count();
+    assert_eq!(lines, 8, "{explanation}");
+    assert!(explanation.contains("      ws-1  media.liken.sh/ws-1/pci-0000-01-00-0  0000:01:00.0  AD104 [GeForce RTX 4070]  Available"));
+}
+
+#[test]
+fn json_and_yaml_follow_the_documented_schema() {
+    let out = why_files(
+        "film-0",
+        "all-taken",
+        &["--kubernetes-version", "1.35", "-o", "json"],
+    );
+    let record: Value = serde_json::from_str(&text(&out, 3)).unwrap();
+    assert_eq!(record["schema"], "kubectl-media/why/v1");
+    assert_eq!(record["kind"], "Pod");
+    assert_eq!(record["name"], "media/film-0");
+    assert_eq!(record["blocked"], true);
+    let claim = &record["claims"][0];
+    assert_eq!(claim["claim"], "media/film-0-gpu-m4d8r");
+    assert_eq!(claim["template"], "decode-10bit");
+    assert_eq!(claim["state"], "Pending");
+    let gpu = &claim["requests"][0];
+    assert_eq!(gpu["name"], "gpu");
+    assert_eq!(gpu["class"], "gpu-render");
+    assert_eq!(
+        (gpu["qualifying"].as_u64(), gpu["available"].as_u64()),
+        (Some(9), Some(0))
+    );
+    let taken: u64 = gpu["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["reason"] == "Taken")
+        .map(|r| r["devices"].as_u64().unwrap())
+        .sum();
+    assert_eq!(taken, 9);
+    assert_eq!(record["nodes"]["total"], 9);
+    assert_eq!(
+        record["nodes"]["outcomes"][0]["outcome"],
+        "RequestUnsatisfied"
+    );
+    assert_eq!(
+        record["nodes"]["outcomes"][0]["nodes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        9
+    );
+    assert!(
+        record["scheduler"]["events"][0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("0/9 nodes are available")
+    );
+    // YAML says the same.
+    let out = why_files(
+        "film-0",
+        "all-taken",
+        &["--kubernetes-version", "1.35", "-o", "yaml"],
+    );
+    let yaml: Value = serde_yaml::from_str(&text(&out, 3)).unwrap();
+    assert_eq!(yaml, record);
+}
+
+#[test]
+fn the_test_api_server_gives_the_answer_the_files_give() {
+    for (scenario, pod, consumable_capacity, version) in [
+        ("all-taken", "film-0", false, "1.34"),
+        ("never-one-gpu", "proxy-0", true, "1.36"),
+        ("class-typo", "review-0", true, "1.36"),
+    ] {
+        let server = server_with(scenario, consumable_capacity);
+        let from_server = run(&["why", pod, "-n", "media"], Some(server.kubeconfig()));
+        let from_files = why_files(
+            pod,
+            scenario,
+            &["-n", "media", "--kubernetes-version", version],
+        );
+        assert_eq!(
+            text(&from_server, 3),
+            text(&from_files, 3),
+            "{scenario}: the server (Kubernetes {version}) and the files disagree"
+        );
+    }
+}
+
+#[test]
+fn a_kind_we_may_not_list_is_said_not_fatal() {
+    let server = server_with("never-one-gpu", true);
+    server.fail_next_matching(1, Fault::Forbidden, Some("list"), Some("events"));
+    let out = run(
+        &["why", "proxy-0", "-n", "media"],
+        Some(server.kubeconfig()),
+    );
+    let explanation = text(&out, 3);
+    assert!(
+        explanation.contains(
+            "note: events were not read (forbidden: cannot list events in the namespace \"media\""
+        ),
+        "{explanation}"
+    );
+    assert!(explanation.contains("the scheduler's and the kubelet's messages are not shown"));
+    // The pod's own condition is still read; the events are not.
+    assert!(explanation.contains("PodScheduled=False Unschedulable"));
+    assert!(!explanation.contains("FailedScheduling"));
+    // The pod itself is another matter: without it there is nothing to explain.
+    server.fail_next_matching(1, Fault::Forbidden, Some("list"), Some("pods"));
+    let out = run(
+        &["why", "proxy-0", "-n", "media"],
+        Some(server.kubeconfig()),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("error: forbidden: cannot list pods in the namespace \"media\""),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn bad_input_gets_one_line() {
+    let fails = |out: Output, code: i32| -> String {
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(code), "{stderr}");
+        assert!(
+            out.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        stderr
+    };
+    // A pod that is in another namespace; a near miss; none at all.
+    let e = fails(
+        why_files("archive-0", "no-gpu-qualifies", &["-n", "default"]),
+        1,
+    );
+    assert_eq!(
+        e,
+        "error: pod default/archive-0 not found (hint: a pod of that name is in the namespace media: add -n media)\n"
+    );
+    let e = fails(
+        why_files("archive-1", "no-gpu-qualifies", &["-n", "media"]),
+        1,
+    );
+    assert!(e.contains("similar names: archive-0"), "{e}");
+    // Not something why explains.
+    let e = fails(
+        run(&["why", "deploy/x", "-f", &example("fleet.yaml")], None),
+        2,
+    );
+    assert!(e.contains("cannot explain a \"deploy\""), "{e}");
+    let e = fails(run(&["why", "x", "--kubernetes-version", "soon"], None), 2);
+    assert!(e.contains("invalid Kubernetes version"), "{e}");
+    let e = fails(run(&["why"], None), 2);
+    assert!(e.contains("POD|claim/NAME"), "{e}");
+    // A malformed file.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "kind: Pod\n  metadata: [\n").unwrap();
+    let e = fails(run(&["why", "p", "-f", bad.to_str().unwrap()], None), 1);
+    assert!(e.contains("bad.yaml:"), "{e}");
+    // A pod without claims.
+    let pod = dir.path().join("pod.yaml");
+    std::fs::write(
+        &pod,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: plain, namespace: media}\nspec: {containers: [{name: c, image: i}]}\n",
+    )
+    .unwrap();
+    let e = fails(run(&["why", "plain", "-f", pod.to_str().unwrap()], None), 1);
+    assert!(e.contains("pod media/plain has no resource claims"), "{e}");
+}
+
+#[test]
+fn a_claim_on_its_own() {
+    let out = why_files(
+        "claim/film-0-gpu-m4d8r",
+        "all-taken",
+        &["--kubernetes-version", "1.35"],
+    );
+    let explanation = text(&out, 3);
+    assert!(
+        explanation.starts_with("No node can allocate the claims of claim media/film-0-gpu-m4d8r"),
+        "{explanation}"
+    );
+    // Without a pod there are no node filters or scheduler messages to read.
+    assert!(!explanation.contains("The scheduler says:"));
+}
