@@ -415,18 +415,19 @@ fn render(d: &Diagnosis, styles: &Styles) -> String {
                         let _ = writeln!(
                             out,
                             "    {}:",
-                            format!(
-                                "taken by {} (not shareable)",
-                                pod::shorten(reason.claims.clone())
-                            )
-                            .style(styles.no)
+                            "allocated to other claims, and not shareable".style(styles.no)
                         );
                     }
                     ReasonKind::Untolerated => {
                         let _ = writeln!(out, "    {}:", reason.detail.style(styles.no));
                     }
                 }
-                let _ = writeln!(out, "        {devices} on {nodes}: {}", reason.model);
+                let held = if reason.claims.is_empty() {
+                    String::new()
+                } else {
+                    format!(", held by {}", pod::shorten(reason.claims.clone()))
+                };
+                let _ = writeln!(out, "        {devices} on {nodes}: {}{held}", reason.model);
             }
             for unknown in &request.unknown_attributes {
                 let text = match &unknown.nearest {
