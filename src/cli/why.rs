@@ -371,8 +371,15 @@ fn render(d: &Diagnosis, styles: &Styles) -> String {
                 request.name, request.class
             );
             let qualify = format!(
-                "{} of {} devices pass the selectors, {} free",
-                request.qualifying, request.total, request.available
+                "{} of {} devices pass the selectors, {} free{}",
+                request.qualifying,
+                request.total,
+                request.available,
+                if request.qualifying > 0 && request.qualifying_nodes.len() <= 3 {
+                    format!(" (on {})", request.qualifying_nodes.join(", "))
+                } else {
+                    String::new()
+                }
             );
             let qualify_style = if request.available == 0 {
                 styles.no

@@ -227,6 +227,8 @@ pub(crate) struct RequestReport {
     pub qualifying: usize,
     /// Qualifying devices that are free: not held by other claims, no untolerated taint.
     pub available: usize,
+    /// The nodes of the qualifying devices, in natural order.
+    pub qualifying_nodes: Vec<String>,
     /// Why the others do not serve, grouped.
     pub reasons: Vec<Reason>,
     /// Attributes the selectors read that no device of the fleet has.
@@ -1153,6 +1155,7 @@ fn evaluate(
             total: statuses[slot].len(),
             qualifying: 0,
             available: 0,
+            qualifying_nodes: Vec::new(),
             reasons: Vec::new(),
             unknown_attributes: Vec::new(),
             relaxations: Vec::new(),
@@ -1162,6 +1165,7 @@ fn evaluate(
             (ReasonKind, String, String, String, String),
             (usize, BTreeSet<String>, BTreeSet<String>),
         > = BTreeMap::new();
+        let mut qualifying_nodes: BTreeSet<String> = BTreeSet::new();
         // Devices that fail selectors: their clause vectors, for the relaxations.
         let mut failing: Vec<usize> = Vec::new();
         for (&d, status) in &statuses[slot] {
@@ -1176,6 +1180,7 @@ fn evaluate(
             let (kind, selector, clause, detail, claims_holding) = match status {
                 DeviceStatus::Available => {
                     report.qualifying += 1;
+                    qualifying_nodes.insert(node_name.clone());
                     report.available += 1;
                     if input.every_device {
                         report.devices.push(device_line(
@@ -1188,6 +1193,7 @@ fn evaluate(
                 }
                 DeviceStatus::Taken { claims } => {
                     report.qualifying += 1;
+                    qualifying_nodes.insert(node_name.clone());
                     (
                         ReasonKind::Taken,
                         None,
@@ -1198,6 +1204,7 @@ fn evaluate(
                 }
                 DeviceStatus::Untolerated { taint } => {
                     report.qualifying += 1;
+                    qualifying_nodes.insert(node_name.clone());
                     (
                         ReasonKind::Untolerated,
                         None,
@@ -1367,6 +1374,9 @@ fn evaluate(
                 .then(a.model.cmp(&b.model))
         });
         report.reasons = reasons;
+        let mut nodes: Vec<String> = qualifying_nodes.into_iter().collect();
+        nodes.sort_by(|a, b| crate::fleet::inventory::natural_cmp(a, b));
+        report.qualifying_nodes = nodes;
 
         // Names no device has.
         let known = known_attributes(model);

@@ -11,6 +11,7 @@ mod class;
 mod cluster;
 mod completion;
 mod deploy;
+mod docs;
 mod explain;
 mod generated;
 mod isolation;
