@@ -2551,6 +2551,103 @@ spec: {}
     }
 
     #[test]
+    fn first_available_all_and_taints() {
+        // firstAvailable: the 10-bit GPU first, any media device second; the second serves on
+        // n2, the first only on n1.
+        let spec = r#"  devices:
+    requests:
+    - name: decodes
+      firstAvailable:
+      - {name: ten-bit, deviceClassName: decode-10bit}
+      - {name: any, deviceClassName: gpu-render, count: 2}"#;
+        // Exclusive render nodes, so that a count of two needs two of them.
+        let exclusive = FLEET.replace(
+            "    allowMultipleAllocations: true\n    attributes:\n      renderNode",
+            "    attributes:\n      renderNode",
+        );
+        assert_ne!(exclusive, FLEET);
+        let d = explain_pod(&format!(
+            "{exclusive}{}{}",
+            pod(STATUS),
+            claim("p-gpu-x", spec, "")
+        ))
+        .unwrap();
+        let names: Vec<&str> = d.claims[0]
+            .requests
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        assert_eq!(names, ["decodes/ten-bit", "decodes/any"]);
+        assert_eq!(d.claims[0].requests[1].count, 2);
+        // n1 by the first sub-request; n2 has one render node, and the second asks for two:
+        // every request has a usable device there, the counts do not add up.
+        assert_eq!(
+            outcome_kinds(&d),
+            [
+                (OutcomeKind::Allocatable, vec!["n1".to_owned()]),
+                (OutcomeKind::CannotAllocate, vec!["n2".to_owned()]),
+            ]
+        );
+
+        // allocationMode All while n1's media pool is being updated: the attempt fails.
+        let all = SPEC.replace(
+            "exactly: {deviceClassName: decode-10bit}",
+            "exactly: {deviceClassName: decode-10bit, allocationMode: All}",
+        );
+        let updating = FLEET.replacen(
+            "pool: {name: n1, generation: 1, resourceSliceCount: 1}\n  devices:\n  - name: gpu-a",
+            "pool: {name: n1, generation: 1, resourceSliceCount: 2}\n  devices:\n  - name: gpu-a",
+            1,
+        );
+        assert_ne!(updating, FLEET);
+        let d = explain_pod(&format!(
+            "{updating}{}{}",
+            pod(STATUS),
+            claim("p-gpu-x", &all, "")
+        ))
+        .unwrap();
+        assert!(d.blocked);
+        let error = d.attempt_error.as_ref().expect("the attempt fails");
+        assert!(
+            error.message.contains("currently being updated"),
+            "{}",
+            error.message
+        );
+
+        // A device taint the request does not tolerate.
+        let tainted = FLEET.replace(
+            "  - name: gpu-a\n    allowMultipleAllocations: true\n",
+            "  - name: gpu-a\n    allowMultipleAllocations: true\n    taints: [{key: maintenance, value: firmware, effect: NoSchedule}]\n",
+        );
+        assert_ne!(tainted, FLEET);
+        let d = explain_pod(&format!(
+            "{tainted}{}{}",
+            pod(STATUS),
+            claim("p-gpu-x", SPEC, "")
+        ))
+        .unwrap();
+        assert!(d.blocked);
+        let decodes = &d.claims[0].requests[1];
+        assert_eq!((decodes.qualifying, decodes.available), (1, 0));
+        let reason = decodes
+            .reasons
+            .iter()
+            .find(|r| r.reason == ReasonKind::Untolerated)
+            .unwrap();
+        assert_eq!(
+            reason.detail,
+            "taint maintenance=firmware:NoSchedule is not tolerated"
+        );
+        assert!(
+            d.next_steps
+                .iter()
+                .any(|s| s.contains("tolerate the devices' taint")),
+            "{:?}",
+            d.next_steps
+        );
+    }
+
+    #[test]
     fn targets_that_are_not_there() {
         let text = format!("{FLEET}{}", pod(STATUS));
         let objects = objects(&text);
