@@ -4,7 +4,7 @@
 //!
 //! Each command is a module that owns its arguments, its orchestration and its rendering
 //! behind one signature, `run(&args, &Global, &mut Io) -> Result<(), Error>`: `caps`, `class`,
-//! and the hidden `__complete`. What several commands share lives beside them: the capability
+//! `why`, and the hidden `__complete`. What several commands share lives beside them: the capability
 //! flags and kubectl's global flags here, tables, output and colour in their own modules.
 
 pub(crate) mod caps;
@@ -39,7 +39,8 @@ const GLOBAL: &str = "Global options";
 /// Claim GPUs by what their VA-API driver can decode, encode and scale.
 ///
 /// The media-capabilities agent publishes one media.liken.sh device per GPU, stating what its
-/// driver can do. These commands write claims for those devices.
+/// driver can do. These commands list those statements, write claims for them, and explain why
+/// a claim stays Pending.
 #[derive(Debug, Parser)]
 #[command(
     name = "kubectl-media",
@@ -408,7 +409,7 @@ mod tests {
         // Flags without a command: the command is missing (alone, it prints the help).
         assert_eq!(
             message(&["kubectl-media", "--color", "never"]),
-            "a command is required: caps, class (hint: see 'kubectl media --help')"
+            "a command is required: caps, class, why (hint: see 'kubectl media --help')"
         );
         assert!(matches!(parse(["kubectl-media"]), Ok(Parsed::Info(_))));
     }
