@@ -586,16 +586,16 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
         && !class_problem
         && !input.unread.iter().any(|(k, _)| *k == Kind::DeviceClass);
     if can_evaluate {
-        evaluate(
+        let work = Work {
             input,
-            &model,
-            &models,
-            &classes,
+            model: &model,
+            models: &models,
+            classes: &classes,
             pod,
-            &pending,
-            &bound_nodes,
-            &mut diagnosis,
-        );
+            pending: &pending,
+            bound_nodes: &bound_nodes,
+        };
+        evaluate(&work, &mut diagnosis);
     }
     conclude(&mut diagnosis, pod, &problems, &pending);
     Ok(diagnosis)
@@ -991,6 +991,21 @@ fn gpu_models(model: &FleetModel<'_>) -> Vec<String> {
         .collect()
 }
 
+/// A group of devices that fail a request the same way: (reason, selector, clause, detail,
+/// model).
+type GroupKey = (ReasonKind, String, String, String, String);
+
+/// A reason without its model: (reason, selector, clause, detail).
+pub(crate) type ReasonKey = (ReasonKind, Option<String>, Option<String>, String);
+
+/// What a group counts.
+#[derive(Default)]
+struct Group {
+    devices: usize,
+    nodes: BTreeSet<String>,
+    claims: BTreeSet<String>,
+}
+
 /// A device's CEL inputs, hashed: devices of one signature give every selector the same
 /// result, so a diagnosis is computed once per signature, not once per device.
 fn signature(device: &SliceDevice<'_>) -> u64 {
@@ -1009,18 +1024,31 @@ fn signature(device: &SliceDevice<'_>) -> u64 {
     hasher.finish()
 }
 
+/// What the allocator's part works on.
+struct Work<'w, 'o> {
+    input: &'w Input<'o>,
+    model: &'w FleetModel<'o>,
+    /// Each device's GPU model, by fleet index.
+    models: &'w [String],
+    classes: &'w BTreeMap<String, DeviceClassSpec>,
+    pod: Option<&'o Pod>,
+    /// The claims to allocate: (index in the diagnosis, `namespace/name`, spec).
+    pending: &'w [(usize, String, &'o ResourceClaimSpec)],
+    /// The node selectors of the pod's claims already allocated.
+    bound_nodes: &'w [&'o k8s_openapi::api::core::v1::NodeSelector],
+}
+
 /// The allocator's part: node by node, then request by request.
-#[allow(clippy::too_many_arguments)]
-fn evaluate(
-    input: &Input<'_>,
-    model: &FleetModel<'_>,
-    models: &[String],
-    classes: &BTreeMap<String, DeviceClassSpec>,
-    pod: Option<&Pod>,
-    pending: &[(usize, String, &ResourceClaimSpec)],
-    bound_nodes: &[&k8s_openapi::api::core::v1::NodeSelector],
-    diagnosis: &mut Diagnosis,
-) {
+fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
+    let Work {
+        input,
+        model,
+        models,
+        classes,
+        pod,
+        pending,
+        bound_nodes,
+    } = *work;
     let fleet = Fleet {
         devices: &model.devices,
         taken: &model.taken,
@@ -1161,10 +1189,7 @@ fn evaluate(
             relaxations: Vec::new(),
             devices: Vec::new(),
         };
-        let mut groups: BTreeMap<
-            (ReasonKind, String, String, String, String),
-            (usize, BTreeSet<String>, BTreeSet<String>),
-        > = BTreeMap::new();
+        let mut groups: BTreeMap<GroupKey, Group> = BTreeMap::new();
         let mut qualifying_nodes: BTreeSet<String> = BTreeSet::new();
         // Devices that fail selectors: their clause vectors, for the relaxations.
         let mut failing: Vec<usize> = Vec::new();
@@ -1339,28 +1364,27 @@ fn evaluate(
                     model,
                 ))
                 .or_default();
-            entry.0 += 1;
-            entry.1.insert(node_name);
-            entry.2.extend(claims_holding);
+            entry.devices += 1;
+            entry.nodes.insert(node_name);
+            entry.claims.extend(claims_holding);
         }
         let mut reasons: Vec<Reason> = groups
             .into_iter()
             .map(
-                |((reason, selector, clause, detail, model), (devices, nodes, claims))| Reason {
+                |((reason, selector, clause, detail, model), group)| Reason {
                     reason,
                     selector: (!selector.is_empty()).then_some(selector),
                     clause: (!clause.is_empty()).then_some(clause),
                     detail,
                     model,
-                    devices,
-                    nodes: nodes.len(),
-                    claims: claims.into_iter().collect(),
+                    devices: group.devices,
+                    nodes: group.nodes.len(),
+                    claims: group.claims.into_iter().collect(),
                 },
             )
             .collect();
         // Grouped by reason (the most devices first), models within; other drivers' devices last.
-        let mut totals: HashMap<(ReasonKind, Option<String>, Option<String>, String), usize> =
-            HashMap::new();
+        let mut totals: HashMap<ReasonKey, usize> = HashMap::new();
         for r in &reasons {
             *totals.entry(reason_key(r)).or_default() += r.devices;
         }
@@ -1457,7 +1481,7 @@ fn error_summary(error: &AllocError) -> String {
 }
 
 /// What a reason says, without the model: the lines `why` prints under one heading.
-pub(crate) fn reason_key(r: &Reason) -> (ReasonKind, Option<String>, Option<String>, String) {
+pub(crate) fn reason_key(r: &Reason) -> ReasonKey {
     (
         r.reason,
         r.selector.clone(),
@@ -1611,7 +1635,7 @@ fn relaxations(
             nodes: nodes.len(),
         })
         .collect();
-    out.sort_by(|a, b| b.qualifying.cmp(&a.qualifying));
+    out.sort_by_key(|r| std::cmp::Reverse(r.qualifying));
     out
 }
 

@@ -117,7 +117,10 @@ fn fish(shell: &Shell, words: &[&str]) -> Vec<String> {
 fn cases() -> Vec<(Vec<&'static str>, Vec<&'static str>)> {
     vec![
         // Subcommands, never the hidden `__complete`.
-        (vec!["kubectl-media", ""], vec!["caps", "class", "help", "why"]),
+        (
+            vec!["kubectl-media", ""],
+            vec!["caps", "class", "help", "why"],
+        ),
         (vec!["kubectl-media", "__c"], vec![]),
         // Flags of a subcommand.
         (vec!["kubectl-media", "caps", "--sc"], vec!["--scale"]),
