@@ -446,7 +446,7 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
                 claim_name: Some(model::claim_name(claim)),
                 template: None,
                 spec: Some(&claim.spec),
-                state: claim_state(claim, None),
+                state: claim_state(claim, None, false),
                 problem: None,
             };
             ("ResourceClaim", name, None, vec![entry])
@@ -704,7 +704,7 @@ fn pod_claims<'o>(pod: &'o Pod, objects: &'o Objects) -> Vec<Entry<'o>> {
                     Some(claim) => {
                         found.claim = Some(claim);
                         found.spec = Some(&claim.spec);
-                        found.state = claim_state(claim, Some(pod));
+                        found.state = claim_state(claim, Some(pod), false);
                     }
                     None => {
                         found.problem = Some(Problem {
@@ -754,7 +754,7 @@ fn pod_claims<'o>(pod: &'o Pod, objects: &'o Objects) -> Vec<Entry<'o>> {
                                 Some(claim) => {
                                     found.claim = Some(claim);
                                     found.spec = Some(&claim.spec);
-                                    found.state = claim_state(claim, Some(pod));
+                                    found.state = claim_state(claim, Some(pod), true);
                                     if found.state == ClaimState::NotOwned {
                                         found.problem = Some(Problem {
                                             message: format!(
@@ -804,26 +804,14 @@ fn pod_claims<'o>(pod: &'o Pod, objects: &'o Objects) -> Vec<Entry<'o>> {
 }
 
 /// Where one claim stands, for `pod` (when the pod is known).
-fn claim_state(claim: &ResourceClaim, pod: Option<&Pod>) -> ClaimState {
+fn claim_state(claim: &ResourceClaim, pod: Option<&Pod>, from_template: bool) -> ClaimState {
     if claim.metadata.deletion_timestamp.is_some() {
         return ClaimState::BeingDeleted;
     }
+    // A claim made from a template belongs to its pod (the kubelet and the scheduler both
+    // check the controller reference); one the pod names directly may be anyone's.
     if let Some(pod) = pod
-        && pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.resource_claims.as_deref())
-            .unwrap_or_default()
-            .iter()
-            .any(|e| {
-                e.resource_claim_template_name.is_some()
-                    && format!(
-                        "{}/{}",
-                        claim.metadata.namespace.as_deref().unwrap_or_default(),
-                        claim.metadata.name.as_deref().unwrap_or_default()
-                    )
-                    .ends_with(&claim_generated_name(pod, &e.name).unwrap_or_default())
-            })
+        && from_template
         && !owned_by(claim, pod)
     {
         return ClaimState::NotOwned;
@@ -839,7 +827,7 @@ fn claim_state(claim: &ResourceClaim, pod: Option<&Pod>) -> ClaimState {
             .any(|r| {
                 r.resource == "pods"
                     && (Some(r.uid.as_str()) == uid
-                        || r.name == pod.metadata.name.clone().unwrap_or_default())
+                        || (uid.is_none() && Some(&r.name) == pod.metadata.name.as_ref()))
             })
     });
     match (allocated, reserved) {
@@ -847,19 +835,6 @@ fn claim_state(claim: &ResourceClaim, pod: Option<&Pod>) -> ClaimState {
         (true, false) => ClaimState::Allocated,
         (false, _) => ClaimState::Pending,
     }
-}
-
-/// The generated claim's name from the pod's status, as `/name`, for the ownership check.
-fn claim_generated_name(pod: &Pod, entry: &str) -> Option<String> {
-    pod.status
-        .as_ref()?
-        .resource_claim_statuses
-        .as_deref()?
-        .iter()
-        .find(|s| s.name == entry)?
-        .resource_claim_name
-        .as_ref()
-        .map(|n| format!("/{n}"))
 }
 
 fn owned_by(claim: &ResourceClaim, pod: &Pod) -> bool {
