@@ -657,7 +657,7 @@ fn the_daemonset_runs_as_tightly_as_the_kubelet_directories_allow() {
     };
     let request = mib(&resources["requests"]["memory"]);
     let limit = mib(&resources["limits"]["memory"]);
-    assert!(request >= 16 && limit >= 4 * request, "{resources}");
+    assert!(request > 0 && limit > request, "{resources}");
     assert!(resources["limits"]["cpu"].is_null(), "{resources}");
 
     // A rolling update replaces one node's agent at a time, old pod first.

@@ -142,7 +142,7 @@ impl KubeletArgs {
 pub enum KubeletError {
     /// A socket directory could not be created.
     #[error(
-        "create socket directory {path}: {source} (hint: the agent needs write access to the kubelet's directories, usually a hostPath mount of /var/lib/kubelet)"
+        "create socket directory {path}: {source} (hint: the agent needs write access to the kubelet's directories: in the DaemonSet, hostPath mounts of plugins_registry and plugins/media.liken.sh)"
     )]
     CreateDir {
         /// The directory.
