@@ -703,7 +703,7 @@ fn the_agents_rbac_is_bound_to_the_daemonsets_service_account() {
 /// agent must exit (so the kubelet restarts the container with the directory then at that path)
 /// rather than retry forever. `/proc/<pid>/fd/N` of an open handle resolves as such a mount does.
 #[test]
-fn the_agent_exits_when_its_mounted_registry_directory_is_deleted() {
+fn the_agent_exits_when_a_mounted_kubelet_directory_is_deleted() {
     use crate::support::agent::{AgentProcess, FAST, write_fleet};
     use crate::support::apiserver::TestApiServer;
     use std::os::fd::AsRawFd;
@@ -714,51 +714,62 @@ fn the_agent_exits_when_its_mounted_registry_directory_is_deleted() {
         .expect("create the Node");
     let reports = tempfile::tempdir().unwrap();
     write_fleet(reports.path(), 1);
-    let host = tempfile::tempdir().unwrap();
-    let registry = host.path().join("plugins_registry");
-    std::fs::create_dir(&registry).unwrap();
-    let handle = std::fs::File::open(&registry).unwrap();
-    let mounted = format!("/proc/{}/fd/{}", std::process::id(), handle.as_raw_fd());
-    let args: Vec<&str> = FAST
-        .iter()
-        .copied()
-        .chain(["--kubelet-registry-dir", &mounted])
-        .collect();
-    let mut agent = AgentProcess::start(
-        env!("CARGO_BIN_EXE_media-capabilities"),
-        "gpu-node-1",
-        reports.path(),
-        server.kubeconfig(),
-        &args,
-    );
-    agent
-        .log
-        .wait_for("serving the kubelet plugin", Duration::from_secs(10));
-    assert!(
-        registry.join("media.liken.sh-reg.sock").exists(),
-        "the socket is where the host sees it"
-    );
+    for (flag, dir, socket, role) in [
+        (
+            "--kubelet-registry-dir",
+            "plugins_registry",
+            "media.liken.sh-reg.sock",
+            "registration",
+        ),
+        (
+            "--kubelet-plugins-dir",
+            "plugins/media.liken.sh",
+            "dra.sock",
+            "DRA",
+        ),
+    ] {
+        let host = tempfile::tempdir().unwrap();
+        let on_host = host.path().join(dir);
+        std::fs::create_dir_all(&on_host).unwrap();
+        let handle = std::fs::File::open(&on_host).unwrap();
+        let mounted = format!("/proc/{}/fd/{}", std::process::id(), handle.as_raw_fd());
+        let args: Vec<&str> = FAST.iter().copied().chain([flag, &mounted]).collect();
+        let mut agent = AgentProcess::start(
+            env!("CARGO_BIN_EXE_media-capabilities"),
+            "gpu-node-1",
+            reports.path(),
+            server.kubeconfig(),
+            &args,
+        );
+        agent
+            .log
+            .wait_for("serving the kubelet plugin", Duration::from_secs(10));
+        assert!(
+            on_host.join(socket).exists(),
+            "the {role} socket is where the host sees it"
+        );
 
-    // What a node cleanup does on the host.
-    std::fs::remove_dir_all(&registry).unwrap();
-    let (status, _) = agent
-        .wait_exit(Duration::from_secs(10))
-        .expect("the agent exits");
-    assert_eq!(status.code(), Some(1), "{:#?}", agent.log.lines());
-    let line = agent.log.wait_for("error: ", Duration::from_secs(5));
-    assert!(
-        line.starts_with(&format!(
-            "error: the kubelet plugin failed: the directory {mounted} of the registration socket was deleted"
-        )),
-        "{line}"
-    );
-    assert!(line.contains("(hint: "), "{line}");
-    assert_eq!(
-        agent.log.count("the registration socket"),
-        1,
-        "no retry loop before exiting: {:#?}",
-        agent.log.lines()
-    );
+        // What a node cleanup does on the host.
+        std::fs::remove_dir_all(&on_host).unwrap();
+        let (status, _) = agent
+            .wait_exit(Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("the agent exits ({role}): {:#?}", agent.log.lines()));
+        assert_eq!(status.code(), Some(1), "{:#?}", agent.log.lines());
+        let line = agent.log.wait_for("error: ", Duration::from_secs(5));
+        assert!(
+            line.starts_with(&format!(
+                "error: the kubelet plugin failed: the directory {mounted} of the {role} socket was deleted"
+            )),
+            "{line}"
+        );
+        assert!(line.contains("(hint: "), "{line}");
+        assert_eq!(
+            agent.log.count(&format!("the {role} socket")),
+            1,
+            "no retry loop before exiting: {:#?}",
+            agent.log.lines()
+        );
+    }
 }
 
 // --- the image ----------------------------------------------------------------------------------
