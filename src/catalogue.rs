@@ -23,10 +23,12 @@ pub const RENDER_DRIVER: &str = "liken.sh";
 /// claim's render node and capability statement on one GPU.
 pub const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
 
-/// The API server's limit on attributes plus capacities per device (dra-facts §2).
+/// The API server's limit on attributes plus capacities per device (k8s.io/api
+/// resource/v1 `ResourceSliceMaxAttributesAndCapacitiesPerDevice`).
 pub const MAX_ATTRIBUTES_PER_DEVICE: usize = 32;
 
-/// The API server's limit on string attribute values, in bytes (dra-facts §2).
+/// The API server's limit on string attribute values, in bytes (k8s.io/api resource/v1
+/// `DeviceAttributeMaxValueLength`).
 pub const MAX_STRING_VALUE_BYTES: usize = 64;
 
 /// What a capability is about; also the `kubectl media class` flag that asks for it.
@@ -211,7 +213,7 @@ impl Capability {
         }
     }
 
-    /// The rule of libva-facts §2 that decides the value, in words. The code that applies it is
+    /// The libva rule that decides the value, in words. The code that applies it is
     /// the VA module's rules function; this text is for the reference docs and `--help`.
     pub fn va_rule(self) -> &'static str {
         use Capability::*;
@@ -493,7 +495,7 @@ mod tests {
     use super::*;
     use std::collections::HashSet;
 
-    /// The DRA validation rule for attribute names (dra-facts §2): a C identifier of at most 32
+    /// The DRA validation rule for attribute names (k/k pkg/apis/resource/validation): a C identifier of at most 32
     /// characters, optionally behind a DNS subdomain of at most 63 characters and a `/`.
     fn valid_attribute_name(name: &str) -> bool {
         let (domain, ident) = match name.split_once('/') {

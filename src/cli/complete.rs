@@ -2,7 +2,7 @@
 //!
 //! kubectl (1.26+) completes a plugin by running `kubectl_complete-media` with the words typed so
 //! far plus the word being completed, and reads one `candidate<TAB>description` per line and a
-//! last line `:<directive>` (Cobra's protocol, dra-facts §6). Our shim runs
+//! last line `:<directive>` (Cobra's protocol, spf13/cobra completions.go). Our shim runs
 //! `kubectl-media __complete "$@"`, and this module answers from the clap definitions, so flag
 //! names and capability values come from the same place as parsing: the catalogue.
 //!

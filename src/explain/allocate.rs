@@ -46,7 +46,8 @@ pub struct Features {
 }
 
 impl Features {
-    /// The defaults of a Kubernetes minor version (dra-facts §5b).
+    /// The defaults of a Kubernetes minor version (the table in docs/operations.md, from each
+    /// release's pkg/features/kube_features.go).
     pub fn for_minor(minor: u32) -> Features {
         Features {
             consumable_capacity: minor >= 36,

@@ -5,7 +5,8 @@
 //! the CLI's job.
 //!
 //! Rules, in the order they apply:
-//! - Only the slices of the highest `pool.generation` of each pool count (dra-facts §2).
+//! - Only the slices of the highest `pool.generation` of each pool count (k8s.io/api
+//!   resource/v1 `ResourcePool.Generation`).
 //! - A GPU is keyed by node and `resource.kubernetes.io/pciBusID` (or `address` when a media
 //!   device lacks the former). A render node of liken with no media device of the same key is a
 //!   GPU the agent does not describe.

@@ -418,7 +418,8 @@ pub struct Metadata {
 pub struct SliceSpec {
     pub driver: Ustr,
     pub pool: Pool,
-    /// Exactly one of these four says where the devices are (dra-facts §2).
+    /// Exactly one of these four says where the devices are (k8s.io/api
+    /// resource/v1 `ResourceSliceSpec`).
     pub node_name: Option<Ustr>,
     pub node_selector: Option<NodeSelector>,
     pub all_nodes: bool,

@@ -7,7 +7,7 @@
 //! applied to it:
 //! - `name`: the pci.ids device name; when there is no database or no entry, `<vendor>:<product>`
 //!   (e.g. `8086:7d55`), so the attribute is always present and never invented.
-//! - `name` and `vaDriver` are sanitised to 64 bytes by `sanitise` (libva-facts §5).
+//! - `name` and `vaDriver` are sanitised to 64 bytes by `sanitise` (the API's limit on string values).
 //! - `vaDriver` is absent, and every capability false, when the probe failed.
 
 use crate::catalogue::{Attribute, Capability, Identity, MAX_STRING_VALUE_BYTES};
@@ -81,7 +81,7 @@ pub(crate) fn device_name(address: &str) -> String {
     )
 }
 
-/// The failure line of libva-facts §4's isolation: `probe of <node> (<address>) <what>; libva
+/// The failure line of a probe child (each GPU is asked in its own process): `probe of <node> (<address>) <what>; libva
 /// said: <messages>`, with every message verbatim and separated by ` | `.
 pub(crate) fn failure_text(node: &RenderNode, what: &str, said: &[String]) -> String {
     let said = if said.is_empty() {
@@ -96,7 +96,7 @@ pub(crate) fn failure_text(node: &RenderNode, what: &str, said: &[String]) -> St
     )
 }
 
-/// Trims a string to fit a DRA string attribute (libva-facts §5): trim, drop control characters;
+/// Trims a string to fit a DRA string attribute (at most 64 bytes, k8s.io/api resource/v1): trim, drop control characters;
 /// when still over 64 bytes, cut before the first " (" if that fits, else at 64 bytes on a
 /// character boundary.
 pub(crate) fn sanitise(text: &str) -> String {

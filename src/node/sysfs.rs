@@ -1,7 +1,7 @@
 //! Discovery: the node's render nodes and the PCI identity of the GPU behind each.
 //!
 //! Render nodes are listed under a dev root (`/dev/dri`); each one's identity is read from the sys
-//! root (`/sys/class/drm/renderDN/device`, libva-facts §6), so tests point both roots at a fake tree
+//! root (`/sys/class/drm/renderDN/device`, a link to the PCI function), so tests point both roots at a fake tree
 //! in a temp dir. GPUs are keyed by PCI address because renderD numbers are not stable. Names come
 //! from the system's pci.ids through `pciid-parser` (it has no build script and reads a file we
 //! name; its `online` feature, the only network access, stays off).
@@ -276,7 +276,8 @@ mod tests {
     use super::*;
     use std::fs;
 
-    /// A fake /dev/dri + /sys with the layout of libva-facts §6.
+    /// A fake /dev/dri + /sys with the kernel's layout (`/sys/class/drm/renderDN/device` -> the PCI
+    /// function, with `vendor`, `device` and `uevent`).
     struct Tree {
         dir: tempfile::TempDir,
     }

@@ -142,7 +142,7 @@ impl KubeletArgs {
 pub enum KubeletError {
     /// A socket directory could not be created.
     #[error(
-        "create socket directory {path}: {source} (hint: the agent needs write access to the kubelet's directories, usually a hostPath mount of /var/lib/kubelet)"
+        "create socket directory {path}: {source} (hint: the agent needs write access to the kubelet's directories: in the DaemonSet, hostPath mounts of plugins_registry and plugins/media.liken.sh)"
     )]
     CreateDir {
         /// The directory.
@@ -197,6 +197,19 @@ pub enum KubeletError {
         path: PathBuf,
         /// What tonic said.
         source: tonic::transport::Error,
+    },
+    /// A socket's directory was deleted while the path still shows it (a hostPath mount of the
+    /// directory itself): no socket created there can reach the kubelet, and only a new
+    /// container, whose mount is the directory now at that path, can serve it again.
+    #[error(
+        "the directory {} of the {role} socket was deleted while the agent served in it, and this path still shows the deleted directory (a hostPath mount of it), so the socket cannot be re-created where the kubelet looks; exiting so that the container is restarted with the directory now at that path (hint: if the kubelet's plugins_registry was deleted, also restart the kubelet: it watches only the directory it created when it started)",
+        dir.display()
+    )]
+    DirectoryDeleted {
+        /// The socket's directory, as the agent sees it.
+        dir: PathBuf,
+        /// Which socket: "registration" or "DRA".
+        role: &'static str,
     },
     /// A gRPC server stopped serving before shutdown without saying why.
     #[error("the gRPC server on {path} stopped serving before shutdown")]
@@ -359,11 +372,18 @@ impl KubeletPlugin {
                     if let Some(heartbeat) = &self.heartbeat {
                         heartbeat.beat(self.recheck_interval).await;
                     }
-                    dra.recheck().await;
-                    if registration.recheck().await {
+                    let recreated = match dra.recheck().await {
+                        Ok(_) => registration.recheck().await,
+                        Err(error) => Err(error),
+                    };
+                    match recreated {
                         // The kubelet saw our socket vanish and dropped the plugin; it has to
                         // register the new one before pods with our claims can start again.
-                        self.state.send_replace(RegistrationState::Pending);
+                        Ok(true) => {
+                            self.state.send_replace(RegistrationState::Pending);
+                        }
+                        Ok(false) => {}
+                        Err(error) => break Some(error),
                     }
                 }
                 ended = &mut dra_server => break Some(server_failure(ended, &dra.path)),
@@ -495,11 +515,19 @@ impl Served {
     }
 
     /// Checks the socket file and re-creates it when it is gone or a dead leftover replaced it.
-    /// Returns true when the socket was re-created. Each finding is logged once, when it changes.
-    async fn recheck(&mut self) -> bool {
+    /// Returns true when the socket was re-created, and an error when its directory was deleted
+    /// behind a mount (see [`KubeletError::DirectoryDeleted`]). Each finding is logged once,
+    /// when it changes.
+    async fn recheck(&mut self) -> Result<bool, KubeletError> {
         let found = socket::inspect(&self.path, self.id).await;
         let (role, path) = (self.role, self.path.display());
         let (now, recreated) = match found {
+            Found::DirectoryDeleted => {
+                return Err(KubeletError::DirectoryDeleted {
+                    dir: self.path.parent().unwrap_or(&self.path).to_path_buf(),
+                    role,
+                });
+            }
             Found::Missing | Found::Dead => {
                 let was = if found == Found::Missing {
                     "gone"
@@ -546,7 +574,7 @@ impl Served {
             Found::Ours => (Found::Ours, false),
         };
         self.last = now;
-        recreated
+        Ok(recreated)
     }
 
     /// Stops accepting and removes the socket file if it is still ours.

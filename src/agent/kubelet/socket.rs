@@ -4,6 +4,13 @@
 //! "Ours" means the same inode we bound. That matters during a rolling update with surge: the
 //! new pod binds a fresh socket at the same path while the old pod is still draining, and the
 //! old pod must neither remove nor take back the new pod's socket.
+//!
+//! A socket's directory can also be deleted from under us. Where the directory is itself a
+//! hostPath mount (the DaemonSet mounts exactly `plugins_registry` and
+//! `plugins/media.liken.sh`), the mount keeps showing the deleted directory: its link count is
+//! 0 and nothing can be created in it, while the host's path may already name a new directory.
+//! No socket we bind can reach the kubelet then, so that finding is its own case
+//! ([`Found::DirectoryDeleted`]) rather than "missing, re-create it".
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -43,8 +50,11 @@ impl FileId {
 pub(super) enum Found {
     /// Our socket is still there.
     Ours,
-    /// Nothing is there (the file or its directory was removed).
+    /// Nothing is there (the file was removed, or its directory, which a re-creation brings back).
     Missing,
+    /// The socket's directory was deleted and the path still shows the deleted directory (a
+    /// mount of it): a socket can no longer be created where the kubelet looks.
+    DirectoryDeleted,
     /// Another socket that nobody listens on: a leftover, safe to replace.
     Dead,
     /// Another socket with a live listener (another instance of the agent): leave it alone.
@@ -97,7 +107,13 @@ fn remove_stale(path: &Path) -> Result<(), KubeletError> {
 pub(super) async fn inspect(path: &Path, ours: FileId) -> Found {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(meta) => meta,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Found::Missing,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return if path.parent().is_some_and(directory_deleted) {
+                Found::DirectoryDeleted
+            } else {
+                Found::Missing
+            };
+        }
         Err(e) => return Found::Unknown(e.to_string()),
     };
     if FileId::of(&meta) == ours {
@@ -113,6 +129,14 @@ pub(super) async fn inspect(path: &Path, ours: FileId) -> Found {
     }
 }
 
+/// Whether `dir` is a directory that has been deleted while its path still leads to it: a
+/// deleted directory has no links left (its own `.` and its parent's entry are gone). A path
+/// normally stops resolving when its directory is deleted; one that still does goes through a
+/// mount of the directory (a container's hostPath mount) or a `/proc/<pid>/fd` link to it.
+fn directory_deleted(dir: &Path) -> bool {
+    std::fs::metadata(dir).is_ok_and(|meta| meta.is_dir() && meta.nlink() == 0)
+}
+
 /// Removes the socket file at `path` if it is still the one we bound.
 pub(super) fn remove_if_ours(path: &PathBuf, ours: FileId) -> io::Result<bool> {
     match std::fs::symlink_metadata(path) {
@@ -120,5 +144,50 @@ pub(super) fn remove_if_ours(path: &PathBuf, ours: FileId) -> io::Result<bool> {
         Ok(_) => Ok(false),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deleted directory seen through a path that still resolves, as a container sees a
+    /// hostPath-mounted directory that was deleted on the host: `/proc/self/fd/N` of an open
+    /// handle behaves as the mount does (the path leads to the dead directory, nothing can be
+    /// created in it), without needing a mount namespace in the test.
+    #[tokio::test]
+    async fn a_deleted_directory_behind_a_mount_is_told_apart_from_a_missing_socket() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("plugins_registry");
+        std::fs::create_dir(&dir).unwrap();
+        let handle = std::fs::File::open(&dir).unwrap();
+        let mounted = PathBuf::from(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&handle)
+        ));
+        let path = mounted.join("media.liken.sh-reg.sock");
+        let (_listener, ours) = bind(&path).unwrap();
+        assert_eq!(inspect(&path, ours).await, Found::Ours);
+
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(
+            inspect(&path, ours).await,
+            Found::Missing,
+            "only the socket is gone"
+        );
+
+        std::fs::remove_dir(&dir).unwrap();
+        assert_eq!(inspect(&path, ours).await, Found::DirectoryDeleted);
+        // Why it is its own case: nothing can be bound there any more.
+        assert!(bind(&path).is_err());
+
+        // A directory deleted and re-created at a path that follows it is just "missing".
+        std::fs::create_dir(&dir).unwrap();
+        let plain = dir.join("media.liken.sh-reg.sock");
+        let (_listener, ours) = bind(&plain).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(inspect(&plain, ours).await, Found::Missing);
+        std::fs::create_dir(&dir).unwrap();
+        assert_eq!(inspect(&plain, ours).await, Found::Missing);
     }
 }

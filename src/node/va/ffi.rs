@@ -4,7 +4,7 @@
 //! build time: both programs build without libva's headers or libraries, and a node without libva
 //! gets the loader's error as its probe failure instead of an agent that cannot start (the
 //! `libva-sys` crate links at build time and stops at VA-API 1.12). Declarations follow va.h and
-//! va_drm.h (libva-facts §1, §3). Above this module the probe sees a small safe API: a `Libva`, a
+//! va_drm.h (intel/libva). Above this module the probe sees a small safe API: a `Libva`, a
 //! `Display` that always terminates and closes its fd when dropped, and `VaError`, produced from a
 //! `VAStatus` in exactly one function (`Libva::check`).
 //!
@@ -75,7 +75,7 @@ struct VASurfaceAttrib {
     value: VAGenericValue,
 }
 
-// The layouts of libva-facts §1; a wrong size would make libva write past our buffers.
+// The x86_64 layouts of va.h's VAConfigAttrib and VASurfaceAttrib; a wrong size would make libva write past our buffers.
 #[cfg(target_pointer_width = "64")]
 const _: () = {
     assert!(size_of::<VAConfigAttrib>() == 8);
@@ -215,7 +215,7 @@ impl Libva {
             .map_err(|e| OpenError::Load(loader_error(&e)))?;
         let (v, d) = (paths.va.as_str(), paths.va_drm.as_str());
         // SAFETY: for every `symbol` call below, each type is the signature from va.h /
-        // va_drm.h (libva-facts §3), and `Libva` keeps both libraries open while `api` is in use.
+        // va_drm.h (intel/libva), and `Libva` keeps both libraries open while `api` is in use.
         let api = unsafe {
             Api {
                 get_display_drm: symbol(&va_drm, d, "vaGetDisplayDRM")?,

@@ -1,4 +1,5 @@
-//! The probe of one render node, call by call as libva-facts §3 lists them, in safe code.
+//! The probe of one render node, call by call (the order vainfo of intel/libva-utils makes them),
+//! in safe code.
 //!
 //! It runs in a short-lived child process (see `agent::isolate`): a driver that crashes, aborts or
 //! hangs takes only that child with it. Everything the driver states goes into a `Report`
@@ -69,7 +70,8 @@ fn statements(display: &Display<'_, Initialised>, report: &mut Report) -> Result
     for profile in display.profiles()? {
         let entrypoints = match display.entrypoints(profile) {
             Ok(list) => list,
-            // Listed, then "not supported" (libva-facts §3 step 6): skip, but keep the record.
+            // Listed, then "not supported" (some drivers list profiles they refuse): skip, but keep
+            // the record.
             Err(e) if e.status == STATUS_UNSUPPORTED_PROFILE => {
                 report.warnings.push(format!("{}: {e}", Profile(profile)));
                 continue;
@@ -107,7 +109,7 @@ fn statements(display: &Display<'_, Initialised>, report: &mut Report) -> Result
     Ok(())
 }
 
-/// Whether a rule of `va::rules` reads the RT format of this pair (libva-facts §2): AV1 decode
+/// Whether a rule of `va::rules` reads the RT format of this pair (docs/capabilities.md): AV1 decode
 /// and the encoders of H.264 and HEVC.
 fn needs_rt_format(profile: Profile, entrypoint: Entrypoint) -> bool {
     let encoder = matches!(entrypoint, Entrypoint::ENC_SLICE | Entrypoint::ENC_SLICE_LP);

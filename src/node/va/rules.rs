@@ -1,4 +1,4 @@
-//! The rules of libva-facts §2: a driver's report in, the catalogue's capability values out.
+//! The rules of docs/capabilities.md: a driver's report in, the catalogue's capability values out.
 //!
 //! This is the only place those rules are applied. It is one pure function over a `Report`, so the
 //! agent, `media-capabilities probe` and `probe --from FILE` (a report sent from another node) all
