@@ -1192,6 +1192,10 @@ fn check_schema(object: &Value) -> Result<(), String> {
         ("resource.k8s.io/v1", "ResourceClaimTemplate") => {
             round_trip::<resource::ResourceClaimTemplate>(object)
         }
+        ("resource.k8s.io/v1", "ResourceClaim") => round_trip::<resource::ResourceClaim>(object),
+        ("resource.k8s.io/v1", "ResourceSlice") => round_trip::<resource::ResourceSlice>(object),
+        ("v1", "Node") => round_trip::<core::Node>(object),
+        ("v1", "Event") => round_trip::<core::Event>(object),
         _ => Err(format!(
             "no Kubernetes 1.34 type for apiVersion {api_version:?} kind {kind:?} here (add it to check_schema)"
         )),
@@ -1292,6 +1296,47 @@ fn every_manifest_and_example_is_valid_against_the_kubernetes_1_34_schema() {
         }
     }
     assert!(count >= 13, "{count} objects");
+}
+
+/// The example fleet and the pending-pod scenarios `why` explains are objects a 1.34 API server
+/// would take (Lists flattened).
+#[test]
+fn the_example_objects_are_valid_kubernetes_objects() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("docs/examples/fleet.yaml")];
+    let why = root.join("docs/examples/why");
+    let mut scenarios: Vec<_> = std::fs::read_dir(&why)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    scenarios.sort();
+    assert!(scenarios.len() >= 5, "{scenarios:?}");
+    files.extend(scenarios);
+    let mut count = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for document in serde_yaml::Deserializer::from_str(&text) {
+            let value: Value = serde::Deserialize::deserialize(document).unwrap();
+            let items = match value.get("items").and_then(Value::as_array) {
+                Some(items) => items.clone(),
+                None if value.is_null() => Vec::new(),
+                None => vec![value],
+            };
+            for object in items {
+                if let Err(e) = check_schema(&object) {
+                    panic!(
+                        "{}: {} {}: {e}",
+                        file.display(),
+                        object["kind"],
+                        object["metadata"]["name"]
+                    );
+                }
+                count += 1;
+            }
+        }
+    }
+    assert!(count >= 50, "{count} objects");
 }
 
 #[test]

@@ -24,10 +24,12 @@ fn example(name: &str) -> String {
 
 /// The files every scenario reads: the fleet, its nodes and the product document's classes.
 fn fleet_files() -> Vec<String> {
-    ["fleet.yaml", "why/nodes.yaml", "why/classes.yaml"]
+    let mut files: Vec<String> = ["fleet.yaml", "why/nodes.yaml"]
         .iter()
         .map(|f| example(f))
-        .collect()
+        .collect();
+    files.push(root().join("deploy/examples/classes.yaml").display().to_string());
+    files
 }
 
 fn run(args: &[&str], kubeconfig: Option<&std::path::Path>) -> Output {
