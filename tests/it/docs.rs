@@ -96,6 +96,11 @@ fn the_user_guide_s_examples_read_as_shown() {
 }
 
 #[test]
+fn the_readme_s_quickstart_reads_as_shown() {
+    check("README.md", 3);
+}
+
+#[test]
 fn the_checker_finds_drift() {
     let expected: Vec<String> = ["a", "...", "c", "d"].map(String::from).to_vec();
     assert!(reads_in(&expected, "a\nb\nc\nd\n").is_ok());
