@@ -13,6 +13,7 @@ pub(crate) mod complete;
 pub(crate) mod output;
 pub mod style;
 pub(crate) mod table;
+pub(crate) mod yaml;
 
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
@@ -219,6 +220,10 @@ pub enum Error {
     Cluster(#[from] crate::fleet::cluster::ClusterError),
     #[error(transparent)]
     Snapshot(#[from] crate::fleet::files::SnapshotError),
+    /// What the command line names is not there (`--node` of a node without GPUs); exit 1, as
+    /// kubectl's NotFound.
+    #[error("{0}")]
+    NotFound(String),
     #[error("start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error("write output: {0}")]
@@ -234,6 +239,7 @@ impl Error {
             | Error::Write(_)
             | Error::Cluster(_)
             | Error::Snapshot(_)
+            | Error::NotFound(_)
             | Error::Runtime(_) => 1,
         }
     }

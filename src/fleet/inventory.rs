@@ -232,7 +232,7 @@ pub(crate) fn build(slices: Vec<ResourceSlice>) -> Inventory {
 /// Orders names as people read them: runs of digits by their value, so `edge-1-2` comes before
 /// `edge-1-10` (plain string order puts it after). Equal by that measure (`n01`, `n1`), the plain
 /// order decides, so the order is total and stable.
-fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+pub(crate) fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     fn parts(s: &str) -> impl Iterator<Item = (bool, &str)> {
         let mut rest = s;
         std::iter::from_fn(move || {
