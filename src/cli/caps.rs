@@ -237,8 +237,13 @@ fn check_nodes(inventory: &Inventory, asked: &[String]) -> Result<(), Error> {
         let nearest = nearest_nodes(node, &known);
         return Err(Error::NotFound(format!(
             "--node {node:?}: no GPU of the fleet is on a node of that name (hint: the nearest \
-             names with GPUs are {})",
-            nearest.join(", ")
+             names with GPUs: {}{})",
+            nearest.join(", "),
+            if known.len() > nearest.len() {
+                format!("; {} nodes in all", known.len())
+            } else {
+                String::new()
+            }
         )));
     }
     Ok(())
@@ -267,7 +272,22 @@ pub(crate) fn nearest_nodes<'a>(typed: &str, known: &BTreeSet<&'a str>) -> Vec<&
             .cmp(&(b.0, b.1))
             .then_with(|| inventory::natural_cmp(a.2, b.2))
     });
-    ranked.into_iter().take(3).map(|(_, _, n)| n).collect()
+    // Names that share nothing with the input are no hint; with none close, the first few.
+    let close: Vec<&str> = ranked
+        .iter()
+        .filter(|(prefix, distance, name)| {
+            prefix.0 >= 2 || *distance <= (name.len() / 3).max(2)
+        })
+        .take(3)
+        .map(|&(_, _, n)| n)
+        .collect();
+    if close.is_empty() {
+        let mut first: Vec<&str> = known.iter().copied().collect();
+        first.sort_by(|a, b| inventory::natural_cmp(a, b));
+        first.truncate(3);
+        return first;
+    }
+    close
 }
 
 /// The table's GPU name: pci.ids writes `chip [marketing names]` (`DG2 [Arc A770]`, `Navi 31
