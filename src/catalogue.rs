@@ -274,8 +274,12 @@ impl Capability {
         match self {
             DecodeAV1Main | DecodeAV1Main10 => Some("AV1"),
             DecodeH264 | EncodeH264 | EncodeH264LowPower => Some("H264"),
-            DecodeHEVCMain | DecodeHEVCMain10 | EncodeHEVCMain | EncodeHEVCMain10
-            | EncodeHEVCMain10LowPower | EncodeHEVCMainLowPower => Some("HEVC"),
+            DecodeHEVCMain
+            | DecodeHEVCMain10
+            | EncodeHEVCMain
+            | EncodeHEVCMain10
+            | EncodeHEVCMain10LowPower
+            | EncodeHEVCMainLowPower => Some("HEVC"),
             DecodeMPEG2 => Some("MPEG2"),
             DecodeVC1 => Some("VC1"),
             DecodeVP8 => Some("VP8"),
@@ -303,9 +307,9 @@ impl Capability {
 
     fn find(group: Group, typed: &str) -> Option<Capability> {
         let bare = strip_prefix_ignore_case(typed, group.as_str()).unwrap_or(typed);
-        group.capabilities().find(|c| {
-            c.value().eq_ignore_ascii_case(bare) || c.label().eq_ignore_ascii_case(typed)
-        })
+        group
+            .capabilities()
+            .find(|c| c.value().eq_ignore_ascii_case(bare) || c.label().eq_ignore_ascii_case(typed))
     }
 }
 
@@ -800,7 +804,11 @@ mod tests {
             (Group::Scale, "10", Scale10bit),
         ];
         for (group, typed, expected) in cases {
-            assert_eq!(Capability::parse(group, typed), Ok(expected), "{group} {typed}");
+            assert_eq!(
+                Capability::parse(group, typed),
+                Ok(expected),
+                "{group} {typed}"
+            );
         }
         // Every label of every group reads back as its own capability.
         for c in Capability::ALL {
@@ -809,7 +817,11 @@ mod tests {
         // Shorthand is per group: `--encode AV1` is not decoding.
         let err = Capability::parse(Group::Encode, "AV1").unwrap_err();
         assert_eq!(err.elsewhere, Some(DecodeAV1Main));
-        assert!(err.to_string().ends_with("; did you mean --decode AV1Main?)"), "{err}");
+        assert!(
+            err.to_string()
+                .ends_with("; did you mean --decode AV1Main?)"),
+            "{err}"
+        );
         let err = Capability::parse(Group::Decode, "8").unwrap_err();
         assert_eq!(err.elsewhere, Some(Scale8bit));
     }
@@ -836,7 +848,11 @@ mod tests {
             (Group::Decode, "av1main1", Some(DecodeAV1Main10)),
             (Group::Decode, "av1main10bit", Some(DecodeAV1Main10)),
             (Group::Decode, "mpeg", Some(DecodeMPEG2)),
-            (Group::Encode, "hevcmain10low", Some(EncodeHEVCMain10LowPower)),
+            (
+                Group::Encode,
+                "hevcmain10low",
+                Some(EncodeHEVCMain10LowPower),
+            ),
             // Typos, within the codec typed.
             (Group::Decode, "HEVCMain12", Some(DecodeHEVCMain10)),
             (Group::Decode, "hevcmian", Some(DecodeHEVCMain)),

@@ -275,9 +275,7 @@ pub(crate) fn nearest_nodes<'a>(typed: &str, known: &BTreeSet<&'a str>) -> Vec<&
     // Names that share nothing with the input are no hint; with none close, the first few.
     let close: Vec<&str> = ranked
         .iter()
-        .filter(|(prefix, distance, name)| {
-            prefix.0 >= 2 || *distance <= (name.len() / 3).max(2)
-        })
+        .filter(|(prefix, distance, name)| prefix.0 >= 2 || *distance <= (name.len() / 3).max(2))
         .take(3)
         .map(|&(_, _, n)| n)
         .collect();
@@ -352,12 +350,7 @@ pub(crate) fn group_cell(gpu: &Gpu, group: Group) -> String {
     let (stated, missing): (Vec<Capability>, Vec<Capability>) = group
         .capabilities()
         .partition(|&c| gpu.states(c) == Some(true));
-    let labels = |caps: &[Capability]| {
-        caps.iter()
-            .map(|c| c.label())
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
+    let labels = |caps: &[Capability]| caps.iter().map(|c| c.label()).collect::<Vec<_>>().join(" ");
     match (group, stated.len(), missing.len()) {
         (_, 0, _) => "-".into(),
         (Group::Scale, _, _) => labels(&stated),
@@ -432,7 +425,7 @@ pub(crate) fn render_table(
     logs: &AgentLogs,
     style: &TableStyle,
 ) -> String {
-    use crate::cli::table::Fit::{Keep, Shrink};
+    use crate::cli::table::Fit::{Keep, Shrink, ShrinkFirst};
     let (header, fits): (Vec<String>, Vec<_>) = if wide {
         let mut columns: Vec<(String, _)> = [
             ("NODE", Keep),
@@ -452,8 +445,8 @@ pub(crate) fn render_table(
     } else {
         [
             ("NODE", Keep),
-            ("GPU", Shrink),
-            ("VA DRIVER", Shrink),
+            ("GPU", ShrinkFirst),
+            ("VA DRIVER", ShrinkFirst),
             ("DECODE", Shrink),
             ("ENCODE", Shrink),
             ("SCALE", Keep),

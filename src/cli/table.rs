@@ -1,10 +1,10 @@
 //! Tables as kubectl prints them: left-aligned columns two spaces apart, no borders, an
 //! upper-case header, one line per row. A table that fits (or goes to a pipe) is printed at its
 //! natural width. A table wider than the terminal is never wrapped: the columns marked
-//! [`Fit::Shrink`] give up width, widest first, and their cells are cut at a word boundary with
-//! `…`, down to a floor that keeps every column readable (never a column of single characters);
-//! if even that does not fit, the lines run past the edge and the terminal wraps them, as
-//! `kubectl get -o wide` does.
+//! [`Fit::ShrinkFirst`], then those marked [`Fit::Shrink`], give up width, widest first, and
+//! their cells are cut at a word boundary with `…`, down to a floor that keeps every column
+//! readable (never a column of single characters); if even that does not fit, the lines run past
+//! the edge and the terminal wraps them, as `kubectl get -o wide` does.
 //!
 //! Widths are counted on the text, never on the colour escapes: colour is added after a cell is
 //! padded (comfy-table, used here before, counted the escapes of a bold header as width and put
@@ -87,7 +87,11 @@ impl Cell {
 pub(crate) enum Fit {
     /// Names, addresses, statuses: what identifies a row or says what to do is never cut.
     Keep,
-    /// Free text (GPU names, drivers, capability lists): cut at a word boundary with `…`.
+    /// Free text that gives up width first, having its full form elsewhere (GPU and driver
+    /// names, shown whole by `-o wide`): cut at a word boundary with `…`.
+    ShrinkFirst,
+    /// Free text that gives up width once the [`Fit::ShrinkFirst`] columns are at their floor
+    /// (capability lists, the table's substance).
     Shrink,
 }
 
@@ -188,7 +192,7 @@ impl Grid {
             .enumerate()
             .map(|(i, &natural)| match self.fit(i) {
                 Fit::Keep => natural,
-                Fit::Shrink => {
+                Fit::ShrinkFirst | Fit::Shrink => {
                     let header = if style.no_headers {
                         0
                     } else {
@@ -200,8 +204,11 @@ impl Grid {
             .collect();
         let mut total: usize = widths.iter().sum::<usize>() + gaps;
         while total > limit {
+            let first =
+                (0..widths.len()).any(|i| self.fit(i) == Fit::ShrinkFirst && widths[i] > floors[i]);
             let widest = (0..widths.len())
                 .filter(|&i| widths[i] > floors[i])
+                .filter(|&i| !first || self.fit(i) == Fit::ShrinkFirst)
                 .max_by_key(|&i| (widths[i], std::cmp::Reverse(i)));
             let Some(i) = widest else { break };
             widths[i] -= 1;
@@ -213,9 +220,12 @@ impl Grid {
         let natural = self.natural_widths(style);
         let texts = |i: usize| {
             let header = (!style.no_headers).then(|| self.header[i].as_str());
-            header
-                .into_iter()
-                .chain(self.rows.iter().filter_map(move |row| row.get(i)).map(|c| c.text.as_str()))
+            header.into_iter().chain(
+                self.rows
+                    .iter()
+                    .filter_map(move |row| row.get(i))
+                    .map(|c| c.text.as_str()),
+            )
         };
         let used = |i: usize, width: usize| {
             texts(i)
@@ -412,8 +422,14 @@ mod tests {
                 colored: true,
                 ..style(width)
             });
-            assert!(coloured.contains("\u{1b}[31mfailed\u{1b}[39m"), "{coloured:?}");
-            assert!(coloured.starts_with("\u{1b}[1mNAME\u{1b}[0m    "), "{coloured:?}");
+            assert!(
+                coloured.contains("\u{1b}[31mfailed\u{1b}[39m"),
+                "{coloured:?}"
+            );
+            assert!(
+                coloured.starts_with("\u{1b}[1mNAME\u{1b}[0m    "),
+                "{coloured:?}"
+            );
             assert_eq!(strip_ansi(&coloured), plain);
         }
     }

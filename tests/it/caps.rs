@@ -168,7 +168,10 @@ fn table_of_the_example_fleet() {
     let table = table_lines(&at_120);
     assert_eq!(table.len(), 10, "a header and one line per GPU: {at_120}");
     assert!(table.iter().all(|l| l.chars().count() <= 120), "{at_120}");
-    assert!(!at_120.contains('…'), "nothing is cut at 120 columns: {at_120}");
+    assert!(
+        !at_120.contains('…'),
+        "nothing is cut at 120 columns: {at_120}"
+    );
     assert_eq!(table, table_lines(&piped));
     assert_aligned(&table);
     insta::assert_snapshot!("caps-table-120", at_120);
@@ -180,7 +183,8 @@ fn table_of_the_example_fleet() {
         let table = table_lines(&text);
         assert_eq!(table.len(), 10, "{text}");
         assert!(
-            text.lines().all(|l| l.chars().count() <= usize::from(columns)),
+            text.lines()
+                .all(|l| l.chars().count() <= usize::from(columns)),
             "{text}"
         );
         assert!(text.contains('…'), "{text}");
@@ -188,8 +192,23 @@ fn table_of_the_example_fleet() {
         // No cell is cut inside a capability's shorthand: every word of DECODE and ENCODE is a
         // label, `all`, `but`, `-` or the ellipsis.
         let labels: Vec<&str> = [
-            "AV1", "AV1-10", "H264", "HEVC", "HEVC-10", "MPEG2", "VC1", "VP8", "VP9", "VP9-10",
-            "H264-LP", "HEVC-10-LP", "HEVC-LP", "all", "but", "-", "…",
+            "AV1",
+            "AV1-10",
+            "H264",
+            "HEVC",
+            "HEVC-10",
+            "MPEG2",
+            "VC1",
+            "VP8",
+            "VP9",
+            "VP9-10",
+            "H264-LP",
+            "HEVC-10-LP",
+            "HEVC-LP",
+            "all",
+            "but",
+            "-",
+            "…",
         ]
         .to_vec();
         let decode = table[0].find("DECODE").unwrap();
@@ -207,7 +226,11 @@ fn table_of_the_example_fleet() {
     // included; only the notes wrap at the terminal's width.
     let wide = ok(&["caps", "-f", &fleet, "-o", "wide"]);
     insta::assert_snapshot!("caps-wide", wide);
-    let wide_at_80 = in_terminal(&["caps", "-f", &fleet, "-o", "wide"], 80, &[("NO_COLOR", "1")]);
+    let wide_at_80 = in_terminal(
+        &["caps", "-f", &fleet, "-o", "wide"],
+        80,
+        &[("NO_COLOR", "1")],
+    );
     assert_eq!(table_lines(&wide_at_80), table_lines(&wide));
     assert!(wide.contains("Intel iHD driver for Intel(R) Gen Graphics - 24.2.4 ()"));
     assert!(wide.contains("Navi 31 [Radeon RX 7900 XT/7900 XTX/7900 GRE/7900M]"));
@@ -250,7 +273,10 @@ fn records_of_the_example_fleet() {
             "{record}"
         );
         // Every record has its drift: null, or the model's.
-        assert!(record.as_object().unwrap().contains_key("drift"), "{record}");
+        assert!(
+            record.as_object().unwrap().contains_key("drift"),
+            "{record}"
+        );
     }
     // The drift is data: the model, the differing capabilities, the variants with their VA
     // drivers and nodes, and which variant this GPU is.
@@ -283,7 +309,10 @@ fn records_of_the_example_fleet() {
     );
     assert!(yaml.contains("    vendor: \"8086\"\n"), "{yaml}");
     assert!(yaml.contains("    product: 56a0\n"), "{yaml}");
-    assert!(!yaml.contains('\''), "double quotes only, as go-yaml: {yaml}");
+    assert!(
+        !yaml.contains('\''),
+        "double quotes only, as go-yaml: {yaml}"
+    );
     insta::assert_snapshot!("caps-json", json);
     insta::assert_snapshot!("caps-yaml", yaml);
 }
@@ -313,8 +342,14 @@ fn summary_of_the_example_fleet() {
     );
     let drift = json["drift"].as_array().unwrap();
     assert_eq!(drift.len(), 1);
-    assert_eq!(drift[0]["differing"], serde_json::json!(["encodeHEVCMain10LowPower"]));
-    assert!(drift[0].get("variant").is_none(), "no GPU to place: {drift:?}");
+    assert_eq!(
+        drift[0]["differing"],
+        serde_json::json!(["encodeHEVCMain10LowPower"])
+    );
+    assert!(
+        drift[0].get("variant").is_none(),
+        "no GPU to place: {drift:?}"
+    );
     // The table and the JSON agree.
     let yaml: serde_json::Value =
         serde_yaml::from_str(&ok(&["caps", "-f", &fleet, "--summary", "-o", "yaml"])).unwrap();
@@ -367,8 +402,7 @@ fn every_input_form_gives_the_same_answer() {
     let json_file = dir.path().join("fleet.json");
     std::fs::write(&json_file, serde_json::to_string_pretty(&list).unwrap()).unwrap();
     assert_eq!(
-        ok(
-            &["caps", "-f", json_file.to_str().unwrap(), "-o", "json"]),
+        ok(&["caps", "-f", json_file.to_str().unwrap(), "-o", "json"]),
         expected
     );
 
@@ -389,16 +423,15 @@ fn every_input_form_gives_the_same_answer() {
     write_docs(&a, first);
     write_docs(&b, second);
     assert_eq!(
-        ok(
-            &[
-                "caps",
-                "-f",
-                a.to_str().unwrap(),
-                "-f",
-                b.to_str().unwrap(),
-                "-o",
-                "json"
-            ]),
+        ok(&[
+            "caps",
+            "-f",
+            a.to_str().unwrap(),
+            "-f",
+            b.to_str().unwrap(),
+            "-o",
+            "json"
+        ]),
         expected
     );
 }
@@ -487,7 +520,10 @@ fn bad_input_gets_one_line() {
         (vec!["caps", "-f", &fleet, "--node", ""], 2),
         (vec!["caps", "-f", &fleet, "--node", "arc-1,"], 2),
         (vec!["caps", "-f", &fleet, "--node", "arc-3"], 1),
-        (vec!["caps", "-f", &fleet, "--node", "nvidia", "-o", "json"], 1),
+        (
+            vec!["caps", "-f", &fleet, "--node", "nvidia", "-o", "json"],
+            1,
+        ),
         (vec!["caps", "-f", &fleet, "--summary", "-o", "wide"], 2),
         (vec!["caps", "-f", &fleet, "--no-headers", "-o", "json"], 2),
         (vec!["caps", "-f", &fleet, "-o", "table"], 2),
@@ -564,8 +600,7 @@ fn colour_follows_the_flag_and_never_touches_json() {
     assert!(!plain.contains('\u{1b}'));
     // NO_COLOR is set by `run`; auto into a pipe is plain as well.
     assert!(!ok(&["caps", "-f", &fleet]).contains('\u{1b}'));
-    let json = ok(
-        &["caps", "-f", &fleet, "--color", "always", "-o", "json"]);
+    let json = ok(&["caps", "-f", &fleet, "--color", "always", "-o", "json"]);
     assert!(!json.contains('\u{1b}'));
     // Colour changes nothing but the escapes.
     let stripped: String = {
@@ -722,14 +757,26 @@ fn a_failed_probe_points_to_its_nodes_agent_log() {
         server.put(item.clone()).unwrap();
     }
     server
-        .put(agent_pod("media-capabilities-7xk2p", "amd-2", agent_labels()))
+        .put(agent_pod(
+            "media-capabilities-7xk2p",
+            "amd-2",
+            agent_labels(),
+        ))
         .unwrap();
     // Another node's agent, and another program's pod on amd-2: neither is the one.
     server
-        .put(agent_pod("media-capabilities-q9d4w", "amd-1", agent_labels()))
+        .put(agent_pod(
+            "media-capabilities-q9d4w",
+            "amd-1",
+            agent_labels(),
+        ))
         .unwrap();
     server
-        .put(agent_pod("liken-plugin-h2m8c", "amd-2", json!({"app.kubernetes.io/name": "liken"})))
+        .put(agent_pod(
+            "liken-plugin-h2m8c",
+            "amd-2",
+            json!({"app.kubernetes.io/name": "liken"}),
+        ))
         .unwrap();
     let caps = |args: &[&str]| {
         let home = tempfile::tempdir().unwrap();
@@ -768,12 +815,23 @@ fn a_failed_probe_points_to_its_nodes_agent_log() {
         .into_iter()
         .filter(|r| r.resource.as_deref() == Some("pods"))
         .collect();
-    assert_eq!(pod_lists.len(), 1, "one listing for the one failed node: {pod_lists:?}");
+    assert_eq!(
+        pod_lists.len(),
+        1,
+        "one listing for the one failed node: {pod_lists:?}"
+    );
     assert_eq!(pod_lists[0].verb, "list");
-    assert!(pod_lists[0].path.contains("/namespaces/liken-system/pods"), "{pod_lists:?}");
     assert!(
-        pod_lists[0].query.contains("labelSelector=app.kubernetes.io%2Fname%3Dmedia-capabilities")
-            && pod_lists[0].query.contains("fieldSelector=spec.nodeName%3Damd-2"),
+        pod_lists[0].path.contains("/namespaces/liken-system/pods"),
+        "{pod_lists:?}"
+    );
+    assert!(
+        pod_lists[0]
+            .query
+            .contains("labelSelector=app.kubernetes.io%2Fname%3Dmedia-capabilities")
+            && pod_lists[0]
+                .query
+                .contains("fieldSelector=spec.nodeName%3Damd-2"),
         "{pod_lists:?}"
     );
 
@@ -781,7 +839,11 @@ fn a_failed_probe_points_to_its_nodes_agent_log() {
     server.fail_next_matching(1, Fault::Forbidden, Some("list"), Some("pods"));
     let out = caps(&["caps"]);
     assert!(out.status.success(), "{out:?}");
-    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(note(&out), fallback);
 
     // Any other failure: the same, with one warning saying why.
@@ -809,14 +871,20 @@ fn a_failed_probe_points_to_its_nodes_agent_log() {
     // From a dump that holds the pods (kubectl get pods,resourceslices -A -o yaml), the file's
     // pod is named; from one without, the command that finds it.
     let mut items = list["items"].as_array().unwrap().clone();
-    items.push(agent_pod("media-capabilities-dump1", "amd-2", agent_labels()));
+    items.push(agent_pod(
+        "media-capabilities-dump1",
+        "amd-2",
+        agent_labels(),
+    ));
     let dump = serde_yaml::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": items}))
         .unwrap();
     let out = run(&["caps", "-f", "-"], Some(&dump));
     assert!(out.status.success(), "{out:?}");
     assert!(
-        note(&out).ends_with("(hint: the failure is in the agent's log: kubectl logs -n \
-                              liken-system media-capabilities-dump1)"),
+        note(&out).ends_with(
+            "(hint: the failure is in the agent's log: kubectl logs -n \
+                              liken-system media-capabilities-dump1)"
+        ),
         "{}",
         note(&out)
     );
@@ -830,11 +898,47 @@ fn a_failed_probe_points_to_its_nodes_agent_log() {
 #[cfg_attr(not(have_kubectl), ignore = "needs kubectl on PATH (kubectl 1.32)")]
 fn yaml_quotes_strings_as_kubectl_does() {
     let strings = [
-        "0000:00:02.0", "0000:03:00.0", "0000:c1:00.0", "0000:00:1f.3", "1:20", "12:30:45",
-        "8086", "1002", "10de", "7d55", "56a0", "1e30", "0089", "0x1f", "1_000", "+1", ".5",
-        "1.5.2", "yes", "on", "NO", "y", "true", "null", "~", "2026-11-02", "2026-11-02T08:00:00Z",
-        "2026-02-30", "a: b", "[Arc A770]", "it's", "#x", "x #y", "x#y", "- x", "-x", "@home",
-        " lead", "trail ", "VA-API NVDEC driver [direct backend]", "Intel(R) Gen - 24.2.4 ()",
+        "0000:00:02.0",
+        "0000:03:00.0",
+        "0000:c1:00.0",
+        "0000:00:1f.3",
+        "1:20",
+        "12:30:45",
+        "8086",
+        "1002",
+        "10de",
+        "7d55",
+        "56a0",
+        "1e30",
+        "0089",
+        "0x1f",
+        "1_000",
+        "+1",
+        ".5",
+        "1.5.2",
+        "yes",
+        "on",
+        "NO",
+        "y",
+        "true",
+        "null",
+        "~",
+        "2026-11-02",
+        "2026-11-02T08:00:00Z",
+        "2026-02-30",
+        "a: b",
+        "[Arc A770]",
+        "it's",
+        "#x",
+        "x #y",
+        "x#y",
+        "- x",
+        "-x",
+        "@home",
+        " lead",
+        "trail ",
+        "VA-API NVDEC driver [direct backend]",
+        "Intel(R) Gen - 24.2.4 ()",
         "",
     ];
     let home = tempfile::tempdir().unwrap();
@@ -850,7 +954,11 @@ fn yaml_quotes_strings_as_kubectl_does() {
         .env("KUBECONFIG", "/dev/null")
         .output()
         .expect("run kubectl");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let kubectl_yaml = String::from_utf8(out.stdout).unwrap();
     let expected: Vec<String> = (0..strings.len())
         .map(|i| {
@@ -885,7 +993,11 @@ fn yaml_quotes_strings_as_kubectl_does() {
         &["caps", "-f", "-", "-o", "yaml"],
         Some(&serde_json::to_string(&fleet).unwrap()),
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let ours = String::from_utf8(out.stdout).unwrap();
     let names: Vec<&str> = ours
         .lines()
