@@ -1088,3 +1088,167 @@ pub(crate) fn summary_record(inventory: &Inventory, filter: &Filter) -> SummaryR
             .collect(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn va_drivers_are_shortened_by_their_own_vendor_strings() {
+        let cases = [
+            (
+                "Intel iHD driver for Intel(R) Gen Graphics - 24.2.4 ()",
+                "iHD 24.2.4",
+            ),
+            (
+                "Intel iHD driver for Intel(R) Gen Graphics - 24.2.4 (2a8f3e0c9)",
+                "iHD 24.2.4",
+            ),
+            (
+                "Intel i965 driver for Intel(R) Skylake - 2.4.1",
+                "i965 2.4.1",
+            ),
+            (
+                "Intel i965 driver for Intel(R) Coffee Lake - 2.4.0.pre1 (2.3.0-11-g9a1f3d7)",
+                "i965 2.4.0.pre1",
+            ),
+            (
+                "Mesa Gallium driver 23.0.0-devel for Radeon RX 7900 XTX (gfx1100, LLVM 16.0.0, \
+                 DRM 3.49, 6.1.1-zen1-1-zen)",
+                "Mesa 23.0.0-devel",
+            ),
+            (
+                "Mesa Gallium driver 24.1.7 for AMD Radeon Graphics",
+                "Mesa 24.1.7",
+            ),
+            ("VA-API NVDEC driver [direct backend]", "NVDEC"),
+            ("VA-API NVDEC driver [egl backend]", "NVDEC"),
+            // Unknown forms, or a known form without a version: shown whole when short, else
+            // cut at a word, never a guessed name.
+            ("some driver", "some driver"),
+            (
+                "Splitted-Desktop Systems VDPAU backend for VA-API - 0.7.4",
+                "Splitted-Desktop …",
+            ),
+            (
+                "Intel iHD driver for Intel(R) Gen Graphics",
+                "Intel iHD driver …",
+            ),
+            ("Mesa Gallium driver for radeonsi", "Mesa Gallium …"),
+        ];
+        for (vendor, short) in cases {
+            assert_eq!(short_va_driver(vendor), short, "{vendor}");
+            assert!(
+                short_va_driver(vendor).chars().count() <= VA_DRIVER_SHORT,
+                "{vendor}"
+            );
+        }
+    }
+
+    /// The recorded `vainfo` captures' vendor strings all have a short name of their driver.
+    #[test]
+    fn the_recorded_drivers_have_short_names() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/vainfo");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+            for line in text.lines() {
+                if let Some(vendor) = line.strip_prefix("vainfo: Driver version: ") {
+                    let short = short_va_driver(vendor.trim());
+                    assert!(!short.ends_with('…'), "{vendor} → {short}");
+                    seen += 1;
+                }
+            }
+        }
+        assert!(seen >= 3, "{seen} captures in {}", dir.display());
+    }
+
+    #[test]
+    fn gpu_names_show_the_chip() {
+        let cases = [
+            ("DG2 [Arc A770]", "DG2"),
+            (
+                "Navi 31 [Radeon RX 7900 XT/7900 XTX/7900 GRE/7900M]",
+                "Navi 31",
+            ),
+            ("Meteor Lake-P [Intel Arc Graphics]", "Meteor Lake-P"),
+            ("HD Graphics 530", "HD Graphics 530"),
+            ("8086:7d55", "8086:7d55"),
+            ("[Radeon]", "[Radeon]"),
+            ("Odd [unclosed", "Odd [unclosed"),
+        ];
+        for (name, short) in cases {
+            assert_eq!(short_gpu_name(name), short, "{name}");
+        }
+    }
+
+    #[test]
+    fn nearest_nodes_share_a_prefix_or_are_a_typo_away() {
+        let known: BTreeSet<&str> = ["edge-1-1", "edge-1-2", "edge-1-10", "edge-2-1", "gpu-a"]
+            .into_iter()
+            .collect();
+        assert_eq!(
+            nearest_nodes("edge-1-3", &known),
+            ["edge-1-1", "edge-1-2", "edge-1-10"]
+        );
+        assert_eq!(nearest_nodes("gpu-b", &known), ["gpu-a"]);
+        assert_eq!(nearest_nodes("EDGE-2-1x", &known)[0], "edge-2-1");
+        // Nothing close: the first names, so the hint still shows what names look like.
+        assert_eq!(
+            nearest_nodes("zz", &known),
+            ["edge-1-1", "edge-1-2", "edge-1-10"]
+        );
+    }
+
+    #[test]
+    fn the_agent_pod_is_the_running_newest_one_of_the_node() {
+        let pod = |name: &str, node: &str, phase: &str, created: &str, labelled: bool| {
+            serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(serde_json::json!({
+                "metadata": {
+                    "name": name, "namespace": AGENT_NAMESPACE,
+                    "creationTimestamp": created,
+                    "labels": if labelled {
+                        serde_json::json!({"app.kubernetes.io/name": "media-capabilities"})
+                    } else {
+                        serde_json::json!({"app": "other"})
+                    }
+                },
+                "spec": {"nodeName": node, "containers": []},
+                "status": {"phase": phase}
+            }))
+            .unwrap()
+        };
+        let pods = [
+            pod("old", "n1", "Running", "2026-01-01T00:00:00Z", true),
+            pod("new", "n1", "Running", "2026-02-01T00:00:00Z", true),
+            pod(
+                "newer-pending",
+                "n1",
+                "Pending",
+                "2026-03-01T00:00:00Z",
+                true,
+            ),
+            pod(
+                "other-program",
+                "n1",
+                "Running",
+                "2026-04-01T00:00:00Z",
+                false,
+            ),
+            pod("elsewhere", "n2", "Running", "2026-04-01T00:00:00Z", true),
+        ];
+        assert_eq!(pick_agent_pod(&pods, "n1").as_deref(), Some("new"));
+        assert_eq!(pick_agent_pod(&pods, "n2").as_deref(), Some("elsewhere"));
+        assert_eq!(pick_agent_pod(&pods, "n3"), None);
+        let logs = AgentLogs::from_pods(&pods, &["n1".into(), "n3".into()]);
+        assert_eq!(logs.hint("n1"), "kubectl logs -n liken-system new");
+        assert!(
+            logs.hint("n3").starts_with(
+                "find the pod with kubectl get pods -n liken-system -l \
+                 app.kubernetes.io/name=media-capabilities --field-selector spec.nodeName=n3"
+            ),
+            "{}",
+            logs.hint("n3")
+        );
+    }
+}
