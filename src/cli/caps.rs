@@ -27,13 +27,14 @@ Examples:
   # Every GPU and what its driver states
   kubectl media caps
 
-  # The GPUs that decode 10-bit HEVC and scale 10-bit frames, with a count
+  # The GPUs that decode 10-bit HEVC and scale 10-bit frames, with a count (the table's
+  # shorthand works too: --decode HEVC-10 --scale 10)
   kubectl media caps --decode HEVCMain10 --scale 10bit
 
   # How many GPUs and nodes state each capability, and which models drift
   kubectl media caps --summary
 
-  # One column per capability; or records for scripts
+  # Full names and one column per capability; or records for scripts
   kubectl media caps -o wide
   kubectl media caps -o json | jq '.[] | select(.attributes.decodeAV1Main10)'
 
@@ -57,12 +58,12 @@ pub struct CapsArgs {
     #[command(flatten)]
     pub capabilities: CapabilityFlags,
 
-    /// Per capability, how many GPUs and nodes state it; then the models that drift.
+    /// Per status and per capability, how many GPUs and nodes; then the models that drift.
     #[arg(long)]
     pub summary: bool,
 
-    /// Output format: wide adds one column per capability; json and yaml print one record per
-    /// GPU with every attribute.
+    /// Output format: wide adds the PCI address, the full GPU name and VA driver string and one
+    /// column per capability; json and yaml print one record per GPU with every attribute.
     #[arg(short, long, value_enum, value_name = "FORMAT")]
     pub output: Option<CapsFormat>,
 
@@ -73,7 +74,7 @@ pub struct CapsArgs {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum CapsFormat {
-    /// The table plus one column per capability.
+    /// The table with the address, full names and one column per capability.
     Wide,
     /// One JSON record per GPU.
     Json,
