@@ -33,8 +33,11 @@ pub(crate) enum Width {
 }
 
 impl Width {
-    /// Standard output's width when it is a terminal, asked of the terminal as kubectl asks it
-    /// (kubectl never reads `COLUMNS`, and neither does this); else no limit.
+    /// Standard output's width when it is a terminal, asked of the terminal (TIOCGWINSZ) as
+    /// kubectl asks it; else no limit. kubectl never reads `COLUMNS`: its help and wrapped text
+    /// take the size of stdout's terminal (k8s.io/kubectl pkg/util/term/term_writer.go,
+    /// `NewResponsiveWriter`, `GetWordWrapperLimit`, through moby/term), and its tables are
+    /// never fitted at all; so `COLUMNS` changes nothing here either.
     pub(crate) fn of_stdout() -> Width {
         match terminal_size::terminal_size_of(std::io::stdout()) {
             Some((terminal_size::Width(w), _)) if w > 0 => Width::Columns(w),
