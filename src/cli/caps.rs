@@ -125,30 +125,27 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
     // Slices, and in files the agent's pods where a dump holds them (for the log hints); a file
     // may hold claims and events too, which caps passes over unread.
     let mut objects = Objects::wanting(Kinds::only(&[Kind::ResourceSlice, Kind::Pod]));
-    let mut cluster = None;
-    let runtime;
-    if args.files.is_empty() {
+    // From a cluster, the runtime and client stay for the agent-pod lookup of the notes.
+    let connected = if args.files.is_empty() {
         let connection = global.kube.connection();
         // One worker drives the requests; pages are parsed on the runtime's blocking threads
         // while the next one is fetched (see `Cluster::list`).
-        runtime = Some(
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .map_err(Error::Runtime)?,
-        );
-        let rt = runtime.as_ref().expect("just built");
-        cluster = Some(rt.block_on(async {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map_err(Error::Runtime)?;
+        let cluster = runtime.block_on(async {
             let cluster = Cluster::connect(&connection).await?;
             cluster.list_slices(&mut objects).await?;
             Ok::<_, crate::fleet::cluster::ClusterError>(cluster)
-        })?);
+        })?;
+        Some((runtime, cluster))
     } else {
-        runtime = None;
         let sources: Vec<Source> = args.files.iter().map(|f| Source::parse(f)).collect();
         files::read_into(&mut objects, &sources, io.stdin)?;
-    }
+        None
+    };
     let warn = global.color.for_stderr();
     let warning = |io: &mut Io<'_>, note: &str| {
         let _ = writeln!(
@@ -202,8 +199,8 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
                 AgentLogs::default()
             } else {
                 let nodes = log_nodes(&inventory, &filter);
-                match (&cluster, &runtime) {
-                    (Some(cluster), Some(runtime)) if !nodes.is_empty() => {
+                match &connected {
+                    Some((runtime, cluster)) if !nodes.is_empty() => {
                         let (logs, trouble) = runtime.block_on(agent_logs(cluster, &nodes));
                         if let Some(trouble) = trouble {
                             warning(io, &trouble);
