@@ -6,9 +6,10 @@
 //! readable (never a column of single characters); if even that does not fit, the lines run past
 //! the edge and the terminal wraps them, as `kubectl get -o wide` does.
 //!
-//! Widths are counted on the text, never on the colour escapes: colour is added after a cell is
-//! padded (comfy-table, used here before, counted the escapes of a bold header as width and put
-//! the header one column right of its data).
+//! Widths are counted on the text, never on the colour escapes, and colour wraps the text only,
+//! never its padding. (comfy-table, used here before for narrow terminals, put the escapes
+//! around each cell's padding space: the bold header line then began with an escape, the one
+//! leading space could not be trimmed, and the header sat one column right of its data.)
 
 use owo_colors::OwoColorize;
 
