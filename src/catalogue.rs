@@ -268,15 +268,38 @@ impl Capability {
         }
     }
 
-    /// Resolves what a user typed for a `--decode`/`--encode`/`--scale` flag: the value with or
-    /// without the group prefix, in any letter case (`hevcmain10`, `decodeHEVCMain10`).
+    /// The codec a decode or encode capability is about (`HEVC` for `decodeHEVCMain10` and
+    /// `encodeHEVCMainLowPower`); `None` for scaling. Suggestions stay within a codec, so a
+    /// near-miss of `hevc...` never suggests `VC1`.
+    pub(crate) fn codec(self) -> Option<&'static str> {
+        use Capability::*;
+        match self {
+            DecodeAV1Main | DecodeAV1Main10 => Some("AV1"),
+            DecodeH264 | EncodeH264 | EncodeH264LowPower => Some("H264"),
+            DecodeHEVCMain
+            | DecodeHEVCMain10
+            | EncodeHEVCMain
+            | EncodeHEVCMain10
+            | EncodeHEVCMain10LowPower
+            | EncodeHEVCMainLowPower => Some("HEVC"),
+            DecodeMPEG2 => Some("MPEG2"),
+            DecodeVC1 => Some("VC1"),
+            DecodeVP8 => Some("VP8"),
+            DecodeVP9 | DecodeVP9Profile2 => Some("VP9"),
+            Scale8bit | Scale10bit => None,
+        }
+    }
+
+    /// Resolves what a user typed for a `--decode`/`--encode`/`--scale` flag, in any letter case:
+    /// the value with or without the group prefix (`hevcmain10`, `decodeHEVCMain10`), or the
+    /// table's own shorthand (`HEVC-10`, `H264-LP`, `--scale 8`), so that what `caps` prints can
+    /// be typed back.
     pub fn parse(group: Group, input: &str) -> Result<Capability, UnknownCapability> {
         let typed = input.trim();
-        let bare = strip_prefix_ignore_case(typed, group.as_str()).unwrap_or(typed);
         Capability::find(group, typed).ok_or_else(|| UnknownCapability {
             group,
             input: input.to_string(),
-            nearest: nearest(group, bare),
+            nearest: nearest(group, typed),
             elsewhere: Group::ALL
                 .into_iter()
                 .filter(|&other| other != group)
@@ -288,7 +311,7 @@ impl Capability {
         let bare = strip_prefix_ignore_case(typed, group.as_str()).unwrap_or(typed);
         group
             .capabilities()
-            .find(|c| c.value().eq_ignore_ascii_case(bare))
+            .find(|c| c.value().eq_ignore_ascii_case(bare) || c.label().eq_ignore_ascii_case(typed))
     }
 }
 
@@ -304,17 +327,105 @@ fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
     (head.eq_ignore_ascii_case(prefix) && s.len() > prefix.len()).then(|| &s[prefix.len()..])
 }
 
-/// The closest valid value of `group` to what the user typed, when one is close enough to be a
-/// plausible typo.
+/// Lowercase letters and digits only: `HEVC-10`, `hevc_10` and `Hevc 10` are all `hevc10`.
+fn squash(text: &str) -> String {
+    text.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
+/// Other names people give a codec, squashed, and the catalogue's name for it.
+const CODEC_ALIASES: [(&str, &str); 5] = [
+    ("h265", "hevc"),
+    ("x265", "hevc"),
+    ("avc", "h264"),
+    ("x264", "h264"),
+    ("mpeg", "mpeg2"),
+];
+
+/// The closest capability of `group` to what the user typed, when one plausibly is what they
+/// meant. Tried in order, the first rule with a candidate wins:
+///
+/// 1. the same letters and digits as a value or shorthand, ignoring case and punctuation
+///    (`HEVC10`, `h.264`, `vp9_profile2`);
+/// 2. the same after a codec's other name (`h265` is HEVC, `avc` is H264: `h265-10` → HEVCMain10);
+/// 3. a prefix either way: what was typed starts a name (`hevcm` → HEVCMain, the shortest such),
+///    or a name starts what was typed and only letters follow (`av1main10bit` → AV1Main10,
+///    the longest such; `hevcmain12` is left to the next rule);
+/// 4. edit distance, among the capabilities of the codec the input starts with when it starts
+///    with one (`hevcmain12` → HEVCMain10; never VC1 for a HEVC typo), else among all, within a
+///    third of the name's length (at least 1: `JPEG` is not a typo of `MPEG2`).
 fn nearest(group: Group, typed: &str) -> Option<Capability> {
-    let typed = typed.to_ascii_lowercase();
+    let bare = strip_prefix_ignore_case(typed, group.as_str()).unwrap_or(typed);
+    let typed = squash(bare);
+    if typed.is_empty() {
+        return None;
+    }
+    let names = |c: Capability| [squash(c.value()), squash(c.label())];
+    let exact = |typed: &str| {
+        group
+            .capabilities()
+            .find(|&c| names(c).iter().any(|n| n == typed))
+    };
+    if let Some(c) = exact(&typed) {
+        return Some(c);
+    }
+    let unaliased = CODEC_ALIASES.iter().find_map(|(alias, codec)| {
+        typed
+            .strip_prefix(alias)
+            .map(|rest| format!("{codec}{rest}"))
+    });
+    if let Some(c) = unaliased.as_deref().and_then(exact) {
+        return Some(c);
+    }
+    let typed = unaliased.unwrap_or(typed);
+    if typed.len() >= 2 {
+        let starting = group
+            .capabilities()
+            .filter(|&c| names(c).iter().any(|n| n.starts_with(&typed)))
+            .min_by_key(|&c| squash(c.value()).len());
+        if starting.is_some() {
+            return starting;
+        }
+    }
+    let started = group
+        .capabilities()
+        .filter_map(|c| {
+            names(c)
+                .into_iter()
+                .filter(|n| {
+                    n.len() >= 2
+                        && typed
+                            .strip_prefix(n.as_str())
+                            .is_some_and(|rest| rest.chars().all(|c| c.is_ascii_alphabetic()))
+                })
+                .map(|n| n.len())
+                .max()
+                .map(|len| (len, c))
+        })
+        .max_by_key(|&(len, _)| len)
+        .map(|(_, c)| c);
+    if started.is_some() {
+        return started;
+    }
+    let codec = group
+        .capabilities()
+        .filter_map(Capability::codec)
+        .map(squash)
+        .find(|codec| typed.starts_with(codec.as_str()));
     group
         .capabilities()
+        .filter(|c| codec.is_none() || c.codec().map(squash) == codec)
         .map(|c| {
-            let value = c.value().to_ascii_lowercase();
-            (strsim::damerau_levenshtein(&typed, &value), c)
+            let distance = names(c)
+                .iter()
+                .map(|n| strsim::damerau_levenshtein(&typed, n))
+                .min()
+                .unwrap_or(usize::MAX);
+            (distance, c)
         })
-        .filter(|(distance, c)| *distance <= (c.value().len() / 3).max(2))
+        .filter(|(distance, c)| *distance <= (squash(c.value()).len() / 3).max(1))
         .min_by_key(|(distance, _)| *distance)
         .map(|(_, c)| c)
 }
@@ -675,6 +786,94 @@ mod tests {
             err.to_string().ends_with("; did you mean --decode VP9?)"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_tables_shorthand_is_accepted() {
+        use Capability::*;
+        let cases = [
+            (Group::Decode, "HEVC-10", DecodeHEVCMain10),
+            (Group::Decode, "hevc-10", DecodeHEVCMain10),
+            (Group::Decode, "HEVC", DecodeHEVCMain),
+            (Group::Decode, "hevc", DecodeHEVCMain),
+            (Group::Decode, "AV1", DecodeAV1Main),
+            (Group::Decode, "AV1-10", DecodeAV1Main10),
+            (Group::Decode, "VP9-10", DecodeVP9Profile2),
+            (Group::Encode, "H264-LP", EncodeH264LowPower),
+            (Group::Encode, "HEVC-10-LP", EncodeHEVCMain10LowPower),
+            (Group::Encode, "hevc-lp", EncodeHEVCMainLowPower),
+            (Group::Scale, "8", Scale8bit),
+            (Group::Scale, "10", Scale10bit),
+        ];
+        for (group, typed, expected) in cases {
+            assert_eq!(
+                Capability::parse(group, typed),
+                Ok(expected),
+                "{group} {typed}"
+            );
+        }
+        // Every label of every group reads back as its own capability.
+        for c in Capability::ALL {
+            assert_eq!(Capability::parse(c.group(), c.label()), Ok(c), "{c}");
+        }
+        // Shorthand is per group: `--encode AV1` is not decoding.
+        let err = Capability::parse(Group::Encode, "AV1").unwrap_err();
+        assert_eq!(err.elsewhere, Some(DecodeAV1Main));
+        assert!(
+            err.to_string()
+                .ends_with("; did you mean --decode AV1Main?)"),
+            "{err}"
+        );
+        let err = Capability::parse(Group::Decode, "8").unwrap_err();
+        assert_eq!(err.elsewhere, Some(Scale8bit));
+    }
+
+    /// What people type and what they mean: the ranking of `nearest`, case by case.
+    #[test]
+    fn near_misses_suggest_what_people_mean() {
+        use Capability::*;
+        let cases: [(Group, &str, Option<Capability>); 22] = [
+            // Same letters and digits as a value or a label.
+            (Group::Decode, "HEVC10", Some(DecodeHEVCMain10)),
+            (Group::Decode, "hevc_main_10", Some(DecodeHEVCMain10)),
+            (Group::Decode, "h.264", Some(DecodeH264)),
+            (Group::Decode, "VP9 Profile 2", Some(DecodeVP9Profile2)),
+            (Group::Encode, "h264lp", Some(EncodeH264LowPower)),
+            (Group::Scale, "10-bit", Some(Scale10bit)),
+            // Another name of the codec.
+            (Group::Decode, "h265", Some(DecodeHEVCMain)),
+            (Group::Decode, "H.265-10", Some(DecodeHEVCMain10)),
+            (Group::Decode, "avc", Some(DecodeH264)),
+            (Group::Encode, "x265", Some(EncodeHEVCMain)),
+            // Prefixes, either way.
+            (Group::Decode, "hevcm", Some(DecodeHEVCMain)),
+            (Group::Decode, "av1main1", Some(DecodeAV1Main10)),
+            (Group::Decode, "av1main10bit", Some(DecodeAV1Main10)),
+            (Group::Decode, "mpeg", Some(DecodeMPEG2)),
+            (
+                Group::Encode,
+                "hevcmain10low",
+                Some(EncodeHEVCMain10LowPower),
+            ),
+            // Typos, within the codec typed.
+            (Group::Decode, "HEVCMain12", Some(DecodeHEVCMain10)),
+            (Group::Decode, "hevcmian", Some(DecodeHEVCMain)),
+            (Group::Decode, "AV1Man", Some(DecodeAV1Main)),
+            (Group::Decode, "hevx", Some(DecodeHEVCMain)),
+            (Group::Scale, "12bit", Some(Scale10bit)),
+            // Nothing close: no guess.
+            (Group::Encode, "ProRes", None),
+            (Group::Decode, "JPEG", None),
+        ];
+        for (group, typed, expected) in cases {
+            let err = Capability::parse(group, typed).unwrap_err();
+            assert_eq!(err.nearest, expected, "{group} {typed:?}");
+        }
+        // Never VC1 for a HEVC typo.
+        for typed in ["hevc1", "hvec", "hevcc", "hecv"] {
+            let nearest = Capability::parse(Group::Decode, typed).unwrap_err().nearest;
+            assert_ne!(nearest, Some(DecodeVC1), "{typed}");
+        }
     }
 
     #[test]

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::io::IsTerminal;
 
 use clap::Args;
 use serde::Serialize;
@@ -16,6 +15,7 @@ use crate::cli::{CapabilityFlags, Error, Global, Io};
 use crate::fleet::cluster::Cluster;
 use crate::fleet::files::{self, Source};
 use crate::fleet::inventory::{self, Counts, Drift, Filter, Gpu, Inventory, Status};
+
 use crate::fleet::objects::{Kind, Kinds, Objects};
 
 /// Deletes the agent's pod on one node (the DaemonSet makes a new one, with a new claim); the
@@ -27,13 +27,14 @@ Examples:
   # Every GPU and what its driver states
   kubectl media caps
 
-  # The GPUs that decode 10-bit HEVC and scale 10-bit frames, with a count
+  # The GPUs that decode 10-bit HEVC and scale 10-bit frames, with a count (the table's
+  # shorthand works too: --decode HEVC-10 --scale 10)
   kubectl media caps --decode HEVCMain10 --scale 10bit
 
   # How many GPUs and nodes state each capability, and which models drift
   kubectl media caps --summary
 
-  # One column per capability; or records for scripts
+  # Full names and one column per capability; or records for scripts
   kubectl media caps -o wide
   kubectl media caps -o json | jq '.[] | select(.attributes.decodeAV1Main10)'
 
@@ -57,12 +58,12 @@ pub struct CapsArgs {
     #[command(flatten)]
     pub capabilities: CapabilityFlags,
 
-    /// Per capability, how many GPUs and nodes state it; then the models that drift.
+    /// Per status and per capability, how many GPUs and nodes; then the models that drift.
     #[arg(long)]
     pub summary: bool,
 
-    /// Output format: wide adds one column per capability; json and yaml print one record per
-    /// GPU with every attribute.
+    /// Output format: wide adds the PCI address, the full GPU name and VA driver string and one
+    /// column per capability; json and yaml print one record per GPU with every attribute.
     #[arg(short, long, value_enum, value_name = "FORMAT")]
     pub output: Option<CapsFormat>,
 
@@ -73,7 +74,7 @@ pub struct CapsArgs {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum CapsFormat {
-    /// The table plus one column per capability.
+    /// The table with the address, full names and one column per capability.
     Wide,
     /// One JSON record per GPU.
     Json,
@@ -114,9 +115,18 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
         return Err(Error::Usage(conflict));
     }
     let filter = args.filter()?;
-    // Only slices: a file may hold pods, claims and events too, which caps passes over unread.
-    let mut objects = Objects::wanting(Kinds::only(&[Kind::ResourceSlice]));
-    if args.files.is_empty() {
+    if filter.nodes.iter().any(|n| n.trim().is_empty()) {
+        return Err(Error::Usage(
+            "--node is empty (hint: name a node, e.g. --node gpu-node-1, or leave --node out for \
+             every node)"
+                .into(),
+        ));
+    }
+    // Slices, and in files the agent's pods where a dump holds them (for the log hints); a file
+    // may hold claims and events too, which caps passes over unread.
+    let mut objects = Objects::wanting(Kinds::only(&[Kind::ResourceSlice, Kind::Pod]));
+    // From a cluster, the runtime and client stay for the agent-pod lookup of the notes.
+    let connected = if args.files.is_empty() {
         let connection = global.kube.connection();
         // One worker drives the requests; pages are parsed on the runtime's blocking threads
         // while the next one is fetched (see `Cluster::list`).
@@ -125,28 +135,38 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
             .enable_all()
             .build()
             .map_err(Error::Runtime)?;
-        runtime.block_on(async {
+        let cluster = runtime.block_on(async {
             let cluster = Cluster::connect(&connection).await?;
-            cluster.list_slices(&mut objects).await
+            cluster.list_slices(&mut objects).await?;
+            Ok::<_, crate::fleet::cluster::ClusterError>(cluster)
         })?;
+        Some((runtime, cluster))
     } else {
         let sources: Vec<Source> = args.files.iter().map(|f| Source::parse(f)).collect();
         files::read_into(&mut objects, &sources, io.stdin)?;
-    }
+        None
+    };
     let warn = global.color.for_stderr();
-    for note in &objects.notes {
+    let warning = |io: &mut Io<'_>, note: &str| {
         let _ = writeln!(
             io.stderr,
             "{} {note}",
             owo_colors::OwoColorize::style(&"warning:", warn.warning)
         );
+    };
+    for note in &objects.notes {
+        warning(io, note);
     }
+    let file_pods = std::mem::take(&mut objects.pods);
     let inventory = inventory::build(objects.slices);
     // As kubectl: an empty table is a line on stderr; JSON and YAML stay parseable (`[]`).
     let table = !matches!(args.output, Some(CapsFormat::Json | CapsFormat::Yaml));
     if inventory.gpus.is_empty() && table {
         let _ = writeln!(io.stderr, "No media.liken.sh or liken.sh devices found.");
         return Ok(());
+    }
+    if !inventory.gpus.is_empty() {
+        check_nodes(&inventory, &filter.nodes)?;
     }
     let text = match args.output {
         Some(CapsFormat::Json) | Some(CapsFormat::Yaml) => {
@@ -161,24 +181,39 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
                 text.push('\n');
                 text
             } else {
-                serde_yaml::to_string(&value).map_err(RenderError::from)?
+                crate::cli::yaml::to_string(&value)
             }
         }
         _ => {
+            let terminal = Width::of_stdout();
+            let wide = args.output == Some(CapsFormat::Wide);
             let style = TableStyle {
                 colored: global.color.for_stdout().colored,
-                width: table_width(),
+                // `-o wide` never squeezes: like `kubectl get -o wide` it may run past the
+                // terminal's edge, to be wrapped by the terminal or paged.
+                width: if wide { Width::Unlimited } else { terminal },
+                notes_width: terminal,
                 no_headers: args.no_headers,
             };
-            if args.summary {
-                render_summary(&inventory, &filter, &style)
+            let logs = if style.no_headers {
+                AgentLogs::default()
             } else {
-                render_table(
-                    &inventory,
-                    &filter,
-                    args.output == Some(CapsFormat::Wide),
-                    &style,
-                )
+                let nodes = log_nodes(&inventory, &filter);
+                match &connected {
+                    Some((runtime, cluster)) if !nodes.is_empty() => {
+                        let (logs, trouble) = runtime.block_on(agent_logs(cluster, &nodes));
+                        if let Some(trouble) = trouble {
+                            warning(io, &trouble);
+                        }
+                        logs
+                    }
+                    _ => AgentLogs::from_pods(&file_pods, &nodes),
+                }
+            };
+            if args.summary {
+                render_summary(&inventory, &filter, &logs, &style)
+            } else {
+                render_table(&inventory, &filter, wide, &logs, &style)
             }
         }
     };
@@ -186,36 +221,140 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
     Ok(())
 }
 
-/// `COLUMNS` when set (tests and scripts set it), else the terminal's width when standard output
-/// is one, else no limit.
-fn table_width() -> Width {
-    match std::env::var("COLUMNS")
-        .ok()
-        .and_then(|c| c.parse::<u16>().ok())
-    {
-        Some(columns) if columns > 0 => Width::Columns(columns),
-        _ if std::io::stdout().is_terminal() => Width::Terminal,
-        _ => Width::Unlimited,
+/// Every `--node` must name a node of the fleet: a typo would otherwise show an empty table, as
+/// if the node had no GPU.
+fn check_nodes(inventory: &Inventory, asked: &[String]) -> Result<(), Error> {
+    if asked.is_empty() {
+        return Ok(());
+    }
+    let known: BTreeSet<&str> = inventory.gpus.iter().map(|g| g.node.as_str()).collect();
+    for node in asked {
+        if known.contains(node.as_str()) {
+            continue;
+        }
+        let nearest = nearest_nodes(node, &known);
+        return Err(Error::NotFound(format!(
+            "--node {node:?}: no GPU of the fleet is on a node of that name (hint: the nearest \
+             names with GPUs: {}{})",
+            nearest.join(", "),
+            if known.len() > nearest.len() {
+                format!("; {} nodes in all", known.len())
+            } else {
+                String::new()
+            }
+        )));
+    }
+    Ok(())
+}
+
+/// The three node names closest to a typed one: the longest common prefix first (node names
+/// differ at their end: `edge-1-2`, `edge-1-10`), then edit distance, then natural order.
+pub(crate) fn nearest_nodes<'a>(typed: &str, known: &BTreeSet<&'a str>) -> Vec<&'a str> {
+    let mut ranked: Vec<(std::cmp::Reverse<usize>, usize, &str)> = known
+        .iter()
+        .map(|&name| {
+            let prefix = typed
+                .chars()
+                .zip(name.chars())
+                .take_while(|(a, b)| a.eq_ignore_ascii_case(b))
+                .count();
+            let distance = strsim::damerau_levenshtein(
+                &typed.to_ascii_lowercase(),
+                &name.to_ascii_lowercase(),
+            );
+            (std::cmp::Reverse(prefix), distance, name)
+        })
+        .collect();
+    ranked.sort_by(|a, b| {
+        (a.0, a.1)
+            .cmp(&(b.0, b.1))
+            .then_with(|| inventory::natural_cmp(a.2, b.2))
+    });
+    // Names that share nothing with the input are no hint; with none close, the first few.
+    let close: Vec<&str> = ranked
+        .iter()
+        .filter(|(prefix, distance, name)| prefix.0 >= 2 || *distance <= (name.len() / 3).max(2))
+        .take(3)
+        .map(|&(_, _, n)| n)
+        .collect();
+    if close.is_empty() {
+        let mut first: Vec<&str> = known.iter().copied().collect();
+        first.sort_by(|a, b| inventory::natural_cmp(a, b));
+        first.truncate(3);
+        return first;
+    }
+    close
+}
+
+/// The table's GPU name: pci.ids writes `chip [marketing names]` (`DG2 [Arc A770]`, `Navi 31
+/// [Radeon RX 7900 XT/7900 XTX/7900 GRE/7900M]`); the table shows the chip, which is what decides
+/// the media engine, and a name without brackets whole. The full name is in `-o wide`, JSON and
+/// YAML.
+pub(crate) fn short_gpu_name(name: &str) -> &str {
+    match name.split_once(" [") {
+        Some((chip, rest)) if !chip.trim().is_empty() && rest.ends_with(']') => chip.trim(),
+        _ => name,
     }
 }
 
-/// The compact statement of a GPU: `decode AV1 H264 · encode H264 · scale 8 10`.
-pub(crate) fn compact(gpu: &Gpu) -> String {
-    let mut parts = Vec::new();
-    for group in Group::ALL {
-        let labels: Vec<&str> = group
-            .capabilities()
-            .filter(|&c| gpu.states(c) == Some(true))
-            .map(Capability::label)
-            .collect();
-        if !labels.is_empty() {
-            parts.push(format!("{group} {}", labels.join(" ")));
-        }
-    }
-    if parts.is_empty() {
-        "-".to_string()
+/// How long an unrecognised VA driver string may be in the table before it is cut.
+pub(crate) const VA_DRIVER_SHORT: usize = 20;
+
+/// The table's VA driver: the driver's own name and version, read from its vendor string by the
+/// forms the drivers write (libva-facts §5):
+///
+/// - `Intel iHD driver for Intel(R) Gen Graphics - 24.2.4 ()` → `iHD 24.2.4` (`Intel <name> driver
+///   ... - <version>`, also i965: `i965 2.4.1`);
+/// - `Mesa Gallium driver 23.0.0-devel for Radeon RX 7900 XTX (...)` → `Mesa 23.0.0-devel`;
+/// - `VA-API NVDEC driver [direct backend]` (nvidia-vaapi-driver) → `NVDEC`.
+///
+/// A version must start with a digit. Any other string is shown whole up to 20 characters, else
+/// cut at a word boundary with `…`: never a guessed name. The full string is in `-o wide`, JSON
+/// and YAML.
+pub(crate) fn short_va_driver(vendor: &str) -> String {
+    let version = |text: &str| {
+        text.split_whitespace()
+            .next()
+            .filter(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+            .map(str::to_string)
+    };
+    let known = if let Some(rest) = vendor.strip_prefix("Intel ") {
+        // "Intel iHD driver ... - 24.2.4 (...)": the name, then the version after the last " - ".
+        rest.split_once(" driver").and_then(|(name, tail)| {
+            let name = name.trim();
+            let (_, after) = tail.rsplit_once(" - ")?;
+            (!name.is_empty() && !name.contains(' '))
+                .then_some(())
+                .and_then(|()| version(after))
+                .map(|v| format!("{name} {v}"))
+        })
+    } else if let Some(rest) = vendor.strip_prefix("Mesa Gallium driver ") {
+        version(rest).map(|v| format!("Mesa {v}"))
+    } else if vendor == "VA-API NVDEC driver" || vendor.starts_with("VA-API NVDEC driver ") {
+        Some("NVDEC".to_string())
     } else {
-        parts.join(" · ")
+        None
+    };
+    known.unwrap_or_else(|| crate::cli::table::truncate(vendor, VA_DRIVER_SHORT).into_owned())
+}
+
+/// A group's cell in the table: `all` when the GPU states every capability of the group, `all
+/// but X Y` when it lacks fewer than it states, else the stated ones by their shorthand; `-` for
+/// none. Scaling lists its depths (`8 10`).
+pub(crate) fn group_cell(gpu: &Gpu, group: Group) -> String {
+    if gpu.device.is_none() {
+        return "-".into();
+    }
+    let (stated, missing): (Vec<Capability>, Vec<Capability>) = group
+        .capabilities()
+        .partition(|&c| gpu.states(c) == Some(true));
+    let labels = |caps: &[Capability]| caps.iter().map(|c| c.label()).collect::<Vec<_>>().join(" ");
+    match (group, stated.len(), missing.len()) {
+        (_, 0, _) => "-".into(),
+        (Group::Scale, _, _) => labels(&stated),
+        (_, _, 0) => "all".into(),
+        (_, s, m) if m < s => format!("all but {}", labels(&missing)),
+        _ => labels(&stated),
     }
 }
 
@@ -241,6 +380,16 @@ pub(crate) fn status_word(gpu: &Gpu) -> &'static str {
     }
 }
 
+/// Every status word, in the order `--summary` lists them.
+pub(crate) const STATUS_WORDS: [&str; 6] = [
+    "ok",
+    "drift",
+    "probe failed",
+    "incomplete",
+    "not probed",
+    "no agent",
+];
+
 fn status_paint(gpu: &Gpu) -> Option<Paint> {
     match (&gpu.status, gpu.drift) {
         (Status::Described, None) => None,
@@ -253,44 +402,74 @@ fn dash(value: Option<&str>) -> String {
     value.filter(|v| !v.is_empty()).unwrap_or("-").to_string()
 }
 
+fn status_cell(gpu: &Gpu) -> Cell {
+    let mut status = status_word(gpu).to_string();
+    if let Some(index) = gpu.drift {
+        let _ = write!(status, " [{}]", index + 1);
+    }
+    Cell::painted(status, status_paint(gpu))
+}
+
 /// The table (`-o wide` when `wide`), then the notes that explain its marks.
+///
+/// The default columns are chosen so that a mixed fleet reads one line per GPU at 120 columns:
+/// NODE, the GPU's chip, the VA driver's short name, what it decodes, encodes and scales, and the
+/// status. `-o wide` adds the device, the PCI address, the kernel driver, the full GPU name and
+/// VA driver string, vendor and product, and one column per capability.
 pub(crate) fn render_table(
     inventory: &Inventory,
     filter: &Filter,
     wide: bool,
+    logs: &AgentLogs,
     style: &TableStyle,
 ) -> String {
-    let mut header: Vec<String> = ["NODE", "DEVICE", "GPU", "ADDRESS", "DRIVER", "VA DRIVER"]
-        .map(String::from)
+    use crate::cli::table::Fit::{Keep, Shrink, ShrinkFirst};
+    let (header, fits): (Vec<String>, Vec<_>) = if wide {
+        let mut columns: Vec<(String, _)> = [
+            ("NODE", Keep),
+            ("DEVICE", Keep),
+            ("GPU", Keep),
+            ("ADDRESS", Keep),
+            ("DRIVER", Keep),
+            ("VA DRIVER", Keep),
+            ("VENDOR", Keep),
+            ("PRODUCT", Keep),
+        ]
+        .map(|(h, f)| (h.to_string(), f))
         .to_vec();
-    if wide {
-        header.extend(["VENDOR", "PRODUCT"].map(String::from));
-        header.extend(Capability::ALL.iter().map(|c| wide_header(*c)));
+        columns.extend(Capability::ALL.iter().map(|c| (wide_header(*c), Keep)));
+        columns.push(("STATUS".into(), Keep));
+        columns.into_iter().unzip()
     } else {
-        header.push("CAPABILITIES".into());
-    }
-    header.push("STATUS".into());
-    // Names, addresses and statuses never wrap; the free-text columns share what is left.
-    let mut unwrapped = vec![0, 1, 3, 4, header.len() - 1];
-    if wide {
-        unwrapped.extend(6..header.len() - 1);
-    }
+        [
+            ("NODE", Keep),
+            ("GPU", ShrinkFirst),
+            ("VA DRIVER", ShrinkFirst),
+            ("DECODE", Shrink),
+            ("ENCODE", Shrink),
+            ("SCALE", Keep),
+            ("STATUS", Keep),
+        ]
+        .map(|(h, f)| (h.to_string(), f))
+        .into_iter()
+        .unzip()
+    };
 
     let selected: Vec<&Gpu> = inventory.select(filter).collect();
     let rows = selected
         .iter()
         .map(|gpu| {
-            let mut row = vec![
-                Cell::plain(gpu.node.as_str()),
-                Cell::plain(dash(gpu.device.as_deref())),
-                Cell::plain(dash(gpu.name.as_deref())),
-                Cell::plain(dash(Some(&gpu.address))),
-                Cell::plain(dash(gpu.kernel_driver.as_deref())),
-                Cell::plain(dash(gpu.va_driver.as_deref())),
-            ];
             if wide {
-                row.push(Cell::plain(dash(gpu.vendor.as_deref())));
-                row.push(Cell::plain(dash(gpu.product.as_deref())));
+                let mut row = vec![
+                    Cell::plain(gpu.node.as_str()),
+                    Cell::plain(dash(gpu.device.as_deref())),
+                    Cell::plain(dash(gpu.name.as_deref())),
+                    Cell::plain(dash(Some(&gpu.address))),
+                    Cell::plain(dash(gpu.kernel_driver.as_deref())),
+                    Cell::plain(dash(gpu.va_driver.as_deref())),
+                    Cell::plain(dash(gpu.vendor.as_deref())),
+                    Cell::plain(dash(gpu.product.as_deref())),
+                ];
                 for capability in Capability::ALL {
                     row.push(match (gpu.device.is_some(), gpu.states(capability)) {
                         (false, _) => Cell::plain("-"),
@@ -299,47 +478,50 @@ pub(crate) fn render_table(
                         (true, None) => Cell::painted("?", Some(Paint::Yellow)),
                     });
                 }
+                row.push(status_cell(gpu));
+                row
             } else {
-                row.push(Cell::plain(compact(gpu)));
+                vec![
+                    Cell::plain(gpu.node.as_str()),
+                    Cell::plain(dash(gpu.name.as_deref().map(short_gpu_name))),
+                    Cell::plain(dash(gpu.va_driver.map(|v| short_va_driver(&v)).as_deref())),
+                    Cell::plain(group_cell(gpu, Group::Decode)),
+                    Cell::plain(group_cell(gpu, Group::Encode)),
+                    Cell::plain(group_cell(gpu, Group::Scale)),
+                    status_cell(gpu),
+                ]
             }
-            let mut status = status_word(gpu).to_string();
-            if let Some(index) = gpu.drift {
-                let _ = write!(status, " [{}]", index + 1);
-            }
-            row.push(Cell::painted(status, status_paint(gpu)));
-            row
         })
         .collect();
-    let grid = Grid {
-        header,
-        rows,
-        unwrapped,
-    };
+    let grid = Grid { header, rows, fits };
     let mut out = if selected.is_empty() && style.no_headers {
         String::new()
     } else {
         grid.render(style)
     };
-    push_notes(&mut out, inventory, &selected, filter, style);
+    push_notes(&mut out, inventory, &selected, filter, logs, style);
     out
 }
 
-/// The notes below a table, after a blank line; none with `--no-headers`.
+/// The notes below a table, after a blank line, wrapped at the terminal's width; none with
+/// `--no-headers`.
 fn push_notes(
     out: &mut String,
     inventory: &Inventory,
     shown: &[&Gpu],
     filter: &Filter,
+    logs: &AgentLogs,
     style: &TableStyle,
 ) {
     if style.no_headers {
         return;
     }
-    let notes = notes(inventory, shown, filter);
+    let notes = notes(inventory, shown, filter, logs);
     if !notes.is_empty() {
+        let limit = style.notes_width.limit();
         out.push('\n');
         for note in notes {
-            out.push_str(&note);
+            out.push_str(&crate::cli::table::wrap_note(&note, limit));
             out.push('\n');
         }
     }
@@ -356,13 +538,137 @@ fn wide_header(capability: Capability) -> String {
     format!("{group} {}", capability.label())
 }
 
-const AGENT_LOG: &str = "kubectl -n liken-system logs ds/media-capabilities";
+/// The namespace the agent's DaemonSet runs in (deploy/).
+pub(crate) const AGENT_NAMESPACE: &str = "liken-system";
+/// The labels of the agent's pods (deploy/daemonset.yaml, `spec.selector.matchLabels`).
+pub(crate) const AGENT_LABELS: &str = "app.kubernetes.io/name=media-capabilities";
+
+/// At most this many nodes get a note of their own for a failed probe; the rest share one line.
+pub(crate) const NODE_NOTES: usize = 3;
+
+/// The agent pod of each node whose log a note points to, where it could be found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct AgentLogs {
+    pods: std::collections::HashMap<String, String>,
+}
+
+impl AgentLogs {
+    /// Records that `pod` is the agent on `node`.
+    pub(crate) fn insert(&mut self, node: &str, pod: &str) {
+        self.pods.insert(node.to_string(), pod.to_string());
+    }
+
+    /// The agent pods among `pods` (a `-f` dump's), for the given nodes.
+    fn from_pods(pods: &[k8s_openapi::api::core::v1::Pod], nodes: &[String]) -> AgentLogs {
+        let mut logs = AgentLogs::default();
+        for node in nodes {
+            if let Some(pod) = pick_agent_pod(pods, node) {
+                logs.insert(node, &pod);
+            }
+        }
+        logs
+    }
+
+    /// The command that shows a node's agent log, or the one that finds its pod.
+    pub(crate) fn hint(&self, node: &str) -> String {
+        match self.pods.get(node) {
+            Some(pod) => format!("kubectl logs -n {AGENT_NAMESPACE} {pod}"),
+            None => format!(
+                "find the pod with kubectl get pods -n {AGENT_NAMESPACE} -l {AGENT_LABELS} \
+                 --field-selector spec.nodeName={node}, then kubectl logs -n {AGENT_NAMESPACE} POD"
+            ),
+        }
+    }
+}
+
+/// The agent's pod on `node` among `pods`: in the agent's namespace with its labels, not being
+/// deleted, running before pending, the newest first (during a rollout the new pod is the one
+/// that publishes).
+fn pick_agent_pod(pods: &[k8s_openapi::api::core::v1::Pod], node: &str) -> Option<String> {
+    let (label, value) = AGENT_LABELS.split_once('=').expect("one label");
+    pods.iter()
+        .filter(|p| {
+            p.metadata.namespace.as_deref() == Some(AGENT_NAMESPACE)
+                && p.metadata.deletion_timestamp.is_none()
+                && p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(label))
+                    .is_some_and(|v| v == value)
+                && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+        })
+        .max_by_key(|p| {
+            let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            (
+                running,
+                p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                std::cmp::Reverse(p.metadata.name.clone()),
+            )
+        })
+        .and_then(|p| p.metadata.name.clone())
+}
+
+/// The nodes whose agent log a note will point to: those with a failed or incomplete GPU among
+/// the shown rows, the first [`NODE_NOTES`] of them.
+fn log_nodes(inventory: &Inventory, filter: &Filter) -> Vec<String> {
+    let mut nodes: Vec<String> = Vec::new();
+    for gpu in inventory.select(filter) {
+        if matches!(gpu.status, Status::ProbeFailed | Status::Incomplete { .. })
+            && !nodes.iter().any(|n| n == gpu.node.as_str())
+        {
+            nodes.push(gpu.node.to_string());
+            if nodes.len() == NODE_NOTES {
+                break;
+            }
+        }
+    }
+    nodes
+}
+
+/// Finds the agent's pod on each node, one listing per node by the DaemonSet's labels and
+/// `spec.nodeName`. A role that may not list pods in the agent's namespace (403) is normal for a
+/// reader of slices: the notes then print the command that finds the pod. Any other failure
+/// does the same, and says so (the second value) rather than failing `caps` over a hint.
+async fn agent_logs(cluster: &Cluster, nodes: &[String]) -> (AgentLogs, Option<String>) {
+    use crate::fleet::cluster::{ClusterError, ListRequest, Namespaces};
+    let namespaces = Namespaces::One(AGENT_NAMESPACE.to_string());
+    let lookups = nodes.iter().map(|node| {
+        let namespaces = &namespaces;
+        async move {
+            let field = format!("spec.nodeName={node}");
+            let mut objects = Objects::wanting(Kinds::only(&[Kind::Pod]));
+            let request = ListRequest {
+                kind: Kind::Pod,
+                namespaces,
+                label_selector: Some(AGENT_LABELS),
+                field_selector: Some(&field),
+            };
+            cluster
+                .list(&request, &mut objects)
+                .await
+                .map(|()| (node, pick_agent_pod(&objects.pods, node)))
+        }
+    });
+    let mut logs = AgentLogs::default();
+    let mut trouble = None;
+    for result in futures_util::future::join_all(lookups).await {
+        match result {
+            Ok((node, Some(pod))) => logs.insert(node, &pod),
+            Ok((_, None)) | Err(ClusterError::Forbidden { .. }) => {}
+            Err(other) => {
+                trouble.get_or_insert_with(|| {
+                    format!("cannot look up the agent pods for the log hints: {other}")
+                });
+            }
+        }
+    }
+    (logs, trouble)
+}
 
 /// One line per kind of mark in the shown rows, with the hint that resolves it, then each
 /// drifting model, then the count when a filter is on.
-fn notes(inventory: &Inventory, shown: &[&Gpu], filter: &Filter) -> Vec<String> {
+fn notes(inventory: &Inventory, shown: &[&Gpu], filter: &Filter, logs: &AgentLogs) -> Vec<String> {
     let mut notes = Vec::new();
-    let count = |pred: &dyn Fn(&Gpu) -> bool| shown.iter().filter(|g| pred(g)).count();
     let gpus = |n: usize| {
         if n == 1 {
             "1 GPU".to_string()
@@ -370,15 +676,38 @@ fn notes(inventory: &Inventory, shown: &[&Gpu], filter: &Filter) -> Vec<String> 
             format!("{n} GPUs")
         }
     };
+    // Per node, in table order: the failed probes, then the incomplete devices.
+    let per_node = |pred: &dyn Fn(&Gpu) -> bool| {
+        let mut nodes: Vec<(&str, usize)> = Vec::new();
+        for gpu in shown.iter().filter(|g| pred(g)) {
+            match nodes.last_mut() {
+                Some((node, n)) if *node == gpu.node.as_str() => *n += 1,
+                _ => nodes.push((gpu.node.as_str(), 1)),
+            }
+        }
+        nodes
+    };
 
-    let failed = count(&|g| g.status == Status::ProbeFailed);
-    if failed > 0 {
+    let failed = per_node(&|g| g.status == Status::ProbeFailed);
+    for (node, n) in failed.iter().take(NODE_NOTES) {
         notes.push(format!(
-            "probe failed: {}: the agent's query of the VA-API driver failed, so every capability \
-             reads false (hint: the failure is in the agent's log: {AGENT_LOG})",
-            gpus(failed)
+            "probe failed: {} on node {node}: the agent's query of the VA-API driver failed, so \
+             every capability reads false (hint: the failure is in the agent's log: {})",
+            gpus(*n),
+            logs.hint(node)
         ));
     }
+    if failed.len() > NODE_NOTES {
+        let rest = &failed[NODE_NOTES..];
+        let nodes: Vec<&str> = rest.iter().map(|(n, _)| *n).collect();
+        notes.push(format!(
+            "probe failed: {} more on {} (hint: kubectl media caps --node NODE names the log of \
+             each)",
+            gpus(rest.iter().map(|(_, n)| n).sum()),
+            list_nodes(&nodes)
+        ));
+    }
+    let count = |pred: &dyn Fn(&Gpu) -> bool| shown.iter().filter(|g| pred(g)).count();
     let unprobed: BTreeSet<&str> = shown
         .iter()
         .filter(|g| {
@@ -430,22 +759,22 @@ fn notes(inventory: &Inventory, shown: &[&Gpu], filter: &Filter) -> Vec<String> 
             nodes[0]
         ));
     }
-    let incomplete: Vec<&&Gpu> = shown
-        .iter()
-        .filter(|g| matches!(g.status, Status::Incomplete { .. }))
-        .collect();
+    let incomplete = per_node(&|g| matches!(g.status, Status::Incomplete { .. }));
     if !incomplete.is_empty() {
         let mut missing = BTreeSet::new();
-        for gpu in &incomplete {
+        for gpu in shown {
             if let Status::Incomplete { unreadable } = &gpu.status {
                 missing.extend(unreadable.iter().map(|c| c.attribute()));
             }
         }
+        let nodes: Vec<&str> = incomplete.iter().map(|(n, _)| *n).collect();
         notes.push(format!(
-            "incomplete: {}: no bool value for {} (hint: published by another version of the \
-             agent? see its log: {AGENT_LOG})",
-            gpus(incomplete.len()),
-            missing.into_iter().collect::<Vec<_>>().join(", ")
+            "incomplete: {} on {}: no bool value for {} (hint: published by another version of \
+             the agent? see its log: {})",
+            gpus(incomplete.iter().map(|(_, n)| n).sum()),
+            list_nodes(&nodes),
+            missing.into_iter().collect::<Vec<_>>().join(", "),
+            logs.hint(nodes[0])
         ));
     }
     let shown_drift: BTreeSet<usize> = shown.iter().filter_map(|g| g.drift).collect();
@@ -471,13 +800,17 @@ fn list_nodes(nodes: &[&str]) -> String {
     }
 }
 
+/// The model of a drift, as a note names it.
+fn model_name(drift: &Drift) -> String {
+    match &drift.name {
+        Some(name) => format!("{name} ({}:{})", drift.vendor, drift.product),
+        None => format!("{}:{}", drift.vendor, drift.product),
+    }
+}
+
 /// One line on a drifting model: which capabilities differ, and per variant what it states,
 /// where, and with which VA drivers.
 pub(crate) fn describe_drift(drift: &Drift) -> String {
-    let model = match &drift.name {
-        Some(name) => format!("{name} ({}:{})", drift.vendor, drift.product),
-        None => format!("{}:{}", drift.vendor, drift.product),
-    };
     let differing: Vec<&str> = drift.differing.iter().map(|c| c.attribute()).collect();
     let variants: Vec<String> = drift
         .variants
@@ -510,7 +843,8 @@ pub(crate) fn describe_drift(drift: &Drift) -> String {
         })
         .collect();
     format!(
-        "drift: {model} states {} differently: {}",
+        "drift: {} states {} differently: {}",
+        model_name(drift),
         differing.join(", "),
         variants.join("; ")
     )
@@ -535,40 +869,143 @@ fn count_line(counts: &Counts, filter: &Filter) -> String {
     )
 }
 
-/// `--summary`: per capability, the GPUs and nodes that state it, then drift.
-pub(crate) fn render_summary(inventory: &Inventory, filter: &Filter, style: &TableStyle) -> String {
-    let counts = inventory.counts(filter);
-    let rows = inventory
-        .summary(filter)
-        .into_iter()
-        .map(|(capability, gpus, nodes)| {
-            vec![
-                Cell::plain(capability.attribute()),
-                Cell::plain(format!("{gpus}/{}", counts.matching_gpus)),
-                Cell::plain(format!("{nodes}/{}", counts.matching_nodes)),
-            ]
+/// Per status word, how many of the selected GPUs have it and on how many nodes.
+fn status_counts(inventory: &Inventory, filter: &Filter) -> Vec<(&'static str, usize, usize)> {
+    STATUS_WORDS
+        .iter()
+        .map(|&word| {
+            let gpus: Vec<&Gpu> = inventory
+                .select(filter)
+                .filter(|g| status_word(g) == word)
+                .collect();
+            let nodes: BTreeSet<&str> = gpus.iter().map(|g| g.node.as_str()).collect();
+            (word, gpus.len(), nodes.len())
         })
-        .collect();
-    let grid = Grid {
-        header: ["CAPABILITY", "GPUS", "NODES"].map(String::from).to_vec(),
-        rows,
-        unwrapped: vec![0, 1, 2],
+        .collect()
+}
+
+/// `--summary`: per status, then per capability, the GPUs and nodes; then the notes.
+pub(crate) fn render_summary(
+    inventory: &Inventory,
+    filter: &Filter,
+    logs: &AgentLogs,
+    style: &TableStyle,
+) -> String {
+    let counts = inventory.counts(filter);
+    let of = |n: usize, all: usize| Cell::plain(format!("{n}/{all}"));
+    let statuses = Grid {
+        header: ["STATUS", "GPUS", "NODES"].map(String::from).to_vec(),
+        rows: status_counts(inventory, filter)
+            .into_iter()
+            .map(|(word, gpus, nodes)| {
+                vec![
+                    Cell::plain(word),
+                    of(gpus, counts.matching_gpus),
+                    of(nodes, counts.matching_nodes),
+                ]
+            })
+            .collect(),
+        fits: vec![],
     };
-    let mut out = grid.render(style);
+    let capabilities = Grid {
+        header: ["CAPABILITY", "GPUS", "NODES"].map(String::from).to_vec(),
+        rows: inventory
+            .summary(filter)
+            .into_iter()
+            .map(|(capability, gpus, nodes)| {
+                vec![
+                    Cell::plain(capability.attribute()),
+                    of(gpus, counts.matching_gpus),
+                    of(nodes, counts.matching_nodes),
+                ]
+            })
+            .collect(),
+        fits: vec![],
+    };
+    let mut out = statuses.render(style);
+    out.push('\n');
+    out.push_str(&capabilities.render(style));
     let selected: Vec<&Gpu> = inventory.select(filter).collect();
-    push_notes(&mut out, inventory, &selected, filter, style);
+    push_notes(&mut out, inventory, &selected, filter, logs, style);
     out
 }
 
-/// A GPU as `-o json|yaml` prints it: every catalogue attribute, `null` when absent.
+/// A GPU as `-o json|yaml` prints it: every catalogue attribute, `null` when absent, and its
+/// model's drift (`null` when its model does not drift).
 #[derive(Serialize)]
 pub(crate) struct Record<'a> {
     pub node: &'a str,
     pub device: Option<&'a str>,
     pub status: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub drift: Option<String>,
+    pub drift: Option<DriftRecord>,
     pub attributes: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A drifting model as data: the model, the capabilities whose value differs, and each variant
+/// with what it states for them, its VA drivers, its nodes and its GPU count. In a GPU's record,
+/// `variant` is the index of the variant the GPU belongs to.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DriftRecord {
+    pub model: ModelRecord,
+    pub differing: Vec<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variant: Option<usize>,
+    pub variants: Vec<VariantRecord>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ModelRecord {
+    pub vendor: String,
+    pub product: String,
+    pub name: Option<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct VariantRecord {
+    /// The differing capabilities' values in this variant.
+    pub capabilities: serde_json::Map<String, serde_json::Value>,
+    pub va_drivers: Vec<String>,
+    pub nodes: Vec<String>,
+    pub gpus: usize,
+}
+
+fn drift_record(drift: &Drift, of: Option<&Gpu>) -> DriftRecord {
+    DriftRecord {
+        model: ModelRecord {
+            vendor: drift.vendor.clone(),
+            product: drift.product.clone(),
+            name: drift.name.clone(),
+        },
+        differing: drift.differing.iter().map(|c| c.attribute()).collect(),
+        variant: of.and_then(|gpu| {
+            drift
+                .variants
+                .iter()
+                .position(|v| v.capabilities == gpu.capabilities)
+        }),
+        variants: drift
+            .variants
+            .iter()
+            .map(|v| VariantRecord {
+                capabilities: drift
+                    .differing
+                    .iter()
+                    .map(|&c| {
+                        (
+                            c.attribute().to_string(),
+                            v.capabilities[c as usize].map_or(serde_json::Value::Null, Into::into),
+                        )
+                    })
+                    .collect(),
+                va_drivers: v.va_drivers.iter().cloned().collect(),
+                nodes: v.nodes.iter().cloned().collect(),
+                gpus: v.gpus,
+            })
+            .collect(),
+    }
 }
 
 pub(crate) fn records<'a>(inventory: &'a Inventory, filter: &'a Filter) -> Vec<Record<'a>> {
@@ -602,20 +1039,23 @@ pub(crate) fn records<'a>(inventory: &'a Inventory, filter: &'a Filter) -> Vec<R
                 node: &gpu.node,
                 device: gpu.device.as_deref(),
                 status: status_word(gpu),
-                drift: gpu.drift.map(|i| describe_drift(&inventory.drift[i])),
+                drift: gpu
+                    .drift
+                    .map(|i| drift_record(&inventory.drift[i], Some(gpu))),
                 attributes,
             }
         })
         .collect()
 }
 
-/// `--summary -o json|yaml`.
+/// `--summary -o json|yaml`: the counts of the table, per status and per capability.
 #[derive(Serialize)]
 pub(crate) struct SummaryRecord {
     pub gpus: usize,
     pub nodes: usize,
+    pub statuses: serde_json::Map<String, serde_json::Value>,
     pub capabilities: serde_json::Map<String, serde_json::Value>,
-    pub drift: Vec<String>,
+    pub drift: Vec<DriftRecord>,
 }
 
 pub(crate) fn summary_record(inventory: &Inventory, filter: &Filter) -> SummaryRecord {
@@ -627,14 +1067,186 @@ pub(crate) fn summary_record(inventory: &Inventory, filter: &Filter) -> SummaryR
             serde_json::json!({"gpus": gpus, "nodes": nodes}),
         );
     }
+    let mut statuses = serde_json::Map::new();
+    for (word, gpus, nodes) in status_counts(inventory, filter) {
+        statuses.insert(
+            word.to_string(),
+            serde_json::json!({"gpus": gpus, "nodes": nodes}),
+        );
+    }
     let selected: BTreeSet<usize> = inventory.select(filter).filter_map(|g| g.drift).collect();
     SummaryRecord {
         gpus: counts.matching_gpus,
         nodes: counts.matching_nodes,
+        statuses,
         capabilities,
         drift: selected
             .into_iter()
-            .map(|i| describe_drift(&inventory.drift[i]))
+            .map(|i| drift_record(&inventory.drift[i], None))
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn va_drivers_are_shortened_by_their_own_vendor_strings() {
+        let cases = [
+            (
+                "Intel iHD driver for Intel(R) Gen Graphics - 24.2.4 ()",
+                "iHD 24.2.4",
+            ),
+            (
+                "Intel iHD driver for Intel(R) Gen Graphics - 24.2.4 (2a8f3e0c9)",
+                "iHD 24.2.4",
+            ),
+            (
+                "Intel i965 driver for Intel(R) Skylake - 2.4.1",
+                "i965 2.4.1",
+            ),
+            (
+                "Intel i965 driver for Intel(R) Coffee Lake - 2.4.0.pre1 (2.3.0-11-g9a1f3d7)",
+                "i965 2.4.0.pre1",
+            ),
+            (
+                "Mesa Gallium driver 23.0.0-devel for Radeon RX 7900 XTX (gfx1100, LLVM 16.0.0, \
+                 DRM 3.49, 6.1.1-zen1-1-zen)",
+                "Mesa 23.0.0-devel",
+            ),
+            (
+                "Mesa Gallium driver 24.1.7 for AMD Radeon Graphics",
+                "Mesa 24.1.7",
+            ),
+            ("VA-API NVDEC driver [direct backend]", "NVDEC"),
+            ("VA-API NVDEC driver [egl backend]", "NVDEC"),
+            // Unknown forms, or a known form without a version: shown whole when short, else
+            // cut at a word, never a guessed name.
+            ("some driver", "some driver"),
+            (
+                "Splitted-Desktop Systems VDPAU backend for VA-API - 0.7.4",
+                "Splitted-Desktop …",
+            ),
+            (
+                "Intel iHD driver for Intel(R) Gen Graphics",
+                "Intel iHD driver …",
+            ),
+            ("Mesa Gallium driver for radeonsi", "Mesa Gallium …"),
+        ];
+        for (vendor, short) in cases {
+            assert_eq!(short_va_driver(vendor), short, "{vendor}");
+            assert!(
+                short_va_driver(vendor).chars().count() <= VA_DRIVER_SHORT,
+                "{vendor}"
+            );
+        }
+    }
+
+    /// The recorded `vainfo` captures' vendor strings all have a short name of their driver.
+    #[test]
+    fn the_recorded_drivers_have_short_names() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/vainfo");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+            for line in text.lines() {
+                if let Some(vendor) = line.strip_prefix("vainfo: Driver version: ") {
+                    let short = short_va_driver(vendor.trim());
+                    assert!(!short.ends_with('…'), "{vendor} → {short}");
+                    seen += 1;
+                }
+            }
+        }
+        assert!(seen >= 3, "{seen} captures in {}", dir.display());
+    }
+
+    #[test]
+    fn gpu_names_show_the_chip() {
+        let cases = [
+            ("DG2 [Arc A770]", "DG2"),
+            (
+                "Navi 31 [Radeon RX 7900 XT/7900 XTX/7900 GRE/7900M]",
+                "Navi 31",
+            ),
+            ("Meteor Lake-P [Intel Arc Graphics]", "Meteor Lake-P"),
+            ("HD Graphics 530", "HD Graphics 530"),
+            ("8086:7d55", "8086:7d55"),
+            ("[Radeon]", "[Radeon]"),
+            ("Odd [unclosed", "Odd [unclosed"),
+        ];
+        for (name, short) in cases {
+            assert_eq!(short_gpu_name(name), short, "{name}");
+        }
+    }
+
+    #[test]
+    fn nearest_nodes_share_a_prefix_or_are_a_typo_away() {
+        let known: BTreeSet<&str> = ["edge-1-1", "edge-1-2", "edge-1-10", "edge-2-1", "gpu-a"]
+            .into_iter()
+            .collect();
+        assert_eq!(
+            nearest_nodes("edge-1-3", &known),
+            ["edge-1-1", "edge-1-2", "edge-1-10"]
+        );
+        assert_eq!(nearest_nodes("gpu-b", &known), ["gpu-a"]);
+        assert_eq!(nearest_nodes("EDGE-2-1x", &known)[0], "edge-2-1");
+        // Nothing close: the first names, so the hint still shows what names look like.
+        assert_eq!(
+            nearest_nodes("zz", &known),
+            ["edge-1-1", "edge-1-2", "edge-1-10"]
+        );
+    }
+
+    #[test]
+    fn the_agent_pod_is_the_running_newest_one_of_the_node() {
+        let pod = |name: &str, node: &str, phase: &str, created: &str, labelled: bool| {
+            serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(serde_json::json!({
+                "metadata": {
+                    "name": name, "namespace": AGENT_NAMESPACE,
+                    "creationTimestamp": created,
+                    "labels": if labelled {
+                        serde_json::json!({"app.kubernetes.io/name": "media-capabilities"})
+                    } else {
+                        serde_json::json!({"app": "other"})
+                    }
+                },
+                "spec": {"nodeName": node, "containers": []},
+                "status": {"phase": phase}
+            }))
+            .unwrap()
+        };
+        let pods = [
+            pod("old", "n1", "Running", "2026-01-01T00:00:00Z", true),
+            pod("new", "n1", "Running", "2026-02-01T00:00:00Z", true),
+            pod(
+                "newer-pending",
+                "n1",
+                "Pending",
+                "2026-03-01T00:00:00Z",
+                true,
+            ),
+            pod(
+                "other-program",
+                "n1",
+                "Running",
+                "2026-04-01T00:00:00Z",
+                false,
+            ),
+            pod("elsewhere", "n2", "Running", "2026-04-01T00:00:00Z", true),
+        ];
+        assert_eq!(pick_agent_pod(&pods, "n1").as_deref(), Some("new"));
+        assert_eq!(pick_agent_pod(&pods, "n2").as_deref(), Some("elsewhere"));
+        assert_eq!(pick_agent_pod(&pods, "n3"), None);
+        let logs = AgentLogs::from_pods(&pods, &["n1".into(), "n3".into()]);
+        assert_eq!(logs.hint("n1"), "kubectl logs -n liken-system new");
+        assert!(
+            logs.hint("n3").starts_with(
+                "find the pod with kubectl get pods -n liken-system -l \
+                 app.kubernetes.io/name=media-capabilities --field-selector spec.nodeName=n3"
+            ),
+            "{}",
+            logs.hint("n3")
+        );
     }
 }

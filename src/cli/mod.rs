@@ -14,6 +14,7 @@ pub(crate) mod output;
 pub mod style;
 pub(crate) mod table;
 pub(crate) mod why;
+pub(crate) mod yaml;
 
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
@@ -222,6 +223,10 @@ pub enum Error {
     /// `why` found a claim that cannot be allocated; the explanation is on stdout (exit 3).
     #[error("")]
     Blocked,
+    /// What the command line names is not there (`--node` of a node without GPUs); exit 1, as
+    /// kubectl's NotFound.
+    #[error("{0}")]
+    NotFound(String),
     #[error("start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error("write output: {0}")]
@@ -245,6 +250,7 @@ impl Error {
             | Error::Cluster(_)
             | Error::Snapshot(_)
             | Error::Why(_)
+            | Error::NotFound(_)
             | Error::Runtime(_) => 1,
         }
     }

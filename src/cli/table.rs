@@ -1,30 +1,58 @@
 //! Tables as kubectl prints them: left-aligned columns two spaces apart, no borders, an
-//! upper-case header. A table that fits (or goes to a pipe) is aligned directly, row by row, which
-//! stays fast and small for fleets of tens of thousands of rows; only a table wider than the
-//! terminal goes through comfy-table, which wraps the free-text columns to fit.
+//! upper-case header, one line per row. A table that fits (or goes to a pipe) is printed at its
+//! natural width. A table wider than the terminal is never wrapped: the columns marked
+//! [`Fit::ShrinkFirst`], then those marked [`Fit::Shrink`], give up width, widest first, and
+//! their cells are cut at a word boundary with `…`, down to a floor that keeps every column
+//! readable (never a column of single characters); if even that does not fit, the lines run past
+//! the edge and the terminal wraps them, as `kubectl get -o wide` does.
+//!
+//! Widths are counted on the text, never on the colour escapes, and colour wraps the text only,
+//! never its padding. (comfy-table, used here before for narrow terminals, put the escapes
+//! around each cell's padding space: the bold header line then began with an escape, the one
+//! leading space could not be trimmed, and the header sat one column right of its data.)
 
-use comfy_table::{
-    Attribute, Cell as ComfyCell, Color, ColumnConstraint, ContentArrangement, Table, presets,
-};
 use owo_colors::OwoColorize;
 
 /// How a table is drawn.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TableStyle {
     pub colored: bool,
+    /// What the table must fit.
     pub width: Width,
+    /// What the notes below it wrap at: the terminal's width, also under a wide table.
+    pub notes_width: Width,
     pub no_headers: bool,
 }
 
 /// The width a table must fit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Width {
-    /// `COLUMNS` says how wide the screen is.
+    /// A terminal this many columns wide.
     Columns(u16),
-    /// Standard output is a terminal: ask it.
-    Terminal,
-    /// A pipe or file: rows keep their natural width, as kubectl's do.
+    /// A pipe or file, or `-o wide`: rows keep their natural width, as kubectl's do.
     Unlimited,
+}
+
+impl Width {
+    /// Standard output's width when it is a terminal, asked of the terminal (TIOCGWINSZ) as
+    /// kubectl asks it; else no limit. kubectl never reads `COLUMNS`: its help and wrapped text
+    /// take the size of stdout's terminal (k8s.io/kubectl pkg/util/term/term_writer.go,
+    /// `NewResponsiveWriter`, `GetWordWrapperLimit`, through moby/term), and its tables are
+    /// never fitted at all; so `COLUMNS` changes nothing here either.
+    pub(crate) fn of_stdout() -> Width {
+        match terminal_size::terminal_size_of(std::io::stdout()) {
+            Some((terminal_size::Width(w), _)) if w > 0 => Width::Columns(w),
+            _ => Width::Unlimited,
+        }
+    }
+
+    /// The number of columns, when there is a limit.
+    pub(crate) fn limit(self) -> Option<usize> {
+        match self {
+            Width::Columns(columns) => Some(usize::from(columns)),
+            Width::Unlimited => None,
+        }
+    }
 }
 
 /// The colour of a cell, when colour is on.
@@ -58,24 +86,92 @@ impl Cell {
     }
 }
 
-/// A table's header, rows, and the columns that must never wrap (names, addresses, statuses).
+/// Whether a column may give up width when the table is wider than the terminal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fit {
+    /// Names, addresses, statuses: what identifies a row or says what to do is never cut.
+    Keep,
+    /// Free text that gives up width first, having its full form elsewhere (GPU and driver
+    /// names, shown whole by `-o wide`): cut at a word boundary with `…`.
+    ShrinkFirst,
+    /// Free text that gives up width once the [`Fit::ShrinkFirst`] columns are at their floor
+    /// (capability lists, the table's substance).
+    Shrink,
+}
+
+/// The narrowest a shrinking column gets (its header, if wider, is the floor instead): enough
+/// for a codec label or the start of a name, so a narrow terminal never gets a column of single
+/// characters.
+pub(crate) const MIN_SHRUNK: usize = 8;
+
+/// A table's header, rows, and how each column fits.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Grid {
     pub header: Vec<String>,
     pub rows: Vec<Vec<Cell>>,
-    pub unwrapped: Vec<usize>,
+    /// One per column; a missing entry is [`Fit::Keep`].
+    pub fits: Vec<Fit>,
 }
 
-fn width_of(text: &str) -> usize {
+/// The width of a text on a terminal. Every string a table shows here is ASCII or Latin text
+/// (names from pci.ids, driver strings, node names), one column per character.
+pub(crate) fn width_of(text: &str) -> usize {
     text.chars().count()
 }
 
+/// The narrowest width above `width` at which [`truncate`] shows more of `text`: the next word
+/// with ` …`, or the whole text.
+fn next_stop(text: &str, width: usize) -> Option<usize> {
+    let full = width_of(text);
+    if full <= width {
+        return None;
+    }
+    text.char_indices()
+        .filter(|&(_, c)| c == ' ')
+        .map(|(index, _)| width_of(text[..index].trim_end()) + 2)
+        .find(|&w| w > width && w < full)
+        .or(Some(full))
+}
+
+/// Cuts `text` to at most `width` columns: whole words and ` …` when a word boundary leaves room,
+/// else the first characters and `…`. Text that fits is returned as it is.
+pub(crate) fn truncate(text: &str, width: usize) -> std::borrow::Cow<'_, str> {
+    if width_of(text) <= width {
+        return text.into();
+    }
+    if width == 0 {
+        return "".into();
+    }
+    // The longest run of whole words that leaves room for " …".
+    let mut cut = None;
+    for (index, c) in text.char_indices() {
+        if c == ' ' {
+            let head = text[..index].trim_end();
+            if !head.is_empty() && width_of(head) + 2 <= width {
+                cut = Some(head);
+            } else if width_of(head) + 2 > width {
+                break;
+            }
+        }
+    }
+    match cut {
+        Some(head) => format!("{head} …").into(),
+        None => {
+            let head: String = text.chars().take(width - 1).collect();
+            format!("{head}…").into()
+        }
+    }
+}
+
 impl Grid {
-    /// Renders the table, ending each line with a newline.
-    pub(crate) fn render(&self, style: &TableStyle) -> String {
-        let columns = self.header.len();
+    fn fit(&self, column: usize) -> Fit {
+        self.fits.get(column).copied().unwrap_or(Fit::Keep)
+    }
+
+    /// The natural width of each column: its widest cell, and its header unless headers are off.
+    fn natural_widths(&self, style: &TableStyle) -> Vec<usize> {
         let mut widths: Vec<usize> = if style.no_headers {
-            vec![0; columns]
+            vec![0; self.header.len()]
         } else {
             self.header.iter().map(|h| width_of(h)).collect()
         };
@@ -84,21 +180,90 @@ impl Grid {
                 *width = (*width).max(width_of(&cell.text));
             }
         }
-        let natural = widths.iter().sum::<usize>() + 2 * columns.saturating_sub(1);
-        let limit = match style.width {
-            Width::Columns(columns) => Some(usize::from(columns)),
-            Width::Terminal => Table::new().width().map(usize::from),
-            Width::Unlimited => None,
-        };
-        match limit {
-            Some(limit) if natural > limit => self.wrapped(style, limit),
-            _ => self.aligned(style, &widths),
-        }
+        widths
     }
 
-    fn aligned(&self, style: &TableStyle, widths: &[usize]) -> String {
+    /// The width of each column within `limit`: the widest shrinking column gives up one column
+    /// at a time until the table fits or every shrinking column is at its floor.
+    pub(crate) fn widths(&self, style: &TableStyle) -> Vec<usize> {
+        let mut widths = self.natural_widths(style);
+        let Some(limit) = style.width.limit() else {
+            return widths;
+        };
+        let gaps = 2 * widths.len().saturating_sub(1);
+        let floors: Vec<usize> = widths
+            .iter()
+            .enumerate()
+            .map(|(i, &natural)| match self.fit(i) {
+                Fit::Keep => natural,
+                Fit::ShrinkFirst | Fit::Shrink => {
+                    let header = if style.no_headers {
+                        0
+                    } else {
+                        width_of(&self.header[i])
+                    };
+                    natural.min(MIN_SHRUNK.max(header))
+                }
+            })
+            .collect();
+        let mut total: usize = widths.iter().sum::<usize>() + gaps;
+        while total > limit {
+            let first =
+                (0..widths.len()).any(|i| self.fit(i) == Fit::ShrinkFirst && widths[i] > floors[i]);
+            let widest = (0..widths.len())
+                .filter(|&i| widths[i] > floors[i])
+                .filter(|&i| !first || self.fit(i) == Fit::ShrinkFirst)
+                .max_by_key(|&i| (widths[i], std::cmp::Reverse(i)));
+            let Some(i) = widest else { break };
+            widths[i] -= 1;
+            total -= 1;
+        }
+        // Cutting at word boundaries leaves a column narrower than its share (`Mesa …` in 17
+        // columns): columns take what their cut cells need, and what that frees goes to the cut
+        // column that needs the least of it to show one more word, again and again.
+        let natural = self.natural_widths(style);
+        let texts = |i: usize| {
+            let header = (!style.no_headers).then(|| self.header[i].as_str());
+            header.into_iter().chain(
+                self.rows
+                    .iter()
+                    .filter_map(move |row| row.get(i))
+                    .map(|c| c.text.as_str()),
+            )
+        };
+        let used = |i: usize, width: usize| {
+            texts(i)
+                .map(|t| width_of(&truncate(t, width)))
+                .max()
+                .unwrap_or(0)
+        };
+        let mut shown: Vec<usize> = (0..widths.len()).map(|i| used(i, widths[i])).collect();
+        loop {
+            let total = shown.iter().sum::<usize>() + gaps;
+            let slack = limit.saturating_sub(total);
+            // Per cut column, the narrowest width at which some cell shows more than now.
+            let next = (0..widths.len())
+                .filter(|&i| shown[i] < natural[i])
+                .filter_map(|i| {
+                    let width = texts(i)
+                        .filter_map(|t| next_stop(t, widths[i].max(shown[i])))
+                        .min()?;
+                    let cost = used(i, width).saturating_sub(shown[i]);
+                    (cost > 0 && cost <= slack).then_some((cost, i, width))
+                })
+                .min();
+            let Some((_, i, width)) = next else { break };
+            widths[i] = width;
+            shown[i] = used(i, width);
+        }
+        shown
+    }
+
+    /// Renders the table, ending each line with a newline.
+    pub(crate) fn render(&self, style: &TableStyle) -> String {
+        let widths = self.widths(style);
         let mut out = String::with_capacity(
-            (self.rows.len() + 1) * (widths.iter().sum::<usize>() + 2 * widths.len()),
+            (self.rows.len() + 1) * (widths.iter().sum::<usize>() + 2 * widths.len() + 1),
         );
         let mut line = String::new();
         let mut write_row = |cells: &mut dyn Iterator<Item = (&str, Option<Paint>, bool)>| {
@@ -107,13 +272,15 @@ impl Grid {
                 if i > 0 {
                     line.push_str("  ");
                 }
-                let padding = widths[i].saturating_sub(width_of(text));
+                let shown = truncate(text, widths[i]);
+                let padding = widths[i].saturating_sub(width_of(&shown));
                 match (style.colored, paint, bold) {
-                    (true, _, true) => line.push_str(&text.bold().to_string()),
-                    (true, Some(paint), false) => line.push_str(&paint_text(text, paint)),
-                    _ => line.push_str(text),
+                    (true, _, true) => line.push_str(&shown.bold().to_string()),
+                    (true, Some(paint), false) => line.push_str(&paint_text(&shown, paint)),
+                    _ => line.push_str(&shown),
                 }
-                // Pad after the colour ends, so trailing blanks can be trimmed.
+                // Pad after the colour ends: escapes take no columns, and trailing blanks can be
+                // trimmed.
                 line.extend(std::iter::repeat_n(' ', padding));
             }
             out.push_str(line.trim_end());
@@ -127,50 +294,29 @@ impl Grid {
         }
         out
     }
+}
 
-    fn wrapped(&self, style: &TableStyle, limit: usize) -> String {
-        let mut table = Table::new();
-        table.load_preset(presets::NOTHING);
-        table.set_content_arrangement(ContentArrangement::Dynamic);
-        table.set_width(u16::try_from(limit).unwrap_or(u16::MAX));
-        if style.colored {
-            table.enforce_styling();
-        } else {
-            table.force_no_tty();
+/// Wraps a note to `limit` columns at spaces, continuation lines indented by two; a word longer
+/// than a line stays whole. Without a limit (a pipe) the note stays one line.
+pub(crate) fn wrap_note(note: &str, limit: Option<usize>) -> String {
+    let Some(limit) = limit else {
+        return note.to_string();
+    };
+    let mut out = String::with_capacity(note.len() + 8);
+    let mut column = 0;
+    for word in note.split(' ').filter(|w| !w.is_empty()) {
+        let width = width_of(word);
+        if column > 0 && column + 1 + width > limit {
+            out.push_str("\n  ");
+            column = 2;
+        } else if column > 0 {
+            out.push(' ');
+            column += 1;
         }
-        if !style.no_headers {
-            table.set_header(self.header.iter().map(|h| {
-                let cell = ComfyCell::new(h);
-                if style.colored {
-                    cell.add_attribute(Attribute::Bold)
-                } else {
-                    cell
-                }
-            }));
-        }
-        for row in &self.rows {
-            table.add_row(row.iter().map(|c| {
-                let cell = ComfyCell::new(&c.text);
-                match c.paint {
-                    Some(paint) if style.colored => cell.fg(comfy_color(paint)),
-                    _ => cell,
-                }
-            }));
-        }
-        for &index in &self.unwrapped {
-            if let Some(column) = table.column_mut(index) {
-                column.set_constraint(ColumnConstraint::ContentWidth);
-            }
-        }
-        // comfy-table pads each cell with a space on both sides; kubectl's tables start at the
-        // first column and have no trailing blanks.
-        let mut out = String::new();
-        for line in table.lines() {
-            out.push_str(line.strip_prefix(' ').unwrap_or(&line).trim_end());
-            out.push('\n');
-        }
-        out
+        out.push_str(word);
+        column += width;
     }
+    out
 }
 
 fn paint_text(text: &str, paint: Paint) -> String {
@@ -178,14 +324,6 @@ fn paint_text(text: &str, paint: Paint) -> String {
         Paint::Green => text.green().to_string(),
         Paint::Yellow => text.yellow().to_string(),
         Paint::Red => text.red().to_string(),
-    }
-}
-
-fn comfy_color(paint: Paint) -> Color {
-    match paint {
-        Paint::Green => Color::Green,
-        Paint::Yellow => Color::Yellow,
-        Paint::Red => Color::Red,
     }
 }
 
@@ -208,7 +346,7 @@ mod tests {
                     Cell::painted("failed", Some(Paint::Red)),
                 ],
             ],
-            unwrapped: vec![0, 2],
+            fits: vec![Fit::Keep, Fit::Shrink, Fit::Keep],
         }
     }
 
@@ -216,6 +354,7 @@ mod tests {
         TableStyle {
             colored: false,
             width,
+            notes_width: width,
             no_headers: false,
         }
     }
@@ -231,16 +370,40 @@ mod tests {
     }
 
     #[test]
-    fn wraps_only_the_free_text_when_too_wide() {
+    fn a_table_too_wide_cuts_free_text_at_a_word_with_an_ellipsis() {
         let text = grid().render(&style(Width::Columns(30)));
-        assert!(text.lines().all(|l| l.chars().count() <= 30), "{text}");
-        assert!(text.contains("node-2"), "{text}");
-        assert!(text.contains("failed"), "{text}");
+        // TEXT gives up what the table is too wide by, then keeps only what its cut cell needs.
+        assert_eq!(
+            text,
+            "NAME    TEXT      STATUS\n\
+             a       short     ok\n\
+             node-2  a much …  failed\n"
+        );
+        assert!(text.lines().all(|l| width_of(l) <= 30), "{text}");
         // A table that fits is the same whether a width is given or not.
         assert_eq!(
             grid().render(&style(Width::Columns(200))),
             grid().render(&style(Width::Unlimited))
         );
+    }
+
+    #[test]
+    fn a_shrinking_column_keeps_a_readable_floor_and_then_the_lines_run_on() {
+        let text = grid().render(&style(Width::Columns(5)));
+        // NAME and STATUS are kept whole; TEXT stops at eight columns.
+        let widths = grid().widths(&style(Width::Columns(5)));
+        assert_eq!(widths, [6, 8, 6]);
+        assert!(text.contains("node-2  a much …  failed"), "{text}");
+    }
+
+    #[test]
+    fn truncation_prefers_word_boundaries() {
+        assert_eq!(truncate("AV1 AV1-10 H264 HEVC", 20), "AV1 AV1-10 H264 HEVC");
+        assert_eq!(truncate("AV1 AV1-10 H264 HEVC", 17), "AV1 AV1-10 H264 …");
+        assert_eq!(truncate("AV1 AV1-10 H264 HEVC", 16), "AV1 AV1-10 …");
+        // One word longer than the room: its start, marked.
+        assert_eq!(truncate("TigerLake-H GT1", 8), "TigerLa…");
+        assert_eq!(truncate("abc", 0), "");
     }
 
     #[test]
@@ -256,11 +419,52 @@ mod tests {
     }
 
     #[test]
-    fn colour_does_not_change_the_layout() {
-        let text = grid().render(&TableStyle {
-            colored: true,
-            ..style(Width::Unlimited)
-        });
-        assert!(text.contains("\u{1b}[31mfailed\u{1b}[39m"), "{text:?}");
+    fn colour_does_not_move_a_column() {
+        for width in [Width::Unlimited, Width::Columns(30)] {
+            let plain = grid().render(&style(width));
+            let coloured = grid().render(&TableStyle {
+                colored: true,
+                ..style(width)
+            });
+            assert!(
+                coloured.contains("\u{1b}[31mfailed\u{1b}[39m"),
+                "{coloured:?}"
+            );
+            assert!(
+                coloured.starts_with("\u{1b}[1mNAME\u{1b}[0m    "),
+                "{coloured:?}"
+            );
+            assert_eq!(strip_ansi(&coloured), plain);
+        }
+    }
+
+    #[test]
+    fn notes_wrap_at_spaces_with_an_indent() {
+        assert_eq!(
+            wrap_note("one two three four", Some(9)),
+            "one two\n  three\n  four"
+        );
+        assert_eq!(wrap_note("one two", None), "one two");
+        assert_eq!(
+            wrap_note("a kubectl-get-pods-long-token", Some(10)),
+            "a\n  kubectl-get-pods-long-token"
+        );
+    }
+
+    fn strip_ansi(text: &str) -> String {
+        let mut out = String::new();
+        let mut chars = text.chars();
+        while let Some(c) = chars.next() {
+            if c == '\u{1b}' {
+                for c in chars.by_ref() {
+                    if c == 'm' {
+                        break;
+                    }
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        out
     }
 }

@@ -161,9 +161,9 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
             text.push('\n');
             text
         }
-        Some(WhyFormat::Yaml) => {
-            serde_yaml::to_string(&record(&diagnosis)?).map_err(RenderError::from)?
-        }
+        // kubectl's YAML quoting (PCI addresses such as "0000:00:02.0" stay strings for YAML
+        // 1.1 readers), as caps writes it.
+        Some(WhyFormat::Yaml) => crate::cli::yaml::to_string(&record(&diagnosis)?),
         _ => render(&diagnosis, &global.color.for_stdout()),
     };
     output::write_all(io.stdout, &text)?;

@@ -1,11 +1,18 @@
 //! `kubectl media caps` as a user runs it, from files: the real binary with a scrubbed
-//! environment, on the shipped example fleet. Outputs are snapshotted; bad input and odd content
-//! are checked for one clear line and no crash. (The same command against a cluster is tested in
-//! `tests/it/cluster.rs`, through the test API server.)
+//! environment, on the shipped example fleet, into a pipe and into real terminals of 120, 100
+//! and 80 columns (a pty from util-linux's `script`, sized with `stty`, since the width comes
+//! from the terminal as kubectl's does, never from `COLUMNS`). Outputs are snapshotted; bad input
+//! and odd content are checked for one clear line and no crash. The agent-log hints are tested
+//! against the test API server, with and without the right to list pods. (The rest of `caps`
+//! against a cluster is in `tests/it/cluster.rs`.)
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+
+use crate::support::apiserver::{Fault, TestApiServer};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -18,18 +25,17 @@ fn fleet() -> String {
         .to_string()
 }
 
-/// Runs kubectl-media with nothing inherited: no kubeconfig, no colour, a fixed width.
-fn run(args: &[&str], columns: Option<&str>, stdin: Option<&str>) -> Output {
+/// Runs kubectl-media into a pipe with nothing inherited: no kubeconfig, no colour. `COLUMNS`
+/// is set, to show that it changes nothing (kubectl does not read it either).
+fn run(args: &[&str], stdin: Option<&str>) -> Output {
     let home = tempfile::tempdir().unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_kubectl-media"));
     command
         .args(args)
         .env_clear()
         .env("HOME", home.path())
-        .env("NO_COLOR", "1");
-    if let Some(columns) = columns {
-        command.env("COLUMNS", columns);
-    }
+        .env("NO_COLOR", "1")
+        .env("COLUMNS", "40");
     command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -43,8 +49,8 @@ fn run(args: &[&str], columns: Option<&str>, stdin: Option<&str>) -> Output {
     child.wait_with_output().unwrap()
 }
 
-fn ok(args: &[&str], columns: Option<&str>) -> String {
-    let out = run(args, columns, None);
+fn ok(args: &[&str]) -> String {
+    let out = run(args, None);
     assert!(
         out.status.success(),
         "{args:?}: {}",
@@ -60,7 +66,7 @@ fn ok(args: &[&str], columns: Option<&str>) -> String {
 
 /// A failing command: one line on stderr, nothing on stdout, the given exit code.
 fn fails(args: &[&str], code: i32, stdin: Option<&str>) -> String {
-    let out = run(args, None, stdin);
+    let out = run(args, stdin);
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
     assert!(
@@ -73,26 +79,188 @@ fn fails(args: &[&str], code: i32, stdin: Option<&str>) -> String {
     stderr
 }
 
+/// Runs kubectl-media in a real terminal `columns` wide (a pty from util-linux's `script`, sized
+/// with `stty`), with `COLUMNS` set to something else to show that it is not what counts.
+fn in_terminal(args: &[&str], columns: u16, env: &[(&str, &str)]) -> String {
+    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+    let command = format!(
+        "stty cols {columns} rows 60; exec {} {}",
+        env!("CARGO_BIN_EXE_kubectl-media"),
+        quoted.join(" ")
+    );
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env_clear()
+        .env("HOME", home.path())
+        .env("PATH", "/usr/bin:/bin")
+        .env("TERM", "xterm-256color")
+        .env("COLUMNS", "300")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run script(1)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A terminal ends lines with CR LF.
+    String::from_utf8(out.stdout).unwrap().replace("\r\n", "\n")
+}
+
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The table's lines: up to the blank line before the notes.
+fn table_lines(text: &str) -> Vec<&str> {
+    text.lines().take_while(|l| !l.is_empty()).collect()
+}
+
+/// Where each header cell starts; every row must have a cell starting there too (a non-blank
+/// after a blank), which is what "the header aligns with the data" means.
+fn assert_aligned(table: &[&str]) {
+    let header = table[0];
+    let starts: Vec<usize> = header
+        .char_indices()
+        .filter(|&(i, c)| c != ' ' && (i == 0 || header[..i].ends_with("  ")))
+        .map(|(i, _)| i)
+        .collect();
+    assert!(starts.len() >= 5, "{header}");
+    for row in &table[1..] {
+        let chars: Vec<char> = row.chars().collect();
+        for &start in &starts {
+            assert!(
+                chars.get(start).is_some_and(|c| *c != ' ')
+                    && (start == 0 || chars[start - 1] == ' '),
+                "column at {start} of {header:?} is not aligned in {row:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn table_of_the_example_fleet() {
     let fleet = fleet();
-    insta::assert_snapshot!("caps-table", ok(&["caps", "-f", &fleet], Some("200")));
-    insta::assert_snapshot!(
-        "caps-table-narrow",
-        ok(&["caps", "-f", &fleet], Some("120"))
-    );
-    insta::assert_snapshot!("caps-wide", ok(&["caps", "-f", &fleet, "-o", "wide"], None));
+    // Into a pipe: the natural width, which at 118 columns is also what a 120-column terminal
+    // shows, one line per GPU and nothing cut.
+    let piped = ok(&["caps", "-f", &fleet]);
+    insta::assert_snapshot!("caps-table", piped);
     insta::assert_snapshot!(
         "caps-no-headers",
-        ok(&["caps", "-f", &fleet, "--no-headers"], Some("200"))
+        ok(&["caps", "-f", &fleet, "--no-headers"])
     );
+    let at_120 = in_terminal(&["caps", "-f", &fleet], 120, &[("NO_COLOR", "1")]);
+    let table = table_lines(&at_120);
+    assert_eq!(table.len(), 10, "a header and one line per GPU: {at_120}");
+    assert!(table.iter().all(|l| l.chars().count() <= 120), "{at_120}");
+    assert!(
+        !at_120.contains('…'),
+        "nothing is cut at 120 columns: {at_120}"
+    );
+    assert_eq!(table, table_lines(&piped));
+    assert_aligned(&table);
+    insta::assert_snapshot!("caps-table-120", at_120);
+
+    // Narrower: still one line per GPU, cells cut at a word with `…`, never a column of single
+    // characters, and the notes wrapped at the terminal's width.
+    for columns in [100, 80] {
+        let text = in_terminal(&["caps", "-f", &fleet], columns, &[("NO_COLOR", "1")]);
+        let table = table_lines(&text);
+        assert_eq!(table.len(), 10, "{text}");
+        assert!(
+            text.lines()
+                .all(|l| l.chars().count() <= usize::from(columns)),
+            "{text}"
+        );
+        assert!(text.contains('…'), "{text}");
+        assert_aligned(&table);
+        // No cell is cut inside a capability's shorthand: every word of DECODE and ENCODE is a
+        // label, `all`, `but`, `-` or the ellipsis.
+        let labels: Vec<&str> = [
+            "AV1",
+            "AV1-10",
+            "H264",
+            "HEVC",
+            "HEVC-10",
+            "MPEG2",
+            "VC1",
+            "VP8",
+            "VP9",
+            "VP9-10",
+            "H264-LP",
+            "HEVC-10-LP",
+            "HEVC-LP",
+            "all",
+            "but",
+            "-",
+            "…",
+        ]
+        .to_vec();
+        let decode = table[0].find("DECODE").unwrap();
+        let scale = table[0].find("SCALE").unwrap();
+        for row in &table[1..] {
+            let cells: String = row.chars().skip(decode).take(scale - decode).collect();
+            for word in cells.split_whitespace() {
+                assert!(labels.contains(&word), "{word:?} in {row:?}");
+            }
+        }
+        insta::assert_snapshot!(format!("caps-table-{columns}"), text);
+    }
+
+    // -o wide never squeezes: in an 80-column terminal its rows are the pipe's, full strings
+    // included; only the notes wrap at the terminal's width.
+    let wide = ok(&["caps", "-f", &fleet, "-o", "wide"]);
+    insta::assert_snapshot!("caps-wide", wide);
+    let wide_at_80 = in_terminal(
+        &["caps", "-f", &fleet, "-o", "wide"],
+        80,
+        &[("NO_COLOR", "1")],
+    );
+    assert_eq!(table_lines(&wide_at_80), table_lines(&wide));
+    assert!(wide.contains("Intel iHD driver for Intel(R) Gen Graphics - 24.2.4 ()"));
+    assert!(wide.contains("Navi 31 [Radeon RX 7900 XT/7900 XTX/7900 GRE/7900M]"));
+    assert_aligned(&table_lines(&wide));
+}
+
+/// With colour on, in a terminal and into a pipe, at every width: the escapes are the only
+/// difference, so every header cell starts at the column of its data.
+#[test]
+fn colour_never_moves_a_column() {
+    let fleet = fleet();
+    for columns in [120, 100, 80] {
+        let plain = in_terminal(&["caps", "-f", &fleet], columns, &[("NO_COLOR", "1")]);
+        let coloured = in_terminal(&["caps", "-f", &fleet], columns, &[]);
+        assert!(coloured.contains("\u{1b}[1mNODE"), "{coloured:?}");
+        assert_eq!(strip_ansi(&coloured), plain, "at {columns} columns");
+        assert_aligned(&table_lines(&strip_ansi(&coloured)));
+        if columns == 120 {
+            insta::assert_snapshot!("caps-table-120-colour", coloured);
+        }
+    }
+    let wide = in_terminal(&["caps", "-f", &fleet, "-o", "wide"], 80, &[]);
+    assert_aligned(&table_lines(&strip_ansi(&wide)));
 }
 
 #[test]
 fn records_of_the_example_fleet() {
     let fleet = fleet();
-    let json = ok(&["caps", "-f", &fleet, "-o", "json"], None);
-    let yaml = ok(&["caps", "-f", &fleet, "-o", "yaml"], None);
+    let json = ok(&["caps", "-f", &fleet, "-o", "json"]);
+    let yaml = ok(&["caps", "-f", &fleet, "-o", "yaml"]);
     let from_json: serde_json::Value = serde_json::from_str(&json).unwrap();
     let from_yaml: serde_json::Value = serde_yaml::from_str(&yaml).unwrap();
     assert_eq!(from_json, from_yaml);
@@ -104,7 +272,47 @@ fn records_of_the_example_fleet() {
             25,
             "{record}"
         );
+        // Every record has its drift: null, or the model's.
+        assert!(
+            record.as_object().unwrap().contains_key("drift"),
+            "{record}"
+        );
     }
+    // The drift is data: the model, the differing capabilities, the variants with their VA
+    // drivers and nodes, and which variant this GPU is.
+    let arc = records.iter().find(|r| r["node"] == "arc-2").unwrap();
+    assert_eq!(
+        arc["drift"],
+        serde_json::json!({
+            "model": {"vendor": "8086", "product": "56a0", "name": "DG2 [Arc A770]"},
+            "differing": ["encodeHEVCMain10LowPower"],
+            "variant": 1,
+            "variants": [
+                {"capabilities": {"encodeHEVCMain10LowPower": true},
+                 "vaDrivers": ["Intel iHD driver for Intel(R) Gen Graphics - 24.2.4 ()"],
+                 "nodes": ["arc-1"], "gpus": 1},
+                {"capabilities": {"encodeHEVCMain10LowPower": false},
+                 "vaDrivers": ["Intel iHD driver for Intel(R) Gen Graphics - 23.1.6 ()"],
+                 "nodes": ["arc-2"], "gpus": 1}
+            ]
+        })
+    );
+    let mtl = records.iter().find(|r| r["node"] == "mtl-1").unwrap();
+    assert_eq!(mtl["drift"], serde_json::Value::Null);
+    // PCI addresses and numeric IDs are quoted as kubectl (go-yaml v2) quotes them, so a YAML 1.1
+    // reader does not take 0000:00:02.0 for a base-60 number or 8086 for an int; hex IDs stay
+    // plain.
+    assert!(yaml.contains("    address: \"0000:00:02.0\"\n"), "{yaml}");
+    assert!(
+        yaml.contains("    resource.kubernetes.io/pciBusID: \"0000:03:00.0\"\n"),
+        "{yaml}"
+    );
+    assert!(yaml.contains("    vendor: \"8086\"\n"), "{yaml}");
+    assert!(yaml.contains("    product: 56a0\n"), "{yaml}");
+    assert!(
+        !yaml.contains('\''),
+        "double quotes only, as go-yaml: {yaml}"
+    );
     insta::assert_snapshot!("caps-json", json);
     insta::assert_snapshot!("caps-yaml", yaml);
 }
@@ -112,48 +320,65 @@ fn records_of_the_example_fleet() {
 #[test]
 fn summary_of_the_example_fleet() {
     let fleet = fleet();
-    insta::assert_snapshot!(
-        "caps-summary",
-        ok(&["caps", "-f", &fleet, "--summary"], Some("200"))
-    );
-    let json: serde_json::Value = serde_json::from_str(&ok(
-        &["caps", "-f", &fleet, "--summary", "-o", "json"],
-        None,
-    ))
-    .unwrap();
+    insta::assert_snapshot!("caps-summary", ok(&["caps", "-f", &fleet, "--summary"]));
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&["caps", "-f", &fleet, "--summary", "-o", "json"])).unwrap();
     assert_eq!(json["gpus"], 9);
     assert_eq!(json["nodes"], 9);
     assert_eq!(
         json["capabilities"]["decodeHEVCMain10"],
         serde_json::json!({"gpus": 6, "nodes": 6})
     );
-    assert_eq!(json["drift"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        json["statuses"],
+        serde_json::json!({
+            "ok": {"gpus": 5, "nodes": 5},
+            "drift": {"gpus": 2, "nodes": 2},
+            "probe failed": {"gpus": 1, "nodes": 1},
+            "incomplete": {"gpus": 0, "nodes": 0},
+            "not probed": {"gpus": 0, "nodes": 0},
+            "no agent": {"gpus": 1, "nodes": 1}
+        })
+    );
+    let drift = json["drift"].as_array().unwrap();
+    assert_eq!(drift.len(), 1);
+    assert_eq!(
+        drift[0]["differing"],
+        serde_json::json!(["encodeHEVCMain10LowPower"])
+    );
+    assert!(
+        drift[0].get("variant").is_none(),
+        "no GPU to place: {drift:?}"
+    );
+    // The table and the JSON agree.
+    let yaml: serde_json::Value =
+        serde_yaml::from_str(&ok(&["caps", "-f", &fleet, "--summary", "-o", "yaml"])).unwrap();
+    assert_eq!(yaml, json);
 }
 
 #[test]
 fn filters_count_what_they_keep() {
     let fleet = fleet();
-    let out = ok(
-        &[
-            "caps",
-            "-f",
-            &fleet,
-            "--decode",
-            "hevcmain10",
-            "--scale",
-            "10bit",
-        ],
-        Some("200"),
-    );
+    let out = ok(&[
+        "caps",
+        "-f",
+        &fleet,
+        "--decode",
+        "hevcmain10",
+        "--scale",
+        "10bit",
+    ]);
     insta::assert_snapshot!("caps-filtered", out);
     assert!(
         out.ends_with("5 of 9 GPUs on 5 of 9 nodes (decodeHEVCMain10, scale10bit)\n"),
         "{out}"
     );
-    let out = ok(
-        &["caps", "-f", &fleet, "--node", "arc-1,gen9-1", "-o", "json"],
-        None,
+    // What the table prints can be typed back: its shorthand filters the same.
+    assert_eq!(
+        ok(&["caps", "-f", &fleet, "--decode", "HEVC-10", "--scale", "10"]),
+        out
     );
+    let out = ok(&["caps", "-f", &fleet, "--node", "arc-1,gen9-1", "-o", "json"]);
     let records: serde_json::Value = serde_json::from_str(&out).unwrap();
     let nodes: Vec<&str> = records
         .as_array()
@@ -169,7 +394,7 @@ fn filters_count_what_they_keep() {
 #[test]
 fn every_input_form_gives_the_same_answer() {
     let fleet = fleet();
-    let expected = ok(&["caps", "-f", &fleet, "-o", "json"], None);
+    let expected = ok(&["caps", "-f", &fleet, "-o", "json"]);
     let yaml = std::fs::read_to_string(&fleet).unwrap();
     let list: serde_json::Value = serde_yaml::from_str(&yaml).unwrap();
 
@@ -177,14 +402,11 @@ fn every_input_form_gives_the_same_answer() {
     let json_file = dir.path().join("fleet.json");
     std::fs::write(&json_file, serde_json::to_string_pretty(&list).unwrap()).unwrap();
     assert_eq!(
-        ok(
-            &["caps", "-f", json_file.to_str().unwrap(), "-o", "json"],
-            None
-        ),
+        ok(&["caps", "-f", json_file.to_str().unwrap(), "-o", "json"]),
         expected
     );
 
-    let out = run(&["caps", "-f", "-", "-o", "json"], None, Some(&yaml));
+    let out = run(&["caps", "-f", "-", "-o", "json"], Some(&yaml));
     assert_eq!(String::from_utf8(out.stdout).unwrap(), expected);
 
     // Each slice its own document, split across two files.
@@ -201,18 +423,15 @@ fn every_input_form_gives_the_same_answer() {
     write_docs(&a, first);
     write_docs(&b, second);
     assert_eq!(
-        ok(
-            &[
-                "caps",
-                "-f",
-                a.to_str().unwrap(),
-                "-f",
-                b.to_str().unwrap(),
-                "-o",
-                "json"
-            ],
-            None
-        ),
+        ok(&[
+            "caps",
+            "-f",
+            a.to_str().unwrap(),
+            "-f",
+            b.to_str().unwrap(),
+            "-o",
+            "json"
+        ]),
         expected
     );
 }
@@ -259,7 +478,7 @@ items:
   kind: Pod
   metadata: {name: p}
 "#;
-    let out = run(&["caps", "-f", "-"], Some("200"), Some(odd));
+    let out = run(&["caps", "-f", "-"], Some(odd));
     let stdout = String::from_utf8(out.stdout).unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(out.status.success(), "{stderr}");
@@ -269,14 +488,14 @@ items:
 #[test]
 fn an_empty_fleet_says_so_and_json_stays_parseable() {
     let empty = "apiVersion: v1\nkind: List\nitems: []\n";
-    let out = run(&["caps", "-f", "-"], None, Some(empty));
+    let out = run(&["caps", "-f", "-"], Some(empty));
     assert!(out.status.success());
     assert!(out.stdout.is_empty());
     assert_eq!(
         String::from_utf8(out.stderr).unwrap(),
         "No media.liken.sh or liken.sh devices found.\n"
     );
-    let out = run(&["caps", "-f", "-", "-o", "json"], None, Some(empty));
+    let out = run(&["caps", "-f", "-", "-o", "json"], Some(empty));
     assert!(out.status.success());
     assert_eq!(String::from_utf8(out.stdout).unwrap(), "[]\n");
 }
@@ -295,6 +514,16 @@ fn bad_input_gets_one_line() {
         (vec!["caps", "-f", broken_json.to_str().unwrap()], 1),
         (vec!["caps", "-f", "/nonexistent/fleet.yaml"], 1),
         (vec!["caps", "-f", &fleet, "--decode", "HEVCMain12"], 2),
+        (vec!["caps", "-f", &fleet, "--decode", "HEVC10"], 2),
+        (vec!["caps", "-f", &fleet, "--decode", "h265"], 2),
+        (vec!["caps", "-f", &fleet, "--encode", "AV1"], 2),
+        (vec!["caps", "-f", &fleet, "--node", ""], 2),
+        (vec!["caps", "-f", &fleet, "--node", "arc-1,"], 2),
+        (vec!["caps", "-f", &fleet, "--node", "arc-3"], 1),
+        (
+            vec!["caps", "-f", &fleet, "--node", "nvidia", "-o", "json"],
+            1,
+        ),
         (vec!["caps", "-f", &fleet, "--summary", "-o", "wide"], 2),
         (vec!["caps", "-f", &fleet, "--no-headers", "-o", "json"], 2),
         (vec!["caps", "-f", &fleet, "-o", "table"], 2),
@@ -365,16 +594,13 @@ fn an_unreachable_cluster_is_named_with_a_hint() {
 #[test]
 fn colour_follows_the_flag_and_never_touches_json() {
     let fleet = fleet();
-    let table = ok(&["caps", "-f", &fleet, "--color", "always"], None);
+    let table = ok(&["caps", "-f", &fleet, "--color", "always"]);
     assert!(table.contains("\u{1b}["), "{table}");
-    let plain = ok(&["caps", "-f", &fleet, "--color", "never"], None);
+    let plain = ok(&["caps", "-f", &fleet, "--color", "never"]);
     assert!(!plain.contains('\u{1b}'));
     // NO_COLOR is set by `run`; auto into a pipe is plain as well.
-    assert!(!ok(&["caps", "-f", &fleet], None).contains('\u{1b}'));
-    let json = ok(
-        &["caps", "-f", &fleet, "--color", "always", "-o", "json"],
-        None,
-    );
+    assert!(!ok(&["caps", "-f", &fleet]).contains('\u{1b}'));
+    let json = ok(&["caps", "-f", &fleet, "--color", "always", "-o", "json"]);
     assert!(!json.contains('\u{1b}'));
     // Colour changes nothing but the escapes.
     let stripped: String = {
@@ -436,18 +662,20 @@ items:
         renderNode: {string: /dev/dri/renderD129}
         resource.kubernetes.io/pciBusID: {string: "0000:03:00.0"}
 "#;
-    let out = run(&["caps", "-f", "-"], Some("400"), Some(yaml));
+    let out = run(&["caps", "-f", "-", "-o", "wide"], Some(yaml));
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let row = stdout
+    let wide = String::from_utf8(out.stdout).unwrap();
+    let row = wide
         .lines()
         .find(|l| l.contains("0000:03:00.0"))
-        .unwrap_or_else(|| panic!("{stdout}"));
+        .unwrap_or_else(|| panic!("{wide}"));
     assert!(row.ends_with("not probed"), "{row}");
+    let out = run(&["caps", "-f", "-"], Some(yaml));
+    let stdout = String::from_utf8(out.stdout).unwrap();
     let note = stdout
         .lines()
         .find(|l| l.starts_with("not probed:"))
@@ -499,4 +727,285 @@ fn auto_colour_in_a_terminal_follows_term_and_no_color() {
         ("TERM", "xterm-256color"),
         ("NO_COLOR", "1")
     ]));
+}
+
+/// An agent's pod as the DaemonSet makes it (deploy/daemonset.yaml: its labels, its namespace).
+fn agent_pod(name: &str, node: &str, labels: Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "liken-system", "labels": labels},
+        "spec": {"nodeName": node, "containers": [{"name": "agent", "image": "media-capabilities"}]},
+        "status": {"phase": "Running"}
+    })
+}
+
+fn agent_labels() -> Value {
+    json!({"app.kubernetes.io/name": "media-capabilities"})
+}
+
+/// The note of a failed probe names the node and the command that shows that node's agent log:
+/// the pod itself when `caps` may list pods in liken-system (found by the DaemonSet's labels and
+/// `spec.nodeName`), else the command that finds it. A 403 on pods is a reader's normal role and
+/// changes nothing else; any other failure of the lookup is one warning, never a failed `caps`.
+#[test]
+fn a_failed_probe_points_to_its_nodes_agent_log() {
+    let server = TestApiServer::start();
+    let text = std::fs::read_to_string(fleet()).unwrap();
+    let list: Value = serde_yaml::from_str(&text).unwrap();
+    for item in list["items"].as_array().unwrap() {
+        server.put(item.clone()).unwrap();
+    }
+    server
+        .put(agent_pod(
+            "media-capabilities-7xk2p",
+            "amd-2",
+            agent_labels(),
+        ))
+        .unwrap();
+    // Another node's agent, and another program's pod on amd-2: neither is the one.
+    server
+        .put(agent_pod(
+            "media-capabilities-q9d4w",
+            "amd-1",
+            agent_labels(),
+        ))
+        .unwrap();
+    server
+        .put(agent_pod(
+            "liken-plugin-h2m8c",
+            "amd-2",
+            json!({"app.kubernetes.io/name": "liken"}),
+        ))
+        .unwrap();
+    let caps = |args: &[&str]| {
+        let home = tempfile::tempdir().unwrap();
+        Command::new(env!("CARGO_BIN_EXE_kubectl-media"))
+            .args(args)
+            .env_clear()
+            .env("HOME", home.path())
+            .env("NO_COLOR", "1")
+            .env("KUBECONFIG", server.kubeconfig())
+            .output()
+            .unwrap()
+    };
+    let note = |out: &Output| {
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        stdout
+            .lines()
+            .find(|l| l.starts_with("probe failed:"))
+            .unwrap_or_else(|| panic!("{stdout}"))
+            .to_string()
+    };
+    let found = "probe failed: 1 GPU on node amd-2: the agent's query of the VA-API driver failed, \
+                 so every capability reads false (hint: the failure is in the agent's log: \
+                 kubectl logs -n liken-system media-capabilities-7xk2p)";
+    let fallback = "probe failed: 1 GPU on node amd-2: the agent's query of the VA-API driver \
+                    failed, so every capability reads false (hint: the failure is in the agent's \
+                    log: find the pod with kubectl get pods -n liken-system -l \
+                    app.kubernetes.io/name=media-capabilities --field-selector \
+                    spec.nodeName=amd-2, then kubectl logs -n liken-system POD)";
+
+    let mark = server.request_mark();
+    let out = caps(&["caps"]);
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    assert_eq!(note(&out), found);
+    let pod_lists: Vec<_> = server
+        .requests_since(mark)
+        .into_iter()
+        .filter(|r| r.resource.as_deref() == Some("pods"))
+        .collect();
+    assert_eq!(
+        pod_lists.len(),
+        1,
+        "one listing for the one failed node: {pod_lists:?}"
+    );
+    assert_eq!(pod_lists[0].verb, "list");
+    assert!(
+        pod_lists[0].path.contains("/namespaces/liken-system/pods"),
+        "{pod_lists:?}"
+    );
+    assert!(
+        pod_lists[0]
+            .query
+            .contains("labelSelector=app.kubernetes.io%2Fname%3Dmedia-capabilities")
+            && pod_lists[0]
+                .query
+                .contains("fieldSelector=spec.nodeName%3Damd-2"),
+        "{pod_lists:?}"
+    );
+
+    // No right to list pods: the command that finds the pod, and nothing else changes.
+    server.fail_next_matching(1, Fault::Forbidden, Some("list"), Some("pods"));
+    let out = caps(&["caps"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(note(&out), fallback);
+
+    // Any other failure: the same, with one warning saying why.
+    server.fail_next_matching(1, Fault::InternalError, Some("list"), Some("pods"));
+    let out = caps(&["caps"]);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8(out.stderr.clone()).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("warning: cannot look up the agent pods for the log hints: "),
+        "{stderr}"
+    );
+    assert_eq!(note(&out), fallback);
+
+    // JSON and YAML look nothing up: they carry no notes.
+    let mark = server.request_mark();
+    assert!(caps(&["caps", "-o", "json"]).status.success());
+    assert!(
+        server
+            .requests_since(mark)
+            .iter()
+            .all(|r| r.resource.as_deref() != Some("pods"))
+    );
+
+    // From a dump that holds the pods (kubectl get pods,resourceslices -A -o yaml), the file's
+    // pod is named; from one without, the command that finds it.
+    let mut items = list["items"].as_array().unwrap().clone();
+    items.push(agent_pod(
+        "media-capabilities-dump1",
+        "amd-2",
+        agent_labels(),
+    ));
+    let dump = serde_yaml::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": items}))
+        .unwrap();
+    let out = run(&["caps", "-f", "-"], Some(&dump));
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        note(&out).ends_with(
+            "(hint: the failure is in the agent's log: kubectl logs -n \
+                              liken-system media-capabilities-dump1)"
+        ),
+        "{}",
+        note(&out)
+    );
+    assert_eq!(note(&run(&["caps", "-f", &fleet()], None)), fallback);
+}
+
+/// `-o yaml` quotes strings exactly as kubectl does: the same strings through `kubectl create
+/// configmap --dry-run=client -o yaml` (kubectl's YAML printer, go-yaml v2) and through `caps`
+/// (as GPU names of a fleet) come out with the same quoting, character for character.
+#[test]
+#[cfg_attr(not(have_kubectl), ignore = "needs kubectl on PATH (kubectl 1.32)")]
+fn yaml_quotes_strings_as_kubectl_does() {
+    let strings = [
+        "0000:00:02.0",
+        "0000:03:00.0",
+        "0000:c1:00.0",
+        "0000:00:1f.3",
+        "1:20",
+        "12:30:45",
+        "8086",
+        "1002",
+        "10de",
+        "7d55",
+        "56a0",
+        "1e30",
+        "0089",
+        "0x1f",
+        "1_000",
+        "+1",
+        ".5",
+        "1.5.2",
+        "yes",
+        "on",
+        "NO",
+        "y",
+        "true",
+        "null",
+        "~",
+        "2026-11-02",
+        "2026-11-02T08:00:00Z",
+        "2026-02-30",
+        "a: b",
+        "[Arc A770]",
+        "it's",
+        "#x",
+        "x #y",
+        "x#y",
+        "- x",
+        "-x",
+        "@home",
+        " lead",
+        "trail ",
+        "VA-API NVDEC driver [direct backend]",
+        "Intel(R) Gen - 24.2.4 ()",
+        "",
+    ];
+    let home = tempfile::tempdir().unwrap();
+    let mut kubectl = Command::new("kubectl");
+    kubectl.args(["create", "configmap", "q", "--dry-run=client", "-o", "yaml"]);
+    for (i, s) in strings.iter().enumerate() {
+        kubectl.arg(format!("--from-literal=k{i:02}={s}"));
+    }
+    let out = kubectl
+        .env_clear()
+        .env("HOME", home.path())
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("KUBECONFIG", "/dev/null")
+        .output()
+        .expect("run kubectl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kubectl_yaml = String::from_utf8(out.stdout).unwrap();
+    let expected: Vec<String> = (0..strings.len())
+        .map(|i| {
+            let key = format!("  k{i:02}: ");
+            let line = kubectl_yaml
+                .lines()
+                .find(|l| l.starts_with(&key))
+                .unwrap_or_else(|| panic!("k{i:02} in {kubectl_yaml}"));
+            line[key.len()..].to_string()
+        })
+        .collect();
+
+    // The same strings as the names of GPUs, one media device each.
+    let devices: Vec<Value> = strings
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            json!({"name": format!("gpu-{i:02}"), "attributes": {
+                "name": {"string": s},
+                "resource.kubernetes.io/pciBusID": {"string": format!("0000:{i:02x}:00.0")}
+            }})
+        })
+        .collect();
+    let fleet = json!({"apiVersion": "v1", "kind": "List", "items": [{
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": "n1-media.liken.sh"},
+        "spec": {"driver": "media.liken.sh", "nodeName": "n1",
+                 "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                 "devices": devices}
+    }]});
+    let out = run(
+        &["caps", "-f", "-", "-o", "yaml"],
+        Some(&serde_json::to_string(&fleet).unwrap()),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ours = String::from_utf8(out.stdout).unwrap();
+    let names: Vec<&str> = ours
+        .lines()
+        .filter_map(|l| l.strip_prefix("    name: "))
+        .collect();
+    assert_eq!(names.len(), strings.len(), "{ours}");
+    // Records come in device order (node, then address, which follows the index).
+    for ((value, ours), theirs) in strings.iter().zip(&names).zip(&expected) {
+        assert_eq!(ours, theirs, "{value:?}");
+    }
 }

@@ -203,6 +203,15 @@ fn values_ignore_case_prefix_order_and_repeats() {
             "--decode",
             "VP9,HEVCMain10,vp9",
         ],
+        // The shorthand `caps` prints.
+        &[
+            "class",
+            "x",
+            "--decode",
+            "HEVC-10,VP9",
+            "--encode",
+            "H264-LP",
+        ],
     ] {
         assert_eq!(stdout_of(args), canonical, "{args:?}");
     }
