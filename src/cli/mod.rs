@@ -14,7 +14,7 @@ pub(crate) mod output;
 pub mod style;
 pub(crate) mod table;
 pub(crate) mod why;
-pub(crate) mod yaml;
+pub mod yaml;
 
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};

@@ -24,9 +24,11 @@ pub(crate) fn render_objects<T: Serialize>(
 ) -> Result<String, RenderError> {
     match format {
         ObjectFormat::Yaml => {
+            // kubectl's quoting (cli::yaml), so that `kubectl apply -f -` reads back exactly
+            // what was written.
             let documents = objects
                 .iter()
-                .map(serde_yaml::to_string)
+                .map(|o| serde_json::to_value(o).map(|v| crate::cli::yaml::to_string(&v)))
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(documents.join("---\n"))
         }

@@ -21,7 +21,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 /// Renders a value as a YAML document.
-pub(crate) fn to_string(value: &Value) -> String {
+pub fn to_string(value: &Value) -> String {
     let mut out = String::new();
     match value {
         Value::Object(map) if !map.is_empty() => write_map(&mut out, map, 0),

@@ -24,7 +24,8 @@ pub fn files(root: &Path) -> Result<Vec<(String, String)>, ExampleError> {
         "# Generated from the recorded probes in docs/examples/fleet/ by\n\
          # `UPDATE_GENERATED=1 cargo test --test it generated`; do not edit.\n",
     );
-    yaml.push_str(&serde_yaml::to_string(&fleet).expect("a List serialises"));
+    // kubectl's quoting, so that `kubectl apply -f` reads PCI addresses back as strings.
+    yaml.push_str(&media_operator::cli::yaml::to_string(&fleet));
     files.push(("docs/examples/fleet.yaml".to_string(), yaml));
     files.extend(man_pages());
     Ok(files)
