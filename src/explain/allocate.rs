@@ -209,6 +209,8 @@ pub struct Allocator<'a, D: DeviceView> {
     fleet: Fleet<'a, D>,
     classes: &'a dyn ClassSource,
     features: Features,
+    /// Per class, the device its CEL value is built from.
+    representatives: Vec<usize>,
     /// Each device's rank in the scheduler's order: by pool (driver, pool), then slice order.
     rank: Vec<usize>,
     /// Devices published for one node, by node name, so that a node's candidates are found
@@ -218,6 +220,12 @@ pub struct Allocator<'a, D: DeviceView> {
     elsewhere: Vec<usize>,
     selector_ids: HashMap<String, usize>,
     selectors: Vec<Selector>,
+    /// Each device's CEL inputs class: devices with the same driver, attributes, capacities
+    /// and `allowMultipleAllocations` give every selector the same result (CEL sees nothing
+    /// else of a device), so values and outcomes are kept per class, not per device: a fleet
+    /// of 80,000 devices has a few dozen classes.
+    class_of: Vec<usize>,
+    /// Per class: the CEL value, built from the class's first device.
     values: Vec<Option<Result<DeviceValue<'a>, String>>>,
     outcomes: HashMap<(usize, usize), Outcome>,
 }
@@ -316,12 +324,29 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 _ => elsewhere.push(d),
             }
         }
-        let values = (0..fleet.devices.len()).map(|_| None).collect();
+        let mut classes_seen: HashMap<(u64, u64), usize> = HashMap::new();
+        let mut representatives = Vec::new();
+        let class_of: Vec<usize> = fleet
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(d, device)| {
+                *classes_seen
+                    .entry(cel_inputs_hash(device))
+                    .or_insert_with(|| {
+                        representatives.push(d);
+                        representatives.len() - 1
+                    })
+            })
+            .collect();
+        let values = representatives.iter().map(|_| None).collect();
         Allocator {
             fleet,
             classes,
             features,
             rank,
+            class_of,
+            representatives,
             by_node,
             elsewhere,
             selector_ids: HashMap::new(),
@@ -502,9 +527,8 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     /// values it read, reusing the compiled selector and the device's CEL value.
     pub(crate) fn diagnose(&mut self, expression: &str, index: usize) -> super::diagnose::Finding {
         let selector = self.selector_id(expression);
-        let value =
-            self.values[index].get_or_insert_with(|| DeviceValue::new(&self.fleet.devices[index]));
-        match value {
+        let class = self.ensure_value(index);
+        match self.values[class].as_ref().expect("built above") {
             Ok(value) => super::diagnose::diagnose(
                 &self.selectors[selector],
                 value,
@@ -530,9 +554,8 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         index: usize,
     ) -> Option<Vec<Option<bool>>> {
         let selector = self.selector_id(expression);
-        let value =
-            self.values[index].get_or_insert_with(|| DeviceValue::new(&self.fleet.devices[index]));
-        match value {
+        let class = self.ensure_value(index);
+        match self.values[class].as_ref().expect("built above") {
             Ok(value) => super::diagnose::clause_values(&self.selectors[selector], value),
             Err(_) => None,
         }
@@ -542,6 +565,12 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     pub(crate) fn selector(&mut self, expression: &str) -> &Selector {
         let id = self.selector_id(expression);
         &self.selectors[id]
+    }
+
+    /// The CEL class of the device at `index`: devices of one class give every selector the
+    /// same result (same driver, attributes, capacities and `allowMultipleAllocations`).
+    pub(crate) fn cel_class(&self, index: usize) -> usize {
+        self.class_of[index]
     }
 
     /// The device at `index` of the fleet.
@@ -755,17 +784,30 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     }
 
     fn outcome(&mut self, selector: usize, d: usize) -> Outcome {
-        if let Some(outcome) = self.outcomes.get(&(selector, d)) {
+        let class = self.class_of[d];
+        if let Some(outcome) = self.outcomes.get(&(selector, class)) {
             return outcome.clone();
         }
-        let value = self.values[d].get_or_insert_with(|| DeviceValue::new(&self.fleet.devices[d]));
+        let value = {
+            let class = self.ensure_value(d);
+            self.values[class].as_ref().expect("built above")
+        };
         let outcome = match value {
             Ok(value) => self.selectors[selector].evaluate(value),
             // The scheduler fails the same way: DeviceMatches returns the conversion error.
             Err(e) => Outcome::RuntimeError(e.clone()),
         };
-        self.outcomes.insert((selector, d), outcome.clone());
+        self.outcomes.insert((selector, class), outcome.clone());
         outcome
+    }
+
+    /// Builds, once, the CEL value of the device at `d`'s class; returns the class.
+    fn ensure_value(&mut self, d: usize) -> usize {
+        let class = self.class_of[d];
+        let representative = self.representatives[class];
+        let devices = self.fleet.devices;
+        self.values[class].get_or_insert_with(|| DeviceValue::new(&devices[representative]));
+        class
     }
 
     fn pool_incomplete(&self, d: usize) -> bool {
@@ -1045,6 +1087,30 @@ fn prepare_constraints<'s>(
         });
     }
     Ok(out)
+}
+
+/// A 128-bit hash of what CEL sees of a device: its driver, attributes, capacities and
+/// `allowMultipleAllocations` (two SipHash passes with different prefixes; a collision, which
+/// would merge two devices' outcomes, is out of reach at fleet sizes).
+fn cel_inputs_hash<D: DeviceView>(device: &D) -> (u64, u64) {
+    use std::hash::{Hash, Hasher};
+    let hash = |salt: u8| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        salt.hash(&mut h);
+        device.driver().hash(&mut h);
+        for (name, value) in device.attributes() {
+            name.hash(&mut h);
+            value.hash(&mut h);
+        }
+        0xffu8.hash(&mut h);
+        for (name, quantity) in device.capacities() {
+            name.hash(&mut h);
+            quantity.hash(&mut h);
+        }
+        device.allow_multiple_allocations().hash(&mut h);
+        h.finish()
+    };
+    (hash(1), hash(2))
 }
 
 /// allocator.go `lookupAttribute`: the fully qualified name, or, in the driver's own domain,

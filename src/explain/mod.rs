@@ -20,25 +20,13 @@ use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement};
 use k8s_openapi::api::resource::v1::DeviceTaint;
 
 /// One typed attribute value, as a ResourceSlice states it (`bool`, `int`, `string`, `version`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AttributeValue<'a> {
     Bool(bool),
     Int(i64),
     String(&'a str),
     /// A semantic version, as published (`1.2.3`); CEL sees it as a `semver` value.
     Version(&'a str),
-}
-
-impl AttributeValue<'_> {
-    /// The API's name for the value's type, as the diagnosis prints it.
-    pub(crate) fn type_name(&self) -> &'static str {
-        match self {
-            AttributeValue::Bool(_) => "bool",
-            AttributeValue::Int(_) => "int",
-            AttributeValue::String(_) => "string",
-            AttributeValue::Version(_) => "version",
-        }
-    }
 }
 
 impl fmt::Display for AttributeValue<'_> {

@@ -14,7 +14,6 @@
 //! read, grouped by reason and GPU model so that a large fleet reads as a few lines.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::hash::{Hash, Hasher};
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod, Taint, Toleration};
 use k8s_openapi::api::resource::v1::{
@@ -981,24 +980,6 @@ struct Group {
     claims: BTreeSet<String>,
 }
 
-/// A device's CEL inputs, hashed: devices of one signature give every selector the same
-/// result, so a diagnosis is computed once per signature, not once per device.
-fn signature(device: &SliceDevice<'_>) -> u64 {
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    device.driver().hash(&mut hasher);
-    for (name, value) in device.attributes() {
-        name.hash(&mut hasher);
-        value.to_string().hash(&mut hasher);
-        value.type_name().hash(&mut hasher);
-    }
-    for (name, quantity) in device.capacities() {
-        name.hash(&mut hasher);
-        quantity.hash(&mut hasher);
-    }
-    device.allow_multiple_allocations().hash(&mut hasher);
-    hasher.finish()
-}
-
 /// What the allocator's part works on.
 struct Work<'w, 'o> {
     input: &'w Input<'o>,
@@ -1136,7 +1117,9 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
     }
 
     // Per request, against the fleet.
-    let mut diagnoses: HashMap<(String, u64), Finding> = HashMap::new();
+    // Devices of one CEL class (see Allocator::cel_class) fail a selector the same way: each
+    // is diagnosed once per class, not once per device.
+    let mut diagnoses: HashMap<(String, usize), Finding> = HashMap::new();
     for (slot, (claim_label, request_name)) in request_keys.iter().enumerate() {
         let Some(&(claim_index, _, spec)) = pending.iter().find(|(_, l, _)| l == claim_label)
         else {
@@ -1174,7 +1157,7 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
                 let node = device.node().map(|n| n.to_string());
                 (
                     node.unwrap_or_else(|| "(any node)".to_owned()),
-                    signature(device),
+                    allocator.cel_class(d),
                 )
             };
             let (kind, selector, clause, detail, claims_holding) = match status {
@@ -1554,10 +1537,10 @@ fn relaxations(
         .iter()
         .map(|(_, e)| diagnose::clause_texts(allocator.selector(e)).unwrap_or_default())
         .collect();
-    let mut memo: HashMap<u64, Option<(usize, usize)>> = HashMap::new();
+    let mut memo: HashMap<usize, Option<(usize, usize)>> = HashMap::new();
     let mut gains: BTreeMap<(usize, usize), (usize, usize, BTreeSet<String>)> = BTreeMap::new();
     for &d in failing {
-        let key = signature(allocator.device(d));
+        let key = allocator.cel_class(d);
         let only = match memo.get(&key) {
             Some(only) => *only,
             None => {

@@ -28,7 +28,12 @@ fn fleet_files() -> Vec<String> {
         .iter()
         .map(|f| example(f))
         .collect();
-    files.push(root().join("deploy/examples/classes.yaml").display().to_string());
+    files.push(
+        root()
+            .join("deploy/examples/classes.yaml")
+            .display()
+            .to_string(),
+    );
     files
 }
 
