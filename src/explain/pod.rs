@@ -1864,6 +1864,19 @@ fn conclude(
     if let Some(problem) = problems.first() {
         diagnosis.blocked = true;
         diagnosis.verdict = format!("{what} waits: {}.", problem.message);
+        // The claim controller's own words, when it failed to make a claim.
+        if let Some(event) = diagnosis
+            .scheduler
+            .events
+            .iter()
+            .rev()
+            .find(|e| e.reason == "FailedResourceClaimCreation")
+        {
+            steps.push(format!(
+                "the resource claim controller says: {}",
+                event.message
+            ));
+        }
         steps.extend(problems.iter().map(|p| p.fix.clone()));
     } else if let Some(error) = &diagnosis.attempt_error {
         diagnosis.blocked = true;
@@ -2286,6 +2299,23 @@ spec:
         assert!(d.blocked);
         assert!(d.verdict.contains("not created yet"), "{}", d.verdict);
         assert_eq!(d.claims[0].requests.len(), 2);
+
+        // ... and the claim controller's complaint, when there is one, leads the steps.
+        let event = r#"
+---
+apiVersion: v1
+kind: Event
+metadata: {name: p.2, namespace: media}
+involvedObject: {kind: Pod, name: p, namespace: media}
+reason: FailedResourceClaimCreation
+message: 'PodResourceClaim gpu: resourceclaims.resource.k8s.io is forbidden: exceeded quota'
+"#;
+        let d = explain_pod(&format!("{FLEET}{}{event}", pod(""))).unwrap();
+        assert!(
+            d.next_steps[0].contains("the resource claim controller says: PodResourceClaim gpu:"),
+            "{:?}",
+            d.next_steps
+        );
 
         // The status names a claim that does not exist.
         let d = explain_pod(&format!("{FLEET}{}", pod(STATUS))).unwrap();
