@@ -249,19 +249,20 @@ fn gather_cluster(args: &WhyArgs, global: &Global) -> Result<Gathered, Error> {
                 (kind, result.map(|()| objects))
             }
         };
-        let (target_kind, target_scope) = match &target {
-            Target::Pod { .. } => (Kind::Pod, "here"),
-            // Claims are listed cluster-wide anyway (other claims' allocations).
-            Target::Claim { .. } => (Kind::ResourceClaim, "here"),
+        // What the analysis cannot do without: the target's own kind.
+        let target_kind = match &target {
+            Target::Pod { .. } => Kind::Pod,
+            Target::Claim { .. } => Kind::ResourceClaim,
         };
         let (a, b, c, d, e, f, g) = tokio::join!(
             list(Kind::ResourceSlice, "all", None),
             list(Kind::DeviceClass, "all", None),
+            // Every namespace's: any claim may hold a device.
             list(Kind::ResourceClaim, "all", None),
             list(Kind::ResourceClaimTemplate, "here", None),
             list(Kind::Node, "all", None),
             list(Kind::Event, "here", Some(event_selector)),
-            list(target_kind, target_scope, None),
+            list(Kind::Pod, "here", None),
         );
         let results = [a, b, c, d, e, f, g];
         let mut objects = Objects::wanting(Kinds::only(&Kind::ALL));
@@ -287,8 +288,6 @@ fn gather_cluster(args: &WhyArgs, global: &Global) -> Result<Gathered, Error> {
                 Err(e) => return Err(e.into()),
             }
         }
-        // Claims were listed cluster-wide; a pod listing may have come twice.
-        objects.pods.dedup_by(|a, b| a.metadata.uid == b.metadata.uid && a.metadata.name == b.metadata.name);
         if matches!(target, Target::Pod { .. })
             && !objects.pods.iter().any(|p| {
                 Some(target_name(&target)) == p.metadata.name.as_deref()

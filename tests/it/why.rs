@@ -259,6 +259,7 @@ fn the_test_api_server_gives_the_answer_the_files_give() {
         ("all-taken", "film-0", false, "1.34"),
         ("never-one-gpu", "proxy-0", true, "1.36"),
         ("class-typo", "review-0", true, "1.36"),
+        ("all-taken", "claim/film-0-gpu-m4d8r", false, "1.34"),
     ] {
         let server = server_with(scenario, consumable_capacity);
         let from_server = run(&["why", pod, "-n", "media"], Some(server.kubeconfig()));
