@@ -66,6 +66,8 @@ impl RequestRecord {
 /// A failure to inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
+    /// 404 NotFound as a `Status` ("the server could not find the requested resource").
+    NotFound,
     /// 500 InternalError.
     InternalError,
     /// 503 ServiceUnavailable.
@@ -151,6 +153,9 @@ impl Fault {
                 } => ApiError::conflict(rt, name),
                 _ => ApiError::internal("injected conflict on a path without an object"),
             },
+            // What kube-apiserver answers when no handler serves the path inside a group
+            // version it does serve (say a proxy in front that drops the resource).
+            Fault::NotFound => ApiError::resource_not_found(),
             Fault::InternalError => ApiError::internal("injected fault"),
             Fault::ServiceUnavailable => ApiError::service_unavailable(
                 "injected fault: the server is currently unable to handle the request",
@@ -373,7 +378,14 @@ enum Route {
     NotFound,
 }
 
-fn route(path: &str, address: &str, minor: &str) -> Route {
+fn route(path: &str, address: &str, minor: &str, resource_v1: bool) -> Route {
+    // A 1.33 server with the DRA beta APIs on lists these instead of v1 (and serves neither
+    // here: only clients that read v1 are tested against it).
+    let resource_versions: &[&str] = if resource_v1 {
+        &["v1"]
+    } else {
+        &["v1beta2", "v1beta1"]
+    };
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segs.as_slice() {
         ["version"] => Route::Static(json!({
@@ -397,10 +409,10 @@ fn route(path: &str, address: &str, minor: &str) -> Route {
         ["apis"] => Route::Static(json!({
             "kind": "APIGroupList",
             "apiVersion": "v1",
-            "groups": [api_group("resource.k8s.io", "v1")],
+            "groups": [api_group("resource.k8s.io", resource_versions)],
         })),
         ["apis", "resource.k8s.io"] => {
-            let mut g = api_group("resource.k8s.io", "v1");
+            let mut g = api_group("resource.k8s.io", resource_versions);
             g["kind"] = json!("APIGroup");
             g["apiVersion"] = json!("v1");
             Route::Static(g)
@@ -444,9 +456,12 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Route {
     }
 }
 
-fn api_group(name: &str, version: &str) -> Value {
-    let gv = json!({"groupVersion": format!("{name}/{version}"), "version": version});
-    json!({"name": name, "versions": [gv.clone()], "preferredVersion": gv})
+fn api_group(name: &str, versions: &[&str]) -> Value {
+    let gvs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
+        .collect();
+    json!({"name": name, "versions": gvs, "preferredVersion": gvs[0]})
 }
 
 fn resource_list(group: &str, version: &str) -> Value {
@@ -557,10 +572,13 @@ pub(crate) async fn handle(
             store.resource_v1_served,
         )
     };
-    let routed = if !resource_v1_served && path.starts_with("/apis/resource.k8s.io/v1/") {
+    let minor = if resource_v1_served { minor } else { "33" };
+    let routed = if !resource_v1_served
+        && (path.starts_with("/apis/resource.k8s.io/v1/") || path == "/apis/resource.k8s.io/v1")
+    {
         Route::NotFound
     } else {
-        route(&path, &shared.address, minor)
+        route(&path, &shared.address, minor, resource_v1_served)
     };
     let watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
     let (verb, resource) = match &routed {

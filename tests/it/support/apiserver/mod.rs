@@ -337,9 +337,10 @@ impl TestApiServer {
         });
     }
 
-    /// Serves `resource.k8s.io/v1` or not: switched off, its paths answer `404 page not found`
-    /// as a pre-1.34 API server does (discovery still lists the group; only clients that read
-    /// objects are meant to be tested with this).
+    /// Serves `resource.k8s.io/v1` or not: switched off, the server is a 1.33 one with the DRA
+    /// beta APIs on: `/version` says 1.33, discovery lists `resource.k8s.io/v1beta2` and
+    /// `v1beta1` instead of `v1`, and the v1 paths answer `404 page not found` (the beta versions
+    /// are listed, not served: only clients that read v1 are meant to be tested with this).
     pub fn set_resource_v1_served(&self, served: bool) {
         self.shared.with_store(|s| s.resource_v1_served = served);
     }
