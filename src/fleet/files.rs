@@ -2,16 +2,36 @@
 //! of `kubectl get ... -o yaml|json`, Lists, multi-document YAML, or several JSON documents in a
 //! row. Objects go through the same parser as API responses ([`crate::fleet::objects`]), so a file
 //! gives the same answer as the cluster it was taken from.
+//!
+//! JSON is read as a stream, never whole: a scanner cuts a List's `items` into batches of whole
+//! items as the bytes arrive, and two threads parse the batches while the next ones are read, so
+//! a fleet's file costs its model, not its text (and two cores, not one). What cannot be a
+//! Kubernetes object stops the reading where it shows: bytes that are not text, a top-level
+//! value that is not an object, nesting deeper than serde_json's 128 levels, one object over
+//! 64 MiB (etcd stores at most 1.5 MiB). YAML is read whole (serde_yaml parses a whole text),
+//! after its first line is checked for the shape of a Kubernetes document.
+//!
+//! Every document must be a Kubernetes object or List (`apiVersion` and `kind`, or `items`); an
+//! input with none is an error naming it and what was expected. The same object given twice
+//! (two `-f` of one file, stdin and the file, a List and the same object in another file) is
+//! kept once: objects are the same when kind, namespace and name agree (the `apiVersion` is the
+//! one read for the kind, and a uid is not compared: a snapshot may come from `kubectl get`
+//! without it). kubectl itself does not deduplicate (`kubectl get -f a -f a` prints the object
+//! twice), but a count of GPUs must not; two different objects under one identity (snapshots
+//! taken at different times) are an error naming both sources, since no answer is right then.
 
+use std::collections::HashMap;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Deserialize;
-use serde_json::value::RawValue;
 
-use crate::fleet::objects::Objects;
+use crate::fleet::objects::{Kind, Objects};
 
-/// A file that could not be read, or that is not YAML or JSON.
+/// The hint of every error about what a file holds.
+const HINT: &str = "hint: -f takes the output of `kubectl get ... -o yaml` or `-o json`";
+
+/// A file that could not be read, or that does not hold Kubernetes objects.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
     #[error("read {file}: {source}")]
@@ -19,15 +39,41 @@ pub enum SnapshotError {
         file: String,
         source: std::io::Error,
     },
-    #[error(
-        "{file}:{line}:{column}: {message} (hint: -f takes the output of `kubectl get ... -o yaml` \
-         or `-o json`)"
-    )]
+    #[error("{file}:{line}:{column}: {message} ({HINT})")]
     Syntax {
         file: String,
         line: usize,
         column: usize,
         message: String,
+    },
+    /// A NUL byte or bytes that are not UTF-8 in the first block: a binary file.
+    #[error("{file}: not a text file (it holds {what}) ({HINT})")]
+    NotText { file: String, what: &'static str },
+    #[error("{file}: holds no Kubernetes objects: it is empty ({HINT})")]
+    Empty { file: String },
+    /// A document that is not a Kubernetes object or List.
+    #[error("{file}:{line}:{column}: {what}, not a Kubernetes object or List (an object has apiVersion and kind, a List has items) ({HINT})")]
+    NotObjects {
+        file: String,
+        line: usize,
+        column: usize,
+        what: String,
+    },
+    #[error("{file}:{line}:{column}: {what}, which no Kubernetes object is ({HINT})")]
+    Pathological {
+        file: String,
+        line: usize,
+        column: usize,
+        what: String,
+    },
+    #[error(
+        "{kind} {name:?} is in {first} and in {second} with different content (hint: give one snapshot of the cluster, or several that do not overlap)"
+    )]
+    Conflict {
+        kind: &'static str,
+        name: String,
+        first: String,
+        second: String,
     },
 }
 
@@ -69,76 +115,837 @@ pub(crate) fn read(sources: &[Source], stdin: &mut dyn Read) -> Result<Objects, 
     Ok(objects)
 }
 
-/// Reads every source in order into `objects`, keeping the kinds it wants.
+/// Reads every source in order into `objects`, keeping the kinds it wants, each object once.
 pub(crate) fn read_into(
     objects: &mut Objects,
     sources: &[Source],
     stdin: &mut dyn Read,
 ) -> Result<(), SnapshotError> {
+    let mut seen = Seen::default();
+    // What the caller had already counts as the first source.
+    let given = std::mem::replace(objects, Objects::wanting(objects.wanted()));
+    seen.merge(objects, given, "<given>")?;
     for source in sources {
         let name = source.display();
-        let text = match source {
-            Source::Stdin => {
-                let mut text = String::new();
-                stdin
-                    .read_to_string(&mut text)
-                    .map_err(|source| SnapshotError::Read {
-                        file: name.clone(),
-                        source,
-                    })?;
-                text
-            }
-            Source::File(path) => read_file(path, &name)?,
+        let read_error = |source| SnapshotError::Read {
+            file: name.clone(),
+            source,
         };
-        add_text(objects, &text, &name)?;
+        let mut read = Objects::wanting(objects.wanted());
+        match source {
+            Source::Stdin => read_stream(&mut read, stdin, &name, None)?,
+            Source::File(path) => {
+                let mut file = std::fs::File::open(path).map_err(read_error)?;
+                let size = file.metadata().ok().map(|m| m.len() as usize);
+                read_stream(&mut read, &mut file, &name, size)?;
+            }
+        }
+        seen.merge(objects, read, &name)?;
     }
     Ok(())
 }
 
-fn read_file(path: &Path, name: &str) -> Result<String, SnapshotError> {
-    std::fs::read_to_string(path).map_err(|source| SnapshotError::Read {
+/// The objects kept so far, by identity, with the source each came from.
+#[derive(Default)]
+struct Seen {
+    at: HashMap<(Kind, String, String), (usize, String)>,
+}
+
+impl Seen {
+    /// Moves `new` into `objects`, dropping each object already there in the same content, and
+    /// failing on one already there in another.
+    fn merge(&mut self, objects: &mut Objects, new: Objects, source: &str) -> Result<(), SnapshotError> {
+        let Objects {
+            slices,
+            classes,
+            claims,
+            claim_templates,
+            pods,
+            nodes,
+            events,
+            notes,
+            ..
+        } = new;
+        self.kind(&mut objects.slices, slices, Kind::ResourceSlice, source, |s| {
+            (String::new(), s.metadata.name.clone())
+        })?;
+        let meta = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            (
+                m.namespace.clone().unwrap_or_default(),
+                m.name.clone().unwrap_or_default(),
+            )
+        };
+        self.kind(&mut objects.classes, classes, Kind::DeviceClass, source, |o| meta(&o.metadata))?;
+        self.kind(&mut objects.claims, claims, Kind::ResourceClaim, source, |o| meta(&o.metadata))?;
+        self.kind(
+            &mut objects.claim_templates,
+            claim_templates,
+            Kind::ResourceClaimTemplate,
+            source,
+            |o| meta(&o.metadata),
+        )?;
+        self.kind(&mut objects.pods, pods, Kind::Pod, source, |o| meta(&o.metadata))?;
+        self.kind(&mut objects.nodes, nodes, Kind::Node, source, |o| meta(&o.metadata))?;
+        self.kind(&mut objects.events, events, Kind::Event, source, |o| meta(&o.metadata))?;
+        objects.notes.extend(notes);
+        Ok(())
+    }
+
+    fn kind<T: PartialEq>(
+        &mut self,
+        kept: &mut Vec<T>,
+        new: Vec<T>,
+        kind: Kind,
+        source: &str,
+        identity: impl Fn(&T) -> (String, String),
+    ) -> Result<(), SnapshotError> {
+        kept.reserve(new.len());
+        for object in new {
+            let (namespace, name) = identity(&object);
+            // Nameless objects (hand-written, generateName) have no identity to compare.
+            if name.is_empty() {
+                kept.push(object);
+                continue;
+            }
+            let key = (kind, namespace, name);
+            match self.at.get(&key) {
+                Some((i, _)) if kept[*i] == object => {}
+                Some((_, first)) => {
+                    let (_, namespace, name) = key;
+                    return Err(SnapshotError::Conflict {
+                        kind: kind.name(),
+                        name: if namespace.is_empty() {
+                            name
+                        } else {
+                            format!("{namespace}/{name}")
+                        },
+                        first: first.clone(),
+                        second: source.to_string(),
+                    });
+                }
+                None => {
+                    self.at.insert(key, (kept.len(), source.to_string()));
+                    kept.push(object);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How much is read at a time.
+const BLOCK: usize = 1 << 20;
+/// How many bytes of items a parser gets at once.
+const BATCH: usize = 1 << 20;
+/// Larger than any Kubernetes object: etcd stores at most 1.5 MiB, the API server refuses
+/// requests over 3 MiB. A document outside a List's items, or one item, over this is refused
+/// before it is held.
+const MAX_OBJECT: usize = 64 << 20;
+/// serde_json's recursion limit; serde_yaml's is the same.
+const MAX_DEPTH: usize = 128;
+/// Threads parsing batches (the reading thread is a third, mostly waiting on them).
+const PARSERS: usize = 2;
+
+/// Reads one source: JSON as a stream, YAML whole.
+fn read_stream(
+    objects: &mut Objects,
+    reader: &mut dyn Read,
+    name: &str,
+    size: Option<usize>,
+) -> Result<(), SnapshotError> {
+    let read_error = |source| SnapshotError::Read {
         file: name.to_string(),
         source,
-    })
+    };
+    let mut first = Vec::with_capacity(BLOCK);
+    fill(reader, &mut first, BLOCK).map_err(read_error)?;
+    check_text(&first, name)?;
+    let text_start = first.strip_prefix(b"\xef\xbb\xbf").map_or(0, |_| 3);
+    match first[text_start..].iter().find(|b| !b.is_ascii_whitespace()) {
+        None => Err(SnapshotError::Empty {
+            file: name.to_string(),
+        }),
+        Some(b'{' | b'[') => read_json(objects, reader, first, name),
+        Some(_) => {
+            let mut bytes = first;
+            if let Some(size) = size {
+                bytes.reserve(size.saturating_sub(bytes.len()));
+            }
+            first_yaml_line_is_kubernetes(&bytes[text_start..], name)?;
+            reader.read_to_end(&mut bytes).map_err(read_error)?;
+            let text = String::from_utf8(bytes).map_err(|_| SnapshotError::NotText {
+                file: name.to_string(),
+                what: "bytes that are not UTF-8",
+            })?;
+            add_yaml(objects, &text[text_start..], name)
+        }
+    }
 }
 
-/// Adds the objects of one file's text: JSON when it starts with `{`, YAML otherwise.
-pub fn add_text(objects: &mut Objects, text: &str, name: &str) -> Result<(), SnapshotError> {
-    if text.trim_start().starts_with('{') {
-        let stream = serde_json::Deserializer::from_str(text).into_iter::<&RawValue>();
-        for document in stream {
-            let document = document.map_err(|e| json_error(name, &e))?;
-            objects
-                .add_json(document.get())
-                .map_err(|e| json_error(name, &e))?;
+/// Reads until `buf` holds `want` bytes or the input ends.
+fn fill(reader: &mut dyn Read, buf: &mut Vec<u8>, want: usize) -> std::io::Result<usize> {
+    let start = buf.len();
+    let mut chunk = reader.take(want as u64);
+    chunk.read_to_end(buf)?;
+    Ok(buf.len() - start)
+}
+
+/// Binary input is refused from its first block: a NUL, or bytes that are not UTF-8 (a
+/// character cut by the block's end is fine).
+fn check_text(block: &[u8], name: &str) -> Result<(), SnapshotError> {
+    let not_text = |what| SnapshotError::NotText {
+        file: name.to_string(),
+        what,
+    };
+    if block.contains(&0) {
+        return Err(not_text("a NUL byte"));
+    }
+    match std::str::from_utf8(block) {
+        Ok(_) => Ok(()),
+        Err(e) if e.error_len().is_none() => Ok(()),
+        Err(_) => Err(not_text("bytes that are not UTF-8")),
+    }
+}
+
+/// A Kubernetes YAML document starts with a mapping key (`apiVersion:`, `items:`...) after
+/// comments, directives and `---`; plain words, a scalar or a sequence are refused before the
+/// rest is read.
+fn first_yaml_line_is_kubernetes(bytes: &[u8], name: &str) -> Result<(), SnapshotError> {
+    let text = match std::str::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default(),
+    };
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('%') || trimmed == "---" || trimmed == "..." {
+            continue;
         }
-    } else {
-        for document in serde_yaml::Deserializer::from_str(text) {
-            let value = serde_json::Value::deserialize(document).map_err(|e| {
-                let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-                SnapshotError::Syntax {
-                    file: name.to_string(),
-                    line,
-                    column,
-                    message: strip_location(&e.to_string()),
-                }
-            })?;
-            if !value.is_null() {
-                objects.add_value(&value);
-            }
+        let content = trimmed.strip_prefix("--- ").unwrap_or(trimmed);
+        let is_key = content
+            .split_once(':')
+            .is_some_and(|(key, rest)| {
+                !key.is_empty()
+                    && !key.contains(' ')
+                    && (rest.is_empty() || rest.starts_with(' '))
+            });
+        if is_key {
+            return Ok(());
         }
+        let what = if content.starts_with('-') {
+            "a YAML sequence".to_string()
+        } else {
+            "plain text".to_string()
+        };
+        return Err(SnapshotError::NotObjects {
+            file: name.to_string(),
+            line: i + 1,
+            column: line.len() - line.trim_start().len() + 1,
+            what,
+        });
     }
     Ok(())
 }
 
-fn json_error(name: &str, e: &serde_json::Error) -> SnapshotError {
+/// The YAML documents of one text, each a Kubernetes object or List.
+fn add_yaml(objects: &mut Objects, text: &str, name: &str) -> Result<(), SnapshotError> {
+    let mut any = false;
+    for (i, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let value = serde_json::Value::deserialize(document).map_err(|e| {
+            let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
+            SnapshotError::Syntax {
+                file: name.to_string(),
+                line,
+                column,
+                message: strip_location(&e.to_string()),
+            }
+        })?;
+        let what = match &value {
+            serde_json::Value::Null => continue,
+            serde_json::Value::Object(map)
+                if ["apiVersion", "kind", "items"].iter().any(|k| map.contains_key(*k)) =>
+            {
+                None
+            }
+            serde_json::Value::Object(_) => Some("a mapping without apiVersion, kind or items"),
+            serde_json::Value::Array(_) => Some("a YAML sequence"),
+            _ => Some("a scalar"),
+        };
+        if let Some(what) = what {
+            return Err(SnapshotError::NotObjects {
+                file: name.to_string(),
+                line: 0,
+                column: 0,
+                what: format!("YAML document {} is {what}", i + 1),
+            });
+        }
+        any = true;
+        objects.add_value(&value);
+    }
+    if any {
+        Ok(())
+    } else {
+        Err(SnapshotError::Empty {
+            file: name.to_string(),
+        })
+    }
+}
+
+/// Adds the objects of one file's text, JSON or YAML, as `-f` reads it.
+pub fn add_text(objects: &mut Objects, text: &str, name: &str) -> Result<(), SnapshotError> {
+    read_stream(objects, &mut text.as_bytes(), name, Some(text.len()))
+}
+
+/// Where a byte is, 1-based, as serde_json counts lines and columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Position {
+    line: usize,
+    column: usize,
+}
+
+/// A unit of parsing, in the order of the file.
+enum Work {
+    /// Whole items of a List, back to back, each with its offset and position, and the List's
+    /// kind and apiVersion as known when its items began.
+    Items {
+        text: Vec<u8>,
+        starts: Vec<(usize, Position)>,
+        kind: Option<String>,
+        api_version: Option<String>,
+    },
+    /// A top-level object with its List's items cut out: a single object, or a List's head.
+    Document {
+        text: Vec<u8>,
+        start: Position,
+        list: bool,
+    },
+}
+
+/// What a [`Work`] came to.
+enum Parsed {
+    Items {
+        objects: Objects,
+        late: Vec<serde_json::Map<String, serde_json::Value>>,
+    },
+    Document {
+        objects: Objects,
+        kubernetes: bool,
+        start: Position,
+        kind: Option<String>,
+        api_version: Option<String>,
+    },
+}
+
+/// A List's `kind` and `apiVersion`, the rest passed over.
+#[derive(Default, Deserialize)]
+struct ListKind {
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default, rename = "apiVersion")]
+    api_version: Option<String>,
+}
+
+fn syntax(name: &str, e: &serde_json::Error, start: Position) -> SnapshotError {
+    // serde_json counts from the start of the text it was given.
+    let (line, column) = match e.line() {
+        0 => (start.line, start.column),
+        1 => (start.line, start.column + e.column().saturating_sub(1)),
+        l => (start.line + l - 1, e.column()),
+    };
     SnapshotError::Syntax {
         file: name.to_string(),
-        line: e.line(),
-        column: e.column(),
+        line,
+        column,
         message: strip_location(&e.to_string()),
     }
 }
+
+fn utf8<'a>(name: &str, bytes: &'a [u8], start: Position) -> Result<&'a str, SnapshotError> {
+    std::str::from_utf8(bytes).map_err(|_| SnapshotError::Syntax {
+        file: name.to_string(),
+        line: start.line,
+        column: start.column,
+        message: "bytes that are not UTF-8 in this object".to_string(),
+    })
+}
+
+fn parse(work: Work, wanted: Objects, name: &str) -> Result<Parsed, SnapshotError> {
+    let mut objects = wanted;
+    match work {
+        Work::Items {
+            text,
+            starts,
+            kind,
+            api_version,
+        } => {
+            let mut late = Vec::new();
+            for (i, &(offset, start)) in starts.iter().enumerate() {
+                let end = starts.get(i + 1).map_or(text.len(), |next| next.0);
+                let item = utf8(name, &text[offset..end], start)?;
+                if let Some(fields) = objects
+                    .add_list_item(item, kind.as_deref(), api_version.as_deref())
+                    .map_err(|e| syntax(name, &e, start))?
+                {
+                    late.push(fields);
+                }
+            }
+            Ok(Parsed::Items { objects, late })
+        }
+        Work::Document { text, start, list } => {
+            let document = utf8(name, &text, start)?;
+            let kubernetes = objects
+                .add_json_document(document)
+                .map_err(|e| syntax(name, &e, start))?;
+            let head: ListKind = if list {
+                serde_json::from_str(document).unwrap_or_default()
+            } else {
+                ListKind::default()
+            };
+            Ok(Parsed::Document {
+                objects,
+                kubernetes,
+                start,
+                kind: head.kind,
+                api_version: head.api_version,
+            })
+        }
+    }
+}
+
+/// Puts parsed work back in the file's order.
+struct Merger<'a> {
+    objects: &'a mut Objects,
+    name: &'a str,
+    next: usize,
+    pending: std::collections::BTreeMap<usize, Result<Parsed, SnapshotError>>,
+    /// Items of the current List that carried no kind while the List's was unknown.
+    late: Vec<serde_json::Map<String, serde_json::Value>>,
+    failed: bool,
+}
+
+impl Merger<'_> {
+    fn add(&mut self, index: usize, parsed: Result<Parsed, SnapshotError>) -> Result<(), SnapshotError> {
+        self.failed |= parsed.is_err();
+        self.pending.insert(index, parsed);
+        while let Some(parsed) = self.pending.remove(&self.next) {
+            self.next += 1;
+            match parsed? {
+                Parsed::Items { objects, late } => {
+                    self.objects.extend(objects);
+                    self.late.extend(late);
+                }
+                Parsed::Document {
+                    objects,
+                    kubernetes,
+                    start,
+                    kind,
+                    api_version,
+                } => {
+                    if !kubernetes {
+                        return Err(SnapshotError::NotObjects {
+                            file: self.name.to_string(),
+                            line: start.line,
+                            column: start.column,
+                            what: "a JSON object without apiVersion, kind or items".to_string(),
+                        });
+                    }
+                    self.objects.extend(objects);
+                    for item in self.late.drain(..) {
+                        self.objects
+                            .add_late_item(item, kind.as_deref(), api_version.as_deref());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads a JSON source as a stream: the scanner cuts it into [`Work`] on this thread, parsers
+/// parse it on theirs, and the results are merged in order.
+fn read_json(
+    objects: &mut Objects,
+    reader: &mut dyn Read,
+    first: Vec<u8>,
+    name: &str,
+) -> Result<(), SnapshotError> {
+    let wanted = objects.wanted();
+    let (work_tx, work_rx) = std::sync::mpsc::sync_channel::<(usize, Work)>(PARSERS);
+    let work_rx = std::sync::Mutex::new(work_rx);
+    std::thread::scope(|scope| {
+        let (done_tx, done_rx) =
+            std::sync::mpsc::channel::<(usize, Result<Parsed, SnapshotError>)>();
+        for _ in 0..PARSERS {
+            let work_rx = &work_rx;
+            let done_tx = done_tx.clone();
+            scope.spawn(move || {
+                loop {
+                    let next = match work_rx.lock() {
+                        Ok(rx) => rx.recv(),
+                        Err(_) => break,
+                    };
+                    let Ok((index, work)) = next else { break };
+                    if done_tx
+                        .send((index, parse(work, Objects::wanting(wanted), name)))
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(done_tx);
+        let mut merger = Merger {
+            objects,
+            name,
+            next: 0,
+            pending: std::collections::BTreeMap::new(),
+            late: Vec::new(),
+            failed: false,
+        };
+        let mut sent = 0;
+        let mut emit = |work: Work| {
+            let ok = work_tx.send((sent, work)).is_ok();
+            sent += 1;
+            ok
+        };
+        let mut scanner = Scanner::new(name);
+        let mut scanned = scanner.feed(&first, &mut emit);
+        drop(first);
+        let mut block = Vec::with_capacity(BLOCK);
+        while scanned.is_ok() {
+            // A parser's error stops the reading (which error comes first is decided below).
+            while let Ok((index, parsed)) = done_rx.try_recv() {
+                let _ = merger.add(index, parsed).map_err(|_| ());
+                merger.failed |= merger.next < index;
+            }
+            if merger.failed {
+                break;
+            }
+            block.clear();
+            match fill(reader, &mut block, BLOCK) {
+                Ok(0) => {
+                    scanned = scanner.finish(&mut emit);
+                    break;
+                }
+                Ok(_) => scanned = scanner.feed(&block, &mut emit),
+                Err(source) => {
+                    scanned = Err(SnapshotError::Read {
+                        file: name.to_string(),
+                        source,
+                    })
+                }
+            }
+        }
+        drop(emit);
+        drop(work_tx);
+        let mut first_error: Option<SnapshotError> = None;
+        for (index, parsed) in done_rx {
+            if let Err(e) = merger.add(index, parsed)
+                && first_error.is_none()
+            {
+                first_error = Some(e);
+            }
+        }
+        // Errors in file order: a parser's about earlier bytes, then the scanner's.
+        match (first_error, scanned) {
+            (Some(e), _) | (None, Err(e)) => Err(e),
+            (None, Ok(())) => Ok(()),
+        }
+    })
+}
+
+/// What the scanner copies the bytes it passes into.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Copy {
+    Nothing,
+    Head,
+    Item,
+}
+
+/// Cuts JSON into [`Work`], knowing just enough of its structure: strings, nesting, the keys of
+/// top-level objects, and the items of an `items` array.
+struct Scanner<'n> {
+    name: &'n str,
+    line: usize,
+    column: usize,
+    depth: usize,
+    string: bool,
+    escape: bool,
+    copy: Copy,
+    head: Vec<u8>,
+    head_start: Position,
+    list: bool,
+    key: Vec<u8>,
+    in_key: bool,
+    expect_key: bool,
+    items_next: bool,
+    in_items: bool,
+    list_kind: ListKind,
+    batch: Vec<u8>,
+    starts: Vec<(usize, Position)>,
+}
+
+impl<'n> Scanner<'n> {
+    fn new(name: &'n str) -> Self {
+        Scanner {
+            name,
+            line: 1,
+            column: 1,
+            depth: 0,
+            string: false,
+            escape: false,
+            copy: Copy::Nothing,
+            head: Vec::new(),
+            head_start: Position { line: 1, column: 1 },
+            list: false,
+            key: Vec::new(),
+            in_key: false,
+            expect_key: false,
+            items_next: false,
+            in_items: false,
+            list_kind: ListKind::default(),
+            batch: Vec::with_capacity(BATCH + (BATCH >> 2)),
+            starts: Vec::new(),
+        }
+    }
+
+    fn position(&self) -> Position {
+        Position {
+            line: self.line,
+            column: self.column,
+        }
+    }
+
+    fn refuse(&self, what: &str) -> SnapshotError {
+        SnapshotError::NotObjects {
+            file: self.name.to_string(),
+            line: self.line,
+            column: self.column,
+            what: what.to_string(),
+        }
+    }
+
+    fn pathological(&self, what: &str) -> SnapshotError {
+        SnapshotError::Pathological {
+            file: self.name.to_string(),
+            line: self.line,
+            column: self.column,
+            what: what.to_string(),
+        }
+    }
+
+    /// Copies `bytes` where the current mode says, refusing an object past [`MAX_OBJECT`].
+    fn copy(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        match self.copy {
+            Copy::Nothing => {}
+            Copy::Head => {
+                self.head.extend_from_slice(bytes);
+                if self.head.len() > MAX_OBJECT {
+                    return Err(self.pathological("an object over 64 MiB outside a List's items"));
+                }
+            }
+            Copy::Item => {
+                self.batch.extend_from_slice(bytes);
+                let start = self.starts.last().map_or(0, |s| s.0);
+                if self.batch.len() - start > MAX_OBJECT {
+                    return Err(self.pathological("an item over 64 MiB"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn send_batch(&mut self, emit: &mut dyn FnMut(Work) -> bool) {
+        if self.starts.is_empty() {
+            return;
+        }
+        let text = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH + (BATCH >> 2)));
+        emit(Work::Items {
+            text,
+            starts: std::mem::take(&mut self.starts),
+            kind: self.list_kind.kind.clone(),
+            api_version: self.list_kind.api_version.clone(),
+        });
+    }
+
+    fn feed(&mut self, block: &[u8], emit: &mut dyn FnMut(Work) -> bool) -> Result<(), SnapshotError> {
+        let mut span = 0;
+        let mut i = 0;
+        while i < block.len() {
+            if self.string {
+                if self.escape {
+                    self.escape = false;
+                    if self.in_key {
+                        self.key.push(block[i]);
+                    }
+                    i += 1;
+                    self.column += 1;
+                    continue;
+                }
+                let rest = &block[i..];
+                let Some(k) = memchr::memchr2(b'"', b'\\', rest) else {
+                    if self.in_key {
+                        self.key.extend_from_slice(rest);
+                    }
+                    self.column += rest.len();
+                    i = block.len();
+                    continue;
+                };
+                if self.in_key {
+                    self.key.extend_from_slice(&rest[..k]);
+                }
+                self.column += k + 1;
+                i += k + 1;
+                if rest[k] == b'\\' {
+                    if self.in_key {
+                        self.key.push(b'\\');
+                    }
+                    self.escape = true;
+                } else {
+                    self.string = false;
+                    if self.in_key {
+                        self.in_key = false;
+                        self.items_next = self.key == b"items";
+                    }
+                }
+                continue;
+            }
+            let b = block[i];
+            match b {
+                b'\n' => {
+                    self.line += 1;
+                    self.column = 1;
+                    i += 1;
+                    continue;
+                }
+                b' ' | b'\t' | b'\r' => {}
+                b'"' => {
+                    if self.depth == 0 {
+                        return Err(self.refuse("a JSON string"));
+                    }
+                    if self.in_items && self.depth == 2 {
+                        return Err(self.refuse("an item of a List that is a string"));
+                    }
+                    self.string = true;
+                    if self.depth == 1 && self.expect_key {
+                        self.in_key = true;
+                        self.expect_key = false;
+                        self.key.clear();
+                    } else if self.depth == 1 {
+                        self.items_next = false;
+                    }
+                }
+                b'{' | b'[' => {
+                    if self.depth == 0 {
+                        if b == b'[' {
+                            return Err(self.refuse("a JSON array"));
+                        }
+                        self.copy(&block[span..i])?;
+                        span = i;
+                        self.copy = Copy::Head;
+                        self.head.clear();
+                        self.head_start = self.position();
+                        self.list = false;
+                        self.expect_key = true;
+                        self.list_kind = ListKind::default();
+                    } else if self.depth == 1 && self.items_next && b == b'[' {
+                        // The items begin: the head keeps `[`, the items go to batches.
+                        self.copy(&block[span..=i])?;
+                        span = i + 1;
+                        self.copy = Copy::Nothing;
+                        self.in_items = true;
+                        self.list = true;
+                        self.items_next = false;
+                        let mut so_far = self.head.clone();
+                        so_far.extend_from_slice(b"]}");
+                        self.list_kind = serde_json::from_slice(&so_far).unwrap_or_default();
+                    } else if self.in_items && self.depth == 2 {
+                        if b == b'[' {
+                            return Err(self.refuse("an item of a List that is an array"));
+                        }
+                        self.copy(&block[span..i])?;
+                        span = i;
+                        self.copy = Copy::Item;
+                        let start = (self.batch.len(), self.position());
+                        self.starts.push(start);
+                    } else if self.depth == 1 {
+                        self.items_next = false;
+                    }
+                    self.depth += 1;
+                    if self.depth > MAX_DEPTH {
+                        return Err(self.pathological("nesting deeper than 128 levels"));
+                    }
+                }
+                b'}' | b']' => {
+                    if self.depth == 0 {
+                        return Err(self.refuse("a closing bracket with nothing open"));
+                    }
+                    self.depth -= 1;
+                    if self.in_items && self.depth == 2 && self.copy == Copy::Item {
+                        self.copy(&block[span..=i])?;
+                        span = i + 1;
+                        self.copy = Copy::Nothing;
+                        if self.batch.len() >= BATCH {
+                            self.send_batch(emit);
+                        }
+                    } else if self.in_items && self.depth == 1 {
+                        self.in_items = false;
+                        self.send_batch(emit);
+                        span = i;
+                        self.copy = Copy::Head;
+                    } else if self.depth == 0 {
+                        self.copy(&block[span..=i])?;
+                        span = i + 1;
+                        self.copy = Copy::Nothing;
+                        emit(Work::Document {
+                            text: std::mem::take(&mut self.head),
+                            start: self.head_start,
+                            list: self.list,
+                        });
+                    }
+                }
+                b',' if self.depth == 1 => self.expect_key = true,
+                b':' if self.depth == 1 => {}
+                b',' if self.in_items && self.depth == 2 => {}
+                _ => {
+                    if self.depth == 0 {
+                        return Err(self.refuse(if b.is_ascii_digit() || b == b'-' {
+                            "a JSON number"
+                        } else {
+                            "text that is not JSON"
+                        }));
+                    }
+                    if self.in_items && self.depth == 2 {
+                        return Err(self.refuse("an item of a List that is not an object"));
+                    }
+                    if self.depth == 1 {
+                        self.items_next = false;
+                    }
+                }
+            }
+            self.column += 1;
+            i += 1;
+        }
+        self.copy(&block[span..])
+    }
+
+    /// The end of the input: what is still open is handed over, for the parser to say where
+    /// it ends too soon.
+    fn finish(&mut self, emit: &mut dyn FnMut(Work) -> bool) -> Result<(), SnapshotError> {
+        if self.copy == Copy::Item {
+            self.send_batch(emit);
+        }
+        if self.depth > 0 {
+            emit(Work::Document {
+                text: std::mem::take(&mut self.head),
+                start: self.head_start,
+                list: self.list,
+            });
+        }
+        Ok(())
+    }
+}
+
 
 /// serde_json and serde_yaml put " at line L column C" in their messages; we print the
 /// location up front instead.

@@ -1080,6 +1080,19 @@ impl Objects {
     /// The document is read in one pass; one where an object does not have its kind's shape is
     /// read again object by object, so that the odd object costs a note, not the listing.
     pub(crate) fn add_json(&mut self, text: &str) -> Result<Option<String>, serde_json::Error> {
+        Ok(match self.read_json(text)? {
+            Outcome::List(token) => token,
+            Outcome::Object | Outcome::Kindless(_) => None,
+        })
+    }
+
+    /// Adds the objects of one JSON document, saying whether it was a Kubernetes object or List
+    /// at all (`false`: an object with neither `kind` nor `apiVersion` nor `items`).
+    pub(crate) fn add_json_document(&mut self, text: &str) -> Result<bool, serde_json::Error> {
+        Ok(!matches!(self.read_json(text)?, Outcome::Kindless(_)))
+    }
+
+    fn read_json(&mut self, text: &str) -> Result<Outcome, serde_json::Error> {
         let mut attempt = Objects::wanting(self.wanted);
         let mut deserializer = serde_json::Deserializer::from_str(text);
         let read = ObjectSeed {
@@ -1091,14 +1104,42 @@ impl Objects {
         match read {
             Ok(outcome) => {
                 self.extend(attempt);
-                Ok(match outcome {
-                    Outcome::List(token) => token,
-                    Outcome::Object | Outcome::Kindless(_) => None,
-                })
+                Ok(outcome)
             }
-            Err(e) if e.is_data() => self.add_json_by_object(text),
+            Err(e) if e.is_data() => self.add_json_by_object(text).map(Outcome::List),
             Err(e) => Err(e),
         }
+    }
+
+    /// Adds one item of a List read apart from its List (files are read item by item, so that
+    /// a fleet is never held whole), given the List's `kind` and `apiVersion` as far as they are
+    /// known. An item with no kind of its own while the List's is not known yet is handed back,
+    /// for [`Objects::add_late_item`] once it is.
+    pub(crate) fn add_list_item(
+        &mut self,
+        text: &str,
+        list_kind: Option<&str>,
+        list_api_version: Option<&str>,
+    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>, serde_json::Error> {
+        let inherit = Inherit {
+            kind: list_item_kind(list_kind),
+            api_version: list_api_version,
+        };
+        self.add_item_text(text, inherit)
+    }
+
+    /// An item [`Objects::add_list_item`] handed back, now that the List's kind is known.
+    pub(crate) fn add_late_item(
+        &mut self,
+        item: serde_json::Map<String, serde_json::Value>,
+        list_kind: Option<&str>,
+        list_api_version: Option<&str>,
+    ) {
+        let inherit = Inherit {
+            kind: list_item_kind(list_kind),
+            api_version: list_api_version,
+        };
+        self.add_value_with(&serde_json::Value::Object(item), inherit);
     }
 
     /// The slow, forgiving path of [`Objects::add_json`]: each item of a List read on its own.
@@ -1130,21 +1171,30 @@ impl Objects {
                     self.add_item_text(item.get(), inherit)?;
                 }
             }
-            None => self.add_item_text(text, Inherit::default())?,
+            None => {
+                self.add_item_text(text, Inherit::default())?;
+            }
         }
         Ok(token)
     }
 
-    /// Reads one object on its own; when it does not have its kind's shape, notes it.
-    fn add_item_text(&mut self, text: &str, inherit: Inherit<'_>) -> Result<(), serde_json::Error> {
+    /// Reads one object on its own; when it does not have its kind's shape, notes it. An
+    /// object with no kind, when none is inherited, is handed back.
+    fn add_item_text(
+        &mut self,
+        text: &str,
+        inherit: Inherit<'_>,
+    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>, serde_json::Error> {
         let mut deserializer = serde_json::Deserializer::from_str(text);
         let mut attempt = Objects::wanting(self.wanted);
         let read = ObjectSeed {
             objects: &mut attempt,
             inherit,
         }
-        .deserialize(&mut deserializer);
+        .deserialize(&mut deserializer)
+        .and_then(|outcome| deserializer.end().map(|()| outcome));
         match read {
+            Ok(Outcome::Kindless(fields)) => return Ok(Some(fields)),
             Ok(_) => self.extend(attempt),
             Err(e) if e.is_data() => {
                 let value: serde_json::Value = serde_json::from_str(text)?;
@@ -1152,7 +1202,7 @@ impl Objects {
             }
             Err(e) => return Err(e),
         }
-        Ok(())
+        Ok(None)
     }
 
     fn note_unreadable(&mut self, value: &serde_json::Value, inherit: Inherit<'_>, error: &str) {
