@@ -52,11 +52,13 @@ pub enum SnapshotError {
     #[error("{file}: holds no Kubernetes objects: it is empty ({HINT})")]
     Empty { file: String },
     /// A document that is not a Kubernetes object or List.
-    #[error("{file}:{line}:{column}: {what}, not a Kubernetes object or List (an object has apiVersion and kind, a List has items) ({HINT})")]
+    #[error(
+        "{file}{place}: {what}, not a Kubernetes object or List (an object has apiVersion and kind, a List has items) ({HINT})"
+    )]
     NotObjects {
         file: String,
-        line: usize,
-        column: usize,
+        /// `:line:column`, or empty when the parser gives no place (a YAML document).
+        place: String,
         what: String,
     },
     #[error("{file}:{line}:{column}: {what}, which no Kubernetes object is ({HINT})")]
@@ -154,7 +156,12 @@ struct Seen {
 impl Seen {
     /// Moves `new` into `objects`, dropping each object already there in the same content, and
     /// failing on one already there in another.
-    fn merge(&mut self, objects: &mut Objects, new: Objects, source: &str) -> Result<(), SnapshotError> {
+    fn merge(
+        &mut self,
+        objects: &mut Objects,
+        new: Objects,
+        source: &str,
+    ) -> Result<(), SnapshotError> {
         let Objects {
             slices,
             classes,
@@ -166,17 +173,33 @@ impl Seen {
             notes,
             ..
         } = new;
-        self.kind(&mut objects.slices, slices, Kind::ResourceSlice, source, |s| {
-            (String::new(), s.metadata.name.clone())
-        })?;
+        self.kind(
+            &mut objects.slices,
+            slices,
+            Kind::ResourceSlice,
+            source,
+            |s| (String::new(), s.metadata.name.clone()),
+        )?;
         let meta = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
             (
                 m.namespace.clone().unwrap_or_default(),
                 m.name.clone().unwrap_or_default(),
             )
         };
-        self.kind(&mut objects.classes, classes, Kind::DeviceClass, source, |o| meta(&o.metadata))?;
-        self.kind(&mut objects.claims, claims, Kind::ResourceClaim, source, |o| meta(&o.metadata))?;
+        self.kind(
+            &mut objects.classes,
+            classes,
+            Kind::DeviceClass,
+            source,
+            |o| meta(&o.metadata),
+        )?;
+        self.kind(
+            &mut objects.claims,
+            claims,
+            Kind::ResourceClaim,
+            source,
+            |o| meta(&o.metadata),
+        )?;
         self.kind(
             &mut objects.claim_templates,
             claim_templates,
@@ -184,9 +207,15 @@ impl Seen {
             source,
             |o| meta(&o.metadata),
         )?;
-        self.kind(&mut objects.pods, pods, Kind::Pod, source, |o| meta(&o.metadata))?;
-        self.kind(&mut objects.nodes, nodes, Kind::Node, source, |o| meta(&o.metadata))?;
-        self.kind(&mut objects.events, events, Kind::Event, source, |o| meta(&o.metadata))?;
+        self.kind(&mut objects.pods, pods, Kind::Pod, source, |o| {
+            meta(&o.metadata)
+        })?;
+        self.kind(&mut objects.nodes, nodes, Kind::Node, source, |o| {
+            meta(&o.metadata)
+        })?;
+        self.kind(&mut objects.events, events, Kind::Event, source, |o| {
+            meta(&o.metadata)
+        })?;
         objects.notes.extend(notes);
         Ok(())
     }
@@ -261,11 +290,18 @@ fn read_stream(
     fill(reader, &mut first, BLOCK).map_err(read_error)?;
     check_text(&first, name)?;
     let text_start = first.strip_prefix(b"\xef\xbb\xbf").map_or(0, |_| 3);
-    match first[text_start..].iter().find(|b| !b.is_ascii_whitespace()) {
+    match first[text_start..]
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+    {
         None => Err(SnapshotError::Empty {
             file: name.to_string(),
         }),
-        Some(b'{' | b'[') => read_json(objects, reader, first, name),
+        Some(b'{' | b'[') => {
+            let mut first = first;
+            first.drain(..text_start);
+            read_json(objects, reader, first, name)
+        }
         Some(_) => {
             let mut bytes = first;
             if let Some(size) = size {
@@ -317,17 +353,18 @@ fn first_yaml_line_is_kubernetes(bytes: &[u8], name: &str) -> Result<(), Snapsho
     };
     for (i, line) in text.lines().enumerate() {
         let trimmed = line.trim();
-        if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('%') || trimmed == "---" || trimmed == "..." {
+        if trimmed.is_empty()
+            || trimmed.starts_with('#')
+            || trimmed.starts_with('%')
+            || trimmed == "---"
+            || trimmed == "..."
+        {
             continue;
         }
         let content = trimmed.strip_prefix("--- ").unwrap_or(trimmed);
-        let is_key = content
-            .split_once(':')
-            .is_some_and(|(key, rest)| {
-                !key.is_empty()
-                    && !key.contains(' ')
-                    && (rest.is_empty() || rest.starts_with(' '))
-            });
+        let is_key = content.split_once(':').is_some_and(|(key, rest)| {
+            !key.is_empty() && !key.contains(' ') && (rest.is_empty() || rest.starts_with(' '))
+        });
         if is_key {
             return Ok(());
         }
@@ -338,8 +375,7 @@ fn first_yaml_line_is_kubernetes(bytes: &[u8], name: &str) -> Result<(), Snapsho
         };
         return Err(SnapshotError::NotObjects {
             file: name.to_string(),
-            line: i + 1,
-            column: line.len() - line.trim_start().len() + 1,
+            place: format!(":{}:{}", i + 1, line.len() - line.trim_start().len() + 1),
             what,
         });
     }
@@ -362,7 +398,9 @@ fn add_yaml(objects: &mut Objects, text: &str, name: &str) -> Result<(), Snapsho
         let what = match &value {
             serde_json::Value::Null => continue,
             serde_json::Value::Object(map)
-                if ["apiVersion", "kind", "items"].iter().any(|k| map.contains_key(*k)) =>
+                if ["apiVersion", "kind", "items"]
+                    .iter()
+                    .any(|k| map.contains_key(*k)) =>
             {
                 None
             }
@@ -373,8 +411,7 @@ fn add_yaml(objects: &mut Objects, text: &str, name: &str) -> Result<(), Snapsho
         if let Some(what) = what {
             return Err(SnapshotError::NotObjects {
                 file: name.to_string(),
-                line: 0,
-                column: 0,
+                place: String::new(),
                 what: format!("YAML document {} is {what}", i + 1),
             });
         }
@@ -519,40 +556,53 @@ struct Merger<'a> {
     pending: std::collections::BTreeMap<usize, Result<Parsed, SnapshotError>>,
     /// Items of the current List that carried no kind while the List's was unknown.
     late: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// Whether any parser failed (reading stops).
     failed: bool,
+    /// The first failure in the file's order.
+    error: Option<SnapshotError>,
 }
 
 impl Merger<'_> {
-    fn add(&mut self, index: usize, parsed: Result<Parsed, SnapshotError>) -> Result<(), SnapshotError> {
+    /// Takes one result; merges what is next in order. The first error in order is kept, and
+    /// nothing after it is merged.
+    fn add(&mut self, index: usize, parsed: Result<Parsed, SnapshotError>) {
         self.failed |= parsed.is_err();
         self.pending.insert(index, parsed);
-        while let Some(parsed) = self.pending.remove(&self.next) {
+        while self.error.is_none()
+            && let Some(parsed) = self.pending.remove(&self.next)
+        {
             self.next += 1;
-            match parsed? {
-                Parsed::Items { objects, late } => {
-                    self.objects.extend(objects);
-                    self.late.extend(late);
+            if let Err(e) = self.merge(parsed) {
+                self.error = Some(e);
+                self.failed = true;
+            }
+        }
+    }
+
+    fn merge(&mut self, parsed: Result<Parsed, SnapshotError>) -> Result<(), SnapshotError> {
+        match parsed? {
+            Parsed::Items { objects, late } => {
+                self.objects.extend(objects);
+                self.late.extend(late);
+            }
+            Parsed::Document {
+                objects,
+                kubernetes,
+                start,
+                kind,
+                api_version,
+            } => {
+                if !kubernetes {
+                    return Err(SnapshotError::NotObjects {
+                        file: self.name.to_string(),
+                        place: format!(":{}:{}", start.line, start.column),
+                        what: "a JSON object without apiVersion, kind or items".to_string(),
+                    });
                 }
-                Parsed::Document {
-                    objects,
-                    kubernetes,
-                    start,
-                    kind,
-                    api_version,
-                } => {
-                    if !kubernetes {
-                        return Err(SnapshotError::NotObjects {
-                            file: self.name.to_string(),
-                            line: start.line,
-                            column: start.column,
-                            what: "a JSON object without apiVersion, kind or items".to_string(),
-                        });
-                    }
-                    self.objects.extend(objects);
-                    for item in self.late.drain(..) {
-                        self.objects
-                            .add_late_item(item, kind.as_deref(), api_version.as_deref());
-                    }
+                self.objects.extend(objects);
+                for item in self.late.drain(..) {
+                    self.objects
+                        .add_late_item(item, kind.as_deref(), api_version.as_deref());
                 }
             }
         }
@@ -601,6 +651,7 @@ fn read_json(
             pending: std::collections::BTreeMap::new(),
             late: Vec::new(),
             failed: false,
+            error: None,
         };
         let mut sent = 0;
         let mut emit = |work: Work| {
@@ -615,8 +666,7 @@ fn read_json(
         while scanned.is_ok() {
             // A parser's error stops the reading (which error comes first is decided below).
             while let Ok((index, parsed)) = done_rx.try_recv() {
-                let _ = merger.add(index, parsed).map_err(|_| ());
-                merger.failed |= merger.next < index;
+                merger.add(index, parsed);
             }
             if merger.failed {
                 break;
@@ -638,16 +688,11 @@ fn read_json(
         }
         drop(emit);
         drop(work_tx);
-        let mut first_error: Option<SnapshotError> = None;
         for (index, parsed) in done_rx {
-            if let Err(e) = merger.add(index, parsed)
-                && first_error.is_none()
-            {
-                first_error = Some(e);
-            }
+            merger.add(index, parsed);
         }
         // Errors in file order: a parser's about earlier bytes, then the scanner's.
-        match (first_error, scanned) {
+        match (merger.error, scanned) {
             (Some(e), _) | (None, Err(e)) => Err(e),
             (None, Ok(())) => Ok(()),
         }
@@ -669,6 +714,8 @@ struct Scanner<'n> {
     line: usize,
     column: usize,
     depth: usize,
+    /// The brackets open, innermost last (at most [`MAX_DEPTH`]).
+    open: Vec<u8>,
     string: bool,
     escape: bool,
     copy: Copy,
@@ -692,6 +739,7 @@ impl<'n> Scanner<'n> {
             line: 1,
             column: 1,
             depth: 0,
+            open: Vec::with_capacity(MAX_DEPTH),
             string: false,
             escape: false,
             copy: Copy::Nothing,
@@ -719,8 +767,7 @@ impl<'n> Scanner<'n> {
     fn refuse(&self, what: &str) -> SnapshotError {
         SnapshotError::NotObjects {
             file: self.name.to_string(),
-            line: self.line,
-            column: self.column,
+            place: format!(":{}:{}", self.line, self.column),
             what: what.to_string(),
         }
     }
@@ -768,7 +815,11 @@ impl<'n> Scanner<'n> {
         });
     }
 
-    fn feed(&mut self, block: &[u8], emit: &mut dyn FnMut(Work) -> bool) -> Result<(), SnapshotError> {
+    fn feed(
+        &mut self,
+        block: &[u8],
+        emit: &mut dyn FnMut(Work) -> bool,
+    ) -> Result<(), SnapshotError> {
         let mut span = 0;
         let mut i = 0;
         while i < block.len() {
@@ -875,10 +926,23 @@ impl<'n> Scanner<'n> {
                     if self.depth > MAX_DEPTH {
                         return Err(self.pathological("nesting deeper than 128 levels"));
                     }
+                    self.open.push(b);
                 }
                 b'}' | b']' => {
                     if self.depth == 0 {
                         return Err(self.refuse("a closing bracket with nothing open"));
+                    }
+                    let opened = self.open.pop().unwrap_or_default();
+                    if (opened, b) != (b'{', b'}') && (opened, b) != (b'[', b']') {
+                        return Err(SnapshotError::Syntax {
+                            file: self.name.to_string(),
+                            line: self.line,
+                            column: self.column,
+                            message: format!(
+                                "mismatched brackets: '{}' closes a '{}'",
+                                b as char, opened as char
+                            ),
+                        });
                     }
                     self.depth -= 1;
                     if self.in_items && self.depth == 2 && self.copy == Copy::Item {
@@ -945,7 +1009,6 @@ impl<'n> Scanner<'n> {
         Ok(())
     }
 }
-
 
 /// serde_json and serde_yaml put " at line L column C" in their messages; we print the
 /// location up front instead.
@@ -1068,5 +1131,261 @@ items:
     fn stdin_is_dash() {
         let objects = read(&[Source::parse("-")], &mut YAML.as_bytes()).unwrap();
         assert_eq!(objects.slices.len(), 2);
+    }
+
+    fn slice(name: &str, generation: i64) -> String {
+        format!(
+            r#"{{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","metadata":{{"name":"{name}"}},"spec":{{"driver":"media.liken.sh","nodeName":"n","pool":{{"name":"n","generation":{generation},"resourceSliceCount":1}},"devices":[{{"name":"d","attributes":{{"decodeVP9":{{"bool":true}}}}}}]}}}}"#
+        )
+    }
+
+    fn files_with(texts: &[(&str, &str)]) -> (tempfile::TempDir, Vec<Source>) {
+        let dir = tempfile::tempdir().unwrap();
+        let sources = texts
+            .iter()
+            .map(|(name, text)| {
+                let path = dir.path().join(name);
+                std::fs::write(&path, text).unwrap();
+                Source::File(path)
+            })
+            .collect();
+        (dir, sources)
+    }
+
+    fn slice_names(objects: &Objects) -> Vec<&str> {
+        objects
+            .slices
+            .iter()
+            .map(|s| s.metadata.name.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn the_same_object_given_twice_counts_once() {
+        let list = format!(
+            r#"{{"apiVersion":"v1","kind":"List","items":[{},{}]}}"#,
+            slice("a", 1),
+            slice("b", 1)
+        );
+        let (_dir, files) = files_with(&[
+            ("list.json", &list),
+            ("a.yaml", YAML),
+            ("one.json", &slice("a", 1)),
+        ]);
+        // Two -f of one file.
+        let objects = read(&[files[0].clone(), files[0].clone()], &mut std::io::empty()).unwrap();
+        assert_eq!(slice_names(&objects), ["a", "b"]);
+        // Standard input and the file.
+        let objects = read(&[Source::Stdin, files[0].clone()], &mut list.as_bytes()).unwrap();
+        assert_eq!(slice_names(&objects), ["a", "b"]);
+        // A List, and the same object in another file (JSON against JSON).
+        let objects = read(&[files[0].clone(), files[2].clone()], &mut std::io::empty()).unwrap();
+        assert_eq!(slice_names(&objects), ["a", "b"]);
+        // The same object twice in one file.
+        let twice = format!("{}\n{}", slice("a", 1), slice("a", 1));
+        let objects = read(&[Source::Stdin], &mut twice.as_bytes()).unwrap();
+        assert_eq!(slice_names(&objects), ["a"]);
+    }
+
+    #[test]
+    fn a_different_object_under_the_same_identity_names_both_sources() {
+        let (_dir, files) = files_with(&[
+            ("monday.json", &slice("a", 1)),
+            ("tuesday.json", &slice("a", 2)),
+        ]);
+        let err = read(&files, &mut std::io::empty()).unwrap_err();
+        let (Source::File(monday), Source::File(tuesday)) = (&files[0], &files[1]) else {
+            unreachable!()
+        };
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "ResourceSlice \"a\" is in {} and in {} with different content (hint: give one snapshot of the cluster, or several that do not overlap)",
+                monday.display(),
+                tuesday.display()
+            )
+        );
+    }
+
+    fn error_of(text: &[u8]) -> String {
+        read(&[Source::Stdin], &mut &text[..])
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn input_without_kubernetes_objects_is_named_with_what_was_expected() {
+        let expected = "not a Kubernetes object or List (an object has apiVersion and kind, a List has items) (hint: -f takes the output of `kubectl get ... -o yaml` or `-o json`)";
+        assert_eq!(
+            error_of(b"[1,2,3]"),
+            format!("<stdin>:1:1: a JSON array, {expected}")
+        );
+        assert_eq!(
+            error_of(b"\n  42\n"),
+            format!("<stdin>:2:3: plain text, {expected}")
+        );
+        assert_eq!(
+            error_of(b"plain words, no objects\n"),
+            format!("<stdin>:1:1: plain text, {expected}")
+        );
+        assert_eq!(
+            error_of(b"# a comment\n- a\n- b\n"),
+            format!("<stdin>:2:1: a YAML sequence, {expected}")
+        );
+        // A probe record (`media-capabilities probe -o json` / `-o yaml`): data, but no object.
+        assert_eq!(
+            error_of(br#"{"node": "n1", "gpus": [{"address": "0000:00:02.0"}]}"#),
+            format!("<stdin>:1:1: a JSON object without apiVersion, kind or items, {expected}")
+        );
+        assert_eq!(
+            error_of(b"node: n1\ngpus:\n- address: 0000:00:02.0\n"),
+            format!(
+                "<stdin>: YAML document 1 is a mapping without apiVersion, kind or items, {expected}"
+            )
+        );
+        // A second document that is not an object fails too, after good ones.
+        let two = format!("{}\n[1]", slice("a", 1));
+        assert_eq!(
+            error_of(two.as_bytes()),
+            format!("<stdin>:2:1: a JSON array, {expected}")
+        );
+        assert!(error_of(br#"{"kind":"List","items":[1,2]}"#).starts_with(
+            "<stdin>:1:25: an item of a List that is not an object, not a Kubernetes"
+        ));
+        assert!(
+            error_of(b" \n\t\n")
+                .starts_with("<stdin>: holds no Kubernetes objects: it is empty (hint: -f takes")
+        );
+        assert!(
+            error_of(b"---\n# nothing\n")
+                .starts_with("<stdin>: holds no Kubernetes objects: it is empty")
+        );
+        assert!(
+            error_of(b"\x7fELF\x02\x01\x01\x00\x00")
+                .starts_with("<stdin>: not a text file (it holds a NUL byte) (hint:")
+        );
+        assert!(
+            error_of(b"\xff\xd8\xff\xe0 jpeg")
+                .starts_with("<stdin>: not a text file (it holds bytes that are not UTF-8)")
+        );
+    }
+
+    #[test]
+    fn pathological_input_fails_fast_with_bounded_memory() {
+        // Deep nesting: stopped at serde_json's limit, whatever follows.
+        let deep = format!("{{\"a\":{}", "[".repeat(100_000));
+        assert_eq!(
+            error_of(deep.as_bytes()),
+            "<stdin>:1:133: nesting deeper than 128 levels, which no Kubernetes object is (hint: -f takes the output of `kubectl get ... -o yaml` or `-o json`)"
+        );
+        // serde_yaml stops at its recursion limit too (no stack overflow).
+        let deep_yaml = format!("apiVersion: {}", "[".repeat(1_000));
+        let err = error_of(deep_yaml.as_bytes());
+        assert!(err.contains("recursion limit exceeded"), "{err}");
+        // Endless junk: refused from the first block, or at 64 MiB for one object, never read
+        // to its end (these readers never end).
+        let mut zeros = std::io::repeat(0);
+        assert!(
+            read(&[Source::Stdin], &mut zeros)
+                .unwrap_err()
+                .to_string()
+                .contains("NUL byte")
+        );
+        let mut words = std::io::repeat(b'a');
+        assert!(
+            read(&[Source::Stdin], &mut words)
+                .unwrap_err()
+                .to_string()
+                .contains("plain text")
+        );
+        let mut endless = std::io::Read::chain(&b"{\"kind\":\"x"[..], std::io::repeat(b'x'));
+        let err = read(&[Source::Stdin], &mut endless)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(
+                "an object over 64 MiB outside a List's items, which no Kubernetes object is"
+            ),
+            "{err}"
+        );
+        let mut endless_item =
+            std::io::Read::chain(&b"{\"items\":[{\"kind\":\"x"[..], std::io::repeat(b'x'));
+        let err = read(&[Source::Stdin], &mut endless_item)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("an item over 64 MiB"), "{err}");
+    }
+
+    #[test]
+    fn errors_inside_items_are_placed_in_the_file() {
+        let text = format!(
+            "{{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [\n  {},\n  {{\"kind\": \"ResourceSlice\", \"spec\": }}\n]}}",
+            slice("a", 1)
+        );
+        assert_eq!(
+            error_of(text.as_bytes()),
+            "<stdin>:3:37: expected value (hint: -f takes the output of `kubectl get ... -o yaml` or `-o json`)"
+        );
+        // Cut short inside an item.
+        let short = format!("{{\"items\": [{}, {{\"kind\": \"Res", slice("a", 1));
+        assert!(
+            error_of(short.as_bytes()).contains("EOF while parsing"),
+            "{}",
+            error_of(short.as_bytes())
+        );
+    }
+
+    #[test]
+    fn kindless_items_before_the_lists_kind_are_read_once_it_is_known() {
+        let text = r#"{"items":[{"metadata":{"name":"a"},"spec":{"driver":"d","pool":{"name":"p"}}}],"kind":"ResourceSliceList","apiVersion":"resource.k8s.io/v1","metadata":{}}"#;
+        let objects = read(&[Source::Stdin], &mut text.as_bytes()).unwrap();
+        assert_eq!(slice_names(&objects), ["a"]);
+        assert!(objects.notes.is_empty(), "{:?}", objects.notes);
+    }
+
+    /// What the scanner hands over does not depend on where the blocks are cut.
+    #[test]
+    fn the_scanner_cuts_the_same_wherever_the_blocks_end() {
+        let text = format!(
+            "{{\"apiVersion\":\"v1\",\"kind\":\"List\",\"items\":[\n {},\n {{\"kind\":\"Pod\",\"metadata\":{{\"name\":\"q\\\"}}]\"}}}}],\"metadata\":{{\"items\":[1]}}}}\n{}",
+            slice("a", 1),
+            slice("b", 2)
+        );
+        let cut = |at: usize| {
+            let mut works = Vec::new();
+            let mut emit = |w: Work| {
+                works.push(match w {
+                    Work::Items {
+                        text,
+                        starts,
+                        kind,
+                        api_version,
+                    } => format!(
+                        "items {:?} {starts:?} {kind:?} {api_version:?}",
+                        String::from_utf8(text).unwrap()
+                    ),
+                    Work::Document { text, start, list } => format!(
+                        "doc {:?} {start:?} {list}",
+                        String::from_utf8(text).unwrap()
+                    ),
+                });
+                true
+            };
+            let mut scanner = Scanner::new("t");
+            scanner.feed(&text.as_bytes()[..at], &mut emit).unwrap();
+            scanner.feed(&text.as_bytes()[at..], &mut emit).unwrap();
+            scanner.finish(&mut emit).unwrap();
+            works
+        };
+        let whole = cut(text.len());
+        assert_eq!(whole.len(), 3, "{whole:#?}");
+        assert!(whole[1].starts_with(r#"doc "{\"apiVersion\":\"v1\",\"kind\":\"List\",\"items\":[],\"metadata\":{\"items\":[1]}}""#), "{}", whole[1]);
+        for at in 0..text.len() {
+            assert_eq!(cut(at), whole, "cut at {at}");
+        }
+        // And the whole text reads as it should.
+        let objects = read(&[Source::Stdin], &mut text.as_bytes()).unwrap();
+        assert_eq!(slice_names(&objects), ["a", "b"]);
+        assert_eq!(objects.pods[0].metadata.name.as_deref(), Some("q\"}]"));
     }
 }

@@ -16,7 +16,6 @@
 //! [`Value::Invalid`], and an object of a known kind that does not have its kind's shape is
 //! skipped with a note naming it. Unknown kinds are passed over in silence.
 
-use std::borrow::Cow;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{Event, Node, NodeSelector, Pod};
@@ -595,6 +594,58 @@ pub struct Taint {
     pub time_added: Option<String>,
 }
 
+/// A map key as read: borrowed from the text when it has no escapes (serde_json's `from_str`
+/// hands those over as they are), owned otherwise. serde's own `Cow<str>` always copies, and a
+/// fleet has millions of keys.
+enum Key<'de> {
+    Borrowed(&'de str),
+    Owned(String),
+}
+
+impl std::ops::Deref for Key<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match self {
+            Key::Borrowed(s) => s,
+            Key::Owned(s) => s,
+        }
+    }
+}
+
+impl AsRef<str> for Key<'_> {
+    fn as_ref(&self) -> &str {
+        self
+    }
+}
+
+impl PartialEq<&str> for Key<'_> {
+    fn eq(&self, other: &&str) -> bool {
+        **self == **other
+    }
+}
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key::Borrowed(s))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Key<'de>, E> {
+                Ok(Key::Owned(s.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<Key<'de>, E> {
+                Ok(Key::Owned(s))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
 thread_local! {
     /// The names of the last device read on this thread, by position: the devices of a fleet
     /// list their attributes in the same order, so a name is nearly always a byte comparison
@@ -646,7 +697,7 @@ impl<'de> Deserialize<'de> for Attributes {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Attributes, A::Error> {
                 let mut names: Vec<QualifiedName> = Vec::with_capacity(32);
                 let mut values: Vec<Value> = Vec::with_capacity(32);
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                while let Some(key) = map.next_key::<Key<'de>>()? {
                     let name = attribute_name(&key, names.len());
                     let value = map.next_value::<Value>()?;
                     // The API server refuses a device that names one attribute twice; of a
@@ -723,7 +774,7 @@ impl<'de> Deserialize<'de> for Value {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
                 let mut found: Option<Value> = None;
                 let mut types = 0;
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                while let Some(key) = map.next_key::<Key<'de>>()? {
                     let scalar = map.next_value::<Scalar>()?;
                     let value = match (key.as_ref(), scalar) {
                         ("bool", Scalar::Bool(b)) => Value::Bool(b),
@@ -942,7 +993,7 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
         let mut fields = serde_json::Map::new();
         let mut list = false;
         let mut kindless: Vec<serde_json::Map<String, serde_json::Value>> = Vec::new();
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        while let Some(key) = map.next_key::<Key<'de>>()? {
             match key.as_ref() {
                 "apiVersion" => api_version = map.next_value()?,
                 "kind" => kind = map.next_value()?,
@@ -1365,7 +1416,7 @@ pub(crate) fn continue_token(text: &str) -> Result<Option<String>, serde_json::E
             f.write_str("a List")
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            while let Some(key) = map.next_key::<Key<'de>>()? {
                 if key == "metadata" {
                     let metadata: Option<Head> = map.next_value()?;
                     *self.0 = Some(metadata.and_then(|m| m.continue_token));

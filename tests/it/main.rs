@@ -12,6 +12,7 @@ mod cluster;
 mod completion;
 mod deploy;
 mod explain;
+mod files;
 mod generated;
 mod isolation;
 mod kubelet;
