@@ -272,6 +272,10 @@ const BATCH: usize = 1 << 20;
 const MAX_OBJECT: usize = 64 << 20;
 /// serde_json's recursion limit; serde_yaml's is the same.
 const MAX_DEPTH: usize = 128;
+/// Notes kept per source: a file of a million odd objects must not become a million warnings
+/// held in memory; the rest are counted.
+const MAX_NOTES: usize = 1000;
+
 /// Threads parsing batches (the reading thread is a third, mostly waiting on them).
 const PARSERS: usize = 2;
 
@@ -461,7 +465,8 @@ enum Work {
 enum Parsed {
     Items {
         objects: Objects,
-        late: Vec<serde_json::Map<String, serde_json::Value>>,
+        /// The texts of items with no kind while the List's is unknown, with their places.
+        late: Vec<(String, Position)>,
     },
     Document {
         objects: Objects,
@@ -518,11 +523,12 @@ fn parse(work: Work, wanted: Objects, name: &str) -> Result<Parsed, SnapshotErro
             for (i, &(offset, start)) in starts.iter().enumerate() {
                 let end = starts.get(i + 1).map_or(text.len(), |next| next.0);
                 let item = utf8(name, &text[offset..end], start)?;
-                if let Some(fields) = objects
+                if objects
                     .add_list_item(item, kind.as_deref(), api_version.as_deref())
                     .map_err(|e| syntax(name, &e, start))?
+                    .is_some()
                 {
-                    late.push(fields);
+                    late.push((item.to_string(), start));
                 }
             }
             Ok(Parsed::Items { objects, late })
@@ -554,8 +560,13 @@ struct Merger<'a> {
     name: &'a str,
     next: usize,
     pending: std::collections::BTreeMap<usize, Result<Parsed, SnapshotError>>,
-    /// Items of the current List that carried no kind while the List's was unknown.
-    late: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// Items of the current List that carried no kind while the List's was unknown, and their
+    /// size: held until the List's kind comes, so bounded by [`MAX_OBJECT`] in all.
+    late: Vec<(String, Position)>,
+    late_bytes: usize,
+    /// Where this source's notes begin, and how many past [`MAX_NOTES`] were dropped.
+    notes_before: usize,
+    notes_dropped: usize,
     /// Whether any parser failed (reading stops).
     failed: bool,
     /// The first failure in the file's order.
@@ -579,11 +590,43 @@ impl Merger<'_> {
         }
     }
 
+    fn cap_notes(&mut self) {
+        let notes = &mut self.objects.notes;
+        if notes.len() > self.notes_before + MAX_NOTES {
+            self.notes_dropped += notes.len() - (self.notes_before + MAX_NOTES);
+            notes.truncate(self.notes_before + MAX_NOTES);
+        }
+    }
+
+    /// The count of the notes not kept, as one more note.
+    fn finish(self) -> Option<SnapshotError> {
+        if self.notes_dropped > 0 {
+            self.objects.notes.push(format!(
+                "{}: {} more objects skipped (only the first {MAX_NOTES} are named)",
+                self.name, self.notes_dropped
+            ));
+        }
+        self.error
+    }
+
     fn merge(&mut self, parsed: Result<Parsed, SnapshotError>) -> Result<(), SnapshotError> {
         match parsed? {
             Parsed::Items { objects, late } => {
                 self.objects.extend(objects);
-                self.late.extend(late);
+                self.cap_notes();
+                for (text, start) in late {
+                    self.late_bytes += text.len();
+                    if self.late_bytes > MAX_OBJECT {
+                        return Err(SnapshotError::Pathological {
+                            file: self.name.to_string(),
+                            line: start.line,
+                            column: start.column,
+                            what: "over 64 MiB of List items without a kind before the List's own kind"
+                                .to_string(),
+                        });
+                    }
+                    self.late.push((text, start));
+                }
             }
             Parsed::Document {
                 objects,
@@ -600,10 +643,14 @@ impl Merger<'_> {
                     });
                 }
                 self.objects.extend(objects);
-                for item in self.late.drain(..) {
+                self.cap_notes();
+                self.late_bytes = 0;
+                for (item, start) in std::mem::take(&mut self.late) {
                     self.objects
-                        .add_late_item(item, kind.as_deref(), api_version.as_deref());
+                        .add_late_item(&item, kind.as_deref(), api_version.as_deref())
+                        .map_err(|e| syntax(self.name, &e, start))?;
                 }
+                self.cap_notes();
             }
         }
         Ok(())
@@ -644,12 +691,16 @@ fn read_json(
             });
         }
         drop(done_tx);
+        let notes_before = objects.notes.len();
         let mut merger = Merger {
+            notes_before,
+            notes_dropped: 0,
             objects,
             name,
             next: 0,
             pending: std::collections::BTreeMap::new(),
             late: Vec::new(),
+            late_bytes: 0,
             failed: false,
             error: None,
         };
@@ -692,7 +743,7 @@ fn read_json(
             merger.add(index, parsed);
         }
         // Errors in file order: a parser's about earlier bytes, then the scanner's.
-        match (merger.error, scanned) {
+        match (merger.finish(), scanned) {
             (Some(e), _) | (None, Err(e)) => Err(e),
             (None, Ok(())) => Ok(()),
         }

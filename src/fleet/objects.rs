@@ -1179,18 +1179,16 @@ impl Objects {
         self.add_item_text(text, inherit)
     }
 
-    /// An item [`Objects::add_list_item`] handed back, now that the List's kind is known.
+    /// An item [`Objects::add_list_item`] handed back, read again now that the List's kind is
+    /// known (an item that still has none is passed over, as any object of no known kind).
     pub(crate) fn add_late_item(
         &mut self,
-        item: serde_json::Map<String, serde_json::Value>,
+        text: &str,
         list_kind: Option<&str>,
         list_api_version: Option<&str>,
-    ) {
-        let inherit = Inherit {
-            kind: list_item_kind(list_kind),
-            api_version: list_api_version,
-        };
-        self.add_value_with(&serde_json::Value::Object(item), inherit);
+    ) -> Result<(), serde_json::Error> {
+        self.add_list_item(text, list_kind, list_api_version)
+            .map(|_| ())
     }
 
     /// The slow, forgiving path of [`Objects::add_json`]: each item of a List read on its own.
