@@ -737,7 +737,6 @@ fn read_json(
                 }
             }
         }
-        drop(emit);
         drop(work_tx);
         for (index, parsed) in done_rx {
             merger.add(index, parsed);
