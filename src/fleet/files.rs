@@ -8,8 +8,9 @@
 //! a fleet's file costs its model, not its text (and two cores, not one). What cannot be a
 //! Kubernetes object stops the reading where it shows: bytes that are not text, a top-level
 //! value that is not an object, nesting deeper than serde_json's 128 levels, one object over
-//! 64 MiB (etcd stores at most 1.5 MiB). YAML is read whole (serde_yaml parses a whole text),
-//! after its first line is checked for the shape of a Kubernetes document.
+//! 16 MiB (etcd stores at most 1.5 MiB). YAML is read whole (serde_yaml parses a whole text),
+//! up to 128 MiB, after its first line is checked for the shape of a Kubernetes document and
+//! its flow brackets for depth.
 //!
 //! Every document must be a Kubernetes object or List (`apiVersion` and `kind`, or `items`); an
 //! input with none is an error naming it and what was expected. The same object given twice
@@ -68,6 +69,10 @@ pub enum SnapshotError {
         column: usize,
         what: String,
     },
+    #[error(
+        "{file}: over 128 MiB of YAML, more than -f parses as YAML (hint: save the objects with `kubectl get ... -o json`, which -f reads as a stream)"
+    )]
+    TooMuchYaml { file: String },
     #[error(
         "{kind} {name:?} is in {first} and in {second} with different content (hint: give one snapshot of the cluster, or several that do not overlap)"
     )]
@@ -266,10 +271,13 @@ impl Seen {
 const BLOCK: usize = 1 << 20;
 /// How many bytes of items a parser gets at once.
 const BATCH: usize = 1 << 20;
-/// Larger than any Kubernetes object: etcd stores at most 1.5 MiB, the API server refuses
+/// Ten times any Kubernetes object: etcd stores at most 1.5 MiB, the API server refuses
 /// requests over 3 MiB. A document outside a List's items, or one item, over this is refused
 /// before it is held.
-const MAX_OBJECT: usize = 64 << 20;
+const MAX_OBJECT: usize = 16 << 20;
+/// YAML is parsed whole (serde_yaml holds a document's events, and the reader a value tree),
+/// at several times its size in memory; past this, JSON (read as a stream) is the way.
+const MAX_YAML: usize = 128 << 20;
 /// serde_json's recursion limit; serde_yaml's is the same.
 const MAX_DEPTH: usize = 128;
 /// Notes kept per source: a file of a million odd objects must not become a million warnings
@@ -312,7 +320,14 @@ fn read_stream(
                 bytes.reserve(size.saturating_sub(bytes.len()));
             }
             first_yaml_line_is_kubernetes(&bytes[text_start..], name)?;
-            reader.read_to_end(&mut bytes).map_err(read_error)?;
+            let mut rest = reader.take((MAX_YAML + 1 - bytes.len().min(MAX_YAML)) as u64);
+            rest.read_to_end(&mut bytes).map_err(read_error)?;
+            if bytes.len() > MAX_YAML {
+                return Err(SnapshotError::TooMuchYaml {
+                    file: name.to_string(),
+                });
+            }
+            yaml_nesting(&bytes, name)?;
             let text = String::from_utf8(bytes).map_err(|_| SnapshotError::NotText {
                 file: name.to_string(),
                 what: "bytes that are not UTF-8",
@@ -382,6 +397,37 @@ fn first_yaml_line_is_kubernetes(bytes: &[u8], name: &str) -> Result<(), Snapsho
             place: format!(":{}:{}", i + 1, line.len() - line.trim_start().len() + 1),
             what,
         });
+    }
+    Ok(())
+}
+
+/// Flow collections nested past serde_yaml's recursion limit are refused before serde_yaml
+/// sees them: libyaml takes minutes over a hundred thousand `[` before serde_yaml's own limit
+/// stops it. Brackets in quoted and block scalars count too (this does not parse YAML), which
+/// only matters for text with over 128 unclosed brackets, which no Kubernetes object has.
+fn yaml_nesting(bytes: &[u8], name: &str) -> Result<(), SnapshotError> {
+    let (mut depth, mut line, mut column) = (0usize, 1, 1);
+    for &b in bytes {
+        match b {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(SnapshotError::Pathological {
+                        file: name.to_string(),
+                        line,
+                        column,
+                        what: "nesting deeper than 128 levels".to_string(),
+                    });
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b'\n' => {
+                line += 1;
+                column = 0;
+            }
+            _ => {}
+        }
+        column += 1;
     }
     Ok(())
 }
@@ -621,7 +667,7 @@ impl Merger<'_> {
                             file: self.name.to_string(),
                             line: start.line,
                             column: start.column,
-                            what: "over 64 MiB of List items without a kind before the List's own kind"
+                            what: "over 16 MiB of List items without a kind before the List's own kind"
                                 .to_string(),
                         });
                     }
@@ -835,18 +881,19 @@ impl<'n> Scanner<'n> {
     fn copy(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
         match self.copy {
             Copy::Nothing => {}
+            // Checked before the bytes are held, so the bound is the memory's too.
             Copy::Head => {
-                self.head.extend_from_slice(bytes);
-                if self.head.len() > MAX_OBJECT {
-                    return Err(self.pathological("an object over 64 MiB outside a List's items"));
+                if self.head.len() + bytes.len() > MAX_OBJECT {
+                    return Err(self.pathological("an object over 16 MiB outside a List's items"));
                 }
+                self.head.extend_from_slice(bytes);
             }
             Copy::Item => {
-                self.batch.extend_from_slice(bytes);
                 let start = self.starts.last().map_or(0, |s| s.0);
-                if self.batch.len() - start > MAX_OBJECT {
-                    return Err(self.pathological("an item over 64 MiB"));
+                if self.batch.len() + bytes.len() - start > MAX_OBJECT {
+                    return Err(self.pathological("an item over 16 MiB"));
                 }
+                self.batch.extend_from_slice(bytes);
             }
         }
         Ok(())
@@ -1328,11 +1375,22 @@ items:
             error_of(deep.as_bytes()),
             "<stdin>:1:133: nesting deeper than 128 levels, which no Kubernetes object is (hint: -f takes the output of `kubectl get ... -o yaml` or `-o json`)"
         );
-        // serde_yaml stops at its recursion limit too (no stack overflow).
-        let deep_yaml = format!("apiVersion: {}", "[".repeat(1_000));
-        let err = error_of(deep_yaml.as_bytes());
-        assert!(err.contains("recursion limit exceeded"), "{err}");
-        // Endless junk: refused from the first block, or at 64 MiB for one object, never read
+        // In YAML too, before libyaml spends minutes on it.
+        let deep_yaml = format!("apiVersion: {}", "[".repeat(100_000));
+        assert_eq!(
+            error_of(deep_yaml.as_bytes()),
+            "<stdin>:1:141: nesting deeper than 128 levels, which no Kubernetes object is (hint: -f takes the output of `kubectl get ... -o yaml` or `-o json`)"
+        );
+        // YAML past 128 MiB is refused once that much is read, not held whole.
+        let mut endless_yaml = std::io::Read::chain(
+            &b"apiVersion: v1\nkind: List\nitems:\n"[..],
+            std::io::repeat(b'\n'),
+        );
+        let err = read(&[Source::Stdin], &mut endless_yaml)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("<stdin>: over 128 MiB of YAML"), "{err}");
+        // Endless junk: refused from the first block, or at 16 MiB for one object, never read
         // to its end (these readers never end).
         let mut zeros = std::io::repeat(0);
         assert!(
@@ -1354,7 +1412,7 @@ items:
             .to_string();
         assert!(
             err.contains(
-                "an object over 64 MiB outside a List's items, which no Kubernetes object is"
+                "an object over 16 MiB outside a List's items, which no Kubernetes object is"
             ),
             "{err}"
         );
@@ -1363,7 +1421,7 @@ items:
         let err = read(&[Source::Stdin], &mut endless_item)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("an item over 64 MiB"), "{err}");
+        assert!(err.contains("an item over 16 MiB"), "{err}");
     }
 
     #[test]
