@@ -547,6 +547,16 @@ fn syntax(name: &str, e: &serde_json::Error, start: Position) -> SnapshotError {
     }
 }
 
+/// A List's item with no kind of its own in a List whose kind gives none (`kind: List`, as
+/// kubectl writes, or no kind at all).
+fn kindless_item(name: &str, start: Position) -> SnapshotError {
+    SnapshotError::NotObjects {
+        file: name.to_string(),
+        place: format!(":{}:{}", start.line, start.column),
+        what: "an item of a List without a kind".to_string(),
+    }
+}
+
 fn utf8<'a>(name: &str, bytes: &'a [u8], start: Position) -> Result<&'a str, SnapshotError> {
     std::str::from_utf8(bytes).map_err(|_| SnapshotError::Syntax {
         file: name.to_string(),
@@ -574,6 +584,9 @@ fn parse(work: Work, wanted: Objects, name: &str) -> Result<Parsed, SnapshotErro
                     .map_err(|e| syntax(name, &e, start))?
                     .is_some()
                 {
+                    if kind.is_some() {
+                        return Err(kindless_item(name, start));
+                    }
                     late.push((item.to_string(), start));
                 }
             }
@@ -692,9 +705,13 @@ impl Merger<'_> {
                 self.cap_notes();
                 self.late_bytes = 0;
                 for (item, start) in std::mem::take(&mut self.late) {
-                    self.objects
+                    if !self
+                        .objects
                         .add_late_item(&item, kind.as_deref(), api_version.as_deref())
-                        .map_err(|e| syntax(self.name, &e, start))?;
+                        .map_err(|e| syntax(self.name, &e, start))?
+                    {
+                        return Err(kindless_item(self.name, start));
+                    }
                 }
                 self.cap_notes();
             }
@@ -1345,6 +1362,14 @@ items:
         assert_eq!(
             error_of(two.as_bytes()),
             format!("<stdin>:2:1: a JSON array, {expected}")
+        );
+        assert!(
+            error_of(br#"{"apiVersion":"v1","kind":"List","items":[{"a":1}]}"#)
+                .starts_with("<stdin>:1:43: an item of a List without a kind, not a Kubernetes")
+        );
+        assert!(
+            error_of(br#"{"items":[{"apiVersion":"v1","a":1}],"kind":"List"}"#)
+                .starts_with("<stdin>:1:11: an item of a List without a kind, not a Kubernetes")
         );
         assert!(error_of(br#"{"kind":"List","items":[1,2]}"#).starts_with(
             "<stdin>:1:25: an item of a List that is not an object, not a Kubernetes"

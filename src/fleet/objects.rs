@@ -1046,7 +1046,9 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
         }
         let kind = kind.as_deref().or(self.inherit.kind);
         let api_version = api_version.as_deref().or(self.inherit.api_version);
-        if kind.is_none() && api_version.is_none() {
+        // No kind, own or inherited: not an object anyone can route (a List's items may learn
+        // theirs from a `kind` that comes after them).
+        if kind.is_none() {
             return Ok(Outcome::Kindless(fields));
         }
         self.objects
@@ -1180,15 +1182,15 @@ impl Objects {
     }
 
     /// An item [`Objects::add_list_item`] handed back, read again now that the List's kind is
-    /// known (an item that still has none is passed over, as any object of no known kind).
+    /// known; `false` when it still has none.
     pub(crate) fn add_late_item(
         &mut self,
         text: &str,
         list_kind: Option<&str>,
         list_api_version: Option<&str>,
-    ) -> Result<(), serde_json::Error> {
+    ) -> Result<bool, serde_json::Error> {
         self.add_list_item(text, list_kind, list_api_version)
-            .map(|_| ())
+            .map(|kindless| kindless.is_none())
     }
 
     /// The slow, forgiving path of [`Objects::add_json`]: each item of a List read on its own.
