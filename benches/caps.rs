@@ -8,7 +8,12 @@
 //!   without the plugin), when kubectl is installed;
 //! - the peak RSS of the `caps` runs next to the size of the fleet's JSON.
 //!
-//! Targets: ≤ 1 s wall for the whole fleet, ≥ 10× faster than kubectl, peak memory ≤ 4× the JSON.
+//! The server holds every slice encoded ahead of time, as JSON and as kubectl's server-side
+//! `Table` row ([`TestApiServer::encode_ahead`]), as kube-apiserver's watch cache keeps
+//! encodings, so that both clients are measured against a server that only copies bytes.
+//!
+//! Targets (issue 13): ≤ 0.3 s wall for the whole fleet, ≥ 10× faster than kubectl on the same
+//! server in the same run, peak memory ≤ 2× the JSON.
 //! Run: `cargo bench --bench caps` (`CAPS_BENCH_NODES=500` for a quicker look).
 //!
 //! `CAPS_BENCH_BASELINE=/path/to/kubectl-media` also runs an older build of the plugin (say, the
@@ -183,8 +188,9 @@ fn main() {
     for item in items {
         server.put(item).expect("the test server accepts the fleet");
     }
+    server.encode_ahead("resourceslices");
     println!(
-        "(loading the test server took {:.1} s)",
+        "(loading the test server and encoding its slices took {:.1} s)",
         load.elapsed().as_secs_f64()
     );
     let kubeconfig = server.kubeconfig().to_path_buf();
@@ -263,7 +269,7 @@ fn main() {
     match (file_rss, server_rss) {
         (Some((file_rss, file_cpu)), Some((server_rss, server_cpu))) => {
             println!(
-                "peak RSS: caps -f {file_rss:.0} MiB = {:.2}x the JSON; caps from the server {server_rss:.0} MiB = {:.2}x (target: <= 4x)",
+                "peak RSS: caps -f {file_rss:.0} MiB = {:.2}x the JSON; caps from the server {server_rss:.0} MiB = {:.2}x (target: <= 2x)",
                 file_rss / json_mib,
                 server_rss / json_mib
             );
@@ -307,14 +313,15 @@ fn main() {
             );
         }
     }
+    let target = Duration::from_millis(300);
     println!(
-        "target <= 1 s for the whole fleet: file {}, server {}",
-        if from_file.median <= Duration::from_secs(1) {
+        "target <= 0.3 s for the whole fleet (median): file {}, server {}",
+        if from_file.median <= target {
             "met"
         } else {
             "NOT met"
         },
-        if from_server.median <= Duration::from_secs(1) {
+        if from_server.median <= target {
             "met"
         } else {
             "NOT met"

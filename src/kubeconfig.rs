@@ -1,24 +1,44 @@
 //! Finding the API server, the one way both programs do it, as kubectl does: the `--kubeconfig`
-//! file, else `KUBECONFIG`, else `~/.kube/config`, else the pod's service account; `--context`
-//! picks a context of that file. The result carries the namespace in effect for the context
-//! (`contexts[].context.namespace`, the service account's namespace in a pod, else `default`).
+//! file, else the files `KUBECONFIG` lists, merged, else `~/.kube/config`, else the pod's service
+//! account; `--context` picks a context of the result. The result carries the namespace in effect
+//! for the context (`contexts[].context.namespace`, the service account's namespace in a pod,
+//! else `default`).
+//!
+//! The rules are client-go's (`tools/clientcmd/loader.go`, `ClientConfigLoadingRules.Load`),
+//! which kube-rs's own loader does not all follow (it fails on a missing file of the list):
+//! - `--kubeconfig` names the only file read, and it must exist;
+//! - `KUBECONFIG` is split at `:`, empty entries are ignored and a repeated path is read once;
+//!   when it lists nothing at all, `~/.kube/config` is read instead;
+//! - a listed file that does not exist is skipped; one that exists but cannot be read or parsed
+//!   is an error naming it;
+//! - merging: the first file to define a cluster, user or context of a given name wins, whole
+//!   (later files' fields of the same name are discarded, never mixed in); the first file to set
+//!   a non-empty `current-context` wins; a file naming one cluster, user or context twice is an
+//!   error (client-go's conversion refuses it);
+//! - relative paths (certificates, keys, token files, exec commands) resolve against the
+//!   directory of the file that holds them;
+//! - when no file exists at all, the pod's service account, else an error that says where it
+//!   looked.
 //!
 //! Each program adds its own hint to a failure (the agent runs in a pod, the plugin beside a
 //! kubectl), so [`KubeconfigError`] states only what went wrong.
 
 use std::path::{Path, PathBuf};
 
+use kube::config::Kubeconfig;
+
 /// Why no API server could be found.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeconfigError {
-    /// The kubeconfig exists but cannot be read or used (unparseable, no such context...).
+    /// The merged kubeconfig cannot be used (no such context, no current context, bad URL...).
     #[error("load kubeconfig: {cause}")]
     Invalid { cause: String },
+    /// One file cannot be read or parsed.
+    #[error("load kubeconfig {path}: {cause}")]
+    File { path: String, cause: String },
     /// Nothing to read at all.
-    #[error(
-        "no kubeconfig: KUBECONFIG is not set, ~/.kube/config does not exist, and this is not a pod in a cluster"
-    )]
-    Missing,
+    #[error("no kubeconfig: {looked}, and this is not a pod in a cluster")]
+    Missing { looked: String },
 }
 
 /// Where to look, as the command line says.
@@ -30,41 +50,179 @@ pub struct Source {
 
 /// Loads the configuration `source` names. Nothing is sent to the server.
 pub(crate) async fn load(source: &Source) -> Result<kube::Config, KubeconfigError> {
+    let kubeconfig = std::env::var_os("KUBECONFIG");
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let files = files(source, kubeconfig.as_deref(), home.as_deref());
+    let merged = match read_merged(&files)? {
+        Some(merged) => merged,
+        None => {
+            return kube::Config::incluster().map_err(|_| KubeconfigError::Missing {
+                looked: files.looked(),
+            });
+        }
+    };
     let options = kube::config::KubeConfigOptions {
         context: source.context.clone(),
         ..Default::default()
     };
-    match (&source.kubeconfig, &source.context) {
-        (Some(path), _) => {
-            let file = kube::config::Kubeconfig::read_from(path).map_err(invalid)?;
-            kube::Config::from_custom_kubeconfig(file, &options)
-                .await
-                .map_err(invalid)
+    kube::Config::from_custom_kubeconfig(merged, &options)
+        .await
+        .map_err(|e| KubeconfigError::Invalid {
+            cause: one_line(&chain(&e)),
+        })
+}
+
+/// The files to read, in order of precedence.
+#[derive(Debug, PartialEq, Eq)]
+enum Files {
+    /// `--kubeconfig`: this one only, and it must exist.
+    Explicit(PathBuf),
+    /// From `KUBECONFIG`: those that exist, merged.
+    Listed(Vec<PathBuf>),
+    /// `KUBECONFIG` lists nothing: `~/.kube/config`, if it exists (`None`: no home).
+    Home(Option<PathBuf>),
+}
+
+impl Files {
+    /// Where we looked, for the message when nothing was there.
+    fn looked(&self) -> String {
+        match self {
+            Files::Explicit(path) => format!("{} does not exist", path.display()),
+            Files::Listed(paths) if paths.is_empty() => "KUBECONFIG lists no file".to_string(),
+            Files::Listed(paths) => format!(
+                "none of the files KUBECONFIG lists exists ({})",
+                paths
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Files::Home(_) => "KUBECONFIG is not set, ~/.kube/config does not exist".to_string(),
         }
-        // As kubectl: KUBECONFIG, else ~/.kube/config, else the pod's service account.
-        (None, None) => kube::Config::infer().await.map_err(|e| {
-            if no_kubeconfig() {
-                KubeconfigError::Missing
-            } else {
-                invalid(e)
-            }
-        }),
-        (None, Some(_)) => kube::Config::from_kubeconfig(&options)
-            .await
-            .map_err(invalid),
     }
 }
 
-/// Whether there is no kubeconfig to read at all (then the in-cluster attempt's failure is not
-/// what the user needs to hear).
-fn no_kubeconfig() -> bool {
-    std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty())
-        && std::env::var_os("HOME")
-            .is_none_or(|home| !Path::new(&home).join(".kube/config").exists())
+/// client-go's precedence (`NewDefaultClientConfigLoadingRules`, `Load`).
+fn files(source: &Source, kubeconfig: Option<&std::ffi::OsStr>, home: Option<&Path>) -> Files {
+    if let Some(path) = &source.kubeconfig {
+        return Files::Explicit(path.clone());
+    }
+    // As Go's `filepath.SplitList(os.Getenv("KUBECONFIG"))`: unset and empty are both "no
+    // list"; otherwise the entries, empty ones dropped when read, duplicates read once.
+    match kubeconfig.filter(|v| !v.is_empty()) {
+        Some(list) => {
+            let mut paths: Vec<PathBuf> = Vec::new();
+            for path in std::env::split_paths(list) {
+                if !path.as_os_str().is_empty() && !paths.contains(&path) {
+                    paths.push(path);
+                }
+            }
+            Files::Listed(paths)
+        }
+        None => Files::Home(home.map(|h| h.join(".kube/config"))),
+    }
 }
 
-fn invalid(e: impl std::error::Error) -> KubeconfigError {
-    KubeconfigError::Invalid { cause: chain(&e) }
+/// Reads and merges the files; `None` when none of them exists.
+fn read_merged(files: &Files) -> Result<Option<Kubeconfig>, KubeconfigError> {
+    let (paths, must_exist): (&[PathBuf], bool) = match files {
+        Files::Explicit(path) => (std::slice::from_ref(path), true),
+        Files::Listed(paths) => (paths, false),
+        Files::Home(Some(path)) => (std::slice::from_ref(path), false),
+        Files::Home(None) => (&[], false),
+    };
+    let mut merged: Option<Kubeconfig> = None;
+    for path in paths {
+        let file_error = |cause: String| KubeconfigError::File {
+            path: path.display().to_string(),
+            cause,
+        };
+        if !path.exists() {
+            if must_exist {
+                return Err(file_error("no such file".to_string()));
+            }
+            continue;
+        }
+        let config = Kubeconfig::read_from(path).map_err(|e| file_error(one_line(&chain(&e))))?;
+        if let Some(name) = repeated_name(&config) {
+            return Err(file_error(name));
+        }
+        merged = Some(match merged {
+            None => normalised(config),
+            Some(first) => merge(first, config),
+        });
+    }
+    Ok(merged)
+}
+
+/// An empty `current-context` is "not set" (Go's zero value), so a later file's counts.
+fn normalised(mut config: Kubeconfig) -> Kubeconfig {
+    if config.current_context.as_deref() == Some("") {
+        config.current_context = None;
+    }
+    config
+}
+
+/// client-go's merge of `next` under `first`: the first file to set a map key wins, whole; the
+/// first non-empty `current-context` wins. Files do not have to agree on `kind` and
+/// `apiVersion` (client-go does not look), so they are not compared.
+fn merge(first: Kubeconfig, next: Kubeconfig) -> Kubeconfig {
+    let mut next = normalised(next);
+    next.kind = None;
+    next.api_version = None;
+    let mut merged = first;
+    for cluster in next.clusters {
+        if !merged.clusters.iter().any(|c| c.name == cluster.name) {
+            merged.clusters.push(cluster);
+        }
+    }
+    for user in next.auth_infos {
+        if !merged.auth_infos.iter().any(|u| u.name == user.name) {
+            merged.auth_infos.push(user);
+        }
+    }
+    for context in next.contexts {
+        if !merged.contexts.iter().any(|c| c.name == context.name) {
+            merged.contexts.push(context);
+        }
+    }
+    merged.current_context = merged.current_context.or(next.current_context);
+    merged.preferences = merged.preferences.or(next.preferences);
+    merged.extensions = merged.extensions.or(next.extensions);
+    merged
+}
+
+/// A cluster, user or context named twice in one file, as client-go's conversion refuses it.
+fn repeated_name(config: &Kubeconfig) -> Option<String> {
+    fn first_repeat<'a>(names: impl Iterator<Item = &'a String>) -> Option<&'a String> {
+        let mut seen = std::collections::HashSet::new();
+        names.into_iter().find(|n| !seen.insert(*n))
+    }
+    let lists = [
+        (
+            "cluster",
+            first_repeat(config.clusters.iter().map(|c| &c.name)),
+        ),
+        (
+            "user",
+            first_repeat(config.auth_infos.iter().map(|u| &u.name)),
+        ),
+        (
+            "context",
+            first_repeat(config.contexts.iter().map(|c| &c.name)),
+        ),
+    ];
+    lists.into_iter().find_map(|(what, name)| {
+        name.map(|n| format!("duplicate {what} name {n:?} (hint: each {what} needs its own name)"))
+    })
+}
+
+/// YAML parsers' messages can span lines (the first says what and where, the rest draw the
+/// place with a caret); an error is one line, so only the first is kept.
+fn one_line(text: &str) -> String {
+    let first = text.lines().next().unwrap_or_default().trim_end();
+    // serde_saphyr starts its first line with its own "error: ".
+    first.replacen(": error: ", ": ", 1)
 }
 
 /// The error and its sources, joined, without repeating what an outer message already says.
@@ -88,6 +246,176 @@ mod tests {
     const KUBECONFIG: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:9'}\n\
         contexts:\n- name: x\n  context: {cluster: c, user: u, namespace: media}\n- name: y\n  context: {cluster: c, user: u}\n\
         current-context: x\nusers:\n- name: u\n  user: {}\n";
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn cluster<'a>(config: &'a Kubeconfig, name: &str) -> &'a kube::config::Cluster {
+        let named = config.clusters.iter().find(|c| c.name == name).unwrap();
+        named.cluster.as_ref().unwrap()
+    }
+
+    #[test]
+    fn the_files_are_kubectls() {
+        let source = |kubeconfig: Option<&str>| Source {
+            kubeconfig: kubeconfig.map(PathBuf::from),
+            context: None,
+        };
+        let home = Path::new("/home/u");
+        // --kubeconfig alone, whatever KUBECONFIG says.
+        assert_eq!(
+            files(&source(Some("/k")), Some("/a:/b".as_ref()), Some(home)),
+            Files::Explicit("/k".into())
+        );
+        // Split at ':', empty entries dropped, a repeated path read once, order kept.
+        assert_eq!(
+            files(&source(None), Some("/b::/a:/b:".as_ref()), Some(home)),
+            Files::Listed(vec!["/b".into(), "/a".into()])
+        );
+        // Unset or empty: ~/.kube/config.
+        for unset in [None, Some("".as_ref())] {
+            assert_eq!(
+                files(&source(None), unset, Some(home)),
+                Files::Home(Some("/home/u/.kube/config".into()))
+            );
+        }
+        // Only separators: a list of nothing, not the home file (Go's SplitList gives ["", ""]).
+        assert_eq!(
+            files(&source(None), Some(":".as_ref()), Some(home)),
+            Files::Listed(vec![])
+        );
+    }
+
+    const FIRST: &str = "apiVersion: v1\nkind: Config\ncurrent-context: ''\nclusters:\n\
+        - name: shared\n  cluster: {server: 'https://first:6443', certificate-authority: ca.crt}\n\
+        contexts:\n- name: one\n  context: {cluster: shared, user: u}\n\
+        users:\n- name: u\n  user: {username: first}\n";
+    const SECOND: &str = "apiVersion: v1\nkind: Config\ncurrent-context: two\nclusters:\n\
+        - name: shared\n  cluster: {server: 'https://second:6443', tls-server-name: from-second}\n\
+        - name: other\n  cluster: {server: 'https://other:6443'}\n\
+        contexts:\n- name: two\n  context: {cluster: other, user: u, namespace: media}\n\
+        - name: one\n  context: {cluster: other, user: nobody}\n\
+        users:\n- name: u\n  user: {username: second}\n";
+
+    #[test]
+    fn the_first_file_to_name_an_entry_wins_it_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = write(dir.path(), "first", FIRST);
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let second = write(&sub, "second", SECOND);
+        let merged = read_merged(&Files::Listed(vec![first, second]))
+            .unwrap()
+            .unwrap();
+        // `shared` is the first file's, and nothing of the second's `shared` is mixed in.
+        let shared = cluster(&merged, "shared");
+        assert_eq!(shared.server.as_deref(), Some("https://first:6443"));
+        assert_eq!(shared.tls_server_name, None);
+        // A relative path resolves against the directory of the file that holds it.
+        assert_eq!(
+            shared.certificate_authority.as_deref(),
+            Some(dir.path().join("ca.crt").to_str().unwrap())
+        );
+        // Names only the second file defines are there.
+        assert_eq!(
+            cluster(&merged, "other").server.as_deref(),
+            Some("https://other:6443")
+        );
+        let context = |name: &str| {
+            let c = merged.contexts.iter().find(|c| c.name == name).unwrap();
+            c.context.clone().unwrap()
+        };
+        assert_eq!(context("one").cluster, "shared");
+        assert_eq!(context("two").namespace.as_deref(), Some("media"));
+        let user = merged.auth_infos.iter().find(|u| u.name == "u").unwrap();
+        assert_eq!(
+            user.auth_info.as_ref().unwrap().username.as_deref(),
+            Some("first")
+        );
+        assert_eq!(merged.auth_infos.len(), 1);
+        // The first file's current-context is empty: the second's counts.
+        assert_eq!(merged.current_context.as_deref(), Some("two"));
+    }
+
+    #[test]
+    fn the_first_current_context_wins_and_missing_files_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let second = write(dir.path(), "second", SECOND);
+        let third = write(
+            dir.path(),
+            "third",
+            &SECOND.replace("current-context: two", "current-context: one"),
+        );
+        let missing = dir.path().join("missing");
+        let merged = read_merged(&Files::Listed(vec![missing.clone(), second, third]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(merged.current_context.as_deref(), Some("two"));
+        // Nothing there at all: not an error here (the service account is tried next).
+        assert!(
+            read_merged(&Files::Listed(vec![missing.clone()]))
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            read_merged(&Files::Home(Some(missing.clone())))
+                .unwrap()
+                .is_none()
+        );
+        // Except the one --kubeconfig names.
+        let err = read_merged(&Files::Explicit(missing.clone())).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("load kubeconfig {}: no such file", missing.display())
+        );
+    }
+
+    #[test]
+    fn a_bad_file_is_one_line_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = write(dir.path(), "good", SECOND);
+        let bad = write(
+            dir.path(),
+            "bad",
+            "clusters:\n- name: [unclosed\n  cluster: {\n",
+        );
+        // A malformed file fails the merge even after good ones, as in client-go.
+        let err = read_merged(&Files::Listed(vec![good, bad.clone()])).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!("load kubeconfig {}: ", bad.display())),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 1, "{text}");
+        let twice = write(
+            dir.path(),
+            "twice",
+            &format!("{SECOND}- name: u\n  user: {{username: again}}\n"),
+        );
+        let err = read_merged(&Files::Explicit(twice.clone())).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "load kubeconfig {}: duplicate user name \"u\" (hint: each user needs its own name)",
+                twice.display()
+            )
+        );
+    }
+
+    #[test]
+    fn nothing_found_says_where_it_looked() {
+        assert_eq!(
+            Files::Listed(vec!["/a".into(), "/b".into()]).looked(),
+            "none of the files KUBECONFIG lists exists (/a, /b)"
+        );
+        assert_eq!(
+            Files::Home(None).looked(),
+            "KUBECONFIG is not set, ~/.kube/config does not exist"
+        );
+    }
 
     #[tokio::test]
     async fn the_contexts_namespace_is_the_default() {

@@ -6,15 +6,33 @@
 //!
 //! Responses are paged as kubectl pages them and go through the same reader as files
 //! ([`crate::fleet::objects`]), so `-f` of a `kubectl get -o json` gives the same answer.
+//!
+//! The connection has kubectl's timeouts (client-go `transport/cache.go`): 30 s to open the TCP
+//! connection, then 10 s for the TLS handshake, and `--request-timeout` (none by default, as
+//! kubectl's `0`) over the whole request, connection included, as Go's `http.Client.Timeout`.
+//! kube-rs's own client has one connect timeout over both steps, so the client is assembled
+//! here from kube-rs's layers around a connector that times the two steps apart.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
+
+use hyper_util::client::legacy::connect::HttpConnector;
 
 use crate::fleet::objects::{Kind, Objects};
 use crate::kubeconfig::{KubeconfigError, Source};
 
 /// kubectl's page size for lists (`--chunk-size`).
 pub(crate) const PAGE_SIZE: usize = 500;
+
+/// kubectl's dial timeout: client-go's `net.Dialer{Timeout: 30 * time.Second}`.
+pub const DIAL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// kubectl's TLS handshake timeout: client-go's `TLSHandshakeTimeout: 10 * time.Second`,
+/// counted from the moment the TCP connection is open.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many pages are parsed at once.
 const PARSERS: usize = 2;
@@ -109,11 +127,24 @@ pub enum ClusterError {
         scope: String,
         message: String,
     },
-    #[error("the cluster at {server} does not serve {resource} in {api_version}: {why}", why = not_served(.api_version))]
+    /// A 404 where discovery shows the API version missing.
+    #[error("the cluster at {server} does not serve {resource} in {api_version} ({listed}): {why}", why = not_served(.api_version))]
     NotServed {
         server: String,
         resource: &'static str,
         api_version: &'static str,
+        /// What discovery lists instead.
+        listed: String,
+    },
+    /// A 404 where discovery lists the API version: the version is not to blame.
+    #[error(
+        "the Kubernetes API at {server} answered 404 to GET {path}, though its discovery lists {api_version}: {message} (hint: check that the server of the kubeconfig context is the API server itself, not a proxy or a path below it)"
+    )]
+    NotFound {
+        server: String,
+        path: String,
+        api_version: &'static str,
+        message: String,
     },
     #[error(
         "the Kubernetes API at {server} refused to {verb} {resource}: {message} ({code} {reason})"
@@ -136,8 +167,11 @@ pub enum ClusterError {
 
 fn kubeconfig_hint(error: &KubeconfigError) -> &'static str {
     match error {
-        KubeconfigError::Missing => {
+        KubeconfigError::Missing { .. } => {
             "pass --kubeconfig or set KUBECONFIG, or read objects from a file with -f"
+        }
+        KubeconfigError::File { .. } => {
+            "fix that file, or pass --kubeconfig, or read objects from a file with -f"
         }
         KubeconfigError::Invalid { .. } => {
             "pass --kubeconfig or --context, set KUBECONFIG, or read objects from a file with -f"
@@ -165,9 +199,7 @@ pub struct Cluster {
 impl Cluster {
     /// Loads the kubeconfig and builds a client. Nothing is sent yet.
     pub async fn connect(connection: &Connection) -> Result<Cluster, ClusterError> {
-        let mut config = crate::kubeconfig::load(&connection.source).await?;
-        config.connect_timeout = connection.request_timeout;
-        config.read_timeout = connection.request_timeout;
+        let config = crate::kubeconfig::load(&connection.source).await?;
         let server = config
             .cluster_url
             .to_string()
@@ -177,7 +209,7 @@ impl Cluster {
             .namespace
             .clone()
             .unwrap_or_else(|| config.default_namespace.clone());
-        let client = kube::Client::try_from(config).map_err(|e| {
+        let client = client(&config).map_err(|e| {
             ClusterError::Config(KubeconfigError::Invalid {
                 cause: crate::kubeconfig::chain(&e),
             })
@@ -297,18 +329,84 @@ impl Cluster {
         kind: Kind,
         scope: String,
     ) -> Result<String, ClusterError> {
-        let call = self.client.request_text(request);
-        let result =
-            match self.timeout {
-                Some(timeout) => tokio::time::timeout(timeout, call).await.map_err(|_| {
-                    ClusterError::Timeout {
+        let path = request.uri().to_string();
+        match self.timed(self.client.request_text(request)).await? {
+            Ok(text) => Ok(text),
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                Err(self.not_found(kind, path, status.message).await)
+            }
+            Err(e) => Err(self.classify(e, verb, kind, scope)),
+        }
+    }
+
+    /// `--request-timeout` over a whole call, connection included (Go's `http.Client.Timeout`).
+    async fn timed<T>(&self, call: impl Future<Output = T>) -> Result<T, ClusterError> {
+        match self.timeout {
+            Some(timeout) => {
+                tokio::time::timeout(timeout, call)
+                    .await
+                    .map_err(|_| ClusterError::Timeout {
                         server: self.server.clone(),
                         timeout,
-                    }
-                })?,
-                None => call.await,
-            };
-        result.map_err(|e| self.classify(e, verb, kind, scope))
+                    })
+            }
+            None => Ok(call.await),
+        }
+    }
+
+    /// A 404 is the cluster's version only when discovery says the API version is not served
+    /// (kubectl's own "the server doesn't have a resource type" comes from discovery too);
+    /// otherwise it is said as it came. When discovery itself fails, nobody is blamed.
+    async fn not_found(&self, kind: Kind, path: String, message: String) -> ClusterError {
+        let (group, version) = match kind.api_version().split_once('/') {
+            Some((group, version)) => (group, version),
+            None => ("", kind.api_version()),
+        };
+        let discovery = if group.is_empty() {
+            "/api".to_string()
+        } else {
+            format!("/apis/{group}")
+        };
+        let listed: Option<Vec<String>> = match http::Request::get(&discovery).body(Vec::new()) {
+            Err(_) => None,
+            Ok(request) => match self.timed(self.client.request_text(request)).await {
+                Ok(Ok(text)) => served_versions(&text),
+                // No such group at all.
+                Ok(Err(kube::Error::Api(status))) if status.code == 404 => Some(Vec::new()),
+                _ => None,
+            },
+        };
+        match listed {
+            Some(listed) if !listed.iter().any(|v| v == version) => ClusterError::NotServed {
+                server: self.server.clone(),
+                resource: kind.resource(),
+                api_version: kind.api_version(),
+                listed: if listed.is_empty() {
+                    format!(
+                        "its discovery lists no {}",
+                        if group.is_empty() { "core API" } else { group }
+                    )
+                } else {
+                    let full: Vec<String> = listed
+                        .iter()
+                        .map(|v| {
+                            if group.is_empty() {
+                                v.clone()
+                            } else {
+                                format!("{group}/{v}")
+                            }
+                        })
+                        .collect();
+                    format!("its discovery lists {} only", full.join(", "))
+                },
+            },
+            _ => ClusterError::NotFound {
+                server: self.server.clone(),
+                path,
+                api_version: kind.api_version(),
+                message,
+            },
+        }
     }
 
     fn classify(
@@ -329,11 +427,6 @@ impl Cluster {
                     scope,
                     message: status.message,
                 },
-                404 => ClusterError::NotServed {
-                    server,
-                    resource,
-                    api_version: kind.api_version(),
-                },
                 code => ClusterError::Api {
                     server,
                     verb,
@@ -343,25 +436,32 @@ impl Cluster {
                     message: status.message,
                 },
             },
-            other => {
-                if let Some(timeout) = self.timeout.filter(|_| is_timeout(&other)) {
-                    return ClusterError::Timeout { server, timeout };
-                }
-                ClusterError::Unreachable {
-                    server,
-                    cause: root_cause(&other),
-                }
-            }
+            other => ClusterError::Unreachable {
+                server,
+                cause: connect_cause(&other),
+            },
         }
     }
 }
 
-/// The innermost cause is what a user can act on ("Connection refused (os error 111)",
-/// "dns error"), not kube's or hyper's wrappers around it.
-fn root_cause(e: &kube::Error) -> String {
+/// What a user can act on in a failed connection: which of kubectl's timeouts ran out, else
+/// the innermost cause ("Connection refused (os error 111)", "dns error"), not kube's or
+/// hyper's wrappers around it.
+fn connect_cause(e: &kube::Error) -> String {
+    let mut current: Option<&dyn std::error::Error> = Some(e);
     let mut last: &dyn std::error::Error = e;
-    while let Some(source) = last.source() {
-        last = source;
+    while let Some(err) = current {
+        if let Some(timeout) = err.downcast_ref::<HandshakeTimeout>() {
+            return timeout.to_string();
+        }
+        // hyper-util's dial timeout: a TimedOut io::Error under "tcp connect error".
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::TimedOut
+        {
+            return format!("no TCP connection within {DIAL_TIMEOUT:?}");
+        }
+        last = err;
+        current = err.source();
     }
     let text = last.to_string();
     if text.is_empty() {
@@ -371,20 +471,148 @@ fn root_cause(e: &kube::Error) -> String {
     }
 }
 
-fn is_timeout(e: &kube::Error) -> bool {
-    let mut current: Option<&dyn std::error::Error> = Some(e);
-    while let Some(err) = current {
-        if let Some(io) = err.downcast_ref::<std::io::Error>()
-            && io.kind() == std::io::ErrorKind::TimedOut
-        {
-            return true;
-        }
-        if err.to_string().to_ascii_lowercase().contains("timed out") {
-            return true;
-        }
-        current = err.source();
+/// The TLS handshake did not finish in time.
+#[derive(Debug)]
+struct HandshakeTimeout(Duration);
+
+impl std::fmt::Display for HandshakeTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "TLS handshake timeout: the server accepted the connection but did not complete a TLS handshake within {:?}",
+            self.0
+        )
     }
-    false
+}
+
+impl std::error::Error for HandshakeTimeout {}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
+
+/// A kube client with kubectl's connection timeouts, built from the same layers as kube-rs's
+/// own (`kube::client::ConfigExt`): base URI, authentication, extra headers, rustls.
+fn client(config: &kube::Config) -> Result<kube::Client, kube::Error> {
+    use kube::client::ConfigExt;
+    if config.proxy_url.is_some() {
+        // kube-rs's builder says why a proxy cannot be used (its proxy features are off).
+        return kube::Client::try_from(config.clone());
+    }
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(DIAL_TIMEOUT));
+    let https = config.rustls_https_connector_with_connector(Dial(http))?;
+    let connector = Handshake {
+        inner: https,
+        timeout: TLS_HANDSHAKE_TIMEOUT,
+    };
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, kube::client::Body>(connector);
+    let service = tower::ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(client);
+    Ok(kube::Client::new(service, config.default_namespace.clone()))
+}
+
+thread_local! {
+    /// Hands the "TCP is up" signal from [`Handshake::call`] to the [`Dial::call`] that the
+    /// TLS connector makes synchronously inside it, on the same thread (hyper-rustls starts the
+    /// dial in its `call`). Per call, so concurrent connections never share a signal.
+    static ON_CONNECTED: std::cell::Cell<Option<tokio::sync::oneshot::Sender<()>>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// The TCP step: hyper-util's connector (which applies [`DIAL_TIMEOUT`]), saying when it is done.
+#[derive(Clone)]
+struct Dial(HttpConnector);
+
+impl tower::Service<http::Uri> for Dial {
+    type Response = <HttpConnector as tower::Service<http::Uri>>::Response;
+    type Error = BoxError;
+    type Future = BoxFuture<Self::Response>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let connected = ON_CONNECTED.take();
+        let dial = self.0.call(uri);
+        Box::pin(async move {
+            let stream = dial.await?;
+            if let Some(connected) = connected {
+                let _ = connected.send(());
+            }
+            Ok(stream)
+        })
+    }
+}
+
+/// The whole connection (TCP, then TLS): once [`Dial`] says TCP is up, the rest must finish
+/// within `timeout`, as Go's `Transport.TLSHandshakeTimeout`.
+#[derive(Clone)]
+struct Handshake<S> {
+    inner: S,
+    timeout: Duration,
+}
+
+impl<S> tower::Service<http::Uri> for Handshake<S>
+where
+    S: tower::Service<http::Uri>,
+    S::Error: Into<BoxError> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = BoxFuture<S::Response>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let (tx, connected) = tokio::sync::oneshot::channel();
+        ON_CONNECTED.set(Some(tx));
+        let connecting = self.inner.call(uri);
+        // Not taken when the connector failed before dialling: the signal is dropped.
+        drop(ON_CONNECTED.take());
+        let timeout = self.timeout;
+        Box::pin(async move {
+            let mut connecting = std::pin::pin!(connecting);
+            tokio::select! {
+                biased;
+                done = &mut connecting => return done.map_err(Into::into),
+                up = connected => {
+                    if up.is_err() {
+                        // The dial failed (its error is the connector's answer).
+                        return connecting.await.map_err(Into::into);
+                    }
+                }
+            }
+            match tokio::time::timeout(timeout, connecting).await {
+                Ok(done) => done.map_err(Into::into),
+                Err(_) => Err(Box::new(HandshakeTimeout(timeout)) as BoxError),
+            }
+        })
+    }
+}
+
+/// The versions a discovery document lists: an `APIGroup` (`versions[].version`) or the core
+/// group's `APIVersions` (`versions: ["v1"]`).
+fn served_versions(text: &str) -> Option<Vec<String>> {
+    let document: serde_json::Value = serde_json::from_str(text).ok()?;
+    let versions = document.get("versions")?.as_array()?;
+    Some(
+        versions
+            .iter()
+            .filter_map(|v| v.as_str().or_else(|| v.get("version")?.as_str()))
+            .map(str::to_owned)
+            .collect(),
+    )
 }
 
 /// Percent-encodes a query value: continue tokens are base64 (`=`, `+`, `/`), selectors hold

@@ -16,7 +16,6 @@
 //! [`Value::Invalid`], and an object of a known kind that does not have its kind's shape is
 //! skipped with a note naming it. Unknown kinds are passed over in silence.
 
-use std::borrow::Cow;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{Event, Node, NodeSelector, Pod};
@@ -584,6 +583,58 @@ pub struct Taint {
     pub time_added: Option<String>,
 }
 
+/// A map key as read: borrowed from the text when it has no escapes (serde_json's `from_str`
+/// hands those over as they are), owned otherwise. serde's own `Cow<str>` always copies, and a
+/// fleet has millions of keys.
+enum Key<'de> {
+    Borrowed(&'de str),
+    Owned(String),
+}
+
+impl std::ops::Deref for Key<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match self {
+            Key::Borrowed(s) => s,
+            Key::Owned(s) => s,
+        }
+    }
+}
+
+impl AsRef<str> for Key<'_> {
+    fn as_ref(&self) -> &str {
+        self
+    }
+}
+
+impl PartialEq<&str> for Key<'_> {
+    fn eq(&self, other: &&str) -> bool {
+        **self == **other
+    }
+}
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key::Borrowed(s))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Key<'de>, E> {
+                Ok(Key::Owned(s.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<Key<'de>, E> {
+                Ok(Key::Owned(s))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
 thread_local! {
     /// The names of the last device read on this thread, by position: the devices of a fleet
     /// list their attributes in the same order, so a name is nearly always a byte comparison
@@ -635,7 +686,7 @@ impl<'de> Deserialize<'de> for Attributes {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Attributes, A::Error> {
                 let mut names: Vec<QualifiedName> = Vec::with_capacity(32);
                 let mut values: Vec<Value> = Vec::with_capacity(32);
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                while let Some(key) = map.next_key::<Key<'de>>()? {
                     let name = attribute_name(&key, names.len());
                     let value = map.next_value::<Value>()?;
                     // The API server refuses a device that names one attribute twice; of a
@@ -712,7 +763,7 @@ impl<'de> Deserialize<'de> for Value {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
                 let mut found: Option<Value> = None;
                 let mut types = 0;
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                while let Some(key) = map.next_key::<Key<'de>>()? {
                     let scalar = map.next_value::<Scalar>()?;
                     let value = match (key.as_ref(), scalar) {
                         ("bool", Scalar::Bool(b)) => Value::Bool(b),
@@ -931,7 +982,7 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
         let mut fields = serde_json::Map::new();
         let mut list = false;
         let mut kindless: Vec<serde_json::Map<String, serde_json::Value>> = Vec::new();
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        while let Some(key) = map.next_key::<Key<'de>>()? {
             match key.as_ref() {
                 "apiVersion" => api_version = map.next_value()?,
                 "kind" => kind = map.next_value()?,
@@ -984,7 +1035,9 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
         }
         let kind = kind.as_deref().or(self.inherit.kind);
         let api_version = api_version.as_deref().or(self.inherit.api_version);
-        if kind.is_none() && api_version.is_none() {
+        // No kind, own or inherited: not an object anyone can route (a List's items may learn
+        // theirs from a `kind` that comes after them).
+        if kind.is_none() {
             return Ok(Outcome::Kindless(fields));
         }
         self.objects
@@ -1069,6 +1122,19 @@ impl Objects {
     /// The document is read in one pass; one where an object does not have its kind's shape is
     /// read again object by object, so that the odd object costs a note, not the listing.
     pub(crate) fn add_json(&mut self, text: &str) -> Result<Option<String>, serde_json::Error> {
+        Ok(match self.read_json(text)? {
+            Outcome::List(token) => token,
+            Outcome::Object | Outcome::Kindless(_) => None,
+        })
+    }
+
+    /// Adds the objects of one JSON document, saying whether it was a Kubernetes object or List
+    /// at all (`false`: an object with neither `kind` nor `apiVersion` nor `items`).
+    pub(crate) fn add_json_document(&mut self, text: &str) -> Result<bool, serde_json::Error> {
+        Ok(!matches!(self.read_json(text)?, Outcome::Kindless(_)))
+    }
+
+    fn read_json(&mut self, text: &str) -> Result<Outcome, serde_json::Error> {
         let mut attempt = Objects::wanting(self.wanted);
         let mut deserializer = serde_json::Deserializer::from_str(text);
         let read = ObjectSeed {
@@ -1080,14 +1146,40 @@ impl Objects {
         match read {
             Ok(outcome) => {
                 self.extend(attempt);
-                Ok(match outcome {
-                    Outcome::List(token) => token,
-                    Outcome::Object | Outcome::Kindless(_) => None,
-                })
+                Ok(outcome)
             }
-            Err(e) if e.is_data() => self.add_json_by_object(text),
+            Err(e) if e.is_data() => self.add_json_by_object(text).map(Outcome::List),
             Err(e) => Err(e),
         }
+    }
+
+    /// Adds one item of a List read apart from its List (files are read item by item, so that
+    /// a fleet is never held whole), given the List's `kind` and `apiVersion` as far as they are
+    /// known. An item with no kind of its own while the List's is not known yet is handed back,
+    /// for [`Objects::add_late_item`] once it is.
+    pub(crate) fn add_list_item(
+        &mut self,
+        text: &str,
+        list_kind: Option<&str>,
+        list_api_version: Option<&str>,
+    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>, serde_json::Error> {
+        let inherit = Inherit {
+            kind: list_item_kind(list_kind),
+            api_version: list_api_version,
+        };
+        self.add_item_text(text, inherit)
+    }
+
+    /// An item [`Objects::add_list_item`] handed back, read again now that the List's kind is
+    /// known; `false` when it still has none.
+    pub(crate) fn add_late_item(
+        &mut self,
+        text: &str,
+        list_kind: Option<&str>,
+        list_api_version: Option<&str>,
+    ) -> Result<bool, serde_json::Error> {
+        self.add_list_item(text, list_kind, list_api_version)
+            .map(|kindless| kindless.is_none())
     }
 
     /// The slow, forgiving path of [`Objects::add_json`]: each item of a List read on its own.
@@ -1119,21 +1211,30 @@ impl Objects {
                     self.add_item_text(item.get(), inherit)?;
                 }
             }
-            None => self.add_item_text(text, Inherit::default())?,
+            None => {
+                self.add_item_text(text, Inherit::default())?;
+            }
         }
         Ok(token)
     }
 
-    /// Reads one object on its own; when it does not have its kind's shape, notes it.
-    fn add_item_text(&mut self, text: &str, inherit: Inherit<'_>) -> Result<(), serde_json::Error> {
+    /// Reads one object on its own; when it does not have its kind's shape, notes it. An
+    /// object with no kind, when none is inherited, is handed back.
+    fn add_item_text(
+        &mut self,
+        text: &str,
+        inherit: Inherit<'_>,
+    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>, serde_json::Error> {
         let mut deserializer = serde_json::Deserializer::from_str(text);
         let mut attempt = Objects::wanting(self.wanted);
         let read = ObjectSeed {
             objects: &mut attempt,
             inherit,
         }
-        .deserialize(&mut deserializer);
+        .deserialize(&mut deserializer)
+        .and_then(|outcome| deserializer.end().map(|()| outcome));
         match read {
+            Ok(Outcome::Kindless(fields)) => return Ok(Some(fields)),
             Ok(_) => self.extend(attempt),
             Err(e) if e.is_data() => {
                 let value: serde_json::Value = serde_json::from_str(text)?;
@@ -1141,7 +1242,7 @@ impl Objects {
             }
             Err(e) => return Err(e),
         }
-        Ok(())
+        Ok(None)
     }
 
     fn note_unreadable(&mut self, value: &serde_json::Value, inherit: Inherit<'_>, error: &str) {
@@ -1304,7 +1405,7 @@ pub(crate) fn continue_token(text: &str) -> Result<Option<String>, serde_json::E
             f.write_str("a List")
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            while let Some(key) = map.next_key::<Key<'de>>()? {
                 if key == "metadata" {
                     let metadata: Option<Head> = map.next_value()?;
                     *self.0 = Some(metadata.and_then(|m| m.continue_token));

@@ -1672,3 +1672,68 @@ fn kubectl_applies_and_deletes_classes_and_templates() {
     assert!(s.get("deviceclasses", "", "decode-10bit").is_none());
     assert!(s.get("resourceclaimtemplates", "media", "film").is_none());
 }
+
+/// kubectl's `Accept: application/json;as=Table;v=v1;g=meta.k8s.io` gets server-side Tables
+/// with kube-apiserver's ResourceSlice columns (k/k pkg/printers/internalversion: Name, Node,
+/// Driver, Pool, Age) and the rows' metadata, paged like a list, the same from the rows kept
+/// per object version as from a first listing.
+#[tokio::test]
+async fn tables_for_kubectl_have_upstreams_columns_and_pages() {
+    let server = TestApiServer::start();
+    for i in 0..3 {
+        server
+            .put(slice(&format!("s{i}"), &format!("n{i}"), 1))
+            .unwrap();
+    }
+    let h = Http::new(&server);
+    let table = |path: String| {
+        let h = &h;
+        async move {
+            let req = http::Request::get(path)
+                .header(
+                    "accept",
+                    "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+                )
+                .body(kube::client::Body::from(Vec::new()))
+                .unwrap();
+            let res = h.client.send(req).await.unwrap();
+            assert_eq!(res.status(), 200);
+            let bytes = res.into_body().collect().await.unwrap().to_bytes();
+            serde_json::from_slice::<Value>(&bytes).unwrap()
+        }
+    };
+    for round in 0..2 {
+        let first = table(format!("{SLICES}?limit=2")).await;
+        assert_eq!(first["kind"], "Table", "round {round}");
+        assert_eq!(first["apiVersion"], "meta.k8s.io/v1");
+        let columns: Vec<&str> = first["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(columns, ["Name", "Node", "Driver", "Pool", "Age"]);
+        let rows = first["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 2);
+        let cells = rows[0]["cells"].as_array().unwrap();
+        assert_eq!(
+            cells[..4],
+            [
+                json!("s0"),
+                json!("n0"),
+                json!("media.liken.sh"),
+                json!("n0")
+            ]
+        );
+        let age = cells[4].as_str().unwrap();
+        assert!(age.ends_with('s') || age.ends_with('m'), "{age}");
+        assert_eq!(rows[0]["object"]["kind"], "PartialObjectMetadata");
+        assert_eq!(rows[0]["object"]["metadata"]["name"], "s0");
+        let token = first["metadata"]["continue"].as_str().unwrap();
+        let next = table(format!("{SLICES}?limit=2&continue={token}")).await;
+        let rows = next["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0]["cells"][0], "s2");
+        assert!(next["metadata"].get("continue").is_none());
+    }
+}

@@ -129,18 +129,33 @@ fn caps_explains_what_the_cluster_refuses() {
         "{line}"
     );
 
+    // A 404 is blamed on the cluster's version only when discovery shows v1 missing...
     server.set_resource_v1_served(false);
     let line = error_line(kubectl_media(&["caps"], server.kubeconfig()));
     assert_eq!(
         line,
         format!(
-            "error: the cluster at {} does not serve resourceslices.resource.k8s.io in resource.k8s.io/v1: it is older than \
+            "error: the cluster at {} does not serve resourceslices.resource.k8s.io in resource.k8s.io/v1 \
+             (its discovery lists resource.k8s.io/v1beta2, resource.k8s.io/v1beta1 only): it is older than \
              Kubernetes 1.34, or the resource.k8s.io/v1 API is disabled (hint: DRA with resource.k8s.io/v1 \
              needs Kubernetes 1.34 or newer)",
             server.base_url().trim_end_matches('/')
         )
     );
     server.set_resource_v1_served(true);
+    // ...otherwise the 404 is said as it came, with what was asked.
+    server.fail_next_matching(1, Fault::NotFound, Some("list"), Some("resourceslices"));
+    let line = error_line(kubectl_media(&["caps"], server.kubeconfig()));
+    assert_eq!(
+        line,
+        format!(
+            "error: the Kubernetes API at {} answered 404 to GET /apis/resource.k8s.io/v1/resourceslices?limit=500, \
+             though its discovery lists resource.k8s.io/v1: the server could not find the requested resource \
+             (hint: check that the server of the kubeconfig context is the API server itself, not a proxy or a \
+             path below it)",
+            server.base_url().trim_end_matches('/')
+        )
+    );
 
     server.set_latency(Duration::from_millis(1500));
     let line = error_line(kubectl_media(
@@ -549,6 +564,209 @@ fn the_reader_reads_kubectls_output_of_every_kind() {
                 .and_then(|v| v.as_str()),
             Some("/dev/dri/renderD128"),
             "{name}"
+        );
+    }
+}
+
+// --- kubectl's connection habits ---------------------------------------------------------------
+
+/// A listener that accepts TCP connections and never says a word (a TLS port behind a broken
+/// load balancer, a server stuck before its handshake).
+fn silent_listener() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+        }
+    });
+    addr
+}
+
+fn https_kubeconfig(dir: &Path, addr: std::net::SocketAddr) -> PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'https://{addr}', insecure-skip-tls-verify: true}}\n\
+             contexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// kubectl's TLS handshake timeout (client-go: 10 s from the open TCP connection) bounds a server
+/// that accepts and stays silent. The clock is tokio's paused one, which jumps to the next timer
+/// whenever nothing else can happen, so the test checks the real default in milliseconds.
+#[tokio::test(start_paused = true)]
+async fn a_server_that_never_answers_tls_fails_after_kubectls_handshake_timeout() {
+    use media_operator::fleet::cluster::TLS_HANDSHAKE_TIMEOUT;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = https_kubeconfig(dir.path(), silent_listener());
+    let cluster = Cluster::connect(&Connection {
+        source: Source {
+            kubeconfig: Some(kubeconfig),
+            context: None,
+        },
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let started = tokio::time::Instant::now();
+    let wall = std::time::Instant::now();
+    let err = cluster
+        .list(
+            &ListRequest {
+                kind: Kind::ResourceSlice,
+                namespaces: &Namespaces::All,
+                label_selector: None,
+                field_selector: None,
+            },
+            &mut Objects::default(),
+        )
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert!(
+        waited >= TLS_HANDSHAKE_TIMEOUT && waited < TLS_HANDSHAKE_TIMEOUT + Duration::from_secs(1),
+        "{waited:?}"
+    );
+    assert!(
+        wall.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        wall.elapsed()
+    );
+    let text = err.to_string();
+    assert!(
+        text.starts_with("cannot reach the Kubernetes API at https://127.0.0.1:"),
+        "{text}"
+    );
+    assert!(
+        text.contains(": TLS handshake timeout: the server accepted the connection but did not complete a TLS handshake within 10s (hint: "),
+        "{text}"
+    );
+}
+
+/// `--request-timeout` bounds the whole request, connection and handshake included, as Go's
+/// `http.Client.Timeout` does for kubectl: the real binary gives up on the silent server at once.
+#[test]
+fn request_timeout_bounds_the_handshake_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = https_kubeconfig(dir.path(), silent_listener());
+    let started = std::time::Instant::now();
+    let line = error_line(kubectl_media(
+        &["caps", "--request-timeout", "300ms"],
+        &kubeconfig,
+    ));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        line.starts_with("error: the Kubernetes API at https://127.0.0.1:")
+            && line.contains("did not answer within 300ms (hint: raise --request-timeout"),
+        "{line}"
+    );
+}
+
+/// `KUBECONFIG` lists are merged as client-go merges them (src/kubeconfig.rs has a test of each
+/// rule on the files alone); here the real binary reaches the test server through a merge.
+#[test]
+fn kubeconfig_lists_merge_as_kubectl_merges_them() {
+    let server = TestApiServer::start();
+    load_example_fleet(&server);
+    let dir = tempfile::tempdir().unwrap();
+    // The first file sets current-context and a context over the server's cluster, which only
+    // the server's file (third) defines; the second does not exist and is skipped.
+    let first = dir.path().join("first");
+    std::fs::write(
+        &first,
+        "apiVersion: v1\nkind: Config\ncurrent-context: via-first\ncontexts:\n\
+         - name: via-first\n  context: {cluster: media-test, user: media-test}\n",
+    )
+    .unwrap();
+    let missing = dir.path().join("missing");
+    let list =
+        std::env::join_paths([&first, &missing, &server.kubeconfig().to_path_buf()]).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let run = |kubeconfig: &std::ffi::OsStr| {
+        Command::new(env!("CARGO_BIN_EXE_kubectl-media"))
+            .args(["caps", "-o", "json"])
+            .env_clear()
+            .env("HOME", home.path())
+            .env("NO_COLOR", "1")
+            .env("KUBECONFIG", kubeconfig)
+            .output()
+            .unwrap()
+    };
+    let gpus: Value = serde_json::from_str(&stdout(run(&list))).unwrap();
+    assert_eq!(gpus.as_array().unwrap().len(), 9, "{gpus}");
+
+    // The first file to define a cluster name wins it whole: a dead server for `media-test`
+    // in front hides the live one behind it.
+    let dead = dir.path().join("dead");
+    std::fs::write(
+        &dead,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: media-test\n  cluster: {server: 'http://127.0.0.1:9'}\n",
+    )
+    .unwrap();
+    let list = std::env::join_paths([&dead, &server.kubeconfig().to_path_buf()]).unwrap();
+    let line = error_line(run(&list));
+    assert!(
+        line.starts_with("error: cannot reach the Kubernetes API at http://127.0.0.1:9: "),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_missing_or_malformed_kubeconfig_is_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let list = std::env::join_paths([&a, &b]).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kubectl-media"))
+        .arg("caps")
+        .env_clear()
+        .env("HOME", dir.path())
+        .env("KUBECONFIG", &list)
+        .output()
+        .unwrap();
+    assert_eq!(
+        error_line(out),
+        format!(
+            "error: no kubeconfig: none of the files KUBECONFIG lists exists ({}, {}), and this is not a pod \
+             in a cluster (hint: pass --kubeconfig or set KUBECONFIG, or read objects from a file with -f)",
+            a.display(),
+            b.display()
+        )
+    );
+
+    let line = error_line(kubectl_media(
+        &["caps", "--kubeconfig", a.to_str().unwrap()],
+        &b,
+    ));
+    assert_eq!(
+        line,
+        format!(
+            "error: load kubeconfig {}: no such file (hint: fix that file, or pass --kubeconfig, or read \
+             objects from a file with -f)",
+            a.display()
+        )
+    );
+
+    for text in [
+        "clusters:\n- name: [unclosed\n",
+        "apiVersion: v1\nclusters: 3\n",
+        "\u{0}\u{1}binary",
+    ] {
+        std::fs::write(&a, text).unwrap();
+        let line = error_line(kubectl_media(&["caps"], &a));
+        assert!(
+            line.starts_with(&format!("error: load kubeconfig {}: ", a.display()))
+                && line.ends_with("(hint: fix that file, or pass --kubeconfig, or read objects from a file with -f)"),
+            "{text:?}: {line}"
         );
     }
 }

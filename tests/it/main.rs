@@ -13,6 +13,7 @@ mod completion;
 mod deploy;
 mod docs;
 mod explain;
+mod files;
 mod generated;
 mod isolation;
 mod kubelet;

@@ -66,6 +66,8 @@ impl RequestRecord {
 /// A failure to inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
+    /// 404 NotFound as a `Status` ("the server could not find the requested resource").
+    NotFound,
     /// 500 InternalError.
     InternalError,
     /// 503 ServiceUnavailable.
@@ -151,6 +153,9 @@ impl Fault {
                 } => ApiError::conflict(rt, name),
                 _ => ApiError::internal("injected conflict on a path without an object"),
             },
+            // What kube-apiserver answers when no handler serves the path inside a group
+            // version it does serve (say a proxy in front that drops the resource).
+            Fault::NotFound => ApiError::resource_not_found(),
             Fault::InternalError => ApiError::internal("injected fault"),
             Fault::ServiceUnavailable => ApiError::service_unavailable(
                 "injected fault: the server is currently unable to handle the request",
@@ -203,6 +208,53 @@ impl Changes {
     }
 }
 
+/// The key of an object version's encodings: (uid, resourceVersion).
+fn version_key(item: &Value) -> (String, String) {
+    let text = |path: &str| {
+        item.pointer(path)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    (text("/metadata/uid"), text("/metadata/resourceVersion"))
+}
+
+/// One object's `Table` row, encoded but for its AGE cell.
+#[derive(Clone)]
+pub(crate) struct TableRow {
+    before_age: Bytes,
+    created: Option<i64>,
+    after_age: Bytes,
+}
+
+impl TableRow {
+    fn of(rt: &ResourceType, obj: &Value) -> TableRow {
+        let mut cells = vec![obj["metadata"]["name"].clone()];
+        for (_, path) in rt.columns {
+            cells.push(json!(resources::field_string(obj, path)));
+        }
+        let mut before = b"{\"cells\":".to_vec();
+        let cells = serde_json::to_string(&cells).unwrap_or_else(|_| "[]".into());
+        before.extend_from_slice(&cells.as_bytes()[..cells.len() - 1]);
+        before.push(b',');
+        let object = json!({
+            "kind": "PartialObjectMetadata",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": obj["metadata"],
+        });
+        let after = format!("],\"object\":{object}}}");
+        TableRow {
+            before_age: Bytes::from(before),
+            created: obj
+                .pointer("/metadata/creationTimestamp")
+                .and_then(Value::as_str)
+                .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                .map(|t| t.as_second()),
+            after_age: Bytes::from(after),
+        }
+    }
+}
+
 /// Locks a mutex, ignoring poisoning: a test that panicked while holding it has failed already.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -215,6 +267,11 @@ pub(crate) struct Shared {
     /// changes, so its bytes are made once, as kube-apiserver's watch cache keeps encoded
     /// objects. Lists of large fleets are then mostly copying.
     pub encoded: Mutex<HashMap<(String, String), Bytes>>,
+    /// Each stored object version's `Table` row for kubectl, by (uid, resourceVersion), without
+    /// its AGE cell (which moves with the clock): the row before that cell, the creation time,
+    /// and the row after it. kube-apiserver converts a row in microseconds of Go; building it
+    /// again per request from JSON values here would make kubectl's figure the test server's.
+    pub table_rows: Mutex<HashMap<(String, String), TableRow>>,
     pub log: Mutex<Vec<RequestRecord>>,
     pub faults: Mutex<Faults>,
     pub changes: Changes,
@@ -222,6 +279,19 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Fills [`Shared::encoded`] and [`Shared::table_rows`] for these objects.
+    pub(crate) fn encode_ahead(&self, rt: &ResourceType, items: &[Arc<Value>]) {
+        let mut encoded = lock(&self.encoded);
+        let mut rows = lock(&self.table_rows);
+        for item in items {
+            let key = version_key(item);
+            if let Ok(bytes) = serde_json::to_vec(&**item) {
+                encoded.insert(key.clone(), Bytes::from(bytes));
+            }
+            rows.insert(key, TableRow::of(rt, item));
+        }
+    }
+
     /// Runs `f` on the store and wakes waiters afterwards.
     pub fn with_store<R>(&self, f: impl FnOnce(&mut Store) -> R) -> R {
         let r = f(&mut lock(&self.store));
@@ -373,7 +443,14 @@ enum Route {
     NotFound,
 }
 
-fn route(path: &str, address: &str, minor: &str) -> Route {
+fn route(path: &str, address: &str, minor: &str, resource_v1: bool) -> Route {
+    // A 1.33 server with the DRA beta APIs on lists these instead of v1 (and serves neither
+    // here: only clients that read v1 are tested against it).
+    let resource_versions: &[&str] = if resource_v1 {
+        &["v1"]
+    } else {
+        &["v1beta2", "v1beta1"]
+    };
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segs.as_slice() {
         ["version"] => Route::Static(json!({
@@ -397,10 +474,10 @@ fn route(path: &str, address: &str, minor: &str) -> Route {
         ["apis"] => Route::Static(json!({
             "kind": "APIGroupList",
             "apiVersion": "v1",
-            "groups": [api_group("resource.k8s.io", "v1")],
+            "groups": [api_group("resource.k8s.io", resource_versions)],
         })),
         ["apis", "resource.k8s.io"] => {
-            let mut g = api_group("resource.k8s.io", "v1");
+            let mut g = api_group("resource.k8s.io", resource_versions);
             g["kind"] = json!("APIGroup");
             g["apiVersion"] = json!("v1");
             Route::Static(g)
@@ -444,9 +521,12 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Route {
     }
 }
 
-fn api_group(name: &str, version: &str) -> Value {
-    let gv = json!({"groupVersion": format!("{name}/{version}"), "version": version});
-    json!({"name": name, "versions": [gv.clone()], "preferredVersion": gv})
+fn api_group(name: &str, versions: &[&str]) -> Value {
+    let gvs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
+        .collect();
+    json!({"name": name, "versions": gvs, "preferredVersion": gvs[0]})
 }
 
 fn resource_list(group: &str, version: &str) -> Value {
@@ -557,10 +637,13 @@ pub(crate) async fn handle(
             store.resource_v1_served,
         )
     };
-    let routed = if !resource_v1_served && path.starts_with("/apis/resource.k8s.io/v1/") {
+    let minor = if resource_v1_served { minor } else { "33" };
+    let routed = if !resource_v1_served
+        && (path.starts_with("/apis/resource.k8s.io/v1/") || path == "/apis/resource.k8s.io/v1")
+    {
         Route::NotFound
     } else {
-        route(&path, &shared.address, minor)
+        route(&path, &shared.address, minor, resource_v1_served)
     };
     let watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
     let (verb, resource) = match &routed {
@@ -743,14 +826,7 @@ impl Ctx<'_> {
             cont.map(String::as_str),
         )?;
         if self.wants_table() {
-            return Ok(json_response(
-                200,
-                &table(
-                    self.rt,
-                    page.items.iter().map(|i| &**i),
-                    Some((page.resource_version, page.continue_token.as_deref())),
-                ),
-            ));
+            return Ok(self.table_page(&page));
         }
         // Serialised straight from the stored objects: no copy of the list is built.
         let mut out = Vec::with_capacity(64 + page.items.len() * 1024);
@@ -772,13 +848,7 @@ impl Ctx<'_> {
             if i > 0 {
                 out.push(b',');
             }
-            let text = |path: &str| {
-                item.pointer(path)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            let key = (text("/metadata/uid"), text("/metadata/resourceVersion"));
+            let key = version_key(item);
             let bytes = match encoded.get(&key) {
                 Some(bytes) => bytes.clone(),
                 None => {
@@ -794,6 +864,44 @@ impl Ctx<'_> {
         }
         out.extend_from_slice(b"]}");
         Ok(bytes_response(200, Bytes::from(out)))
+    }
+
+    /// A list page as a `Table`, from the rows kept per object version (see
+    /// [`Shared::table_rows`]); the same document as [`table`] builds.
+    fn table_page(&self, page: &store::ListPage) -> Response<Body> {
+        let mut meta = json!({"resourceVersion": page.resource_version.to_string()});
+        if let Some(c) = &page.continue_token {
+            meta["continue"] = json!(c);
+        }
+        let head = table(self.rt, std::iter::empty(), None);
+        let mut out = Vec::with_capacity(1024 + page.items.len() * 768);
+        out.extend_from_slice(
+            format!(
+                "{{\"kind\":\"Table\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":{meta},\"columnDefinitions\":{},\"rows\":[",
+                head["columnDefinitions"]
+            )
+            .as_bytes(),
+        );
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let mut rows = lock(&self.shared.table_rows);
+        for (i, item) in page.items.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let key = version_key(item);
+            let row = rows
+                .entry(key)
+                .or_insert_with(|| TableRow::of(self.rt, item));
+            out.extend_from_slice(&row.before_age);
+            let age = row
+                .created
+                .map(|t| human_duration((now - t).max(0)))
+                .unwrap_or_else(|| "<unknown>".to_string());
+            out.extend_from_slice(json!(age).to_string().as_bytes());
+            out.extend_from_slice(&row.after_age);
+        }
+        out.extend_from_slice(b"]}");
+        bytes_response(200, Bytes::from(out))
     }
 
     fn watch(&self) -> Result<Response<Body>, ApiError> {

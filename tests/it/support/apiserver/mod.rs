@@ -183,6 +183,7 @@ impl TestApiServer {
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
             encoded: Mutex::new(HashMap::new()),
+            table_rows: Mutex::new(HashMap::new()),
             log: Mutex::new(Vec::new()),
             faults: Mutex::new(Faults::default()),
             changes: Changes::default(),
@@ -337,9 +338,10 @@ impl TestApiServer {
         });
     }
 
-    /// Serves `resource.k8s.io/v1` or not: switched off, its paths answer `404 page not found`
-    /// as a pre-1.34 API server does (discovery still lists the group; only clients that read
-    /// objects are meant to be tested with this).
+    /// Serves `resource.k8s.io/v1` or not: switched off, the server is a 1.33 one with the DRA
+    /// beta APIs on: `/version` says 1.33, discovery lists `resource.k8s.io/v1beta2` and
+    /// `v1beta1` instead of `v1`, and the v1 paths answer `404 page not found` (the beta versions
+    /// are listed, not served: only clients that read v1 are meant to be tested with this).
     pub fn set_resource_v1_served(&self, served: bool) {
         self.shared.with_store(|s| s.resource_v1_served = served);
     }
@@ -391,6 +393,27 @@ impl TestApiServer {
             .list(rt, ns, &Default::default(), &Default::default(), None, None)
             .map(|p| p.items.iter().map(|i| (**i).clone()).collect())
             .unwrap_or_default()
+    }
+
+    /// Encodes every stored object of a resource ahead of its next listing, as JSON and as
+    /// kubectl's `Table` row, as kube-apiserver's watch cache keeps encodings of what it holds:
+    /// a benchmark's first listing then costs what the next ones cost.
+    pub fn encode_ahead(&self, plural: &str) {
+        let Ok(rt) = Self::resource(plural) else {
+            return;
+        };
+        let items = lock(&self.shared.store)
+            .list(
+                rt,
+                None,
+                &Default::default(),
+                &Default::default(),
+                None,
+                None,
+            )
+            .map(|p| p.items)
+            .unwrap_or_default();
+        self.shared.encode_ahead(rt, &items);
     }
 
     /// Creates `obj`, or replaces the stored object of that name regardless of its

@@ -44,6 +44,18 @@ impl ApiError {
     }
 
     /// 404 `<resource>.<group> "name" not found`.
+    /// What kube-apiserver answers for a path inside a served group version that no handler
+    /// serves (apimachinery's `NewNotFound` without a name: "the server could not find the
+    /// requested resource").
+    pub fn resource_not_found() -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource".to_string(),
+            Some(json!({})),
+        )
+    }
+
     pub fn not_found(rt: &ResourceType, name: &str) -> Self {
         Self::new(
             404,

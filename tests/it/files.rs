@@ -1,0 +1,150 @@
+//! `kubectl media caps -f` as a user meets it: the real binary on files that repeat objects,
+//! that hold no Kubernetes objects, or that are pathological (issue 13, item 4). The reader's
+//! rules have unit tests in src/fleet/files.rs; these check what a person sees.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn fleet() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/examples/fleet.yaml")
+}
+
+fn caps(args: &[&str], stdin: Option<&Path>) -> Output {
+    let home = tempfile::tempdir().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kubectl-media"));
+    command
+        .arg("caps")
+        .args(args)
+        .env_clear()
+        .env("HOME", home.path())
+        .env("NO_COLOR", "1");
+    match stdin {
+        Some(path) => command.stdin(std::fs::File::open(path).unwrap()),
+        None => command.stdin(Stdio::null()),
+    };
+    command.output().unwrap()
+}
+
+fn gpus(out: Output) -> usize {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let records: Value = serde_json::from_slice(&out.stdout).unwrap();
+    records.as_array().unwrap().len()
+}
+
+fn error_line(out: Output) -> String {
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    stderr.trim_end().to_string()
+}
+
+#[test]
+fn the_same_objects_given_twice_count_once() {
+    let fleet = fleet();
+    let path = fleet.to_str().unwrap();
+    let once = gpus(caps(&["-f", path, "-o", "json"], None));
+    assert_eq!(once, 9);
+    assert_eq!(
+        gpus(caps(&["-f", path, "-f", path, "-o", "json"], None)),
+        once
+    );
+    assert_eq!(
+        gpus(caps(&["-f", "-", "-f", path, "-o", "json"], Some(&fleet))),
+        once
+    );
+    // The same List as JSON, beside the YAML.
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("fleet.json");
+    let list: Value = serde_yaml::from_str(&std::fs::read_to_string(&fleet).unwrap()).unwrap();
+    std::fs::write(&json, list.to_string()).unwrap();
+    assert_eq!(
+        gpus(caps(
+            &["-f", path, "-f", json.to_str().unwrap(), "-o", "json"],
+            None
+        )),
+        once
+    );
+}
+
+#[test]
+fn input_without_kubernetes_objects_is_one_line_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, &[u8], &str); 4] = [
+        (
+            "numbers.json",
+            b"[1,2,3]\n",
+            ":1:1: a JSON array, not a Kubernetes object or List",
+        ),
+        (
+            "words.txt",
+            b"plain words\n",
+            ":1:1: plain text, not a Kubernetes object or List",
+        ),
+        (
+            "probe.json",
+            b"{\"node\": \"n1\", \"gpus\": []}\n",
+            ":1:1: a JSON object without apiVersion, kind or items, not a Kubernetes object or List",
+        ),
+        (
+            "movie.mkv",
+            b"\x1aE\xdf\xa3\x00\x00\x00\x00",
+            ": not a text file (it holds a NUL byte)",
+        ),
+    ];
+    for (name, text, expected) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let line = error_line(caps(&["-f", path.to_str().unwrap()], None));
+        assert!(
+            line.starts_with(&format!("error: {}{expected}", path.display()))
+                && line.ends_with(
+                    "(hint: -f takes the output of `kubectl get ... -o yaml` or `-o json`)"
+                ),
+            "{name}: {line}"
+        );
+    }
+}
+
+#[test]
+fn a_pathological_file_fails_fast() {
+    let dir = tempfile::tempdir().unwrap();
+    // 16 MiB of brackets, opening or closing: each refused where it shows.
+    let deep = dir.path().join("deep.json");
+    std::fs::write(&deep, "[".repeat(16 << 20).replacen('[', "{\"a\":", 1)).unwrap();
+    let junk = dir.path().join("junk.json");
+    let mut text = b"{\"items\": [".to_vec();
+    text.extend(std::iter::repeat_n(b'}', 16 << 20));
+    std::fs::write(&junk, text).unwrap();
+    for (path, expected) in [
+        (
+            &deep,
+            ":1:133: nesting deeper than 128 levels, which no Kubernetes object is",
+        ),
+        (&junk, ":1:12: mismatched brackets: '}' closes a '['"),
+    ] {
+        let started = Instant::now();
+        let line = error_line(caps(&["-f", path.to_str().unwrap()], None));
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(
+            line.starts_with(&format!("error: {}{expected}", path.display())),
+            "{line}"
+        );
+    }
+}
