@@ -1284,34 +1284,43 @@ impl Drop for InProcess {
 
 #[test]
 fn a_wedged_loop_fails_healthz_and_names_it() {
-    for wedged in ["prober", "publisher", "kubelet plugin", "render-node check"] {
-        let s = setup(1);
-        // A second of margin: a loaded test machine never makes a healthy loop that late.
-        let agent = InProcess::start(&s, Duration::from_secs(1));
-        s.wait_slice("published", |_| true);
-        let (status, body) = agent.healthz();
-        assert_eq!(status, 200, "{wedged}: {body}");
+    // One agent per loop, side by side: each waits out its liveness margin, and four of those in
+    // a row were the slowest test here. Each has its own API server and sockets.
+    let loops = ["prober", "publisher", "kubelet plugin", "render-node check"];
+    std::thread::scope(|scope| {
+        for wedged in loops {
+            scope.spawn(move || a_wedged_loop_is_named(wedged));
+        }
+    });
+}
 
-        assert!(
-            agent.health.liveness.wedge(wedged),
-            "{wedged} has a heartbeat"
-        );
-        let mut last = (0, String::new());
-        s.server
-            .wait_until(DEADLINE, |_| {
-                last = agent.healthz();
-                last.0 == 500
-            })
-            .unwrap_or_else(|e| panic!("{wedged}: {e}; last /healthz: {last:?}"));
-        let body = &last.1;
-        assert!(
-            body.contains(&format!("the {wedged} made no progress for")),
-            "{wedged}: {body}"
-        );
-        for other in ["prober", "publisher", "kubelet plugin", "render-node check"] {
-            if other != wedged {
-                assert!(!body.contains(&format!("the {other} ")), "{wedged}: {body}");
-            }
+fn a_wedged_loop_is_named(wedged: &str) {
+    let s = setup(1);
+    // A second of margin: a loaded test machine never makes a healthy loop that late.
+    let agent = InProcess::start(&s, Duration::from_secs(1));
+    s.wait_slice("published", |_| true);
+    let (status, body) = agent.healthz();
+    assert_eq!(status, 200, "{wedged}: {body}");
+
+    assert!(
+        agent.health.liveness.wedge(wedged),
+        "{wedged} has a heartbeat"
+    );
+    let mut last = (0, String::new());
+    s.server
+        .wait_until(DEADLINE, |_| {
+            last = agent.healthz();
+            last.0 == 500
+        })
+        .unwrap_or_else(|e| panic!("{wedged}: {e}; last /healthz: {last:?}"));
+    let body = &last.1;
+    assert!(
+        body.contains(&format!("the {wedged} made no progress for")),
+        "{wedged}: {body}"
+    );
+    for other in ["prober", "publisher", "kubelet plugin", "render-node check"] {
+        if other != wedged {
+            assert!(!body.contains(&format!("the {other} ")), "{wedged}: {body}");
         }
     }
 }

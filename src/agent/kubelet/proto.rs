@@ -1,7 +1,9 @@
 //! The protobuf messages and gRPC services of the kubelet APIs we serve, generated from the
 //! `.proto` files in `proto/`. The code is committed under `generated/` so that building needs
-//! no protoc; `tests/it/generated.rs` regenerates it and fails when it drifts
-//! (`UPDATE_GENERATED=1 cargo test --test it generated` rewrites it). The modules are pulled in with
+//! no protoc; `tests/it/generated.rs` fails when it drifts from `proto/` (checked by the SHA-256
+//! sums in `generated/SHA256SUMS`), and
+//! `UPDATE_GENERATED=1 cargo test --features regenerate-protos --test it generated` rewrites it
+//! with a protobuf compiler in Rust. The modules are pulled in with
 //! `include!` so that `cargo fmt` leaves the generated text exactly as the generator wrote it.
 
 /// Plugin registration (`pluginregistration.Registration`), served on the registration socket.

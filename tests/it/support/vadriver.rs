@@ -29,37 +29,75 @@ pub struct Built {
 
 /// Builds the driver, the symbol-less driver and the shim with `rustc` (they have no
 /// dependencies, so no second dependency build), once per process, and again only when a source
-/// changed since the last build.
+/// changed since the last build. The three builds run at once: on a fresh target directory every
+/// libva test waits for them.
 pub fn built() -> &'static Built {
     static BUILT: OnceLock<Built> = OnceLock::new();
     BUILT.get_or_init(|| {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vadriver");
         let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("vadriver");
         std::fs::create_dir_all(&out).expect("create the VA driver's build directory");
+        let driver = rustc(&src.join("driver.rs"), &out.join("mediatest.so"), &[]);
+        let no_init = rustc(
+            &src.join("driver.rs"),
+            &out.join("mediatest-no-init.so"),
+            &["no_init_symbol"],
+        );
+        let shim = rustc(&src.join("drm_shim.rs"), &out.join("drm-shim.so"), &[]);
         Built {
-            driver: rustc(&src.join("driver.rs"), &out.join("mediatest.so"), &[]),
-            no_init: rustc(
-                &src.join("driver.rs"),
-                &out.join("mediatest-no-init.so"),
-                &["no_init_symbol"],
-            ),
-            shim: rustc(&src.join("drm_shim.rs"), &out.join("drm-shim.so"), &[]),
+            driver: driver.wait(),
+            no_init: no_init.wait(),
+            shim: shim.wait(),
         }
     })
+}
+
+/// A library being built (or already up to date): `wait` gives its path once it is in place.
+struct Build {
+    source: PathBuf,
+    output: PathBuf,
+    /// The running `rustc` and the temporary file it writes; `None` when up to date.
+    running: Option<(std::process::Child, PathBuf)>,
+}
+
+impl Build {
+    fn wait(self) -> PathBuf {
+        let Some((child, tmp)) = self.running else {
+            return self.output;
+        };
+        let done = child
+            .wait_with_output()
+            .unwrap_or_else(|e| panic!("build {}: {e}", self.source.display()));
+        assert!(
+            done.status.success(),
+            "build {}: {}",
+            self.source.display(),
+            String::from_utf8_lossy(&done.stderr)
+        );
+        std::fs::rename(&tmp, &self.output).expect("move the built library into place");
+        self.output
+    }
 }
 
 fn modified(path: &Path) -> Option<std::time::SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-fn rustc(source: &Path, output: &Path, cfgs: &[&str]) -> PathBuf {
+/// Starts `rustc` on `source` unless `output` is newer than it.
+fn rustc(source: &Path, output: &Path, cfgs: &[&str]) -> Build {
+    let mut build = Build {
+        source: source.to_path_buf(),
+        output: output.to_path_buf(),
+        running: None,
+    };
     if let (Some(built), Some(src)) = (modified(output), modified(source))
         && built >= src
     {
-        return output.to_path_buf();
+        return build;
     }
     // Built under a temporary name and renamed: another test process may load the library at
-    // any moment.
+    // any moment. Two builds of one source (the driver with and without its init symbol) write
+    // different outputs, so the output's name keeps their temporary files apart.
     let tmp = output.with_extension(format!("tmp{}", std::process::id()));
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let mut command = std::process::Command::new(&rustc);
@@ -75,21 +113,18 @@ fn rustc(source: &Path, output: &Path, cfgs: &[&str]) -> PathBuf {
         ])
         .arg(source)
         .arg("-o")
-        .arg(&tmp);
+        .arg(&tmp)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
     for cfg in cfgs {
         command.args(["--cfg", cfg]);
     }
-    let done = command
-        .output()
+    let child = command
+        .spawn()
         .unwrap_or_else(|e| panic!("run {}: {e}", Path::new(&rustc).display()));
-    assert!(
-        done.status.success(),
-        "build {}: {}",
-        source.display(),
-        String::from_utf8_lossy(&done.stderr)
-    );
-    std::fs::rename(&tmp, output).expect("move the built library into place");
-    output.to_path_buf()
+    build.running = Some((child, tmp));
+    build
 }
 
 /// `(0x1)` / `(-1)` at the end of a `VaError` text: the status.
