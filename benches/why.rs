@@ -12,7 +12,7 @@
 //!   with each selector compiled once (node by node, as the scheduler's Filter runs).
 //!
 //! Target: ≤ 1 s from a file and from the API. Run: `cargo bench --bench why`
-//! (`WHY_BENCH_NODES=500` for a quicker look).
+//! (`WHY_BENCH_NODES=500` for a quicker look; `WHY_BENCH_FLEET_OUT=fleet.json` keeps the fleet).
 
 #[path = "../tests/it/support/mod.rs"]
 mod support;
@@ -169,6 +169,10 @@ fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("fleet.json");
     std::fs::write(&file, &json).expect("write fleet");
+    // To look at the fleet, or profile `why` on it by hand.
+    if let Some(keep) = std::env::var_os("WHY_BENCH_FLEET_OUT") {
+        std::fs::write(keep, &json).expect("write WHY_BENCH_FLEET_OUT");
+    }
     let devices = records(&slices);
     println!(
         "fleet: {nodes} nodes x {GPUS_PER_NODE} GPUs = {} GPUs, {} devices, {} slices, {:.1} MiB of JSON",

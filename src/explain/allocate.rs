@@ -209,6 +209,8 @@ pub struct Allocator<'a, D: DeviceView> {
     fleet: Fleet<'a, D>,
     classes: &'a dyn ClassSource,
     features: Features,
+    /// [`Fleet::taken`] by device index, so that the search never builds an id to look one up.
+    taken: HashMap<usize, Vec<String>>,
     /// Per class, the device its CEL value is built from.
     representatives: Vec<usize>,
     /// Each device's rank in the scheduler's order: by pool (driver, pool), then slice order.
@@ -340,11 +342,22 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             })
             .collect();
         let values = representatives.iter().map(|_| None).collect();
+        let taken = if fleet.taken.is_empty() {
+            HashMap::new()
+        } else {
+            fleet
+                .devices
+                .iter()
+                .enumerate()
+                .filter_map(|(d, device)| Some((d, fleet.taken.get(&device.id())?.clone())))
+                .collect()
+        };
         Allocator {
             fleet,
             classes,
             features,
             rank,
+            taken,
             class_of,
             representatives,
             by_node,
@@ -839,7 +852,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                     .is_some_and(|c| c.contains(&claim));
             return same_claim.then(|| vec![search.claims[claim].name.to_owned()]);
         }
-        if let Some(claims) = self.fleet.taken.get(&self.fleet.devices[d].id()) {
+        if let Some(claims) = self.taken.get(&d) {
             return Some(claims.clone());
         }
         search

@@ -27,7 +27,7 @@ use super::allocate::{
 use super::diagnose::{self, Finding};
 use super::model::{self, FleetModel, SliceDevice};
 use super::{DeviceView, NodeInfo};
-use crate::fleet::objects::{Kind, Objects};
+use crate::fleet::objects::{Kind, Objects, Ustr};
 
 /// The PCI attribute the product's claims constrain on.
 const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
@@ -976,7 +976,8 @@ pub(crate) type ReasonKey = (ReasonKind, Option<String>, Option<String>, String)
 #[derive(Default)]
 struct Group {
     devices: usize,
-    nodes: BTreeSet<String>,
+    /// Interned: a fleet's devices name a few thousand nodes tens of thousands of times.
+    nodes: HashSet<Ustr>,
     claims: BTreeSet<String>,
 }
 
@@ -1148,22 +1149,19 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
             devices: Vec::new(),
         };
         let mut groups: BTreeMap<GroupKey, Group> = BTreeMap::new();
-        let mut qualifying_nodes: BTreeSet<String> = BTreeSet::new();
+        let mut qualifying_nodes: HashSet<Ustr> = HashSet::new();
+        let any_node = Ustr::from("(any node)");
         // Devices that fail selectors: their clause vectors, for the relaxations.
         let mut failing: Vec<usize> = Vec::new();
         for (&d, status) in &statuses[slot] {
             let (node_name, device_signature) = {
                 let device = allocator.device(d);
-                let node = device.node().map(|n| n.to_string());
-                (
-                    node.unwrap_or_else(|| "(any node)".to_owned()),
-                    allocator.cel_class(d),
-                )
+                (device.node().unwrap_or(any_node), allocator.cel_class(d))
             };
             let (kind, selector, clause, detail, claims_holding) = match status {
                 DeviceStatus::Available => {
                     report.qualifying += 1;
-                    qualifying_nodes.insert(node_name.clone());
+                    qualifying_nodes.insert(node_name);
                     report.available += 1;
                     if input.every_device {
                         report.devices.push(device_line(
@@ -1176,7 +1174,7 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
                 }
                 DeviceStatus::Taken { claims } => {
                     report.qualifying += 1;
-                    qualifying_nodes.insert(node_name.clone());
+                    qualifying_nodes.insert(node_name);
                     (
                         ReasonKind::Taken,
                         None,
@@ -1187,7 +1185,7 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
                 }
                 DeviceStatus::Untolerated { taint } => {
                     report.qualifying += 1;
-                    qualifying_nodes.insert(node_name.clone());
+                    qualifying_nodes.insert(node_name);
                     (
                         ReasonKind::Untolerated,
                         None,
@@ -1356,7 +1354,7 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
                 .then(a.model.cmp(&b.model))
         });
         report.reasons = reasons;
-        let mut nodes: Vec<String> = qualifying_nodes.into_iter().collect();
+        let mut nodes: Vec<String> = qualifying_nodes.iter().map(|n| n.to_string()).collect();
         nodes.sort_by(|a, b| crate::fleet::inventory::natural_cmp(a, b));
         report.qualifying_nodes = nodes;
 
