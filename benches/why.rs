@@ -196,10 +196,40 @@ fn main() {
     let from_file = sample(|| command(&["why", "film-0", "-n", "media", "-f", &file_arg]));
 
     let server = TestApiServer::start();
-    for item in items {
-        server.put(item).expect("the test server accepts the fleet");
+    // The server gives the pod a uid of its own, as kube-apiserver does: the claim's owner
+    // reference follows it, or the claim would read as another pod's (a silent case `why`
+    // explains without evaluating a device).
+    let mut pod_uid = None;
+    for mut item in items {
+        if item["kind"] == "ResourceClaim"
+            && let Some(uid) = &pod_uid
+        {
+            item["metadata"]["ownerReferences"][0]["uid"] = Value::clone(uid);
+        }
+        let stored = server.put(item).expect("the test server accepts the fleet");
+        if stored["kind"] == "Pod" {
+            pod_uid = Some(stored["metadata"]["uid"].clone());
+        }
     }
     let kubeconfig = server.kubeconfig().to_path_buf();
+    // The same explanation from both: the server run does the same work.
+    let output = |mut command: Command| command.output().expect("spawn").stdout;
+    let mut server_command = command(&["why", "film-0", "-n", "media"]);
+    server_command.env("KUBECONFIG", &kubeconfig);
+    assert_eq!(
+        String::from_utf8_lossy(&output(server_command)),
+        String::from_utf8_lossy(&output(command(&[
+            "why",
+            "film-0",
+            "-n",
+            "media",
+            "-f",
+            &file_arg,
+            "--kubernetes-version",
+            "1.36"
+        ]))),
+        "why from the server and from the file disagree"
+    );
     let from_server = sample(|| {
         let mut command = command(&["why", "film-0", "-n", "media"]);
         command.env("KUBECONFIG", &kubeconfig);
