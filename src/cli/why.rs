@@ -391,8 +391,8 @@ fn render(d: &Diagnosis, styles: &Styles) -> String {
                 let key = pod::reason_key(reason);
                 let heading_changed = last_key.as_ref() != Some(&key);
                 last_key = Some(key);
-                let devices = plural(reason.devices, "device", "devices");
-                let nodes = plural(reason.nodes, "node", "nodes");
+                let devices = pod::count(reason.devices, "device", "devices");
+                let nodes = pod::count(reason.nodes, "node", "nodes");
                 match reason.reason {
                     ReasonKind::OtherDriver => {
                         let _ = writeln!(
@@ -524,10 +524,6 @@ fn render(d: &Diagnosis, styles: &Styles) -> String {
         }
     }
     out
-}
-
-fn plural(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 fn state_words(state: ClaimState) -> &'static str {

@@ -168,23 +168,8 @@ pub(crate) fn attribute_names(selector: &Selector) -> Vec<(String, String)> {
     };
     let mut out: Vec<(String, String)> = Vec::new();
     visit(program.expression(), &mut |e| {
-        let (operand, name) = match &e.expr {
-            Expr::Select(select) => (&*select.operand, select.field.as_str()),
-            Expr::Call(CallExpr {
-                func_name,
-                target: None,
-                args,
-            }) if (func_name == operators::INDEX
-                || func_name == operators::OPT_INDEX
-                || func_name == operators::OPT_SELECT)
-                && args.len() == 2 =>
-            {
-                match string_literal(&args[1]) {
-                    Some(name) => (&args[0], name),
-                    None => return,
-                }
-            }
-            _ => return,
+        let Some((operand, name)) = field_access(e) else {
+            return;
         };
         if let Some(domain) = domain_of(operand) {
             let pair = (domain, name.to_owned());
@@ -351,23 +336,8 @@ fn reads(expr: &IdedExpr, device: &dyn DeviceView) -> Vec<Read> {
         }
     };
     visit(expr, &mut |e| {
-        let (operand, name) = match &e.expr {
-            Expr::Select(select) => (&*select.operand, select.field.as_str()),
-            Expr::Call(CallExpr {
-                func_name,
-                target: None,
-                args,
-            }) if (func_name == operators::INDEX
-                || func_name == operators::OPT_INDEX
-                || func_name == operators::OPT_SELECT)
-                && args.len() == 2 =>
-            {
-                match string_literal(&args[1]) {
-                    Some(name) => (&args[0], name),
-                    None => return,
-                }
-            }
-            _ => return,
+        let Some((operand, name)) = field_access(e) else {
+            return;
         };
         if is_device_field(operand, "attributes").is_some()
             || is_device_field(operand, "capacity").is_some()
@@ -392,6 +362,25 @@ fn reads(expr: &IdedExpr, device: &dyn DeviceView) -> Vec<Read> {
         }
     });
     out
+}
+
+/// A field read by name: `x.name`, `x["name"]` and their optional forms, as (x, name).
+fn field_access(e: &IdedExpr) -> Option<(&IdedExpr, &str)> {
+    match &e.expr {
+        Expr::Select(select) => Some((&*select.operand, select.field.as_str())),
+        Expr::Call(CallExpr {
+            func_name,
+            target: None,
+            args,
+        }) if (func_name == operators::INDEX
+            || func_name == operators::OPT_INDEX
+            || func_name == operators::OPT_SELECT)
+            && args.len() == 2 =>
+        {
+            Some((&args[0], string_literal(&args[1])?))
+        }
+        _ => None,
+    }
 }
 
 /// `device.attributes[<literal>]` → the domain.

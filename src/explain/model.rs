@@ -132,7 +132,12 @@ pub(crate) fn build<'a>(
     nodes: &'a [Node],
     explained: &[String],
 ) -> FleetModel<'a> {
-    let current = current(slices);
+    // The slices that count, by index: the newest generation of each pool.
+    let current: Vec<usize> = crate::fleet::inventory::is_current(slices)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, current)| current.then_some(i))
+        .collect();
     let mut incomplete_pools = HashSet::new();
     let mut counts: HashMap<(Ustr, Ustr), (i64, usize)> = HashMap::new();
     for &i in &current {
@@ -283,35 +288,22 @@ pub(crate) fn claim_name(claim: &ResourceClaim) -> String {
     )
 }
 
-/// The indexes of the slices that count: per pool of each driver, those of the newest
-/// generation, in the order read.
-fn current(slices: &[ResourceSlice]) -> Vec<usize> {
-    let mut newest: HashMap<(Ustr, Ustr), i64> = HashMap::new();
-    for slice in slices {
-        let generation = newest
-            .entry((slice.spec.driver, slice.spec.pool.name))
-            .or_insert(slice.spec.pool.generation);
-        *generation = (*generation).max(slice.spec.pool.generation);
-    }
-    (0..slices.len())
-        .filter(|&i| {
-            let spec = &slices[i].spec;
-            newest[&(spec.driver, spec.pool.name)] == spec.pool.generation
-        })
-        .collect()
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::fleet::objects::{Kinds, Objects};
 
-    fn objects(text: &str) -> Objects {
-        let mut objects = Objects::wanting(Kinds::only(&crate::fleet::objects::Kind::ALL));
+    /// The objects of a multi-document YAML fixture, every one read (no note), for the tests
+    /// of `explain`.
+    pub(crate) fn objects(text: &str) -> Objects {
+        let mut objects = Objects::wanting(Kinds::ALL);
         for document in serde_yaml::Deserializer::from_str(text) {
             let value: serde_json::Value = serde::Deserialize::deserialize(document).unwrap();
-            objects.add_value(&value);
+            if !value.is_null() {
+                objects.add_value(&value);
+            }
         }
+        assert!(objects.notes.is_empty(), "{:?}", objects.notes);
         objects
     }
 

@@ -1024,7 +1024,6 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
     let mut request_keys: Vec<(String, String)> = Vec::new();
     let mut attempt_error: Option<AllocError> = None;
     let mut allocatable = 0;
-    let mut total_devices: HashSet<usize> = HashSet::new();
     for candidate in &model.nodes {
         let node = &candidate.info;
         let (report, failed) = match allocator.explain(node, &claims) {
@@ -1079,7 +1078,6 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
                 }
             };
             for (d, status) in &request.devices {
-                total_devices.insert(*d);
                 statuses[slot].entry(*d).or_insert_with(|| status.clone());
             }
         }
@@ -1394,8 +1392,7 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
         }
 
         // Relaxations: a clause whose removal alone lets failing devices qualify.
-        report.relaxations =
-            relaxations(&mut allocator, &selectors, &failing, &statuses[slot], model);
+        report.relaxations = relaxations(&mut allocator, &selectors, &failing, model);
         diagnosis.claims[claim_index].requests.push(report);
     }
 
@@ -1418,7 +1415,6 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
     if let Some(error) = attempt_error {
         diagnosis.attempt_error = Some(attempt(&error));
     }
-    let _ = total_devices;
 }
 
 /// An attempt error without the device it was met on, so that nodes group by it.
@@ -1528,7 +1524,6 @@ fn relaxations(
     allocator: &mut Allocator<'_, SliceDevice<'_>>,
     selectors: &[(String, &str)],
     failing: &[usize],
-    statuses: &BTreeMap<usize, DeviceStatus>,
     model: &FleetModel<'_>,
 ) -> Vec<Relaxation> {
     let texts: Vec<Vec<String>> = selectors
@@ -1574,7 +1569,6 @@ fn relaxations(
             }
         }
     }
-    let _ = statuses;
     let mut out: Vec<Relaxation> = gains
         .into_iter()
         // Dropping the class's driver clause is not a way forward: it picks other drivers.
@@ -2024,7 +2018,8 @@ fn conclude(
     diagnosis.next_steps = steps;
 }
 
-fn count(n: usize, one: &str, many: &str) -> String {
+/// `1 device`, `2 devices`.
+pub(crate) fn count(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
@@ -2074,7 +2069,7 @@ pub(crate) fn shorten(names: Vec<String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::objects::Kinds;
+    use crate::explain::model::tests::objects;
 
     /// Two nodes, a GPU each with its render node: n1's decodes and scales 10-bit, n2's only
     /// decodes.
@@ -2216,18 +2211,6 @@ spec:
     - {requests: [gpu, decodes], matchAttribute: resource.kubernetes.io/pciBusID}"#;
 
     const STATUS: &str = "  resourceClaimStatuses: [{name: gpu, resourceClaimName: p-gpu-x}]";
-
-    fn objects(text: &str) -> Objects {
-        let mut objects = Objects::wanting(Kinds::ALL);
-        for document in serde_yaml::Deserializer::from_str(text) {
-            let value: serde_json::Value = serde::Deserialize::deserialize(document).unwrap();
-            if !value.is_null() {
-                objects.add_value(&value);
-            }
-        }
-        assert!(objects.notes.is_empty(), "{:?}", objects.notes);
-        objects
-    }
 
     fn explain_pod(text: &str) -> Result<Diagnosis, TargetError> {
         let objects = objects(text);
@@ -2684,7 +2667,7 @@ spec: {}
             "  resourceClaims: [{name: gpu, resourceClaimTemplateName: t}]\n",
             "",
         );
-        let objects = super::tests::objects(&no_claims);
+        let objects = crate::explain::model::tests::objects(&no_claims);
         let e = explain(&Input {
             objects: &objects,
             target: &Target::Pod {

@@ -96,22 +96,25 @@ pub(crate) struct Inventory {
     pub drift: Vec<Drift>,
 }
 
+/// Whether each slice is of its pool's newest generation (per driver and pool), the slices the
+/// scheduler counts: `caps` keeps those, `why` views them in place.
+pub(crate) fn is_current(slices: &[ResourceSlice]) -> Vec<bool> {
+    // Borrowed keys: no copy of a driver or pool name.
+    let mut highest: HashMap<(Ustr, Ustr), i64> = HashMap::new();
+    for slice in slices {
+        let key = (slice.spec.driver, slice.spec.pool.name);
+        let generation = highest.entry(key).or_insert(slice.spec.pool.generation);
+        *generation = (*generation).max(slice.spec.pool.generation);
+    }
+    slices
+        .iter()
+        .map(|s| highest[&(s.spec.driver, s.spec.pool.name)] == s.spec.pool.generation)
+        .collect()
+}
+
 /// Keeps, for each pool of each driver, only the slices of its highest generation.
 pub(crate) fn current_slices(mut slices: Vec<ResourceSlice>) -> Vec<ResourceSlice> {
-    // Decided with borrowed keys first, then applied: no copy of a driver or pool name.
-    let keep: Vec<bool> = {
-        let mut highest: HashMap<(Ustr, Ustr), i64> = HashMap::new();
-        for slice in &slices {
-            let key = (slice.spec.driver, slice.spec.pool.name);
-            let generation = highest.entry(key).or_insert(slice.spec.pool.generation);
-            *generation = (*generation).max(slice.spec.pool.generation);
-        }
-        slices
-            .iter()
-            .map(|s| highest[&(s.spec.driver, s.spec.pool.name)] == s.spec.pool.generation)
-            .collect()
-    };
-    let mut keep = keep.into_iter();
+    let mut keep = is_current(&slices).into_iter();
     slices.retain(|_| keep.next().unwrap_or(false));
     slices
 }
