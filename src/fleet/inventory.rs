@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::catalogue::{self, Capability, Identity};
-use crate::fleet::objects::{Attributes, Device, ResourceSlice, Ustr};
+use crate::fleet::objects::{Device, ResourceSlice, Ustr};
 
 /// Capability values in catalogue order; `None` when the device lacks the attribute or it is
 /// not a bool.
@@ -123,15 +123,11 @@ fn node_of(slice: &ResourceSlice) -> Ustr {
     slice.spec.node_name.unwrap_or(slice.spec.pool.name)
 }
 
-fn statements(attributes: &Attributes) -> Statements {
-    Capability::ALL.map(|c| attributes.capability(c).as_bool())
-}
-
 /// A GPU a media device describes.
 fn described(node: Ustr, device: &Device) -> Gpu {
-    let a = &device.attributes;
+    let a = device.attributes.catalogue();
     let owned = |i: Identity| a.identity(i).and_then(|v| v.as_ustr());
-    let capabilities = statements(a);
+    let capabilities: Statements = Capability::ALL.map(|c| a.capability(c).as_bool());
     let va_driver = owned(Identity::VaDriver);
     let unreadable: Vec<Capability> = Capability::ALL
         .into_iter()
@@ -401,7 +397,7 @@ impl Inventory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::objects::{Device, Metadata, Pool, SliceSpec, Stated, Value};
+    use crate::fleet::objects::{Attributes, Device, Metadata, Pool, SliceSpec, Stated, Value};
 
     fn s(text: &str) -> Value {
         Value::String(Ustr::from(text))

@@ -232,6 +232,14 @@ pub(crate) enum Stated {
 }
 
 impl Stated {
+    fn of(value: Option<&Value>) -> Stated {
+        match value {
+            None => Stated::Absent,
+            Some(Value::Bool(b)) => Stated::Bool(*b),
+            Some(_) => Stated::NotBool,
+        }
+    }
+
     pub(crate) fn as_bool(self) -> Option<bool> {
         match self {
             Stated::Bool(b) => Some(b),
@@ -334,19 +342,38 @@ impl Attributes {
         self.get(catalogue_names().identity[attribute as usize])
     }
 
+    /// Every catalogue attribute of a `media.liken.sh` device at once. Where the catalogue's
+    /// names sit in a shape is found once per shape (the last one is kept per thread: a fleet's
+    /// media devices nearly all share one), instead of one scan of the names for each of the
+    /// catalogue's attributes of each device: `caps` reads all of them for 40,000 GPUs.
+    pub(crate) fn catalogue(&self) -> CatalogueView<'_> {
+        thread_local! {
+            static LAST: std::cell::RefCell<Option<(std::sync::Arc<[QualifiedName]>, Positions)>> =
+                const { std::cell::RefCell::new(None) };
+        }
+        let positions = LAST.with_borrow_mut(|last| match last {
+            Some((shape, positions)) if std::sync::Arc::ptr_eq(shape, &self.names) => *positions,
+            _ => {
+                let names = catalogue_names();
+                let at = |wanted: &QualifiedName| self.names.iter().position(|n| n == wanted);
+                let positions = Positions {
+                    identity: names.identity.each_ref().map(at),
+                    capabilities: names.capabilities.each_ref().map(at),
+                };
+                *last = Some((self.names.clone(), positions));
+                positions
+            }
+        });
+        CatalogueView {
+            values: &self.values,
+            positions,
+        }
+    }
+
     /// The identity attribute when it is a string or version.
     #[cfg(test)]
     pub(crate) fn string(&self, attribute: Identity) -> Option<&'static str> {
         self.identity(attribute).and_then(Value::as_str)
-    }
-
-    /// What a `media.liken.sh` device states of a catalogue capability.
-    pub(crate) fn capability(&self, capability: Capability) -> Stated {
-        match self.get(catalogue_names().capabilities[capability as usize]) {
-            None => Stated::Absent,
-            Some(Value::Bool(b)) => Stated::Bool(*b),
-            Some(_) => Stated::NotBool,
-        }
     }
 
     #[cfg(test)]
@@ -394,6 +421,34 @@ impl Attributes {
                 self.names = shape;
             }
         }
+    }
+}
+
+/// Where the catalogue's attributes sit in a shape.
+#[derive(Clone, Copy)]
+struct Positions {
+    identity: [Option<usize>; Identity::ALL.len()],
+    capabilities: [Option<usize>; Capability::ALL.len()],
+}
+
+/// A device's catalogue attributes, by position ([`Attributes::catalogue`]).
+pub(crate) struct CatalogueView<'a> {
+    values: &'a [Value],
+    positions: Positions,
+}
+
+impl CatalogueView<'_> {
+    /// As [`Attributes::identity`].
+    pub(crate) fn identity(&self, attribute: Identity) -> Option<&Value> {
+        self.values
+            .get(self.positions.identity[attribute as usize]?)
+    }
+
+    /// As [`Attributes::capability`].
+    pub(crate) fn capability(&self, capability: Capability) -> Stated {
+        Stated::of(
+            self.positions.capabilities[capability as usize].and_then(|i| self.values.get(i)),
+        )
     }
 }
 
@@ -1480,16 +1535,82 @@ mod tests {
         // The catalogue's fast paths read the same model.
         assert_eq!(a.string(Identity::Address), Some("0000:00:02.0"));
         assert_eq!(a.string(Identity::PciBusId), Some("0000:00:02.0"));
+        let c = a.catalogue();
         assert_eq!(
-            a.capability(Capability::DecodeHEVCMain10),
+            c.identity(Identity::Address),
+            Some(&Value::String("0000:00:02.0".into()))
+        );
+        assert_eq!(
+            c.capability(Capability::DecodeHEVCMain10),
             Stated::Bool(true)
         );
-        assert_eq!(a.capability(Capability::Scale10bit), Stated::Bool(false));
+        assert_eq!(c.capability(Capability::Scale10bit), Stated::Bool(false));
         // Wrong type, two types, and null: never a crash, never a guess.
-        assert_eq!(a.capability(Capability::DecodeVP9), Stated::NotBool);
-        assert_eq!(a.capability(Capability::DecodeAV1Main), Stated::NotBool);
-        assert_eq!(a.capability(Capability::EncodeH264), Stated::NotBool);
-        assert_eq!(a.capability(Capability::DecodeH264), Stated::Absent);
+        assert_eq!(c.capability(Capability::DecodeVP9), Stated::NotBool);
+        assert_eq!(c.capability(Capability::DecodeAV1Main), Stated::NotBool);
+        assert_eq!(c.capability(Capability::EncodeH264), Stated::NotBool);
+        assert_eq!(c.capability(Capability::DecodeH264), Stated::Absent);
+    }
+
+    #[test]
+    fn the_catalogue_view_follows_each_devices_own_shape() {
+        // Two shapes, the same names in other orders and one lacking a name, read in turns:
+        // the positions found for one shape must never answer for another.
+        let mut objects = Objects::default();
+        objects
+            .add_json(
+                r#"{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+              "metadata": {"name": "n-media.liken.sh"},
+              "spec": {"driver": "media.liken.sh", "nodeName": "n",
+                "pool": {"name": "n", "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                  {"name": "a", "attributes": {"address": {"string": "0000:00:02.0"},
+                    "decodeH264": {"bool": true}, "scale10bit": {"bool": false}}},
+                  {"name": "b", "attributes": {"scale10bit": {"bool": true},
+                    "address": {"string": "0000:03:00.0"}, "decodeH264": {"bool": false}}},
+                  {"name": "c", "attributes": {"decodeH264": {"bool": true}}},
+                  {"name": "d", "attributes": {"address": {"string": "0000:04:00.0"},
+                    "decodeH264": {"bool": false}, "scale10bit": {"bool": true}}}
+                ]}}"#,
+            )
+            .unwrap();
+        let devices = &objects.slices[0].spec.devices;
+        for device in devices.iter().chain(devices.iter().rev()) {
+            let a = &device.attributes;
+            let c = a.catalogue();
+            for identity in Identity::ALL {
+                assert_eq!(
+                    c.identity(identity),
+                    a.identity(identity),
+                    "{}",
+                    device.name
+                );
+            }
+            for capability in Capability::ALL {
+                let name = QualifiedName::parse(capability.attribute(), catalogue::DRIVER);
+                assert_eq!(
+                    c.capability(capability),
+                    Stated::of(a.get(name)),
+                    "{} {capability:?}",
+                    device.name
+                );
+            }
+        }
+        let scale = |i: usize| {
+            devices[i]
+                .attributes
+                .catalogue()
+                .capability(Capability::Scale10bit)
+        };
+        assert_eq!(
+            [scale(0), scale(1), scale(2), scale(3)],
+            [
+                Stated::Bool(false),
+                Stated::Bool(true),
+                Stated::Absent,
+                Stated::Bool(true)
+            ]
+        );
     }
 
     #[test]
