@@ -2,7 +2,7 @@
 //! ResourceSlices (from the cluster or `-f` files), builds the [`Inventory`], and renders it as a
 //! table, a wide table with one column per capability, JSON or YAML records, or a summary.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use clap::Args;
@@ -14,9 +14,9 @@ use crate::cli::table::{Cell, Grid, Paint, TableStyle, Width};
 use crate::cli::{CapabilityFlags, Error, Global, Io};
 use crate::fleet::cluster::Cluster;
 use crate::fleet::files::{self, Source};
-use crate::fleet::inventory::{self, Counts, Drift, Filter, Gpu, Inventory, Status};
+use crate::fleet::inventory::{self, Counts, Drift, Filter, Gpu, Inventory, Statements, Status};
 
-use crate::fleet::objects::{Kind, Kinds, Objects};
+use crate::fleet::objects::{Kind, Kinds, Objects, Ustr};
 
 /// Deletes the agent's pod on one node (the DaemonSet makes a new one, with a new claim); the
 /// node name follows.
@@ -456,6 +456,10 @@ pub(crate) fn render_table(
     };
 
     let selected: Vec<&Gpu> = inventory.select(filter).collect();
+    // A fleet has a few VA drivers and capability sets and tens of thousands of GPUs: each
+    // distinct one is shortened or grouped once.
+    let mut va_drivers: HashMap<Ustr, String> = HashMap::new();
+    let mut groups: HashMap<(Statements, bool), [String; 3]> = HashMap::new();
     let rows = selected
         .iter()
         .map(|gpu| {
@@ -481,13 +485,24 @@ pub(crate) fn render_table(
                 row.push(status_cell(gpu));
                 row
             } else {
+                let va_driver = gpu.va_driver.map(|v| {
+                    va_drivers
+                        .entry(v)
+                        .or_insert_with(|| short_va_driver(&v))
+                        .as_str()
+                });
+                let [decode, encode, scale] = groups
+                    .entry((gpu.capabilities, gpu.device.is_some()))
+                    .or_insert_with(|| {
+                        [Group::Decode, Group::Encode, Group::Scale].map(|g| group_cell(gpu, g))
+                    });
                 vec![
                     Cell::plain(gpu.node.as_str()),
                     Cell::plain(dash(gpu.name.as_deref().map(short_gpu_name))),
-                    Cell::plain(dash(gpu.va_driver.map(|v| short_va_driver(&v)).as_deref())),
-                    Cell::plain(group_cell(gpu, Group::Decode)),
-                    Cell::plain(group_cell(gpu, Group::Encode)),
-                    Cell::plain(group_cell(gpu, Group::Scale)),
+                    Cell::plain(dash(va_driver)),
+                    Cell::plain(decode.clone()),
+                    Cell::plain(encode.clone()),
+                    Cell::plain(scale.clone()),
                     status_cell(gpu),
                 ]
             }

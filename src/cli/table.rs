@@ -281,7 +281,7 @@ impl Grid {
                 }
                 // Pad after the colour ends: escapes take no columns, and trailing blanks can be
                 // trimmed.
-                line.extend(std::iter::repeat_n(' ', padding));
+                pad(&mut line, padding);
             }
             out.push_str(line.trim_end());
             out.push('\n');
@@ -317,6 +317,16 @@ pub(crate) fn wrap_note(note: &str, limit: Option<usize>) -> String {
         column += width;
     }
     out
+}
+
+/// Appends `n` spaces.
+fn pad(line: &mut String, mut n: usize) {
+    const SPACES: &str = "                                                                ";
+    while n > 0 {
+        let step = n.min(SPACES.len());
+        line.push_str(&SPACES[..step]);
+        n -= step;
+    }
 }
 
 fn paint_text(text: &str, paint: Paint) -> String {
