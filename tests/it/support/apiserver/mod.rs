@@ -643,6 +643,8 @@ async fn accept_loop(
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
+                // As kube-apiserver's: Go sets TCP_NODELAY on every TCP connection it accepts.
+                let _ = stream.set_nodelay(true);
                 let shared = shared.clone();
                 conns.spawn(async move {
                     let io = hyper_util::rt::TokioIo::new(stream);
