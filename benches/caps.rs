@@ -28,48 +28,14 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use support::timing::{Timing, plugin, sample, summarise, timed};
+
 use support::apiserver::TestApiServer;
 
 const GPUS_PER_NODE: usize = 8;
 /// Runs of each `caps` measurement; kubectl is slower, so it runs fewer.
 const ROUNDS: usize = 7;
 const KUBECTL_ROUNDS: usize = 3;
-
-fn timed(mut command: Command) -> Duration {
-    let start = Instant::now();
-    let out = command
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .expect("spawn");
-    let elapsed = start.elapsed();
-    assert!(
-        out.status.success(),
-        "{command:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    elapsed
-}
-
-/// The best and the median of `rounds` runs.
-#[derive(Clone, Copy)]
-struct Timing {
-    best: Duration,
-    median: Duration,
-}
-
-fn sample(rounds: usize, make: impl Fn() -> Command) -> Timing {
-    let runs: Vec<Duration> = (0..rounds).map(|_| timed(make())).collect();
-    summarise(runs)
-}
-
-fn summarise(mut runs: Vec<Duration>) -> Timing {
-    runs.sort();
-    Timing {
-        best: runs[0],
-        median: runs[runs.len() / 2],
-    }
-}
 
 /// This build and the baseline, run by turns (new, old, new, old...).
 fn interleaved(
@@ -80,8 +46,8 @@ fn interleaved(
 ) -> (Timing, Timing) {
     let (mut news, mut olds) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
-        news.push(timed(make(new)));
-        olds.push(timed(make(old)));
+        news.push(timed(make(new), &[0]));
+        olds.push(timed(make(old), &[0]));
     }
     (summarise(news), summarise(olds))
 }
@@ -150,27 +116,13 @@ fn main() {
     );
 
     let baseline = std::env::var("CAPS_BENCH_BASELINE").ok();
-    let caps_of = |program: &str, args: &[&str]| {
-        let mut command = Command::new(program);
-        command
-            .args(args)
-            .env_clear()
-            .env("NO_COLOR", "1")
-            .env("HOME", dir.path());
-        command
-    };
-    let caps = |args: &[&str]| {
-        let mut command = Command::new(binary);
-        command
-            .args(args)
-            .env_clear()
-            .env("NO_COLOR", "1")
-            .env("HOME", dir.path());
-        command
-    };
+    let caps_of = |program: &str, args: &[&str]| plugin(program, args, dir.path());
+    let caps = |args: &[&str]| plugin(binary, args, dir.path());
     let file_arg = file.to_str().expect("utf-8 path").to_string();
-    let from_file = sample(ROUNDS, || caps(&["caps", "-f", &file_arg]));
-    let summary = sample(ROUNDS, || caps(&["caps", "-f", &file_arg, "--summary"]));
+    let from_file = sample(ROUNDS, &[0], || caps(&["caps", "-f", &file_arg]));
+    let summary = sample(ROUNDS, &[0], || {
+        caps(&["caps", "-f", &file_arg, "--summary"])
+    });
     let file_rss = rss_and_cpu(&caps(&["caps", "-f", &file_arg]));
     let file_against_baseline = baseline.as_deref().map(|old| {
         let timings = interleaved(
@@ -194,7 +146,7 @@ fn main() {
         load.elapsed().as_secs_f64()
     );
     let kubeconfig = server.kubeconfig().to_path_buf();
-    let from_server = sample(ROUNDS, || {
+    let from_server = sample(ROUNDS, &[0], || {
         let mut command = caps(&["caps"]);
         command.env("KUBECONFIG", &kubeconfig);
         command
@@ -215,7 +167,7 @@ fn main() {
     });
     // The same data as caps reads, in full: a heavier baseline than the table.
     let kubectl_json = kubectl_installed().then(|| {
-        sample(1, || {
+        sample(1, &[0], || {
             let mut command = Command::new("kubectl");
             command
                 .args(["get", "resourceslices", "-o", "json"])
@@ -225,7 +177,7 @@ fn main() {
     });
 
     let kubectl = kubectl_installed().then(|| {
-        sample(KUBECTL_ROUNDS, || {
+        sample(KUBECTL_ROUNDS, &[0], || {
             let mut command = Command::new("kubectl");
             command
                 .args(["get", "resourceslices"])

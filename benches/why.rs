@@ -19,7 +19,7 @@ mod support;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::resource::v1::{DeviceClassSpec, ResourceClaimSpec};
@@ -27,9 +27,13 @@ use media_operator::explain::allocate::{Allocator, Claim, Features, Fleet};
 use media_operator::explain::{DeviceRecord, NodeInfo, OwnedAttribute, OwnedPlacement};
 use serde_json::{Value, json};
 use support::apiserver::TestApiServer;
+use support::timing::{Timing, plugin, sample};
 
 const GPUS_PER_NODE: usize = 8;
 const ROUNDS: usize = 5;
+/// Exit codes a measured run may end with: `why` exits 3 when it finds the claim cannot be
+/// allocated, which is the benchmark's scenario.
+const WHY_EXITS: &[i32] = &[0, 3];
 
 const DECODE_10BIT: &str = "device.driver == \"media.liken.sh\" &&\ndevice.attributes[\"media.liken.sh\"].decodeHEVCMain10 &&\ndevice.attributes[\"media.liken.sh\"].scale10bit\n";
 const GPU_RENDER: &str =
@@ -78,36 +82,6 @@ fn node_object(name: &str) -> Value {
         "metadata": {"name": name, "uid": support::examples::uid("Node", name), "resourceVersion": "1",
             "labels": {"kubernetes.io/hostname": name}},
         "spec": {}})
-}
-
-fn timed(mut command: Command) -> (Duration, i32) {
-    let start = Instant::now();
-    let out = command
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .expect("spawn");
-    let elapsed = start.elapsed();
-    let code = out.status.code().unwrap_or(-1);
-    assert!(
-        code == 0 || code == 3,
-        "{command:?} exited {code}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (elapsed, code)
-}
-
-/// Best and median of `ROUNDS` runs.
-fn sample(make: impl Fn() -> Command) -> (Duration, Duration, i32) {
-    let mut runs = Vec::new();
-    let mut code = 0;
-    for _ in 0..ROUNDS {
-        let (t, c) = timed(make());
-        runs.push(t);
-        code = c;
-    }
-    runs.sort();
-    (runs[0], runs[runs.len() / 2], code)
 }
 
 /// The slices' devices as the allocator's plain records.
@@ -182,18 +156,12 @@ fn main() {
         json.len() as f64 / (1024.0 * 1024.0)
     );
 
-    let command = |args: &[&str]| {
-        let mut command = Command::new(binary);
-        command
-            .args(args)
-            .env_clear()
-            .env("NO_COLOR", "1")
-            .env("HOME", dir.path());
-        command
-    };
+    let command = |args: &[&str]| plugin(binary, args, dir.path());
     let file_arg = file.to_str().expect("utf-8 path").to_owned();
-    let caps = sample(|| command(&["caps", "-f", &file_arg]));
-    let from_file = sample(|| command(&["why", "film-0", "-n", "media", "-f", &file_arg]));
+    let caps = sample(ROUNDS, WHY_EXITS, || command(&["caps", "-f", &file_arg]));
+    let from_file = sample(ROUNDS, WHY_EXITS, || {
+        command(&["why", "film-0", "-n", "media", "-f", &file_arg])
+    });
 
     let server = TestApiServer::start();
     // The server gives the pod a uid of its own, as kube-apiserver does: the claim's owner
@@ -230,7 +198,7 @@ fn main() {
         ]))),
         "why from the server and from the file disagree"
     );
-    let from_server = sample(|| {
+    let from_server = sample(ROUNDS, WHY_EXITS, || {
         let mut command = command(&["why", "film-0", "-n", "media"]);
         command.env("KUBECONFIG", &kubeconfig);
         command
@@ -277,11 +245,12 @@ fn main() {
 
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!("wall time, start-up and parsing included ({ROUNDS} runs each):");
-    let line = |label: &str, (best, median, code): (Duration, Duration, i32)| {
+    let line = |label: &str, t: Timing| {
         println!(
-            "  {label:<40} best {:>6.0} ms   median {:>6.0} ms   (exit {code})",
-            ms(best),
-            ms(median)
+            "  {label:<40} best {:>6.0} ms   median {:>6.0} ms   (exit {})",
+            ms(t.best),
+            ms(t.median),
+            t.code
         )
     };
     line("caps -f fleet.json (baseline: the read)", caps);
@@ -289,7 +258,7 @@ fn main() {
     line("why film-0 (test API server)", from_server);
     println!(
         "  why -f takes {:.2}x the time of caps -f on the same file (median/median); target: <= 1 s, from a file and from the API",
-        from_file.1.as_secs_f64() / caps.1.as_secs_f64()
+        from_file.median.as_secs_f64() / caps.median.as_secs_f64()
     );
     println!(
         "allocator alone, in process: {nodes} nodes, {} devices in {:.0} ms = {:.2} us per device evaluation (selectors compiled once)",

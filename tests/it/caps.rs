@@ -694,30 +694,10 @@ items:
 /// is `dumb` (terminals that print escape codes as text) or `NO_COLOR` is set.
 #[test]
 fn auto_colour_in_a_terminal_follows_term_and_no_color() {
-    let in_a_terminal = |env: &[(&str, &str)]| {
-        let command = format!(
-            "{} caps -f {}",
-            env!("CARGO_BIN_EXE_kubectl-media"),
-            fleet()
-        );
-        let home = tempfile::tempdir().unwrap();
-        let out = Command::new("script")
-            .args(["-qec", &command, "/dev/null"])
-            .env_clear()
-            .env("HOME", home.path())
-            .env("PATH", "/usr/bin:/bin")
-            .env("COLUMNS", "200")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .output()
-            .expect("run script(1)");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).contains('\u{1b}')
-    };
+    let fleet = fleet();
+    // Every case names its TERM, which overrides the one `in_terminal` sets.
+    let in_a_terminal =
+        |env: &[(&str, &str)]| in_terminal(&["caps", "-f", &fleet], 200, env).contains('\u{1b}');
     assert!(
         in_a_terminal(&[("TERM", "xterm-256color")]),
         "a terminal is coloured"

@@ -11,5 +11,6 @@ pub mod examples;
 pub mod generated;
 pub mod grpc_raw;
 pub mod kubelet;
+pub mod timing;
 pub mod vadriver;
 pub mod vainfo;
