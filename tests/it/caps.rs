@@ -66,16 +66,8 @@ fn ok(args: &[&str]) -> String {
 
 /// A failing command: one line on stderr, nothing on stdout, the given exit code.
 fn fails(args: &[&str], code: i32, stdin: Option<&str>) -> String {
-    let out = run(args, stdin);
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
-    assert!(
-        out.stdout.is_empty(),
-        "{args:?} wrote {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
-    assert!(stderr.starts_with("error: "), "{stderr}");
+    let stderr = crate::one_error_line(run(args, stdin), code);
+    assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
     stderr
 }
 

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use crate::error_line;
 use crate::support::apiserver::{Fault, TestApiServer};
 use serde_json::Value;
 
@@ -32,15 +33,6 @@ fn stdout(out: Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
-}
-
-/// The only error line, after checking the exit code and that nothing went to stdout.
-fn error_line(out: Output) -> String {
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(out.stdout.is_empty());
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    stderr.trim_end().to_string()
 }
 
 /// The example fleet's slices, loaded into the server as the agents and liken would have.

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::error_line;
+
 fn fleet() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/examples/fleet.yaml")
 }
@@ -41,14 +43,6 @@ fn gpus(out: Output) -> usize {
     );
     let records: Value = serde_json::from_slice(&out.stdout).unwrap();
     records.as_array().unwrap().len()
-}
-
-fn error_line(out: Output) -> String {
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(out.stdout.is_empty());
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    stderr.trim_end().to_string()
 }
 
 #[test]

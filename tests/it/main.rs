@@ -2,6 +2,8 @@
 //! other support code compile once instead of once per test file. Each module is the test file
 //! of one part of the product; `cargo test --test it caps` runs one of them.
 
+use std::process::Output;
+
 mod support;
 
 mod agent;
@@ -22,3 +24,22 @@ mod probe_cli;
 mod release;
 mod rules_captures;
 mod why;
+
+/// A failure as a user meets it: the exit code `code`, nothing on stdout, and one line on stderr,
+/// returned as written (with its newline).
+fn one_error_line(out: Output, code: i32) -> String {
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(code), "{stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "wrote to stdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    stderr
+}
+
+/// The only line of a failure that exits 1 ([`one_error_line`]), without its newline.
+fn error_line(out: Output) -> String {
+    one_error_line(out, 1).trim_end().to_string()
+}

@@ -312,19 +312,8 @@ fn a_kind_we_may_not_list_is_said_not_fatal() {
 
 #[test]
 fn bad_input_gets_one_line() {
-    let fails = |out: Output, code: i32| -> String {
-        let stderr = String::from_utf8(out.stderr).unwrap();
-        assert_eq!(out.status.code(), Some(code), "{stderr}");
-        assert!(
-            out.stdout.is_empty(),
-            "{}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        assert_eq!(stderr.lines().count(), 1, "{stderr}");
-        stderr
-    };
     // A pod that is in another namespace; a near miss; none at all.
-    let e = fails(
+    let e = crate::one_error_line(
         why_files("archive-0", "no-gpu-qualifies", &["-n", "default"]),
         1,
     );
@@ -332,26 +321,26 @@ fn bad_input_gets_one_line() {
         e,
         "error: pod default/archive-0 not found (hint: a pod of that name is in the namespace media: add -n media)\n"
     );
-    let e = fails(
+    let e = crate::one_error_line(
         why_files("archive-1", "no-gpu-qualifies", &["-n", "media"]),
         1,
     );
     assert!(e.contains("similar names: archive-0"), "{e}");
     // Not something why explains.
-    let e = fails(
+    let e = crate::one_error_line(
         run(&["why", "deploy/x", "-f", &example("fleet.yaml")], None),
         2,
     );
     assert!(e.contains("cannot explain a \"deploy\""), "{e}");
-    let e = fails(run(&["why", "x", "--kubernetes-version", "soon"], None), 2);
+    let e = crate::one_error_line(run(&["why", "x", "--kubernetes-version", "soon"], None), 2);
     assert!(e.contains("invalid Kubernetes version"), "{e}");
-    let e = fails(run(&["why"], None), 2);
+    let e = crate::one_error_line(run(&["why"], None), 2);
     assert!(e.contains("POD|claim/NAME"), "{e}");
     // A malformed file.
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.yaml");
     std::fs::write(&bad, "kind: Pod\n  metadata: [\n").unwrap();
-    let e = fails(run(&["why", "p", "-f", bad.to_str().unwrap()], None), 1);
+    let e = crate::one_error_line(run(&["why", "p", "-f", bad.to_str().unwrap()], None), 1);
     assert!(e.contains("bad.yaml:"), "{e}");
     // A pod without claims.
     let pod = dir.path().join("pod.yaml");
@@ -360,7 +349,7 @@ fn bad_input_gets_one_line() {
         "apiVersion: v1\nkind: Pod\nmetadata: {name: plain, namespace: media}\nspec: {containers: [{name: c, image: i}]}\n",
     )
     .unwrap();
-    let e = fails(run(&["why", "plain", "-f", pod.to_str().unwrap()], None), 1);
+    let e = crate::one_error_line(run(&["why", "plain", "-f", pod.to_str().unwrap()], None), 1);
     assert!(e.contains("pod media/plain has no resource claims"), "{e}");
 }
 
