@@ -589,6 +589,87 @@ fn https_kubeconfig(dir: &Path, addr: std::net::SocketAddr) -> PathBuf {
     path
 }
 
+/// A plain HTTP server on loopback that answers every request with `response` (the bytes of a
+/// whole HTTP/1.1 response, `Connection: close`) and closes.
+fn canned_server(response: &'static str) -> std::net::SocketAddr {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            // The request's head: the client sends no body with a GET.
+            let mut head = Vec::new();
+            let mut byte = [0u8];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).is_ok_and(|n| n == 1) {
+                head.push(byte[0]);
+            }
+            let _ = stream.write_all(response.as_bytes());
+        }
+    });
+    addr
+}
+
+fn http_kubeconfig(dir: &Path, addr: std::net::SocketAddr) -> PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'http://{addr}'}}\n\
+             contexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// What is not kube-apiserver's own answer reads as kube-rs reads it: a proxy's plain-text error
+/// is said with its words and code, and a body sent in chunks, without `Content-Length` (as Go's
+/// net/http sends a large list), is read whole.
+#[test]
+fn a_proxys_plain_error_and_a_chunked_list_are_read_as_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = canned_server(
+        "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nContent-Length: 23\r\n\
+         Connection: close\r\n\r\nupstream connect error\n",
+    );
+    let line = error_line(kubectl_media(
+        &["caps"],
+        &http_kubeconfig(dir.path(), proxy),
+    ));
+    assert_eq!(
+        line,
+        format!(
+            "error: the Kubernetes API at http://{proxy} refused to list \
+             resourceslices.resource.k8s.io: upstream connect error (502 Failed to parse error data)"
+        )
+    );
+
+    let list = r#"{"kind":"ResourceSliceList","apiVersion":"resource.k8s.io/v1","metadata":{"resourceVersion":"7"},"items":[{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","metadata":{"name":"n1-media"},"spec":{"driver":"media.liken.sh","nodeName":"n1","pool":{"name":"n1","generation":1,"resourceSliceCount":1},"devices":[{"name":"gpu-0","attributes":{"resource.kubernetes.io/pciBusID":{"string":"0000:03:00.0"},"vaDriver":{"string":"Intel iHD driver for Intel(R) Gen Graphics - 24.2.4 ()"}}}]}}]}"#;
+    let (head, tail) = list.split_at(list.len() / 2);
+    let chunked: &'static str = Box::leak(
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\
+             Connection: close\r\n\r\n{:x}\r\n{head}\r\n{:x}\r\n{tail}\r\n0\r\n\r\n",
+            head.len(),
+            tail.len()
+        )
+        .into_boxed_str(),
+    );
+    let server = canned_server(chunked);
+    let out = kubectl_media(
+        &["caps", "-o", "json"],
+        &http_kubeconfig(dir.path(), server),
+    );
+    let records: Value = serde_json::from_str(&stdout(out)).unwrap();
+    assert_eq!(records.as_array().unwrap().len(), 1, "{records}");
+    assert_eq!(records[0]["node"], "n1");
+    assert_eq!(
+        records[0]["attributes"]["resource.kubernetes.io/pciBusID"],
+        "0000:03:00.0"
+    );
+    assert_eq!(records[0]["device"], "gpu-0");
+}
+
 /// kubectl's TLS handshake timeout (client-go: 10 s from the open TCP connection) bounds a server
 /// that accepts and stays silent. The clock is tokio's paused one, which jumps to the next timer
 /// whenever nothing else can happen, so the test checks the real default in milliseconds.
