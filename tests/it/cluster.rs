@@ -577,11 +577,19 @@ fn silent_listener() -> std::net::SocketAddr {
 }
 
 fn https_kubeconfig(dir: &Path, addr: std::net::SocketAddr) -> PathBuf {
+    kubeconfig_for(
+        dir,
+        &format!("{{server: 'https://{addr}', insecure-skip-tls-verify: true}}"),
+    )
+}
+
+/// A kubeconfig whose only context's cluster is `cluster` (a YAML flow map).
+fn kubeconfig_for(dir: &Path, cluster: &str) -> PathBuf {
     let path = dir.join("kubeconfig");
     std::fs::write(
         &path,
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'https://{addr}', insecure-skip-tls-verify: true}}\n\
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {cluster}\n\
              contexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n"
         ),
     )
@@ -610,16 +618,7 @@ fn canned_server(response: &'static str) -> std::net::SocketAddr {
 }
 
 fn http_kubeconfig(dir: &Path, addr: std::net::SocketAddr) -> PathBuf {
-    let path = dir.join("kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'http://{addr}'}}\n\
-             contexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
-    path
+    kubeconfig_for(dir, &format!("{{server: 'http://{addr}'}}"))
 }
 
 /// What is not kube-apiserver's own answer reads as kube-rs reads it: a proxy's plain-text error
