@@ -644,6 +644,53 @@ async fn registration_is_reported_once_per_finding() {
     }
 }
 
+/// A kubelet that goes away while the agent stops, with the agent's last frames unread (a node
+/// restarting its kubelet during a rollout): its connection is reset, and the stop still ends
+/// at once instead of waiting for the vanished kubelet until the drain timeout (30 s here).
+#[tokio::test]
+async fn a_kubelet_gone_during_the_stop_does_not_hold_it_up() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let Running {
+        config,
+        shutdown,
+        task,
+        ..
+    } = start(config(dir.path()));
+    let mut kubelet = UnixStream::connect(config.dra_socket()).await.unwrap();
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend_from_slice(&[0, 0, 0, 0x4, 0, 0, 0, 0, 0]); // an empty SETTINGS frame
+    kubelet.write_all(&hello).await.unwrap();
+    // Frame by frame, acknowledging nothing, until the server's SETTINGS have come.
+    let mut read_frame = async || -> u8 {
+        let mut head = [0u8; 9];
+        kubelet.read_exact(&mut head).await.expect("a frame head");
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        kubelet
+            .read_exact(&mut vec![0; len])
+            .await
+            .expect("a frame payload");
+        head[3]
+    };
+    const SETTINGS: u8 = 0x4;
+    const GOAWAY: u8 = 0x7;
+    while read_frame().await != SETTINGS {}
+    shutdown.send(()).expect("plugin still running");
+    // The graceful shutdown's GOAWAY, then its PING, which stays unread: closing the socket
+    // with it queued resets the connection.
+    while read_frame().await != GOAWAY {}
+    tokio::time::timeout(DEADLINE, kubelet.readable())
+        .await
+        .expect("the PING after the GOAWAY")
+        .unwrap();
+    drop(kubelet);
+    tokio::time::timeout(DEADLINE, task)
+        .await
+        .expect("plugin stops before the deadline")
+        .expect("plugin task did not panic")
+        .expect("plugin stops without error");
+}
+
 /// Prepare and unprepare are routine: one DEBUG line per call, naming the claims; nothing at
 /// INFO or above.
 #[tokio::test]

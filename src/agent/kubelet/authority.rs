@@ -79,8 +79,17 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let (client_read, mut client_write) = tokio::io::split(client);
-    let (mut server_read, server_write) = tokio::io::split(server);
-    let requests = forward_requests(client_read, server_write, role);
+    let (mut server_read, mut server_write) = tokio::io::split(server);
+    let requests = async {
+        let ended = forward_requests(client_read, &mut server_write, role).await;
+        // However the client's side ended (its end of stream, a reset, a failed write towards
+        // the server), h2 must see the end too. Dropping this half alone does not close the
+        // in-memory stream, and h2 would wait for the vanished client for ever: at a graceful
+        // shutdown, for the ACK of its PING, which holds up the agent's stop until the drain
+        // timeout.
+        let _ = server_write.shutdown().await;
+        ended
+    };
     let answers = async {
         let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
         let _ = client_write.shutdown().await;
@@ -813,6 +822,58 @@ mod tests {
         let mut answer = Vec::new();
         client_read.read_to_end(&mut answer).await.unwrap();
         assert_eq!(answer, b"answer bytes");
+        relay.await.unwrap();
+    }
+
+    /// A client connection that fails (here: reset on the first read, as a kubelet that went away
+    /// with our answer unread is seen) must end the server's stream too; otherwise h2 waits for
+    /// that client for ever, and at shutdown the agent with it.
+    #[tokio::test]
+    async fn a_reset_client_ends_the_servers_stream() {
+        struct Reset;
+        impl AsyncRead for Reset {
+            fn poll_read(
+                self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+                _: &mut tokio::io::ReadBuf<'_>,
+            ) -> std::task::Poll<io::Result<()>> {
+                std::task::Poll::Ready(Err(io::ErrorKind::ConnectionReset.into()))
+            }
+        }
+        impl AsyncWrite for Reset {
+            fn poll_write(
+                self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+                buf: &[u8],
+            ) -> std::task::Poll<io::Result<usize>> {
+                std::task::Poll::Ready(Ok(buf.len()))
+            }
+            fn poll_flush(
+                self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<io::Result<()>> {
+                std::task::Poll::Ready(Ok(()))
+            }
+            fn poll_shutdown(
+                self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<io::Result<()>> {
+                std::task::Poll::Ready(Ok(()))
+            }
+        }
+        let (mut server, server_end) = tokio::io::duplex(1 << 16);
+        let relay = tokio::spawn(relay(Reset, server_end, "test"));
+        let mut received = Vec::new();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            server.read_to_end(&mut received),
+        )
+        .await
+        .expect("the server's stream ends")
+        .unwrap();
+        assert!(received.is_empty());
+        // The server closes its end in turn, and the relay is done.
+        drop(server);
         relay.await.unwrap();
     }
 }
