@@ -378,6 +378,14 @@ impl RawGrpc {
         self.io.write_all(bytes).await
     }
 
+    /// Sends an ACK. A server that has already closed the connection cannot take it, but what
+    /// it sent before closing (a GOAWAY, typically) is still queued here, so the answer is read
+    /// on: giving up at the failed write would make the outcome depend on which of the server's
+    /// frames the write raced with.
+    async fn acknowledge(&mut self, ack: &[u8]) {
+        let _ = self.io.write_all(ack).await;
+    }
+
     /// Reads frames until `stream` ends, answering SETTINGS and PING on the way.
     pub async fn read_answer(&mut self, stream: u32) -> Result<Answer, CallError> {
         let mut answer = Answer::default();
@@ -390,18 +398,12 @@ impl RawGrpc {
                 SETTINGS if flags & ACK == 0 => {
                     let mut ack = Vec::new();
                     frame(&mut ack, SETTINGS, ACK, 0, &[]);
-                    self.io
-                        .write_all(&ack)
-                        .await
-                        .map_err(|_| CallError::Closed)?;
+                    self.acknowledge(&ack).await;
                 }
                 PING if flags & ACK == 0 => {
                     let mut pong = Vec::new();
                     frame(&mut pong, PING, ACK, 0, &payload);
-                    self.io
-                        .write_all(&pong)
-                        .await
-                        .map_err(|_| CallError::Closed)?;
+                    self.acknowledge(&pong).await;
                 }
                 GOAWAY => {
                     let code = u32::from_be_bytes(payload[4..8].try_into().expect("8 bytes"));
