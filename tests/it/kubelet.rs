@@ -285,11 +285,14 @@ async fn stale_sockets_are_replaced_at_start() {
     // A socket file left by a process that has exited, and a plain file, at our two paths.
     drop(std::os::unix::net::UnixListener::bind(config.registration_socket()).unwrap());
     std::fs::write(config.dra_socket(), b"left over").unwrap();
-    assert!(
+    // A process another test forks at this moment holds a copy of the listener until it
+    // execs, and the socket accepts until then.
+    eventually("the left-over socket refuses connections", || async {
         UnixStream::connect(config.registration_socket())
             .await
             .is_err()
-    );
+    })
+    .await;
 
     let plugin = start(config);
     assert!(answers_get_info(&plugin.config.registration_socket()).await);
