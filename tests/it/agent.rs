@@ -385,6 +385,8 @@ fn an_api_server_down_at_start_is_waited_for() {
     assert_eq!(agent.get("/readyz").0, 503);
     s.server.restart();
     s.wait_slice("published once the server is back", |_| true);
+    // The server has the slice a moment before the agent's line saying so is read here.
+    agent.log.wait_for("created with 1 device(s)", DEADLINE);
     let back = agent.log.wait_for("works again", DEADLINE);
     assert!(
         back.contains(&format!(
