@@ -21,7 +21,9 @@ fn root() -> PathBuf {
 }
 
 fn run(command: &mut Command) -> Output {
-    let output = command.output().expect("run the release script");
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("run {:?}: {e}", command.get_program()));
     assert!(
         output.status.success(),
         "{command:?}: {}\n{}",
@@ -36,16 +38,26 @@ fn sha256(path: &Path) -> String {
     String::from_utf8(out.stdout).unwrap()[..64].to_owned()
 }
 
-/// Packs all four platforms: with `real`, the plugin built here for linux/amd64; stand-in files
-/// for the others (they are cross-built by a release job, not here).
+/// Packs all four platforms: with `real`, the plugin built here for linux/amd64, stripped of
+/// its symbols as the release profile strips them (the debug build's 65 MB were most of this
+/// test's time, in gzip); stand-in files for the others (they are cross-built by a release job,
+/// not here).
 fn archives(dir: &Path, real: bool) -> Vec<PathBuf> {
     let stand_in = dir.join("stand-in");
     std::fs::write(&stand_in, b"#!/bin/sh\n").unwrap();
+    let built = dir.join("kubectl-media");
+    if real {
+        run(Command::new("strip")
+            .arg("--strip-all")
+            .arg("-o")
+            .arg(&built)
+            .arg(env!("CARGO_BIN_EXE_kubectl-media")));
+    }
     PLATFORMS
         .iter()
         .map(|&(os, arch)| {
             let binary = if real && (os, arch) == ("linux", "amd64") {
-                PathBuf::from(env!("CARGO_BIN_EXE_kubectl-media"))
+                built.clone()
             } else {
                 stand_in.clone()
             };
