@@ -59,6 +59,7 @@ use crate::agent::health::{
 use crate::catalogue::DRIVER;
 use crate::node::device::GpuDevice;
 use crate::node::slice::{NodeRef, desired, slice_name};
+use crate::text::one_line;
 
 /// The first retry delay; doubled at each failure up to the configured maximum.
 const INITIAL_BACKOFF: Duration = Duration::from_millis(200);
@@ -72,30 +73,6 @@ pub(crate) const API_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The longest a server message is quoted in a log line or on `/readyz`.
 const MAX_MESSAGE: usize = 400;
-
-/// Cuts a server's text to one line: control characters and runs of white space become one
-/// space, and more than `max` bytes are cut on a character boundary with `...`.
-pub(crate) fn one_line(text: &str, max: usize) -> String {
-    let mut out = String::with_capacity(text.len().min(max + 3));
-    for word in text.split(|c: char| c.is_whitespace() || c.is_control()) {
-        if word.is_empty() {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.push_str(word);
-    }
-    if out.len() > max {
-        let mut cut = max;
-        while !out.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        out.truncate(cut);
-        out.push_str("...");
-    }
-    out
-}
 
 /// What went wrong with one API request, as an operator reads it (never a Rust `Debug` dump).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1415,8 +1392,6 @@ mod tests {
 
     #[test]
     fn server_text_is_cut_to_one_line() {
-        assert_eq!(one_line("a\n  b\tc\r\n", 100), "a b c");
-        assert_eq!(one_line("ééé", 3), "é...");
         let cause = ApiCause::Status {
             code: 422,
             reason: "Invalid".into(),

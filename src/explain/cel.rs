@@ -34,6 +34,7 @@ use cel::parser::{Macro, MacroExprHelper, ParseError};
 use cel::{Context, Env, ExecutionError, Program};
 
 use super::{AttributeValue, DeviceView, split_qualified};
+use crate::text::one_line;
 
 /// The result of evaluating one selector on one device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,7 +65,7 @@ impl Selector {
             .map_err(|e| {
                 format!(
                     "the expression does not parse here: {}",
-                    one_line(&e.to_string())
+                    one_line(&e.to_string(), usize::MAX)
                 )
             })
             .and_then(|program| {
@@ -317,7 +318,7 @@ fn runtime_outcome(error: ExecutionError) -> Outcome {
         other => {
             return Outcome::CannotEvaluate(format!(
                 "the evaluator failed: {}",
-                one_line(&other.to_string())
+                one_line(&other.to_string(), usize::MAX)
             ));
         }
     };
@@ -330,10 +331,6 @@ fn value_text(value: &cel::Value) -> String {
         cel::Value::UInt(u) => u.to_string(),
         other => format!("{other:?}"),
     }
-}
-
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 
 use crate::fleet::objects::{Kind, Objects};
 use crate::kubeconfig::{KubeconfigError, Source};
+use crate::text::one_line;
 
 /// kubectl's page size for lists (`--chunk-size`).
 pub(crate) const PAGE_SIZE: usize = 500;
@@ -379,11 +380,7 @@ impl Cluster {
         self.largest_body.fetch_max(body.len(), Ordering::Relaxed);
         let text = String::from_utf8(body).map_err(kube::Error::FromUtf8)?;
         if status.is_client_error() || status.is_server_error() {
-            let status = serde_json::from_str::<kube::core::Status>(&text).unwrap_or_else(|_| {
-                kube::core::Status::failure(text.trim(), "Failed to parse error data")
-                    .with_code(status.as_u16())
-            });
-            return Err(kube::Error::Api(status.boxed()));
+            return Err(kube::Error::Api(failure(status, &text).boxed()));
         }
         Ok(text)
     }
@@ -491,6 +488,43 @@ impl Cluster {
             },
         }
     }
+}
+
+/// The longest part of an error body quoted in an error line.
+const MAX_ERROR_TEXT: usize = 400;
+
+/// A failed request's answer as a `Status`: the one kube-apiserver sends (`"kind":"Status"`, as
+/// client-go recognises it), or else one made of what was sent instead (a proxy's or a load
+/// balancer's page, plain text, HTML, other JSON): that text on one line as the message, and the
+/// HTTP reason phrase as the reason, spelt as kube-apiserver spells its reasons (`BadGateway`).
+fn failure(code: http::StatusCode, body: &str) -> kube::core::Status {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        kind: Option<String>,
+    }
+    let sent = serde_json::from_str::<Head>(body)
+        .is_ok_and(|k| k.kind.as_deref() == Some("Status"))
+        .then(|| serde_json::from_str::<kube::core::Status>(body).ok())
+        .flatten();
+    let mut status = sent.unwrap_or_else(|| {
+        let reason: String = code
+            .canonical_reason()
+            .unwrap_or("Unknown")
+            .split(' ')
+            .collect();
+        let text = one_line(body, MAX_ERROR_TEXT);
+        let message = if text.is_empty() {
+            "no message".to_owned()
+        } else {
+            text
+        };
+        kube::core::Status::failure(&message, &reason)
+    });
+    if status.code == 0 {
+        status.code = code.as_u16();
+    }
+    status.message = one_line(&status.message, MAX_ERROR_TEXT);
+    status
 }
 
 /// What a user can act on in a failed connection: which of kubectl's timeouts ran out, else
@@ -688,5 +722,47 @@ mod tests {
     #[test]
     fn continue_tokens_are_encoded() {
         assert_eq!(percent_encode("ab+/=c"), "ab%2B%2F%3Dc");
+    }
+
+    #[test]
+    fn a_failure_is_the_servers_status_or_made_of_what_was_sent() {
+        use http::StatusCode;
+        // kube-apiserver's own Status, as it sent it.
+        let sent = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"resourceslices is forbidden","reason":"Forbidden","code":403}"#;
+        let status = failure(StatusCode::FORBIDDEN, sent);
+        assert_eq!(
+            (status.code, status.reason.as_str(), status.message.as_str()),
+            (403, "Forbidden", "resourceslices is forbidden")
+        );
+        // A proxy's plain text, an HTML page, JSON that is not a Status, nothing at all.
+        let status = failure(StatusCode::BAD_GATEWAY, "upstream connect error\n");
+        assert_eq!(
+            (status.code, status.reason.as_str(), status.message.as_str()),
+            (502, "BadGateway", "upstream connect error")
+        );
+        let page = "<html>\r\n<head><title>503 Service Temporarily Unavailable</title></head>\r\n</html>\r\n";
+        let status = failure(StatusCode::SERVICE_UNAVAILABLE, page);
+        assert_eq!(status.reason, "ServiceUnavailable");
+        assert_eq!(
+            status.message,
+            "<html> <head><title>503 Service Temporarily Unavailable</title></head> </html>"
+        );
+        let status = failure(StatusCode::TOO_MANY_REQUESTS, r#"{"error":"slow down"}"#);
+        assert_eq!(
+            (status.reason.as_str(), status.message.as_str()),
+            ("TooManyRequests", r#"{"error":"slow down"}"#)
+        );
+        assert_eq!(failure(StatusCode::BAD_GATEWAY, "").message, "no message");
+        // Long text is cut; a Status's message on several lines becomes one.
+        let status = failure(StatusCode::BAD_GATEWAY, &"x".repeat(5000));
+        assert_eq!(status.message.len(), MAX_ERROR_TEXT + 3);
+        let sent = r#"{"kind":"Status","message":"admission webhook said:\nno","reason":"Invalid","code":422}"#;
+        assert_eq!(
+            failure(StatusCode::UNPROCESSABLE_ENTITY, sent).message,
+            "admission webhook said: no"
+        );
+        // A code the server left out is the HTTP one.
+        let sent = r#"{"kind":"Status","message":"gone","reason":"Gone"}"#;
+        assert_eq!(failure(StatusCode::GONE, sent).code, 410);
     }
 }

@@ -639,7 +639,7 @@ fn a_proxys_plain_error_and_a_chunked_list_are_read_as_sent() {
         line,
         format!(
             "error: the Kubernetes API at http://{proxy} refused to list \
-             resourceslices.resource.k8s.io: upstream connect error (502 Failed to parse error data)"
+             resourceslices.resource.k8s.io: upstream connect error (502 BadGateway)"
         )
     );
 
