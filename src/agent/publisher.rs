@@ -1391,7 +1391,7 @@ mod tests {
     }
 
     #[test]
-    fn server_text_is_cut_to_one_line() {
+    fn refusals_and_outages_read_as_operators_read_them() {
         let cause = ApiCause::Status {
             code: 422,
             reason: "Invalid".into(),
