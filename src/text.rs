@@ -1,5 +1,5 @@
 //! Text from outside (a server's message, a proxy's error page, a parser's report) made fit for
-//! one line of a log or of an error.
+//! one line of a log or of an error, and the words for an HTTP answer that came without its own.
 
 /// Cuts `text` to one line: control characters and runs of white space become one space, and
 /// more than `max` bytes are cut on a character boundary with `...`.
@@ -25,9 +25,28 @@ pub(crate) fn one_line(text: &str, max: usize) -> String {
     out
 }
 
+/// The HTTP reason phrase of `code`, spelt as kube-apiserver spells a `Status` reason
+/// (`BadGateway`, `ServiceUnavailable`), for answers that came without a `Status`.
+pub(crate) fn http_reason(code: u16) -> String {
+    http::StatusCode::from_u16(code)
+        .ok()
+        .and_then(|c| c.canonical_reason())
+        .unwrap_or("Unknown")
+        .split(' ')
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::one_line;
+    use super::{http_reason, one_line};
+
+    #[test]
+    fn http_reasons_are_spelt_as_kubernetes_spells_reasons() {
+        assert_eq!(http_reason(502), "BadGateway");
+        assert_eq!(http_reason(503), "ServiceUnavailable");
+        assert_eq!(http_reason(429), "TooManyRequests");
+        assert_eq!(http_reason(599), "Unknown");
+    }
 
     #[test]
     fn text_is_cut_to_one_line() {

@@ -25,7 +25,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 
 use crate::fleet::objects::{Kind, Objects};
 use crate::kubeconfig::{KubeconfigError, Source};
-use crate::text::one_line;
+use crate::text::{http_reason, one_line};
 
 /// kubectl's page size for lists (`--chunk-size`).
 pub(crate) const PAGE_SIZE: usize = 500;
@@ -507,11 +507,7 @@ fn failure(code: http::StatusCode, body: &str) -> kube::core::Status {
         .then(|| serde_json::from_str::<kube::core::Status>(body).ok())
         .flatten();
     let mut status = sent.unwrap_or_else(|| {
-        let reason: String = code
-            .canonical_reason()
-            .unwrap_or("Unknown")
-            .split(' ')
-            .collect();
+        let reason = http_reason(code.as_u16());
         let text = one_line(body, MAX_ERROR_TEXT);
         let message = if text.is_empty() {
             "no message".to_owned()

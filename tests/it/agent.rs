@@ -981,6 +981,42 @@ fn a_denied_write_leaves_the_slice_and_is_reported_once() {
     );
 }
 
+/// A load balancer's HTML page instead of the API server's answer (as while the control plane is
+/// upgraded) is a server error like any other: retried, said once on one line by its HTTP code
+/// and the page's own words, and the update gets through once the API answers again.
+#[test]
+fn a_load_balancers_page_is_retried_and_said_by_its_code() {
+    let s = setup(1);
+    let agent = s.start(&[]);
+    s.wait_slice("first publish", |_| true);
+
+    let mark = s.server.request_mark();
+    s.server.fail_next_matching(
+        3,
+        Fault::GatewayPage { code: 502 },
+        Some("update"),
+        Some("resourceslices"),
+    );
+    let mut record = crate::support::agent::example_records()[1].clone();
+    set_gpu_index(&mut record, 1);
+    write_record(s.reports.path(), &record);
+
+    let slice = s.wait_slice("updated", |v| devices(v).len() == 2);
+    assert_eq!(generation(&slice), 2);
+    let statuses: Vec<u16> = slice_writes(&s.server, mark)
+        .iter()
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(statuses, [502, 502, 502, 200]);
+    agent
+        .log
+        .wait_for("publish the ResourceSlice: works again", DEADLINE);
+    let said = "publish the ResourceSlice: update ResourceSlice gpu-node-1-media.liken.sh: \
+                502 BadGateway: <html> <head><title>502 Bad Gateway</title></head> <body> \
+                <center><h1>502 Bad Gateway</h1></center> </body> </html>; retrying";
+    assert_eq!(agent.log.count(said), 1, "{:#?}", agent.log.lines());
+}
+
 #[test]
 fn no_sequence_of_answers_takes_the_node_s_slice_away() {
     // Property-style: rounds of random answers to the agent's writes (outages, throttling,
@@ -1009,6 +1045,8 @@ fn no_sequence_of_answers_takes_the_node_s_slice_away() {
             value: "\"x\"",
             detail: "must be no more than 64 bytes",
         },
+        Fault::GatewayPage { code: 502 },
+        Fault::GatewayPage { code: 503 },
     ];
     let s = setup(1);
     let _agent = s.start(&[]);

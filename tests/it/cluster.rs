@@ -121,6 +121,23 @@ fn caps_explains_what_the_cluster_refuses() {
         "{line}"
     );
 
+    // A load balancer's page in place of the API's answer: on one line, by its code.
+    server.fail_next_matching(
+        1,
+        Fault::GatewayPage { code: 503 },
+        Some("list"),
+        Some("resourceslices"),
+    );
+    let line = error_line(kubectl_media(&["caps"], server.kubeconfig()));
+    assert!(
+        line.ends_with(
+            "refused to list resourceslices.resource.k8s.io: <html> <head><title>503 Service \
+             Unavailable</title></head> <body> <center><h1>503 Service Unavailable</h1></center> \
+             </body> </html> (503 ServiceUnavailable)"
+        ),
+        "{line}"
+    );
+
     // A 404 is blamed on the cluster's version only when discovery shows v1 missing...
     server.set_resource_v1_served(false);
     let line = error_line(kubectl_media(&["caps"], server.kubeconfig()));

@@ -100,9 +100,34 @@ pub enum Fault {
         value: &'static str,
         detail: &'static str,
     },
+    /// Not the API server's answer but the load balancer's in front of it (as while the control
+    /// plane is upgraded): an HTML page with this code, no `Status`.
+    GatewayPage { code: u16 },
 }
 
 impl Fault {
+    fn response(self, verb: &str, routed: &Route, body: &[u8]) -> Response<Body> {
+        match self {
+            Fault::GatewayPage { code } => {
+                let reason = StatusCode::from_u16(code)
+                    .ok()
+                    .and_then(|c| c.canonical_reason())
+                    .unwrap_or("Error");
+                let page = format!(
+                    "<html>\r\n<head><title>{code} {reason}</title></head>\r\n<body>\r\n\
+                     <center><h1>{code} {reason}</h1></center>\r\n</body>\r\n</html>\r\n"
+                );
+                let mut r = bytes_response(code, Bytes::from(page));
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    header::HeaderValue::from_static("text/html"),
+                );
+                r
+            }
+            fault => error_response(&fault.error(verb, routed, body)),
+        }
+    }
+
     fn error(self, verb: &str, routed: &Route, body: &[u8]) -> ApiError {
         // The object's name: from the path, or for a create from the body, as admission reads it.
         let name = match routed {
@@ -163,6 +188,7 @@ impl Fault {
             Fault::TooManyRequests {
                 retry_after_seconds,
             } => ApiError::too_many_requests(retry_after_seconds),
+            Fault::GatewayPage { .. } => unreachable!("Fault::response answers with the page"),
         }
     }
 }
@@ -672,7 +698,7 @@ pub(crate) async fn handle(
     };
 
     let response = match (injected, routed) {
-        (Some(fault), ref routed) => error_response(&fault.error(verb, routed, &body)),
+        (Some(fault), ref routed) => fault.response(verb, routed, &body),
         (None, Route::Static(v)) if parts.method == Method::GET => json_response(200, &v),
         (None, Route::Health) if parts.method == Method::GET => text_response(200, "ok"),
         (None, Route::Resource { rt, ns, name }) => {
