@@ -64,6 +64,14 @@ impl Setup {
         self.server.get("resourceslices", "", SLICE)
     }
 
+    /// A GPU appears on the node: the recorded report `example` of the example fleet, as GPU
+    /// number `index`.
+    fn add_gpu(&self, example: usize, index: usize) {
+        let mut record = crate::support::agent::example_records()[example].clone();
+        set_gpu_index(&mut record, index);
+        write_record(self.reports.path(), &record);
+    }
+
     /// Waits until the stored slice satisfies `cond` and every write that led there is in the
     /// request log; returns it. Each successful write of the agent bumps the pool generation by
     /// one from 1 (the tests' own edits go to the store directly, outside the log), so the
@@ -492,9 +500,7 @@ fn errors_throttling_and_conflicts_mid_update_are_retried() {
     s.server
         .fail_next_matching(2, Fault::Conflict, update, slices);
     // A second GPU appears: the agent must update its slice through all of that.
-    let mut record = crate::support::agent::example_records()[1].clone();
-    set_gpu_index(&mut record, 1);
-    write_record(s.reports.path(), &record);
+    s.add_gpu(1, 1);
 
     let slice = s.wait_slice("updated", |v| devices(v).len() == 2);
     s.server
@@ -904,9 +910,7 @@ fn a_denied_write_leaves_the_slice_and_is_reported_once() {
         Some("update"),
         Some("resourceslices"),
     );
-    let mut record = crate::support::agent::example_records()[1].clone();
-    set_gpu_index(&mut record, 1);
-    write_record(s.reports.path(), &record);
+    s.add_gpu(1, 1);
 
     // Several refused attempts, with backoff between them.
     s.server
@@ -997,9 +1001,7 @@ fn a_load_balancers_page_is_retried_and_said_by_its_code() {
         Some("update"),
         Some("resourceslices"),
     );
-    let mut record = crate::support::agent::example_records()[1].clone();
-    set_gpu_index(&mut record, 1);
-    write_record(s.reports.path(), &record);
+    s.add_gpu(1, 1);
 
     let slice = s.wait_slice("updated", |v| devices(v).len() == 2);
     assert_eq!(generation(&slice), 2);
@@ -1132,9 +1134,7 @@ fn a_server_that_adds_a_field_is_told_once_and_not_fought() {
     s.wait_resyncs(mark, 5);
     assert_eq!(slice_writes(&s.server, mark), []);
     // A real change is still written, once.
-    let mut record = crate::support::agent::example_records()[2].clone();
-    set_gpu_index(&mut record, 2);
-    write_record(s.reports.path(), &record);
+    s.add_gpu(2, 2);
     s.wait_slice("a GPU appeared", |v| devices(v).len() == 3);
     let mark = s.server.request_mark();
     s.wait_resyncs(mark, 5);
@@ -1227,9 +1227,7 @@ fn gpus_liken_publishes_that_the_claim_did_not_bring_are_named() {
     );
 
     // The pod is made anew with a claim that brings the GPU: the agent finds it.
-    let mut record = crate::support::agent::example_records()[1].clone();
-    set_gpu_index(&mut record, 8);
-    write_record(s.reports.path(), &record);
+    s.add_gpu(1, 8);
     s.wait_slice("the new GPU published", |v| devices(v).len() == 2);
     agent.log.wait_for(
         "every GPU liken publishes on this node is in this agent's container",
