@@ -595,22 +595,7 @@ fn colour_follows_the_flag_and_never_touches_json() {
     let json = ok(&["caps", "-f", &fleet, "--color", "always", "-o", "json"]);
     assert!(!json.contains('\u{1b}'));
     // Colour changes nothing but the escapes.
-    let stripped: String = {
-        let mut out = String::new();
-        let mut chars = table.chars();
-        while let Some(c) = chars.next() {
-            if c == '\u{1b}' {
-                for c in chars.by_ref() {
-                    if c == 'm' {
-                        break;
-                    }
-                }
-            } else {
-                out.push(c);
-            }
-        }
-        out
-    };
+    let stripped = strip_ansi(&table);
     assert_eq!(
         stripped.lines().map(str::trim_end).collect::<Vec<_>>(),
         plain.lines().collect::<Vec<_>>()
@@ -750,17 +735,7 @@ fn a_failed_probe_points_to_its_nodes_agent_log() {
             json!({"app.kubernetes.io/name": "liken"}),
         ))
         .unwrap();
-    let caps = |args: &[&str]| {
-        let home = tempfile::tempdir().unwrap();
-        Command::new(env!("CARGO_BIN_EXE_kubectl-media"))
-            .args(args)
-            .env_clear()
-            .env("HOME", home.path())
-            .env("NO_COLOR", "1")
-            .env("KUBECONFIG", server.kubeconfig())
-            .output()
-            .unwrap()
-    };
+    let caps = |args: &[&str]| crate::kubectl_media(args, server.kubeconfig());
     let note = |out: &Output| {
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         stdout

@@ -6,24 +6,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use crate::error_line;
 use crate::support::apiserver::{Fault, TestApiServer};
+use crate::{error_line, kubectl_media};
 use serde_json::Value;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn kubectl_media(args: &[&str], kubeconfig: &Path) -> Output {
-    let home = tempfile::tempdir().unwrap();
-    Command::new(env!("CARGO_BIN_EXE_kubectl-media"))
-        .args(args)
-        .env_clear()
-        .env("HOME", home.path())
-        .env("NO_COLOR", "1")
-        .env("KUBECONFIG", kubeconfig)
-        .output()
-        .unwrap()
 }
 
 fn stdout(out: Output) -> String {

@@ -2,6 +2,7 @@
 //! other support code compile once instead of once per test file. Each module is the test file
 //! of one part of the product; `cargo test --test it caps` runs one of them.
 
+use std::path::Path;
 use std::process::Output;
 
 mod support;
@@ -24,6 +25,16 @@ mod probe_cli;
 mod release;
 mod rules_captures;
 mod why;
+
+/// `kubectl media ARGS` against the cluster of `kubeconfig`, in an empty environment but for
+/// its own `HOME` and `NO_COLOR`.
+fn kubectl_media(args: &[&str], kubeconfig: &Path) -> Output {
+    let home = tempfile::tempdir().unwrap();
+    support::timing::plugin(env!("CARGO_BIN_EXE_kubectl-media"), args, home.path())
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .unwrap()
+}
 
 /// A failure as a user meets it: the exit code `code`, nothing on stdout, and one line on stderr,
 /// returned as written (with its newline).

@@ -4,7 +4,7 @@
 //! the files, missing permissions and bad input are checked.
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use serde_json::Value;
 
@@ -38,18 +38,15 @@ fn fleet_files() -> Vec<String> {
 }
 
 fn run(args: &[&str], kubeconfig: Option<&std::path::Path>) -> Output {
-    let home = tempfile::tempdir().unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kubectl-media"));
-    command
-        .args(args)
-        .env_clear()
-        .env("HOME", home.path())
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    if let Some(kubeconfig) = kubeconfig {
-        command.env("KUBECONFIG", kubeconfig);
+    match kubeconfig {
+        Some(kubeconfig) => crate::kubectl_media(args, kubeconfig),
+        None => {
+            let home = tempfile::tempdir().unwrap();
+            crate::support::timing::plugin(env!("CARGO_BIN_EXE_kubectl-media"), args, home.path())
+                .output()
+                .unwrap()
+        }
     }
-    command.output().unwrap()
 }
 
 /// `why` on a scenario file, from files.
