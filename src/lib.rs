@@ -11,6 +11,7 @@
 #![warn(unreachable_pub)]
 
 pub mod agent;
+pub(crate) mod api_errors;
 pub mod catalogue;
 pub mod classes;
 pub mod cli;

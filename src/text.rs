@@ -25,9 +25,21 @@ pub(crate) fn one_line(text: &str, max: usize) -> String {
     out
 }
 
-/// The HTTP reason phrase of `code`, spelt as kube-apiserver spells a `Status` reason
-/// (`BadGateway`, `ServiceUnavailable`), for answers that came without a `Status`.
+/// The reason for an answer of `code` that came without a `Status`: Kubernetes' own
+/// `StatusReason` where it has one for the code (`InternalError`, `Timeout`, `Invalid`, as
+/// apimachinery's `NewGenericServerResponse` names them), else the HTTP reason phrase spelt the
+/// same way (`BadGateway`), which says more than client-go's `Unknown`.
 pub(crate) fn http_reason(code: u16) -> String {
+    let kubernetes = match code {
+        413 => Some("RequestEntityTooLarge"),
+        422 => Some("Invalid"),
+        500 => Some("InternalError"),
+        504 => Some("Timeout"),
+        _ => None,
+    };
+    if let Some(reason) = kubernetes {
+        return reason.to_owned();
+    }
     http::StatusCode::from_u16(code)
         .ok()
         .and_then(|c| c.canonical_reason())
@@ -45,6 +57,11 @@ mod tests {
         assert_eq!(http_reason(502), "BadGateway");
         assert_eq!(http_reason(503), "ServiceUnavailable");
         assert_eq!(http_reason(429), "TooManyRequests");
+        assert_eq!(http_reason(404), "NotFound");
+        assert_eq!(http_reason(409), "Conflict");
+        assert_eq!(http_reason(422), "Invalid");
+        assert_eq!(http_reason(500), "InternalError");
+        assert_eq!(http_reason(504), "Timeout");
         assert_eq!(http_reason(599), "Unknown");
     }
 

@@ -59,7 +59,7 @@ use crate::agent::health::{
 use crate::catalogue::DRIVER;
 use crate::node::device::GpuDevice;
 use crate::node::slice::{NodeRef, desired, slice_name};
-use crate::text::{http_reason, one_line};
+use crate::text::one_line;
 
 /// The first retry delay; doubled at each failure up to the configured maximum.
 const INITIAL_BACKOFF: Duration = Duration::from_millis(200);
@@ -73,11 +73,6 @@ pub(crate) const API_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The longest a server message is quoted in a log line or on `/readyz`.
 const MAX_MESSAGE: usize = 400;
-
-/// The reason kube-rs gives an error answer whose body is not a `Status`, with the body as the
-/// message (kube-client's `handle_api_errors`; `a_load_balancers_page_is_retried_and_said_by_its_code`
-/// in tests/it/agent.rs notices if that changes).
-const KUBE_RS_NOT_A_STATUS: &str = "Failed to parse error data";
 
 /// What went wrong with one API request, as an operator reads it (never a Rust `Debug` dump).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -104,14 +99,10 @@ impl ApiCause {
     pub(crate) fn from_kube(error: &kube::Error, url: &str) -> Self {
         match error {
             kube::Error::Api(status) => ApiCause::Status {
+                // Always a Status with the HTTP code, whatever the body was: the client's
+                // `crate::api_errors::ReadErrorAnswers` layer makes one of anything else.
                 code: status.code,
-                // kube-rs's reason for a body that was no `Status` (a load balancer's page says
-                // more by its HTTP code).
-                reason: if status.reason == KUBE_RS_NOT_A_STATUS {
-                    http_reason(status.code)
-                } else {
-                    status.reason.clone()
-                },
+                reason: status.reason.clone(),
                 message: one_line(&status.message, MAX_MESSAGE),
                 retry_after: status
                     .details

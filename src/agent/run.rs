@@ -117,7 +117,12 @@ pub(crate) async fn client(config: &AgentConfig) -> Result<(kube::Client, String
     kube_config.default_retry = false;
     let url = kube_config.cluster_url.to_string();
     let url = url.trim_end_matches('/').to_string();
-    let client = kube::Client::try_from(kube_config).map_err(AgentError::Client)?;
+    // Error answers reach the loops as client-go reads them: always a Status, with the HTTP code
+    // and the server's Retry-After (kube-rs reads neither from a body that is not a Status).
+    let client = kube::client::ClientBuilder::try_from(kube_config)
+        .map_err(AgentError::Client)?
+        .with_layer(&crate::api_errors::ReadErrorAnswers)
+        .build();
     Ok((client, url))
 }
 

@@ -23,9 +23,9 @@ use std::time::Duration;
 
 use hyper_util::client::legacy::connect::HttpConnector;
 
+use crate::api_errors::{asked_wait, failure};
 use crate::fleet::objects::{Kind, Objects};
 use crate::kubeconfig::{KubeconfigError, Source};
-use crate::text::{http_reason, one_line};
 
 /// kubectl's page size for lists (`--chunk-size`).
 pub(crate) const PAGE_SIZE: usize = 500;
@@ -349,29 +349,49 @@ impl Cluster {
         }
     }
 
-    /// A response's body as text, or its error as kube-rs's `request_text` gives it (a
-    /// `Status`, or one made from the body's text when it is not one). Unlike `request_text`,
-    /// the body is gathered into one buffer sized by `Content-Length`, or else by the largest
-    /// body this client has read so far (the pages of a listing are alike), and not copied
-    /// again: on a fleet's listing, kube-rs's growing buffer and its copy into a `String` were
-    /// two more passes over every byte and most of the fresh memory the process touched.
-    async fn text(&self, request: http::Request<Vec<u8>>) -> Result<String, kube::Error> {
+    /// A response's body as text, or its error as a `Status` ([`failure`]). An answer that asks
+    /// to be asked again later (a 429 or a 5xx with `Retry-After`, as kube-apiserver's priority
+    /// and fairness sends) is, after the wait it asks for, up to [`MAX_RETRIES`] times, as
+    /// client-go does; `--request-timeout` bounds the whole (see [`Self::timed`]).
+    async fn text(&self, mut request: http::Request<Vec<u8>>) -> Result<String, kube::Error> {
+        let mut retries = 0;
+        loop {
+            let again = (retries < MAX_RETRIES).then(|| copy(&request));
+            match self.text_once(request).await? {
+                Answer::Wait(wait, status) => match again {
+                    Some(again) => {
+                        tokio::time::sleep(wait).await;
+                        retries += 1;
+                        request = again;
+                    }
+                    None => return Err(kube::Error::Api(status)),
+                },
+                Answer::Done(done) => return done,
+            }
+        }
+    }
+
+    /// One request of [`Self::text`]. Unlike kube-rs's `request_text`, the body is gathered
+    /// into one buffer sized by `Content-Length`, or else by the largest body this client has
+    /// read so far (the pages of a listing are alike), and not copied again: on a fleet's
+    /// listing, kube-rs's growing buffer and its copy into a `String` were two more passes over
+    /// every byte and most of the fresh memory the process touched.
+    async fn text_once(&self, request: http::Request<Vec<u8>>) -> Result<Answer, kube::Error> {
         use http_body_util::BodyExt;
 
         let response = self
             .client
             .send(request.map(kube::client::Body::from))
             .await?;
-        let status = response.status();
-        let expected = response
-            .headers()
+        let (parts, mut frames) = response.into_parts();
+        let expected = parts
+            .headers
             .get(http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
         let hint = expected
             .unwrap_or_else(|| self.largest_body.load(Ordering::Relaxed))
             .min(MAX_BODY_HINT);
         let mut body = Vec::with_capacity(hint);
-        let mut frames = response.into_body();
         while let Some(frame) = frames.frame().await {
             if let Ok(data) = frame?.into_data() {
                 body.extend_from_slice(&data);
@@ -379,10 +399,15 @@ impl Cluster {
         }
         self.largest_body.fetch_max(body.len(), Ordering::Relaxed);
         let text = String::from_utf8(body).map_err(kube::Error::FromUtf8)?;
-        if status.is_client_error() || status.is_server_error() {
-            return Err(kube::Error::Api(failure(status, &text).boxed()));
+        let code = parts.status;
+        if code.is_client_error() || code.is_server_error() {
+            let status = failure(code, &parts.headers, &text);
+            return Ok(match asked_wait(code, &parts.headers) {
+                Some(wait) => Answer::Wait(wait, status.boxed()),
+                None => Answer::Done(Err(kube::Error::Api(status.boxed()))),
+            });
         }
-        Ok(text)
+        Ok(Answer::Done(Ok(text)))
     }
 
     /// `--request-timeout` over a whole call, connection included (Go's `http.Client.Timeout`).
@@ -490,37 +515,24 @@ impl Cluster {
     }
 }
 
-/// The longest part of an error body quoted in an error line.
-const MAX_ERROR_TEXT: usize = 400;
+/// How many times one request is sent again when its answer asks for that (client-go's
+/// `maxRetries`).
+const MAX_RETRIES: usize = 10;
 
-/// A failed request's answer as a `Status`: the one kube-apiserver sends (`"kind":"Status"`, as
-/// client-go recognises it), or else one made of what was sent instead (a proxy's or a load
-/// balancer's page, plain text, HTML, other JSON): that text on one line as the message, and the
-/// HTTP reason phrase as the reason, spelt as kube-apiserver spells its reasons (`BadGateway`).
-fn failure(code: http::StatusCode, body: &str) -> kube::core::Status {
-    #[derive(serde::Deserialize)]
-    struct Head {
-        kind: Option<String>,
-    }
-    let sent = serde_json::from_str::<Head>(body)
-        .is_ok_and(|k| k.kind.as_deref() == Some("Status"))
-        .then(|| serde_json::from_str::<kube::core::Status>(body).ok())
-        .flatten();
-    let mut status = sent.unwrap_or_else(|| {
-        let reason = http_reason(code.as_u16());
-        let text = one_line(body, MAX_ERROR_TEXT);
-        let message = if text.is_empty() {
-            "no message".to_owned()
-        } else {
-            text
-        };
-        kube::core::Status::failure(&message, &reason)
-    });
-    if status.code == 0 {
-        status.code = code.as_u16();
-    }
-    status.message = one_line(&status.message, MAX_ERROR_TEXT);
-    status
+/// What one request came to: its text or error, or an error that asks to wait and ask again.
+enum Answer {
+    Done(Result<String, kube::Error>),
+    Wait(Duration, Box<kube::core::Status>),
+}
+
+/// The same request again (the plugin's requests are GETs with small bodies).
+fn copy(request: &http::Request<Vec<u8>>) -> http::Request<Vec<u8>> {
+    let mut again = http::Request::new(request.body().clone());
+    *again.method_mut() = request.method().clone();
+    *again.uri_mut() = request.uri().clone();
+    *again.version_mut() = request.version();
+    *again.headers_mut() = request.headers().clone();
+    again
 }
 
 /// What a user can act on in a failed connection: which of kubectl's timeouts ran out, else
@@ -718,47 +730,5 @@ mod tests {
     #[test]
     fn continue_tokens_are_encoded() {
         assert_eq!(percent_encode("ab+/=c"), "ab%2B%2F%3Dc");
-    }
-
-    #[test]
-    fn a_failure_is_the_servers_status_or_made_of_what_was_sent() {
-        use http::StatusCode;
-        // kube-apiserver's own Status, as it sent it.
-        let sent = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"resourceslices is forbidden","reason":"Forbidden","code":403}"#;
-        let status = failure(StatusCode::FORBIDDEN, sent);
-        assert_eq!(
-            (status.code, status.reason.as_str(), status.message.as_str()),
-            (403, "Forbidden", "resourceslices is forbidden")
-        );
-        // A proxy's plain text, an HTML page, JSON that is not a Status, nothing at all.
-        let status = failure(StatusCode::BAD_GATEWAY, "upstream connect error\n");
-        assert_eq!(
-            (status.code, status.reason.as_str(), status.message.as_str()),
-            (502, "BadGateway", "upstream connect error")
-        );
-        let page = "<html>\r\n<head><title>503 Service Temporarily Unavailable</title></head>\r\n</html>\r\n";
-        let status = failure(StatusCode::SERVICE_UNAVAILABLE, page);
-        assert_eq!(status.reason, "ServiceUnavailable");
-        assert_eq!(
-            status.message,
-            "<html> <head><title>503 Service Temporarily Unavailable</title></head> </html>"
-        );
-        let status = failure(StatusCode::TOO_MANY_REQUESTS, r#"{"error":"slow down"}"#);
-        assert_eq!(
-            (status.reason.as_str(), status.message.as_str()),
-            ("TooManyRequests", r#"{"error":"slow down"}"#)
-        );
-        assert_eq!(failure(StatusCode::BAD_GATEWAY, "").message, "no message");
-        // Long text is cut; a Status's message on several lines becomes one.
-        let status = failure(StatusCode::BAD_GATEWAY, &"x".repeat(5000));
-        assert_eq!(status.message.len(), MAX_ERROR_TEXT + 3);
-        let sent = r#"{"kind":"Status","message":"admission webhook said:\nno","reason":"Invalid","code":422}"#;
-        assert_eq!(
-            failure(StatusCode::UNPROCESSABLE_ENTITY, sent).message,
-            "admission webhook said: no"
-        );
-        // A code the server left out is the HTTP one.
-        let sent = r#"{"kind":"Status","message":"gone","reason":"Gone"}"#;
-        assert_eq!(failure(StatusCode::GONE, sent).code, 410);
     }
 }

@@ -537,6 +537,44 @@ fn errors_throttling_and_conflicts_mid_update_are_retried() {
 }
 
 #[test]
+fn a_throttled_write_waits_as_long_as_the_server_asks() {
+    // Priority and fairness answers 429 in plain text, with only a Retry-After header to say
+    // how long to wait (kube-rs's error keeps the body alone).
+    let s = setup(1);
+    let agent = s.start(&[]);
+    s.wait_slice("first publish", |_| true);
+
+    let mark = s.server.request_mark();
+    s.server.fail_next_matching(
+        1,
+        Fault::TooManyRequests {
+            retry_after_seconds: 3,
+        },
+        Some("update"),
+        Some("resourceslices"),
+    );
+    s.add_gpu(1, 1);
+    s.wait_slice("updated", |v| devices(v).len() == 2);
+    let writes = slice_writes(&s.server, mark);
+    let statuses: Vec<u16> = writes.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [429, 200], "{writes:#?}");
+    let waited = writes[1].answered_at - writes[0].answered_at;
+    assert!(
+        waited >= Duration::from_secs(3),
+        "written again after {waited:?}, though the server asked for 3 s"
+    );
+    assert_eq!(
+        agent.log.count(
+            "publish the ResourceSlice: update ResourceSlice gpu-node-1-media.liken.sh: 429 \
+             TooManyRequests: Too many requests, please try again later.; retrying"
+        ),
+        1,
+        "{:#?}",
+        agent.log.lines()
+    );
+}
+
+#[test]
 fn a_cut_watch_and_410_gone_are_resumed_and_relisted() {
     let s = setup(1);
     let _agent = s.start(&[]);

@@ -1385,10 +1385,12 @@ async fn injected_faults_answer_with_statuses_and_retry_after() {
         (b.status, b.body["reason"].as_str()),
         (503, Some("ServiceUnavailable"))
     );
+    // Priority and fairness's answer: plain text and the header.
     let c = h.get(SLICES).await;
     assert_eq!(c.status, 429);
     assert_eq!(c.headers["retry-after"], "3");
-    assert_eq!(c.body["details"]["retryAfterSeconds"], 3);
+    assert_eq!(c.headers["content-type"], "text/plain; charset=utf-8");
+    assert_eq!(c.body, "Too many requests, please try again later.\n");
     assert_eq!(h.get(SLICES).await.status, 200, "faults are used up");
 
     s.fail_next_matching(

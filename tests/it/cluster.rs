@@ -70,6 +70,53 @@ fn caps_pages_through_large_fleets() {
 }
 
 #[test]
+fn caps_waits_as_long_as_a_throttling_server_asks_as_kubectl_does() {
+    let server = TestApiServer::start();
+    load_example_fleet(&server);
+    let expected = stdout(kubectl_media(&["caps", "-o", "json"], server.kubeconfig()));
+    // Priority and fairness turns the list away twice, asking for a second each time.
+    let (list, slices) = (Some("list"), Some("resourceslices"));
+    let throttled = Fault::TooManyRequests {
+        retry_after_seconds: 1,
+    };
+    let mark = server.request_mark();
+    server.fail_next_matching(2, throttled, list, slices);
+    let out = stdout(kubectl_media(&["caps", "-o", "json"], server.kubeconfig()));
+    assert_eq!(out, expected, "the same answer, only later");
+    let lists: Vec<_> = server
+        .requests_since(mark)
+        .into_iter()
+        .filter(|r| r.verb == "list" && r.resource.as_deref() == slices)
+        .collect();
+    let statuses: Vec<u16> = lists.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [429, 429, 200]);
+    for pair in lists.windows(2) {
+        let waited = pair[1].answered_at - pair[0].answered_at;
+        assert!(
+            waited >= Duration::from_secs(1),
+            "asked again after {waited:?}"
+        );
+    }
+
+    // (An error answer without Retry-After is not sent again, as in client-go's checkWait:
+    // caps_explains_what_the_cluster_refuses.) A throttling that outlasts --request-timeout
+    // ends in the timeout.
+    server.fail_next_matching(
+        20,
+        Fault::TooManyRequests {
+            retry_after_seconds: 1,
+        },
+        list,
+        slices,
+    );
+    let line = error_line(kubectl_media(
+        &["caps", "--request-timeout", "2s"],
+        server.kubeconfig(),
+    ));
+    assert!(line.contains("2s"), "{line}");
+}
+
+#[test]
 fn caps_explains_what_the_cluster_refuses() {
     let server = TestApiServer::start();
     load_example_fleet(&server);

@@ -46,6 +46,8 @@ pub struct RequestRecord {
     pub resource: Option<String>,
     /// The User-Agent header, if any.
     pub user_agent: Option<String>,
+    /// When the answer was sent.
+    pub answered_at: std::time::Instant,
 }
 
 impl RequestRecord {
@@ -72,9 +74,12 @@ pub enum Fault {
     InternalError,
     /// 503 ServiceUnavailable.
     ServiceUnavailable,
-    /// 429 TooManyRequests with `Retry-After: seconds`.
+    /// 429 as kube-apiserver's priority-and-fairness and max-in-flight filters answer it (and
+    /// the one that turns requests away while the server shuts down): Go's `http.Error`, one
+    /// line of plain text and `Retry-After: seconds`, no `Status` (k8s.io/apiserver
+    /// `pkg/server/filters`, `tooManyRequests`).
     TooManyRequests {
-        /// Value of the Retry-After header and `details.retryAfterSeconds`.
+        /// Value of the Retry-After header.
         retry_after_seconds: u64,
     },
     /// 403 Forbidden, as the authorizer words a missing permission for the request's verb and
@@ -121,6 +126,18 @@ impl Fault {
                 r.headers_mut().insert(
                     header::CONTENT_TYPE,
                     header::HeaderValue::from_static("text/html"),
+                );
+                r
+            }
+            Fault::TooManyRequests {
+                retry_after_seconds,
+            } => {
+                let mut r = text_response(429, "Too many requests, please try again later.\n");
+                let headers = r.headers_mut();
+                headers.insert(header::RETRY_AFTER, retry_after_seconds.into());
+                headers.insert(
+                    header::X_CONTENT_TYPE_OPTIONS,
+                    header::HeaderValue::from_static("nosniff"),
                 );
                 r
             }
@@ -185,10 +202,9 @@ impl Fault {
             Fault::ServiceUnavailable => ApiError::service_unavailable(
                 "injected fault: the server is currently unable to handle the request",
             ),
-            Fault::TooManyRequests {
-                retry_after_seconds,
-            } => ApiError::too_many_requests(retry_after_seconds),
-            Fault::GatewayPage { .. } => unreachable!("Fault::response answers with the page"),
+            Fault::GatewayPage { .. } | Fault::TooManyRequests { .. } => {
+                unreachable!("Fault::response answers with the page or the text")
+            }
         }
     }
 }
@@ -414,12 +430,15 @@ fn text_response(code: u16, text: &'static str) -> Response<Body> {
     r
 }
 
+/// A `Status` answer; its `retryAfterSeconds` is also sent as `Retry-After`, as
+/// k8s.io/apiserver's `responsewriters.ErrorNegotiated` does.
 fn error_response(e: &ApiError) -> Response<Body> {
     let mut r = json_response(e.code, &e.body);
-    if let Some(secs) = e.retry_after
-        && let Ok(v) = header::HeaderValue::from_str(&secs.to_string())
+    if let Some(secs) = e.body["details"]["retryAfterSeconds"]
+        .as_u64()
+        .filter(|s| *s > 0)
     {
-        r.headers_mut().insert(header::RETRY_AFTER, v);
+        r.headers_mut().insert(header::RETRY_AFTER, secs.into());
     }
     r
 }
@@ -741,6 +760,7 @@ pub(crate) async fn handle(
         content_type,
         resource,
         user_agent,
+        answered_at: std::time::Instant::now(),
     });
     shared.changes.bump();
     Ok(response)

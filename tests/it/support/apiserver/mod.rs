@@ -43,6 +43,11 @@
 //! manager owns a field the apply changes. Garbage collection is immediate: deleting a Node
 //! deletes the objects whose ownerReferences name its uid, deleting a Namespace its objects.
 //!
+//! Answers are as kube-apiserver words them: a `Status` (with `Retry-After` when it carries
+//! `retryAfterSeconds`), except where the real server sends something else: Go's plain-text 404
+//! page for unrouted paths, and priority and fairness's plain-text 429 with `Retry-After`
+//! ([`Fault::TooManyRequests`]); [`Fault::GatewayPage`] is a proxy's page.
+//!
 //! Note for fault tests: kube-rs clients retry 429, 503 and 504 by default; set
 //! `kube::Config::default_retry = false` on [`TestApiServer::kube_config`] to see each answer.
 //!

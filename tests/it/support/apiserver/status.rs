@@ -13,8 +13,6 @@ pub struct ApiError {
     pub code: u16,
     /// The whole `Status` object.
     pub body: Value,
-    /// Seconds for a `Retry-After` header (429 and some 503/500 answers).
-    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -31,11 +29,7 @@ impl ApiError {
         if let Some(details) = details {
             body["details"] = details;
         }
-        ApiError {
-            code,
-            body,
-            retry_after: None,
-        }
+        ApiError { code, body }
     }
 
     /// The `message` of the Status.
@@ -236,18 +230,6 @@ impl ApiError {
             "forbidden: User \"system:anonymous\" cannot get path".to_string(),
             None,
         )
-    }
-
-    /// 429 TooManyRequests with `Retry-After`.
-    pub fn too_many_requests(retry_after_seconds: u64) -> Self {
-        let mut e = Self::new(
-            429,
-            "TooManyRequests",
-            "Too many requests, please try again later.".to_string(),
-            Some(json!({"retryAfterSeconds": retry_after_seconds})),
-        );
-        e.retry_after = Some(retry_after_seconds);
-        e
     }
 }
 
