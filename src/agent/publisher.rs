@@ -7,8 +7,9 @@
 //!
 //! - the first publish, and re-creation after the kubelet's wipe (at kubelet start, and 30 s
 //!   after our plugin disappears) or any other deletion;
-//! - restoring the slice after an outside edit of its spec or its ownerReference (metadata such
-//!   as labels is left alone: it does not reach the scheduler);
+//! - restoring the slice after an outside edit of its spec or its controller reference (other
+//!   metadata, such as labels, finalizers and other owners' references, is left alone and kept
+//!   on every update: it does not reach the scheduler);
 //! - a new probe result (GPUs appeared or disappeared), bumping `spec.pool.generation` on every
 //!   content change, from the stored value, never backwards.
 //!
@@ -45,6 +46,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -515,17 +517,58 @@ impl fmt::Display for Change {
     }
 }
 
-/// What of a slice is content: its spec without the pool generation, and its ownerReferences;
-/// empty lists, maps and nulls removed (a real API server omits what is empty).
+/// What of a slice is content: its spec without the pool generation, and who its controller is
+/// (the ownerReference with `controller: true`, by apiVersion, kind, name and uid: what garbage
+/// collection acts on); empty lists, maps and nulls removed (a real API server omits what is
+/// empty). Other owners' references, and how ours is flagged otherwise (`blockOwnerDeletion`, as
+/// a policy may set it), are someone else's business, as labels and finalizers are.
 fn content(slice: &ResourceSlice) -> Value {
     let mut spec = serde_json::to_value(&slice.spec).unwrap_or(Value::Null);
     if let Some(pool) = spec.get_mut("pool").and_then(Value::as_object_mut) {
         pool.remove("generation");
     }
-    let owners = serde_json::to_value(&slice.metadata.owner_references).unwrap_or(Value::Null);
-    let mut value = serde_json::json!({ "spec": spec, "ownerReferences": owners });
+    let controller = controller_of(&slice.metadata).map(|owner| {
+        serde_json::json!({
+            "apiVersion": owner.api_version,
+            "kind": owner.kind,
+            "name": owner.name,
+            "uid": owner.uid,
+        })
+    });
+    let mut value = serde_json::json!({ "spec": spec, "controller": controller });
     prune(&mut value);
     value
+}
+
+/// The object's controller reference, if it has one (at most one may say `controller: true`).
+fn controller_of(metadata: &ObjectMeta) -> Option<&OwnerReference> {
+    metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|owner| owner.controller == Some(true))
+}
+
+/// The metadata to update `stored` with: the stored object's own, as read-modify-write keeps it
+/// (labels, annotations, finalizers, other owners' references, and the resourceVersion that
+/// makes the write conditional), with `wanted`'s controller reference in place of a different
+/// controller's, or added. A reference to the same controller stays as stored.
+fn updated_metadata(stored: &ObjectMeta, wanted: &ObjectMeta) -> ObjectMeta {
+    let mut metadata = stored.clone();
+    let Some(ours) = controller_of(wanted) else {
+        return metadata;
+    };
+    let same = |owner: &OwnerReference| {
+        (&owner.api_version, &owner.kind, &owner.name, &owner.uid)
+            == (&ours.api_version, &ours.kind, &ours.name, &ours.uid)
+    };
+    let owners = metadata.owner_references.get_or_insert_with(Vec::new);
+    match owners.iter().position(|o| o.controller == Some(true)) {
+        Some(i) if same(&owners[i]) => {}
+        Some(i) => owners[i] = ours.clone(),
+        None => owners.insert(0, ours.clone()),
+    }
+    metadata
 }
 
 /// Removes nulls, empty lists and empty maps, depth first.
@@ -621,7 +664,7 @@ fn strip(value: &mut Value, path: &[Step]) {
 }
 
 /// Whether the stored slice says what we want, ignoring the pool generation, metadata other
-/// than the ownerReferences, and the fields in `left_aside` (learned from the server's answers).
+/// than the controller reference, and the fields in `left_aside` (learned from the server's answers).
 pub(crate) fn same_content(
     stored: &ResourceSlice,
     wanted: &ResourceSlice,
@@ -1010,9 +1053,7 @@ impl Publisher {
                     wanted.spec.pool.generation =
                         self.generation.max(stored.spec.pool.generation) + 1;
                     // Keep what others put in metadata; it does not reach the scheduler.
-                    wanted.metadata.labels = stored.metadata.labels.clone();
-                    wanted.metadata.annotations = stored.metadata.annotations.clone();
-                    wanted.metadata.resource_version = stored.metadata.resource_version.clone();
+                    wanted.metadata = updated_metadata(&stored.metadata, &wanted.metadata);
                     let what = self.what();
                     let written = self
                         .call(
@@ -1260,6 +1301,79 @@ mod tests {
             .unwrap()
             .insert("decodeVP9".into(), Default::default());
         assert!(!same_content(&edited, &wanted, &[]));
+    }
+
+    #[test]
+    fn only_the_controller_is_owner_content() {
+        let wanted = desired(&node(), &[gpu("pci-0000-00-02-0")], 1);
+        let mut stored = wanted.clone();
+        let owners = stored.metadata.owner_references.as_mut().unwrap();
+        // A policy flags our reference; a backup tool adds its own, and a finalizer.
+        owners[0].block_owner_deletion = Some(true);
+        owners.push(OwnerReference {
+            api_version: "backup.example.com/v1".into(),
+            kind: "Snapshot".into(),
+            name: "nightly".into(),
+            uid: "s1".into(),
+            controller: None,
+            block_owner_deletion: None,
+        });
+        stored.metadata.finalizers = Some(vec!["backup.example.com/keep".into()]);
+        assert!(same_content(&stored, &wanted, &[]));
+        // No controller at all is a difference.
+        stored.metadata.owner_references.as_mut().unwrap().remove(0);
+        assert!(!same_content(&stored, &wanted, &[]));
+    }
+
+    #[test]
+    fn an_update_keeps_the_stored_metadata_and_puts_our_controller_in() {
+        let wanted = desired(&node(), &[gpu("pci-0000-00-02-0")], 1);
+        let theirs = OwnerReference {
+            api_version: "backup.example.com/v1".into(),
+            kind: "Snapshot".into(),
+            name: "nightly".into(),
+            uid: "s1".into(),
+            controller: None,
+            block_owner_deletion: None,
+        };
+        let mut stored = wanted.metadata.clone();
+        stored.resource_version = Some("42".into());
+        stored.finalizers = Some(vec!["backup.example.com/keep".into()]);
+        stored.labels = Some([("team".to_string(), "x".to_string())].into());
+        stored.owner_references.as_mut().unwrap()[0].block_owner_deletion = Some(true);
+        stored
+            .owner_references
+            .as_mut()
+            .unwrap()
+            .push(theirs.clone());
+        assert_eq!(
+            updated_metadata(&stored, &wanted.metadata),
+            stored,
+            "all kept"
+        );
+
+        // A stale controller (a Node of the same name, re-registered) is replaced in place.
+        let mut stale = stored.clone();
+        stale.owner_references.as_mut().unwrap()[0].uid = "old".into();
+        let updated = updated_metadata(&stale, &wanted.metadata);
+        let owners = updated.owner_references.as_deref().unwrap();
+        assert_eq!(owners.len(), 2);
+        assert_eq!(
+            (owners[0].uid.as_str(), owners[0].controller),
+            ("u1", Some(true))
+        );
+        assert_eq!(owners[1], theirs);
+        assert_eq!(updated.finalizers, stored.finalizers);
+        assert_eq!(updated.resource_version.as_deref(), Some("42"));
+
+        // None at all: ours is added first.
+        let mut none = stored.clone();
+        none.owner_references = Some(vec![theirs.clone()]);
+        let owners = updated_metadata(&none, &wanted.metadata)
+            .owner_references
+            .unwrap();
+        assert_eq!(owners.len(), 2);
+        assert_eq!(owners[0].uid, "u1");
     }
 
     #[test]

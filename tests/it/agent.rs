@@ -322,19 +322,39 @@ fn a_deleted_slice_is_recreated_and_an_edited_one_restored() {
     let restored = s.wait_slice("restored", |v| generation(v) == 3);
     assert_eq!(devices(&restored), devices(&original));
 
-    // A label is not content: no write.
+    // Others' metadata is not content: a label, a finalizer, a backup tool's ownerReference and
+    // a policy's blockOwnerDeletion on ours make no write...
+    let ours = json!({"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": s.node_uid,
+                      "controller": true, "blockOwnerDeletion": true});
+    let theirs = json!({"apiVersion": "backup.example.com/v1", "kind": "Snapshot",
+                        "name": "nightly", "uid": "7b6d1c1e-0000-4000-8000-000000000001"});
     let mark = s.server.request_mark();
     s.server
         .patch(
             "resourceslices",
             "",
             SLICE,
-            &json!({"metadata": {"labels": {"team": "video"}}}),
+            &json!({"metadata": {
+                "labels": {"team": "video"},
+                "finalizers": ["backup.example.com/keep"],
+                "ownerReferences": [ours, theirs],
+            }}),
         )
-        .expect("label edit");
+        .expect("metadata edit");
     s.wait_resyncs(mark, 3);
     assert_eq!(slice_writes(&s.server, mark), []);
-    assert_eq!(s.slice().unwrap()["metadata"]["labels"]["team"], "video");
+    // ...and all of it is kept when the agent next writes.
+    s.add_gpu(1, 2);
+    let updated = s.wait_slice("a GPU more", |v| devices(v).len() == 3);
+    assert_eq!(updated["metadata"]["labels"]["team"], "video");
+    assert_eq!(
+        updated["metadata"]["finalizers"],
+        json!(["backup.example.com/keep"])
+    );
+    assert_eq!(
+        updated["metadata"]["ownerReferences"],
+        json!([ours, theirs])
+    );
 }
 
 #[test]
