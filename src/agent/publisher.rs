@@ -13,11 +13,12 @@
 //! - a new probe result (GPUs appeared or disappeared), bumping `spec.pool.generation` on every
 //!   content change, from the stored value, never backwards.
 //!
-//! **Whose slice it is** is decided from the stored object before writing: a slice with our
-//! name whose immutable fields (`spec.driver`, `spec.pool.name`, `spec.nodeName`, the ones
+//! **Whose slice it is** is decided from the stored object before writing: a slice of our driver
+//! with our name whose immutable fields (`spec.pool.name`, `spec.nodeName`, which
 //! kube-apiserver's `ValidateResourceSliceUpdate` refuses to change) differ from ours cannot be
-//! updated into ours, so it is deleted (with a uid precondition) and created anew. Nothing else
-//! is a reason to delete: a write the API server refuses (422 Invalid content, a
+//! updated into ours, so it is deleted (with a uid precondition) and created anew. Another
+//! driver's slice with our name is never deleted: that is logged at ERROR and retried (re-read)
+//! with backoff, until someone removes it. Nothing else is a reason to delete: a write the API server refuses (422 Invalid content, a
 //! ValidatingAdmissionPolicy's 422 or 403, RBAC's 403, 401) leaves the stored slice as it is,
 //! is logged once at ERROR with the server's message on one line, counted
 //! (`slice_write_refusals_total`), shown on `/readyz`, and retried with backoff.
@@ -306,6 +307,11 @@ pub(crate) enum PublishError {
         "the API server stored ResourceSlice {name} otherwise than it was sent: {changes}; writing it again with backoff (hint: a mutating admission policy or webhook changes ResourceSlices: kubectl get mutatingadmissionpolicies,mutatingwebhookconfigurations)"
     )]
     StoredOtherwise { name: String, changes: String },
+    /// A slice of another driver has our name: not this agent's to change or delete.
+    #[error(
+        "ResourceSlice {name} belongs to driver {driver}, not {DRIVER}, so this node's slice cannot be published under its name; another driver's object is left alone (hint: see who made it: kubectl get resourceslice {name} -o yaml; delete it if nothing needs it)"
+    )]
+    NameTaken { name: String, driver: String },
 }
 
 impl PublishError {
@@ -680,17 +686,13 @@ pub(crate) fn same_content(
     a == b
 }
 
-/// The immutable field in which the stored slice differs from ours, if any: such a slice was
-/// not made by this agent and cannot be updated into its slice (kube-apiserver refuses to change
-/// `spec.driver`, `spec.pool.name` and `spec.nodeName` on update).
+/// The immutable field in which the stored slice of our driver differs from ours, if any: such
+/// a slice was not made by this agent and cannot be updated into its slice (kube-apiserver
+/// refuses to change `spec.pool.name` and `spec.nodeName` on update, and `spec.driver`, which
+/// the caller checks first: another driver's slice is never deleted).
 pub(crate) fn not_ours(stored: &ResourceSlice, wanted: &ResourceSlice) -> Option<String> {
     let show = |v: Option<&str>| v.map_or_else(|| "unset".to_string(), |v| format!("{v:?}"));
     let fields = [
-        (
-            "spec.driver",
-            Some(stored.spec.driver.as_str()),
-            Some(wanted.spec.driver.as_str()),
-        ),
         (
             "spec.pool.name",
             Some(stored.spec.pool.name.as_str()),
@@ -735,6 +737,10 @@ pub(crate) struct Publisher {
     node_uid: Option<String>,
     /// The highest pool generation seen or written, so a re-created slice never goes back.
     generation: i64,
+    /// The highest pool generation of another slice seen in our pool (a stray being deleted):
+    /// ours must be above it, or the scheduler would take the stray for the pool, or count two
+    /// slices where the pool says one.
+    stray_generation: i64,
     /// Fields the server drops, adds or changes (learned from the last write's answer), left
     /// out of the comparison.
     left_aside: Vec<FieldPath>,
@@ -758,6 +764,7 @@ impl Publisher {
             observed: None,
             node_uid: None,
             generation: 0,
+            stray_generation: 0,
             left_aside: Vec::new(),
         }
     }
@@ -829,6 +836,9 @@ impl Publisher {
                                 &e.class(),
                                 &format!("{message} (the stored slice is left as it is)"),
                             );
+                        } else if matches!(e, PublishError::NameTaken { .. }) {
+                            // Nothing the agent does will help: someone must look.
+                            publish_problem.report(Level::ERROR, &e.class(), &message);
                         } else {
                             publish_problem.report(Level::WARN, &e.class(), &message);
                         }
@@ -884,7 +894,12 @@ impl Publisher {
                             }
                             Event::Delete(slice) => {
                                 watch_problem.ok();
-                                if slice.metadata.name.as_deref() == Some(&self.name) {
+                                // The object we follow, not an older one of the same name whose
+                                // deletion reaches us late.
+                                let current = self.observed.as_ref().is_none_or(|o| {
+                                    o.metadata.uid == slice.metadata.uid
+                                });
+                                if slice.metadata.name.as_deref() == Some(&self.name) && current {
                                     info!("ResourceSlice {} was deleted; publishing it again", self.name);
                                     self.observed = None;
                                 }
@@ -976,9 +991,16 @@ impl Publisher {
                 debug!("ignoring an older state of ResourceSlice {}", self.name);
                 return;
             }
-            self.generation = self.generation.max(slice.spec.pool.generation);
+            // Another driver's slice is another pool: its generation says nothing about ours.
+            if slice.spec.driver == DRIVER {
+                self.generation = self.generation.max(slice.spec.pool.generation);
+            }
             self.observed = Some(slice);
         } else if let Some(other) = slice.metadata.name.clone() {
+            if slice.spec.pool.name == self.config.node {
+                self.stray_generation = self.stray_generation.max(slice.spec.pool.generation);
+                self.generation = self.generation.max(slice.spec.pool.generation);
+            }
             let slices = self.slices.clone();
             let uid = slice.metadata.uid.clone();
             let health = Arc::clone(&self.health);
@@ -1026,6 +1048,20 @@ impl Publisher {
             match self.observed.clone() {
                 Some(stored) => {
                     let mut wanted = desired(&node, gpus, 0);
+                    if stored.spec.driver != wanted.spec.driver {
+                        // The watch follows this driver's slices only: read again whether it
+                        // is still there before saying so.
+                        self.refresh().await?;
+                        match &self.observed {
+                            Some(again) if again.spec.driver != wanted.spec.driver => {
+                                return Err(PublishError::NameTaken {
+                                    name: self.name.clone(),
+                                    driver: again.spec.driver.clone(),
+                                });
+                            }
+                            _ => continue,
+                        }
+                    }
                     if let Some(difference) = not_ours(&stored, &wanted) {
                         // Decided from the stored object, never from an error code: a 422 on
                         // update can as well be a validation or admission refusal.
@@ -1036,7 +1072,9 @@ impl Publisher {
                         self.delete_stored(&stored).await?;
                         continue;
                     }
-                    if same_content(&stored, &wanted, &self.left_aside) {
+                    if same_content(&stored, &wanted, &self.left_aside)
+                        && stored.spec.pool.generation > self.stray_generation
+                    {
                         if !self
                             .health
                             .published
@@ -1479,18 +1517,11 @@ mod tests {
     #[test]
     fn only_immutable_fields_make_a_slice_not_ours() {
         let wanted = desired(&node(), &[gpu("pci-0000-00-02-0")], 1);
-        let mut other_driver = wanted.clone();
-        other_driver.spec.driver = "other.example.com".into();
-        assert_eq!(
-            not_ours(&other_driver, &wanted).as_deref(),
-            Some("its spec.driver is \"other.example.com\", not \"media.liken.sh\"")
-        );
         let mut other_pool = wanted.clone();
         other_pool.spec.pool.name = "x".into();
-        assert!(
-            not_ours(&other_pool, &wanted)
-                .unwrap()
-                .contains("spec.pool.name")
+        assert_eq!(
+            not_ours(&other_pool, &wanted).as_deref(),
+            Some("its spec.pool.name is \"x\", not \"n1\"")
         );
         let mut selector = wanted.clone();
         selector.spec.node_name = None;

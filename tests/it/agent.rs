@@ -894,10 +894,10 @@ fn foreign_slice(name: &str, driver: &str, node: &str) -> Value {
 #[test]
 fn slices_in_the_way_are_replaced_or_removed() {
     let s = setup(1);
-    // Our name, but another driver: immutable, so it can only be replaced.
-    s.server
-        .put(foreign_slice(SLICE, "other.example.com", NODE))
-        .expect("a slice with our name");
+    // Our name and driver, but another pool: immutable, so it can only be replaced.
+    let mut other_pool = foreign_slice(SLICE, DRIVER, NODE);
+    other_pool["spec"]["pool"]["name"] = json!("old-pool");
+    s.server.put(other_pool).expect("a slice with our name");
     // Our driver and node under another name: it would compete with our pool.
     s.server
         .put(foreign_slice("gpu-node-1-old", DRIVER, NODE))
@@ -915,7 +915,7 @@ fn slices_in_the_way_are_replaced_or_removed() {
     s.server
         .wait_until(DEADLINE, |s| {
             s.get("resourceslices", "", SLICE)
-                .is_some_and(|v| v["spec"]["driver"] == DRIVER)
+                .is_some_and(|v| v["spec"]["pool"]["name"] == NODE)
                 && s.get("resourceslices", "", "gpu-node-1-old").is_none()
         })
         .expect("ours replaced, the stray one deleted");
@@ -934,6 +934,75 @@ fn slices_in_the_way_are_replaced_or_removed() {
             .get("resourceslices", "", "gpu-node-2-media.liken.sh")
             .is_some()
     );
+}
+
+#[test]
+fn a_stray_that_cannot_be_deleted_is_outbid_in_the_pool() {
+    // A slice of our pool under another name, at a high generation, whose deletion is refused:
+    // the scheduler takes a pool's slices of its highest generation only, so ours must be above.
+    let s = setup(1);
+    s.server
+        .put(foreign_slice("gpu-node-1-old", DRIVER, NODE))
+        .expect("a stray slice at generation 7");
+    s.server
+        .fail_next_matching(1, Fault::Forbidden, Some("delete"), Some("resourceslices"));
+    let agent = s.start(&[]);
+    agent.log.wait_for(
+        "delete ResourceSlice gpu-node-1-old: refused, 403 Forbidden",
+        DEADLINE,
+    );
+    s.server
+        .wait_until(DEADLINE, |s| {
+            s.get("resourceslices", "", SLICE)
+                .is_some_and(|v| generation(&v) > 7)
+        })
+        .expect("ours published above the stray");
+    assert!(
+        s.server
+            .get("resourceslices", "", "gpu-node-1-old")
+            .is_some(),
+        "the refused delete left it"
+    );
+}
+
+#[test]
+fn another_drivers_slice_with_our_name_is_left_alone_and_said() {
+    let s = setup(1);
+    let theirs = s
+        .server
+        .put(foreign_slice(SLICE, "other.example.com", NODE))
+        .expect("another driver's slice with our name");
+    let mut agent = s.start(&[]);
+    let line = agent
+        .log
+        .wait_for("belongs to driver other.example.com", DEADLINE);
+    assert!(line.contains(" ERROR "), "{line}");
+    assert!(
+        line.contains(&format!(
+            "ResourceSlice {SLICE} belongs to driver other.example.com, not media.liken.sh, so \
+             this node's slice cannot be published under its name; another driver's object is \
+             left alone (hint: see who made it: kubectl get resourceslice {SLICE} -o yaml; \
+             delete it if nothing needs it)"
+        )),
+        "{line}"
+    );
+    // Retried (read again) with backoff, said once, never deleted or overwritten.
+    let mark = s.server.request_mark();
+    s.wait_resyncs(mark, 3);
+    assert_eq!(slice_writes(&s.server, mark), []);
+    assert_eq!(
+        s.slice().unwrap()["metadata"]["uid"],
+        theirs["metadata"]["uid"]
+    );
+    assert_eq!(agent.log.count("belongs to driver other.example.com"), 1);
+    assert_eq!(agent.get("/readyz").0, 503);
+    assert!(agent.running());
+
+    // Once it is gone (the agent's watch does not see other drivers' slices), ours follows.
+    s.server
+        .delete("resourceslices", "", SLICE)
+        .expect("someone removes it");
+    s.wait_slice("published", |v| v["spec"]["driver"] == DRIVER);
 }
 
 // --- refusals, server changes, liveness, render nodes ------------------------------------------
