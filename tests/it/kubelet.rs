@@ -491,6 +491,62 @@ async fn every_authority_a_real_client_sends_reaches_both_services() {
     plugin.stop().await;
 }
 
+/// A kubelet keeps one DRA connection for as long as both run (1.34+: opened at registration),
+/// and grpc-go writes each call's `grpc-timeout` from what is left of its deadline at send time,
+/// so every call adds a new entry to the connection's HPACK table: after about 70 calls the
+/// 4 KiB table is full and every call evicts. Hundreds of calls on one connection, as the
+/// kubelet makes them (45 s deadlines, a little less left at each send), all pass the relay.
+#[tokio::test]
+async fn hundreds_of_calls_on_one_connection_pass_as_the_table_turns_over() {
+    use crate::support::kubelet::dra_claims;
+    use prost::Message as _;
+
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = start(config(dir.path()));
+    let dra_socket = plugin.config.dra_socket();
+    let service = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin";
+    for form in [Authority::Localhost, Authority::PercentEncodedPath] {
+        let authority = form.value(&dra_socket);
+        let mut conn = RawGrpc::connect(&dra_socket).await.unwrap();
+        let mut timeouts = std::collections::BTreeSet::new();
+        for call in 0..300 {
+            let (wanted, request) =
+                dra_claims!(v1, claims(&format!("{form:?}-{call}"), 1 + call % 3));
+            // What is left of the 45 s when the call is sent: some microseconds less each time
+            // (a clock read here would repeat values on a fast machine, and a repeat is indexed).
+            let left = Duration::from_secs(45) - Duration::from_micros(37 * (call as u64 + 1));
+            timeouts.insert(crate::support::grpc_raw::encode_timeout(left));
+            let (method, message) = if call % 2 == 0 {
+                let m = v1::NodePrepareResourcesRequest { claims: request };
+                ("NodePrepareResources", m.encode_to_vec())
+            } else {
+                let m = v1::NodeUnprepareResourcesRequest { claims: request };
+                ("NodeUnprepareResources", m.encode_to_vec())
+            };
+            let answer = conn
+                .call(
+                    authority.as_deref(),
+                    &format!("{service}/{method}"),
+                    &message,
+                    left,
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{form:?}: call {call} ({method}): {e:?}"));
+            if call % 2 == 0 {
+                let prepared =
+                    v1::NodePrepareResourcesResponse::decode(&answer.message[..]).unwrap();
+                crate::support::kubelet::check_prepared!(prepared, wanted);
+            } else {
+                let unprepared =
+                    v1::NodeUnprepareResourcesResponse::decode(&answer.message[..]).unwrap();
+                crate::support::kubelet::check_unprepared!(unprepared, wanted);
+            }
+        }
+        assert_eq!(timeouts.len(), 300, "{form:?}: each call adds an entry");
+    }
+    plugin.stop().await;
+}
+
 /// A registration service on `socket` served by tonic alone, without the relay: how h2 itself
 /// answers.
 fn serve_bare(socket: &Path) {

@@ -1,7 +1,8 @@
 //! A raw HTTP/2 gRPC client that plays the kubelet byte for byte. tonic's client cannot be used
 //! for this: it always sends an `:authority` it builds from a valid URI, while the kubelet's
 //! grpc-go client sends the socket path percent-encoded (its registration dial passes the bare
-//! path), older grpc-go the raw path, its DRA client `localhost`, and other clients none at all.
+//! path, as the DRA client of kubelets 1.32 and 1.33 does), older grpc-go the raw path, the DRA
+//! client of kubelets 1.34 and later `localhost`, and other clients none at all.
 //!
 //! What it sends follows grpc-go's client transport (`internal/transport/http2_client.go`):
 //! the connection preface and an empty SETTINGS frame (grpc-go's defaults change no setting);
@@ -45,11 +46,13 @@ const PRIORITY: u8 = 0x20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Authority {
     /// The kubelet's registration client (grpc-go ≥ 1.58 dialing a bare path):
-    /// `%2Fvar%2Flib%2Fkubelet%2Fplugins_registry%2Fmedia.liken.sh-reg.sock`.
+    /// `%2Fvar%2Flib%2Fkubelet%2Fplugins_registry%2Fmedia.liken.sh-reg.sock`; and the DRA client
+    /// of kubelets 1.32 and 1.33 (`grpc.Dial` of the endpoint path).
     PercentEncodedPath,
     /// Older grpc-go (Debian's 1.33): the path as it is.
     RawPath,
-    /// The kubelet's DRA client, and the registration client of kubelets that set it.
+    /// The DRA client of kubelets 1.34 and later (`grpc.NewClient("unix://...")`), and the
+    /// registration client of kubelets that set it.
     Localhost,
     /// No `:authority` at all (allowed by RFC 9113 §8.3.1).
     Absent,
