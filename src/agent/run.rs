@@ -145,7 +145,8 @@ pub async fn run_with(
     let kubelet_heartbeat = health
         .liveness
         .register("kubelet plugin", config.kubelet.recheck_interval);
-    let plugin = KubeletPlugin::bind(&config.kubelet)?.with_heartbeat(kubelet_heartbeat);
+    // The health port first: if it cannot be had, no socket has been made for the kubelet to
+    // find (its plugin watcher would dial one left behind, and back off on that path).
     let listener =
         health::bind(config.health_addr)
             .await
@@ -153,6 +154,7 @@ pub async fn run_with(
                 addr: config.health_addr,
                 source,
             })?;
+    let plugin = KubeletPlugin::bind(&config.kubelet)?.with_heartbeat(kubelet_heartbeat);
     if let Ok(addr) = listener.local_addr() {
         let _ = health.local_addr.set(addr);
     }

@@ -845,6 +845,50 @@ fn sigterm_exits_promptly_and_leaves_the_slice() {
 }
 
 #[test]
+fn a_health_port_in_use_ends_the_start_and_leaves_no_sockets_for_the_kubelet() {
+    // Sockets left behind would be dialled by the kubelet's plugin watcher, each dial blocking
+    // and backing off per path, which can delay the next agent's registration.
+    let s = setup(1);
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let registry = dir.path().join("plugins_registry");
+    let plugins = dir.path().join("plugins/media.liken.sh");
+    let out = std::process::Command::new(AGENT)
+        .env_clear()
+        .env("NO_COLOR", "1")
+        .env("NODE_NAME", NODE)
+        .arg("--reports")
+        .arg(s.reports.path())
+        .arg("--kubeconfig")
+        .arg(s.server.kubeconfig())
+        .arg("--kubelet-registry-dir")
+        .arg(&registry)
+        .arg("--kubelet-plugins-dir")
+        .arg(&plugins)
+        .args(["--health-addr", &addr])
+        .output()
+        .expect("run media-capabilities");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("error: listen on {addr} for /healthz")),
+        "{stderr}"
+    );
+    for dir in [&registry, &plugins] {
+        let left: Vec<_> = std::fs::read_dir(dir)
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert_eq!(
+            left,
+            Vec::<std::ffi::OsString>::new(),
+            "in {}",
+            dir.display()
+        );
+    }
+}
+
+#[test]
 fn bad_flags_are_usage_errors_before_anything_starts() {
     let run = |env: &[(&str, &str)], args: &[&str]| {
         let out = std::process::Command::new(AGENT)
