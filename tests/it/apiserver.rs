@@ -1324,6 +1324,37 @@ async fn other_kinds_get_light_validation() {
 }
 
 #[tokio::test]
+async fn owner_references_are_validated_as_apimachinery_does() {
+    let s = TestApiServer::start();
+    let h = Http::new(&s);
+    let owner = |kind: &str, name: &str, uid: &str, controller: bool| json!({"apiVersion": "v1", "kind": kind, "name": name, "uid": uid, "controller": controller});
+    let mut obj = slice("s1", "n1", 0);
+    obj["metadata"]["ownerReferences"] = json!([owner("Node", "n1", "", true)]);
+    let body = invalid(&h, &obj).await;
+    assert_eq!(
+        body["message"],
+        "ResourceSlice.resource.k8s.io \"s1\" is invalid: metadata.ownerReferences.uid: Invalid value: \"\": uid must not be empty"
+    );
+    obj["metadata"]["ownerReferences"] = json!([
+        owner("Node", "n1", "u1", true),
+        owner("Node", "n2", "u2", true)
+    ]);
+    let body = invalid(&h, &obj).await;
+    assert!(
+        body["message"].as_str().unwrap().ends_with(
+            "Only one reference can have Controller set to true. Found \"true\" in references for Node/n1 and Node/n2"
+        ),
+        "{body}"
+    );
+    obj["metadata"]["ownerReferences"] = json!([
+        owner("Node", "n1", "u1", true),
+        owner("Snapshot", "x", "u3", false)
+    ]);
+    obj["metadata"]["ownerReferences"][1]["apiVersion"] = json!("backup.example.com/v1");
+    assert_eq!(h.post(SLICES, &obj).await.status, 201);
+}
+
+#[tokio::test]
 async fn consumable_capacity_off_drops_allow_multiple_allocations() {
     let s = TestApiServer::start_with(Config {
         consumable_capacity: false,
@@ -1393,6 +1424,16 @@ async fn injected_faults_answer_with_statuses_and_retry_after() {
     assert_eq!(c.body, "Too many requests, please try again later.\n");
     assert_eq!(h.get(SLICES).await.status, 200, "faults are used up");
 
+    // The authorizer names the object when the request does.
+    s.fail_next(1, Fault::Forbidden);
+    let named = h.get(&format!("{SLICES}/s1")).await;
+    assert_eq!(named.status, 403);
+    assert_eq!(
+        named.body["message"],
+        "resourceslices.resource.k8s.io \"s1\" is forbidden: User \"system:anonymous\" cannot get resource \"resourceslices\" in API group \"resource.k8s.io\" at the cluster scope"
+    );
+    assert_eq!(named.body["details"]["name"], "s1");
+
     s.fail_next_matching(
         2,
         Fault::ServiceUnavailable,
@@ -1410,7 +1451,7 @@ async fn injected_faults_answer_with_statuses_and_retry_after() {
     assert_eq!(h.post(SLICES, &slice("a", "n", 0)).await.status, 503);
     assert_eq!(h.post(SLICES, &slice("a", "n", 0)).await.status, 201);
     let statuses: Vec<u16> = s.requests().iter().map(|r| r.status).collect();
-    assert_eq!(statuses, [500, 503, 429, 200, 200, 201, 503, 503, 201]);
+    assert_eq!(statuses, [500, 503, 429, 200, 403, 200, 201, 503, 503, 201]);
 }
 
 #[tokio::test]

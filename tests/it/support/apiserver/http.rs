@@ -182,8 +182,8 @@ impl Fault {
             },
             Fault::Unauthorized => ApiError::unauthorized(),
             Fault::Forbidden => match routed {
-                Route::Resource { rt, ns, .. } => {
-                    ApiError::forbidden_request(verb, rt, ns.as_deref())
+                Route::Resource { rt, ns, name } => {
+                    ApiError::forbidden_request(verb, rt, ns.as_deref(), name.as_deref())
                 }
                 _ => ApiError::forbidden_path(),
             },

@@ -18,7 +18,7 @@
 //! - `Status` error bodies worded as apimachinery words them (an injected ValidatingAdmissionPolicy
 //!   denial as the admission dispatcher builds it), and, injected, the HTML page a load balancer
 //!   in front of the API server answers with instead; ResourceSlice validation as
-//!   upstream (see `validation.rs`); `as=Table` answers for kubectl (ResourceSlice columns as
+//!   upstream, and metadata names and ownerReferences for every kind (see `validation.rs`); `as=Table` answers for kubectl (ResourceSlice columns as
 //!   upstream prints them: NAME, NODE, DRIVER, POOL, AGE; other kinds' columns are simplified).
 //! - `/version` says 1.36 while DRAConsumableCapacity is on (the default) and 1.34 when it is
 //!   switched off, when `allowMultipleAllocations` is dropped from slices silently.

@@ -164,22 +164,35 @@ impl ApiError {
 
     /// 403 from the authorizer: `<resource>.<group> is forbidden: User "system:anonymous" cannot
     /// <verb> resource "<resource>" in API group "<group>" at the cluster scope` (or `in the
-    /// namespace "<ns>"`), as k8s.io/apiserver's authorization filter words it.
-    pub fn forbidden_request(verb: &str, rt: &ResourceType, ns: Option<&str>) -> Self {
+    /// namespace "<ns>"`), as k8s.io/apiserver's authorization filter words it
+    /// (`responsewriters.Forbidden`, `errors.NewForbidden`); a request that names an object (a
+    /// get, update or delete; not a create) has its name after the resource and in the details.
+    pub fn forbidden_request(
+        verb: &str,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: Option<&str>,
+    ) -> Self {
         let scope = match ns {
             Some(ns) if !ns.is_empty() => format!("in the namespace \"{ns}\""),
             _ => "at the cluster scope".to_string(),
         };
+        let object = match name {
+            Some(name) => format!("{} \"{name}\"", rt.qualified_resource()),
+            None => rt.qualified_resource(),
+        };
+        let mut details = json!({"group": rt.group, "kind": rt.plural});
+        if let Some(name) = name {
+            details["name"] = json!(name);
+        }
         Self::new(
             403,
             "Forbidden",
             format!(
-                "{} is forbidden: User \"system:anonymous\" cannot {verb} resource \"{}\" in API group \"{}\" {scope}",
-                rt.qualified_resource(),
-                rt.plural,
-                rt.group
+                "{object} is forbidden: User \"system:anonymous\" cannot {verb} resource \"{}\" in API group \"{}\" {scope}",
+                rt.plural, rt.group
             ),
-            Some(json!({"group": rt.group, "kind": rt.plural})),
+            Some(details),
         )
     }
 

@@ -90,6 +90,12 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Fiel
             errs.push(FieldError::invalid_str("metadata.name", name, &m));
         }
     }
+    if let Some(owners) = obj
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+    {
+        validate_owner_references(owners, &mut errs);
+    }
     let empty = Value::Object(Map::new());
     let spec = obj.get("spec").unwrap_or(&empty);
     match rt.plural {
@@ -105,6 +111,55 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Fiel
         _ => {}
     }
     errs
+}
+
+/// apimachinery's `ValidateOwnerReferences`: apiVersion (with a version), kind, name and uid
+/// are required, no Event may own, and at most one reference is the controller. The paths have
+/// no index (`metadata.ownerReferences.uid`), as there.
+fn validate_owner_references(owners: &[Value], errs: &mut Vec<FieldError>) {
+    const PATH: &str = "metadata.ownerReferences";
+    let mut controller: Option<String> = None;
+    for owner in owners {
+        let text = |key: &str| str_at(owner, key).unwrap_or("");
+        let api_version = text("apiVersion");
+        let version = api_version.rsplit_once('/').map_or(api_version, |(_, v)| v);
+        if version.is_empty() {
+            errs.push(FieldError::invalid_str(
+                &format!("{PATH}.apiVersion"),
+                api_version,
+                "version must not be empty",
+            ));
+        }
+        for (key, what) in [("kind", "kind"), ("name", "name"), ("uid", "uid")] {
+            if text(key).is_empty() {
+                errs.push(FieldError::invalid_str(
+                    &format!("{PATH}.{key}"),
+                    "",
+                    &format!("{what} must not be empty"),
+                ));
+            }
+        }
+        if api_version == "v1" && text("kind") == "Event" {
+            errs.push(FieldError::invalid_raw(
+                PATH,
+                owner.to_string(),
+                "/v1, Kind=Event is disallowed from being an owner",
+            ));
+        }
+        if owner.get("controller") == Some(&Value::Bool(true)) {
+            let this = format!("{}/{}", text("kind"), text("name"));
+            match &controller {
+                Some(first) => errs.push(FieldError::invalid_raw(
+                    PATH,
+                    Value::Array(owners.to_vec()).to_string(),
+                    &format!(
+                        "Only one reference can have Controller set to true. Found \"true\" in references for {first} and {this}"
+                    ),
+                )),
+                None => controller = Some(this),
+            }
+        }
+    }
 }
 
 fn str_at<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
