@@ -607,7 +607,8 @@ mod tests {
     use std::collections::HashSet;
 
     /// The DRA validation rule for attribute names (k/k pkg/apis/resource/validation): a C identifier of at most 32
-    /// characters, optionally behind a DNS subdomain of at most 63 characters and a `/`.
+    /// characters, optionally behind a domain and a `/`; the domain is checked as a driver name
+    /// (`ValidateCSIDriverName`: a DNS subdomain of at most 63 characters once lower-cased).
     fn valid_attribute_name(name: &str) -> bool {
         let (domain, ident) = match name.split_once('/') {
             Some((d, i)) => (Some(d), i),
@@ -620,7 +621,7 @@ mod tests {
                 .next()
                 .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && ident.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        let domain_ok = domain.is_none_or(|d| {
+        let domain_ok = domain.map(str::to_ascii_lowercase).is_none_or(|d| {
             d.len() <= 63
                 && d.split('.').all(|label| {
                     !label.is_empty()
@@ -648,11 +649,14 @@ mod tests {
             "1decode",
             "decode-hevc",
             "a".repeat(33).as_str(),
-            "Example.com/x",
+            "exa_mple.com/x",
+            "-example.com/x",
             "x/",
         ] {
             assert!(!valid_attribute_name(bad), "{bad}");
         }
+        // Upper case in the domain passes: it is lower-cased before the check.
+        assert!(valid_attribute_name("Example.com/x"));
     }
 
     #[test]
