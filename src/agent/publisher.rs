@@ -1341,6 +1341,18 @@ mod tests {
         assert!(!same_content(&edited, &wanted, &[]));
     }
 
+    /// Another owner's reference, as a backup tool might add one.
+    fn backup_owner() -> OwnerReference {
+        OwnerReference {
+            api_version: "backup.example.com/v1".into(),
+            kind: "Snapshot".into(),
+            name: "nightly".into(),
+            uid: "s1".into(),
+            controller: None,
+            block_owner_deletion: None,
+        }
+    }
+
     #[test]
     fn only_the_controller_is_owner_content() {
         let wanted = desired(&node(), &[gpu("pci-0000-00-02-0")], 1);
@@ -1348,14 +1360,7 @@ mod tests {
         let owners = stored.metadata.owner_references.as_mut().unwrap();
         // A policy flags our reference; a backup tool adds its own, and a finalizer.
         owners[0].block_owner_deletion = Some(true);
-        owners.push(OwnerReference {
-            api_version: "backup.example.com/v1".into(),
-            kind: "Snapshot".into(),
-            name: "nightly".into(),
-            uid: "s1".into(),
-            controller: None,
-            block_owner_deletion: None,
-        });
+        owners.push(backup_owner());
         stored.metadata.finalizers = Some(vec!["backup.example.com/keep".into()]);
         assert!(same_content(&stored, &wanted, &[]));
         // No controller at all is a difference.
@@ -1366,14 +1371,7 @@ mod tests {
     #[test]
     fn an_update_keeps_the_stored_metadata_and_puts_our_controller_in() {
         let wanted = desired(&node(), &[gpu("pci-0000-00-02-0")], 1);
-        let theirs = OwnerReference {
-            api_version: "backup.example.com/v1".into(),
-            kind: "Snapshot".into(),
-            name: "nightly".into(),
-            uid: "s1".into(),
-            controller: None,
-            block_owner_deletion: None,
-        };
+        let theirs = backup_owner();
         let mut stored = wanted.metadata.clone();
         stored.resource_version = Some("42".into());
         stored.finalizers = Some(vec!["backup.example.com/keep".into()]);
