@@ -5,7 +5,9 @@
 //! schema docs/why-format.md documents.
 //!
 //! Exit codes: 0 when nothing in the fleet blocks the claims (allocated, or allocatable now), 3
-//! when some claim cannot be allocated, 1 for errors, 2 for usage errors.
+//! when some claim cannot be allocated, 4 when the devices allow them but what could still rule
+//! the nodes out was not read (no verdict is built on data we lack), 1 for errors (ResourceSlices
+//! or DeviceClasses that cannot be read among them), 2 for usage errors.
 
 use std::fmt::Write as _;
 
@@ -122,7 +124,7 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
     // The namespace is settled after reading: with -f, the files' own namespace when the name
     // is unique there.
     parse_target(&args.target, "default").map_err(Error::Usage)?;
-    let (objects, unread, namespace, minor) = if args.files.is_empty() {
+    let (objects, unread, missing, namespace, minor) = if args.files.is_empty() {
         gather_cluster(args, global)?
     } else {
         let sources: Vec<Source> = args.files.iter().map(|f| Source::parse(f)).collect();
@@ -131,7 +133,33 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
             Some(namespace) => namespace.clone(),
             None => only_namespace(&objects, &args.target).unwrap_or_else(|| "default".to_owned()),
         };
-        (objects, Vec::new(), namespace, args.kubernetes_version)
+        // Files hold what the user saved: a kind with no object may simply not have been saved.
+        let missing: Vec<Missing> = [
+            (Kind::ResourceSlice, objects.slices.is_empty()),
+            (Kind::DeviceClass, objects.classes.is_empty()),
+        ]
+        .into_iter()
+        .filter(|(_, none)| *none)
+        .map(|(kind, _)| Missing {
+            kind,
+            why: "the files hold none".to_owned(),
+            hint: format!(
+                "save them too: kubectl get {} -o yaml > {}.yaml, and add -f {}.yaml",
+                kind.plural(),
+                kind.plural(),
+                kind.plural()
+            ),
+        })
+        .collect();
+        let mut unread = Vec::new();
+        if objects.nodes.is_empty() {
+            unread.push((
+                Kind::Node,
+                "the files hold none; add them with -f, saved with kubectl get nodes -o yaml"
+                    .to_owned(),
+            ));
+        }
+        (objects, unread, missing, namespace, args.kubernetes_version)
     };
     // As in caps: objects that could not be read are warnings, before anything else.
     let warn = global.color.for_stderr();
@@ -149,6 +177,28 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
         every_device: args.output == Some(WhyFormat::Wide),
     };
     let mut diagnosis = pod::explain(&input).map_err(|e| Error::Why(Box::new(e)))?;
+    // Without devices or classes no claim can be evaluated: one line, not a verdict built on
+    // what was not read. (The pod, and whether it has claims to allocate, are said first.)
+    let evaluates = diagnosis
+        .claims
+        .iter()
+        .any(|c| matches!(c.state, ClaimState::Pending | ClaimState::NotCreated));
+    if let Some(m) = missing.into_iter().next().filter(|_| evaluates) {
+        return Err(Error::Why(Box::new(pod::TargetError::Unreadable {
+            target: format!(
+                "{} {}",
+                if diagnosis.kind == "Pod" {
+                    "pod"
+                } else {
+                    "claim"
+                },
+                diagnosis.name
+            ),
+            plural: m.kind.plural(),
+            why: m.why,
+            hint: m.hint,
+        })));
+    }
     if minor.is_none() {
         diagnosis.notes.push(
             "feature gates as in Kubernetes 1.36 (DRAConsumableCapacity and DRADeviceTaints on); pass --kubernetes-version for another release".to_owned(),
@@ -170,7 +220,20 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
     if diagnosis.blocked {
         return Err(Error::Blocked);
     }
+    if diagnosis.nodes.as_ref().is_some_and(|n| n.allocatable > 0)
+        && !diagnosis.unchecked.is_empty()
+    {
+        return Err(Error::Undecided);
+    }
     Ok(())
+}
+
+/// A kind `why` cannot do without that could not be read.
+struct Missing {
+    kind: Kind,
+    /// Why not: the API server's refusal, or that the files hold none.
+    why: String,
+    hint: String,
 }
 
 fn record(diagnosis: &Diagnosis) -> Result<serde_json::Value, RenderError> {
@@ -206,7 +269,13 @@ fn only_namespace(objects: &Objects, target: &str) -> Option<String> {
     }
 }
 
-type Gathered = (Objects, Vec<(Kind, String)>, String, Option<u32>);
+type Gathered = (
+    Objects,
+    Vec<(Kind, String)>,
+    Vec<Missing>,
+    String,
+    Option<u32>,
+);
 
 /// Reads what `why` needs from the cluster, concurrently. A kind we may not list is noted
 /// (the diagnosis says what it lacks for it), not fatal — except the pod or claim itself.
@@ -267,20 +336,35 @@ fn gather_cluster(args: &WhyArgs, global: &Global) -> Result<Gathered, Error> {
         let results = [a, b, c, d, e, f, g];
         let mut objects = Objects::wanting(Kinds::only(&Kind::ALL));
         let mut unread = Vec::new();
+        let mut missing = Vec::new();
         for (kind, result) in results {
             match result {
                 Ok(read) => objects.extend(read),
-                Err(ClusterError::Forbidden { .. }) if kind == Kind::ResourceClaim => {
+                Err(e @ ClusterError::Forbidden { .. }) if kind == Kind::ResourceClaim => {
                     // May read the namespace's claims only: the pod's are there; what other
-                    // namespaces' claims hold is not known.
+                    // namespaces' claims hold is not known (the diagnosis' note says so).
                     let (_, fallback) = list(Kind::ResourceClaim, "here", None).await;
                     match fallback {
                         Ok(read) => {
                             objects.extend(read);
-                            unread.push((kind, format!("forbidden outside the namespace {namespace}; devices held by claims of other namespaces are not known to be taken")));
+                            unread.push((kind, e.to_string()));
                         }
                         Err(e) => return Err(e.into()),
                     }
+                }
+                Err(ClusterError::Forbidden {
+                    verb,
+                    resource,
+                    message,
+                    ..
+                }) if matches!(kind, Kind::ResourceSlice | Kind::DeviceClass) => {
+                    missing.push(Missing {
+                        kind,
+                        why: format!("they may not be listed: {message}"),
+                        hint: format!(
+                            "ask for a role that allows '{verb}' on {resource}; check with kubectl auth can-i {verb} {resource}"
+                        ),
+                    });
                 }
                 Err(e @ ClusterError::Forbidden { .. }) if kind != target_kind => {
                     unread.push((kind, e.to_string()));
@@ -305,7 +389,7 @@ fn gather_cluster(args: &WhyArgs, global: &Global) -> Result<Gathered, Error> {
             Namespaces::All => only_namespace(&objects, &args.target).unwrap_or(namespace),
             Namespaces::One(namespace) => namespace,
         };
-        Ok((objects, unread, namespace, minor))
+        Ok((objects, unread, missing, namespace, minor))
     })
 }
 
@@ -472,13 +556,18 @@ fn render(d: &Diagnosis, styles: &Styles) -> String {
     }
     if let Some(nodes) = &d.nodes {
         let _ = writeln!(out);
-        heading(
-            &mut out,
-            &format!(
+        let heading_text = if d.unchecked.is_empty() {
+            format!(
                 "Nodes: {} of {} can allocate the claims",
                 nodes.allocatable, nodes.total
-            ),
-        );
+            )
+        } else {
+            format!(
+                "Nodes: the devices allow the claims on {} of {} (not everything was checked)",
+                nodes.allocatable, nodes.total
+            )
+        };
+        heading(&mut out, &heading_text);
         for outcome in &nodes.outcomes {
             let _ = writeln!(
                 out,

@@ -84,6 +84,16 @@ pub enum TargetError {
         "pod {namespace}/{name} has no resource claims (spec.resourceClaims is empty), so DRA does not hold it (hint: kubectl describe pod -n {namespace} {name})"
     )]
     NoClaims { namespace: String, name: String },
+    /// A kind without which no claim can be evaluated (ResourceSlices, DeviceClasses) could not
+    /// be read: a verdict without it would be built on data we lack.
+    #[error("cannot explain {target} without {plural}: {why} (hint: {hint})")]
+    Unreadable {
+        /// `pod ns/name` or `claim ns/name`.
+        target: String,
+        plural: &'static str,
+        why: String,
+        hint: String,
+    },
 }
 
 fn not_found_hint(similar: &[String], elsewhere: &[String], what: &str) -> String {
@@ -135,6 +145,11 @@ pub(crate) struct Diagnosis {
     /// The scheduler's and the kubelet's own words.
     pub scheduler: SchedulerWords,
     pub next_steps: Vec<String>,
+    /// What could keep the claims from being allocated and was not checked (the nodes' own
+    /// filters, devices held by claims of other namespaces); with some, a verdict that nothing
+    /// blocks the claims is not given (exit code 4).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unchecked: Vec<String>,
     /// What the analysis lacks or assumed.
     pub notes: Vec<String>,
 }
@@ -403,7 +418,14 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
     let notes: Vec<String> = input
         .unread
         .iter()
-        .map(|(kind, why)| format!("{} were not read ({why}): {}", kind.plural(), lacks(*kind)))
+        .map(|(kind, why)| match kind {
+            // Claims are only ever unread outside the namespace (`cli::why` falls back to it;
+            // without the pod's own claims there is nothing to explain).
+            Kind::ResourceClaim => format!(
+                "resourceclaims outside the namespace {namespace} were not read ({why}): devices they hold are not known to be taken; the namespace's own claims were read"
+            ),
+            _ => format!("{} were not read ({why}): {}", kind.plural(), lacks(*kind)),
+        })
         .collect();
 
     // The claims to explain, each with where it stands.
@@ -570,12 +592,25 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
         attempt_error: None,
         scheduler: scheduler_words(pod, &objects.events),
         next_steps: Vec::new(),
+        unchecked: Vec::new(),
         notes,
     };
     if !model.nodes_known && !pending.is_empty() {
-        diagnosis.notes.push(
-            "no Node objects were given: the nodes are the ones the slices name, and the pod's nodeSelector, affinity and node taints were not checked (hint: include nodes, e.g. kubectl get nodes -o yaml)".to_owned(),
+        diagnosis.unchecked.push(
+            "the nodes' own filters (the pod's nodeSelector, affinity and tolerations of node taints), as no Node objects were read".to_owned(),
         );
+        // Nodes that could not be read have their note already; a list that came back empty
+        // is said here.
+        if !input.unread.iter().any(|(k, _)| *k == Kind::Node) {
+            diagnosis.notes.push(
+                "no Node objects were read: the nodes are the ones the slices name, and the pod's nodeSelector, affinity and node taints were not checked".to_owned(),
+            );
+        }
+    }
+    if input.unread.iter().any(|(k, _)| *k == Kind::ResourceClaim) && !pending.is_empty() {
+        diagnosis.unchecked.push(format!(
+            "devices held by claims outside the namespace {namespace}, as those claims were not read"
+        ));
     }
 
     let class_problem = problems
@@ -1101,10 +1136,12 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
             match &report.verdict {
                 NodeVerdict::Allocated(_) => {
                     allocatable += 1;
-                    (
-                        OutcomeKind::Allocatable,
-                        "every claim can be allocated now".to_owned(),
-                    )
+                    let detail = if model.nodes_known {
+                        "every claim can be allocated now"
+                    } else {
+                        "the devices allow every claim (the node's own filters unchecked)"
+                    };
+                    (OutcomeKind::Allocatable, detail.to_owned())
                 }
                 NodeVerdict::CannotAllocate => why_not_on_node(&allocator, &report),
             }
@@ -1886,7 +1923,9 @@ fn conclude(
             .find_map(|c| c.allocation.as_ref().and_then(|a| a.node.clone()))
             .or(scheduled_on.clone());
         let on = node.map(|n| format!(" on node {n}")).unwrap_or_default();
-        if running || diagnosis.kind != "Pod" {
+        if diagnosis.kind != "Pod" {
+            diagnosis.verdict = format!("{what} is allocated{on}; DRA does not hold it.");
+        } else if running {
             diagnosis.verdict =
                 format!("the claims of {what} are allocated{on}; DRA does not hold it.");
         } else if let Some(failure) = prepare_failures.last() {
@@ -1904,21 +1943,68 @@ fn conclude(
     } else {
         let nodes = diagnosis.nodes.as_ref();
         let allocatable = nodes.map_or(0, |n| n.allocatable);
-        if allocatable > 0 {
+        let last_word = diagnosis
+            .scheduler
+            .events
+            .iter()
+            .rev()
+            .find(|e| e.reason == "FailedScheduling")
+            .map(|e| e.message.clone())
+            .or_else(|| {
+                let c = diagnosis.scheduler.condition.as_ref()?;
+                (c.reason.as_deref() == Some("Unschedulable"))
+                    .then(|| c.message.clone())
+                    .flatten()
+            });
+        if allocatable > 0 && !diagnosis.unchecked.is_empty() {
+            // What was not read can only rule nodes out, never in: a node the devices allow
+            // may still be closed to the pod. No verdict that nothing blocks it, then.
+            let total = nodes.map_or(0, |n| n.total);
+            let names = nodes
+                .and_then(|n| {
+                    n.outcomes
+                        .iter()
+                        .find(|o| o.outcome == OutcomeKind::Allocatable)
+                })
+                .filter(|o| o.nodes.len() <= 3)
+                .map(|o| format!(" ({})", o.nodes.join(", ")))
+                .unwrap_or_default();
             diagnosis.verdict = format!(
-                "nothing in the fleet blocks {what}: its claims can be allocated now on {allocatable} of {} nodes.",
+                "undecided for {what}: the devices allow {} on {allocatable} of {total} nodes{names}, but what was not checked may still block it: {}.",
+                if diagnosis.kind == "Pod" {
+                    "its claims"
+                } else {
+                    "it"
+                },
+                diagnosis.unchecked.join("; ")
+            );
+            if let Some(message) = &last_word {
+                let reasons = node_side_reasons(message);
+                if reasons.is_empty() {
+                    steps.push(format!("the scheduler's last word was {message:?}"));
+                } else {
+                    steps.push(format!(
+                        "the scheduler says {}: that is the side this explanation could not check; the nodes the devices allow may be among those",
+                        reasons.join(", ")
+                    ));
+                }
+            }
+            steps.push("read what was not checked (see the notes) and run why again".to_owned());
+        } else if allocatable > 0 {
+            diagnosis.verdict = format!(
+                "nothing in the fleet blocks {what}: {} be allocated now on {allocatable} of {} nodes.",
+                if diagnosis.kind == "Pod" {
+                    "its claims can"
+                } else {
+                    "it can"
+                },
                 nodes.map_or(0, |n| n.total)
             );
-            if let Some(words) = diagnosis
-                .scheduler
-                .events
-                .iter()
-                .rev()
-                .find(|e| e.reason == "FailedScheduling")
+            if let Some(message) = &last_word
+                && message.contains(" nodes are available")
             {
                 steps.push(format!(
-                    "the scheduler's last word was {:?}; if it is older than the devices, it will retry on its own",
-                    words.message
+                    "this is not what the scheduler last said ({message:?}): if that is older than the devices' release, it retries on its own; if it stays, the scheduler sees something these objects do not show"
                 ));
             }
         } else {
@@ -1946,7 +2032,11 @@ fn conclude(
                     )
                 })
                 .unwrap_or_else(|| "no node has devices".to_owned());
-            diagnosis.verdict = format!("no node can allocate the claims of {what}: {main}.");
+            diagnosis.verdict = if diagnosis.kind == "Pod" {
+                format!("no node can allocate the claims of {what}: {main}.")
+            } else {
+                format!("no node can allocate {what}: {main}.")
+            };
             steps.extend(unknown_steps(diagnosis));
             for claim in &diagnosis.claims {
                 for request in &claim.requests {
@@ -2016,6 +2106,27 @@ fn conclude(
         }
     }
     diagnosis.next_steps = steps;
+}
+
+/// The reasons of a FailedScheduling message (`0/9 nodes are available: 2 node(s) didn't match
+/// Pod's node affinity/selector, 7 cannot allocate all claims. ...`) that come from the nodes'
+/// own filters rather than from the devices.
+fn node_side_reasons(message: &str) -> Vec<String> {
+    let Some((_, rest)) = message.split_once(" nodes are available: ") else {
+        return Vec::new();
+    };
+    // The reasons end at the first sentence; preemption's own count follows.
+    let reasons = rest.split(". ").next().unwrap_or(rest);
+    reasons
+        .split(", ")
+        .map(|r| r.trim_end_matches('.'))
+        .filter(|r| {
+            r.contains("node affinity/selector")
+                || r.contains("untolerated taint")
+                || r.contains("node(s) were unschedulable")
+        })
+        .map(|r| format!("\"{r}\""))
+        .collect()
 }
 
 /// `1 device`, `2 devices`.
@@ -2269,6 +2380,57 @@ spec:
                 (OutcomeKind::Allocatable, vec!["n1".to_owned()]),
                 (OutcomeKind::RequestUnsatisfied, vec!["n2".to_owned()]),
             ]
+        );
+    }
+
+    #[test]
+    fn allocatable_is_never_said_on_what_was_not_read() {
+        let event = r#"
+---
+apiVersion: v1
+kind: Event
+metadata: {name: p.3, namespace: media}
+involvedObject: {kind: Pod, name: p, namespace: media}
+reason: FailedScheduling
+message: "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 cannot allocate all claims. still not schedulable, preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+"#;
+        // No Node objects: the node side is unchecked, and the scheduler's reason is named.
+        let text = format!(
+            "{FLEET}{}{}{event}",
+            pod(STATUS),
+            claim("p-gpu-x", SPEC, "")
+        );
+        let d = explain_pod(&text).unwrap();
+        assert!(!d.blocked);
+        assert_eq!(d.unchecked.len(), 1, "{:?}", d.unchecked);
+        assert!(
+            d.verdict.starts_with(
+                "undecided for pod media/p: the devices allow its claims on 1 of 2 nodes (n1)"
+            ),
+            "{}",
+            d.verdict
+        );
+        assert!(
+            d.next_steps[0].starts_with(
+                "the scheduler says \"1 node(s) didn't match Pod's node affinity/selector\""
+            ),
+            "{:?}",
+            d.next_steps
+        );
+        // With the nodes: allocatable, and the disagreement with the scheduler is said.
+        let nodes = "\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n1}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n2}\n";
+        let d = explain_pod(&format!("{text}{nodes}")).unwrap();
+        assert!(d.unchecked.is_empty(), "{:?}", d.unchecked);
+        assert!(
+            d.verdict
+                .starts_with("nothing in the fleet blocks pod media/p"),
+            "{}",
+            d.verdict
+        );
+        assert!(
+            d.next_steps[0].starts_with("this is not what the scheduler last said"),
+            "{:?}",
+            d.next_steps
         );
     }
 

@@ -359,9 +359,203 @@ fn a_claim_on_its_own() {
     );
     let explanation = text(&out, 3);
     assert!(
-        explanation.starts_with("No node can allocate the claims of claim media/film-0-gpu-m4d8r"),
+        explanation.starts_with("No node can allocate claim media/film-0-gpu-m4d8r:"),
         "{explanation}"
     );
     // Without a pod there are no node filters or scheduler messages to read.
     assert!(!explanation.contains("The scheduler says:"));
+}
+
+/// The first line of an explanation, and every `note:` line.
+fn verdict_and_notes(explanation: &str) -> (String, Vec<String>) {
+    let verdict = explanation.lines().next().unwrap_or_default().to_owned();
+    let notes = explanation
+        .lines()
+        .filter(|l| l.starts_with("note: "))
+        .map(str::to_owned)
+        .collect();
+    (verdict, notes)
+}
+
+#[test]
+fn without_nodes_the_node_side_is_unchecked_never_fine() {
+    // archive-0's nodeSelector rules out tgl-1, the only node whose devices serve it. Without
+    // the Node objects that cannot be seen: no "nothing blocks", no exit 0.
+    let mut args = vec!["why", "archive-0", "--kubernetes-version", "1.36"];
+    let (fleet, classes, scenario) = (
+        example("fleet.yaml"),
+        root()
+            .join("deploy/examples/classes.yaml")
+            .display()
+            .to_string(),
+        example("why/no-gpu-qualifies.yaml"),
+    );
+    for file in [&fleet, &classes, &scenario] {
+        args.extend(["-f", file]);
+    }
+    let explanation = text(&run(&args, None), 4);
+    let (verdict, notes) = verdict_and_notes(&explanation);
+    assert!(
+        !explanation.contains("Nothing in the fleet blocks"),
+        "{explanation}"
+    );
+    assert_eq!(
+        verdict,
+        "Undecided for pod media/archive-0: the devices allow its claims on 1 of 9 nodes (tgl-1), but what was not checked may still block it: the nodes' own filters (the pod's nodeSelector, affinity and tolerations of node taints), as no Node objects were read."
+    );
+    // The scheduler's own reason is not contradicted silently.
+    assert!(
+        explanation.contains(
+            "the scheduler says \"2 node(s) didn't match Pod's node affinity/selector\": that is the side this explanation could not check"
+        ),
+        "{explanation}"
+    );
+    // One note for the nodes, with the hint for files.
+    let about_nodes: Vec<&String> = notes.iter().filter(|n| n.contains("node")).collect();
+    assert_eq!(about_nodes.len(), 1, "{notes:#?}");
+    assert!(
+        about_nodes[0].contains("kubectl get nodes -o yaml"),
+        "{notes:#?}"
+    );
+
+    // From the cluster, nodes forbidden: the same verdict and one note, with no -f hint.
+    let server = server_with("no-gpu-qualifies", true);
+    server.fail_next_matching(1, Fault::Forbidden, Some("list"), Some("nodes"));
+    let explanation = text(
+        &run(
+            &["why", "archive-0", "-n", "media"],
+            Some(server.kubeconfig()),
+        ),
+        4,
+    );
+    let (from_cluster, notes) = verdict_and_notes(&explanation);
+    assert_eq!(from_cluster, verdict);
+    let about_nodes: Vec<&String> = notes.iter().filter(|n| n.contains("node")).collect();
+    assert_eq!(about_nodes.len(), 1, "{notes:#?}");
+    assert!(
+        about_nodes[0].starts_with("note: nodes were not read (forbidden: cannot list nodes"),
+        "{notes:#?}"
+    );
+    assert!(!about_nodes[0].contains("-f"), "{notes:#?}");
+
+    // JSON says what was not checked, and blocked stays false.
+    let mut json_args = args.clone();
+    json_args.extend(["-o", "json"]);
+    let record: Value = serde_json::from_str(&text(&run(&json_args, None), 4)).unwrap();
+    assert_eq!(record["blocked"], false);
+    assert_eq!(record["unchecked"].as_array().map(Vec::len), Some(1));
+}
+
+#[test]
+fn without_slices_or_classes_one_error_line() {
+    // From the cluster: the permission, and how to check it.
+    for (resource, plural) in [
+        ("resourceslices", "resourceslices.resource.k8s.io"),
+        ("deviceclasses", "deviceclasses.resource.k8s.io"),
+    ] {
+        let server = server_with("all-taken", true);
+        server.fail_next_matching(1, Fault::Forbidden, Some("list"), Some(resource));
+        let e = crate::one_error_line(
+            run(&["why", "film-0", "-n", "media"], Some(server.kubeconfig())),
+            1,
+        );
+        assert!(
+            e.starts_with(&format!(
+                "error: cannot explain pod media/film-0 without {resource}: they may not be listed: "
+            )),
+            "{e}"
+        );
+        assert!(
+            e.trim_end().ends_with(&format!(
+                "(hint: ask for a role that allows 'list' on {plural}; check with kubectl auth can-i list {plural})"
+            )),
+            "{e}"
+        );
+    }
+    // From files that hold none.
+    let classes = root()
+        .join("deploy/examples/classes.yaml")
+        .display()
+        .to_string();
+    let (fleet, nodes, scenario) = (
+        example("fleet.yaml"),
+        example("why/nodes.yaml"),
+        example("why/no-gpu-qualifies.yaml"),
+    );
+    let e = crate::one_error_line(
+        run(
+            &[
+                "why",
+                "archive-0",
+                "-f",
+                &nodes,
+                "-f",
+                &classes,
+                "-f",
+                &scenario,
+            ],
+            None,
+        ),
+        1,
+    );
+    assert_eq!(
+        e,
+        "error: cannot explain pod media/archive-0 without resourceslices: the files hold none (hint: save them too: kubectl get resourceslices -o yaml > resourceslices.yaml, and add -f resourceslices.yaml)\n"
+    );
+    let e = crate::one_error_line(
+        run(
+            &[
+                "why",
+                "archive-0",
+                "-f",
+                &nodes,
+                "-f",
+                &fleet,
+                "-f",
+                &scenario,
+            ],
+            None,
+        ),
+        1,
+    );
+    assert!(
+        e.contains("without deviceclasses: the files hold none"),
+        "{e}"
+    );
+}
+
+#[test]
+fn claims_readable_in_the_namespace_only() {
+    let server = server_with("no-gpu-qualifies", true);
+    server.fail_next_matching(1, Fault::Forbidden, Some("list"), Some("resourceclaims"));
+    let explanation = text(
+        &run(
+            &["why", "archive-0", "-n", "media"],
+            Some(server.kubeconfig()),
+        ),
+        3,
+    );
+    let (_, notes) = verdict_and_notes(&explanation);
+    let about_claims: Vec<&String> = notes
+        .iter()
+        .filter(|n| n.contains("resourceclaims"))
+        .collect();
+    assert_eq!(about_claims.len(), 1, "{notes:#?}");
+    assert!(
+        about_claims[0].starts_with("note: resourceclaims outside the namespace media were not read (forbidden: cannot list resourceclaims"),
+        "{notes:#?}"
+    );
+    assert!(
+        about_claims[0].ends_with(
+            "devices they hold are not known to be taken; the namespace's own claims were read"
+        ),
+        "{notes:#?}"
+    );
+    // The pod's claim was read.
+    assert!(
+        explanation.contains(
+            "Claim gpu: media/archive-0-gpu-x7k2q (from template vc1-archive): not allocated"
+        ),
+        "{explanation}"
+    );
 }
