@@ -384,6 +384,27 @@ fn gather_cluster(args: &WhyArgs, global: &Global) -> Result<Gathered, Error> {
                 objects.pods.extend(read.pods);
             }
         }
+        if let Target::Claim { namespace, name } = &target {
+            // The events that matter are the pod's, which uses the claim.
+            let user = objects
+                .claims
+                .iter()
+                .find(|c| {
+                    c.metadata.name.as_deref() == Some(name)
+                        && c.metadata.namespace.as_deref() == Some(namespace)
+                })
+                .and_then(|claim| pod::claim_users(claim, &objects).0.into_iter().next());
+            if let Some(user) = user {
+                let pod_name = user.split_once('/').map_or(user.as_str(), |(_, n)| n);
+                let selector = format!("involvedObject.kind=Pod,involvedObject.name={pod_name}");
+                match list(Kind::Event, "here", Some(selector)).await {
+                    (_, Ok(read)) => objects.events.extend(read.events),
+                    // Already noted if events may not be listed at all.
+                    (_, Err(ClusterError::Forbidden { .. })) => {}
+                    (_, Err(e)) => return Err(e.into()),
+                }
+            }
+        }
         let minor = cluster.minor_version().await;
         let namespace = match global.kube.namespaces(&namespace) {
             Namespaces::All => only_namespace(&objects, &args.target).unwrap_or(namespace),
@@ -415,10 +436,23 @@ fn render(d: &Diagnosis, styles: &Styles) -> String {
             (None, Some(t)) => format!(" (from template {t})"),
             (None, None) => String::new(),
         };
-        heading(
-            &mut out,
-            &format!("Claim {}{source}: {}", claim.name, state_words(claim.state)),
-        );
+        let state = match (d.kind, claim.state) {
+            ("Pod", state) => state_words(state).to_owned(),
+            (_, ClaimState::Reserved) => {
+                format!(
+                    "allocated and reserved for {}",
+                    claim.reserved_for.join(", ")
+                )
+            }
+            (_, ClaimState::Allocated) => "allocated, not reserved for any pod yet".to_owned(),
+            (_, state) => state_words(state).to_owned(),
+        };
+        if d.kind == "Pod" {
+            heading(&mut out, &format!("Claim {}{source}: {state}", claim.name));
+        } else {
+            // `why claim/NAME`: the claim's name is all there is to say of it.
+            heading(&mut out, &format!("Claim {}: {state}", d.name));
+        }
         if let Some(problem) = &claim.problem {
             let _ = writeln!(out, "  {}", problem.message.style(styles.no));
         }
@@ -558,13 +592,17 @@ fn render(d: &Diagnosis, styles: &Styles) -> String {
         let _ = writeln!(out);
         let heading_text = if d.unchecked.is_empty() {
             format!(
-                "Nodes: {} of {} can allocate the claims",
-                nodes.allocatable, nodes.total
+                "Nodes: {} of {} can allocate {}",
+                nodes.allocatable,
+                nodes.total,
+                if d.kind == "Pod" { "the claims" } else { "it" }
             )
         } else {
             format!(
-                "Nodes: the devices allow the claims on {} of {} (not everything was checked)",
-                nodes.allocatable, nodes.total
+                "Nodes: the devices allow {} on {} of {} (not everything was checked)",
+                if d.kind == "Pod" { "the claims" } else { "it" },
+                nodes.allocatable,
+                nodes.total
             )
         };
         heading(&mut out, &heading_text);
@@ -580,7 +618,10 @@ fn render(d: &Diagnosis, styles: &Styles) -> String {
     }
     if d.scheduler.condition.is_some() || !d.scheduler.events.is_empty() {
         let _ = writeln!(out);
-        heading(&mut out, "The scheduler says:");
+        match d.used_by.first().filter(|_| d.kind != "Pod") {
+            Some(user) => heading(&mut out, &format!("The scheduler says, of pod {user}:")),
+            None => heading(&mut out, "The scheduler says:"),
+        }
         if let Some(c) = &d.scheduler.condition {
             let _ = writeln!(
                 out,

@@ -142,8 +142,14 @@ pub(crate) struct Diagnosis {
     /// An error that makes every scheduling attempt fail (a CEL runtime error, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempt_error: Option<AttemptError>,
-    /// The scheduler's and the kubelet's own words.
+    /// The scheduler's and the kubelet's own words (for `why claim/NAME`, about the pod that
+    /// uses the claim).
     pub scheduler: SchedulerWords,
+    /// For `why claim/NAME`: the pods that use the claim (`status.reservedFor`, its owner, or
+    /// naming it), `namespace/name`; the first one found among the objects lends its node
+    /// filters and scheduler messages.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub used_by: Vec<String>,
     pub next_steps: Vec<String>,
     /// What could keep the claims from being allocated and was not checked (the nodes' own
     /// filters, devices held by claims of other namespaces); with some, a verdict that nothing
@@ -166,6 +172,9 @@ pub(crate) struct ClaimReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub template: Option<String>,
     pub state: ClaimState,
+    /// `status.reservedFor`: `pod namespace/name` for pods, `RESOURCE name` for other users.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reserved_for: Vec<String>,
     /// What is wrong with the claim itself, when something is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<Problem>,
@@ -429,6 +438,7 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
         .collect();
 
     // The claims to explain, each with where it stands.
+    let mut used_by = Vec::new();
     let (kind, name, pod, entries) = match input.target {
         Target::Pod { name, .. } => {
             let pod = objects
@@ -470,7 +480,11 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
                 state: claim_state(claim, None, false),
                 problem: None,
             };
-            ("ResourceClaim", name, None, vec![entry])
+            // The pod that uses the claim: its node filters decide where the claim can be
+            // allocated, and its events are the scheduler's words about it.
+            let users = claim_users(claim, objects);
+            used_by = users.0;
+            ("ResourceClaim", name, users.1, vec![entry])
         }
     };
     let full_name = format!("{namespace}/{name}");
@@ -499,6 +513,7 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
             claim: entry.claim_name.clone(),
             template: entry.template.clone(),
             state: entry.state,
+            reserved_for: entry.claim.map(reserved_for).unwrap_or_default(),
             problem: entry.problem.clone(),
             allocation: None,
             requests: Vec::new(),
@@ -591,6 +606,7 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
         nodes: None,
         attempt_error: None,
         scheduler: scheduler_words(pod, &objects.events),
+        used_by,
         next_steps: Vec::new(),
         unchecked: Vec::new(),
         notes,
@@ -852,23 +868,111 @@ fn claim_state(claim: &ResourceClaim, pod: Option<&Pod>, from_template: bool) ->
     }
     let status = claim.status.as_ref();
     let allocated = status.and_then(|s| s.allocation.as_ref()).is_some();
-    let reserved = pod.is_some_and(|pod| {
-        let uid = pod.metadata.uid.as_deref();
-        status
-            .and_then(|s| s.reserved_for.as_deref())
-            .unwrap_or_default()
-            .iter()
-            .any(|r| {
+    let consumers = status
+        .and_then(|s| s.reserved_for.as_deref())
+        .unwrap_or_default();
+    // For a pod: reserved for that pod. For a claim on its own: reserved for anyone.
+    let reserved = match pod {
+        Some(pod) => {
+            let uid = pod.metadata.uid.as_deref();
+            consumers.iter().any(|r| {
                 r.resource == "pods"
                     && (Some(r.uid.as_str()) == uid
                         || (uid.is_none() && Some(&r.name) == pod.metadata.name.as_ref()))
             })
-    });
+        }
+        None => !consumers.is_empty(),
+    };
     match (allocated, reserved) {
         (true, true) => ClaimState::Reserved,
         (true, false) => ClaimState::Allocated,
         (false, _) => ClaimState::Pending,
     }
+}
+
+/// A claim's `status.reservedFor`, as words: `pod ns/name`, or `RESOURCE name`.
+fn reserved_for(claim: &ResourceClaim) -> Vec<String> {
+    let namespace = claim.metadata.namespace.as_deref().unwrap_or("default");
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.reserved_for.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .map(|r| match r.resource.as_str() {
+            "pods" => format!("pod {namespace}/{}", r.name),
+            other => format!("{other} {}", r.name),
+        })
+        .collect()
+}
+
+/// The pods that use a claim, `namespace/name`: those it is reserved for, its owner, and those
+/// that name it (directly, or through their status for a claim made from a template); with the
+/// first of them that is among the objects.
+pub(crate) fn claim_users<'o>(
+    claim: &ResourceClaim,
+    objects: &'o Objects,
+) -> (Vec<String>, Option<&'o Pod>) {
+    let namespace = claim.metadata.namespace.as_deref().unwrap_or("default");
+    let claim_name = claim.metadata.name.as_deref().unwrap_or_default();
+    let mut names: Vec<String> = Vec::new();
+    let status = claim.status.as_ref();
+    for r in status
+        .and_then(|s| s.reserved_for.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| r.resource == "pods")
+    {
+        names.push(r.name.clone());
+    }
+    for o in claim
+        .metadata
+        .owner_references
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .filter(|o| o.kind == "Pod" && o.controller == Some(true))
+    {
+        names.push(o.name.clone());
+    }
+    for pod in objects
+        .pods
+        .iter()
+        .filter(|p| p.metadata.namespace.as_deref().unwrap_or("default") == namespace)
+    {
+        let spec_names = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.resource_claims.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.resource_claim_name.as_deref() == Some(claim_name));
+        let status_names = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.resource_claim_name.as_deref() == Some(claim_name));
+        if spec_names || status_names {
+            names.extend(pod.metadata.name.clone());
+        }
+    }
+    let mut seen = HashSet::new();
+    names.retain(|n| seen.insert(n.clone()));
+    let pod = names.iter().find_map(|n| {
+        objects
+            .pods
+            .iter()
+            .find(|p| meta_is(&p.metadata, namespace, n))
+    });
+    (
+        names
+            .into_iter()
+            .map(|n| format!("{namespace}/{n}"))
+            .collect(),
+        pod,
+    )
 }
 
 fn owned_by(claim: &ResourceClaim, pod: &Pod) -> bool {
@@ -2104,6 +2208,19 @@ fn conclude(
             }
             steps.push("or give the workload a way forward without such a GPU: a second claim on any render node (class gpu-render) that it uses with its own fallback path, or no claim and work on the CPU; the workload's controller chooses, not the scheduler".to_owned());
         }
+    }
+    if diagnosis.kind != "Pod"
+        && let Some(user) = diagnosis.used_by.first()
+    {
+        let (namespace, name) = user.split_once('/').unwrap_or(("default", user));
+        let applied = if diagnosis.nodes.is_some() && pod.is_some() {
+            " (its node filters are applied here)"
+        } else {
+            ""
+        };
+        steps.push(format!(
+            "the claim is used by pod {user}{applied}: kubectl media why {name} -n {namespace} explains all of the pod's claims"
+        ));
     }
     diagnosis.next_steps = steps;
 }

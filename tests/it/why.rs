@@ -362,8 +362,72 @@ fn a_claim_on_its_own() {
         explanation.starts_with("No node can allocate claim media/film-0-gpu-m4d8r:"),
         "{explanation}"
     );
-    // Without a pod there are no node filters or scheduler messages to read.
-    assert!(!explanation.contains("The scheduler says:"));
+    assert!(
+        explanation.contains("\nClaim media/film-0-gpu-m4d8r: not allocated\n"),
+        "{explanation}"
+    );
+    // The pod that uses it lends its scheduler messages, and is pointed at.
+    assert!(explanation.contains("The scheduler says, of pod media/film-0:"));
+    assert!(explanation.contains(
+        "the claim is used by pod media/film-0 (its node filters are applied here): kubectl media why film-0 -n media explains all of the pod's claims"
+    ));
+}
+
+#[test]
+fn a_claim_takes_its_pod_s_node_filters() {
+    // archive-0's nodeSelector rules out tgl-1, the only node whose devices serve its claim:
+    // the claim on its own is blocked, for the same reason as the pod.
+    let explanation = text(
+        &why_files(
+            "claim/archive-0-gpu-x7k2q",
+            "no-gpu-qualifies",
+            &["--kubernetes-version", "1.36"],
+        ),
+        3,
+    );
+    assert!(
+        explanation.starts_with("No node can allocate claim media/archive-0-gpu-x7k2q: request transcodes: no device passes the selectors (7 of 9 nodes)."),
+        "{explanation}"
+    );
+    assert!(
+        explanation.contains("the pod's nodeSelector wants gpu-pool=datacenter: edge-1, tgl-1"),
+        "{explanation}"
+    );
+    assert!(!explanation.contains("Nothing in the fleet blocks"));
+    assert!(explanation.contains("kubectl media why archive-0 -n media"));
+
+    // A claim reserved for a pod that is not among the objects: reserved all the same.
+    let explanation = text(
+        &why_files(
+            "claim/media-capabilities-amd-1-render-2kq8x",
+            "all-taken",
+            &["-n", "liken-system", "--kubernetes-version", "1.36"],
+        ),
+        0,
+    );
+    assert!(
+        explanation.starts_with("Claim liken-system/media-capabilities-amd-1-render-2kq8x is allocated on node amd-1; DRA does not hold it."),
+        "{explanation}"
+    );
+    assert!(
+        explanation.contains("\nClaim liken-system/media-capabilities-amd-1-render-2kq8x: allocated and reserved for pod liken-system/media-capabilities-amd-1\n"),
+        "{explanation}"
+    );
+    let record: Value = serde_json::from_str(&text(
+        &why_files(
+            "claim/media-capabilities-amd-1-render-2kq8x",
+            "all-taken",
+            &["-n", "liken-system", "-o", "json"],
+        ),
+        0,
+    ))
+    .unwrap();
+    assert_eq!(record["claims"][0]["state"], "Reserved");
+    assert_eq!(
+        record["claims"][0]["reservedFor"][0],
+        "pod liken-system/media-capabilities-amd-1"
+    );
+    assert_eq!(record["usedBy"][0], "liken-system/media-capabilities-amd-1");
 }
 
 /// The first line of an explanation, and every `note:` line.
