@@ -535,14 +535,7 @@ fn render(d: &Diagnosis, styles: &Styles) -> String {
                         let _ = writeln!(out, "    {text}");
                         let _ = writeln!(out, "      {}:", reason.detail.style(styles.no));
                     }
-                    ReasonKind::Taken => {
-                        let _ = writeln!(
-                            out,
-                            "    {}:",
-                            "allocated to other claims, and not shareable".style(styles.no)
-                        );
-                    }
-                    ReasonKind::Untolerated => {
+                    ReasonKind::Taken | ReasonKind::Untolerated => {
                         let _ = writeln!(out, "    {}:", reason.detail.style(styles.no));
                     }
                 }

@@ -33,6 +33,11 @@ use crate::fleet::objects::{Kind, Objects, Ustr};
 const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
 /// liken's render node attribute.
 const RENDER_NODE: &str = "liken.sh/renderNode";
+/// A `Taken` device that allows one allocation at a time.
+const NOT_SHAREABLE: &str = "allocated to other claims, and not shareable";
+/// A `Taken` device that allows multiple allocations, held by allocations made without sharing.
+const HELD_EXCLUSIVELY: &str =
+    "shareable, but held exclusively (the holders' allocations have no shareID)";
 /// How many names a grouped line lists before it says "and N more".
 const NAMES_SHOWN: usize = 5;
 
@@ -1314,11 +1319,22 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
                 DeviceStatus::Taken { claims } => {
                     report.qualifying += 1;
                     qualifying_nodes.insert(node_name);
+                    // A shareable device is taken only by an allocation without a share ID
+                    // (allocateddevices.go: with DRAConsumableCapacity on, a result with a
+                    // shareID is a shared allocation; one without is exclusive, as every
+                    // allocation made while the gate was off is).
+                    let shareable = input.features.consumable_capacity
+                        && allocator.device(d).allow_multiple_allocations() == Some(true);
+                    let detail = if shareable {
+                        HELD_EXCLUSIVELY
+                    } else {
+                        NOT_SHAREABLE
+                    };
                     (
                         ReasonKind::Taken,
                         None,
                         None,
-                        "allocated to other claims, and not shareable".to_owned(),
+                        detail.to_owned(),
                         claims.clone(),
                     )
                 }
@@ -2165,14 +2181,26 @@ fn conclude(
                         ));
                     }
                     if request.qualifying > 0 && request.available == 0 {
-                        let holders: BTreeSet<&String> =
-                            request.reasons.iter().flat_map(|r| &r.claims).collect();
-                        if !holders.is_empty() {
+                        let holders = |detail: &str| -> Vec<String> {
+                            let set: BTreeSet<&String> = request
+                                .reasons
+                                .iter()
+                                .filter(|r| r.reason == ReasonKind::Taken && r.detail == detail)
+                                .flat_map(|r| &r.claims)
+                                .collect();
+                            set.into_iter().cloned().collect()
+                        };
+                        let exclusive = holders(NOT_SHAREABLE);
+                        if !exclusive.is_empty() {
                             steps.push(format!(
                                 "the devices that qualify for request {} are held by {}: wait for them, or make the devices shareable (allowMultipleAllocations needs DRAConsumableCapacity, on by default from Kubernetes 1.36)",
                                 request.name,
-                                shorten(holders.into_iter().cloned().collect())
+                                shorten(exclusive)
                             ));
+                        }
+                        let unshared = holders(HELD_EXCLUSIVELY);
+                        if !unshared.is_empty() {
+                            steps.push(reallocate_step(&request.name, unshared));
                         }
                         if request
                             .reasons
@@ -2223,6 +2251,29 @@ fn conclude(
         ));
     }
     diagnosis.next_steps = steps;
+}
+
+/// What to do when shareable devices are held by allocations without a share ID: allocate the
+/// holders again (the scheduler gives a shareable device a share ID only when it allocates it).
+fn reallocate_step(request: &str, holders: Vec<String>) -> String {
+    // The agents' own claims are made from the DaemonSet's template: restarting the DaemonSet
+    // makes them again.
+    let agents: BTreeSet<&str> = holders
+        .iter()
+        .filter_map(|h| h.split_once('/'))
+        .filter(|(_, name)| name.starts_with("media-capabilities-"))
+        .map(|(namespace, _)| namespace)
+        .collect();
+    let restart = agents
+        .iter()
+        .map(|ns| {
+            format!("; for the media-capabilities agents: kubectl -n {ns} rollout restart daemonset/media-capabilities")
+        })
+        .collect::<String>();
+    format!(
+        "the devices that qualify for request {request} allow multiple allocations, but {} hold them exclusively: their allocations have no shareID (made while DRAConsumableCapacity was off, e.g. before an upgrade to 1.36), and the scheduler counts such an allocation as exclusive. Have the holders allocated again, now shared: recreate the pods that use them (claims from templates are made anew){restart}",
+        shorten(holders)
+    )
 }
 
 /// The reasons of a FailedScheduling message (`0/9 nodes are available: 2 node(s) didn't match

@@ -152,6 +152,43 @@ fn qualifying_gpus_all_taken() {
 }
 
 #[test]
+fn shareable_devices_held_by_unshared_allocations() {
+    // At 1.36 the render nodes allow multiple allocations, and DRAConsumableCapacity is on; the
+    // agents' claims were allocated without a shareID (as before the gate), so the scheduler
+    // counts them as exclusive. Making the devices shareable is not the way: they are.
+    let out = why_files("film-0", "all-taken", &["--kubernetes-version", "1.36"]);
+    let explanation = text(&out, 3);
+    assert!(
+        explanation.contains(
+            "    shareable, but held exclusively (the holders' allocations have no shareID):\n"
+        ),
+        "{explanation}"
+    );
+    assert!(!explanation.contains("not shareable"), "{explanation}");
+    assert!(
+        !explanation.contains("make the devices shareable"),
+        "{explanation}"
+    );
+    assert!(
+        explanation.contains("hold them exclusively: their allocations have no shareID"),
+        "{explanation}"
+    );
+    assert!(
+        explanation.contains(
+            "for the media-capabilities agents: kubectl -n liken-system rollout restart daemonset/media-capabilities"
+        ),
+        "{explanation}"
+    );
+    // At 1.35 the gate is off: the devices are not shareable, and the advice says so.
+    let explanation = text(
+        &why_files("film-0", "all-taken", &["--kubernetes-version", "1.35"]),
+        3,
+    );
+    assert!(explanation.contains("allocated to other claims, and not shareable:"));
+    assert!(explanation.contains("make the devices shareable"));
+}
+
+#[test]
 fn each_request_satisfiable_never_on_one_gpu() {
     let out = why_files(
         "proxy-0",
