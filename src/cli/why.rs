@@ -12,10 +12,11 @@
 use std::fmt::Write as _;
 
 use clap::Args;
-use owo_colors::OwoColorize;
+use owo_colors::{OwoColorize, Style};
 
 use crate::cli::output::{self, RenderError};
 use crate::cli::style::Styles;
+use crate::cli::table::{Cell, Grid, TableStyle, Width, pieces};
 use crate::cli::{Error, Global, Io};
 use crate::explain::allocate::Features;
 use crate::explain::pod::{self, ClaimState, Diagnosis, Input, ReasonKind, Target};
@@ -214,7 +215,11 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
         // kubectl's YAML quoting (PCI addresses such as "0000:00:02.0" stay strings for YAML
         // 1.1 readers), as caps writes it.
         Some(WhyFormat::Yaml) => crate::cli::yaml::to_string(&record(&diagnosis)?),
-        _ => render(&diagnosis, &global.color.for_stdout()),
+        _ => render(
+            &diagnosis,
+            &global.color.for_stdout(),
+            Width::of_stdout().limit(),
+        ),
     };
     output::write_all(io.stdout, &text)?;
     if diagnosis.blocked {
@@ -420,16 +425,18 @@ fn target_name(target: &Target) -> &str {
     }
 }
 
-/// The explanation as text.
-fn render(d: &Diagnosis, styles: &Styles) -> String {
-    let mut out = String::new();
-    let heading = |out: &mut String, text: &str| {
-        let _ = writeln!(out, "{}", text.style(styles.header));
+/// The explanation as text, each line wrapped at `limit` columns (the terminal's; none into a
+/// pipe) with a hanging indent under its own indentation, as caps wraps its notes.
+fn render(d: &Diagnosis, styles: &Styles, limit: Option<usize>) -> String {
+    let mut page = Page {
+        out: String::new(),
+        limit,
     };
+    let plain = Style::new();
     let verdict_style = if d.blocked { styles.no } else { styles.yes };
-    let _ = writeln!(out, "{}", capitalise(&d.verdict).style(verdict_style));
+    page.line(0, 2, &[(&capitalise(&d.verdict), verdict_style)]);
     for claim in &d.claims {
-        let _ = writeln!(out);
+        page.blank();
         let source = match (&claim.claim, &claim.template) {
             (Some(c), Some(t)) => format!(": {c} (from template {t})"),
             (Some(c), None) => format!(": {c}"),
@@ -447,22 +454,23 @@ fn render(d: &Diagnosis, styles: &Styles) -> String {
             (_, ClaimState::Allocated) => "allocated, not reserved for any pod yet".to_owned(),
             (_, state) => state_words(state).to_owned(),
         };
-        if d.kind == "Pod" {
-            heading(&mut out, &format!("Claim {}{source}: {state}", claim.name));
+        let title = if d.kind == "Pod" {
+            format!("Claim {}{source}: {state}", claim.name)
         } else {
             // `why claim/NAME`: the claim's name is all there is to say of it.
-            heading(&mut out, &format!("Claim {}: {state}", d.name));
-        }
+            format!("Claim {}: {state}", d.name)
+        };
+        page.line(0, 2, &[(&title, styles.header)]);
         if let Some(problem) = &claim.problem {
-            let _ = writeln!(out, "  {}", problem.message.style(styles.no));
+            page.line(2, 2, &[(&problem.message, styles.no)]);
         }
         if let Some(allocation) = &claim.allocation {
             if let Some(node) = &allocation.node {
-                let _ = writeln!(out, "  node {node}");
+                page.line(2, 2, &[(&format!("node {node}"), plain)]);
             }
             for device in &allocation.devices {
                 let mut line = format!(
-                    "  request {}: {}/{}/{}",
+                    "request {}: {}/{}/{}",
                     device.request, device.driver, device.pool, device.device
                 );
                 if let Some(pci) = &device.pci_bus_id {
@@ -471,158 +479,63 @@ fn render(d: &Diagnosis, styles: &Styles) -> String {
                 if let Some(render) = &device.render_node {
                     let _ = write!(line, ", {render}");
                 }
-                let _ = writeln!(out, "{line}");
+                page.line(2, 4, &[(&line, plain)]);
             }
         }
         for request in &claim.requests {
-            let count = if request.allocation_mode == "All" {
-                "all matching devices".to_owned()
-            } else if request.count == 1 {
-                "1 device".to_owned()
-            } else {
-                format!("{} devices", request.count)
-            };
-            let _ = writeln!(
-                out,
-                "  Request {} (class {}, {count}):",
-                request.name, request.class
-            );
-            let qualify = format!(
-                "{} of {} devices pass the selectors, {} free{}",
-                request.qualifying,
-                request.total,
-                request.available,
-                if request.qualifying > 0 && request.qualifying_nodes.len() <= 3 {
-                    format!(" (on {})", request.qualifying_nodes.join(", "))
-                } else {
-                    String::new()
-                }
-            );
-            let qualify_style = if request.available == 0 {
-                styles.no
-            } else {
-                styles.yes
-            };
-            let _ = writeln!(out, "    {}", qualify.style(qualify_style));
-            let mut last_key = None;
-            for reason in &request.reasons {
-                let key = pod::reason_key(reason);
-                let heading_changed = last_key.as_ref() != Some(&key);
-                last_key = Some(key);
-                let devices = pod::count(reason.devices, "device", "devices");
-                let nodes = pod::count(reason.nodes, "node", "nodes");
-                match reason.reason {
-                    ReasonKind::OtherDriver => {
-                        let _ = writeln!(
-                            out,
-                            "    {}",
-                            format!(
-                                "{} of another driver ({}): {devices} on {nodes}",
-                                reason.model, reason.detail
-                            )
-                            .style(styles.dim)
-                        );
-                        continue;
-                    }
-                    _ if !heading_changed => {}
-                    ReasonKind::SelectorFalse
-                    | ReasonKind::RuntimeError
-                    | ReasonKind::CannotEvaluate => {
-                        let mut text = reason.selector.clone().unwrap_or_default();
-                        if let Some(clause) = &reason.clause {
-                            let _ = write!(text, ": {clause}");
-                        }
-                        let _ = writeln!(out, "    {text}");
-                        let _ = writeln!(out, "      {}:", reason.detail.style(styles.no));
-                    }
-                    ReasonKind::Taken | ReasonKind::Untolerated => {
-                        let _ = writeln!(out, "    {}:", reason.detail.style(styles.no));
-                    }
-                }
-                let held = if reason.claims.is_empty() {
-                    String::new()
-                } else {
-                    format!(", held by {}", pod::shorten(reason.claims.clone()))
-                };
-                let _ = writeln!(out, "        {devices} on {nodes}: {}{held}", reason.model);
-            }
-            for unknown in &request.unknown_attributes {
-                let text = match &unknown.nearest {
-                    Some(n) => format!(
-                        "no device has {} ({}); did you mean {n}?",
-                        unknown.attribute, unknown.selector
-                    ),
-                    None => format!("no device has {} ({})", unknown.attribute, unknown.selector),
-                };
-                let _ = writeln!(out, "    {}", text.style(styles.warning));
-            }
-            if !request.devices.is_empty() {
-                let _ = writeln!(out, "    Devices:");
-                for device in &request.devices {
-                    let _ = writeln!(
-                        out,
-                        "      {}  {}  {}  {}  {}",
-                        device.node,
-                        device.device,
-                        device.pci_bus_id.as_deref().unwrap_or("-"),
-                        device.model,
-                        device.status
-                    );
-                }
-            }
+            render_request(&mut page, request, styles);
         }
         for constraint in &claim.constraints {
-            let _ = writeln!(out, "  Constraint: {constraint}");
+            page.line(2, 4, &[(&format!("Constraint: {constraint}"), plain)]);
         }
     }
     if let Some(error) = &d.attempt_error {
-        let _ = writeln!(out);
-        heading(&mut out, "Every scheduling attempt fails:");
-        let _ = writeln!(out, "  {}", error.message.style(styles.no));
-        let _ = writeln!(out, "  {}", error.consequence);
+        page.blank();
+        page.line(0, 2, &[("Every scheduling attempt fails:", styles.header)]);
+        page.line(2, 2, &[(&error.message, styles.no)]);
+        page.line(2, 2, &[(&error.consequence, plain)]);
     }
     if let Some(nodes) = &d.nodes {
-        let _ = writeln!(out);
-        let heading_text = if d.unchecked.is_empty() {
+        page.blank();
+        let it = if d.kind == "Pod" { "the claims" } else { "it" };
+        let heading = if d.unchecked.is_empty() {
             format!(
-                "Nodes: {} of {} can allocate {}",
-                nodes.allocatable,
-                nodes.total,
-                if d.kind == "Pod" { "the claims" } else { "it" }
+                "Nodes: {} of {} can allocate {it}",
+                nodes.allocatable, nodes.total
             )
         } else {
             format!(
-                "Nodes: the devices allow {} on {} of {} (not everything was checked)",
-                if d.kind == "Pod" { "the claims" } else { "it" },
-                nodes.allocatable,
-                nodes.total
+                "Nodes: the devices allow {it} on {} of {} (not everything was checked)",
+                nodes.allocatable, nodes.total
             )
         };
-        heading(&mut out, &heading_text);
+        page.line(0, 2, &[(&heading, styles.header)]);
         for outcome in &nodes.outcomes {
-            let _ = writeln!(
-                out,
-                "  {:>6}  {}: {}",
+            // Continuations line up with the detail, right of the count.
+            let text = format!(
+                "{:>6}  {}: {}",
                 outcome.count,
                 outcome.detail,
                 pod::shorten(outcome.nodes.clone())
             );
+            page.line(2, 8, &[(&text, plain)]);
         }
     }
     if d.scheduler.condition.is_some() || !d.scheduler.events.is_empty() {
-        let _ = writeln!(out);
-        match d.used_by.first().filter(|_| d.kind != "Pod") {
-            Some(user) => heading(&mut out, &format!("The scheduler says, of pod {user}:")),
-            None => heading(&mut out, "The scheduler says:"),
-        }
+        page.blank();
+        let heading = match d.used_by.first().filter(|_| d.kind != "Pod") {
+            Some(user) => format!("The scheduler says, of pod {user}:"),
+            None => "The scheduler says:".to_owned(),
+        };
+        page.line(0, 2, &[(&heading, styles.header)]);
         if let Some(c) = &d.scheduler.condition {
-            let _ = writeln!(
-                out,
-                "  PodScheduled={} {}: {}",
+            let text = format!(
+                "PodScheduled={} {}: {}",
                 c.status,
                 c.reason.as_deref().unwrap_or_default(),
                 c.message.as_deref().unwrap_or_default()
             );
+            page.line(2, 4, &[(&text, plain)]);
         }
         for e in &d.scheduler.events {
             let times = if e.count > 1 {
@@ -630,23 +543,204 @@ fn render(d: &Diagnosis, styles: &Styles) -> String {
             } else {
                 String::new()
             };
-            let _ = writeln!(out, "  {}{times}: {}", e.reason, e.message);
+            page.line(
+                2,
+                4,
+                &[(&format!("{}{times}: {}", e.reason, e.message), plain)],
+            );
         }
     }
     if !d.next_steps.is_empty() {
-        let _ = writeln!(out);
-        heading(&mut out, "Next steps:");
+        page.blank();
+        page.line(0, 2, &[("Next steps:", styles.header)]);
         for step in &d.next_steps {
-            let _ = writeln!(out, "  - {step}");
+            // Continuations line up with the text, right of the dash.
+            page.line(2, 2, &[(&format!("- {step}"), plain)]);
         }
     }
     if !d.notes.is_empty() {
-        let _ = writeln!(out);
+        page.blank();
         for note in &d.notes {
-            let _ = writeln!(out, "{} {note}", "note:".style(styles.dim));
+            page.line(0, 2, &[("note:", styles.dim), (&format!(" {note}"), plain)]);
         }
     }
-    out
+    page.out
+}
+
+/// One request of a claim still to allocate: how many devices qualify, why the others do not,
+/// and with `-o wide` every device.
+fn render_request(page: &mut Page, request: &pod::RequestReport, styles: &Styles) {
+    let plain = Style::new();
+    let count = if request.allocation_mode == "All" {
+        "all matching devices".to_owned()
+    } else if request.count == 1 {
+        "1 device".to_owned()
+    } else {
+        format!("{} devices", request.count)
+    };
+    page.line(
+        2,
+        2,
+        &[(
+            &format!(
+                "Request {} (class {}, {count}):",
+                request.name, request.class
+            ),
+            plain,
+        )],
+    );
+    let qualify = format!(
+        "{} of {} devices pass the selectors, {} free{}",
+        request.qualifying,
+        request.total,
+        request.available,
+        if request.qualifying > 0 && request.qualifying_nodes.len() <= 3 {
+            format!(" (on {})", request.qualifying_nodes.join(", "))
+        } else {
+            String::new()
+        }
+    );
+    let qualify_style = if request.available == 0 {
+        styles.no
+    } else {
+        styles.yes
+    };
+    page.line(4, 2, &[(&qualify, qualify_style)]);
+    let mut last_key = None;
+    for reason in &request.reasons {
+        let key = pod::reason_key(reason);
+        let heading_changed = last_key.as_ref() != Some(&key);
+        last_key = Some(key);
+        let devices = pod::count(reason.devices, "device", "devices");
+        let nodes = pod::count(reason.nodes, "node", "nodes");
+        match reason.reason {
+            ReasonKind::OtherDriver => {
+                let text = format!(
+                    "{} of another driver ({}): {devices} on {nodes}",
+                    reason.model, reason.detail
+                );
+                page.line(4, 2, &[(&text, styles.dim)]);
+                continue;
+            }
+            _ if !heading_changed => {}
+            ReasonKind::SelectorFalse | ReasonKind::RuntimeError | ReasonKind::CannotEvaluate => {
+                let mut text = reason.selector.clone().unwrap_or_default();
+                if let Some(clause) = &reason.clause {
+                    let _ = write!(text, ": {clause}");
+                }
+                page.line(4, 2, &[(&text, plain)]);
+                page.line(6, 2, &[(&reason.detail, styles.no), (":", plain)]);
+            }
+            ReasonKind::Taken | ReasonKind::Untolerated => {
+                page.line(4, 2, &[(&reason.detail, styles.no), (":", plain)]);
+            }
+        }
+        let held = if reason.claims.is_empty() {
+            String::new()
+        } else {
+            format!(", held by {}", pod::shorten(reason.claims.clone()))
+        };
+        page.line(
+            8,
+            2,
+            &[(
+                &format!("{devices} on {nodes}: {}{held}", reason.model),
+                plain,
+            )],
+        );
+    }
+    for unknown in &request.unknown_attributes {
+        let text = match &unknown.nearest {
+            Some(n) => format!(
+                "no device has {} ({}); did you mean {n}?",
+                unknown.attribute, unknown.selector
+            ),
+            None => format!("no device has {} ({})", unknown.attribute, unknown.selector),
+        };
+        page.line(4, 2, &[(&text, styles.warning)]);
+    }
+    if !request.devices.is_empty() {
+        page.line(4, 2, &[("Devices:", plain)]);
+        // Aligned as kubectl aligns -o wide: the columns as wide as their widest cell, never
+        // cut or wrapped (the last, the verdict, runs past the edge as kubectl's wide rows do).
+        let grid = Grid {
+            header: ["NODE", "DEVICE", "PCI", "MODEL", "VERDICT"]
+                .map(str::to_owned)
+                .to_vec(),
+            rows: request
+                .devices
+                .iter()
+                .map(|device| {
+                    vec![
+                        Cell::plain(device.node.clone()),
+                        Cell::plain(device.device.clone()),
+                        Cell::plain(device.pci_bus_id.clone().unwrap_or_else(|| "-".into())),
+                        Cell::plain(device.model.clone()),
+                        Cell::plain(device.status.clone()),
+                    ]
+                })
+                .collect(),
+            fits: Vec::new(),
+        };
+        let table = grid.render(&TableStyle {
+            colored: styles.colored,
+            width: Width::Unlimited,
+            notes_width: Width::Unlimited,
+            no_headers: false,
+        });
+        for line in table.lines() {
+            page.out.push_str("      ");
+            page.out.push_str(line);
+            page.out.push('\n');
+        }
+    }
+}
+
+/// Text being rendered: lines wrapped at `limit`.
+struct Page {
+    out: String,
+    limit: Option<usize>,
+}
+
+impl Page {
+    fn blank(&mut self) {
+        self.out.push('\n');
+    }
+
+    /// One line: `indent` spaces, then the segments, each in its style; wrapped at the limit
+    /// between words, continuation lines indented by `indent + hang`. The plain text is wrapped
+    /// and the pieces coloured, so that escapes never count as columns nor span a line break.
+    fn line(&mut self, indent: usize, hang: usize, segments: &[(&str, Style)]) {
+        let mut text = " ".repeat(indent);
+        let mut spans = Vec::with_capacity(segments.len());
+        for (segment, style) in segments {
+            spans.push((text.len(), text.len() + segment.len(), *style));
+            text.push_str(segment);
+        }
+        let pieces = match self.limit {
+            Some(limit) => pieces(&text, indent + hang, limit),
+            None => vec![(0, text.len())],
+        };
+        for (n, (from, to)) in pieces.into_iter().enumerate() {
+            if n > 0 {
+                self.out.push('\n');
+                self.out.push_str(&" ".repeat(indent + hang));
+            }
+            // The indentation before the first segment, uncoloured.
+            if let Some(&(first, _, _)) = spans.first()
+                && from < first
+            {
+                self.out.push_str(&text[from..first.min(to)]);
+            }
+            for &(start, end, style) in &spans {
+                let (a, b) = (start.max(from), end.min(to));
+                if a < b {
+                    let _ = write!(self.out, "{}", (&text[a..b]).style(style));
+                }
+            }
+        }
+        self.out.push('\n');
+    }
 }
 
 fn state_words(state: ClaimState) -> &'static str {

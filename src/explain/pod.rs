@@ -2267,11 +2267,11 @@ fn reallocate_step(request: &str, holders: Vec<String>) -> String {
     let restart = agents
         .iter()
         .map(|ns| {
-            format!("; for the media-capabilities agents: kubectl -n {ns} rollout restart daemonset/media-capabilities")
+            format!("; for the media-capabilities agents, kubectl -n {ns} rollout restart daemonset/media-capabilities")
         })
         .collect::<String>();
     format!(
-        "the devices that qualify for request {request} allow multiple allocations, but {} hold them exclusively: their allocations have no shareID (made while DRAConsumableCapacity was off, e.g. before an upgrade to 1.36), and the scheduler counts such an allocation as exclusive. Have the holders allocated again, now shared: recreate the pods that use them (claims from templates are made anew){restart}",
+        "the devices that qualify for request {request} allow multiple allocations, but {} hold them exclusively: their allocations have no shareID (made while DRAConsumableCapacity was off), which the scheduler counts as exclusive. Have the holders allocated again, shared: recreate the pods that use them{restart}",
         shorten(holders)
     )
 }

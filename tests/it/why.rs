@@ -175,7 +175,7 @@ fn shareable_devices_held_by_unshared_allocations() {
     );
     assert!(
         explanation.contains(
-            "for the media-capabilities agents: kubectl -n liken-system rollout restart daemonset/media-capabilities"
+            "for the media-capabilities agents, kubectl -n liken-system rollout restart daemonset/media-capabilities"
         ),
         "{explanation}"
     );
@@ -225,7 +225,28 @@ fn every_device_with_wide() {
         .filter(|l| l.starts_with("      ws-1  "))
         .count();
     assert_eq!(lines, 8, "{explanation}");
-    assert!(explanation.contains("      ws-1  media.liken.sh/ws-1/pci-0000-01-00-0  0000:01:00.0  AD104 [GeForce RTX 4070]  Available"));
+    // In columns under a header, as kubectl's -o wide: every row's verdict starts where the
+    // header's VERDICT does.
+    let header = explanation
+        .lines()
+        .find(|l| l.trim_start().starts_with("NODE "))
+        .expect("a header");
+    let column = header.find("VERDICT").unwrap();
+    let rows: Vec<&str> = explanation
+        .lines()
+        .filter(|l| l.starts_with("      ") && (l.contains("/renderd") || l.contains("/pci-")))
+        .collect();
+    assert_eq!(rows.len(), 42, "{explanation}");
+    for row in &rows {
+        assert_ne!(row.as_bytes()[column], b' ', "{row}");
+        assert_eq!(&row[column - 2..column], "  ", "{row}");
+    }
+    assert!(
+        explanation.contains(
+            "      ws-1      media.liken.sh/ws-1/pci-0000-01-00-0      0000:01:00.0  AD104 [GeForce RTX 4070]                             Available"
+        ),
+        "{explanation}"
+    );
 }
 
 #[test]
@@ -659,4 +680,57 @@ fn claims_readable_in_the_namespace_only() {
         ),
         "{explanation}"
     );
+}
+
+#[test]
+fn text_wraps_at_the_terminal_with_a_hanging_indent() {
+    let mut args = vec!["why".to_owned(), "film-0".to_owned()];
+    for file in fleet_files() {
+        args.extend(["-f".to_owned(), file]);
+    }
+    args.extend(["-f".to_owned(), example("why/all-taken.yaml")]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // Into a pipe: one line each, as before (the snapshots).
+    let piped = text(&run(&args, None), 3);
+    assert!(piped.lines().any(|l| l.chars().count() > 200));
+    for columns in [120u16, 100, 80] {
+        let plain = crate::caps::in_terminal_exiting(&args, columns, &[("NO_COLOR", "1")], 3);
+        let mut wrapped = plain.lines();
+        for line in piped.lines() {
+            // Each line is its first piece, then continuations indented deeper than it, the
+            // words in order and none lost.
+            let first = wrapped
+                .next()
+                .unwrap_or_else(|| panic!("{columns}: ends early"));
+            assert!(line.starts_with(first), "{columns}: {first:?} of {line:?}");
+            let indent = line.len() - line.trim_start().len();
+            let mut rest = line[first.len()..].trim_start();
+            while !rest.is_empty() {
+                let next = wrapped
+                    .next()
+                    .unwrap_or_else(|| panic!("{columns}: ends early"));
+                let hang = next.len() - next.trim_start().len();
+                assert!(hang > indent, "{columns}: {next:?} under {line:?}");
+                assert!(
+                    rest.starts_with(next.trim_start()),
+                    "{columns}: {next:?} of {line:?}"
+                );
+                rest = rest[next.trim_start().len()..].trim_start();
+            }
+        }
+        assert_eq!(wrapped.next(), None);
+        if columns == 100 {
+            insta::assert_snapshot!("why-all-taken-at-100-columns", plain);
+        }
+        for line in plain.lines() {
+            assert!(
+                line.chars().count() <= usize::from(columns),
+                "{columns}: {line:?}"
+            );
+        }
+        // Colour changes nothing but the escapes.
+        let coloured = crate::caps::in_terminal_exiting(&args, columns, &[], 3);
+        assert_ne!(coloured, plain);
+        assert_eq!(crate::caps::strip_ansi(&coloured), plain, "{columns}");
+    }
 }
