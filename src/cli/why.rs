@@ -24,6 +24,9 @@ use crate::fleet::cluster::{Cluster, ClusterError, ListRequest, Namespaces};
 use crate::fleet::files::{self, Source};
 use crate::fleet::objects::{Kind, Kinds, Objects};
 
+/// Every line fits 70 columns: clap wraps longer ones at the terminal's width (at most 100), man
+/// at 80 columns less its indent, and a command wrapped onto two lines breaks when copied. The
+/// long `kubectl get` is split into three, and continuations end their line with a `\\`.
 const EXAMPLES: &str = "\
 Examples:
   # Why the pod transcode-0 stays Pending
@@ -37,8 +40,21 @@ Examples:
   kubectl media why transcode-0 -o json | jq .verdict
 
   # From saved objects instead of a cluster
-  kubectl get pods,resourceclaims,resourceclaimtemplates,deviceclasses,resourceslices,nodes,events -A -o yaml > state.yaml
-  kubectl media why transcode-0 -n media -f state.yaml";
+  kubectl get pods,nodes,events -A -o yaml > pods.yaml
+  kubectl get resourceclaims,resourceclaimtemplates -A -o yaml \\
+    > claims.yaml
+  kubectl get deviceclasses,resourceslices -o yaml > devices.yaml
+  kubectl media why transcode-0 -n media \\
+    -f pods.yaml -f claims.yaml -f devices.yaml
+
+Exit status:
+  0  nothing blocks the claims: allocated, or allocatable now
+  3  a claim cannot be allocated (the explanation says why)
+  4  undecided: the devices allow the claims, but what could still
+     rule the nodes out was not read (the notes say what)
+  1  an error (the pod not found; ResourceSlices or DeviceClasses
+     that cannot be read)
+  2  a usage error";
 
 /// The version of the JSON and YAML schema (docs/why-format.md).
 const SCHEMA: &str = "kubectl-media/why/v1";
@@ -798,6 +814,13 @@ mod tests {
         );
         assert!(parse_target("pod/", "ns").is_err());
         assert!(parse_target("a/b/c", "ns").is_err());
+    }
+
+    #[test]
+    fn examples_fit_where_help_and_man_wrap() {
+        for line in EXAMPLES.lines() {
+            assert!(line.chars().count() <= 70, "{line:?}");
+        }
     }
 
     #[test]

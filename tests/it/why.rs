@@ -734,3 +734,38 @@ fn text_wraps_at_the_terminal_with_a_hanging_indent() {
         assert_eq!(crate::caps::strip_ansi(&coloured), plain, "{columns}");
     }
 }
+
+#[test]
+fn the_help_s_examples_copy_as_they_read() {
+    // clap wraps help at the terminal's width (at most 100): a command wrapped onto two lines
+    // breaks when copied. Each example line is kept whole at 80, 100 and 120 columns.
+    let section = |help: &str| -> String {
+        let start = help.find("Examples:").expect("examples");
+        help[start..].to_owned()
+    };
+    let piped = run(&["why", "--help"], None);
+    assert!(piped.status.success());
+    let expected = section(&String::from_utf8(piped.stdout).unwrap());
+    assert!(
+        expected.contains(
+            "  kubectl get resourceclaims,resourceclaimtemplates -A -o yaml \\\n    > claims.yaml\n"
+        ),
+        "{expected}"
+    );
+    assert!(
+        expected.contains(
+            "  kubectl media why transcode-0 -n media \\\n    -f pods.yaml -f claims.yaml -f devices.yaml\n"
+        ),
+        "{expected}"
+    );
+    // The exit codes, 3 and 4 among them.
+    assert!(
+        expected.contains("\n  3  a claim cannot be allocated"),
+        "{expected}"
+    );
+    assert!(expected.contains("\n  4  undecided:"), "{expected}");
+    for columns in [80, 100, 120] {
+        let help = crate::caps::in_terminal(&["why", "--help"], columns, &[("NO_COLOR", "1")]);
+        assert_eq!(section(&help), expected, "at {columns} columns");
+    }
+}
