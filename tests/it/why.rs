@@ -769,3 +769,40 @@ fn the_help_s_examples_copy_as_they_read() {
         assert_eq!(section(&help), expected, "at {columns} columns");
     }
 }
+
+/// The help's saved-objects recipe, run as written with the real kubectl against the test API
+/// server: what it saves explains the pod as the cluster does.
+#[test]
+fn the_help_s_recipe_saves_what_why_needs() {
+    let help = String::from_utf8(run(&["why", "--help"], None).stdout).unwrap();
+    let recipe: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.contains("# From saved objects"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    assert!(recipe.len() >= 4, "{help}");
+    let script = recipe.join("\n").replace(
+        "kubectl media why transcode-0",
+        &format!("{} why film-0", env!("CARGO_BIN_EXE_kubectl-media")),
+    );
+    let server = server_with("all-taken", false);
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("HOME", dir.path())
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("KUBECONFIG", server.kubeconfig())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let from_cluster = run(&["why", "film-0", "-n", "media"], Some(server.kubeconfig()));
+    // The same explanation, but for the note that files carry no Kubernetes version (the
+    // server's feature gates are off here, and its slices have no allowMultipleAllocations).
+    let saved = text(&out, 3);
+    let note = "\nnote: feature gates as in Kubernetes 1.36 (DRAConsumableCapacity and DRADeviceTaints on); pass --kubernetes-version for another release\n";
+    assert!(saved.contains(note), "{saved}");
+    assert_eq!(saved.replace(note, ""), text(&from_cluster, 3), "{script}");
+}
