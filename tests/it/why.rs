@@ -806,3 +806,49 @@ fn the_help_s_recipe_saves_what_why_needs() {
     assert!(saved.contains(note), "{saved}");
     assert_eq!(saved.replace(note, ""), text(&from_cluster, 3), "{script}");
 }
+
+/// Every field the record has, in every scenario, is documented in docs/why-format.md.
+#[test]
+fn every_field_of_the_record_is_documented() {
+    fn keys(value: &Value, out: &mut std::collections::BTreeSet<String>) {
+        match value {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    out.insert(k.clone());
+                    keys(v, out);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|v| keys(v, out)),
+            _ => {}
+        }
+    }
+    let format = std::fs::read_to_string(root().join("docs/why-format.md")).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for (target, scenario, extra, code) in [
+        ("film-0", "all-taken", &[][..], 3),
+        ("archive-0", "no-gpu-qualifies", &[], 3),
+        ("proxy-0", "never-one-gpu", &[], 3),
+        ("review-0", "class-typo", &[], 3),
+        ("claim/archive-0-gpu-x7k2q", "no-gpu-qualifies", &[], 3),
+        // An allocated claim: reservedFor, usedBy, allocation.
+        (
+            "claim/media-capabilities-amd-1-render-2kq8x",
+            "all-taken",
+            &["-n", "liken-system"],
+            0,
+        ),
+    ] {
+        let mut args = extra.to_vec();
+        args.extend(["-o", "json"]);
+        let out = why_files(target, scenario, &args);
+        keys(&serde_json::from_str(&text(&out, code)).unwrap(), &mut seen);
+    }
+    let undocumented: Vec<&String> = seen
+        .iter()
+        .filter(|k| !format.contains(&format!("`{k}`")))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "not in docs/why-format.md: {undocumented:?}"
+    );
+}
