@@ -152,6 +152,7 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
         };
         // Files hold what the user saved: a kind with no object may simply not have been saved.
         let missing: Vec<Missing> = [
+            (Kind::ResourceClaim, objects.claims.is_empty()),
             (Kind::ResourceSlice, objects.slices.is_empty()),
             (Kind::DeviceClass, objects.classes.is_empty()),
         ]
@@ -161,14 +162,22 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
             kind,
             why: "the files hold none".to_owned(),
             hint: format!(
-                "save them too: kubectl get {} -o yaml > {}.yaml, and add -f {}.yaml",
+                "save them too: kubectl get {}{} -o yaml > {}.yaml, and add -f {}.yaml",
                 kind.plural(),
+                if kind.namespaced() { " -A" } else { "" },
                 kind.plural(),
                 kind.plural()
             ),
         })
         .collect();
         let mut unread = Vec::new();
+        if objects.claim_templates.is_empty() {
+            unread.push((
+                Kind::ResourceClaimTemplate,
+                "the files hold none; add them with -f, saved with kubectl get resourceclaimtemplates -A -o yaml"
+                    .to_owned(),
+            ));
+        }
         if objects.nodes.is_empty() {
             unread.push((
                 Kind::Node,
@@ -194,13 +203,23 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
         every_device: args.output == Some(WhyFormat::Wide),
     };
     let mut diagnosis = pod::explain(&input).map_err(|e| Error::Why(Box::new(e)))?;
-    // Without devices or classes no claim can be evaluated: one line, not a verdict built on
-    // what was not read. (The pod, and whether it has claims to allocate, are said first.)
+    // Without devices or classes no claim can be evaluated, and without claims a claim the pod
+    // names is not known to be missing: one line, not a verdict built on what was not read.
+    // (The pod, and whether it has claims, are said first.)
     let evaluates = diagnosis
         .claims
         .iter()
         .any(|c| matches!(c.state, ClaimState::Pending | ClaimState::NotCreated));
-    if let Some(m) = missing.into_iter().next().filter(|_| evaluates) {
+    // Claims that are not there are "missing" only if claims were read at all.
+    let names_a_claim = diagnosis
+        .claims
+        .iter()
+        .any(|c| c.state == ClaimState::Missing && c.claim.is_some());
+    let needed = |kind: Kind| match kind {
+        Kind::ResourceClaim => names_a_claim,
+        _ => evaluates,
+    };
+    if let Some(m) = missing.into_iter().find(|m| needed(m.kind)) {
         return Err(Error::Why(Box::new(pod::TargetError::Unreadable {
             target: format!(
                 "{} {}",

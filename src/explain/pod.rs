@@ -429,18 +429,6 @@ const EVENT_REASONS: [&str; 4] = [
 pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
     let objects = input.objects;
     let namespace = input.target.namespace();
-    let notes: Vec<String> = input
-        .unread
-        .iter()
-        .map(|(kind, why)| match kind {
-            // Claims are only ever unread outside the namespace (`cli::why` falls back to it;
-            // without the pod's own claims there is nothing to explain).
-            Kind::ResourceClaim => format!(
-                "resourceclaims outside the namespace {namespace} were not read ({why}): devices they hold are not known to be taken; the namespace's own claims were read"
-            ),
-            _ => format!("{} were not read ({why}): {}", kind.plural(), lacks(*kind)),
-        })
-        .collect();
 
     // The claims to explain, each with where it stands.
     let mut used_by = Vec::new();
@@ -456,7 +444,26 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
                     similar: similar(objects.pods.iter().map(|p| &p.metadata), namespace, name),
                     elsewhere: elsewhere(objects.pods.iter().map(|p| &p.metadata), name),
                 })?;
-            let entries = pod_claims(pod, objects);
+            let mut entries = pod_claims(pod, objects);
+            if input
+                .unread
+                .iter()
+                .any(|(k, _)| *k == Kind::ResourceClaimTemplate)
+            {
+                // A template not among the objects may exist: it was not read.
+                for entry in entries.iter_mut().filter(|e| {
+                    e.state == ClaimState::NotCreated && e.spec.is_none() && e.template.is_some()
+                }) {
+                    entry.problem = Some(Problem {
+                        message: format!(
+                            "the claim for {} is not created yet (pod.status.resourceClaimStatuses has no entry), and its template {namespace}/{} was not read, so what it asks for is not evaluated",
+                            entry.name,
+                            entry.template.as_deref().unwrap_or_default()
+                        ),
+                        fix: "wait for the resource claim controller; if it stays so, look for FailedResourceClaimCreation events; read the templates too (see the note) to evaluate the claim".to_owned(),
+                    });
+                }
+            }
             if entries.is_empty() {
                 return Err(TargetError::NoClaims {
                     namespace: namespace.to_owned(),
@@ -492,6 +499,21 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
             ("ResourceClaim", name, users.1, vec![entry])
         }
     };
+    // Templates matter only for claims not created yet.
+    let not_created = entries.iter().any(|e| e.state == ClaimState::NotCreated);
+    let notes: Vec<String> = input
+        .unread
+        .iter()
+        .filter(|(kind, _)| *kind != Kind::ResourceClaimTemplate || not_created)
+        .map(|(kind, why)| match kind {
+            // Claims are only ever unread outside the namespace (`cli::why` falls back to it;
+            // without the pod's own claims there is nothing to explain).
+            Kind::ResourceClaim => format!(
+                "resourceclaims outside the namespace {namespace} were not read ({why}): devices they hold are not known to be taken; the namespace's own claims were read"
+            ),
+            _ => format!("{} were not read ({why}): {}", kind.plural(), lacks(*kind)),
+        })
+        .collect();
     let full_name = format!("{namespace}/{name}");
 
     let classes: BTreeMap<String, DeviceClassSpec> = objects
@@ -1000,7 +1022,8 @@ fn lacks(kind: Kind) -> &'static str {
     match kind {
         Kind::ResourceSlice => "no device can be evaluated",
         Kind::DeviceClass => "no selector can be evaluated",
-        Kind::ResourceClaim => "the pod's claims and the devices other claims hold are unknown",
+        // Never said: see the note for claims in `explain`.
+        Kind::ResourceClaim => "devices held by other namespaces' claims are not known to be taken",
         Kind::ResourceClaimTemplate => "claims not created yet cannot be evaluated",
         Kind::Pod => "the pod cannot be found",
         Kind::Node => "the pod's nodeSelector, affinity and node taints are not checked",
@@ -2599,6 +2622,71 @@ message: "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/se
             d.next_steps[0].starts_with("this is not what the scheduler last said"),
             "{:?}",
             d.next_steps
+        );
+    }
+
+    #[test]
+    fn a_template_not_read_is_not_said_missing() {
+        // The pod's claim is not created yet and its template is not among the objects.
+        let text = FLEET.replace(
+            "kind: ResourceClaimTemplate\nmetadata: {name: t,",
+            "kind: ResourceClaimTemplate\nmetadata: {name: other,",
+        );
+        assert_ne!(text, FLEET);
+        let text = format!("{text}{}", pod(""));
+        let objects = objects(&text);
+        let explain_with = |unread: &[(Kind, String)]| {
+            explain(&Input {
+                objects: &objects,
+                target: &Target::Pod {
+                    namespace: "media".into(),
+                    name: "p".into(),
+                },
+                features: Features::default(),
+                unread,
+                every_device: false,
+            })
+            .unwrap()
+        };
+        // Read, and not there: it does not exist.
+        let d = explain_with(&[]);
+        assert!(
+            d.verdict
+                .contains("ResourceClaimTemplate media/t does not exist"),
+            "{}",
+            d.verdict
+        );
+        // Not read: the claim is not created yet, and what it asks for is not evaluated.
+        let d = explain_with(&[(Kind::ResourceClaimTemplate, "forbidden".to_owned())]);
+        assert!(d.blocked);
+        assert!(!d.verdict.contains("does not exist"), "{}", d.verdict);
+        assert!(
+            d.verdict.contains("its template media/t was not read"),
+            "{}",
+            d.verdict
+        );
+        assert_eq!(
+            d.notes[0],
+            "resourceclaimtemplates were not read (forbidden): claims not created yet cannot be evaluated"
+        );
+        // A claim that exists needs no template: no note.
+        let text = format!("{FLEET}{}{}", pod(STATUS), claim("p-gpu-x", SPEC, ""));
+        let objects = crate::explain::model::tests::objects(&text);
+        let d = explain(&Input {
+            objects: &objects,
+            target: &Target::Pod {
+                namespace: "media".into(),
+                name: "p".into(),
+            },
+            features: Features::default(),
+            unread: &[(Kind::ResourceClaimTemplate, "forbidden".to_owned())],
+            every_device: false,
+        })
+        .unwrap();
+        assert!(
+            !d.notes.iter().any(|n| n.contains("resourceclaimtemplates")),
+            "{:?}",
+            d.notes
         );
     }
 

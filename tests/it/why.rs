@@ -647,6 +647,32 @@ fn without_slices_or_classes_one_error_line() {
 }
 
 #[test]
+fn claims_not_in_the_files_are_not_said_missing() {
+    // The scenario without its ResourceClaims: archive-0's status names its claim, which the
+    // files do not hold. That is not "the claim does not exist".
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = std::fs::read_to_string(example("why/no-gpu-qualifies.yaml")).unwrap();
+    let kept: Vec<&str> = scenario
+        .split("\n---\n")
+        .filter(|d| !d.contains("\nkind: ResourceClaim\n"))
+        .collect();
+    assert!(kept.len() < scenario.split("\n---\n").count());
+    let without = dir.path().join("without-claims.yaml");
+    std::fs::write(&without, kept.join("\n---\n")).unwrap();
+    let mut args = vec!["why".to_owned(), "archive-0".to_owned()];
+    for file in fleet_files() {
+        args.extend(["-f".to_owned(), file]);
+    }
+    args.extend(["-f".to_owned(), without.display().to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let e = crate::one_error_line(run(&args, None), 1);
+    assert_eq!(
+        e,
+        "error: cannot explain pod media/archive-0 without resourceclaims: the files hold none (hint: save them too: kubectl get resourceclaims -A -o yaml > resourceclaims.yaml, and add -f resourceclaims.yaml)\n"
+    );
+}
+
+#[test]
 fn claims_readable_in_the_namespace_only() {
     let server = server_with("no-gpu-qualifies", true);
     server.fail_next_matching(1, Fault::Forbidden, Some("list"), Some("resourceclaims"));
