@@ -2623,6 +2623,29 @@ message: "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/se
             "{:?}",
             d.next_steps
         );
+        // Claims of other namespaces not read: a device they hold may be taken. Undecided.
+        let objects = objects(&format!("{text}{nodes}"));
+        let d = explain(&Input {
+            objects: &objects,
+            target: &Target::Pod {
+                namespace: "media".into(),
+                name: "p".into(),
+            },
+            features: Features::default(),
+            unread: &[(Kind::ResourceClaim, "forbidden".to_owned())],
+            every_device: false,
+        })
+        .unwrap();
+        assert!(!d.blocked);
+        assert_eq!(
+            d.unchecked,
+            ["devices held by claims outside the namespace media, as those claims were not read"]
+        );
+        assert!(
+            d.verdict.starts_with("undecided for pod media/p"),
+            "{}",
+            d.verdict
+        );
     }
 
     #[test]
