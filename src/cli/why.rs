@@ -141,7 +141,7 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
     // The namespace is settled after reading: with -f, the files' own namespace when the name
     // is unique there.
     parse_target(&args.target, "default").map_err(Error::Usage)?;
-    let (objects, unread, missing, namespace, minor) = if args.files.is_empty() {
+    let (objects, unread, mut missing, namespace, minor) = if args.files.is_empty() {
         gather_cluster(args, global)?
     } else {
         let sources: Vec<Source> = args.files.iter().map(|f| Source::parse(f)).collect();
@@ -219,7 +219,8 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
         Kind::ResourceClaim => names_a_claim,
         _ => evaluates,
     };
-    if let Some(m) = missing.into_iter().find(|m| needed(m.kind)) {
+    if let Some(i) = missing.iter().position(|m| needed(m.kind)) {
+        let m = missing.swap_remove(i);
         return Err(Error::Why(Box::new(pod::TargetError::Unreadable {
             target: format!(
                 "{} {}",
@@ -234,6 +235,13 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
             why: m.why,
             hint: m.hint,
         })));
+    }
+    // Not needed for this diagnosis, but the slices would have shown more.
+    for m in missing.iter().filter(|m| m.kind == Kind::ResourceSlice) {
+        diagnosis.notes.push(format!(
+            "resourceslices were not read ({}): the allocated devices' GPU addresses and render nodes are not shown",
+            m.why
+        ));
     }
     if minor.is_none() {
         diagnosis.notes.push(

@@ -644,6 +644,27 @@ fn without_slices_or_classes_one_error_line() {
         e.contains("without deviceclasses: the files hold none"),
         "{e}"
     );
+    // An allocated claim is explained without them; what the slices would add is said missing.
+    let explanation = text(
+        &run(
+            &[
+                "why",
+                "claim/media-capabilities-amd-1-render-2kq8x",
+                "-n",
+                "liken-system",
+                "-f",
+                &nodes,
+                "-f",
+                &example("why/all-taken.yaml"),
+            ],
+            None,
+        ),
+        0,
+    );
+    assert!(
+        explanation.contains("\nnote: resourceslices were not read (the files hold none): the allocated devices' GPU addresses and render nodes are not shown\n"),
+        "{explanation}"
+    );
 }
 
 #[test]
