@@ -268,12 +268,16 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
     if diagnosis.blocked {
         return Err(Error::Blocked);
     }
-    if diagnosis.nodes.as_ref().is_some_and(|n| n.allocatable > 0)
-        && !diagnosis.unchecked.is_empty()
-    {
+    if undecided(&diagnosis) {
         return Err(Error::Undecided);
     }
     Ok(())
+}
+
+/// Whether the devices allow the claims but something that could still block them was not
+/// read (exit code 4): the verdict is not that nothing blocks them.
+fn undecided(d: &Diagnosis) -> bool {
+    !d.blocked && d.nodes.as_ref().is_some_and(|n| n.allocatable > 0) && !d.unchecked.is_empty()
 }
 
 /// A kind `why` cannot do without that could not be read.
@@ -476,7 +480,13 @@ fn render(d: &Diagnosis, styles: &Styles, limit: Option<usize>) -> String {
         limit,
     };
     let plain = Style::new();
-    let verdict_style = if d.blocked { styles.no } else { styles.yes };
+    let verdict_style = if d.blocked {
+        styles.no
+    } else if undecided(d) {
+        styles.warning
+    } else {
+        styles.yes
+    };
     page.line(0, 2, &[(&capitalise(&d.verdict), verdict_style)]);
     for claim in &d.claims {
         page.blank();
