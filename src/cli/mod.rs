@@ -223,6 +223,10 @@ pub enum Error {
     /// `why` found a claim that cannot be allocated; the explanation is on stdout (exit 3).
     #[error("")]
     Blocked,
+    /// `why` found nothing that blocks the claims in what it read, but could not read all that
+    /// could (the nodes, say); the explanation is on stdout (exit 4).
+    #[error("")]
+    Undecided,
     /// What the command line names is not there (`--node` of a node without GPUs); exit 1, as
     /// kubectl's NotFound.
     #[error("{0}")]
@@ -236,15 +240,16 @@ pub enum Error {
 impl Error {
     /// Whether the error has nothing to print (its output is already written).
     pub fn is_silent(&self) -> bool {
-        matches!(self, Error::Blocked)
+        matches!(self, Error::Blocked | Error::Undecided)
     }
 
     /// 2 for usage errors, as clap and kubectl use it; 3 when `why` finds a claim that cannot
-    /// be allocated; 1 for everything else.
+    /// be allocated, 4 when it cannot tell (see [`Error::Undecided`]); 1 for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_) | Error::Class(_) | Error::UnknownCapability(_) => 2,
             Error::Blocked => 3,
+            Error::Undecided => 4,
             Error::Render(_)
             | Error::Write(_)
             | Error::Cluster(_)

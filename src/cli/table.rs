@@ -303,19 +303,56 @@ pub(crate) fn wrap_note(note: &str, limit: Option<usize>) -> String {
         return note.to_string();
     };
     let mut out = String::with_capacity(note.len() + 8);
-    let mut column = 0;
-    for word in note.split(' ').filter(|w| !w.is_empty()) {
-        let width = width_of(word);
-        if column > 0 && column + 1 + width > limit {
+    for (start, end) in pieces(note, 2, limit) {
+        if start > 0 {
             out.push_str("\n  ");
-            column = 2;
-        } else if column > 0 {
-            out.push(' ');
-            column += 1;
         }
-        out.push_str(word);
-        column += width;
+        out.push_str(&note[start..end]);
     }
+    out
+}
+
+/// Where `line` breaks to fit `limit` columns: the byte ranges of its pieces, each continuation
+/// to be indented by `hang` columns. It breaks only at spaces after the line's own indentation,
+/// and the spaces it breaks at are dropped; other spaces (alignment) are kept. A word longer
+/// than a line stays whole. Renderers that colour parts of a line wrap the plain text with
+/// this, then colour the pieces.
+pub(crate) fn pieces(line: &str, hang: usize, limit: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let (mut start, mut column) = (0, 0);
+    // Whether the current piece has a word yet: the indentation before it never breaks.
+    let mut has_word = false;
+    // The run of spaces before the next word: (byte offset, width).
+    let mut spaces: Option<(usize, usize)> = None;
+    let mut chars = line.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if c == ' ' {
+            let run = spaces.get_or_insert((i, 0));
+            run.1 += 1;
+            continue;
+        }
+        let mut end = i + c.len_utf8();
+        while let Some(&(j, next)) = chars.peek() {
+            if next == ' ' {
+                break;
+            }
+            end = j + next.len_utf8();
+            chars.next();
+        }
+        let width = width_of(&line[i..end]);
+        let gap = spaces.map_or(0, |(_, w)| w);
+        if has_word && column + gap + width > limit {
+            let (at, _) = spaces.expect("a word after a word follows spaces");
+            out.push((start, at));
+            start = i;
+            column = hang + width;
+        } else {
+            column += gap + width;
+        }
+        spaces = None;
+        has_word = true;
+    }
+    out.push((start, line.len()));
     out
 }
 
@@ -458,6 +495,25 @@ mod tests {
         assert_eq!(
             wrap_note("a kubectl-get-pods-long-token", Some(10)),
             "a\n  kubectl-get-pods-long-token"
+        );
+    }
+
+    #[test]
+    fn pieces_keep_alignment_and_hang() {
+        let line = "       2  the pod's nodeSelector wants x";
+        let cut = |limit| {
+            pieces(line, 10, limit)
+                .into_iter()
+                .map(|(a, b)| &line[a..b])
+                .collect::<Vec<_>>()
+        };
+        // Fits: one piece, the alignment kept.
+        assert_eq!(cut(80), [line]);
+        // Breaks at the spaces between words only, never in the indentation.
+        assert_eq!(cut(30), ["       2  the pod's", "nodeSelector wants x"]);
+        assert_eq!(
+            cut(5),
+            ["       2", "the", "pod's", "nodeSelector", "wants", "x"]
         );
     }
 

@@ -5,15 +5,18 @@
 //! schema docs/why-format.md documents.
 //!
 //! Exit codes: 0 when nothing in the fleet blocks the claims (allocated, or allocatable now), 3
-//! when some claim cannot be allocated, 1 for errors, 2 for usage errors.
+//! when some claim cannot be allocated, 4 when the devices allow them but what could still rule
+//! the nodes out was not read (no verdict is built on data we lack), 1 for errors (ResourceSlices
+//! or DeviceClasses that cannot be read among them), 2 for usage errors.
 
 use std::fmt::Write as _;
 
 use clap::Args;
-use owo_colors::OwoColorize;
+use owo_colors::{OwoColorize, Style};
 
 use crate::cli::output::{self, RenderError};
 use crate::cli::style::Styles;
+use crate::cli::table::{Cell, Grid, TableStyle, Width, pieces};
 use crate::cli::{Error, Global, Io};
 use crate::explain::allocate::Features;
 use crate::explain::pod::{self, ClaimState, Diagnosis, Input, ReasonKind, Target};
@@ -21,6 +24,9 @@ use crate::fleet::cluster::{Cluster, ClusterError, ListRequest, Namespaces};
 use crate::fleet::files::{self, Source};
 use crate::fleet::objects::{Kind, Kinds, Objects};
 
+/// Every line fits 70 columns: clap wraps longer ones at the terminal's width (at most 100), man
+/// at 80 columns less its indent, and a command wrapped onto two lines breaks when copied. The
+/// long `kubectl get` is split into three, and continuations end their line with a `\\`.
 const EXAMPLES: &str = "\
 Examples:
   # Why the pod transcode-0 stays Pending
@@ -34,8 +40,21 @@ Examples:
   kubectl media why transcode-0 -o json | jq .verdict
 
   # From saved objects instead of a cluster
-  kubectl get pods,resourceclaims,resourceclaimtemplates,deviceclasses,resourceslices,nodes,events -A -o yaml > state.yaml
-  kubectl media why transcode-0 -n media -f state.yaml";
+  kubectl get pods,nodes,events -A -o yaml > pods.yaml
+  kubectl get resourceclaims,resourceclaimtemplates -A -o yaml \\
+    > claims.yaml
+  kubectl get deviceclasses,resourceslices -o yaml > devices.yaml
+  kubectl media why transcode-0 -n media \\
+    -f pods.yaml -f claims.yaml -f devices.yaml
+
+Exit status:
+  0  nothing blocks the claims: allocated, or allocatable now
+  3  a claim cannot be allocated (the explanation says why)
+  4  undecided: the devices allow the claims, but what could still
+     rule the nodes out was not read (the notes say what)
+  1  an error (the pod not found; ResourceSlices or DeviceClasses
+     that cannot be read)
+  2  a usage error";
 
 /// The version of the JSON and YAML schema (docs/why-format.md).
 const SCHEMA: &str = "kubectl-media/why/v1";
@@ -122,7 +141,7 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
     // The namespace is settled after reading: with -f, the files' own namespace when the name
     // is unique there.
     parse_target(&args.target, "default").map_err(Error::Usage)?;
-    let (objects, unread, namespace, minor) = if args.files.is_empty() {
+    let (objects, unread, mut missing, namespace, minor) = if args.files.is_empty() {
         gather_cluster(args, global)?
     } else {
         let sources: Vec<Source> = args.files.iter().map(|f| Source::parse(f)).collect();
@@ -131,7 +150,42 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
             Some(namespace) => namespace.clone(),
             None => only_namespace(&objects, &args.target).unwrap_or_else(|| "default".to_owned()),
         };
-        (objects, Vec::new(), namespace, args.kubernetes_version)
+        // Files hold what the user saved: a kind with no object may simply not have been saved.
+        let missing: Vec<Missing> = [
+            (Kind::ResourceClaim, objects.claims.is_empty()),
+            (Kind::ResourceSlice, objects.slices.is_empty()),
+            (Kind::DeviceClass, objects.classes.is_empty()),
+        ]
+        .into_iter()
+        .filter(|(_, none)| *none)
+        .map(|(kind, _)| Missing {
+            kind,
+            why: "the files hold none".to_owned(),
+            hint: format!(
+                "save them too: kubectl get {}{} -o yaml > {}.yaml, and add -f {}.yaml",
+                kind.plural(),
+                if kind.namespaced() { " -A" } else { "" },
+                kind.plural(),
+                kind.plural()
+            ),
+        })
+        .collect();
+        let mut unread = Vec::new();
+        if objects.claim_templates.is_empty() {
+            unread.push((
+                Kind::ResourceClaimTemplate,
+                "the files hold none; add them with -f, saved with kubectl get resourceclaimtemplates -A -o yaml"
+                    .to_owned(),
+            ));
+        }
+        if objects.nodes.is_empty() {
+            unread.push((
+                Kind::Node,
+                "the files hold none; add them with -f, saved with kubectl get nodes -o yaml"
+                    .to_owned(),
+            ));
+        }
+        (objects, unread, missing, namespace, args.kubernetes_version)
     };
     // As in caps: objects that could not be read are warnings, before anything else.
     let warn = global.color.for_stderr();
@@ -149,6 +203,46 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
         every_device: args.output == Some(WhyFormat::Wide),
     };
     let mut diagnosis = pod::explain(&input).map_err(|e| Error::Why(Box::new(e)))?;
+    // Without devices or classes no claim can be evaluated, and without claims a claim the pod
+    // names is not known to be missing: one line, not a verdict built on what was not read.
+    // (The pod, and whether it has claims, are said first.)
+    let evaluates = diagnosis
+        .claims
+        .iter()
+        .any(|c| matches!(c.state, ClaimState::Pending | ClaimState::NotCreated));
+    // Claims that are not there are "missing" only if claims were read at all.
+    let names_a_claim = diagnosis
+        .claims
+        .iter()
+        .any(|c| c.state == ClaimState::Missing && c.claim.is_some());
+    let needed = |kind: Kind| match kind {
+        Kind::ResourceClaim => names_a_claim,
+        _ => evaluates,
+    };
+    if let Some(i) = missing.iter().position(|m| needed(m.kind)) {
+        let m = missing.swap_remove(i);
+        return Err(Error::Why(Box::new(pod::TargetError::Unreadable {
+            target: format!(
+                "{} {}",
+                if diagnosis.kind == "Pod" {
+                    "pod"
+                } else {
+                    "claim"
+                },
+                diagnosis.name
+            ),
+            plural: m.kind.plural(),
+            why: m.why,
+            hint: m.hint,
+        })));
+    }
+    // Not needed for this diagnosis, but the slices would have shown more.
+    for m in missing.iter().filter(|m| m.kind == Kind::ResourceSlice) {
+        diagnosis.notes.push(format!(
+            "resourceslices were not read ({}): the allocated devices' GPU addresses and render nodes are not shown",
+            m.why
+        ));
+    }
     if minor.is_none() {
         diagnosis.notes.push(
             "feature gates as in Kubernetes 1.36 (DRAConsumableCapacity and DRADeviceTaints on); pass --kubernetes-version for another release".to_owned(),
@@ -164,13 +258,34 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
         // kubectl's YAML quoting (PCI addresses such as "0000:00:02.0" stay strings for YAML
         // 1.1 readers), as caps writes it.
         Some(WhyFormat::Yaml) => crate::cli::yaml::to_string(&record(&diagnosis)?),
-        _ => render(&diagnosis, &global.color.for_stdout()),
+        _ => render(
+            &diagnosis,
+            &global.color.for_stdout(),
+            Width::of_stdout().limit(),
+        ),
     };
     output::write_all(io.stdout, &text)?;
     if diagnosis.blocked {
         return Err(Error::Blocked);
     }
+    if undecided(&diagnosis) {
+        return Err(Error::Undecided);
+    }
     Ok(())
+}
+
+/// Whether the devices allow the claims but something that could still block them was not
+/// read (exit code 4): the verdict is not that nothing blocks them.
+fn undecided(d: &Diagnosis) -> bool {
+    !d.blocked && d.nodes.as_ref().is_some_and(|n| n.allocatable > 0) && !d.unchecked.is_empty()
+}
+
+/// A kind `why` cannot do without that could not be read.
+struct Missing {
+    kind: Kind,
+    /// Why not: the API server's refusal, or that the files hold none.
+    why: String,
+    hint: String,
 }
 
 fn record(diagnosis: &Diagnosis) -> Result<serde_json::Value, RenderError> {
@@ -206,7 +321,13 @@ fn only_namespace(objects: &Objects, target: &str) -> Option<String> {
     }
 }
 
-type Gathered = (Objects, Vec<(Kind, String)>, String, Option<u32>);
+type Gathered = (
+    Objects,
+    Vec<(Kind, String)>,
+    Vec<Missing>,
+    String,
+    Option<u32>,
+);
 
 /// Reads what `why` needs from the cluster, concurrently. A kind we may not list is noted
 /// (the diagnosis says what it lacks for it), not fatal — except the pod or claim itself.
@@ -267,20 +388,35 @@ fn gather_cluster(args: &WhyArgs, global: &Global) -> Result<Gathered, Error> {
         let results = [a, b, c, d, e, f, g];
         let mut objects = Objects::wanting(Kinds::only(&Kind::ALL));
         let mut unread = Vec::new();
+        let mut missing = Vec::new();
         for (kind, result) in results {
             match result {
                 Ok(read) => objects.extend(read),
-                Err(ClusterError::Forbidden { .. }) if kind == Kind::ResourceClaim => {
+                Err(e @ ClusterError::Forbidden { .. }) if kind == Kind::ResourceClaim => {
                     // May read the namespace's claims only: the pod's are there; what other
-                    // namespaces' claims hold is not known.
+                    // namespaces' claims hold is not known (the diagnosis' note says so).
                     let (_, fallback) = list(Kind::ResourceClaim, "here", None).await;
                     match fallback {
                         Ok(read) => {
                             objects.extend(read);
-                            unread.push((kind, format!("forbidden outside the namespace {namespace}; devices held by claims of other namespaces are not known to be taken")));
+                            unread.push((kind, e.to_string()));
                         }
                         Err(e) => return Err(e.into()),
                     }
+                }
+                Err(ClusterError::Forbidden {
+                    verb,
+                    resource,
+                    message,
+                    ..
+                }) if matches!(kind, Kind::ResourceSlice | Kind::DeviceClass) => {
+                    missing.push(Missing {
+                        kind,
+                        why: format!("they may not be listed: {message}"),
+                        hint: format!(
+                            "ask for a role that allows '{verb}' on {resource}; check with kubectl auth can-i {verb} {resource}"
+                        ),
+                    });
                 }
                 Err(e @ ClusterError::Forbidden { .. }) if kind != target_kind => {
                     unread.push((kind, e.to_string()));
@@ -300,12 +436,33 @@ fn gather_cluster(args: &WhyArgs, global: &Global) -> Result<Gathered, Error> {
                 objects.pods.extend(read.pods);
             }
         }
+        if let Target::Claim { namespace, name } = &target {
+            // The events that matter are the pod's, which uses the claim.
+            let user = objects
+                .claims
+                .iter()
+                .find(|c| {
+                    c.metadata.name.as_deref() == Some(name)
+                        && c.metadata.namespace.as_deref() == Some(namespace)
+                })
+                .and_then(|claim| pod::claim_users(claim, &objects).0.into_iter().next());
+            if let Some(user) = user {
+                let pod_name = user.split_once('/').map_or(user.as_str(), |(_, n)| n);
+                let selector = format!("involvedObject.kind=Pod,involvedObject.name={pod_name}");
+                match list(Kind::Event, "here", Some(selector)).await {
+                    (_, Ok(read)) => objects.events.extend(read.events),
+                    // Already noted if events may not be listed at all.
+                    (_, Err(ClusterError::Forbidden { .. })) => {}
+                    (_, Err(e)) => return Err(e.into()),
+                }
+            }
+        }
         let minor = cluster.minor_version().await;
         let namespace = match global.kube.namespaces(&namespace) {
             Namespaces::All => only_namespace(&objects, &args.target).unwrap_or(namespace),
             Namespaces::One(namespace) => namespace,
         };
-        Ok((objects, unread, namespace, minor))
+        Ok((objects, unread, missing, namespace, minor))
     })
 }
 
@@ -315,36 +472,58 @@ fn target_name(target: &Target) -> &str {
     }
 }
 
-/// The explanation as text.
-fn render(d: &Diagnosis, styles: &Styles) -> String {
-    let mut out = String::new();
-    let heading = |out: &mut String, text: &str| {
-        let _ = writeln!(out, "{}", text.style(styles.header));
+/// The explanation as text, each line wrapped at `limit` columns (the terminal's; none into a
+/// pipe) with a hanging indent under its own indentation, as caps wraps its notes.
+fn render(d: &Diagnosis, styles: &Styles, limit: Option<usize>) -> String {
+    let mut page = Page {
+        out: String::new(),
+        limit,
     };
-    let verdict_style = if d.blocked { styles.no } else { styles.yes };
-    let _ = writeln!(out, "{}", capitalise(&d.verdict).style(verdict_style));
+    let plain = Style::new();
+    let verdict_style = if d.blocked {
+        styles.no
+    } else if undecided(d) {
+        styles.warning
+    } else {
+        styles.yes
+    };
+    page.line(0, 2, &[(&capitalise(&d.verdict), verdict_style)]);
     for claim in &d.claims {
-        let _ = writeln!(out);
+        page.blank();
         let source = match (&claim.claim, &claim.template) {
             (Some(c), Some(t)) => format!(": {c} (from template {t})"),
             (Some(c), None) => format!(": {c}"),
             (None, Some(t)) => format!(" (from template {t})"),
             (None, None) => String::new(),
         };
-        heading(
-            &mut out,
-            &format!("Claim {}{source}: {}", claim.name, state_words(claim.state)),
-        );
+        let state = match (d.kind, claim.state) {
+            ("Pod", state) => state_words(state).to_owned(),
+            (_, ClaimState::Reserved) => {
+                format!(
+                    "allocated and reserved for {}",
+                    claim.reserved_for.join(", ")
+                )
+            }
+            (_, ClaimState::Allocated) => "allocated, not reserved for any pod yet".to_owned(),
+            (_, state) => state_words(state).to_owned(),
+        };
+        let title = if d.kind == "Pod" {
+            format!("Claim {}{source}: {state}", claim.name)
+        } else {
+            // `why claim/NAME`: the claim's name is all there is to say of it.
+            format!("Claim {}: {state}", d.name)
+        };
+        page.line(0, 2, &[(&title, styles.header)]);
         if let Some(problem) = &claim.problem {
-            let _ = writeln!(out, "  {}", problem.message.style(styles.no));
+            page.line(2, 2, &[(&problem.message, styles.no)]);
         }
         if let Some(allocation) = &claim.allocation {
             if let Some(node) = &allocation.node {
-                let _ = writeln!(out, "  node {node}");
+                page.line(2, 2, &[(&format!("node {node}"), plain)]);
             }
             for device in &allocation.devices {
                 let mut line = format!(
-                    "  request {}: {}/{}/{}",
+                    "request {}: {}/{}/{}",
                     device.request, device.driver, device.pool, device.device
                 );
                 if let Some(pci) = &device.pci_bus_id {
@@ -353,153 +532,63 @@ fn render(d: &Diagnosis, styles: &Styles) -> String {
                 if let Some(render) = &device.render_node {
                     let _ = write!(line, ", {render}");
                 }
-                let _ = writeln!(out, "{line}");
+                page.line(2, 4, &[(&line, plain)]);
             }
         }
         for request in &claim.requests {
-            let count = if request.allocation_mode == "All" {
-                "all matching devices".to_owned()
-            } else if request.count == 1 {
-                "1 device".to_owned()
-            } else {
-                format!("{} devices", request.count)
-            };
-            let _ = writeln!(
-                out,
-                "  Request {} (class {}, {count}):",
-                request.name, request.class
-            );
-            let qualify = format!(
-                "{} of {} devices pass the selectors, {} free{}",
-                request.qualifying,
-                request.total,
-                request.available,
-                if request.qualifying > 0 && request.qualifying_nodes.len() <= 3 {
-                    format!(" (on {})", request.qualifying_nodes.join(", "))
-                } else {
-                    String::new()
-                }
-            );
-            let qualify_style = if request.available == 0 {
-                styles.no
-            } else {
-                styles.yes
-            };
-            let _ = writeln!(out, "    {}", qualify.style(qualify_style));
-            let mut last_key = None;
-            for reason in &request.reasons {
-                let key = pod::reason_key(reason);
-                let heading_changed = last_key.as_ref() != Some(&key);
-                last_key = Some(key);
-                let devices = pod::count(reason.devices, "device", "devices");
-                let nodes = pod::count(reason.nodes, "node", "nodes");
-                match reason.reason {
-                    ReasonKind::OtherDriver => {
-                        let _ = writeln!(
-                            out,
-                            "    {}",
-                            format!(
-                                "{} of another driver ({}): {devices} on {nodes}",
-                                reason.model, reason.detail
-                            )
-                            .style(styles.dim)
-                        );
-                        continue;
-                    }
-                    _ if !heading_changed => {}
-                    ReasonKind::SelectorFalse
-                    | ReasonKind::RuntimeError
-                    | ReasonKind::CannotEvaluate => {
-                        let mut text = reason.selector.clone().unwrap_or_default();
-                        if let Some(clause) = &reason.clause {
-                            let _ = write!(text, ": {clause}");
-                        }
-                        let _ = writeln!(out, "    {text}");
-                        let _ = writeln!(out, "      {}:", reason.detail.style(styles.no));
-                    }
-                    ReasonKind::Taken => {
-                        let _ = writeln!(
-                            out,
-                            "    {}:",
-                            "allocated to other claims, and not shareable".style(styles.no)
-                        );
-                    }
-                    ReasonKind::Untolerated => {
-                        let _ = writeln!(out, "    {}:", reason.detail.style(styles.no));
-                    }
-                }
-                let held = if reason.claims.is_empty() {
-                    String::new()
-                } else {
-                    format!(", held by {}", pod::shorten(reason.claims.clone()))
-                };
-                let _ = writeln!(out, "        {devices} on {nodes}: {}{held}", reason.model);
-            }
-            for unknown in &request.unknown_attributes {
-                let text = match &unknown.nearest {
-                    Some(n) => format!(
-                        "no device has {} ({}); did you mean {n}?",
-                        unknown.attribute, unknown.selector
-                    ),
-                    None => format!("no device has {} ({})", unknown.attribute, unknown.selector),
-                };
-                let _ = writeln!(out, "    {}", text.style(styles.warning));
-            }
-            if !request.devices.is_empty() {
-                let _ = writeln!(out, "    Devices:");
-                for device in &request.devices {
-                    let _ = writeln!(
-                        out,
-                        "      {}  {}  {}  {}  {}",
-                        device.node,
-                        device.device,
-                        device.pci_bus_id.as_deref().unwrap_or("-"),
-                        device.model,
-                        device.status
-                    );
-                }
-            }
+            render_request(&mut page, request, styles);
         }
         for constraint in &claim.constraints {
-            let _ = writeln!(out, "  Constraint: {constraint}");
+            page.line(2, 4, &[(&format!("Constraint: {constraint}"), plain)]);
         }
     }
     if let Some(error) = &d.attempt_error {
-        let _ = writeln!(out);
-        heading(&mut out, "Every scheduling attempt fails:");
-        let _ = writeln!(out, "  {}", error.message.style(styles.no));
-        let _ = writeln!(out, "  {}", error.consequence);
+        page.blank();
+        page.line(0, 2, &[("Every scheduling attempt fails:", styles.header)]);
+        page.line(2, 2, &[(&error.message, styles.no)]);
+        page.line(2, 2, &[(&error.consequence, plain)]);
     }
     if let Some(nodes) = &d.nodes {
-        let _ = writeln!(out);
-        heading(
-            &mut out,
-            &format!(
-                "Nodes: {} of {} can allocate the claims",
+        page.blank();
+        let it = if d.kind == "Pod" { "the claims" } else { "it" };
+        let heading = if d.unchecked.is_empty() {
+            format!(
+                "Nodes: {} of {} can allocate {it}",
                 nodes.allocatable, nodes.total
-            ),
-        );
+            )
+        } else {
+            format!(
+                "Nodes: the devices allow {it} on {} of {} (not everything was checked)",
+                nodes.allocatable, nodes.total
+            )
+        };
+        page.line(0, 2, &[(&heading, styles.header)]);
         for outcome in &nodes.outcomes {
-            let _ = writeln!(
-                out,
-                "  {:>6}  {}: {}",
+            // Continuations line up with the detail, right of the count.
+            let text = format!(
+                "{:>6}  {}: {}",
                 outcome.count,
                 outcome.detail,
                 pod::shorten(outcome.nodes.clone())
             );
+            page.line(2, 8, &[(&text, plain)]);
         }
     }
     if d.scheduler.condition.is_some() || !d.scheduler.events.is_empty() {
-        let _ = writeln!(out);
-        heading(&mut out, "The scheduler says:");
+        page.blank();
+        let heading = match d.used_by.first().filter(|_| d.kind != "Pod") {
+            Some(user) => format!("The scheduler says, of pod {user}:"),
+            None => "The scheduler says:".to_owned(),
+        };
+        page.line(0, 2, &[(&heading, styles.header)]);
         if let Some(c) = &d.scheduler.condition {
-            let _ = writeln!(
-                out,
-                "  PodScheduled={} {}: {}",
+            let text = format!(
+                "PodScheduled={} {}: {}",
                 c.status,
                 c.reason.as_deref().unwrap_or_default(),
                 c.message.as_deref().unwrap_or_default()
             );
+            page.line(2, 4, &[(&text, plain)]);
         }
         for e in &d.scheduler.events {
             let times = if e.count > 1 {
@@ -507,23 +596,204 @@ fn render(d: &Diagnosis, styles: &Styles) -> String {
             } else {
                 String::new()
             };
-            let _ = writeln!(out, "  {}{times}: {}", e.reason, e.message);
+            page.line(
+                2,
+                4,
+                &[(&format!("{}{times}: {}", e.reason, e.message), plain)],
+            );
         }
     }
     if !d.next_steps.is_empty() {
-        let _ = writeln!(out);
-        heading(&mut out, "Next steps:");
+        page.blank();
+        page.line(0, 2, &[("Next steps:", styles.header)]);
         for step in &d.next_steps {
-            let _ = writeln!(out, "  - {step}");
+            // Continuations line up with the text, right of the dash.
+            page.line(2, 2, &[(&format!("- {step}"), plain)]);
         }
     }
     if !d.notes.is_empty() {
-        let _ = writeln!(out);
+        page.blank();
         for note in &d.notes {
-            let _ = writeln!(out, "{} {note}", "note:".style(styles.dim));
+            page.line(0, 2, &[("note:", styles.dim), (&format!(" {note}"), plain)]);
         }
     }
-    out
+    page.out
+}
+
+/// One request of a claim still to allocate: how many devices qualify, why the others do not,
+/// and with `-o wide` every device.
+fn render_request(page: &mut Page, request: &pod::RequestReport, styles: &Styles) {
+    let plain = Style::new();
+    let count = if request.allocation_mode == "All" {
+        "all matching devices".to_owned()
+    } else if request.count == 1 {
+        "1 device".to_owned()
+    } else {
+        format!("{} devices", request.count)
+    };
+    page.line(
+        2,
+        2,
+        &[(
+            &format!(
+                "Request {} (class {}, {count}):",
+                request.name, request.class
+            ),
+            plain,
+        )],
+    );
+    let qualify = format!(
+        "{} of {} devices pass the selectors, {} free{}",
+        request.qualifying,
+        request.total,
+        request.available,
+        if request.qualifying > 0 && request.qualifying_nodes.len() <= 3 {
+            format!(" (on {})", request.qualifying_nodes.join(", "))
+        } else {
+            String::new()
+        }
+    );
+    let qualify_style = if request.available == 0 {
+        styles.no
+    } else {
+        styles.yes
+    };
+    page.line(4, 2, &[(&qualify, qualify_style)]);
+    let mut last_key = None;
+    for reason in &request.reasons {
+        let key = pod::reason_key(reason);
+        let heading_changed = last_key.as_ref() != Some(&key);
+        last_key = Some(key);
+        let devices = pod::count(reason.devices, "device", "devices");
+        let nodes = pod::count(reason.nodes, "node", "nodes");
+        match reason.reason {
+            ReasonKind::OtherDriver => {
+                let text = format!(
+                    "{} of another driver ({}): {devices} on {nodes}",
+                    reason.model, reason.detail
+                );
+                page.line(4, 2, &[(&text, styles.dim)]);
+                continue;
+            }
+            _ if !heading_changed => {}
+            ReasonKind::SelectorFalse | ReasonKind::RuntimeError | ReasonKind::CannotEvaluate => {
+                let mut text = reason.selector.clone().unwrap_or_default();
+                if let Some(clause) = &reason.clause {
+                    let _ = write!(text, ": {clause}");
+                }
+                page.line(4, 2, &[(&text, plain)]);
+                page.line(6, 2, &[(&reason.detail, styles.no), (":", plain)]);
+            }
+            ReasonKind::Taken | ReasonKind::Untolerated => {
+                page.line(4, 2, &[(&reason.detail, styles.no), (":", plain)]);
+            }
+        }
+        let held = if reason.claims.is_empty() {
+            String::new()
+        } else {
+            format!(", held by {}", pod::shorten(reason.claims.clone()))
+        };
+        page.line(
+            8,
+            2,
+            &[(
+                &format!("{devices} on {nodes}: {}{held}", reason.model),
+                plain,
+            )],
+        );
+    }
+    for unknown in &request.unknown_attributes {
+        let text = match &unknown.nearest {
+            Some(n) => format!(
+                "no device has {} ({}); did you mean {n}?",
+                unknown.attribute, unknown.selector
+            ),
+            None => format!("no device has {} ({})", unknown.attribute, unknown.selector),
+        };
+        page.line(4, 2, &[(&text, styles.warning)]);
+    }
+    if !request.devices.is_empty() {
+        page.line(4, 2, &[("Devices:", plain)]);
+        // Aligned as kubectl aligns -o wide: the columns as wide as their widest cell, never
+        // cut or wrapped (the last, the verdict, runs past the edge as kubectl's wide rows do).
+        let grid = Grid {
+            header: ["NODE", "DEVICE", "PCI", "MODEL", "VERDICT"]
+                .map(str::to_owned)
+                .to_vec(),
+            rows: request
+                .devices
+                .iter()
+                .map(|device| {
+                    vec![
+                        Cell::plain(device.node.clone()),
+                        Cell::plain(device.device.clone()),
+                        Cell::plain(device.pci_bus_id.clone().unwrap_or_else(|| "-".into())),
+                        Cell::plain(device.model.clone()),
+                        Cell::plain(device.status.clone()),
+                    ]
+                })
+                .collect(),
+            fits: Vec::new(),
+        };
+        let table = grid.render(&TableStyle {
+            colored: styles.colored,
+            width: Width::Unlimited,
+            notes_width: Width::Unlimited,
+            no_headers: false,
+        });
+        for line in table.lines() {
+            page.out.push_str("      ");
+            page.out.push_str(line);
+            page.out.push('\n');
+        }
+    }
+}
+
+/// Text being rendered: lines wrapped at `limit`.
+struct Page {
+    out: String,
+    limit: Option<usize>,
+}
+
+impl Page {
+    fn blank(&mut self) {
+        self.out.push('\n');
+    }
+
+    /// One line: `indent` spaces, then the segments, each in its style; wrapped at the limit
+    /// between words, continuation lines indented by `indent + hang`. The plain text is wrapped
+    /// and the pieces coloured, so that escapes never count as columns nor span a line break.
+    fn line(&mut self, indent: usize, hang: usize, segments: &[(&str, Style)]) {
+        let mut text = " ".repeat(indent);
+        let mut spans = Vec::with_capacity(segments.len());
+        for (segment, style) in segments {
+            spans.push((text.len(), text.len() + segment.len(), *style));
+            text.push_str(segment);
+        }
+        let pieces = match self.limit {
+            Some(limit) => pieces(&text, indent + hang, limit),
+            None => vec![(0, text.len())],
+        };
+        for (n, (from, to)) in pieces.into_iter().enumerate() {
+            if n > 0 {
+                self.out.push('\n');
+                self.out.push_str(&" ".repeat(indent + hang));
+            }
+            // The indentation before the first segment, uncoloured.
+            if let Some(&(first, _, _)) = spans.first()
+                && from < first
+            {
+                self.out.push_str(&text[from..first.min(to)]);
+            }
+            for &(start, end, style) in &spans {
+                let (a, b) = (start.max(from), end.min(to));
+                if a < b {
+                    let _ = write!(self.out, "{}", (&text[a..b]).style(style));
+                }
+            }
+        }
+        self.out.push('\n');
+    }
 }
 
 fn state_words(state: ClaimState) -> &'static str {
@@ -581,6 +851,13 @@ mod tests {
         );
         assert!(parse_target("pod/", "ns").is_err());
         assert!(parse_target("a/b/c", "ns").is_err());
+    }
+
+    #[test]
+    fn examples_fit_where_help_and_man_wrap() {
+        for line in EXAMPLES.lines() {
+            assert!(line.chars().count() <= 70, "{line:?}");
+        }
     }
 
     #[test]

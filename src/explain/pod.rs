@@ -33,6 +33,11 @@ use crate::fleet::objects::{Kind, Objects, Ustr};
 const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
 /// liken's render node attribute.
 const RENDER_NODE: &str = "liken.sh/renderNode";
+/// A `Taken` device that allows one allocation at a time.
+const NOT_SHAREABLE: &str = "allocated to other claims, and not shareable";
+/// A `Taken` device that allows multiple allocations, held by allocations made without sharing.
+const HELD_EXCLUSIVELY: &str =
+    "shareable, but held exclusively (the holders' allocations have no shareID)";
 /// How many names a grouped line lists before it says "and N more".
 const NAMES_SHOWN: usize = 5;
 
@@ -84,6 +89,16 @@ pub enum TargetError {
         "pod {namespace}/{name} has no resource claims (spec.resourceClaims is empty), so DRA does not hold it (hint: kubectl describe pod -n {namespace} {name})"
     )]
     NoClaims { namespace: String, name: String },
+    /// A kind without which no claim can be evaluated (ResourceSlices, DeviceClasses) could not
+    /// be read: a verdict without it would be built on data we lack.
+    #[error("cannot explain {target} without {plural}: {why} (hint: {hint})")]
+    Unreadable {
+        /// `pod ns/name` or `claim ns/name`.
+        target: String,
+        plural: &'static str,
+        why: String,
+        hint: String,
+    },
 }
 
 fn not_found_hint(similar: &[String], elsewhere: &[String], what: &str) -> String {
@@ -132,9 +147,20 @@ pub(crate) struct Diagnosis {
     /// An error that makes every scheduling attempt fail (a CEL runtime error, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempt_error: Option<AttemptError>,
-    /// The scheduler's and the kubelet's own words.
+    /// The scheduler's and the kubelet's own words (for `why claim/NAME`, about the pod that
+    /// uses the claim).
     pub scheduler: SchedulerWords,
+    /// For `why claim/NAME`: the pods that use the claim (`status.reservedFor`, its owner, or
+    /// naming it), `namespace/name`; the first one found among the objects lends its node
+    /// filters and scheduler messages.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub used_by: Vec<String>,
     pub next_steps: Vec<String>,
+    /// What could keep the claims from being allocated and was not checked (the nodes' own
+    /// filters, devices held by claims of other namespaces); with some, a verdict that nothing
+    /// blocks the claims is not given (exit code 4).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unchecked: Vec<String>,
     /// What the analysis lacks or assumed.
     pub notes: Vec<String>,
 }
@@ -151,6 +177,9 @@ pub(crate) struct ClaimReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub template: Option<String>,
     pub state: ClaimState,
+    /// `status.reservedFor`: `pod namespace/name` for pods, `RESOURCE name` for other users.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reserved_for: Vec<String>,
     /// What is wrong with the claim itself, when something is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<Problem>,
@@ -400,13 +429,9 @@ const EVENT_REASONS: [&str; 4] = [
 pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
     let objects = input.objects;
     let namespace = input.target.namespace();
-    let notes: Vec<String> = input
-        .unread
-        .iter()
-        .map(|(kind, why)| format!("{} were not read ({why}): {}", kind.plural(), lacks(*kind)))
-        .collect();
 
     // The claims to explain, each with where it stands.
+    let mut used_by = Vec::new();
     let (kind, name, pod, entries) = match input.target {
         Target::Pod { name, .. } => {
             let pod = objects
@@ -419,7 +444,26 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
                     similar: similar(objects.pods.iter().map(|p| &p.metadata), namespace, name),
                     elsewhere: elsewhere(objects.pods.iter().map(|p| &p.metadata), name),
                 })?;
-            let entries = pod_claims(pod, objects);
+            let mut entries = pod_claims(pod, objects);
+            if input
+                .unread
+                .iter()
+                .any(|(k, _)| *k == Kind::ResourceClaimTemplate)
+            {
+                // A template not among the objects may exist: it was not read.
+                for entry in entries.iter_mut().filter(|e| {
+                    e.state == ClaimState::NotCreated && e.spec.is_none() && e.template.is_some()
+                }) {
+                    entry.problem = Some(Problem {
+                        message: format!(
+                            "the claim for {} is not created yet (pod.status.resourceClaimStatuses has no entry), and its template {namespace}/{} was not read, so what it asks for is not evaluated",
+                            entry.name,
+                            entry.template.as_deref().unwrap_or_default()
+                        ),
+                        fix: "wait for the resource claim controller; if it stays so, look for FailedResourceClaimCreation events; read the templates too (see the note) to evaluate the claim".to_owned(),
+                    });
+                }
+            }
             if entries.is_empty() {
                 return Err(TargetError::NoClaims {
                     namespace: namespace.to_owned(),
@@ -448,9 +492,28 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
                 state: claim_state(claim, None, false),
                 problem: None,
             };
-            ("ResourceClaim", name, None, vec![entry])
+            // The pod that uses the claim: its node filters decide where the claim can be
+            // allocated, and its events are the scheduler's words about it.
+            let users = claim_users(claim, objects);
+            used_by = users.0;
+            ("ResourceClaim", name, users.1, vec![entry])
         }
     };
+    // Templates matter only for claims not created yet.
+    let not_created = entries.iter().any(|e| e.state == ClaimState::NotCreated);
+    let notes: Vec<String> = input
+        .unread
+        .iter()
+        .filter(|(kind, _)| *kind != Kind::ResourceClaimTemplate || not_created)
+        .map(|(kind, why)| match kind {
+            // Claims are only ever unread outside the namespace (`cli::why` falls back to it;
+            // without the pod's own claims there is nothing to explain).
+            Kind::ResourceClaim => format!(
+                "resourceclaims outside the namespace {namespace} were not read ({why}): devices they hold are not known to be taken; the namespace's own claims were read"
+            ),
+            _ => format!("{} were not read ({why}): {}", kind.plural(), lacks(*kind)),
+        })
+        .collect();
     let full_name = format!("{namespace}/{name}");
 
     let classes: BTreeMap<String, DeviceClassSpec> = objects
@@ -477,6 +540,7 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
             claim: entry.claim_name.clone(),
             template: entry.template.clone(),
             state: entry.state,
+            reserved_for: entry.claim.map(reserved_for).unwrap_or_default(),
             problem: entry.problem.clone(),
             allocation: None,
             requests: Vec::new(),
@@ -569,13 +633,27 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
         nodes: None,
         attempt_error: None,
         scheduler: scheduler_words(pod, &objects.events),
+        used_by,
         next_steps: Vec::new(),
+        unchecked: Vec::new(),
         notes,
     };
     if !model.nodes_known && !pending.is_empty() {
-        diagnosis.notes.push(
-            "no Node objects were given: the nodes are the ones the slices name, and the pod's nodeSelector, affinity and node taints were not checked (hint: include nodes, e.g. kubectl get nodes -o yaml)".to_owned(),
+        diagnosis.unchecked.push(
+            "the nodes' own filters (the pod's nodeSelector, affinity and tolerations of node taints), as no Node objects were read".to_owned(),
         );
+        // Nodes that could not be read have their note already; a list that came back empty
+        // is said here.
+        if !input.unread.iter().any(|(k, _)| *k == Kind::Node) {
+            diagnosis.notes.push(
+                "no Node objects were read: the nodes are the ones the slices name, and the pod's nodeSelector, affinity and node taints were not checked".to_owned(),
+            );
+        }
+    }
+    if input.unread.iter().any(|(k, _)| *k == Kind::ResourceClaim) && !pending.is_empty() {
+        diagnosis.unchecked.push(format!(
+            "devices held by claims outside the namespace {namespace}, as those claims were not read"
+        ));
     }
 
     let class_problem = problems
@@ -817,23 +895,111 @@ fn claim_state(claim: &ResourceClaim, pod: Option<&Pod>, from_template: bool) ->
     }
     let status = claim.status.as_ref();
     let allocated = status.and_then(|s| s.allocation.as_ref()).is_some();
-    let reserved = pod.is_some_and(|pod| {
-        let uid = pod.metadata.uid.as_deref();
-        status
-            .and_then(|s| s.reserved_for.as_deref())
-            .unwrap_or_default()
-            .iter()
-            .any(|r| {
+    let consumers = status
+        .and_then(|s| s.reserved_for.as_deref())
+        .unwrap_or_default();
+    // For a pod: reserved for that pod. For a claim on its own: reserved for anyone.
+    let reserved = match pod {
+        Some(pod) => {
+            let uid = pod.metadata.uid.as_deref();
+            consumers.iter().any(|r| {
                 r.resource == "pods"
                     && (Some(r.uid.as_str()) == uid
                         || (uid.is_none() && Some(&r.name) == pod.metadata.name.as_ref()))
             })
-    });
+        }
+        None => !consumers.is_empty(),
+    };
     match (allocated, reserved) {
         (true, true) => ClaimState::Reserved,
         (true, false) => ClaimState::Allocated,
         (false, _) => ClaimState::Pending,
     }
+}
+
+/// A claim's `status.reservedFor`, as words: `pod ns/name`, or `RESOURCE name`.
+fn reserved_for(claim: &ResourceClaim) -> Vec<String> {
+    let namespace = claim.metadata.namespace.as_deref().unwrap_or("default");
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.reserved_for.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .map(|r| match r.resource.as_str() {
+            "pods" => format!("pod {namespace}/{}", r.name),
+            other => format!("{other} {}", r.name),
+        })
+        .collect()
+}
+
+/// The pods that use a claim, `namespace/name`: those it is reserved for, its owner, and those
+/// that name it (directly, or through their status for a claim made from a template); with the
+/// first of them that is among the objects.
+pub(crate) fn claim_users<'o>(
+    claim: &ResourceClaim,
+    objects: &'o Objects,
+) -> (Vec<String>, Option<&'o Pod>) {
+    let namespace = claim.metadata.namespace.as_deref().unwrap_or("default");
+    let claim_name = claim.metadata.name.as_deref().unwrap_or_default();
+    let mut names: Vec<String> = Vec::new();
+    let status = claim.status.as_ref();
+    for r in status
+        .and_then(|s| s.reserved_for.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| r.resource == "pods")
+    {
+        names.push(r.name.clone());
+    }
+    for o in claim
+        .metadata
+        .owner_references
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .filter(|o| o.kind == "Pod" && o.controller == Some(true))
+    {
+        names.push(o.name.clone());
+    }
+    for pod in objects
+        .pods
+        .iter()
+        .filter(|p| p.metadata.namespace.as_deref().unwrap_or("default") == namespace)
+    {
+        let spec_names = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.resource_claims.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.resource_claim_name.as_deref() == Some(claim_name));
+        let status_names = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.resource_claim_name.as_deref() == Some(claim_name));
+        if spec_names || status_names {
+            names.extend(pod.metadata.name.clone());
+        }
+    }
+    let mut seen = HashSet::new();
+    names.retain(|n| seen.insert(n.clone()));
+    let pod = names.iter().find_map(|n| {
+        objects
+            .pods
+            .iter()
+            .find(|p| meta_is(&p.metadata, namespace, n))
+    });
+    (
+        names
+            .into_iter()
+            .map(|n| format!("{namespace}/{n}"))
+            .collect(),
+        pod,
+    )
 }
 
 fn owned_by(claim: &ResourceClaim, pod: &Pod) -> bool {
@@ -856,7 +1022,8 @@ fn lacks(kind: Kind) -> &'static str {
     match kind {
         Kind::ResourceSlice => "no device can be evaluated",
         Kind::DeviceClass => "no selector can be evaluated",
-        Kind::ResourceClaim => "the pod's claims and the devices other claims hold are unknown",
+        // Never said: see the note for claims in `explain`.
+        Kind::ResourceClaim => "devices held by other namespaces' claims are not known to be taken",
         Kind::ResourceClaimTemplate => "claims not created yet cannot be evaluated",
         Kind::Pod => "the pod cannot be found",
         Kind::Node => "the pod's nodeSelector, affinity and node taints are not checked",
@@ -1101,10 +1268,12 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
             match &report.verdict {
                 NodeVerdict::Allocated(_) => {
                     allocatable += 1;
-                    (
-                        OutcomeKind::Allocatable,
-                        "every claim can be allocated now".to_owned(),
-                    )
+                    let detail = if model.nodes_known {
+                        "every claim can be allocated now"
+                    } else {
+                        "the devices allow every claim (the node's own filters unchecked)"
+                    };
+                    (OutcomeKind::Allocatable, detail.to_owned())
                 }
                 NodeVerdict::CannotAllocate => why_not_on_node(&allocator, &report),
             }
@@ -1173,11 +1342,22 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
                 DeviceStatus::Taken { claims } => {
                     report.qualifying += 1;
                     qualifying_nodes.insert(node_name);
+                    // A shareable device is taken only by an allocation without a share ID
+                    // (allocateddevices.go: with DRAConsumableCapacity on, a result with a
+                    // shareID is a shared allocation; one without is exclusive, as every
+                    // allocation made while the gate was off is).
+                    let shareable = input.features.consumable_capacity
+                        && allocator.device(d).allow_multiple_allocations() == Some(true);
+                    let detail = if shareable {
+                        HELD_EXCLUSIVELY
+                    } else {
+                        NOT_SHAREABLE
+                    };
                     (
                         ReasonKind::Taken,
                         None,
                         None,
-                        "allocated to other claims, and not shareable".to_owned(),
+                        detail.to_owned(),
                         claims.clone(),
                     )
                 }
@@ -1886,7 +2066,9 @@ fn conclude(
             .find_map(|c| c.allocation.as_ref().and_then(|a| a.node.clone()))
             .or(scheduled_on.clone());
         let on = node.map(|n| format!(" on node {n}")).unwrap_or_default();
-        if running || diagnosis.kind != "Pod" {
+        if diagnosis.kind != "Pod" {
+            diagnosis.verdict = format!("{what} is allocated{on}; DRA does not hold it.");
+        } else if running {
             diagnosis.verdict =
                 format!("the claims of {what} are allocated{on}; DRA does not hold it.");
         } else if let Some(failure) = prepare_failures.last() {
@@ -1904,21 +2086,68 @@ fn conclude(
     } else {
         let nodes = diagnosis.nodes.as_ref();
         let allocatable = nodes.map_or(0, |n| n.allocatable);
-        if allocatable > 0 {
+        let last_word = diagnosis
+            .scheduler
+            .events
+            .iter()
+            .rev()
+            .find(|e| e.reason == "FailedScheduling")
+            .map(|e| e.message.clone())
+            .or_else(|| {
+                let c = diagnosis.scheduler.condition.as_ref()?;
+                (c.reason.as_deref() == Some("Unschedulable"))
+                    .then(|| c.message.clone())
+                    .flatten()
+            });
+        if allocatable > 0 && !diagnosis.unchecked.is_empty() {
+            // What was not read can only rule nodes out, never in: a node the devices allow
+            // may still be closed to the pod. No verdict that nothing blocks it, then.
+            let total = nodes.map_or(0, |n| n.total);
+            let names = nodes
+                .and_then(|n| {
+                    n.outcomes
+                        .iter()
+                        .find(|o| o.outcome == OutcomeKind::Allocatable)
+                })
+                .filter(|o| o.nodes.len() <= 3)
+                .map(|o| format!(" ({})", o.nodes.join(", ")))
+                .unwrap_or_default();
             diagnosis.verdict = format!(
-                "nothing in the fleet blocks {what}: its claims can be allocated now on {allocatable} of {} nodes.",
+                "undecided for {what}: the devices allow {} on {allocatable} of {total} nodes{names}, but what was not checked may still block it: {}.",
+                if diagnosis.kind == "Pod" {
+                    "its claims"
+                } else {
+                    "it"
+                },
+                diagnosis.unchecked.join("; ")
+            );
+            if let Some(message) = &last_word {
+                let reasons = node_side_reasons(message);
+                if reasons.is_empty() {
+                    steps.push(format!("the scheduler's last word was {message:?}"));
+                } else {
+                    steps.push(format!(
+                        "the scheduler says {}: that is the side this explanation could not check; the nodes the devices allow may be among those",
+                        reasons.join(", ")
+                    ));
+                }
+            }
+            steps.push("read what was not checked (see the notes) and run why again".to_owned());
+        } else if allocatable > 0 {
+            diagnosis.verdict = format!(
+                "nothing in the fleet blocks {what}: {} be allocated now on {allocatable} of {} nodes.",
+                if diagnosis.kind == "Pod" {
+                    "its claims can"
+                } else {
+                    "it can"
+                },
                 nodes.map_or(0, |n| n.total)
             );
-            if let Some(words) = diagnosis
-                .scheduler
-                .events
-                .iter()
-                .rev()
-                .find(|e| e.reason == "FailedScheduling")
+            if let Some(message) = &last_word
+                && message.contains(" nodes are available")
             {
                 steps.push(format!(
-                    "the scheduler's last word was {:?}; if it is older than the devices, it will retry on its own",
-                    words.message
+                    "this is not what the scheduler last said ({message:?}): if that is older than the devices' release, it retries on its own; if it stays, the scheduler sees something these objects do not show"
                 ));
             }
         } else {
@@ -1946,7 +2175,11 @@ fn conclude(
                     )
                 })
                 .unwrap_or_else(|| "no node has devices".to_owned());
-            diagnosis.verdict = format!("no node can allocate the claims of {what}: {main}.");
+            diagnosis.verdict = if diagnosis.kind == "Pod" {
+                format!("no node can allocate the claims of {what}: {main}.")
+            } else {
+                format!("no node can allocate {what}: {main}.")
+            };
             steps.extend(unknown_steps(diagnosis));
             for claim in &diagnosis.claims {
                 for request in &claim.requests {
@@ -1971,14 +2204,26 @@ fn conclude(
                         ));
                     }
                     if request.qualifying > 0 && request.available == 0 {
-                        let holders: BTreeSet<&String> =
-                            request.reasons.iter().flat_map(|r| &r.claims).collect();
-                        if !holders.is_empty() {
+                        let holders = |detail: &str| -> Vec<String> {
+                            let set: BTreeSet<&String> = request
+                                .reasons
+                                .iter()
+                                .filter(|r| r.reason == ReasonKind::Taken && r.detail == detail)
+                                .flat_map(|r| &r.claims)
+                                .collect();
+                            set.into_iter().cloned().collect()
+                        };
+                        let exclusive = holders(NOT_SHAREABLE);
+                        if !exclusive.is_empty() {
                             steps.push(format!(
                                 "the devices that qualify for request {} are held by {}: wait for them, or make the devices shareable (allowMultipleAllocations needs DRAConsumableCapacity, on by default from Kubernetes 1.36)",
                                 request.name,
-                                shorten(holders.into_iter().cloned().collect())
+                                shorten(exclusive)
                             ));
+                        }
+                        let unshared = holders(HELD_EXCLUSIVELY);
+                        if !unshared.is_empty() {
+                            steps.push(reallocate_step(&request.name, unshared));
                         }
                         if request
                             .reasons
@@ -2015,7 +2260,64 @@ fn conclude(
             steps.push("or give the workload a way forward without such a GPU: a second claim on any render node (class gpu-render) that it uses with its own fallback path, or no claim and work on the CPU; the workload's controller chooses, not the scheduler".to_owned());
         }
     }
+    if diagnosis.kind != "Pod"
+        && let Some(user) = diagnosis.used_by.first()
+    {
+        let (namespace, name) = user.split_once('/').unwrap_or(("default", user));
+        let applied = if diagnosis.nodes.is_some() && pod.is_some() {
+            " (its node filters are applied here)"
+        } else {
+            ""
+        };
+        steps.push(format!(
+            "the claim is used by pod {user}{applied}: kubectl media why {name} -n {namespace} explains all of the pod's claims"
+        ));
+    }
     diagnosis.next_steps = steps;
+}
+
+/// What to do when shareable devices are held by allocations without a share ID: allocate the
+/// holders again (the scheduler gives a shareable device a share ID only when it allocates it).
+fn reallocate_step(request: &str, holders: Vec<String>) -> String {
+    // The agents' own claims are made from the DaemonSet's template: restarting the DaemonSet
+    // makes them again.
+    let agents: BTreeSet<&str> = holders
+        .iter()
+        .filter_map(|h| h.split_once('/'))
+        .filter(|(_, name)| name.starts_with("media-capabilities-"))
+        .map(|(namespace, _)| namespace)
+        .collect();
+    let restart = agents
+        .iter()
+        .map(|ns| {
+            format!("; for the media-capabilities agents, kubectl -n {ns} rollout restart daemonset/media-capabilities")
+        })
+        .collect::<String>();
+    format!(
+        "the devices that qualify for request {request} allow multiple allocations, but {} hold them exclusively: their allocations have no shareID (made while DRAConsumableCapacity was off), which the scheduler counts as exclusive. Have the holders allocated again, shared: recreate the pods that use them{restart}",
+        shorten(holders)
+    )
+}
+
+/// The reasons of a FailedScheduling message (`0/9 nodes are available: 2 node(s) didn't match
+/// Pod's node affinity/selector, 7 cannot allocate all claims. ...`) that come from the nodes'
+/// own filters rather than from the devices.
+fn node_side_reasons(message: &str) -> Vec<String> {
+    let Some((_, rest)) = message.split_once(" nodes are available: ") else {
+        return Vec::new();
+    };
+    // The reasons end at the first sentence; preemption's own count follows.
+    let reasons = rest.split(". ").next().unwrap_or(rest);
+    reasons
+        .split(", ")
+        .map(|r| r.trim_end_matches('.'))
+        .filter(|r| {
+            r.contains("node affinity/selector")
+                || r.contains("untolerated taint")
+                || r.contains("node(s) were unschedulable")
+        })
+        .map(|r| format!("\"{r}\""))
+        .collect()
 }
 
 /// `1 device`, `2 devices`.
@@ -2269,6 +2571,145 @@ spec:
                 (OutcomeKind::Allocatable, vec!["n1".to_owned()]),
                 (OutcomeKind::RequestUnsatisfied, vec!["n2".to_owned()]),
             ]
+        );
+    }
+
+    #[test]
+    fn allocatable_is_never_said_on_what_was_not_read() {
+        let event = r#"
+---
+apiVersion: v1
+kind: Event
+metadata: {name: p.3, namespace: media}
+involvedObject: {kind: Pod, name: p, namespace: media}
+reason: FailedScheduling
+message: "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 cannot allocate all claims. still not schedulable, preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+"#;
+        // No Node objects: the node side is unchecked, and the scheduler's reason is named.
+        let text = format!(
+            "{FLEET}{}{}{event}",
+            pod(STATUS),
+            claim("p-gpu-x", SPEC, "")
+        );
+        let d = explain_pod(&text).unwrap();
+        assert!(!d.blocked);
+        assert_eq!(d.unchecked.len(), 1, "{:?}", d.unchecked);
+        assert!(
+            d.verdict.starts_with(
+                "undecided for pod media/p: the devices allow its claims on 1 of 2 nodes (n1)"
+            ),
+            "{}",
+            d.verdict
+        );
+        assert!(
+            d.next_steps[0].starts_with(
+                "the scheduler says \"1 node(s) didn't match Pod's node affinity/selector\""
+            ),
+            "{:?}",
+            d.next_steps
+        );
+        // With the nodes: allocatable, and the disagreement with the scheduler is said.
+        let nodes = "\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n1}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n2}\n";
+        let d = explain_pod(&format!("{text}{nodes}")).unwrap();
+        assert!(d.unchecked.is_empty(), "{:?}", d.unchecked);
+        assert!(
+            d.verdict
+                .starts_with("nothing in the fleet blocks pod media/p"),
+            "{}",
+            d.verdict
+        );
+        assert!(
+            d.next_steps[0].starts_with("this is not what the scheduler last said"),
+            "{:?}",
+            d.next_steps
+        );
+        // Claims of other namespaces not read: a device they hold may be taken. Undecided.
+        let objects = objects(&format!("{text}{nodes}"));
+        let d = explain(&Input {
+            objects: &objects,
+            target: &Target::Pod {
+                namespace: "media".into(),
+                name: "p".into(),
+            },
+            features: Features::default(),
+            unread: &[(Kind::ResourceClaim, "forbidden".to_owned())],
+            every_device: false,
+        })
+        .unwrap();
+        assert!(!d.blocked);
+        assert_eq!(
+            d.unchecked,
+            ["devices held by claims outside the namespace media, as those claims were not read"]
+        );
+        assert!(
+            d.verdict.starts_with("undecided for pod media/p"),
+            "{}",
+            d.verdict
+        );
+    }
+
+    #[test]
+    fn a_template_not_read_is_not_said_missing() {
+        // The pod's claim is not created yet and its template is not among the objects.
+        let text = FLEET.replace(
+            "kind: ResourceClaimTemplate\nmetadata: {name: t,",
+            "kind: ResourceClaimTemplate\nmetadata: {name: other,",
+        );
+        assert_ne!(text, FLEET);
+        let text = format!("{text}{}", pod(""));
+        let objects = objects(&text);
+        let explain_with = |unread: &[(Kind, String)]| {
+            explain(&Input {
+                objects: &objects,
+                target: &Target::Pod {
+                    namespace: "media".into(),
+                    name: "p".into(),
+                },
+                features: Features::default(),
+                unread,
+                every_device: false,
+            })
+            .unwrap()
+        };
+        // Read, and not there: it does not exist.
+        let d = explain_with(&[]);
+        assert!(
+            d.verdict
+                .contains("ResourceClaimTemplate media/t does not exist"),
+            "{}",
+            d.verdict
+        );
+        // Not read: the claim is not created yet, and what it asks for is not evaluated.
+        let d = explain_with(&[(Kind::ResourceClaimTemplate, "forbidden".to_owned())]);
+        assert!(d.blocked);
+        assert!(!d.verdict.contains("does not exist"), "{}", d.verdict);
+        assert!(
+            d.verdict.contains("its template media/t was not read"),
+            "{}",
+            d.verdict
+        );
+        assert_eq!(
+            d.notes[0],
+            "resourceclaimtemplates were not read (forbidden): claims not created yet cannot be evaluated"
+        );
+        // A claim that exists needs no template: no note.
+        let text = format!("{FLEET}{}{}", pod(STATUS), claim("p-gpu-x", SPEC, ""));
+        let objects = crate::explain::model::tests::objects(&text);
+        let d = explain(&Input {
+            objects: &objects,
+            target: &Target::Pod {
+                namespace: "media".into(),
+                name: "p".into(),
+            },
+            features: Features::default(),
+            unread: &[(Kind::ResourceClaimTemplate, "forbidden".to_owned())],
+            every_device: false,
+        })
+        .unwrap();
+        assert!(
+            !d.notes.iter().any(|n| n.contains("resourceclaimtemplates")),
+            "{:?}",
+            d.notes
         );
     }
 

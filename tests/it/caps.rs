@@ -73,7 +73,17 @@ fn fails(args: &[&str], code: i32, stdin: Option<&str>) -> String {
 
 /// Runs kubectl-media in a real terminal `columns` wide (a pty from util-linux's `script`, sized
 /// with `stty`), with `COLUMNS` set to something else to show that it is not what counts.
-fn in_terminal(args: &[&str], columns: u16, env: &[(&str, &str)]) -> String {
+pub(crate) fn in_terminal(args: &[&str], columns: u16, env: &[(&str, &str)]) -> String {
+    in_terminal_exiting(args, columns, env, 0)
+}
+
+/// [`in_terminal`], for a command that exits with `code`.
+pub(crate) fn in_terminal_exiting(
+    args: &[&str],
+    columns: u16,
+    env: &[(&str, &str)],
+    code: i32,
+) -> String {
     let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
     let command = format!(
         "stty cols {columns} rows 60; exec {} {}",
@@ -92,8 +102,9 @@ fn in_terminal(args: &[&str], columns: u16, env: &[(&str, &str)]) -> String {
         .stdin(Stdio::null())
         .output()
         .expect("run script(1)");
-    assert!(
-        out.status.success(),
+    assert_eq!(
+        out.status.code(),
+        Some(code),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -101,7 +112,7 @@ fn in_terminal(args: &[&str], columns: u16, env: &[(&str, &str)]) -> String {
     String::from_utf8(out.stdout).unwrap().replace("\r\n", "\n")
 }
 
-fn strip_ansi(text: &str) -> String {
+pub(crate) fn strip_ansi(text: &str) -> String {
     let mut out = String::new();
     let mut chars = text.chars();
     while let Some(c) = chars.next() {

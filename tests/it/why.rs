@@ -152,6 +152,43 @@ fn qualifying_gpus_all_taken() {
 }
 
 #[test]
+fn shareable_devices_held_by_unshared_allocations() {
+    // At 1.36 the render nodes allow multiple allocations, and DRAConsumableCapacity is on; the
+    // agents' claims were allocated without a shareID (as before the gate), so the scheduler
+    // counts them as exclusive. Making the devices shareable is not the way: they are.
+    let out = why_files("film-0", "all-taken", &["--kubernetes-version", "1.36"]);
+    let explanation = text(&out, 3);
+    assert!(
+        explanation.contains(
+            "    shareable, but held exclusively (the holders' allocations have no shareID):\n"
+        ),
+        "{explanation}"
+    );
+    assert!(!explanation.contains("not shareable"), "{explanation}");
+    assert!(
+        !explanation.contains("make the devices shareable"),
+        "{explanation}"
+    );
+    assert!(
+        explanation.contains("hold them exclusively: their allocations have no shareID"),
+        "{explanation}"
+    );
+    assert!(
+        explanation.contains(
+            "for the media-capabilities agents, kubectl -n liken-system rollout restart daemonset/media-capabilities"
+        ),
+        "{explanation}"
+    );
+    // At 1.35 the gate is off: the devices are not shareable, and the advice says so.
+    let explanation = text(
+        &why_files("film-0", "all-taken", &["--kubernetes-version", "1.35"]),
+        3,
+    );
+    assert!(explanation.contains("allocated to other claims, and not shareable:"));
+    assert!(explanation.contains("make the devices shareable"));
+}
+
+#[test]
 fn each_request_satisfiable_never_on_one_gpu() {
     let out = why_files(
         "proxy-0",
@@ -188,7 +225,28 @@ fn every_device_with_wide() {
         .filter(|l| l.starts_with("      ws-1  "))
         .count();
     assert_eq!(lines, 8, "{explanation}");
-    assert!(explanation.contains("      ws-1  media.liken.sh/ws-1/pci-0000-01-00-0  0000:01:00.0  AD104 [GeForce RTX 4070]  Available"));
+    // In columns under a header, as kubectl's -o wide: every row's verdict starts where the
+    // header's VERDICT does.
+    let header = explanation
+        .lines()
+        .find(|l| l.trim_start().starts_with("NODE "))
+        .expect("a header");
+    let column = header.find("VERDICT").unwrap();
+    let rows: Vec<&str> = explanation
+        .lines()
+        .filter(|l| l.starts_with("      ") && (l.contains("/renderd") || l.contains("/pci-")))
+        .collect();
+    assert_eq!(rows.len(), 42, "{explanation}");
+    for row in &rows {
+        assert_ne!(row.as_bytes()[column], b' ', "{row}");
+        assert_eq!(&row[column - 2..column], "  ", "{row}");
+    }
+    assert!(
+        explanation.contains(
+            "      ws-1      media.liken.sh/ws-1/pci-0000-01-00-0      0000:01:00.0  AD104 [GeForce RTX 4070]                             Available"
+        ),
+        "{explanation}"
+    );
 }
 
 #[test]
@@ -359,9 +417,485 @@ fn a_claim_on_its_own() {
     );
     let explanation = text(&out, 3);
     assert!(
-        explanation.starts_with("No node can allocate the claims of claim media/film-0-gpu-m4d8r"),
+        explanation.starts_with("No node can allocate claim media/film-0-gpu-m4d8r:"),
         "{explanation}"
     );
-    // Without a pod there are no node filters or scheduler messages to read.
-    assert!(!explanation.contains("The scheduler says:"));
+    assert!(
+        explanation.contains("\nClaim media/film-0-gpu-m4d8r: not allocated\n"),
+        "{explanation}"
+    );
+    // The pod that uses it lends its scheduler messages, and is pointed at.
+    assert!(explanation.contains("The scheduler says, of pod media/film-0:"));
+    assert!(explanation.contains(
+        "the claim is used by pod media/film-0 (its node filters are applied here): kubectl media why film-0 -n media explains all of the pod's claims"
+    ));
+}
+
+#[test]
+fn a_claim_takes_its_pod_s_node_filters() {
+    // archive-0's nodeSelector rules out tgl-1, the only node whose devices serve its claim:
+    // the claim on its own is blocked, for the same reason as the pod.
+    let explanation = text(
+        &why_files(
+            "claim/archive-0-gpu-x7k2q",
+            "no-gpu-qualifies",
+            &["--kubernetes-version", "1.36"],
+        ),
+        3,
+    );
+    assert!(
+        explanation.starts_with("No node can allocate claim media/archive-0-gpu-x7k2q: request transcodes: no device passes the selectors (7 of 9 nodes)."),
+        "{explanation}"
+    );
+    assert!(
+        explanation.contains("the pod's nodeSelector wants gpu-pool=datacenter: edge-1, tgl-1"),
+        "{explanation}"
+    );
+    assert!(!explanation.contains("Nothing in the fleet blocks"));
+    assert!(explanation.contains("kubectl media why archive-0 -n media"));
+
+    // A claim reserved for a pod that is not among the objects: reserved all the same.
+    let explanation = text(
+        &why_files(
+            "claim/media-capabilities-amd-1-render-2kq8x",
+            "all-taken",
+            &["-n", "liken-system", "--kubernetes-version", "1.36"],
+        ),
+        0,
+    );
+    assert!(
+        explanation.starts_with("Claim liken-system/media-capabilities-amd-1-render-2kq8x is allocated on node amd-1; DRA does not hold it."),
+        "{explanation}"
+    );
+    assert!(
+        explanation.contains("\nClaim liken-system/media-capabilities-amd-1-render-2kq8x: allocated and reserved for pod liken-system/media-capabilities-amd-1\n"),
+        "{explanation}"
+    );
+    let record: Value = serde_json::from_str(&text(
+        &why_files(
+            "claim/media-capabilities-amd-1-render-2kq8x",
+            "all-taken",
+            &["-n", "liken-system", "-o", "json"],
+        ),
+        0,
+    ))
+    .unwrap();
+    assert_eq!(record["claims"][0]["state"], "Reserved");
+    assert_eq!(
+        record["claims"][0]["reservedFor"][0],
+        "pod liken-system/media-capabilities-amd-1"
+    );
+    assert_eq!(record["usedBy"][0], "liken-system/media-capabilities-amd-1");
+}
+
+/// The first line of an explanation, and every `note:` line.
+fn verdict_and_notes(explanation: &str) -> (String, Vec<String>) {
+    let verdict = explanation.lines().next().unwrap_or_default().to_owned();
+    let notes = explanation
+        .lines()
+        .filter(|l| l.starts_with("note: "))
+        .map(str::to_owned)
+        .collect();
+    (verdict, notes)
+}
+
+#[test]
+fn without_nodes_the_node_side_is_unchecked_never_fine() {
+    // archive-0's nodeSelector rules out tgl-1, the only node whose devices serve it. Without
+    // the Node objects that cannot be seen: no "nothing blocks", no exit 0.
+    let mut args = vec!["why", "archive-0", "--kubernetes-version", "1.36"];
+    let (fleet, classes, scenario) = (
+        example("fleet.yaml"),
+        root()
+            .join("deploy/examples/classes.yaml")
+            .display()
+            .to_string(),
+        example("why/no-gpu-qualifies.yaml"),
+    );
+    for file in [&fleet, &classes, &scenario] {
+        args.extend(["-f", file]);
+    }
+    let explanation = text(&run(&args, None), 4);
+    let (verdict, notes) = verdict_and_notes(&explanation);
+    assert!(
+        !explanation.contains("Nothing in the fleet blocks"),
+        "{explanation}"
+    );
+    assert_eq!(
+        verdict,
+        "Undecided for pod media/archive-0: the devices allow its claims on 1 of 9 nodes (tgl-1), but what was not checked may still block it: the nodes' own filters (the pod's nodeSelector, affinity and tolerations of node taints), as no Node objects were read."
+    );
+    // The scheduler's own reason is not contradicted silently.
+    assert!(
+        explanation.contains(
+            "the scheduler says \"2 node(s) didn't match Pod's node affinity/selector\": that is the side this explanation could not check"
+        ),
+        "{explanation}"
+    );
+    // One note for the nodes, with the hint for files.
+    let about_nodes: Vec<&String> = notes.iter().filter(|n| n.contains("node")).collect();
+    assert_eq!(about_nodes.len(), 1, "{notes:#?}");
+    assert!(
+        about_nodes[0].contains("kubectl get nodes -o yaml"),
+        "{notes:#?}"
+    );
+
+    // From the cluster, nodes forbidden: the same verdict and one note, with no -f hint.
+    let server = server_with("no-gpu-qualifies", true);
+    server.fail_next_matching(1, Fault::Forbidden, Some("list"), Some("nodes"));
+    let explanation = text(
+        &run(
+            &["why", "archive-0", "-n", "media"],
+            Some(server.kubeconfig()),
+        ),
+        4,
+    );
+    let (from_cluster, notes) = verdict_and_notes(&explanation);
+    assert_eq!(from_cluster, verdict);
+    let about_nodes: Vec<&String> = notes.iter().filter(|n| n.contains("node")).collect();
+    assert_eq!(about_nodes.len(), 1, "{notes:#?}");
+    assert!(
+        about_nodes[0].starts_with("note: nodes were not read (forbidden: cannot list nodes"),
+        "{notes:#?}"
+    );
+    assert!(!about_nodes[0].contains("-f"), "{notes:#?}");
+
+    // JSON says what was not checked, and blocked stays false.
+    let mut json_args = args.clone();
+    json_args.extend(["-o", "json"]);
+    let record: Value = serde_json::from_str(&text(&run(&json_args, None), 4)).unwrap();
+    assert_eq!(record["blocked"], false);
+    assert_eq!(record["unchecked"].as_array().map(Vec::len), Some(1));
+}
+
+#[test]
+fn without_slices_or_classes_one_error_line() {
+    // From the cluster: the permission, and how to check it.
+    for (resource, plural) in [
+        ("resourceslices", "resourceslices.resource.k8s.io"),
+        ("deviceclasses", "deviceclasses.resource.k8s.io"),
+    ] {
+        let server = server_with("all-taken", true);
+        server.fail_next_matching(1, Fault::Forbidden, Some("list"), Some(resource));
+        let e = crate::one_error_line(
+            run(&["why", "film-0", "-n", "media"], Some(server.kubeconfig())),
+            1,
+        );
+        assert!(
+            e.starts_with(&format!(
+                "error: cannot explain pod media/film-0 without {resource}: they may not be listed: "
+            )),
+            "{e}"
+        );
+        assert!(
+            e.trim_end().ends_with(&format!(
+                "(hint: ask for a role that allows 'list' on {plural}; check with kubectl auth can-i list {plural})"
+            )),
+            "{e}"
+        );
+    }
+    // From files that hold none.
+    let classes = root()
+        .join("deploy/examples/classes.yaml")
+        .display()
+        .to_string();
+    let (fleet, nodes, scenario) = (
+        example("fleet.yaml"),
+        example("why/nodes.yaml"),
+        example("why/no-gpu-qualifies.yaml"),
+    );
+    let e = crate::one_error_line(
+        run(
+            &[
+                "why",
+                "archive-0",
+                "-f",
+                &nodes,
+                "-f",
+                &classes,
+                "-f",
+                &scenario,
+            ],
+            None,
+        ),
+        1,
+    );
+    assert_eq!(
+        e,
+        "error: cannot explain pod media/archive-0 without resourceslices: the files hold none (hint: save them too: kubectl get resourceslices -o yaml > resourceslices.yaml, and add -f resourceslices.yaml)\n"
+    );
+    let e = crate::one_error_line(
+        run(
+            &[
+                "why",
+                "archive-0",
+                "-f",
+                &nodes,
+                "-f",
+                &fleet,
+                "-f",
+                &scenario,
+            ],
+            None,
+        ),
+        1,
+    );
+    assert!(
+        e.contains("without deviceclasses: the files hold none"),
+        "{e}"
+    );
+    // An allocated claim is explained without them; what the slices would add is said missing.
+    let explanation = text(
+        &run(
+            &[
+                "why",
+                "claim/media-capabilities-amd-1-render-2kq8x",
+                "-n",
+                "liken-system",
+                "-f",
+                &nodes,
+                "-f",
+                &example("why/all-taken.yaml"),
+            ],
+            None,
+        ),
+        0,
+    );
+    assert!(
+        explanation.contains("\nnote: resourceslices were not read (the files hold none): the allocated devices' GPU addresses and render nodes are not shown\n"),
+        "{explanation}"
+    );
+}
+
+#[test]
+fn claims_not_in_the_files_are_not_said_missing() {
+    // The scenario without its ResourceClaims: archive-0's status names its claim, which the
+    // files do not hold. That is not "the claim does not exist".
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = std::fs::read_to_string(example("why/no-gpu-qualifies.yaml")).unwrap();
+    let kept: Vec<&str> = scenario
+        .split("\n---\n")
+        .filter(|d| !d.contains("\nkind: ResourceClaim\n"))
+        .collect();
+    assert!(kept.len() < scenario.split("\n---\n").count());
+    let without = dir.path().join("without-claims.yaml");
+    std::fs::write(&without, kept.join("\n---\n")).unwrap();
+    let mut args = vec!["why".to_owned(), "archive-0".to_owned()];
+    for file in fleet_files() {
+        args.extend(["-f".to_owned(), file]);
+    }
+    args.extend(["-f".to_owned(), without.display().to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let e = crate::one_error_line(run(&args, None), 1);
+    assert_eq!(
+        e,
+        "error: cannot explain pod media/archive-0 without resourceclaims: the files hold none (hint: save them too: kubectl get resourceclaims -A -o yaml > resourceclaims.yaml, and add -f resourceclaims.yaml)\n"
+    );
+}
+
+#[test]
+fn claims_readable_in_the_namespace_only() {
+    let server = server_with("no-gpu-qualifies", true);
+    server.fail_next_matching(1, Fault::Forbidden, Some("list"), Some("resourceclaims"));
+    let explanation = text(
+        &run(
+            &["why", "archive-0", "-n", "media"],
+            Some(server.kubeconfig()),
+        ),
+        3,
+    );
+    let (_, notes) = verdict_and_notes(&explanation);
+    let about_claims: Vec<&String> = notes
+        .iter()
+        .filter(|n| n.contains("resourceclaims"))
+        .collect();
+    assert_eq!(about_claims.len(), 1, "{notes:#?}");
+    assert!(
+        about_claims[0].starts_with("note: resourceclaims outside the namespace media were not read (forbidden: cannot list resourceclaims"),
+        "{notes:#?}"
+    );
+    assert!(
+        about_claims[0].ends_with(
+            "devices they hold are not known to be taken; the namespace's own claims were read"
+        ),
+        "{notes:#?}"
+    );
+    // The pod's claim was read.
+    assert!(
+        explanation.contains(
+            "Claim gpu: media/archive-0-gpu-x7k2q (from template vc1-archive): not allocated"
+        ),
+        "{explanation}"
+    );
+}
+
+#[test]
+fn text_wraps_at_the_terminal_with_a_hanging_indent() {
+    let mut args = vec!["why".to_owned(), "film-0".to_owned()];
+    for file in fleet_files() {
+        args.extend(["-f".to_owned(), file]);
+    }
+    args.extend(["-f".to_owned(), example("why/all-taken.yaml")]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // Into a pipe: one line each, as before (the snapshots).
+    let piped = text(&run(&args, None), 3);
+    assert!(piped.lines().any(|l| l.chars().count() > 200));
+    for columns in [120u16, 100, 80] {
+        let plain = crate::caps::in_terminal_exiting(&args, columns, &[("NO_COLOR", "1")], 3);
+        let mut wrapped = plain.lines();
+        for line in piped.lines() {
+            // Each line is its first piece, then continuations indented deeper than it, the
+            // words in order and none lost.
+            let first = wrapped
+                .next()
+                .unwrap_or_else(|| panic!("{columns}: ends early"));
+            assert!(line.starts_with(first), "{columns}: {first:?} of {line:?}");
+            let indent = line.len() - line.trim_start().len();
+            let mut rest = line[first.len()..].trim_start();
+            while !rest.is_empty() {
+                let next = wrapped
+                    .next()
+                    .unwrap_or_else(|| panic!("{columns}: ends early"));
+                let hang = next.len() - next.trim_start().len();
+                assert!(hang > indent, "{columns}: {next:?} under {line:?}");
+                assert!(
+                    rest.starts_with(next.trim_start()),
+                    "{columns}: {next:?} of {line:?}"
+                );
+                rest = rest[next.trim_start().len()..].trim_start();
+            }
+        }
+        assert_eq!(wrapped.next(), None);
+        if columns == 100 {
+            insta::assert_snapshot!("why-all-taken-at-100-columns", plain);
+        }
+        for line in plain.lines() {
+            assert!(
+                line.chars().count() <= usize::from(columns),
+                "{columns}: {line:?}"
+            );
+        }
+        // Colour changes nothing but the escapes.
+        let coloured = crate::caps::in_terminal_exiting(&args, columns, &[], 3);
+        assert_ne!(coloured, plain);
+        assert_eq!(crate::caps::strip_ansi(&coloured), plain, "{columns}");
+    }
+}
+
+#[test]
+fn the_help_s_examples_copy_as_they_read() {
+    // clap wraps help at the terminal's width (at most 100): a command wrapped onto two lines
+    // breaks when copied. Each example line is kept whole at 80, 100 and 120 columns.
+    let section = |help: &str| -> String {
+        let start = help.find("Examples:").expect("examples");
+        help[start..].to_owned()
+    };
+    let piped = run(&["why", "--help"], None);
+    assert!(piped.status.success());
+    let expected = section(&String::from_utf8(piped.stdout).unwrap());
+    assert!(
+        expected.contains(
+            "  kubectl get resourceclaims,resourceclaimtemplates -A -o yaml \\\n    > claims.yaml\n"
+        ),
+        "{expected}"
+    );
+    assert!(
+        expected.contains(
+            "  kubectl media why transcode-0 -n media \\\n    -f pods.yaml -f claims.yaml -f devices.yaml\n"
+        ),
+        "{expected}"
+    );
+    // The exit codes, 3 and 4 among them.
+    assert!(
+        expected.contains("\n  3  a claim cannot be allocated"),
+        "{expected}"
+    );
+    assert!(expected.contains("\n  4  undecided:"), "{expected}");
+    for columns in [80, 100, 120] {
+        let help = crate::caps::in_terminal(&["why", "--help"], columns, &[("NO_COLOR", "1")]);
+        assert_eq!(section(&help), expected, "at {columns} columns");
+    }
+}
+
+/// The help's saved-objects recipe, run as written with the real kubectl against the test API
+/// server: what it saves explains the pod as the cluster does.
+#[test]
+fn the_help_s_recipe_saves_what_why_needs() {
+    let help = String::from_utf8(run(&["why", "--help"], None).stdout).unwrap();
+    let recipe: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.contains("# From saved objects"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    assert!(recipe.len() >= 4, "{help}");
+    let script = recipe.join("\n").replace(
+        "kubectl media why transcode-0",
+        &format!("{} why film-0", env!("CARGO_BIN_EXE_kubectl-media")),
+    );
+    let server = server_with("all-taken", false);
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("HOME", dir.path())
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("KUBECONFIG", server.kubeconfig())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let from_cluster = run(&["why", "film-0", "-n", "media"], Some(server.kubeconfig()));
+    // The same explanation, but for the note that files carry no Kubernetes version (the
+    // server's feature gates are off here, and its slices have no allowMultipleAllocations).
+    let saved = text(&out, 3);
+    let note = "\nnote: feature gates as in Kubernetes 1.36 (DRAConsumableCapacity and DRADeviceTaints on); pass --kubernetes-version for another release\n";
+    assert!(saved.contains(note), "{saved}");
+    assert_eq!(saved.replace(note, ""), text(&from_cluster, 3), "{script}");
+}
+
+/// Every field the record has, in every scenario, is documented in docs/why-format.md.
+#[test]
+fn every_field_of_the_record_is_documented() {
+    fn keys(value: &Value, out: &mut std::collections::BTreeSet<String>) {
+        match value {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    out.insert(k.clone());
+                    keys(v, out);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|v| keys(v, out)),
+            _ => {}
+        }
+    }
+    let format = std::fs::read_to_string(root().join("docs/why-format.md")).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for (target, scenario, extra, code) in [
+        ("film-0", "all-taken", &[][..], 3),
+        ("archive-0", "no-gpu-qualifies", &[], 3),
+        ("proxy-0", "never-one-gpu", &[], 3),
+        ("review-0", "class-typo", &[], 3),
+        ("claim/archive-0-gpu-x7k2q", "no-gpu-qualifies", &[], 3),
+        // An allocated claim: reservedFor, usedBy, allocation.
+        (
+            "claim/media-capabilities-amd-1-render-2kq8x",
+            "all-taken",
+            &["-n", "liken-system"],
+            0,
+        ),
+    ] {
+        let mut args = extra.to_vec();
+        args.extend(["-o", "json"]);
+        let out = why_files(target, scenario, &args);
+        keys(&serde_json::from_str(&text(&out, code)).unwrap(), &mut seen);
+    }
+    let undocumented: Vec<&String> = seen
+        .iter()
+        .filter(|k| !format.contains(&format!("`{k}`")))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "not in docs/why-format.md: {undocumented:?}"
+    );
 }
