@@ -107,9 +107,10 @@ impl DeviceView for SliceDevice<'_> {
 /// The fleet the allocator works on.
 pub(crate) struct FleetModel<'a> {
     pub devices: Vec<SliceDevice<'a>>,
-    /// Devices allocated to claims other than the ones explained, without a share ID.
+    /// Devices allocated exclusively to a claim (any claim: the pod's own allocated claims hold
+    /// their devices too), with the claims holding them.
     pub taken: HashMap<DeviceId, Vec<String>>,
-    /// Devices allocated to other claims at all (shared ones included), for the messages.
+    /// Pools (`driver`, `pool`) whose newest generation lacks slices ("being updated").
     pub incomplete_pools: HashSet<(String, String)>,
     /// Every node: from the Node objects when there are any, else the nodes the slices name.
     pub nodes: Vec<CandidateNode<'a>>,
@@ -124,13 +125,13 @@ pub(crate) struct CandidateNode<'a> {
 }
 
 /// Builds the model from `slices` (every driver's), the claims of the cluster and its nodes.
-/// `explained` are the claims being diagnosed (`namespace/name`): their own allocations do not
-/// make their devices taken.
+/// `consumable_capacity` is the DRAConsumableCapacity gate: only with it is a result with a
+/// share ID a shared allocation.
 pub(crate) fn build<'a>(
     slices: &'a [ResourceSlice],
     claims: &[ResourceClaim],
     nodes: &'a [Node],
-    explained: &[String],
+    consumable_capacity: bool,
 ) -> FleetModel<'a> {
     // The slices that count, by index: the newest generation of each pool.
     let current: Vec<usize> = crate::fleet::inventory::is_current(slices)
@@ -209,12 +210,12 @@ pub(crate) fn build<'a>(
             });
         }
     }
+    // The scheduler's allocated devices (k/k dynamicresources allocateddevices.go
+    // `foreachAllocatedDevice`): every allocated claim's, the pod's own included. The claims
+    // `why` explains are pending, without an allocation, so nothing of theirs is skipped here.
     let mut taken: HashMap<DeviceId, Vec<String>> = HashMap::new();
     for claim in claims {
         let name = claim_name(claim);
-        if explained.contains(&name) {
-            continue;
-        }
         let results = claim
             .status
             .as_ref()
@@ -223,9 +224,12 @@ pub(crate) fn build<'a>(
             .and_then(|d| d.results.as_deref())
             .unwrap_or_default();
         for result in results {
-            // A share ID marks a shared allocation (allowMultipleAllocations); admin access
-            // does not hold the device either (allocator.go: allocated devices skip both).
-            if result.share_id.is_some() || result.admin_access == Some(true) {
+            // Admin access does not hold the device. A share ID marks a shared allocation
+            // (allowMultipleAllocations) only with the DRAConsumableCapacity gate; without it
+            // the device is held like any other.
+            if result.admin_access == Some(true)
+                || (consumable_capacity && result.share_id.is_some())
+            {
                 continue;
             }
             taken
@@ -358,7 +362,7 @@ status:
     #[test]
     fn the_model_follows_the_scheduler_s_gathering() {
         let objects = objects(SLICES);
-        let model = build(&objects.slices, &objects.claims, &objects.nodes, &[]);
+        let model = build(&objects.slices, &objects.claims, &objects.nodes, true);
         let names: Vec<String> = model.devices.iter().map(|d| d.id().to_string()).collect();
         // The older generation of a pool does not count.
         assert_eq!(
@@ -396,13 +400,18 @@ status:
         assert!(!model.nodes_known);
         assert_eq!(model.nodes.len(), 1);
         assert_eq!(model.nodes[0].info.name, "n1");
-        // The claim being explained does not take its own devices.
-        let model = build(
-            &objects.slices,
-            &objects.claims,
-            &objects.nodes,
-            &["media/other".into()],
-        );
-        assert!(model.taken.is_empty());
+        // Without the DRAConsumableCapacity gate (1.34, 1.35) a share ID means nothing: the
+        // device is held like any other (allocateddevices.go `foreachAllocatedDevice`).
+        let model = build(&objects.slices, &objects.claims, &objects.nodes, false);
+        assert_eq!(model.taken.len(), 2);
+        assert_eq!(model.taken[&shared_id()], vec!["media/other".to_string()]);
+    }
+
+    fn shared_id() -> DeviceId {
+        DeviceId {
+            driver: "media.liken.sh".into(),
+            pool: "shared".into(),
+            device: "gpu-0".into(),
+        }
     }
 }

@@ -464,11 +464,12 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
     // does not exist yet (the template's spec is what the claim will ask for).
     let mut pending: Vec<(usize, String, &ResourceClaimSpec)> = Vec::new();
     let mut bound_nodes: Vec<&k8s_openapi::api::core::v1::NodeSelector> = Vec::new();
-    let explained: Vec<String> = entries
-        .iter()
-        .filter_map(|e| e.claim_name.clone())
-        .collect();
-    let model = model::build(&objects.slices, &objects.claims, &objects.nodes, &explained);
+    let model = model::build(
+        &objects.slices,
+        &objects.claims,
+        &objects.nodes,
+        input.features.consumable_capacity,
+    );
     let models = gpu_models(&model);
 
     for entry in &entries {
@@ -2441,6 +2442,69 @@ status:
             .unwrap();
         assert_eq!(taken.claims, ["batch/other"]);
         assert_eq!(taken.model, "Arc A770");
+    }
+
+    #[test]
+    fn the_pod_s_own_allocated_claim_holds_its_device() {
+        // Claim a holds n1's only GPU (no share ID); claim b, pending, wants one more. The
+        // scheduler counts every allocated claim's devices as in use, the pod's own too.
+        let text = r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1}
+spec:
+  driver: media.liken.sh
+  nodeName: n1
+  pool: {name: n1, generation: 1, resourceSliceCount: 1}
+  devices: [{name: gpu0}]
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: media}
+spec:
+  selectors: [{cel: {expression: 'device.driver == "media.liken.sh"'}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: media, uid: pod-uid}
+spec:
+  resourceClaims: [{name: a, resourceClaimName: a}, {name: b, resourceClaimName: b}]
+  containers: [{name: c, image: i}]
+status: {phase: Pending}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: a, namespace: media}
+spec:
+  devices:
+    requests: [{name: r, exactly: {deviceClassName: media}}]
+status:
+  allocation:
+    devices:
+      results: [{request: r, driver: media.liken.sh, pool: n1, device: gpu0}]
+    nodeSelector:
+      nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [n1]}]}]
+  reservedFor: [{resource: pods, name: p, uid: pod-uid}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: b, namespace: media}
+spec:
+  devices:
+    requests: [{name: r, exactly: {deviceClassName: media}}]
+"#;
+        let d = explain_pod(text).unwrap();
+        assert!(d.blocked, "{d:#?}");
+        assert_eq!(
+            outcome_kinds(&d),
+            [(OutcomeKind::RequestUnsatisfied, vec!["n1".to_owned()])]
+        );
+        let taken = d.claims[1].requests[0]
+            .reasons
+            .iter()
+            .find(|r| r.reason == ReasonKind::Taken)
+            .expect("gpu0 is taken");
+        assert_eq!(taken.claims, ["media/a"]);
     }
 
     #[test]
