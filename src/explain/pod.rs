@@ -358,6 +358,9 @@ pub(crate) enum OutcomeKind {
 pub(crate) struct AttemptError {
     /// In the scheduler's words.
     pub message: String,
+    /// Whether every attempt fails: false when the scheduler may find enough feasible nodes
+    /// before it checks one where the error occurs (more than 100 nodes).
+    pub always: bool,
     pub consequence: String,
     pub fix: String,
 }
@@ -1024,9 +1027,18 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
     let mut statuses: Vec<BTreeMap<usize, DeviceStatus>> = Vec::new();
     let mut request_keys: Vec<(String, String)> = Vec::new();
     let mut attempt_error: Option<AllocError> = None;
+    // Nodes the scheduler filters on whose allocation fails with an error.
+    let mut erring = 0;
     let mut allocatable = 0;
     for candidate in &model.nodes {
         let node = &candidate.info;
+        // The pod's own node filters (NodeUnschedulable, TaintToleration, NodeAffinity) are
+        // plugins that run before DynamicResources: a node they reject is never allocated on,
+        // so an error the allocator would meet there never reaches the scheduler. The
+        // allocation is still computed, to say what the node would allow without them.
+        let filtered = pod
+            .zip(candidate.node)
+            .and_then(|(pod, node_object)| pod_filter(pod, node, node_object));
         let (report, failed) = match allocator.explain(node, &claims) {
             Ok(report) => (report, false),
             Err(e) => {
@@ -1055,11 +1067,17 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
                         }
                     }
                 }
-                outcomes
-                    .entry((OutcomeKind::Error, error_summary(&e)))
-                    .or_default()
-                    .push(node.name.clone());
-                attempt_error.get_or_insert(e);
+                let outcome = match &filtered {
+                    Some(filtered) => filtered.clone(),
+                    None => {
+                        erring += 1;
+                        (OutcomeKind::Error, error_summary(&e))
+                    }
+                };
+                if filtered.is_none() {
+                    attempt_error.get_or_insert(e);
+                }
+                outcomes.entry(outcome).or_default().push(node.name.clone());
                 let report = super::allocate::NodeReport {
                     verdict: NodeVerdict::CannotAllocate,
                     requests: surveyed,
@@ -1085,11 +1103,6 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
         if failed {
             continue;
         }
-        // The pod's own node filters come first in the scheduler (they are separate plugins);
-        // the allocation is still computed, to say what the node would allow without them.
-        let filtered = pod
-            .zip(candidate.node)
-            .and_then(|(pod, node_object)| pod_filter(pod, node, node_object));
         let bound_elsewhere = bound_nodes.iter().any(|s| !node.matches(s));
         let (kind, detail) = if let Some(filtered) = filtered {
             filtered
@@ -1414,8 +1427,36 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
         outcomes: node_outcomes,
     });
     if let Some(error) = attempt_error {
-        diagnosis.attempt_error = Some(attempt(&error));
+        let mut attempt = attempt(&error);
+        // The scheduler filters nodes until it has found numFeasibleNodesToFind feasible ones
+        // (k/k pkg/scheduler/schedule_one.go, default percentageOfNodesToScore); an error on
+        // any node it checks fails the attempt. With fewer feasible nodes than that it checks
+        // every node, so every attempt fails; with as many, it may stop before an erring one.
+        let to_find = num_feasible_nodes_to_find(total);
+        if allocatable >= to_find {
+            attempt.always = false;
+            attempt.consequence = format!(
+                "the scheduler fails the scheduling attempt (PodScheduled reason SchedulerError) when it checks one of the {} where this error occurs; with {allocatable} nodes that can take the pod it may stop after finding {to_find} of them first (numFeasibleNodesToFind, with the default percentageOfNodesToScore), so an attempt may succeed",
+                count(erring, "node", "nodes")
+            );
+        }
+        diagnosis.attempt_error = Some(attempt);
     }
+}
+
+/// k/k pkg/scheduler/schedule_one.go `numFeasibleNodesToFind` with the default
+/// percentageOfNodesToScore (0: adaptive): how many feasible nodes the scheduler looks for
+/// before it stops filtering.
+fn num_feasible_nodes_to_find(all: usize) -> usize {
+    const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+    const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: usize = 5;
+    if all < MIN_FEASIBLE_NODES_TO_FIND {
+        return all;
+    }
+    let percentage = 50usize
+        .saturating_sub(all / 125)
+        .max(MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND);
+    (all * percentage / 100).max(MIN_FEASIBLE_NODES_TO_FIND)
 }
 
 /// An attempt error without the device it was met on, so that nodes group by it.
@@ -1746,6 +1787,7 @@ fn attempt(error: &AllocError) -> AttemptError {
     match error {
         AllocError::Runtime(f) => AttemptError {
             message: error.to_string(),
+            always: true,
             consequence: "the scheduler fails the whole scheduling attempt (PodScheduled reason SchedulerError), on every node, not just this device".to_owned(),
             fix: match f.message.strip_prefix("no such key: ") {
                 Some(key) => format!(
@@ -1757,21 +1799,25 @@ fn attempt(error: &AllocError) -> AttemptError {
         },
         AllocError::CannotEvaluate(_) | AllocError::Unsupported { .. } => AttemptError {
             message: error.to_string(),
+            always: true,
             consequence: "kubectl media cannot decide this claim; nothing about it is guessed".to_owned(),
             fix: "check the scheduler's events for its verdict".to_owned(),
         },
         AllocError::PoolIncomplete { .. } => AttemptError {
             message: error.to_string(),
+            always: true,
             consequence: "the scheduler does not allocate allocationMode All while a pool's slices are being updated".to_owned(),
             fix: "wait for the driver to finish publishing the pool".to_owned(),
         },
         AllocError::ConstraintAll { .. } => AttemptError {
             message: error.to_string(),
+            always: true,
             consequence: "the scheduler fails the attempt: allocationMode All takes every matching device, and one breaks the constraint".to_owned(),
             fix: "narrow the request's selectors to devices that share the attribute, or drop the constraint".to_owned(),
         },
         AllocError::ClassNotFound { .. } => AttemptError {
             message: error.to_string(),
+            always: true,
             consequence: "the scheduler fails the pod".to_owned(),
             fix: "create the class or fix deviceClassName".to_owned(),
         },
@@ -1873,10 +1919,17 @@ fn conclude(
         steps.extend(problems.iter().map(|p| p.fix.clone()));
     } else if let Some(error) = &diagnosis.attempt_error {
         diagnosis.blocked = true;
-        diagnosis.verdict = format!(
-            "every scheduling attempt for {what} fails: {}.",
-            error.message
-        );
+        diagnosis.verdict = if error.always {
+            format!(
+                "every scheduling attempt for {what} fails: {}.",
+                error.message
+            )
+        } else {
+            format!(
+                "scheduling attempts for {what} may fail: {}.",
+                error.message
+            )
+        };
         steps.extend(unknown_steps(diagnosis));
         steps.push(error.fix.clone());
     } else if pending.is_empty() {
@@ -2605,6 +2658,135 @@ spec: {}
             "{:?}",
             d.next_steps
         );
+    }
+
+    /// A slice for node `node` with one media.liken.sh GPU, `decode: true` or no `decode`.
+    fn one_gpu(node: &str, decode: bool) -> String {
+        let attributes = if decode {
+            "{decode: {bool: true}}"
+        } else {
+            "{}"
+        };
+        format!(
+            r#"
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {{name: {node}}}
+spec:
+  driver: media.liken.sh
+  nodeName: {node}
+  pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}
+  devices: [{{name: gpu0, attributes: {attributes}}}]
+"#
+        )
+    }
+
+    /// A class reading `decode` unguarded, a pod and its pending claim of that class.
+    const DECODE: &str = r#"
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: decode}
+spec:
+  selectors: [{cel: {expression: 'device.attributes["media.liken.sh"].decode'}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: media, uid: pod-uid}
+spec:
+  resourceClaims: [{name: b, resourceClaimName: b}]
+  containers: [{name: c, image: i}]
+status: {phase: Pending}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: b, namespace: media}
+spec:
+  devices:
+    requests: [{name: r, exactly: {deviceClassName: decode}}]
+"#;
+
+    #[test]
+    fn a_runtime_error_on_a_node_the_pod_s_filters_reject_does_not_count() {
+        // n1's GPU lacks `decode` (a runtime error), but n1 carries a taint the pod does not
+        // tolerate: TaintToleration rejects it before DynamicResources runs there.
+        let nodes = r#"
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n1}
+spec:
+  taints: [{key: dedicated, value: edge, effect: NoSchedule}]
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n2}
+spec: {}
+"#;
+        let text = format!(
+            "{}{}{nodes}{DECODE}",
+            one_gpu("n1", false),
+            one_gpu("n2", true)
+        );
+        let d = explain_pod(&text).unwrap();
+        assert!(d.attempt_error.is_none(), "{:?}", d.attempt_error);
+        assert!(!d.blocked, "{}", d.verdict);
+        assert_eq!(
+            outcome_kinds(&d),
+            [
+                (OutcomeKind::Allocatable, vec!["n2".to_owned()]),
+                (OutcomeKind::NodeTaint, vec!["n1".to_owned()]),
+            ]
+        );
+        // Tolerated, n1 is checked and the error fails every attempt.
+        let tolerant = text.replace(
+            "  containers:",
+            "  tolerations: [{operator: Exists}]\n  containers:",
+        );
+        let d = explain_pod(&tolerant).unwrap();
+        let error = d.attempt_error.as_ref().expect("the attempt fails");
+        assert!(error.always);
+        assert!(
+            d.verdict.starts_with("every scheduling attempt"),
+            "{}",
+            d.verdict
+        );
+    }
+
+    #[test]
+    fn with_enough_feasible_nodes_an_erring_node_may_be_missed() {
+        // 101 nodes: the scheduler stops after 100 feasible ones (numFeasibleNodesToFind),
+        // which it can find without checking n0, where the selector fails.
+        let mut text: String = (1..=100).map(|i| one_gpu(&format!("n{i}"), true)).collect();
+        text += &one_gpu("n0", false);
+        text += DECODE;
+        let d = explain_pod(&text).unwrap();
+        let error = d.attempt_error.as_ref().expect("n0 errs");
+        assert!(!error.always, "{error:?}");
+        assert!(
+            d.verdict
+                .starts_with("scheduling attempts for pod media/p may fail"),
+            "{}",
+            d.verdict
+        );
+        // With one feasible node fewer, the scheduler checks them all: every attempt fails.
+        let text = text.replacen(
+            "devices: [{name: gpu0, attributes: {decode: {bool: true}}}]",
+            "devices: []",
+            1,
+        );
+        let d = explain_pod(&text).unwrap();
+        assert!(d.attempt_error.as_ref().expect("n0 errs").always);
+    }
+
+    #[test]
+    fn feasible_nodes_to_find_follows_the_scheduler() {
+        assert_eq!(num_feasible_nodes_to_find(99), 99);
+        assert_eq!(num_feasible_nodes_to_find(100), 100);
+        assert_eq!(num_feasible_nodes_to_find(500), 230);
+        assert_eq!(num_feasible_nodes_to_find(5000), 500);
+        assert_eq!(num_feasible_nodes_to_find(100_000), 5000);
     }
 
     #[test]
