@@ -17,7 +17,9 @@
 //! - `ExactCount` backtracks over devices (skipping pools being updated); `All` takes every selectable device of the node and
 //!   fails if one is unusable, errors if one breaks a constraint or a pool is being updated;
 //! - `firstAvailable` sub-requests are tried in order, each with backtracking;
-//! - at most 32 devices per claim (`AllocationResultsMaxSize`).
+//! - at most 32 devices per claim (`AllocationResultsMaxSize`): a claim whose requests need more
+//!   even at their fewest is an error before the search; a choice of sub-requests that needs
+//!   more is backtracked over.
 //!
 //! Capacity requests (consumable capacity) and counters (partitionable devices) are not
 //! modelled: media.liken.sh and liken.sh devices have neither, and a request that asks for
@@ -147,6 +149,13 @@ pub enum AllocError {
         request: String,
         device: DeviceId,
     },
+    /// The requests of a claim need more devices than a claim can hold, counting each request's
+    /// fewest (a `firstAvailable` request's smallest sub-request, an `All` request's selectable
+    /// devices on the node).
+    #[error(
+        "claim {claim}: number of requested devices {count} exceeds the claim limit of {ALLOCATION_RESULTS_MAX_SIZE}"
+    )]
+    TooManyDevices { claim: String, count: usize },
     /// A claim shape the allocator refuses, or one this port does not model.
     #[error("claim {claim}, request {request}: {problem}")]
     Unsupported {
@@ -409,6 +418,21 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 .unwrap_or_default()
             {
                 requests.push(self.prepare_request(&search, claim, request)?);
+            }
+            // allocator_incubating.go `Allocate`: before the search, a claim whose requests
+            // need more devices than a claim holds is an error (the scheduler's SchedulerError),
+            // not "cannot allocate".
+            let fewest: usize = requests
+                .iter()
+                .map(|subs: &Vec<RequestData<'_>>| {
+                    subs.iter().map(|s| s.mode.len()).min().unwrap_or(0)
+                })
+                .fold(0, usize::saturating_add);
+            if fewest > ALLOCATION_RESULTS_MAX_SIZE {
+                return Err(AllocError::TooManyDevices {
+                    claim: claim.name.to_owned(),
+                    count: fewest,
+                });
             }
             search.requests.push(requests);
             let constraints = claim
@@ -1759,10 +1783,40 @@ mod tests {
             world.run(Features::default(), "n1", &[spec(32)]),
             Ok(NodeVerdict::Allocated(_))
         ));
+        // More than a claim holds is an error that aborts the attempt (SchedulerError).
         assert_eq!(
             world.run(Features::default(), "n1", &[spec(33)]),
-            Ok(NodeVerdict::CannotAllocate)
+            Err(AllocError::TooManyDevices {
+                claim: "ns/claim-0".into(),
+                count: 33
+            })
         );
+        assert_eq!(
+            world
+                .run(Features::default(), "n1", &[spec(33)])
+                .unwrap_err()
+                .to_string(),
+            "claim ns/claim-0: number of requested devices 33 exceeds the claim limit of 32"
+        );
+        // Each request counts at its fewest: a firstAvailable request its smallest sub-request.
+        let first_available = |a: i64, b: i64| {
+            claim(json!({"requests": [
+                {"name": "x", "exactly": {"deviceClassName": "media-gpu", "count": 20}},
+                {"name": "y", "firstAvailable": [
+                    {"name": "big", "deviceClassName": "media-gpu", "count": a},
+                    {"name": "small", "deviceClassName": "media-gpu", "count": b},
+                ]},
+            ]}))
+        };
+        // 20 + 12 fits: the 20 + 20 choice is backtracked over, the small one taken.
+        assert!(matches!(
+            world.run(Features::default(), "n1", &[first_available(20, 12)]),
+            Ok(NodeVerdict::Allocated(ref claims)) if claims[0].len() == 32
+        ));
+        assert!(matches!(
+            world.run(Features::default(), "n1", &[first_available(20, 13)]),
+            Err(AllocError::TooManyDevices { count: 33, .. })
+        ));
     }
 
     #[test]

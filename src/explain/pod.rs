@@ -1815,6 +1815,12 @@ fn attempt(error: &AllocError) -> AttemptError {
             consequence: "the scheduler fails the attempt: allocationMode All takes every matching device, and one breaks the constraint".to_owned(),
             fix: "narrow the request's selectors to devices that share the attribute, or drop the constraint".to_owned(),
         },
+        AllocError::TooManyDevices { .. } => AttemptError {
+            message: error.to_string(),
+            always: true,
+            consequence: "the scheduler fails the whole scheduling attempt (PodScheduled reason SchedulerError): a claim holds at most 32 devices".to_owned(),
+            fix: "ask for at most 32 devices per claim: lower the counts, or split the requests over several claims".to_owned(),
+        },
         AllocError::ClassNotFound { .. } => AttemptError {
             message: error.to_string(),
             always: true,
