@@ -3,7 +3,9 @@
 //! `structured/internal/{stable,experimental}/allocator_*.go`, so that `why` agrees with the
 //! scheduler, quirks included:
 //!
-//! - devices are tried pool by pool (pools ordered by driver, then name), in slice order;
+//! - devices are tried pool by pool (pools ordered by driver, then name), in slice order (the
+//!   fleet model orders a pool's slices by name from 1.36, as the scheduler does; 1.34 and 1.35
+//!   try pools in no fixed order, of which this is one);
 //! - a device already in use is skipped before its selectors are evaluated, so a selector that
 //!   would fail at run time on a taken device is never reached;
 //! - class selectors first, then the request's, stopping at the first `false`; a CEL runtime
@@ -45,6 +47,10 @@ pub struct Features {
     pub consumable_capacity: bool,
     /// DRADeviceTaints: device taints block allocation unless tolerated (beta, on from 1.36).
     pub device_taints: bool,
+    /// The Kubernetes minor version, for what changes by release beyond the gates: the words
+    /// of a CEL runtime error (1.37 names the device and hints at `has()`), the order pools
+    /// are tried in (fixed from 1.36).
+    pub release: u32,
 }
 
 impl Features {
@@ -54,6 +60,7 @@ impl Features {
         Features {
             consumable_capacity: minor >= 36,
             device_taints: minor >= 36,
+            release: minor,
         }
     }
 }
@@ -126,7 +133,7 @@ pub enum AllocError {
         class: String,
     },
     /// A selector failed at run time on a device, in the scheduler's message form.
-    #[error("{}: selector #{} on device {}: CEL runtime error: {}", .0.scope, .0.index, .0.device, .0.message)]
+    #[error("{}", runtime_message(.0))]
     Runtime(Box<SelectorFailure>),
     /// This evaluator cannot decide a selector on a device: nothing is guessed.
     #[error("{}: selector #{} on device {}: cannot evaluate: {} (expression: {})", .0.scope, .0.index, .0.device, .0.message, .0.expression)]
@@ -167,7 +174,8 @@ pub enum AllocError {
 
 /// A selector that failed on a device: where (`class <name>` or `claim <ns/name>`, the
 /// selector's index there), on which device, the expression, and cel-go's message (or, for
-/// [`AllocError::CannotEvaluate`], the reason).
+/// [`AllocError::CannotEvaluate`], the reason); `release` is the Kubernetes minor version whose
+/// words [`AllocError::Runtime`] uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SelectorFailure {
     pub scope: String,
@@ -175,6 +183,28 @@ pub struct SelectorFailure {
     pub device: DeviceId,
     pub expression: String,
     pub message: String,
+    pub release: u32,
+}
+
+/// The scheduler's words for a CEL runtime error. 1.34 to 1.36 (allocator_incubating.go
+/// `selectorsMatch`): `class X: selector #N: CEL runtime error: ...`, no device. 1.37 adds
+/// `on device D` and, to a "no such key" error, cel/errors.go `EnhanceRuntimeError`'s hint.
+fn runtime_message(f: &SelectorFailure) -> String {
+    if f.release < 37 {
+        return format!(
+            "{}: selector #{}: CEL runtime error: {}",
+            f.scope, f.index, f.message
+        );
+    }
+    let hint = if f.message.contains("no such key:") {
+        ". consider using CEL optional chaining (.? followed by orValue()) or guarding the check with has() for optional fields"
+    } else {
+        ""
+    };
+    format!(
+        "{}: selector #{} on device {}: CEL runtime error: {}{hint}",
+        f.scope, f.index, f.device, f.message
+    )
 }
 
 /// One node, explained: see [`Allocator::explain`].
@@ -807,6 +837,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                             device: self.fleet.devices[d].id(),
                             expression: self.selectors[selector].expression().to_owned(),
                             message,
+                            release: self.features.release,
                         });
                         return Err(if runtime {
                             AllocError::Runtime(failure)
@@ -1513,10 +1544,27 @@ mod tests {
         let spec = claim(
             json!({"requests": [{"name": "decodes", "exactly": {"deviceClassName": "typo"}}]}),
         );
-        let error = world.run(Features::default(), "n1", &[spec]).unwrap_err();
+        // 1.34 to 1.36 (allocator_incubating.go v0.36): no device in the message.
+        for release in [34, 35, 36] {
+            let error = world
+                .run(
+                    Features::for_minor(release),
+                    "n1",
+                    std::slice::from_ref(&spec),
+                )
+                .unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                "class typo: selector #0: CEL runtime error: no such key: decodeAV2"
+            );
+        }
+        // 1.37 names the device and adds EnhanceRuntimeError's hint to "no such key".
+        let error = world
+            .run(Features::for_minor(37), "n1", &[spec])
+            .unwrap_err();
         assert_eq!(
             error.to_string(),
-            "class typo: selector #0 on device media.liken.sh/n1/gpu-a: CEL runtime error: no such key: decodeAV2"
+            "class typo: selector #0 on device media.liken.sh/n1/gpu-a: CEL runtime error: no such key: decodeAV2. consider using CEL optional chaining (.? followed by orValue()) or guarding the check with has() for optional fields"
         );
         let spec = claim(
             json!({"requests": [{"name": "decodes", "exactly": {"deviceClassName": "media-gpu",
@@ -1527,7 +1575,7 @@ mod tests {
                 .run(Features::default(), "n1", &[spec])
                 .unwrap_err()
                 .to_string(),
-            "claim ns/claim-0: selector #0 on device media.liken.sh/n1/gpu-a: CEL runtime error: no such key: nope"
+            "claim ns/claim-0: selector #0: CEL runtime error: no such key: nope"
         );
     }
 
@@ -1741,7 +1789,7 @@ mod tests {
             json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu"}}]}),
         );
         let error = world
-            .run(Features::default(), "n1", &[spec])
+            .run(Features::for_minor(37), "n1", &[spec])
             .unwrap_err()
             .to_string();
         assert!(

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{DeviceTaint, ResourceClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::allocate::Features;
 use super::{AttributeValue, DeviceId, DeviceView, NodeInfo, Placement};
 use crate::fleet::objects::{Device, QualifiedName, ResourceSlice, Ustr, Value};
 
@@ -124,21 +125,40 @@ pub(crate) struct CandidateNode<'a> {
     pub node: Option<&'a Node>,
 }
 
-/// Builds the model from `slices` (every driver's), the claims of the cluster and its nodes.
-/// `consumable_capacity` is the DRAConsumableCapacity gate: only with it is a result with a
+/// Builds the model from `slices` (every driver's), the claims of the cluster and its nodes,
+/// for the release and gates of `features`: only with DRAConsumableCapacity is a result with a
 /// share ID a shared allocation.
 pub(crate) fn build<'a>(
     slices: &'a [ResourceSlice],
     claims: &[ResourceClaim],
     nodes: &'a [Node],
-    consumable_capacity: bool,
+    features: Features,
 ) -> FleetModel<'a> {
+    let consumable_capacity = features.consumable_capacity;
     // The slices that count, by index: the newest generation of each pool.
-    let current: Vec<usize> = crate::fleet::inventory::is_current(slices)
+    let mut current: Vec<usize> = crate::fleet::inventory::is_current(slices)
         .into_iter()
         .enumerate()
         .filter_map(|(i, current)| current.then_some(i))
         .collect();
+    // From 1.36 the scheduler tries a pool's slices by name (pools_incubating.go `buildPool`
+    // `sortSlicesByName`; the allocator orders the pools); 1.34 and 1.35 keep the order they
+    // were listed in, which is the one kept here.
+    if features.release >= 36 {
+        current.sort_by(|&a, &b| {
+            let (a, b) = (&slices[a], &slices[b]);
+            (
+                a.spec.driver.as_str(),
+                a.spec.pool.name.as_str(),
+                &a.metadata.name,
+            )
+                .cmp(&(
+                    b.spec.driver.as_str(),
+                    b.spec.pool.name.as_str(),
+                    &b.metadata.name,
+                ))
+        });
+    }
     let mut incomplete_pools = HashSet::new();
     let mut counts: HashMap<(Ustr, Ustr), (i64, usize)> = HashMap::new();
     for &i in &current {
@@ -362,7 +382,12 @@ status:
     #[test]
     fn the_model_follows_the_scheduler_s_gathering() {
         let objects = objects(SLICES);
-        let model = build(&objects.slices, &objects.claims, &objects.nodes, true);
+        let model = build(
+            &objects.slices,
+            &objects.claims,
+            &objects.nodes,
+            Features::for_minor(36),
+        );
         let names: Vec<String> = model.devices.iter().map(|d| d.id().to_string()).collect();
         // The older generation of a pool does not count.
         assert_eq!(
@@ -402,9 +427,54 @@ status:
         assert_eq!(model.nodes[0].info.name, "n1");
         // Without the DRAConsumableCapacity gate (1.34, 1.35) a share ID means nothing: the
         // device is held like any other (allocateddevices.go `foreachAllocatedDevice`).
-        let model = build(&objects.slices, &objects.claims, &objects.nodes, false);
+        let model = build(
+            &objects.slices,
+            &objects.claims,
+            &objects.nodes,
+            Features::for_minor(35),
+        );
         assert_eq!(model.taken.len(), 2);
         assert_eq!(model.taken[&shared_id()], vec!["media/other".to_string()]);
+    }
+
+    #[test]
+    fn from_1_36_a_pool_s_slices_are_tried_by_name() {
+        let objects = objects(
+            r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1-b}
+spec:
+  driver: media.liken.sh
+  nodeName: n1
+  pool: {name: n1, generation: 1, resourceSliceCount: 2}
+  devices: [{name: gpu-b}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1-a}
+spec:
+  driver: media.liken.sh
+  nodeName: n1
+  pool: {name: n1, generation: 1, resourceSliceCount: 2}
+  devices: [{name: gpu-a}]
+"#,
+        );
+        let names = |minor| {
+            build(
+                &objects.slices,
+                &objects.claims,
+                &objects.nodes,
+                Features::for_minor(minor),
+            )
+            .devices
+            .iter()
+            .map(|d| d.name().to_owned())
+            .collect::<Vec<_>>()
+        };
+        // pools_incubating.go `sortSlicesByName` (1.36); before it, the order listed.
+        assert_eq!(names(36), ["gpu-a", "gpu-b"]);
+        assert_eq!(names(35), ["gpu-b", "gpu-a"]);
     }
 
     fn shared_id() -> DeviceId {

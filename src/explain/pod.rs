@@ -471,7 +471,7 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
         &objects.slices,
         &objects.claims,
         &objects.nodes,
-        input.features.consumable_capacity,
+        input.features,
     );
     let models = gpu_models(&model);
 
@@ -1427,6 +1427,12 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
         outcomes: node_outcomes,
     });
     if let Some(error) = attempt_error {
+        if input.features.release < 36 && matches!(error, AllocError::Runtime(_)) {
+            diagnosis.notes.push(format!(
+                "Kubernetes 1.{} tries a node's resource pools in no fixed order (pools_incubating.go GatherPools builds them from a map; 1.36 sorts them): on a node where a selector fails on one device and other devices could serve, an attempt may meet either first; why tries pools by driver and pool name",
+                input.features.release
+            ));
+        }
         let mut attempt = attempt(&error);
         // The scheduler filters nodes until it has found numFeasibleNodesToFind feasible ones
         // (k/k pkg/scheduler/schedule_one.go, default percentageOfNodesToScore); an error on
@@ -2657,7 +2663,7 @@ spec: {}
         let error = d.attempt_error.as_ref().expect("the attempt fails");
         assert_eq!(
             error.message,
-            "class decode-10bit: selector #0 on device media.liken.sh/n1/gpu-a: CEL runtime error: no such key: scale10Bit"
+            "class decode-10bit: selector #0: CEL runtime error: no such key: scale10Bit"
         );
         assert!(
             d.next_steps[0].contains("did you mean media.liken.sh/scale10bit?"),
@@ -2757,6 +2763,38 @@ spec: {}
             d.verdict.starts_with("every scheduling attempt"),
             "{}",
             d.verdict
+        );
+    }
+
+    #[test]
+    fn before_1_36_the_pool_order_is_not_fixed() {
+        let text = format!("{}{}{DECODE}", one_gpu("n1", false), one_gpu("n2", true));
+        let objects = objects(&text);
+        let explain_for = |minor| {
+            explain(&Input {
+                objects: &objects,
+                target: &Target::Pod {
+                    namespace: "media".into(),
+                    name: "p".into(),
+                },
+                features: Features::for_minor(minor),
+                unread: &[],
+                every_device: false,
+            })
+            .unwrap()
+        };
+        let old = explain_for(35);
+        assert!(old.attempt_error.is_some());
+        assert!(
+            old.notes.iter().any(|n| n.contains("in no fixed order")),
+            "{:?}",
+            old.notes
+        );
+        assert!(
+            !explain_for(36)
+                .notes
+                .iter()
+                .any(|n| n.contains("in no fixed order"))
         );
     }
 
