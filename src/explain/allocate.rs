@@ -25,7 +25,8 @@
 //!
 //! Capacity requests (consumable capacity) and counters (partitionable devices) are not
 //! modelled: media.liken.sh and liken.sh devices have neither, and a request that asks for
-//! capacity is reported as [`AllocError::Unsupported`] instead of being guessed.
+//! capacity, or a shareable device with capacities (whose allocations consume them, with
+//! DRAConsumableCapacity), is reported as [`AllocError::Unsupported`] instead of being guessed.
 
 use std::collections::{HashMap, HashSet};
 
@@ -583,7 +584,10 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             let status = match self.selector_verdict(claim.name, data, d) {
                 Err(e) => DeviceStatus::Failed(e),
                 Ok(Some(failed)) => failed,
-                Ok(None) => self.usability(&search, 0, data, d),
+                Ok(None) => match self.capacity_unmodelled(claim.name, data, d) {
+                    Some(e) => DeviceStatus::Failed(e),
+                    None => self.usability(&search, 0, data, d),
+                },
             };
             statuses.push((d, status));
         }
@@ -783,6 +787,9 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                         });
                     }
                     if self.selector_verdict(claim.name, &data, d)?.is_none() {
+                        if let Some(e) = self.capacity_unmodelled(claim.name, &data, d) {
+                            return Err(e);
+                        }
                         all.push(d);
                     }
                 }
@@ -890,6 +897,30 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     fn shareable(&self, d: usize) -> bool {
         self.features.consumable_capacity
             && self.fleet.devices[d].allow_multiple_allocations() == Some(true)
+    }
+
+    /// With DRAConsumableCapacity, every allocation of a shareable device consumes its
+    /// capacities (consumable_capacity.go `CmpRequestOverCapacity`: the request's amount, else
+    /// the requestPolicy's default, else the whole value), summed over the claims holding it
+    /// and the ones being allocated. The fleet model reads neither requestPolicy nor consumed
+    /// capacity, so such a device is not decided here: an error naming it, never a guess.
+    /// (An exclusive device cannot have a requestPolicy and is never shared: its full value
+    /// always fits.)
+    fn capacity_unmodelled(
+        &self,
+        claim: &str,
+        data: &RequestData<'_>,
+        d: usize,
+    ) -> Option<AllocError> {
+        let device = &self.fleet.devices[d];
+        (self.shareable(d) && device.capacities().next().is_some()).then(|| AllocError::Unsupported {
+            claim: claim.to_owned(),
+            request: data.name(),
+            problem: format!(
+                "device {} allows multiple allocations and has capacities: the capacity its allocations consume (DRAConsumableCapacity) is not modelled by this evaluator",
+                device.id()
+            ),
+        })
     }
 
     fn in_use(
@@ -1037,6 +1068,11 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             };
             if !selected {
                 continue;
+            }
+            if let Some(e) =
+                self.capacity_unmodelled(claim_name, &s.requests[claim][request][sub], d)
+            {
+                return Err(Stop::Error(e));
             }
             if !self.allocate_device(s, claim, request, sub, d, false)? {
                 continue;
@@ -1810,6 +1846,36 @@ mod tests {
                 .to_string(),
             "request d: device class nope does not exist"
         );
+    }
+
+    #[test]
+    fn shareable_devices_with_capacities_are_not_guessed() {
+        // With DRAConsumableCapacity every allocation of gpu-a consumes its memory (the whole
+        // 16Gi, without a requestPolicy): whether one more fits is not modelled.
+        let mut world = World::new(vec![media("n1", "gpu-a", "a", true)]);
+        world.devices[0].capacities = vec![("memory".into(), "16Gi".into())];
+        let spec = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu"}}]}),
+        );
+        assert_eq!(
+            world.run(Features::for_minor(36), "n1", std::slice::from_ref(&spec)),
+            Err(AllocError::Unsupported {
+                claim: "ns/claim-0".into(),
+                request: "d".into(),
+                problem: "device media.liken.sh/n1/gpu-a allows multiple allocations and has capacities: the capacity its allocations consume (DRAConsumableCapacity) is not modelled by this evaluator".into(),
+            })
+        );
+        // Without the gate (1.35) the device is exclusive and its capacities do not count.
+        assert!(matches!(
+            world.run(Features::for_minor(35), "n1", std::slice::from_ref(&spec)),
+            Ok(NodeVerdict::Allocated(_))
+        ));
+        // Nor do they for a shareable device without capacities.
+        world.devices[0].capacities.clear();
+        assert!(matches!(
+            world.run(Features::for_minor(36), "n1", &[spec]),
+            Ok(NodeVerdict::Allocated(_))
+        ));
     }
 
     #[test]
