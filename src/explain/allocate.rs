@@ -1212,6 +1212,7 @@ fn cel_inputs_hash<D: DeviceView>(device: &D) -> (u64, u64) {
             quantity.hash(&mut h);
         }
         device.allow_multiple_allocations().hash(&mut h);
+        device.unsupported_attribute().hash(&mut h);
         h.finish()
     };
     (hash(1), hash(2))

@@ -170,6 +170,9 @@ impl<'a> DeviceValue<'a> {
     /// converts every attribute before evaluating, a version or quantity that does not parse
     /// fails every selector on the device, whether it reads it or not.
     pub(crate) fn new(device: &'a dyn DeviceView) -> Result<DeviceValue<'a>, String> {
+        if let Some(name) = device.unsupported_attribute() {
+            return Err(format!("attribute {name}: unsupported attribute value"));
+        }
         for (name, value) in device.attributes() {
             if let AttributeValue::Version(v) = value {
                 Semver::parse(v)

@@ -79,8 +79,8 @@ impl DeviceView for SliceDevice<'_> {
                         Value::Int(i) => AttributeValue::Int(i),
                         Value::String(s) => AttributeValue::String(s.as_str()),
                         Value::Version(v) => AttributeValue::Version(v.as_str()),
-                        // The API server refuses an attribute of no type; one read here is
-                        // skipped, as if it were absent.
+                        // No type the scheduler converts: not an attribute CEL sees, and the
+                        // reason every selector fails on the device (unsupported_attribute).
                         Value::Invalid => return None,
                     };
                     Some((joined.as_str(), value))
@@ -102,6 +102,13 @@ impl DeviceView for SliceDevice<'_> {
     }
     fn placement(&self) -> Placement<'_> {
         self.placement
+    }
+    fn unsupported_attribute(&self) -> Option<&str> {
+        self.names
+            .iter()
+            .zip(self.device.attributes.iter())
+            .find(|(_, (_, value))| matches!(value, Value::Invalid))
+            .map(|(joined, _)| joined.as_str())
     }
 }
 
@@ -475,6 +482,45 @@ spec:
         // pools_incubating.go `sortSlicesByName` (1.36); before it, the order listed.
         assert_eq!(names(36), ["gpu-a", "gpu-b"]);
         assert_eq!(names(35), ["gpu-b", "gpu-a"]);
+    }
+
+    #[test]
+    fn an_attribute_of_no_known_type_fails_every_selector() {
+        // A list value (DRAListTypeAttributes off): dra cel/compile.go getAttributeValue says
+        // "unsupported attribute value", and DeviceMatches fails before any selector runs.
+        let objects = objects(
+            r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1}
+spec:
+  driver: media.liken.sh
+  nodeName: n1
+  pool: {name: n1, generation: 1, resourceSliceCount: 1}
+  devices:
+  - name: gpu0
+    attributes:
+      codecs: {stringValues: [h264, hevc]}
+      scale10bit: {bool: true}
+"#,
+        );
+        let model = build(
+            &objects.slices,
+            &objects.claims,
+            &objects.nodes,
+            Features::default(),
+        );
+        let device = &model.devices[0];
+        assert_eq!(device.attributes().count(), 1);
+        assert_eq!(
+            device.unsupported_attribute(),
+            Some("media.liken.sh/codecs")
+        );
+        let value = crate::explain::cel::DeviceValue::new(device);
+        assert_eq!(
+            value.as_ref().err().map(String::as_str),
+            Some("attribute media.liken.sh/codecs: unsupported attribute value")
+        );
     }
 
     fn shared_id() -> DeviceId {
