@@ -1715,9 +1715,29 @@ fn why_not_on_node(
     )
 }
 
-/// The pod's own node filters on one node: nodeSelector, required node affinity, taints.
+/// The pod's own node filters on one node, in the scheduler's plugin order: NodeUnschedulable,
+/// nodeSelector and required node affinity (NodeAffinity), taints (TaintToleration).
 fn pod_filter(pod: &Pod, info: &NodeInfo, node: &Node) -> Option<(OutcomeKind, String)> {
     let spec = pod.spec.as_ref()?;
+    // NodeUnschedulable: a cordoned node, unless the pod tolerates the unschedulable taint.
+    let cordoned = Taint {
+        key: "node.kubernetes.io/unschedulable".to_owned(),
+        effect: "NoSchedule".to_owned(),
+        ..Default::default()
+    };
+    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+        && !spec
+            .tolerations
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .any(|tol| pod_tolerates(tol, &cordoned))
+    {
+        return Some((
+            OutcomeKind::NodeTaint,
+            "the node is cordoned (spec.unschedulable)".to_owned(),
+        ));
+    }
     if let Some(selector) = &spec.node_selector {
         let missing: Vec<String> = selector
             .iter()
@@ -2750,6 +2770,17 @@ spec: {}
                 (OutcomeKind::Allocatable, vec!["n2".to_owned()]),
                 (OutcomeKind::NodeTaint, vec!["n1".to_owned()]),
             ]
+        );
+        // A cordoned node is not checked either (NodeUnschedulable).
+        let cordoned = text.replace(
+            "  taints: [{key: dedicated, value: edge, effect: NoSchedule}]",
+            "  unschedulable: true",
+        );
+        let d = explain_pod(&cordoned).unwrap();
+        assert!(d.attempt_error.is_none(), "{:?}", d.attempt_error);
+        assert_eq!(
+            outcome_kinds(&d)[1],
+            (OutcomeKind::NodeTaint, vec!["n1".to_owned()])
         );
         // Tolerated, n1 is checked and the error fails every attempt.
         let tolerant = text.replace(
