@@ -1438,8 +1438,13 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
         // (k/k pkg/scheduler/schedule_one.go, default percentageOfNodesToScore); an error on
         // any node it checks fails the attempt. With fewer feasible nodes than that it checks
         // every node, so every attempt fails; with as many, it may stop before an erring one.
+        // (Not for what this evaluator cannot decide: that is no scheduler error.)
         let to_find = num_feasible_nodes_to_find(total);
-        if allocatable >= to_find {
+        let schedulers = !matches!(
+            error,
+            AllocError::CannotEvaluate(_) | AllocError::Unsupported { .. }
+        );
+        if schedulers && allocatable >= to_find {
             attempt.always = false;
             attempt.consequence = format!(
                 "the scheduler fails the scheduling attempt (PodScheduled reason SchedulerError) when it checks one of the {} where this error occurs; with {allocatable} nodes that can take the pod it may stop after finding {to_find} of them first (numFeasibleNodesToFind, with the default percentageOfNodesToScore), so an attempt may succeed",
@@ -2845,6 +2850,15 @@ spec: {}
             "{}",
             d.verdict
         );
+        // What this evaluator cannot decide is no scheduler error: no "may" for it.
+        let undecided = text.replace(
+            "devices: [{name: gpu0, attributes: {}}]",
+            "devices: [{name: gpu0, allowMultipleAllocations: true, attributes: {decode: {bool: true}}, capacity: {memory: {value: 1Gi}}}]",
+        );
+        let d = explain_pod(&undecided).unwrap();
+        let error = d.attempt_error.as_ref().expect("n0 is not decided");
+        assert!(error.message.contains("is not modelled"), "{error:?}");
+        assert!(error.always, "{error:?}");
         // With one feasible node fewer, the scheduler checks them all: every attempt fails.
         let text = text.replacen(
             "devices: [{name: gpu0, attributes: {decode: {bool: true}}}]",
