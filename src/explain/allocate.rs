@@ -3,7 +3,9 @@
 //! `structured/internal/{stable,experimental}/allocator_*.go`, so that `why` agrees with the
 //! scheduler, quirks included:
 //!
-//! - devices are tried pool by pool (pools ordered by driver, then name), in slice order;
+//! - devices are tried pool by pool (pools ordered by driver, then name), in slice order (the
+//!   fleet model orders a pool's slices by name from 1.36, as the scheduler does; 1.34 and 1.35
+//!   try pools in no fixed order, of which this is one);
 //! - a device already in use is skipped before its selectors are evaluated, so a selector that
 //!   would fail at run time on a taken device is never reached;
 //! - class selectors first, then the request's, stopping at the first `false`; a CEL runtime
@@ -17,11 +19,14 @@
 //! - `ExactCount` backtracks over devices (skipping pools being updated); `All` takes every selectable device of the node and
 //!   fails if one is unusable, errors if one breaks a constraint or a pool is being updated;
 //! - `firstAvailable` sub-requests are tried in order, each with backtracking;
-//! - at most 32 devices per claim (`AllocationResultsMaxSize`).
+//! - at most 32 devices per claim (`AllocationResultsMaxSize`): a claim whose requests need more
+//!   even at their fewest is an error before the search; a choice of sub-requests that needs
+//!   more is backtracked over.
 //!
 //! Capacity requests (consumable capacity) and counters (partitionable devices) are not
 //! modelled: media.liken.sh and liken.sh devices have neither, and a request that asks for
-//! capacity is reported as [`AllocError::Unsupported`] instead of being guessed.
+//! capacity, or a shareable device with capacities (whose allocations consume them, with
+//! DRAConsumableCapacity), is reported as [`AllocError::Unsupported`] instead of being guessed.
 
 use std::collections::{HashMap, HashSet};
 
@@ -43,6 +48,10 @@ pub struct Features {
     pub consumable_capacity: bool,
     /// DRADeviceTaints: device taints block allocation unless tolerated (beta, on from 1.36).
     pub device_taints: bool,
+    /// The Kubernetes minor version, for what changes by release beyond the gates: the words
+    /// of a CEL runtime error (1.37 names the device and hints at `has()`), the order pools
+    /// are tried in (fixed from 1.36).
+    pub release: u32,
 }
 
 impl Features {
@@ -52,6 +61,7 @@ impl Features {
         Features {
             consumable_capacity: minor >= 36,
             device_taints: minor >= 36,
+            release: minor,
         }
     }
 }
@@ -124,7 +134,7 @@ pub enum AllocError {
         class: String,
     },
     /// A selector failed at run time on a device, in the scheduler's message form.
-    #[error("{}: selector #{} on device {}: CEL runtime error: {}", .0.scope, .0.index, .0.device, .0.message)]
+    #[error("{}", runtime_message(.0))]
     Runtime(Box<SelectorFailure>),
     /// This evaluator cannot decide a selector on a device: nothing is guessed.
     #[error("{}: selector #{} on device {}: cannot evaluate: {} (expression: {})", .0.scope, .0.index, .0.device, .0.message, .0.expression)]
@@ -147,6 +157,13 @@ pub enum AllocError {
         request: String,
         device: DeviceId,
     },
+    /// The requests of a claim need more devices than a claim can hold, counting each request's
+    /// fewest (a `firstAvailable` request's smallest sub-request, an `All` request's selectable
+    /// devices on the node).
+    #[error(
+        "claim {claim}: number of requested devices {count} exceeds the claim limit of {ALLOCATION_RESULTS_MAX_SIZE}"
+    )]
+    TooManyDevices { claim: String, count: usize },
     /// A claim shape the allocator refuses, or one this port does not model.
     #[error("claim {claim}, request {request}: {problem}")]
     Unsupported {
@@ -158,7 +175,8 @@ pub enum AllocError {
 
 /// A selector that failed on a device: where (`class <name>` or `claim <ns/name>`, the
 /// selector's index there), on which device, the expression, and cel-go's message (or, for
-/// [`AllocError::CannotEvaluate`], the reason).
+/// [`AllocError::CannotEvaluate`], the reason); `release` is the Kubernetes minor version whose
+/// words [`AllocError::Runtime`] uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SelectorFailure {
     pub scope: String,
@@ -166,6 +184,28 @@ pub struct SelectorFailure {
     pub device: DeviceId,
     pub expression: String,
     pub message: String,
+    pub release: u32,
+}
+
+/// The scheduler's words for a CEL runtime error. 1.34 to 1.36 (allocator_incubating.go
+/// `selectorsMatch`): `class X: selector #N: CEL runtime error: ...`, no device. 1.37 adds
+/// `on device D` and, to a "no such key" error, cel/errors.go `EnhanceRuntimeError`'s hint.
+fn runtime_message(f: &SelectorFailure) -> String {
+    if f.release < 37 {
+        return format!(
+            "{}: selector #{}: CEL runtime error: {}",
+            f.scope, f.index, f.message
+        );
+    }
+    let hint = if f.message.contains("no such key:") {
+        ". consider using CEL optional chaining (.? followed by orValue()) or guarding the check with has() for optional fields"
+    } else {
+        ""
+    };
+    format!(
+        "{}: selector #{} on device {}: CEL runtime error: {}{hint}",
+        f.scope, f.index, f.device, f.message
+    )
 }
 
 /// One node, explained: see [`Allocator::explain`].
@@ -410,6 +450,21 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             {
                 requests.push(self.prepare_request(&search, claim, request)?);
             }
+            // allocator_incubating.go `Allocate`: before the search, a claim whose requests
+            // need more devices than a claim holds is an error (the scheduler's SchedulerError),
+            // not "cannot allocate".
+            let fewest: usize = requests
+                .iter()
+                .map(|subs: &Vec<RequestData<'_>>| {
+                    subs.iter().map(|s| s.mode.len()).min().unwrap_or(0)
+                })
+                .fold(0, usize::saturating_add);
+            if fewest > ALLOCATION_RESULTS_MAX_SIZE {
+                return Err(AllocError::TooManyDevices {
+                    claim: claim.name.to_owned(),
+                    count: fewest,
+                });
+            }
             search.requests.push(requests);
             let constraints = claim
                 .spec
@@ -529,7 +584,10 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             let status = match self.selector_verdict(claim.name, data, d) {
                 Err(e) => DeviceStatus::Failed(e),
                 Ok(Some(failed)) => failed,
-                Ok(None) => self.usability(&search, 0, data, d),
+                Ok(None) => match self.capacity_unmodelled(claim.name, data, d) {
+                    Some(e) => DeviceStatus::Failed(e),
+                    None => self.usability(&search, 0, data, d),
+                },
             };
             statuses.push((d, status));
         }
@@ -729,6 +787,9 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                         });
                     }
                     if self.selector_verdict(claim.name, &data, d)?.is_none() {
+                        if let Some(e) = self.capacity_unmodelled(claim.name, &data, d) {
+                            return Err(e);
+                        }
                         all.push(d);
                     }
                 }
@@ -783,6 +844,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                             device: self.fleet.devices[d].id(),
                             expression: self.selectors[selector].expression().to_owned(),
                             message,
+                            release: self.features.release,
                         });
                         return Err(if runtime {
                             AllocError::Runtime(failure)
@@ -835,6 +897,30 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     fn shareable(&self, d: usize) -> bool {
         self.features.consumable_capacity
             && self.fleet.devices[d].allow_multiple_allocations() == Some(true)
+    }
+
+    /// With DRAConsumableCapacity, every allocation of a shareable device consumes its
+    /// capacities (consumable_capacity.go `CmpRequestOverCapacity`: the request's amount, else
+    /// the requestPolicy's default, else the whole value), summed over the claims holding it
+    /// and the ones being allocated. The fleet model reads neither requestPolicy nor consumed
+    /// capacity, so such a device is not decided here: an error naming it, never a guess.
+    /// (An exclusive device cannot have a requestPolicy and is never shared: its full value
+    /// always fits.)
+    fn capacity_unmodelled(
+        &self,
+        claim: &str,
+        data: &RequestData<'_>,
+        d: usize,
+    ) -> Option<AllocError> {
+        let device = &self.fleet.devices[d];
+        (self.shareable(d) && device.capacities().next().is_some()).then(|| AllocError::Unsupported {
+            claim: claim.to_owned(),
+            request: data.name(),
+            problem: format!(
+                "device {} allows multiple allocations and has capacities: the capacity its allocations consume (DRAConsumableCapacity) is not modelled by this evaluator",
+                device.id()
+            ),
+        })
     }
 
     fn in_use(
@@ -983,6 +1069,11 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             if !selected {
                 continue;
             }
+            if let Some(e) =
+                self.capacity_unmodelled(claim_name, &s.requests[claim][request][sub], d)
+            {
+                return Err(Stop::Error(e));
+            }
             if !self.allocate_device(s, claim, request, sub, d, false)? {
                 continue;
             }
@@ -1121,6 +1212,7 @@ fn cel_inputs_hash<D: DeviceView>(device: &D) -> (u64, u64) {
             quantity.hash(&mut h);
         }
         device.allow_multiple_allocations().hash(&mut h);
+        device.unsupported_attribute().hash(&mut h);
         h.finish()
     };
     (hash(1), hash(2))
@@ -1489,10 +1581,27 @@ mod tests {
         let spec = claim(
             json!({"requests": [{"name": "decodes", "exactly": {"deviceClassName": "typo"}}]}),
         );
-        let error = world.run(Features::default(), "n1", &[spec]).unwrap_err();
+        // 1.34 to 1.36 (allocator_incubating.go v0.36): no device in the message.
+        for release in [34, 35, 36] {
+            let error = world
+                .run(
+                    Features::for_minor(release),
+                    "n1",
+                    std::slice::from_ref(&spec),
+                )
+                .unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                "class typo: selector #0: CEL runtime error: no such key: decodeAV2"
+            );
+        }
+        // 1.37 names the device and adds EnhanceRuntimeError's hint to "no such key".
+        let error = world
+            .run(Features::for_minor(37), "n1", &[spec])
+            .unwrap_err();
         assert_eq!(
             error.to_string(),
-            "class typo: selector #0 on device media.liken.sh/n1/gpu-a: CEL runtime error: no such key: decodeAV2"
+            "class typo: selector #0 on device media.liken.sh/n1/gpu-a: CEL runtime error: no such key: decodeAV2. consider using CEL optional chaining (.? followed by orValue()) or guarding the check with has() for optional fields"
         );
         let spec = claim(
             json!({"requests": [{"name": "decodes", "exactly": {"deviceClassName": "media-gpu",
@@ -1503,7 +1612,7 @@ mod tests {
                 .run(Features::default(), "n1", &[spec])
                 .unwrap_err()
                 .to_string(),
-            "claim ns/claim-0: selector #0 on device media.liken.sh/n1/gpu-a: CEL runtime error: no such key: nope"
+            "claim ns/claim-0: selector #0: CEL runtime error: no such key: nope"
         );
     }
 
@@ -1717,7 +1826,7 @@ mod tests {
             json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu"}}]}),
         );
         let error = world
-            .run(Features::default(), "n1", &[spec])
+            .run(Features::for_minor(37), "n1", &[spec])
             .unwrap_err()
             .to_string();
         assert!(
@@ -1741,6 +1850,36 @@ mod tests {
     }
 
     #[test]
+    fn shareable_devices_with_capacities_are_not_guessed() {
+        // With DRAConsumableCapacity every allocation of gpu-a consumes its memory (the whole
+        // 16Gi, without a requestPolicy): whether one more fits is not modelled.
+        let mut world = World::new(vec![media("n1", "gpu-a", "a", true)]);
+        world.devices[0].capacities = vec![("memory".into(), "16Gi".into())];
+        let spec = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu"}}]}),
+        );
+        assert_eq!(
+            world.run(Features::for_minor(36), "n1", std::slice::from_ref(&spec)),
+            Err(AllocError::Unsupported {
+                claim: "ns/claim-0".into(),
+                request: "d".into(),
+                problem: "device media.liken.sh/n1/gpu-a allows multiple allocations and has capacities: the capacity its allocations consume (DRAConsumableCapacity) is not modelled by this evaluator".into(),
+            })
+        );
+        // Without the gate (1.35) the device is exclusive and its capacities do not count.
+        assert!(matches!(
+            world.run(Features::for_minor(35), "n1", std::slice::from_ref(&spec)),
+            Ok(NodeVerdict::Allocated(_))
+        ));
+        // Nor do they for a shareable device without capacities.
+        world.devices[0].capacities.clear();
+        assert!(matches!(
+            world.run(Features::for_minor(36), "n1", &[spec]),
+            Ok(NodeVerdict::Allocated(_))
+        ));
+    }
+
+    #[test]
     fn at_most_32_devices_per_claim() {
         let devices = (0..40)
             .map(|i| {
@@ -1759,10 +1898,40 @@ mod tests {
             world.run(Features::default(), "n1", &[spec(32)]),
             Ok(NodeVerdict::Allocated(_))
         ));
+        // More than a claim holds is an error that aborts the attempt (SchedulerError).
         assert_eq!(
             world.run(Features::default(), "n1", &[spec(33)]),
-            Ok(NodeVerdict::CannotAllocate)
+            Err(AllocError::TooManyDevices {
+                claim: "ns/claim-0".into(),
+                count: 33
+            })
         );
+        assert_eq!(
+            world
+                .run(Features::default(), "n1", &[spec(33)])
+                .unwrap_err()
+                .to_string(),
+            "claim ns/claim-0: number of requested devices 33 exceeds the claim limit of 32"
+        );
+        // Each request counts at its fewest: a firstAvailable request its smallest sub-request.
+        let first_available = |a: i64, b: i64| {
+            claim(json!({"requests": [
+                {"name": "x", "exactly": {"deviceClassName": "media-gpu", "count": 20}},
+                {"name": "y", "firstAvailable": [
+                    {"name": "big", "deviceClassName": "media-gpu", "count": a},
+                    {"name": "small", "deviceClassName": "media-gpu", "count": b},
+                ]},
+            ]}))
+        };
+        // 20 + 12 fits: the 20 + 20 choice is backtracked over, the small one taken.
+        assert!(matches!(
+            world.run(Features::default(), "n1", &[first_available(20, 12)]),
+            Ok(NodeVerdict::Allocated(ref claims)) if claims[0].len() == 32
+        ));
+        assert!(matches!(
+            world.run(Features::default(), "n1", &[first_available(20, 13)]),
+            Err(AllocError::TooManyDevices { count: 33, .. })
+        ));
     }
 
     #[test]

@@ -13,7 +13,10 @@
 //! (capacities are quantities), Kubernetes' list functions (`isSorted`, `sum`, `min`, `max`,
 //! `indexOf`, `lastIndexOf`) and sets (`sets.contains`, `sets.intersects`, `sets.equivalent`),
 //! and the default-empty domain maps. No timestamps or durations
-//! (the crate's `chrono` feature is off: device attributes have neither type).
+//! (the crate's `chrono` feature is off: device attributes have neither type). `==` and `!=`
+//! are rewritten to compare as cel-go v0.26 (Kubernetes 1.34 to 1.36) does, where a Semver or
+//! Quantity compared with another type is an error; versions compare by precedence (build
+//! metadata ignored), as blang/semver does.
 //!
 //! What the crate cannot evaluate (a function it lacks, such as the sets or IP libraries, or
 //! syntax it cannot parse) is reported as [`Outcome::CannotEvaluate`] with the reason; it is never
@@ -27,7 +30,8 @@ use std::sync::{Arc, OnceLock};
 use cel::common::ast::{ComprehensionExpr, Expr, IdedExpr, ListExpr, LiteralValue};
 use cel::common::traits::{self, Container, Indexer, Iterable, Sizer};
 use cel::common::types::{
-    CelBool, CelDouble, CelInt, CelString, INT_TYPE, MAP_TYPE, STRING_TYPE, Type,
+    BOOL_TYPE, CelBool, CelDouble, CelInt, CelString, DYN_TYPE, INT_TYPE, Kind, MAP_TYPE,
+    STRING_TYPE, Type,
 };
 use cel::common::value::{CowVal, StaticVal, Val};
 use cel::parser::{Macro, MacroExprHelper, ParseError};
@@ -52,7 +56,27 @@ pub enum Outcome {
 #[derive(Debug)]
 pub(crate) struct Selector {
     expression: String,
-    program: Result<Program, String>,
+    program: Result<Compiled, String>,
+}
+
+/// A parsed selector, its equality operators rewritten to cel-go's semantics (see
+/// [`rewrite_equality`]): what is evaluated, and what the diagnosis walks.
+#[derive(Debug)]
+pub(crate) struct Compiled {
+    program: Program,
+    expression: IdedExpr,
+}
+
+impl Compiled {
+    /// The expression as evaluated.
+    pub(crate) fn expression(&self) -> &IdedExpr {
+        &self.expression
+    }
+
+    /// Where each node was written (node ids are kept by the rewrite).
+    pub(crate) fn source_info(&self) -> &cel::common::ast::SourceInfo {
+        self.program.source_info()
+    }
 }
 
 impl Selector {
@@ -70,7 +94,13 @@ impl Selector {
             })
             .and_then(|program| {
                 check_device_fields(program.expression())?;
-                Ok(program)
+                check_kubernetes_calls(program.expression())?;
+                let mut expression = program.expression().clone();
+                rewrite_equality(&mut expression);
+                Ok(Compiled {
+                    program,
+                    expression,
+                })
             });
         Selector {
             expression: expression.to_owned(),
@@ -84,7 +114,7 @@ impl Selector {
     }
 
     /// The program, when it compiled (the diagnosis walks its expression tree).
-    pub(crate) fn program(&self) -> Option<&Program> {
+    pub(crate) fn program(&self) -> Option<&Compiled> {
         self.program.as_ref().ok()
     }
 
@@ -95,7 +125,7 @@ impl Selector {
             Err(reason) => return Outcome::CannotEvaluate(reason.clone()),
         };
         let context = device.context();
-        match program.execute(&context) {
+        match cel::Value::resolve(&program.expression, &context) {
             Ok(cel::Value::Bool(b)) => Outcome::Match(b),
             Ok(other) => Outcome::RuntimeError(format!(
                 "CEL result of type {} could not be converted to bool: type conversion error from '{}' to 'bool'",
@@ -140,6 +170,9 @@ impl<'a> DeviceValue<'a> {
     /// converts every attribute before evaluating, a version or quantity that does not parse
     /// fails every selector on the device, whether it reads it or not.
     pub(crate) fn new(device: &'a dyn DeviceView) -> Result<DeviceValue<'a>, String> {
+        if let Some(name) = device.unsupported_attribute() {
+            return Err(format!("attribute {name}: unsupported attribute value"));
+        }
         for (name, value) in device.attributes() {
             if let AttributeValue::Version(v) = value {
                 Semver::parse(v)
@@ -190,6 +223,7 @@ fn build_environment() -> Result<Env, cel::DeclarationError> {
     env.add_extension(cel::extensions::strings)?;
     env.add_extension(cel::extensions::lists)?;
     env.add_macro(Macro::receiver("bind", 3, bind_macro))?;
+    equality(&mut env)?;
     semver_library(&mut env)?;
     quantity_library(&mut env)?;
     kubernetes_lists_library(&mut env)?;
@@ -255,6 +289,215 @@ fn check_device_fields(expr: &IdedExpr) -> Result<(), String> {
         }
     });
     problem.map_or(Ok(()), Err)
+}
+
+/// The calls of the Kubernetes semver and quantity libraries (k8s.io/apiserver
+/// pkg/cel/library semverlib.go, quantity.go, with the semver library at version 1 as
+/// environment/base.go declares it from 1.33): name, called on a target (member) or not, and
+/// the numbers of arguments its overloads take. cel-go's checker rejects any other call of these
+/// names at compile time, so a stored selector cannot hold one: one here is this evaluator's
+/// gap, or a selector stored under another version, and is not evaluated.
+const KUBERNETES_CALLS: [(&str, bool, &[usize]); 16] = [
+    ("semver", false, &[1, 2]),
+    ("isSemver", false, &[1, 2]),
+    ("major", true, &[0]),
+    ("minor", true, &[0]),
+    ("patch", true, &[0]),
+    ("quantity", false, &[1]),
+    ("isQuantity", false, &[1]),
+    ("sign", false, &[1]),
+    ("asApproximateFloat", true, &[0]),
+    ("asInteger", true, &[0]),
+    ("isInteger", true, &[0]),
+    ("add", true, &[1]),
+    ("sub", true, &[1]),
+    ("isGreaterThan", true, &[1]),
+    ("isLessThan", true, &[1]),
+    ("compareTo", true, &[1]),
+];
+
+/// Refuses a call of a Kubernetes library function that no overload of it accepts (see
+/// [`KUBERNETES_CALLS`]).
+fn check_kubernetes_calls(expr: &IdedExpr) -> Result<(), String> {
+    let mut problem = None;
+    visit(expr, &mut |e| {
+        let Expr::Call(call) = &e.expr else {
+            return;
+        };
+        let Some((name, member, arities)) = KUBERNETES_CALLS
+            .iter()
+            .find(|(name, _, _)| *name == call.func_name)
+        else {
+            return;
+        };
+        if problem.is_none()
+            && (call.target.is_some() != *member || !arities.contains(&call.args.len()))
+        {
+            let arities: Vec<String> = arities.iter().map(ToString::to_string).collect();
+            problem = Some(format!(
+                "no Kubernetes overload of {name} is called this way: {name} is a {} taking {} argument(s) (cel-go rejects the call when it compiles the selector)",
+                if *member { "method" } else { "global function" },
+                arities.join(" or ")
+            ));
+        }
+    });
+    problem.map_or(Ok(()), Err)
+}
+
+/// The functions `==` and `!=` become (names no source can spell).
+const EQUALS: &str = "@kubernetes_equals";
+const NOT_EQUALS: &str = "@kubernetes_not_equals";
+
+/// Rewrites `==` and `!=` into [`EQUALS`] and [`NOT_EQUALS`], which compare as cel-go v0.26
+/// does (Kubernetes 1.34 to 1.36): the `cel` crate's own `==` is a plain boolean, while in
+/// cel-go a Semver or Quantity on the left of `==` with another type on the right is the runtime
+/// error "no such overload" (semver.go, quantity.go `Equal` return
+/// `types.MaybeNoSuchOverloadErr`). Node ids are kept, so source positions still apply.
+fn rewrite_equality(expr: &mut IdedExpr) {
+    match &mut expr.expr {
+        Expr::Call(call) => {
+            if call.target.is_none() && call.args.len() == 2 {
+                if call.func_name == cel::common::ast::operators::EQUALS {
+                    call.func_name = EQUALS.to_owned();
+                } else if call.func_name == cel::common::ast::operators::NOT_EQUALS {
+                    call.func_name = NOT_EQUALS.to_owned();
+                }
+            }
+            if let Some(t) = &mut call.target {
+                rewrite_equality(t);
+            }
+            call.args.iter_mut().for_each(rewrite_equality);
+        }
+        Expr::Comprehension(c) => {
+            for e in [
+                &mut c.iter_range,
+                &mut c.accu_init,
+                &mut c.loop_cond,
+                &mut c.loop_step,
+                &mut c.result,
+            ] {
+                rewrite_equality(e);
+            }
+        }
+        Expr::List(list) => list.elements.iter_mut().for_each(rewrite_equality),
+        Expr::Map(map) => {
+            for entry in &mut map.entries {
+                if let cel::common::ast::EntryExpr::MapEntry(m) = &mut entry.expr {
+                    rewrite_equality(&mut m.key);
+                    rewrite_equality(&mut m.value);
+                }
+            }
+        }
+        Expr::Struct(s) => {
+            for entry in &mut s.entries {
+                if let cel::common::ast::EntryExpr::StructField(f) = &mut entry.expr {
+                    rewrite_equality(&mut f.value);
+                }
+            }
+        }
+        Expr::Select(select) => rewrite_equality(&mut select.operand),
+        _ => {}
+    }
+}
+
+/// cel-go v0.26 `types.Equal`: null equals only null; a Semver or Quantity compares only with
+/// its own type (else "no such overload"); lists and maps compare element by element, where an
+/// element comparison that errs does not make them unequal (cel-go's `baseList.Equal` and
+/// `baseMap.Equal` only stop at `False`); everything else as the `cel` crate compares.
+fn cel_go_equal(l: &dyn Val, r: &dyn Val) -> Result<bool, ExecutionError> {
+    let (lk, rk) = (l.get_type().kind(), r.get_type().kind());
+    if lk == Kind::NullType || rk == Kind::NullType {
+        return Ok(lk == rk);
+    }
+    let no_such_overload = || {
+        ExecutionError::no_such_overload(
+            "_==_",
+            vec![
+                l.get_type().name().to_owned(),
+                r.get_type().name().to_owned(),
+            ],
+        )
+    };
+    if let Some(a) = l.downcast_ref::<Semver>() {
+        return r
+            .downcast_ref::<Semver>()
+            .map(|b| a.0.cmp_precedence(&b.0) == Ordering::Equal)
+            .ok_or_else(no_such_overload);
+    }
+    if let Some(a) = l.downcast_ref::<Quantity>() {
+        return r
+            .downcast_ref::<Quantity>()
+            .map(|b| a == b)
+            .ok_or_else(no_such_overload);
+    }
+    let size = |v: &dyn Val| v.as_sizer().map(|s| *s.size().inner());
+    match lk {
+        Kind::List => {
+            if rk != Kind::List || size(l) != size(r) {
+                return Ok(false);
+            }
+            let (Some(a), Some(b)) = (l.as_iterable(), r.as_iterable()) else {
+                return Ok(l.equals(r));
+            };
+            let (mut a, mut b) = (a.iter(), b.iter());
+            while let (Some(x), Some(y)) = (a.next(), b.next()) {
+                if matches!(cel_go_equal(x, y), Ok(false)) {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
+        Kind::Map => {
+            if rk != Kind::Map || size(l) != size(r) {
+                return Ok(false);
+            }
+            let (Some(keys), Some(li), Some(ri)) =
+                (l.as_iterable(), l.as_indexer(), r.as_indexer())
+            else {
+                return Ok(l.equals(r));
+            };
+            let mut keys = keys.iter();
+            while let Some(key) = keys.next() {
+                let (Ok(x), Ok(y)) = (li.get(key), ri.get(key)) else {
+                    return Ok(false);
+                };
+                if matches!(cel_go_equal(x.as_ref(), y.as_ref()), Ok(false)) {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
+        _ => Ok(l.equals(r)),
+    }
+}
+
+fn equality(env: &mut Env) -> Result<(), cel::DeclarationError> {
+    fn equals<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        owned(CelBool::from(cel_go_equal(
+            args[0].as_ref(),
+            args[1].as_ref(),
+        )?))
+    }
+    // cel-go v0.26 `evalNe`: `Equal(l, r) != True`, so an erring comparison is "not equal".
+    fn not_equals<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        owned(CelBool::from(!matches!(
+            cel_go_equal(args[0].as_ref(), args[1].as_ref()),
+            Ok(true)
+        )))
+    }
+    env.add_overload(
+        EQUALS,
+        "kubernetes_equals",
+        vec![DYN_TYPE, DYN_TYPE],
+        equals,
+    )?;
+    env.add_overload(
+        NOT_EQUALS,
+        "kubernetes_not_equals",
+        vec![DYN_TYPE, DYN_TYPE],
+        not_equals,
+    )?;
+    Ok(())
 }
 
 /// Calls `f` on `expr` and every sub-expression.
@@ -646,6 +889,34 @@ impl Semver {
             .map(Semver)
             .map_err(|e| e.to_string())
     }
+
+    /// semverlib.go `normalizeAndParse`: without a leading `v`, leading zeros trimmed from
+    /// each of the first three dot-separated parts, a missing minor or patch filled with `0`
+    /// (refused when the last part given carries a pre-release or build).
+    fn parse_normalized(text: &str) -> Result<Semver, String> {
+        let text = text.strip_prefix('v').unwrap_or(text);
+        let mut parts: Vec<String> = text
+            .splitn(3, '.')
+            .map(|p| {
+                if p.len() <= 1 {
+                    return p.to_owned();
+                }
+                let trimmed = p.trim_start_matches('0');
+                if trimmed.is_empty() || !trimmed.starts_with(|c: char| c.is_ascii_digit()) {
+                    format!("0{trimmed}")
+                } else {
+                    trimmed.to_owned()
+                }
+            })
+            .collect();
+        if parts.len() < 3 {
+            if parts.last().is_some_and(|p| p.contains(['+', '-'])) {
+                return Err("short version cannot contain PreRelease/Build meta data".to_owned());
+            }
+            parts.resize(3, "0".to_owned());
+        }
+        Semver::parse(&parts.join("."))
+    }
 }
 
 impl Val for Semver {
@@ -655,10 +926,12 @@ impl Val for Semver {
     fn cel_type() -> &'static Type {
         &SEMVER_TYPE
     }
+    // blang/semver `EQ`, as cel-go's `in` and the crate's own comparisons use it: precedence,
+    // so build metadata does not count (`1.0.0+a` equals `1.0.0+b`).
     fn equals(&self, other: &dyn Val) -> bool {
         other
             .downcast_ref::<Semver>()
-            .is_some_and(|o| self.0 == o.0)
+            .is_some_and(|o| self.0.cmp_precedence(&o.0) == Ordering::Equal)
     }
     fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v> {
         Box::new(self.clone())
@@ -717,22 +990,47 @@ fn ordering_int(o: Ordering) -> i64 {
 }
 
 fn semver_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
+    /// The version of `semver(s)` / `semver(s, normalize)`.
+    fn parse_arg(
+        args: &[CowVal<'_, '_>],
+        f: &str,
+    ) -> Result<Result<Semver, String>, ExecutionError> {
+        let text = string_arg(args, 0, f)?;
+        let normalize = match args.get(1) {
+            None => false,
+            Some(b) => *b
+                .downcast_ref::<CelBool>()
+                .ok_or_else(|| {
+                    ExecutionError::no_such_overload(
+                        f,
+                        args.iter()
+                            .map(|a| a.get_type().name().to_owned())
+                            .collect(),
+                    )
+                })?
+                .inner(),
+        };
+        Ok(if normalize {
+            Semver::parse_normalized(text)
+        } else {
+            Semver::parse(text)
+        })
+    }
     fn to_semver<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        let text = string_arg(&args, 0, "semver")?;
-        match Semver::parse(text) {
+        match parse_arg(&args, "semver")? {
             Ok(v) => owned(v),
             Err(e) => Err(ExecutionError::function_error("semver", e)),
         }
     }
     fn is_semver<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        owned(CelBool::from(
-            Semver::parse(string_arg(&args, 0, "isSemver")?).is_ok(),
-        ))
+        owned(CelBool::from(parse_arg(&args, "isSemver")?.is_ok()))
     }
+    // blang/semver `Compare`: precedence, build metadata ignored (semver's `Ord` would order
+    // by it).
     fn compare(args: &[CowVal<'_, '_>], f: &str) -> Result<Ordering, ExecutionError> {
         Ok(arg::<Semver>(args, 0, f)?
             .0
-            .cmp(&arg::<Semver>(args, 1, f)?.0))
+            .cmp_precedence(&arg::<Semver>(args, 1, f)?.0))
     }
     fn greater<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
         owned(CelBool::from(
@@ -765,6 +1063,20 @@ fn semver_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
     let s = || SEMVER_TYPE.to_owned();
     env.add_overload("semver", "string_to_semver", vec![STRING_TYPE], to_semver)?;
     env.add_overload("isSemver", "is_semver_string", vec![STRING_TYPE], is_semver)?;
+    // Semver library version 1 (Kubernetes 1.33+): `normalize` accepts a `v` prefix, leading
+    // zeros and a missing minor or patch.
+    env.add_overload(
+        "semver",
+        "string_bool_to_semver",
+        vec![STRING_TYPE, BOOL_TYPE],
+        to_semver,
+    )?;
+    env.add_overload(
+        "isSemver",
+        "is_semver_string_bool",
+        vec![STRING_TYPE, BOOL_TYPE],
+        is_semver,
+    )?;
     env.add_member_overload(
         "isGreaterThan",
         "semver_is_greater_than",
@@ -989,7 +1301,8 @@ fn quantity_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
     env.add_member_overload("add", "quantity_add_int", t(), vec![INT_TYPE], add)?;
     env.add_member_overload("sub", "quantity_sub", t(), vec![t()], sub)?;
     env.add_member_overload("sub", "quantity_sub_int", t(), vec![INT_TYPE], sub)?;
-    env.add_member_overload("sign", "quantity_sign", t(), vec![], sign)?;
+    // A global function (`sign(q)`), not a method, in quantity.go.
+    env.add_overload("sign", "quantity_sign", vec![t()], sign)?;
     env.add_member_overload("isInteger", "quantity_is_integer", t(), vec![], is_integer)?;
     env.add_member_overload("asInteger", "quantity_as_integer", t(), vec![], as_integer)?;
     env.add_member_overload(
@@ -1437,13 +1750,100 @@ mod tests {
             true,
         );
         is(
-            r#"quantity("-1").sign() == -1 && isQuantity("2Gi") && !isQuantity("2 Gi")"#,
+            r#"sign(quantity("-1")) == -1 && sign(quantity("0")) == 0 && isQuantity("2Gi") && !isQuantity("2 Gi")"#,
             true,
         );
         error(
             r#"quantity("1.5").asInteger() == 1"#,
             "cannot convert value to integer",
         );
+    }
+
+    #[test]
+    fn equality_with_a_semver_or_quantity_on_the_left_is_cel_go_s() {
+        // cel-go v0.26 (Kubernetes 1.34 to 1.36): Semver.Equal and Quantity.Equal with another
+        // type are "no such overload"; `!=` is `Equal != True`, so true; null equals only null;
+        // with the other type on the left, its own Equal says false.
+        let firmware = r#"device.attributes["dra.example.com"].firmware"#;
+        let memory = r#"device.capacity["dra.example.com"].memory"#;
+        error(&format!(r#"{firmware} == "1.2.3""#), "no such overload");
+        error(&format!("{memory} == 16"), "no such overload");
+        is(&format!(r#"{firmware} != "1.2.3""#), true);
+        is(&format!("{memory} != 16"), true);
+        is(&format!("{firmware} == null || {memory} == null"), false);
+        is(&format!(r#""1.2.3" == {firmware}"#), false);
+        is(&format!(r#"{firmware} in ["1.2.3"]"#), false);
+        // Lists compare element by element; an element comparison that errs is not "unequal".
+        is(&format!(r#"[{firmware}, 1] == ["1.2.3", 1]"#), true);
+        is(&format!(r#"[{firmware}, 1] == ["1.2.3", 2]"#), false);
+        is(&format!(r#"{{"v": {firmware}}} == {{"v": "x"}}"#), true);
+        // Inside a comprehension and a cel.bind too.
+        error(
+            &format!(r#"cel.bind(v, {firmware}, [1].all(x, v == "1.2.3"))"#),
+            "no such overload",
+        );
+        // Ordinary equality is untouched.
+        is(
+            r#"1 == 1.0 && "a" != "b" && [1, 2] == [1, 2] && {"a": 1} != {"a": 2}"#,
+            true,
+        );
+    }
+
+    #[test]
+    fn versions_compare_by_precedence() {
+        // blang/semver Compare and EQ ignore build metadata.
+        is(
+            r#"semver("1.2.3+build.1") == semver("1.2.3+build.2")"#,
+            true,
+        );
+        is(
+            r#"semver("1.2.3+a").compareTo(semver("1.2.3+b")) == 0"#,
+            true,
+        );
+        is(
+            r#"semver("1.2.3+b").isGreaterThan(semver("1.2.3+a"))"#,
+            false,
+        );
+        is(r#"semver("1.2.3+a").isLessThan(semver("1.2.3+b"))"#, false);
+        is(r#"semver("1.2.3-rc.1").isLessThan(semver("1.2.3"))"#, true);
+        is(r#"semver("1.2.3+z") in [semver("1.2.3")]"#, true);
+    }
+
+    #[test]
+    fn semver_library_version_1_normalizes() {
+        is(r#"semver("v1.02.3", true) == semver("1.2.3")"#, true);
+        is(
+            r#"semver("1", true) == semver("1.0.0") && semver("1.2", true).minor() == 2"#,
+            true,
+        );
+        is(r#"semver("1.2.3", false).patch() == 3"#, true);
+        is(
+            r#"isSemver("v1.2", true) && !isSemver("v1.2") && !isSemver("v1.2", false)"#,
+            true,
+        );
+        is(
+            r#"isSemver("1.00.3-rc.1", true) && !isSemver("1.2-rc1", true)"#,
+            true,
+        );
+        assert_eq!(
+            eval(r#"semver("1.2-rc1", true).major() == 1"#),
+            Outcome::RuntimeError("short version cannot contain PreRelease/Build meta data".into())
+        );
+    }
+
+    #[test]
+    fn kubernetes_functions_called_no_declared_way_are_not_evaluated() {
+        // cel-go's checker refuses these when the selector is compiled.
+        cannot(r#"quantity("1").sign() == 1"#, "sign is a global function");
+        cannot(
+            r#"semver("1.0.0", true, 1).major() == 1"#,
+            "taking 1 or 2 argument(s)",
+        );
+        cannot(
+            r#"semver("1.0.0").isGreaterThan() "#,
+            "isGreaterThan is a method",
+        );
+        cannot(r#"major(semver("1.0.0")) == 1"#, "major is a method");
     }
 
     #[test]

@@ -70,6 +70,12 @@ pub trait DeviceView: Sync {
     fn taints(&self) -> &[DeviceTaint];
     /// The nodes this device can be used from.
     fn placement(&self) -> Placement<'_>;
+    /// The name of an attribute whose value has no type the scheduler converts (none, several,
+    /// a list while DRAListTypeAttributes is off): dra cel/compile.go `getAttributeValue`
+    /// fails every selector on such a device. [`DeviceView::attributes`] leaves it out.
+    fn unsupported_attribute(&self) -> Option<&str> {
+        None
+    }
 
     /// The attribute `domain`/`name` as CEL's `device.attributes[domain][name]` sees it: a name
     /// without a domain belongs to the driver's domain.

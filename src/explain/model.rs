@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{DeviceTaint, ResourceClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::allocate::Features;
 use super::{AttributeValue, DeviceId, DeviceView, NodeInfo, Placement};
 use crate::fleet::objects::{Device, QualifiedName, ResourceSlice, Ustr, Value};
 
@@ -78,8 +79,8 @@ impl DeviceView for SliceDevice<'_> {
                         Value::Int(i) => AttributeValue::Int(i),
                         Value::String(s) => AttributeValue::String(s.as_str()),
                         Value::Version(v) => AttributeValue::Version(v.as_str()),
-                        // The API server refuses an attribute of no type; one read here is
-                        // skipped, as if it were absent.
+                        // No type the scheduler converts: not an attribute CEL sees, and the
+                        // reason every selector fails on the device (unsupported_attribute).
                         Value::Invalid => return None,
                     };
                     Some((joined.as_str(), value))
@@ -102,14 +103,22 @@ impl DeviceView for SliceDevice<'_> {
     fn placement(&self) -> Placement<'_> {
         self.placement
     }
+    fn unsupported_attribute(&self) -> Option<&str> {
+        self.names
+            .iter()
+            .zip(self.device.attributes.iter())
+            .find(|(_, (_, value))| matches!(value, Value::Invalid))
+            .map(|(joined, _)| joined.as_str())
+    }
 }
 
 /// The fleet the allocator works on.
 pub(crate) struct FleetModel<'a> {
     pub devices: Vec<SliceDevice<'a>>,
-    /// Devices allocated to claims other than the ones explained, without a share ID.
+    /// Devices allocated exclusively to a claim (any claim: the pod's own allocated claims hold
+    /// their devices too), with the claims holding them.
     pub taken: HashMap<DeviceId, Vec<String>>,
-    /// Devices allocated to other claims at all (shared ones included), for the messages.
+    /// Pools (`driver`, `pool`) whose newest generation lacks slices ("being updated").
     pub incomplete_pools: HashSet<(String, String)>,
     /// Every node: from the Node objects when there are any, else the nodes the slices name.
     pub nodes: Vec<CandidateNode<'a>>,
@@ -123,21 +132,40 @@ pub(crate) struct CandidateNode<'a> {
     pub node: Option<&'a Node>,
 }
 
-/// Builds the model from `slices` (every driver's), the claims of the cluster and its nodes.
-/// `explained` are the claims being diagnosed (`namespace/name`): their own allocations do not
-/// make their devices taken.
+/// Builds the model from `slices` (every driver's), the claims of the cluster and its nodes,
+/// for the release and gates of `features`: only with DRAConsumableCapacity is a result with a
+/// share ID a shared allocation.
 pub(crate) fn build<'a>(
     slices: &'a [ResourceSlice],
     claims: &[ResourceClaim],
     nodes: &'a [Node],
-    explained: &[String],
+    features: Features,
 ) -> FleetModel<'a> {
+    let consumable_capacity = features.consumable_capacity;
     // The slices that count, by index: the newest generation of each pool.
-    let current: Vec<usize> = crate::fleet::inventory::is_current(slices)
+    let mut current: Vec<usize> = crate::fleet::inventory::is_current(slices)
         .into_iter()
         .enumerate()
         .filter_map(|(i, current)| current.then_some(i))
         .collect();
+    // From 1.36 the scheduler tries a pool's slices by name (pools_incubating.go `buildPool`
+    // `sortSlicesByName`; the allocator orders the pools); 1.34 and 1.35 keep the order they
+    // were listed in, which is the one kept here.
+    if features.release >= 36 {
+        current.sort_by(|&a, &b| {
+            let (a, b) = (&slices[a], &slices[b]);
+            (
+                a.spec.driver.as_str(),
+                a.spec.pool.name.as_str(),
+                &a.metadata.name,
+            )
+                .cmp(&(
+                    b.spec.driver.as_str(),
+                    b.spec.pool.name.as_str(),
+                    &b.metadata.name,
+                ))
+        });
+    }
     let mut incomplete_pools = HashSet::new();
     let mut counts: HashMap<(Ustr, Ustr), (i64, usize)> = HashMap::new();
     for &i in &current {
@@ -209,12 +237,12 @@ pub(crate) fn build<'a>(
             });
         }
     }
+    // The scheduler's allocated devices (k/k dynamicresources allocateddevices.go
+    // `foreachAllocatedDevice`): every allocated claim's, the pod's own included. The claims
+    // `why` explains are pending, without an allocation, so nothing of theirs is skipped here.
     let mut taken: HashMap<DeviceId, Vec<String>> = HashMap::new();
     for claim in claims {
         let name = claim_name(claim);
-        if explained.contains(&name) {
-            continue;
-        }
         let results = claim
             .status
             .as_ref()
@@ -223,9 +251,12 @@ pub(crate) fn build<'a>(
             .and_then(|d| d.results.as_deref())
             .unwrap_or_default();
         for result in results {
-            // A share ID marks a shared allocation (allowMultipleAllocations); admin access
-            // does not hold the device either (allocator.go: allocated devices skip both).
-            if result.share_id.is_some() || result.admin_access == Some(true) {
+            // Admin access does not hold the device. A share ID marks a shared allocation
+            // (allowMultipleAllocations) only with the DRAConsumableCapacity gate; without it
+            // the device is held like any other.
+            if result.admin_access == Some(true)
+                || (consumable_capacity && result.share_id.is_some())
+            {
                 continue;
             }
             taken
@@ -358,7 +389,12 @@ status:
     #[test]
     fn the_model_follows_the_scheduler_s_gathering() {
         let objects = objects(SLICES);
-        let model = build(&objects.slices, &objects.claims, &objects.nodes, &[]);
+        let model = build(
+            &objects.slices,
+            &objects.claims,
+            &objects.nodes,
+            Features::for_minor(36),
+        );
         let names: Vec<String> = model.devices.iter().map(|d| d.id().to_string()).collect();
         // The older generation of a pool does not count.
         assert_eq!(
@@ -396,13 +432,102 @@ status:
         assert!(!model.nodes_known);
         assert_eq!(model.nodes.len(), 1);
         assert_eq!(model.nodes[0].info.name, "n1");
-        // The claim being explained does not take its own devices.
+        // Without the DRAConsumableCapacity gate (1.34, 1.35) a share ID means nothing: the
+        // device is held like any other (allocateddevices.go `foreachAllocatedDevice`).
         let model = build(
             &objects.slices,
             &objects.claims,
             &objects.nodes,
-            &["media/other".into()],
+            Features::for_minor(35),
         );
-        assert!(model.taken.is_empty());
+        assert_eq!(model.taken.len(), 2);
+        assert_eq!(model.taken[&shared_id()], vec!["media/other".to_string()]);
+    }
+
+    #[test]
+    fn from_1_36_a_pool_s_slices_are_tried_by_name() {
+        let objects = objects(
+            r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1-b}
+spec:
+  driver: media.liken.sh
+  nodeName: n1
+  pool: {name: n1, generation: 1, resourceSliceCount: 2}
+  devices: [{name: gpu-b}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1-a}
+spec:
+  driver: media.liken.sh
+  nodeName: n1
+  pool: {name: n1, generation: 1, resourceSliceCount: 2}
+  devices: [{name: gpu-a}]
+"#,
+        );
+        let names = |minor| {
+            build(
+                &objects.slices,
+                &objects.claims,
+                &objects.nodes,
+                Features::for_minor(minor),
+            )
+            .devices
+            .iter()
+            .map(|d| d.name().to_owned())
+            .collect::<Vec<_>>()
+        };
+        // pools_incubating.go `sortSlicesByName` (1.36); before it, the order listed.
+        assert_eq!(names(36), ["gpu-a", "gpu-b"]);
+        assert_eq!(names(35), ["gpu-b", "gpu-a"]);
+    }
+
+    #[test]
+    fn an_attribute_of_no_known_type_fails_every_selector() {
+        // A list value (DRAListTypeAttributes off): dra cel/compile.go getAttributeValue says
+        // "unsupported attribute value", and DeviceMatches fails before any selector runs.
+        let objects = objects(
+            r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1}
+spec:
+  driver: media.liken.sh
+  nodeName: n1
+  pool: {name: n1, generation: 1, resourceSliceCount: 1}
+  devices:
+  - name: gpu0
+    attributes:
+      codecs: {stringValues: [h264, hevc]}
+      scale10bit: {bool: true}
+"#,
+        );
+        let model = build(
+            &objects.slices,
+            &objects.claims,
+            &objects.nodes,
+            Features::default(),
+        );
+        let device = &model.devices[0];
+        assert_eq!(device.attributes().count(), 1);
+        assert_eq!(
+            device.unsupported_attribute(),
+            Some("media.liken.sh/codecs")
+        );
+        let value = crate::explain::cel::DeviceValue::new(device);
+        assert_eq!(
+            value.as_ref().err().map(String::as_str),
+            Some("attribute media.liken.sh/codecs: unsupported attribute value")
+        );
+    }
+
+    fn shared_id() -> DeviceId {
+        DeviceId {
+            driver: "media.liken.sh".into(),
+            pool: "shared".into(),
+            device: "gpu-0".into(),
+        }
     }
 }

@@ -387,6 +387,9 @@ pub(crate) enum OutcomeKind {
 pub(crate) struct AttemptError {
     /// In the scheduler's words.
     pub message: String,
+    /// Whether every attempt fails: false when the scheduler may find enough feasible nodes
+    /// before it checks one where the error occurs (more than 100 nodes).
+    pub always: bool,
     pub consequence: String,
     pub fix: String,
 }
@@ -527,11 +530,12 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
     // does not exist yet (the template's spec is what the claim will ask for).
     let mut pending: Vec<(usize, String, &ResourceClaimSpec)> = Vec::new();
     let mut bound_nodes: Vec<&k8s_openapi::api::core::v1::NodeSelector> = Vec::new();
-    let explained: Vec<String> = entries
-        .iter()
-        .filter_map(|e| e.claim_name.clone())
-        .collect();
-    let model = model::build(&objects.slices, &objects.claims, &objects.nodes, &explained);
+    let model = model::build(
+        &objects.slices,
+        &objects.claims,
+        &objects.nodes,
+        input.features,
+    );
     let models = gpu_models(&model);
 
     for entry in &entries {
@@ -1190,9 +1194,18 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
     let mut statuses: Vec<BTreeMap<usize, DeviceStatus>> = Vec::new();
     let mut request_keys: Vec<(String, String)> = Vec::new();
     let mut attempt_error: Option<AllocError> = None;
+    // Nodes the scheduler filters on whose allocation fails with an error.
+    let mut erring = 0;
     let mut allocatable = 0;
     for candidate in &model.nodes {
         let node = &candidate.info;
+        // The pod's own node filters (NodeUnschedulable, TaintToleration, NodeAffinity) are
+        // plugins that run before DynamicResources: a node they reject is never allocated on,
+        // so an error the allocator would meet there never reaches the scheduler. The
+        // allocation is still computed, to say what the node would allow without them.
+        let filtered = pod
+            .zip(candidate.node)
+            .and_then(|(pod, node_object)| pod_filter(pod, node, node_object));
         let (report, failed) = match allocator.explain(node, &claims) {
             Ok(report) => (report, false),
             Err(e) => {
@@ -1221,11 +1234,17 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
                         }
                     }
                 }
-                outcomes
-                    .entry((OutcomeKind::Error, error_summary(&e)))
-                    .or_default()
-                    .push(node.name.clone());
-                attempt_error.get_or_insert(e);
+                let outcome = match &filtered {
+                    Some(filtered) => filtered.clone(),
+                    None => {
+                        erring += 1;
+                        (OutcomeKind::Error, error_summary(&e))
+                    }
+                };
+                if filtered.is_none() {
+                    attempt_error.get_or_insert(e);
+                }
+                outcomes.entry(outcome).or_default().push(node.name.clone());
                 let report = super::allocate::NodeReport {
                     verdict: NodeVerdict::CannotAllocate,
                     requests: surveyed,
@@ -1251,11 +1270,6 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
         if failed {
             continue;
         }
-        // The pod's own node filters come first in the scheduler (they are separate plugins);
-        // the allocation is still computed, to say what the node would allow without them.
-        let filtered = pod
-            .zip(candidate.node)
-            .and_then(|(pod, node_object)| pod_filter(pod, node, node_object));
         let bound_elsewhere = bound_nodes.iter().any(|s| !node.matches(s));
         let (kind, detail) = if let Some(filtered) = filtered {
             filtered
@@ -1593,8 +1607,47 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
         outcomes: node_outcomes,
     });
     if let Some(error) = attempt_error {
-        diagnosis.attempt_error = Some(attempt(&error));
+        if input.features.release < 36 && matches!(error, AllocError::Runtime(_)) {
+            diagnosis.notes.push(format!(
+                "Kubernetes 1.{} tries a node's resource pools in no fixed order (pools_incubating.go GatherPools builds them from a map; 1.36 sorts them): on a node where a selector fails on one device and other devices could serve, an attempt may meet either first; why tries pools by driver and pool name",
+                input.features.release
+            ));
+        }
+        let mut attempt = attempt(&error);
+        // The scheduler filters nodes until it has found numFeasibleNodesToFind feasible ones
+        // (k/k pkg/scheduler/schedule_one.go, default percentageOfNodesToScore); an error on
+        // any node it checks fails the attempt. With fewer feasible nodes than that it checks
+        // every node, so every attempt fails; with as many, it may stop before an erring one.
+        // (Not for what this evaluator cannot decide: that is no scheduler error.)
+        let to_find = num_feasible_nodes_to_find(total);
+        let schedulers = !matches!(
+            error,
+            AllocError::CannotEvaluate(_) | AllocError::Unsupported { .. }
+        );
+        if schedulers && allocatable >= to_find {
+            attempt.always = false;
+            attempt.consequence = format!(
+                "the scheduler fails the scheduling attempt (PodScheduled reason SchedulerError) when it checks one of the {} where this error occurs; with {allocatable} nodes that can take the pod it may stop after finding {to_find} of them first (numFeasibleNodesToFind, with the default percentageOfNodesToScore), so an attempt may succeed",
+                count(erring, "node", "nodes")
+            );
+        }
+        diagnosis.attempt_error = Some(attempt);
     }
+}
+
+/// k/k pkg/scheduler/schedule_one.go `numFeasibleNodesToFind` with the default
+/// percentageOfNodesToScore (0: adaptive): how many feasible nodes the scheduler looks for
+/// before it stops filtering.
+fn num_feasible_nodes_to_find(all: usize) -> usize {
+    const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+    const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: usize = 5;
+    if all < MIN_FEASIBLE_NODES_TO_FIND {
+        return all;
+    }
+    let percentage = 50usize
+        .saturating_sub(all / 125)
+        .max(MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND);
+    (all * percentage / 100).max(MIN_FEASIBLE_NODES_TO_FIND)
 }
 
 /// An attempt error without the device it was met on, so that nodes group by it.
@@ -1847,9 +1900,29 @@ fn why_not_on_node(
     )
 }
 
-/// The pod's own node filters on one node: nodeSelector, required node affinity, taints.
+/// The pod's own node filters on one node, in the scheduler's plugin order: NodeUnschedulable,
+/// nodeSelector and required node affinity (NodeAffinity), taints (TaintToleration).
 fn pod_filter(pod: &Pod, info: &NodeInfo, node: &Node) -> Option<(OutcomeKind, String)> {
     let spec = pod.spec.as_ref()?;
+    // NodeUnschedulable: a cordoned node, unless the pod tolerates the unschedulable taint.
+    let cordoned = Taint {
+        key: "node.kubernetes.io/unschedulable".to_owned(),
+        effect: "NoSchedule".to_owned(),
+        ..Default::default()
+    };
+    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+        && !spec
+            .tolerations
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .any(|tol| pod_tolerates(tol, &cordoned))
+    {
+        return Some((
+            OutcomeKind::NodeTaint,
+            "the node is cordoned (spec.unschedulable)".to_owned(),
+        ));
+    }
     if let Some(selector) = &spec.node_selector {
         let missing: Vec<String> = selector
             .iter()
@@ -1925,6 +1998,7 @@ fn attempt(error: &AllocError) -> AttemptError {
     match error {
         AllocError::Runtime(f) => AttemptError {
             message: error.to_string(),
+            always: true,
             consequence: "the scheduler fails the whole scheduling attempt (PodScheduled reason SchedulerError), on every node, not just this device".to_owned(),
             fix: match f.message.strip_prefix("no such key: ") {
                 Some(key) => format!(
@@ -1936,21 +2010,31 @@ fn attempt(error: &AllocError) -> AttemptError {
         },
         AllocError::CannotEvaluate(_) | AllocError::Unsupported { .. } => AttemptError {
             message: error.to_string(),
+            always: true,
             consequence: "kubectl media cannot decide this claim; nothing about it is guessed".to_owned(),
             fix: "check the scheduler's events for its verdict".to_owned(),
         },
         AllocError::PoolIncomplete { .. } => AttemptError {
             message: error.to_string(),
+            always: true,
             consequence: "the scheduler does not allocate allocationMode All while a pool's slices are being updated".to_owned(),
             fix: "wait for the driver to finish publishing the pool".to_owned(),
         },
         AllocError::ConstraintAll { .. } => AttemptError {
             message: error.to_string(),
+            always: true,
             consequence: "the scheduler fails the attempt: allocationMode All takes every matching device, and one breaks the constraint".to_owned(),
             fix: "narrow the request's selectors to devices that share the attribute, or drop the constraint".to_owned(),
         },
+        AllocError::TooManyDevices { .. } => AttemptError {
+            message: error.to_string(),
+            always: true,
+            consequence: "the scheduler fails the whole scheduling attempt (PodScheduled reason SchedulerError): a claim holds at most 32 devices".to_owned(),
+            fix: "ask for at most 32 devices per claim: lower the counts, or split the requests over several claims".to_owned(),
+        },
         AllocError::ClassNotFound { .. } => AttemptError {
             message: error.to_string(),
+            always: true,
             consequence: "the scheduler fails the pod".to_owned(),
             fix: "create the class or fix deviceClassName".to_owned(),
         },
@@ -2052,10 +2136,17 @@ fn conclude(
         steps.extend(problems.iter().map(|p| p.fix.clone()));
     } else if let Some(error) = &diagnosis.attempt_error {
         diagnosis.blocked = true;
-        diagnosis.verdict = format!(
-            "every scheduling attempt for {what} fails: {}.",
-            error.message
-        );
+        diagnosis.verdict = if error.always {
+            format!(
+                "every scheduling attempt for {what} fails: {}.",
+                error.message
+            )
+        } else {
+            format!(
+                "scheduling attempts for {what} may fail: {}.",
+                error.message
+            )
+        };
         steps.extend(unknown_steps(diagnosis));
         steps.push(error.fix.clone());
     } else if pending.is_empty() {
@@ -2885,6 +2976,69 @@ status:
     }
 
     #[test]
+    fn the_pod_s_own_allocated_claim_holds_its_device() {
+        // Claim a holds n1's only GPU (no share ID); claim b, pending, wants one more. The
+        // scheduler counts every allocated claim's devices as in use, the pod's own too.
+        let text = r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1}
+spec:
+  driver: media.liken.sh
+  nodeName: n1
+  pool: {name: n1, generation: 1, resourceSliceCount: 1}
+  devices: [{name: gpu0}]
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: media}
+spec:
+  selectors: [{cel: {expression: 'device.driver == "media.liken.sh"'}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: media, uid: pod-uid}
+spec:
+  resourceClaims: [{name: a, resourceClaimName: a}, {name: b, resourceClaimName: b}]
+  containers: [{name: c, image: i}]
+status: {phase: Pending}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: a, namespace: media}
+spec:
+  devices:
+    requests: [{name: r, exactly: {deviceClassName: media}}]
+status:
+  allocation:
+    devices:
+      results: [{request: r, driver: media.liken.sh, pool: n1, device: gpu0}]
+    nodeSelector:
+      nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [n1]}]}]
+  reservedFor: [{resource: pods, name: p, uid: pod-uid}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: b, namespace: media}
+spec:
+  devices:
+    requests: [{name: r, exactly: {deviceClassName: media}}]
+"#;
+        let d = explain_pod(text).unwrap();
+        assert!(d.blocked, "{d:#?}");
+        assert_eq!(
+            outcome_kinds(&d),
+            [(OutcomeKind::RequestUnsatisfied, vec!["n1".to_owned()])]
+        );
+        let taken = d.claims[1].requests[0]
+            .reasons
+            .iter()
+            .find(|r| r.reason == ReasonKind::Taken)
+            .expect("gpu0 is taken");
+        assert_eq!(taken.claims, ["media/a"]);
+    }
+
+    #[test]
     fn the_pod_s_node_filters_rule_nodes_out() {
         let nodes = r#"
 ---
@@ -2975,13 +3129,194 @@ spec: {}
         let error = d.attempt_error.as_ref().expect("the attempt fails");
         assert_eq!(
             error.message,
-            "class decode-10bit: selector #0 on device media.liken.sh/n1/gpu-a: CEL runtime error: no such key: scale10Bit"
+            "class decode-10bit: selector #0: CEL runtime error: no such key: scale10Bit"
         );
         assert!(
             d.next_steps[0].contains("did you mean media.liken.sh/scale10bit?"),
             "{:?}",
             d.next_steps
         );
+    }
+
+    /// A slice for node `node` with one media.liken.sh GPU, `decode: true` or no `decode`.
+    fn one_gpu(node: &str, decode: bool) -> String {
+        let attributes = if decode {
+            "{decode: {bool: true}}"
+        } else {
+            "{}"
+        };
+        format!(
+            r#"
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {{name: {node}}}
+spec:
+  driver: media.liken.sh
+  nodeName: {node}
+  pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}
+  devices: [{{name: gpu0, attributes: {attributes}}}]
+"#
+        )
+    }
+
+    /// A class reading `decode` unguarded, a pod and its pending claim of that class.
+    const DECODE: &str = r#"
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: decode}
+spec:
+  selectors: [{cel: {expression: 'device.attributes["media.liken.sh"].decode'}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: media, uid: pod-uid}
+spec:
+  resourceClaims: [{name: b, resourceClaimName: b}]
+  containers: [{name: c, image: i}]
+status: {phase: Pending}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: b, namespace: media}
+spec:
+  devices:
+    requests: [{name: r, exactly: {deviceClassName: decode}}]
+"#;
+
+    #[test]
+    fn a_runtime_error_on_a_node_the_pod_s_filters_reject_does_not_count() {
+        // n1's GPU lacks `decode` (a runtime error), but n1 carries a taint the pod does not
+        // tolerate: TaintToleration rejects it before DynamicResources runs there.
+        let nodes = r#"
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n1}
+spec:
+  taints: [{key: dedicated, value: edge, effect: NoSchedule}]
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n2}
+spec: {}
+"#;
+        let text = format!(
+            "{}{}{nodes}{DECODE}",
+            one_gpu("n1", false),
+            one_gpu("n2", true)
+        );
+        let d = explain_pod(&text).unwrap();
+        assert!(d.attempt_error.is_none(), "{:?}", d.attempt_error);
+        assert!(!d.blocked, "{}", d.verdict);
+        assert_eq!(
+            outcome_kinds(&d),
+            [
+                (OutcomeKind::Allocatable, vec!["n2".to_owned()]),
+                (OutcomeKind::NodeTaint, vec!["n1".to_owned()]),
+            ]
+        );
+        // A cordoned node is not checked either (NodeUnschedulable).
+        let cordoned = text.replace(
+            "  taints: [{key: dedicated, value: edge, effect: NoSchedule}]",
+            "  unschedulable: true",
+        );
+        let d = explain_pod(&cordoned).unwrap();
+        assert!(d.attempt_error.is_none(), "{:?}", d.attempt_error);
+        assert_eq!(
+            outcome_kinds(&d)[1],
+            (OutcomeKind::NodeTaint, vec!["n1".to_owned()])
+        );
+        // Tolerated, n1 is checked and the error fails every attempt.
+        let tolerant = text.replace(
+            "  containers:",
+            "  tolerations: [{operator: Exists}]\n  containers:",
+        );
+        let d = explain_pod(&tolerant).unwrap();
+        let error = d.attempt_error.as_ref().expect("the attempt fails");
+        assert!(error.always);
+        assert!(
+            d.verdict.starts_with("every scheduling attempt"),
+            "{}",
+            d.verdict
+        );
+    }
+
+    #[test]
+    fn before_1_36_the_pool_order_is_not_fixed() {
+        let text = format!("{}{}{DECODE}", one_gpu("n1", false), one_gpu("n2", true));
+        let objects = objects(&text);
+        let explain_for = |minor| {
+            explain(&Input {
+                objects: &objects,
+                target: &Target::Pod {
+                    namespace: "media".into(),
+                    name: "p".into(),
+                },
+                features: Features::for_minor(minor),
+                unread: &[],
+                every_device: false,
+            })
+            .unwrap()
+        };
+        let old = explain_for(35);
+        assert!(old.attempt_error.is_some());
+        assert!(
+            old.notes.iter().any(|n| n.contains("in no fixed order")),
+            "{:?}",
+            old.notes
+        );
+        assert!(
+            !explain_for(36)
+                .notes
+                .iter()
+                .any(|n| n.contains("in no fixed order"))
+        );
+    }
+
+    #[test]
+    fn with_enough_feasible_nodes_an_erring_node_may_be_missed() {
+        // 101 nodes: the scheduler stops after 100 feasible ones (numFeasibleNodesToFind),
+        // which it can find without checking n0, where the selector fails.
+        let mut text: String = (1..=100).map(|i| one_gpu(&format!("n{i}"), true)).collect();
+        text += &one_gpu("n0", false);
+        text += DECODE;
+        let d = explain_pod(&text).unwrap();
+        let error = d.attempt_error.as_ref().expect("n0 errs");
+        assert!(!error.always, "{error:?}");
+        assert!(
+            d.verdict
+                .starts_with("scheduling attempts for pod media/p may fail"),
+            "{}",
+            d.verdict
+        );
+        // What this evaluator cannot decide is no scheduler error: no "may" for it.
+        let undecided = text.replace(
+            "devices: [{name: gpu0, attributes: {}}]",
+            "devices: [{name: gpu0, allowMultipleAllocations: true, attributes: {decode: {bool: true}}, capacity: {memory: {value: 1Gi}}}]",
+        );
+        let d = explain_pod(&undecided).unwrap();
+        let error = d.attempt_error.as_ref().expect("n0 is not decided");
+        assert!(error.message.contains("is not modelled"), "{error:?}");
+        assert!(error.always, "{error:?}");
+        // With one feasible node fewer, the scheduler checks them all: every attempt fails.
+        let text = text.replacen(
+            "devices: [{name: gpu0, attributes: {decode: {bool: true}}}]",
+            "devices: []",
+            1,
+        );
+        let d = explain_pod(&text).unwrap();
+        assert!(d.attempt_error.as_ref().expect("n0 errs").always);
+    }
+
+    #[test]
+    fn feasible_nodes_to_find_follows_the_scheduler() {
+        assert_eq!(num_feasible_nodes_to_find(99), 99);
+        assert_eq!(num_feasible_nodes_to_find(100), 100);
+        assert_eq!(num_feasible_nodes_to_find(500), 230);
+        assert_eq!(num_feasible_nodes_to_find(5000), 500);
+        assert_eq!(num_feasible_nodes_to_find(100_000), 5000);
     }
 
     #[test]
