@@ -51,7 +51,8 @@ Exit status:
   0  nothing blocks the claims: allocated, or allocatable now
   3  a claim cannot be allocated (the explanation says why)
   4  undecided: the devices allow the claims, but what could still
-     rule the nodes out was not read (the notes say what)
+     rule the nodes out was not read (the notes say what), or a
+     selector uses what kubectl media does not evaluate
   1  an error (the pod not found; ResourceSlices or DeviceClasses
      that cannot be read)
   2  a usage error";
@@ -275,9 +276,12 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
 }
 
 /// Whether the devices allow the claims but something that could still block them was not
-/// read (exit code 4): the verdict is not that nothing blocks them.
+/// read, or this evaluator could not decide a claim (exit code 4): the verdict is not that
+/// nothing blocks them.
 fn undecided(d: &Diagnosis) -> bool {
-    !d.blocked && d.nodes.as_ref().is_some_and(|n| n.allocatable > 0) && !d.unchecked.is_empty()
+    let evaluated = d.attempt_error.as_ref().is_some_and(|e| e.undecided)
+        || d.nodes.as_ref().is_some_and(|n| n.allocatable > 0);
+    !d.blocked && evaluated && !d.unchecked.is_empty()
 }
 
 /// A kind `why` cannot do without that could not be read.
@@ -544,7 +548,14 @@ fn render(d: &Diagnosis, styles: &Styles, limit: Option<usize>) -> String {
     }
     if let Some(error) = &d.attempt_error {
         page.blank();
-        page.line(0, 2, &[("Every scheduling attempt fails:", styles.header)]);
+        let heading = if error.undecided {
+            "Not decided:"
+        } else if error.always {
+            "Every scheduling attempt fails:"
+        } else {
+            "Scheduling attempts may fail:"
+        };
+        page.line(0, 2, &[(heading, styles.header)]);
         page.line(2, 2, &[(&error.message, styles.no)]);
         page.line(2, 2, &[(&error.consequence, plain)]);
     }

@@ -137,7 +137,7 @@ pub enum AllocError {
     #[error("{}", runtime_message(.0))]
     Runtime(Box<SelectorFailure>),
     /// This evaluator cannot decide a selector on a device: nothing is guessed.
-    #[error("{}: selector #{} on device {}: cannot evaluate: {} (expression: {})", .0.scope, .0.index, .0.device, .0.message, .0.expression)]
+    #[error("{}: selector #{} on device {}: cannot evaluate: {} (expression: {})", .0.scope, .0.index, .0.device, .0.message, crate::text::one_line(&.0.expression, usize::MAX))]
     CannotEvaluate(Box<SelectorFailure>),
     /// `allocationMode: All` while a pool's slices are being updated.
     #[error(

@@ -382,7 +382,7 @@ pub(crate) enum OutcomeKind {
     Error,
 }
 
-/// An error that aborts every scheduling attempt.
+/// An error that aborts scheduling attempts, or one that keeps this evaluator from deciding.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct AttemptError {
     /// In the scheduler's words.
@@ -390,6 +390,10 @@ pub(crate) struct AttemptError {
     /// Whether every attempt fails: false when the scheduler may find enough feasible nodes
     /// before it checks one where the error occurs (more than 100 nodes).
     pub always: bool,
+    /// Whether it is this evaluator's limit, not the scheduler's error: then nothing is
+    /// decided (the verdict says so, and the exit code is 4).
+    #[serde(skip)]
+    pub undecided: bool,
     pub consequence: String,
     pub fix: String,
 }
@@ -1999,6 +2003,7 @@ fn attempt(error: &AllocError) -> AttemptError {
         AllocError::Runtime(f) => AttemptError {
             message: error.to_string(),
             always: true,
+            undecided: false,
             consequence: "the scheduler fails the whole scheduling attempt (PodScheduled reason SchedulerError), on every node, not just this device".to_owned(),
             fix: match f.message.strip_prefix("no such key: ") {
                 Some(key) => format!(
@@ -2011,30 +2016,35 @@ fn attempt(error: &AllocError) -> AttemptError {
         AllocError::CannotEvaluate(_) | AllocError::Unsupported { .. } => AttemptError {
             message: error.to_string(),
             always: true,
+            undecided: true,
             consequence: "kubectl media cannot decide this claim; nothing about it is guessed".to_owned(),
             fix: "check the scheduler's events for its verdict".to_owned(),
         },
         AllocError::PoolIncomplete { .. } => AttemptError {
             message: error.to_string(),
             always: true,
+            undecided: false,
             consequence: "the scheduler does not allocate allocationMode All while a pool's slices are being updated".to_owned(),
             fix: "wait for the driver to finish publishing the pool".to_owned(),
         },
         AllocError::ConstraintAll { .. } => AttemptError {
             message: error.to_string(),
             always: true,
+            undecided: false,
             consequence: "the scheduler fails the attempt: allocationMode All takes every matching device, and one breaks the constraint".to_owned(),
             fix: "narrow the request's selectors to devices that share the attribute, or drop the constraint".to_owned(),
         },
         AllocError::TooManyDevices { .. } => AttemptError {
             message: error.to_string(),
             always: true,
+            undecided: false,
             consequence: "the scheduler fails the whole scheduling attempt (PodScheduled reason SchedulerError): a claim holds at most 32 devices".to_owned(),
             fix: "ask for at most 32 devices per claim: lower the counts, or split the requests over several claims".to_owned(),
         },
         AllocError::ClassNotFound { .. } => AttemptError {
             message: error.to_string(),
             always: true,
+            undecided: false,
             consequence: "the scheduler fails the pod".to_owned(),
             fix: "create the class or fix deviceClassName".to_owned(),
         },
@@ -2134,6 +2144,14 @@ fn conclude(
             ));
         }
         steps.extend(problems.iter().map(|p| p.fix.clone()));
+    } else if let Some(error) = diagnosis.attempt_error.as_ref().filter(|e| e.undecided) {
+        // This evaluator's limit, not the scheduler's error: nothing is decided.
+        diagnosis.verdict = format!("undecided for {what}: {}.", error.message);
+        let message = error.message.clone();
+        let fix = error.fix.clone();
+        diagnosis.unchecked.push(message);
+        steps.extend(unknown_steps(diagnosis));
+        steps.push(fix);
     } else if let Some(error) = &diagnosis.attempt_error {
         diagnosis.blocked = true;
         diagnosis.verdict = if error.always {
@@ -3300,6 +3318,15 @@ spec: {}
         let error = d.attempt_error.as_ref().expect("n0 is not decided");
         assert!(error.message.contains("is not modelled"), "{error:?}");
         assert!(error.always, "{error:?}");
+        // ...and no verdict either way: undecided, with what was not decided.
+        assert!(error.undecided, "{error:?}");
+        assert!(!d.blocked, "{}", d.verdict);
+        assert!(
+            d.verdict.starts_with("undecided for pod media/p: "),
+            "{}",
+            d.verdict
+        );
+        assert!(d.unchecked.contains(&error.message), "{:?}", d.unchecked);
         // With one feasible node fewer, the scheduler checks them all: every attempt fails.
         let text = text.replacen(
             "devices: [{name: gpu0, attributes: {decode: {bool: true}}}]",

@@ -500,6 +500,42 @@ fn verdict_and_notes(explanation: &str) -> (String, Vec<String>) {
 }
 
 #[test]
+fn a_selector_why_does_not_evaluate_is_undecided_never_a_verdict() {
+    // review-0's class, with CEL's IP library in it (which why does not evaluate): no verdict
+    // either way, exit 4, and the selector named.
+    let scenario = std::fs::read_to_string(example("why/class-typo.yaml")).unwrap();
+    let typo = "device.attributes[\"media.liken.sh\"].decodeHevcMain10";
+    assert!(scenario.contains(typo), "the scenario's class reads {typo}");
+    let edited = scenario.replace(typo, "isIP(\"10.0.0.1\")");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("class-ip.yaml");
+    std::fs::write(&file, edited).unwrap();
+    let mut args: Vec<String> = vec!["why".into(), "review-0".into()];
+    for f in fleet_files() {
+        args.extend(["-f".into(), f]);
+    }
+    args.extend(["-f".into(), file.display().to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let explanation = text(&run(&args, None), 4);
+    let (verdict, _) = verdict_and_notes(&explanation);
+    assert!(
+        verdict.starts_with("Undecided for pod media/review-0: class hevc10: selector #0"),
+        "{explanation}"
+    );
+    // The expression, written over lines in the class, is quoted on the verdict's one line.
+    assert!(
+        verdict
+            .ends_with(r#"(expression: device.driver == "media.liken.sh" && isIP("10.0.0.1"))."#),
+        "{verdict}"
+    );
+    assert!(explanation.contains("Not decided:"), "{explanation}");
+    assert!(
+        !explanation.contains("Every scheduling attempt fails"),
+        "{explanation}"
+    );
+}
+
+#[test]
 fn without_nodes_the_node_side_is_unchecked_never_fine() {
     // archive-0's nodeSelector rules out tgl-1, the only node whose devices serve it. Without
     // the Node objects that cannot be seen: no "nothing blocks", no exit 0.
