@@ -42,12 +42,17 @@ const GLOBAL: &str = "Global options";
 /// The media-capabilities agent publishes one media.liken.sh device per GPU, stating what its
 /// driver can do. These commands list those statements, write claims for them, and explain why
 /// a claim stays Pending.
+// `args_override_self`: a flag given twice takes its last value (`-o wide -o json` is
+// `-o json`), as kubectl's (pflag's) do, since aliases and wrappers put flags in front of the
+// user's; clap's default is an error. It applies to every subcommand, and not to the flags that
+// collect values (`-f`, `--decode`, `--node`: clap's Append), which keep every one given.
 #[derive(Debug, Parser)]
 #[command(
     name = "kubectl-media",
     bin_name = "kubectl media",
     version,
-    propagate_version = true
+    propagate_version = true,
+    args_override_self = true
 )]
 pub struct Cli {
     /// When to colour output: auto colours a terminal unless NO_COLOR is set.
@@ -434,6 +439,84 @@ mod tests {
         assert_eq!(kube.namespaces("media"), Namespaces::All);
         let kube = cli(&["kubectl-media", "caps"]).kube;
         assert_eq!(kube.connection().namespace, None);
+    }
+
+    #[test]
+    fn a_flag_given_twice_takes_its_last_value_as_in_kubectl() {
+        let cli = |args: &[&str]| match parse(args.iter().copied()) {
+            Ok(Parsed::Run(cli)) => cli,
+            Err(e) => panic!("{args:?}: {e}"),
+            Ok(Parsed::Info(_)) => panic!("{args:?}: help"),
+        };
+        let caps = |cli: &Cli| match &cli.command {
+            Command::Caps(args) => args.clone(),
+            _ => panic!("not caps"),
+        };
+        let twice = cli(&["kubectl-media", "caps", "-o", "wide", "-o", "json"]);
+        assert_eq!(caps(&twice).output, Some(caps::CapsFormat::Json));
+        let twice = cli(&["kubectl-media", "caps", "--summary", "--summary"]);
+        assert!(caps(&twice).summary);
+        // Global flags too, on either side of the command, as an alias puts them in front.
+        let twice = cli(&["kubectl-media", "-n", "a", "caps", "-n", "b"]);
+        assert_eq!(twice.kube.namespace.as_deref(), Some("b"));
+        let twice = cli(&["kubectl-media", "caps", "--namespace", "a", "-n", "b"]);
+        assert_eq!(twice.kube.namespace.as_deref(), Some("b"));
+        let twice = cli(&[
+            "kubectl-media",
+            "--color",
+            "never",
+            "caps",
+            "--color",
+            "always",
+        ]);
+        assert_eq!(twice.color, ColorChoice::Always);
+        let twice = cli(&[
+            "kubectl-media",
+            "why",
+            "p",
+            "--request-timeout",
+            "5s",
+            "--request-timeout",
+            "1m",
+        ]);
+        assert_eq!(
+            twice.kube.request_timeout,
+            RequestTimeout(Some(Duration::from_secs(60)))
+        );
+        let twice = cli(&[
+            "kubectl-media",
+            "class",
+            "--decode",
+            "VP9",
+            "--base-class",
+            "a",
+            "--base-class",
+            "b",
+        ]);
+        let Command::Class(class) = &twice.command else {
+            panic!("not class")
+        };
+        assert_eq!(class.base_class.as_deref(), Some("b"));
+        // Flags meant to repeat keep every value.
+        let many = caps(&cli(&[
+            "kubectl-media",
+            "caps",
+            "-f",
+            "a.yaml",
+            "-f",
+            "b.yaml",
+            "--decode",
+            "VP9",
+            "--decode",
+            "AV1Main,HEVCMain",
+            "--node",
+            "n1",
+            "--node",
+            "n2",
+        ]));
+        assert_eq!(many.files, ["a.yaml", "b.yaml"]);
+        assert_eq!(many.capabilities.decode, ["VP9", "AV1Main", "HEVCMain"]);
+        assert_eq!(many.node, ["n1", "n2"]);
     }
 
     #[test]
