@@ -120,7 +120,12 @@ fn completes_a_file(cmd: &clap::Command, words: &[OsString]) -> bool {
     command
         .get_arguments()
         .chain(cmd.get_arguments())
-        .filter(|a| a.get_value_hint() == clap::ValueHint::FilePath)
+        .filter(|a| {
+            matches!(
+                a.get_value_hint(),
+                clap::ValueHint::FilePath | clap::ValueHint::AnyPath | clap::ValueHint::DirPath
+            )
+        })
         .any(|arg| {
             let long = arg.get_long().map(|l| format!("--{l}"));
             let short = arg.get_short().map(|s| format!("-{s}"));

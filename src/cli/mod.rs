@@ -207,6 +207,32 @@ impl CapabilityFlags {
     }
 }
 
+/// `-f` and `-R`, as kubectl's (cli-runtime's `FilenameOptions`) for `caps` and `why`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct FileArgs {
+    /// Read objects from this file, or from a directory's .json, .yaml and .yml files, instead of
+    /// the cluster (kubectl get -o yaml|json output, Lists, multi-document YAML); repeat for
+    /// several, - for standard input.
+    #[arg(short = 'f', long = "filename", value_name = "FILE", value_hint = clap::ValueHint::AnyPath)]
+    pub files: Vec<String>,
+
+    /// Also read the subdirectories of the directories -f names, as kubectl -R does.
+    #[arg(short = 'R', long)]
+    pub recursive: bool,
+}
+
+impl FileArgs {
+    /// The files to read, directories expanded; `None` without `-f` (read the cluster).
+    pub(crate) fn sources(
+        &self,
+    ) -> Result<Option<Vec<crate::fleet::files::Source>>, crate::fleet::files::SnapshotError> {
+        if self.files.is_empty() {
+            return Ok(None);
+        }
+        crate::fleet::files::sources(&self.files, self.recursive).map(Some)
+    }
+}
+
 /// Why a command failed, and so its exit code.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -514,7 +540,7 @@ mod tests {
             "--node",
             "n2",
         ]));
-        assert_eq!(many.files, ["a.yaml", "b.yaml"]);
+        assert_eq!(many.input.files, ["a.yaml", "b.yaml"]);
         assert_eq!(many.capabilities.decode, ["VP9", "AV1Main", "HEVCMain"]);
         assert_eq!(many.node, ["n1", "n2"]);
     }

@@ -1,7 +1,7 @@
-//! Reading API objects from files (`-f FILE`, `-f -` for stdin) instead of a cluster: the output
-//! of `kubectl get ... -o yaml|json`, Lists, multi-document YAML, or several JSON documents in a
-//! row. Objects go through the same parser as API responses ([`crate::fleet::objects`]), so a file
-//! gives the same answer as the cluster it was taken from.
+//! Reading API objects from files (`-f FILE`, `-f DIR` as kubectl walks it, `-f -` for stdin)
+//! instead of a cluster: the output of `kubectl get ... -o yaml|json`, Lists, multi-document
+//! YAML, or several JSON documents in a row. Objects go through the same parser as API responses
+//! ([`crate::fleet::objects`]), so a file gives the same answer as the cluster it was taken from.
 //!
 //! JSON is read as a stream, never whole: a scanner cuts a List's `items` into batches of whole
 //! items as the bytes arrive, and two threads parse the batches while the next ones are read, so
@@ -32,9 +32,34 @@ use crate::fleet::objects::{Kind, Objects};
 /// The hint of every error about what a file holds.
 const HINT: &str = "hint: -f takes the output of `kubectl get ... -o yaml` or `-o json`";
 
+/// The extensions of the files -f reads from a directory, as kubectl's (cli-runtime's
+/// `FileExtensions`); a file -f names itself is read whatever its name.
+pub const EXTENSIONS: [&str; 3] = ["json", "yaml", "yml"];
+
+/// What -f takes, for the hints of the errors about a path.
+const PATH_HINT: &str =
+    "hint: -f takes a file, a directory of .json, .yaml or .yml files, or - for standard input";
+
 /// A file that could not be read, or that does not hold Kubernetes objects.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
+    /// As kubectl says it (cli-runtime's `Builder.Path`).
+    #[error("the path {path:?} does not exist ({PATH_HINT})")]
+    NoSuchPath { path: String },
+    #[error("the path {path:?} cannot be accessed: {source} ({PATH_HINT})")]
+    Inaccessible {
+        path: String,
+        source: std::io::Error,
+    },
+    /// A directory -f names holds no file with one of the [`EXTENSIONS`].
+    #[error("{dir}: no .json, .yaml or .yml file in this directory{below} (hint: {hint})",
+        below = if *.recursive { " or below it" } else { "" },
+        hint = if *.recursive {
+            "-f reads a directory's files with these extensions; name a file with another one itself"
+        } else {
+            "-R reads its subdirectories too; -f reads a directory's files with these extensions"
+        })]
+    NoFilesIn { dir: String, recursive: bool },
     #[error("read {file}: {source}")]
     Read {
         file: String,
@@ -108,6 +133,80 @@ impl Source {
     }
 }
 
+/// The sources `-f` names, in order: `-` is standard input; a file is read whatever its name; a
+/// directory gives its files with one of the [`EXTENSIONS`] in name order, and with `recursive`
+/// its subdirectories' too, depth first, as kubectl walks them (cli-runtime's
+/// `ExpandPathsToFileVisitors`). Files of other names in a directory are passed over, as kubectl
+/// passes over them; a directory that gives no file at all is an error, as it is in kubectl. A
+/// symbolic link to a directory inside a directory is not followed (Go's walk does not either).
+pub(crate) fn sources(args: &[String], recursive: bool) -> Result<Vec<Source>, SnapshotError> {
+    let mut sources = Vec::with_capacity(args.len());
+    for arg in args {
+        let path = match Source::parse(arg) {
+            Source::Stdin => {
+                sources.push(Source::Stdin);
+                continue;
+            }
+            Source::File(path) => path,
+        };
+        let metadata = std::fs::metadata(&path).map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound => SnapshotError::NoSuchPath { path: arg.clone() },
+            _ => SnapshotError::Inaccessible {
+                path: arg.clone(),
+                source,
+            },
+        })?;
+        if !metadata.is_dir() {
+            sources.push(Source::File(path));
+            continue;
+        }
+        let before = sources.len();
+        walk(&path, recursive, &mut sources)?;
+        if sources.len() == before {
+            return Err(SnapshotError::NoFilesIn {
+                dir: arg.clone(),
+                recursive,
+            });
+        }
+    }
+    Ok(sources)
+}
+
+/// Adds the files of `dir` with one of the [`EXTENSIONS`], in name order, descending into
+/// subdirectories when `recursive`.
+fn walk(
+    dir: &std::path::Path,
+    recursive: bool,
+    sources: &mut Vec<Source>,
+) -> Result<(), SnapshotError> {
+    let inaccessible = |source| SnapshotError::Inaccessible {
+        path: dir.display().to_string(),
+        source,
+    };
+    let mut entries: Vec<std::fs::DirEntry> = std::fs::read_dir(dir)
+        .map_err(inaccessible)?
+        .collect::<Result<_, _>>()
+        .map_err(inaccessible)?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let path = entry.path();
+        // The entry itself, not what a link points to: a linked directory is not walked.
+        let is_dir = entry.file_type().map_err(inaccessible)?.is_dir();
+        if is_dir {
+            if recursive {
+                walk(&path, recursive, sources)?;
+            }
+        } else if path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| EXTENSIONS.contains(&e))
+        {
+            sources.push(Source::File(path));
+        }
+    }
+    Ok(())
+}
+
 /// Reads every source in order into one set of objects of every kind.
 pub(crate) fn read(sources: &[Source], stdin: &mut dyn Read) -> Result<Objects, SnapshotError> {
     let mut objects = Objects::default();
@@ -135,7 +234,12 @@ pub(crate) fn read_into(
         match source {
             Source::Stdin => read_stream(&mut read, stdin, &name, None)?,
             Source::File(path) => {
-                let mut file = std::fs::File::open(path).map_err(read_error)?;
+                let mut file = std::fs::File::open(path).map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => {
+                        SnapshotError::NoSuchPath { path: name.clone() }
+                    }
+                    _ => read_error(e),
+                })?;
                 let size = file.metadata().ok().map(|m| m.len() as usize);
                 read_stream(&mut read, &mut file, &name, size)?;
             }
@@ -1221,16 +1325,94 @@ items:
     }
 
     #[test]
-    fn a_missing_file_is_named() {
+    fn a_missing_file_is_named_as_kubectl_names_it() {
+        let expected = "the path \"/nonexistent/fleet.yaml\" does not exist (hint: -f takes a \
+            file, a directory of .json, .yaml or .yml files, or - for standard input)";
+        let err = sources(&["/nonexistent/fleet.yaml".into()], false).unwrap_err();
+        assert_eq!(err.to_string(), expected);
+        // And when it goes between the listing and the reading.
         let err = read(
             &[Source::parse("/nonexistent/fleet.yaml")],
             &mut std::io::empty(),
         )
         .unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("read /nonexistent/fleet.yaml: "),
-            "{err}"
+        assert_eq!(err.to_string(), expected);
+    }
+
+    #[test]
+    fn a_directory_gives_its_json_and_yaml_files_as_kubectl_walks_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for name in [
+            "b.yaml",
+            "a.json",
+            "c.yml",
+            "notes.txt",
+            "README",
+            "sub/d.yaml",
+            "sub/deep/e.json",
+        ] {
+            let path = root.join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, "").unwrap();
+        }
+        std::fs::create_dir(root.join("a-dir")).unwrap();
+        std::fs::write(root.join("a-dir/z.yaml"), "").unwrap();
+        std::os::unix::fs::symlink(root.join("sub"), root.join("linked")).unwrap();
+        let names = |recursive: bool| -> Vec<String> {
+            sources(&[root.display().to_string()], recursive)
+                .unwrap()
+                .into_iter()
+                .map(|s| match s {
+                    Source::File(p) => p.strip_prefix(root).unwrap().display().to_string(),
+                    Source::Stdin => "-".into(),
+                })
+                .collect()
+        };
+        // Name order, other extensions passed over, subdirectories only with -R (depth first,
+        // in their place by name), a linked directory never.
+        assert_eq!(names(false), ["a.json", "b.yaml", "c.yml"]);
+        assert_eq!(
+            names(true),
+            [
+                "a-dir/z.yaml",
+                "a.json",
+                "b.yaml",
+                "c.yml",
+                "sub/d.yaml",
+                "sub/deep/e.json"
+            ]
+        );
+        // A file named itself is read whatever its extension; stdin stays where it is given.
+        let notes = root.join("notes.txt").display().to_string();
+        assert_eq!(
+            sources(&[notes.clone(), "-".into()], false).unwrap(),
+            [Source::File(notes.into()), Source::Stdin]
+        );
+    }
+
+    #[test]
+    fn a_directory_without_such_files_is_an_error_with_the_way_out() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "").unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/a.yaml"), "").unwrap();
+        let arg = dir.path().display().to_string();
+        assert_eq!(
+            sources(&[arg.clone()], false).unwrap_err().to_string(),
+            format!(
+                "{arg}: no .json, .yaml or .yml file in this directory (hint: -R reads its \
+                 subdirectories too; -f reads a directory's files with these extensions)"
+            )
+        );
+        std::fs::remove_file(dir.path().join("sub/a.yaml")).unwrap();
+        assert_eq!(
+            sources(&[arg.clone()], true).unwrap_err().to_string(),
+            format!(
+                "{arg}: no .json, .yaml or .yml file in this directory or below it (hint: -f \
+                 reads a directory's files with these extensions; name a file with another one \
+                 itself)"
+            )
         );
     }
 
