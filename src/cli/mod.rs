@@ -87,7 +87,10 @@ pub struct KubeArgs {
     pub all_namespaces: bool,
 
     /// How long to wait for each API request: 0 waits indefinitely; else 30s, 1m, 500ms...
-    #[arg(long, global = true, value_name = "DURATION", default_value = "0", value_parser = RequestTimeout::parse, help_heading = GLOBAL)]
+    // `allow_hyphen_values`: `--request-timeout -1s` is a value to refuse as negative, as pflag
+    // hands kubectl the next word whatever it starts with, not an unknown flag `-1`.
+    #[arg(long, global = true, value_name = "DURATION", default_value = "0", value_parser = RequestTimeout::parse,
+        allow_hyphen_values = true, help_heading = GLOBAL)]
     pub request_timeout: RequestTimeout,
 }
 
@@ -96,9 +99,23 @@ pub struct KubeArgs {
 pub struct RequestTimeout(pub Option<Duration>);
 
 impl RequestTimeout {
-    /// kubectl's forms: `0` for none, a number of seconds, or a duration such as `30s`,
-    /// `1m30s`, `500ms`, `2h`.
+    /// kubectl's forms (client-go's `clientcmd.ParseTimeout`): `0` for none, a number of
+    /// seconds, or a duration such as `30s`, `1m30s`, `500ms`, `2h`. A negative one is refused:
+    /// kubectl refuses `-1` and lets Go's `-1s` through, which its HTTP client then takes as no
+    /// timeout at all; a user who means that writes 0.
     pub fn parse(text: &str) -> Result<RequestTimeout, String> {
+        let negative = text
+            .trim()
+            .strip_prefix('-')
+            .and_then(|magnitude| crate::duration::parse(magnitude).ok())
+            .is_some_and(|magnitude| !magnitude.is_zero());
+        if negative {
+            return Err(format!(
+                "a negative timeout ({:?}) is invalid (valid: 0 to wait indefinitely, else e.g. \
+                 30, 30s, 1m30s, 500ms, 2h)",
+                text.trim()
+            ));
+        }
         let timeout = crate::duration::parse(text)?;
         Ok(RequestTimeout((!timeout.is_zero()).then_some(timeout)))
     }
@@ -419,6 +436,24 @@ mod tests {
             "--request-timeout: invalid duration \"soon\" (valid: e.g. 30, 30s, 1m30s, 500ms, 2h)"
         );
         assert_eq!(err.exit_code(), 2);
+        // A negative one, with or without `=`, is said to be negative (not an unknown `-1`).
+        for args in [
+            &["kubectl-media", "caps", "--request-timeout", "-1s"][..],
+            &["kubectl-media", "caps", "--request-timeout=-1s"],
+            &["kubectl-media", "--request-timeout", "-1s", "caps"],
+        ] {
+            let err = match parse(args.iter().copied()) {
+                Err(e) => e,
+                Ok(_) => panic!("parsed {args:?}"),
+            };
+            assert_eq!(
+                err.to_string(),
+                "--request-timeout: a negative timeout (\"-1s\") is invalid (valid: 0 to wait \
+                 indefinitely, else e.g. 30, 30s, 1m30s, 500ms, 2h)",
+                "{args:?}"
+            );
+            assert_eq!(err.exit_code(), 2);
+        }
     }
 
     #[test]
