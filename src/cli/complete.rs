@@ -16,13 +16,18 @@ use std::ffi::{OsStr, OsString};
 use clap::{Args, CommandFactory};
 use clap_complete::engine::{ArgValueCompleter, CompletionCandidate, ValueCompleter};
 
-use crate::catalogue::Group;
+use crate::catalogue::{Capability, Group};
 use crate::cli::{Cli, Error, Global, Io, output};
 
+/// Cobra's "an error occurred: offer nothing" directive.
+const ERROR: u8 = 1;
 /// Cobra's "do not fall back to file names" directive, for every value that is not a file.
 const NO_FILE_COMP: u8 = 4;
 /// Cobra's default directive: the shell completes file names.
 const DEFAULT: u8 = 0;
+
+/// The hidden command the shim and the shell scripts run, Cobra's name for it.
+pub(crate) const COMMAND: &str = "__complete";
 
 /// The arguments kubectl passes to the completion shim.
 #[derive(Debug, Clone, Args)]
@@ -32,16 +37,24 @@ pub struct CompleteArgs {
     pub words: Vec<OsString>,
 }
 
-/// Runs `__complete`: answers from the command definitions.
+/// Runs `__complete`: answers from the command definitions. Why nothing is offered, when that is
+/// an error (a flag the command does not have), goes to stderr, which the shells' scripts and
+/// kubectl discard, as Cobra's programs write theirs: for someone running `__complete` by hand.
 pub(crate) fn run(args: &CompleteArgs, _: &Global, io: &mut Io<'_>) -> Result<(), Error> {
-    let text = complete(&mut Cli::command(), &args.words);
+    let mut cmd = Cli::command();
+    let text = complete(&mut cmd, &args.words);
     output::write_all(io.stdout, &text)?;
+    if let Some(unknown) = unknown_flag(&cmd, &args.words) {
+        let _ = writeln!(io.stderr, "{unknown}");
+    }
     Ok(())
 }
 
 /// Completes the values of `--decode`, `--encode` or `--scale`: the catalogue's names that start
 /// with what was typed, ignoring case (`hevc` offers `HEVCMain` and `HEVCMain10`), spelled as the
-/// catalogue spells them. clap's own completion of possible values matches case-sensitively.
+/// catalogue spells them; when no name starts so, the table's shorthand that does (`HEVC-`
+/// offers `HEVC-10`, `h264-` offers `H264-LP`), which the flags accept as well. clap's own
+/// completion of possible values matches case-sensitively and knows no shorthand.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct CapabilityCompleter(pub(super) Group);
 
@@ -54,18 +67,37 @@ impl CapabilityCompleter {
 impl ValueCompleter for CapabilityCompleter {
     fn complete(&self, current: &OsStr) -> Vec<CompletionCandidate> {
         let typed = current.to_string_lossy().to_ascii_lowercase();
-        self.0
-            .capabilities()
-            .filter(|c| c.value().to_ascii_lowercase().starts_with(&typed))
-            .map(|c| CompletionCandidate::new(c.value()).help(Some(c.meaning().into())))
-            .collect()
+        let starting = |name: fn(Capability) -> &'static str| -> Vec<CompletionCandidate> {
+            self.0
+                .capabilities()
+                .filter(|&c| name(c).to_ascii_lowercase().starts_with(&typed))
+                .map(|c| CompletionCandidate::new(name(c)).help(Some(c.meaning().into())))
+                .collect()
+        };
+        // Values first: offering both would double every list (`HEVC` is a value's start and a
+        // shorthand).
+        let values = starting(Capability::value);
+        if values.is_empty() {
+            starting(Capability::label)
+        } else {
+            values
+        }
     }
 }
 
 /// Answers one completion request in Cobra's format.
 pub(crate) fn complete(cmd: &mut clap::Command, words: &[OsString]) -> String {
-    // A file argument (`-f FILE`) is the shell's to complete: it knows the file system and the
-    // user's quoting.
+    // Global flags are the subcommands' too once built.
+    cmd.build();
+    // clap_complete's engine passes over a flag the command does not have (it cannot tell it
+    // from a value), and would then complete the next word as if the flag were not there:
+    // `caps --kubernetes-version <TAB>` (a flag of `why`) would be answered as `caps <TAB>`.
+    // The command line cannot run as typed; offer nothing, as Cobra's error directive says.
+    if unknown_flag(cmd, words).is_some() {
+        return format!(":{ERROR}\n");
+    }
+    // A file argument (`-f FILE`, `--kubeconfig FILE`) is the shell's to complete: it knows the
+    // file system and the user's quoting.
     if completes_a_file(cmd, words) {
         return format!(":{DEFAULT}\n");
     }
@@ -99,6 +131,68 @@ pub(crate) fn complete(cmd: &mut clap::Command, words: &[OsString]) -> String {
     }
     out.push_str(&format!(":{NO_FILE_COMP}\n"));
     out
+}
+
+/// The first flag before the word being completed that its command does not have, as a line
+/// naming it (`unknown flag --kubernetes-version for 'kubectl media caps'`). Words after `--`,
+/// and values of the options before them (`--node -x`, `--request-timeout -1s`), are not flags.
+/// `cmd` is built (its subcommands have the global flags).
+fn unknown_flag(cmd: &clap::Command, words: &[OsString]) -> Option<String> {
+    let (_, before) = words.split_last()?;
+    let mut command = cmd;
+    let mut value_follows = false;
+    for word in before {
+        let word = word.to_string_lossy();
+        if std::mem::take(&mut value_follows) {
+            continue;
+        }
+        if word == "--" {
+            return None;
+        }
+        if let Some(sub) = command.find_subcommand(word.as_ref()) {
+            command = sub;
+            continue;
+        }
+        let takes_value = |arg: &clap::Arg| {
+            arg.get_num_args()
+                .is_some_and(|n| n.takes_values() && n.min_values() > 0)
+        };
+        if let Some(long) = word.strip_prefix("--") {
+            let (name, value) = match long.split_once('=') {
+                Some((name, _)) => (name, true),
+                None => (long, false),
+            };
+            match command.get_arguments().find(|a| {
+                a.get_long_and_visible_aliases()
+                    .is_some_and(|names| names.contains(&name))
+            }) {
+                Some(arg) => value_follows = !value && takes_value(arg),
+                None => return Some(unknown(command, &format!("--{name}"))),
+            }
+        } else if let Some(shorts) = word.strip_prefix('-').filter(|s| !s.is_empty()) {
+            // `-oyaml`, `-An`: flags until one takes a value, which is the rest or the next word.
+            for (i, short) in shorts.char_indices() {
+                match command.get_arguments().find(|a| {
+                    a.get_short_and_visible_aliases()
+                        .is_some_and(|s| s.contains(&short))
+                }) {
+                    Some(arg) if takes_value(arg) => {
+                        value_follows = i + short.len_utf8() == shorts.len();
+                        break;
+                    }
+                    Some(_) => {}
+                    None => return Some(unknown(command, &format!("-{short}"))),
+                }
+            }
+        }
+    }
+    None
+}
+
+/// `unknown flag --x for 'kubectl media caps'`.
+fn unknown(command: &clap::Command, flag: &str) -> String {
+    let name = command.get_bin_name().unwrap_or(command.get_name());
+    format!("unknown flag {flag} for '{name}'")
 }
 
 /// Whether the last word is the value of an option whose values are file paths (`-f FILE`,
@@ -228,6 +322,81 @@ mod tests {
         assert_eq!(answer(&["caps", "--filename=fl"]), [":0"]);
         // Other values are not files.
         assert_eq!(answer(&["caps", "--node", ""]).last().unwrap(), ":4");
+    }
+
+    #[test]
+    fn the_tables_shorthand_completes_where_no_name_starts_so() {
+        let values = |words: &[&str]| -> Vec<String> {
+            answer(words)
+                .iter()
+                .map(|l| l.split('\t').next().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(values(&["caps", "--decode", "HEVC-"]), ["HEVC-10", ":4"]);
+        assert_eq!(values(&["caps", "--decode", "vp9-"]), ["VP9-10", ":4"]);
+        assert_eq!(
+            values(&["class", "--encode", "hevc-"]),
+            ["HEVC-10", "HEVC-10-LP", "HEVC-LP", ":4"]
+        );
+        assert_eq!(
+            values(&["caps", "--decode", "AV1-10,HEVC-"]),
+            ["AV1-10,HEVC-10", ":4"]
+        );
+        // A start that names are spelled with offers the names only.
+        assert_eq!(
+            values(&["caps", "--decode", "HEVC"]),
+            ["HEVCMain", "HEVCMain10", ":4"]
+        );
+        // What the shorthand offers, the flag takes.
+        for shorthand in ["HEVC-10", "VP9-10", "HEVC-10-LP"] {
+            let group = if shorthand.ends_with("LP") {
+                Group::Encode
+            } else {
+                Group::Decode
+            };
+            assert!(Capability::parse(group, shorthand).is_ok(), "{shorthand}");
+        }
+    }
+
+    #[test]
+    fn a_flag_the_command_does_not_have_is_an_error_not_an_answer() {
+        // `--kubernetes-version` is why's: caps would refuse the line, so nothing is offered.
+        assert_eq!(answer(&["caps", "--kubernetes-version", ""]), [":1"]);
+        assert_eq!(answer(&["caps", "--bogus=1", "--dec"]), [":1"]);
+        assert_eq!(answer(&["caps", "-Z", ""]), [":1"]);
+        let mut cmd = Cli::command();
+        cmd.build();
+        assert_eq!(
+            unknown_flag(
+                &cmd,
+                &["caps".into(), "--kubernetes-version".into(), "".into()]
+            )
+            .as_deref(),
+            Some("unknown flag --kubernetes-version for 'kubectl media caps'")
+        );
+        // Not flags: values of options (even with a leading '-'), bundled short flags with their
+        // value, and whatever follows `--`; and why has the flag.
+        assert_eq!(answer(&["why", "p", "--kubernetes-version", ""]), [":4"]);
+        for words in [
+            &["caps", "--request-timeout", "-1s", "--dec"][..],
+            &["caps", "-oyaml", "--dec"],
+            &["-n", "media", "caps", "-Ao", "json", "--dec"],
+            &["--context=x", "caps", "--dec"],
+        ] {
+            assert_eq!(
+                answer(words)[0].split('\t').next(),
+                Some("--decode"),
+                "{words:?}"
+            );
+        }
+        assert_eq!(answer(&["caps", "--", "--bogus", ""]).last().unwrap(), ":4");
+    }
+
+    #[test]
+    fn the_kubeconfig_is_a_file_for_the_shell_before_or_after_the_command() {
+        assert_eq!(answer(&["--kubeconfig", ""]), [":0"]);
+        assert_eq!(answer(&["caps", "--kubeconfig", "/tm"]), [":0"]);
+        assert_eq!(answer(&["why", "--kubeconfig=/tm"]), [":0"]);
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub struct Cli {
 #[derive(Debug, Clone, clap::Args)]
 pub struct KubeArgs {
     /// Path to the kubeconfig file [default: KUBECONFIG, then ~/.kube/config].
-    #[arg(long, global = true, value_name = "FILE", help_heading = GLOBAL)]
+    #[arg(long, global = true, value_name = "FILE", value_hint = clap::ValueHint::FilePath, help_heading = GLOBAL)]
     pub kubeconfig: Option<PathBuf>,
 
     /// The kubeconfig context to use.
@@ -154,7 +154,7 @@ pub enum Command {
     /// Explain, device by device, why a pod's claims stay Pending.
     Why(WhyArgs),
     /// Answer kubectl's shell completion requests (run by the kubectl_complete-media shim).
-    #[command(name = "__complete", hide = true)]
+    #[command(name = complete::COMMAND, hide = true)]
     Complete(complete::CompleteArgs),
 }
 
@@ -319,6 +319,23 @@ pub fn parse(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> Res
     if args.len() <= 1 {
         return Ok(Parsed::Info(Cli::command().render_long_help().to_string()));
     }
+    // `__complete WORDS...`: the words are the user's half-typed command line, to be completed,
+    // never parsed here. clap would take a global flag among them (`__complete --kubeconfig ""`)
+    // for `__complete`'s own and fail on its empty value.
+    if args[1] == complete::COMMAND {
+        let mut cli = Cli::try_parse_from(&args[..2]).map_err(|e| {
+            Error::Usage(crate::usage::message(
+                &e,
+                &Cli::command(),
+                "kubectl media",
+                &args,
+            ))
+        })?;
+        cli.command = Command::Complete(complete::CompleteArgs {
+            words: args[2..].to_vec(),
+        });
+        return Ok(Parsed::Run(Box::new(cli)));
+    }
     match Cli::try_parse_from(&args) {
         Ok(cli) => Ok(Parsed::Run(Box::new(cli))),
         Err(e) => match e.kind() {
@@ -389,6 +406,33 @@ mod tests {
             err.to_string(),
             "unrecognized subcommand 'classs' (hint: some similar subcommands exist: 'caps', 'class')"
         );
+    }
+
+    #[test]
+    fn completion_words_are_never_parsed_as_flags() {
+        // kubectl runs the shim with the user's words: a global flag first is one of them.
+        for words in [
+            &["--kubeconfig", ""][..],
+            &["--color", ""],
+            &["-n", "", "caps"],
+            &["--help"],
+            &["caps", "--request-timeout", "soon", "--dec"],
+        ] {
+            let args = ["kubectl-media", "__complete"].iter().chain(words);
+            match parse(args.copied()) {
+                Ok(Parsed::Run(cli)) => match cli.command {
+                    Command::Complete(complete) => {
+                        assert_eq!(
+                            complete.words,
+                            words.iter().map(OsString::from).collect::<Vec<_>>()
+                        )
+                    }
+                    other => panic!("{words:?}: {other:?}"),
+                },
+                Err(e) => panic!("{words:?}: {e}"),
+                Ok(Parsed::Info(_)) => panic!("{words:?}: help"),
+            }
+        }
     }
 
     #[test]
