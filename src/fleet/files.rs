@@ -1399,7 +1399,9 @@ items:
         std::fs::write(dir.path().join("sub/a.yaml"), "").unwrap();
         let arg = dir.path().display().to_string();
         assert_eq!(
-            sources(&[arg.clone()], false).unwrap_err().to_string(),
+            sources(std::slice::from_ref(&arg), false)
+                .unwrap_err()
+                .to_string(),
             format!(
                 "{arg}: no .json, .yaml or .yml file in this directory (hint: -R reads its \
                  subdirectories too; -f reads a directory's files with these extensions)"
@@ -1407,7 +1409,9 @@ items:
         );
         std::fs::remove_file(dir.path().join("sub/a.yaml")).unwrap();
         assert_eq!(
-            sources(&[arg.clone()], true).unwrap_err().to_string(),
+            sources(std::slice::from_ref(&arg), true)
+                .unwrap_err()
+                .to_string(),
             format!(
                 "{arg}: no .json, .yaml or .yml file in this directory or below it (hint: -f \
                  reads a directory's files with these extensions; name a file with another one \
