@@ -351,10 +351,20 @@ pub(crate) fn group_cell(gpu: &Gpu, group: Group) -> String {
         (_, 0, _) => "-".into(),
         (Group::Scale, _, _) => labels(&stated),
         (_, _, 0) => "all".into(),
-        (_, s, m) if m < s => format!("all but {}", labels(&missing)),
+        (_, s, m) if m < s => format!("{ALL_BUT}{}", labels(&missing)),
         _ => labels(&stated),
     }
 }
+
+/// A [`group_cell`] in the table: `all but` is never cut after `all`, which alone would read as
+/// its opposite (`all but …` at the narrowest).
+fn group_table_cell(text: &str) -> Cell {
+    let head = if text.starts_with(ALL_BUT) { 2 } else { 1 };
+    Cell::plain(text).keeping(head)
+}
+
+/// How [`group_cell`] starts the list of what a GPU lacks.
+const ALL_BUT: &str = "all but ";
 
 /// The short status word of a row.
 pub(crate) fn status_word(gpu: &Gpu) -> &'static str {
@@ -498,8 +508,8 @@ pub(crate) fn render_table(
                     Cell::plain(gpu.node.as_str()),
                     Cell::plain(dash(gpu.name.as_deref().map(short_gpu_name))),
                     Cell::plain(dash(va_driver)),
-                    Cell::plain(decode.clone()),
-                    Cell::plain(encode.clone()),
+                    group_table_cell(decode),
+                    group_table_cell(encode),
                     Cell::plain(scale.clone()),
                     status_cell(gpu),
                 ]
