@@ -12,14 +12,18 @@
 //! up to 128 MiB, after its first line is checked for the shape of a Kubernetes document and
 //! its flow brackets for depth.
 //!
-//! Every document must be a Kubernetes object or List (`apiVersion` and `kind`, or `items`); an
-//! input with none is an error naming it and what was expected. The same object given twice
-//! (two `-f` of one file, stdin and the file, a List and the same object in another file) is
-//! kept once: objects are the same when kind, namespace and name agree (the `apiVersion` is the
-//! one read for the kind, and a uid is not compared: a snapshot may come from `kubectl get`
-//! without it). kubectl itself does not deduplicate (`kubectl get -f a -f a` prints the object
-//! twice), but a count of GPUs must not; two different objects under one identity (snapshots
-//! taken at different times) are an error naming both sources, since no answer is right then.
+//! Every document must be a Kubernetes object or List: it has its `kind`, or `items` that have
+//! theirs (or take it from the List's, `kind: PodList`), in JSON and YAML alike, as kubectl
+//! refuses an object without a kind; an input with none is an error naming it and what was
+//! expected. Kinds the caller does not read are passed over; a kind it reads with another
+//! `apiVersion` (or none) is skipped with a note ([`crate::fleet::objects`]). The same object
+//! given twice (two `-f` of one file, stdin and the file, a List and the same object in another
+//! file) is kept once: objects are the same when kind, namespace and name agree (the
+//! `apiVersion` is the one read for the kind, and a uid is not compared: a snapshot may come
+//! from `kubectl get` without it). kubectl itself does not deduplicate (`kubectl get -f a -f a`
+//! prints the object twice), but a count of GPUs must not; two different objects under one
+//! identity (snapshots taken at different times) are an error naming both sources, since no
+//! answer is right then.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -542,16 +546,24 @@ fn add_yaml(objects: &mut Objects, text: &str, name: &str) -> Result<(), Snapsho
                 message: strip_location(&e.to_string()),
             }
         })?;
+        // As the JSON reader rules (and kubectl: "Object 'Kind' is missing"): an object says its
+        // kind, or is a List whose items do or whose kind gives theirs (`kind: PodList`).
         let what = match &value {
             serde_json::Value::Null => continue,
-            serde_json::Value::Object(map)
-                if ["apiVersion", "kind", "items"]
-                    .iter()
-                    .any(|k| map.contains_key(*k)) =>
-            {
-                None
-            }
-            serde_json::Value::Object(_) => Some("a mapping without apiVersion, kind or items"),
+            serde_json::Value::Object(map) => match map.get("items") {
+                Some(serde_json::Value::Array(items))
+                    if crate::fleet::objects::list_item_kind(
+                        map.get("kind").and_then(|k| k.as_str()),
+                    )
+                    .is_none()
+                        && items.iter().any(|item| item.get("kind").is_none()) =>
+                {
+                    Some("a List with an item without a kind")
+                }
+                Some(_) => None,
+                None if map.contains_key("kind") => None,
+                None => Some("a mapping without kind or items"),
+            },
             serde_json::Value::Array(_) => Some("a YAML sequence"),
             _ => Some("a scalar"),
         };
@@ -795,7 +807,7 @@ impl Merger<'_> {
                     return Err(SnapshotError::NotObjects {
                         file: self.name.to_string(),
                         place: format!(":{}:{}", start.line, start.column),
-                        what: "a JSON object without apiVersion, kind or items".to_string(),
+                        what: "a JSON object without kind or items".to_string(),
                     });
                 }
                 self.objects.extend(objects);
@@ -1528,13 +1540,11 @@ items:
         // A probe record (`media-capabilities probe -o json` / `-o yaml`): data, but no object.
         assert_eq!(
             error_of(br#"{"node": "n1", "gpus": [{"address": "0000:00:02.0"}]}"#),
-            format!("<stdin>:1:1: a JSON object without apiVersion, kind or items, {expected}")
+            format!("<stdin>:1:1: a JSON object without kind or items, {expected}")
         );
         assert_eq!(
             error_of(b"node: n1\ngpus:\n- address: 0000:00:02.0\n"),
-            format!(
-                "<stdin>: YAML document 1 is a mapping without apiVersion, kind or items, {expected}"
-            )
+            format!("<stdin>: YAML document 1 is a mapping without kind or items, {expected}")
         );
         // A second document that is not an object fails too, after good ones.
         let two = format!("{}\n[1]", slice("a", 1));
@@ -1545,6 +1555,31 @@ items:
         assert!(
             error_of(br#"{"apiVersion":"v1","kind":"List","items":[{"a":1}]}"#)
                 .starts_with("<stdin>:1:43: an item of a List without a kind, not a Kubernetes")
+        );
+        // An apiVersion is no kind, in JSON and YAML alike; nor is a typo of `kind`.
+        assert!(
+            error_of(br#"{"apiVersion":"v1","metadata":{"name":"x"}}"#)
+                .starts_with("<stdin>:1:1: a JSON object without kind or items, not a Kubernetes"),
+        );
+        assert!(
+            error_of(b"apiVersion: resource.k8s.io/v1\nknd: ResourceSlice\nmetadata: {name: x}\n")
+                .starts_with(
+                    "<stdin>: YAML document 1 is a mapping without kind or items, not a Kubernetes"
+                ),
+        );
+        assert!(
+            error_of(
+                b"apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  metadata: {name: x}\n"
+            )
+            .starts_with(
+                "<stdin>: YAML document 1 is a List with an item without a kind, not a Kubernetes"
+            ),
+        );
+        // Items of a typed List have their kind from it.
+        let typed = b"apiVersion: v1\nkind: PodList\nitems:\n- metadata: {name: x, namespace: n}\n";
+        assert_eq!(
+            read(&[Source::Stdin], &mut &typed[..]).unwrap().pods.len(),
+            1
         );
         assert!(
             error_of(br#"{"items":[{"apiVersion":"v1","a":1}],"kind":"List"}"#)

@@ -90,7 +90,7 @@ fn input_without_kubernetes_objects_is_one_line_naming_the_file() {
         (
             "probe.json",
             b"{\"node\": \"n1\", \"gpus\": []}\n",
-            ":1:1: a JSON object without apiVersion, kind or items, not a Kubernetes object or List",
+            ":1:1: a JSON object without kind or items, not a Kubernetes object or List",
         ),
         (
             "movie.mkv",
