@@ -7,9 +7,11 @@
 //! names and capability values come from the same place as parsing: the catalogue.
 //!
 //! clap_complete's completion engine does the walking (subcommands, flags, values after a flag,
-//! comma lists); we only translate its candidates into Cobra's format. The scripts for bash, zsh
-//! and fish in `completions/` ask the same question (`kubectl-media __complete ...`), so a shell
-//! and kubectl always offer the same candidates, and hidden subcommands never.
+//! comma lists); we translate its candidates into Cobra's format, refuse a line with a flag its
+//! command does not have (which the engine passes over), and add `why`'s targets from the `-f`
+//! files on the line. The scripts for bash, zsh and fish in `completions/` ask the same question
+//! (`kubectl-media __complete ...`), so a shell and kubectl always offer the same candidates,
+//! and hidden subcommands never.
 
 use std::ffi::{OsStr, OsString};
 
@@ -109,9 +111,13 @@ pub(crate) fn complete(cmd: &mut clap::Command, words: &[OsString]) -> String {
     let index = args.len() - 1;
     // As kubectl (Cobra) does: flags are offered once the word starts with `-`, so that a new
     // word lists the subcommands or values rather than every flag.
-    let typing_a_flag = args[index].to_string_lossy().starts_with('-');
+    let current = args[index].to_string_lossy().into_owned();
+    let typing_a_flag = current.starts_with('-');
+    let targets = targets(&scan(cmd, words), &current);
     // The engine errors when it has nothing to offer; that is an empty answer, not a failure.
-    let candidates = clap_complete::engine::complete(cmd, args, index, None).unwrap_or_default();
+    let mut candidates =
+        clap_complete::engine::complete(cmd, args, index, None).unwrap_or_default();
+    candidates.extend(targets.into_iter().flatten());
     let mut out = String::new();
     for candidate in candidates
         .iter()
@@ -138,36 +144,90 @@ pub(crate) fn complete(cmd: &mut clap::Command, words: &[OsString]) -> String {
 /// and values of the options before them (`--node -x`, `--request-timeout -1s`), are not flags.
 /// `cmd` is built (its subcommands have the global flags).
 fn unknown_flag(cmd: &clap::Command, words: &[OsString]) -> Option<String> {
-    let (_, before) = words.split_last()?;
-    let mut command = cmd;
-    let mut value_follows = false;
+    scan(cmd, words).unknown
+}
+
+/// What the words before the one being completed say, as far as completion needs it.
+struct Line<'c> {
+    /// The (sub)command they name.
+    command: &'c clap::Command,
+    /// The first flag `command` does not have, as [`unknown_flag`] words it.
+    unknown: Option<String>,
+    /// The options given, by id, with their values (`""` for a flag without one), in order.
+    given: Vec<(&'c str, String)>,
+    /// How many positional arguments of `command` there are.
+    positionals: usize,
+    /// Whether the word being completed is the value of the last option.
+    value_pending: bool,
+}
+
+impl Line<'_> {
+    fn values(&self, id: &str) -> impl Iterator<Item = &str> {
+        self.given
+            .iter()
+            .filter(move |(given, _)| *given == id)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// Reads the words before the last as clap would parse them: subcommands, long and short flags
+/// with their values (`--x=v`, `--x v`, `-xv`, `-x v`, bundles `-An`), `--` and positionals.
+fn scan<'c>(cmd: &'c clap::Command, words: &[OsString]) -> Line<'c> {
+    let mut line = Line {
+        command: cmd,
+        unknown: None,
+        given: Vec::new(),
+        positionals: 0,
+        value_pending: false,
+    };
+    let Some((_, before)) = words.split_last() else {
+        return line;
+    };
+    let takes_value = |arg: &clap::Arg| {
+        arg.get_num_args()
+            .is_some_and(|n| n.takes_values() && n.min_values() > 0)
+    };
+    let mut escaped = false;
+    // The option whose value the next word is.
+    let mut pending: Option<&'c str> = None;
     for word in before {
         let word = word.to_string_lossy();
-        if std::mem::take(&mut value_follows) {
+        if let Some(id) = pending.take() {
+            line.given.push((id, word.into_owned()));
+            continue;
+        }
+        if escaped {
+            line.positionals += 1;
             continue;
         }
         if word == "--" {
-            return None;
-        }
-        if let Some(sub) = command.find_subcommand(word.as_ref()) {
-            command = sub;
+            escaped = true;
             continue;
         }
-        let takes_value = |arg: &clap::Arg| {
-            arg.get_num_args()
-                .is_some_and(|n| n.takes_values() && n.min_values() > 0)
-        };
+        if let Some(sub) = line.command.find_subcommand(word.as_ref()) {
+            line.command = sub;
+            line.positionals = 0;
+            continue;
+        }
+        let command = line.command;
         if let Some(long) = word.strip_prefix("--") {
             let (name, value) = match long.split_once('=') {
-                Some((name, _)) => (name, true),
-                None => (long, false),
+                Some((name, value)) => (name, Some(value)),
+                None => (long, None),
             };
             match command.get_arguments().find(|a| {
                 a.get_long_and_visible_aliases()
                     .is_some_and(|names| names.contains(&name))
             }) {
-                Some(arg) => value_follows = !value && takes_value(arg),
-                None => return Some(unknown(command, &format!("--{name}"))),
+                Some(arg) => match value {
+                    Some(value) => line.given.push((arg.get_id().as_str(), value.to_owned())),
+                    None if takes_value(arg) => pending = Some(arg.get_id().as_str()),
+                    None => line.given.push((arg.get_id().as_str(), String::new())),
+                },
+                None => {
+                    line.unknown
+                        .get_or_insert_with(|| unknown(command, &format!("--{name}")));
+                }
             }
         } else if let Some(shorts) = word.strip_prefix('-').filter(|s| !s.is_empty()) {
             // `-oyaml`, `-An`: flags until one takes a value, which is the rest or the next word.
@@ -177,16 +237,98 @@ fn unknown_flag(cmd: &clap::Command, words: &[OsString]) -> Option<String> {
                         .is_some_and(|s| s.contains(&short))
                 }) {
                     Some(arg) if takes_value(arg) => {
-                        value_follows = i + short.len_utf8() == shorts.len();
+                        let rest = &shorts[i + short.len_utf8()..];
+                        let id = arg.get_id().as_str();
+                        match rest.strip_prefix('=').unwrap_or(rest) {
+                            "" => pending = Some(id),
+                            value => line.given.push((id, value.to_owned())),
+                        }
                         break;
                     }
-                    Some(_) => {}
-                    None => return Some(unknown(command, &format!("-{short}"))),
+                    Some(arg) => line.given.push((arg.get_id().as_str(), String::new())),
+                    None => {
+                        line.unknown
+                            .get_or_insert_with(|| unknown(command, &format!("-{short}")));
+                        break;
+                    }
                 }
             }
+        } else {
+            line.positionals += 1;
         }
     }
-    None
+    line.value_pending = pending.is_some();
+    line
+}
+
+/// For `why <TAB>`: the pods (and with `claim/`, the claims) in the files `-f` names on the line,
+/// in the namespace `-n` names if it does; `None` when the word is not why's target. From files
+/// only: a listing from the cluster on each TAB would need the half-typed line's connection
+/// flags and a network round trip behind a prompt, which kubectl's own completion risks and
+/// this one does not. Files that cannot be read (or `-` for standard input) offer nothing.
+fn targets(line: &Line<'_>, current: &str) -> Option<Vec<CompletionCandidate>> {
+    use crate::fleet::objects::{Kind, Kinds, Objects};
+    if line.command.get_name() != "why"
+        || line.positionals > 0
+        || line.value_pending
+        || current.starts_with('-')
+    {
+        return None;
+    }
+    let files: Vec<String> = line
+        .values("files")
+        .filter(|f| *f != "-")
+        .map(str::to_owned)
+        .collect();
+    if files.is_empty() {
+        return Some(Vec::new());
+    }
+    let recursive = line.values("recursive").next().is_some();
+    let namespace = line.values("namespace").last();
+    let all = line.values("all_namespaces").next().is_some();
+    let mut objects = Objects::wanting(Kinds::only(&[Kind::Pod, Kind::ResourceClaim]));
+    let read = crate::fleet::files::sources(&files, recursive).and_then(|sources| {
+        crate::fleet::files::read_into(&mut objects, &sources, &mut std::io::empty())
+    });
+    if read.is_err() {
+        return Some(Vec::new());
+    }
+    let in_namespace = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        all || namespace.is_none_or(|n| meta.namespace.as_deref() == Some(n))
+    };
+    let mut named: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    let (prefix, typed) = match current.split_once('/') {
+        Some((kind, rest)) => (format!("{kind}/"), rest),
+        None => (String::new(), current),
+    };
+    let claims = matches!(prefix.as_str(), "claim/" | "resourceclaim/");
+    let metas: Vec<_> = if claims {
+        objects.claims.iter().map(|c| &c.metadata).collect()
+    } else if matches!(prefix.as_str(), "" | "pod/" | "po/") {
+        objects.pods.iter().map(|p| &p.metadata).collect()
+    } else {
+        Vec::new()
+    };
+    for meta in metas.into_iter().filter(|m| in_namespace(m)) {
+        if let Some(name) = meta.name.as_deref().filter(|n| n.starts_with(typed)) {
+            named
+                .entry(name.to_owned())
+                .or_default()
+                .insert(meta.namespace.clone().unwrap_or_default());
+        }
+    }
+    let what = if claims { "claim" } else { "pod" };
+    Some(
+        named
+            .into_iter()
+            .map(|(name, namespaces)| {
+                let namespaces: Vec<String> = namespaces.into_iter().collect();
+                CompletionCandidate::new(format!("{prefix}{name}"))
+                    .help(Some(format!("{what} in {}", namespaces.join(", ")).into()))
+            })
+            .collect(),
+    )
 }
 
 /// `unknown flag --x for 'kubectl media caps'`.
@@ -397,6 +539,63 @@ mod tests {
         assert_eq!(answer(&["--kubeconfig", ""]), [":0"]);
         assert_eq!(answer(&["caps", "--kubeconfig", "/tm"]), [":0"]);
         assert_eq!(answer(&["why", "--kubeconfig=/tm"]), [":0"]);
+    }
+
+    #[test]
+    fn why_completes_the_pods_and_claims_of_the_files_on_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.yaml");
+        let pod = |name: &str, namespace: &str| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}}}\n---\n"
+            )
+        };
+        let text = [
+            pod("film-0", "media"),
+            pod("film-1", "media"),
+            pod("film-0", "batch"),
+            pod("agent", "liken-system"),
+            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: film-0-gpu, namespace: media}\n"
+                .to_string(),
+        ]
+        .concat();
+        std::fs::write(&path, text).unwrap();
+        let file = path.to_str().unwrap();
+        let lines = |words: &[&str]| answer(words);
+        assert_eq!(
+            lines(&["why", "-f", file, "fi"]),
+            ["film-0\tpod in batch, media", "film-1\tpod in media", ":4"]
+        );
+        assert_eq!(
+            lines(&["why", "--filename", file, "-n", "batch", ""]),
+            ["film-0\tpod in batch", ":4"]
+        );
+        assert_eq!(
+            lines(&[
+                "-n",
+                "batch",
+                "why",
+                &format!("--filename={file}"),
+                "-A",
+                "a"
+            ]),
+            ["agent\tpod in liken-system", ":4"]
+        );
+        assert_eq!(
+            lines(&["why", "-f", file, "claim/"]),
+            ["claim/film-0-gpu\tclaim in media", ":4"]
+        );
+        assert_eq!(
+            lines(&["why", "-f", file, "pod/film-1"]),
+            ["pod/film-1\tpod in media", ":4"]
+        );
+        // Not the target: after one, as an option's value, a flag; without files, nothing.
+        assert_eq!(lines(&["why", "-f", file, "film-0", ""]), [":4"]);
+        assert_eq!(lines(&["why", "-f", file, "-n", ""]), [":4"]);
+        assert_eq!(lines(&["why", ""]), [":4"]);
+        assert_eq!(lines(&["why", "-f", "-", ""]), [":4"]);
+        assert_eq!(lines(&["why", "-f", "/nonexistent.yaml", ""]), [":4"]);
+        assert_eq!(lines(&["caps", "-f", file, ""]), [":4"]);
     }
 
     #[test]
