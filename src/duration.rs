@@ -26,6 +26,16 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
     if text.is_empty() {
         return Err(invalid());
     }
+    // Go accepts `-1s`; no duration of ours may be negative, and saying so beats "invalid".
+    if let Some(magnitude) = text.strip_prefix('-').and_then(|t| parse(t).ok()) {
+        return match magnitude.is_zero() {
+            true => Ok(Duration::ZERO),
+            false => Err(format!(
+                "invalid duration {text:?}: a duration cannot be negative (valid: e.g. 30, 30s, \
+                 1m30s, 500ms, 2h)"
+            )),
+        };
+    }
     let mut total = 0.0;
     let mut rest = text;
     while !rest.is_empty() {
@@ -70,13 +80,24 @@ mod tests {
 
     #[test]
     fn anything_else_is_refused_with_examples() {
-        for bad in ["", "s", "10x", "1m30", "-1s", "abc", "1..5s"] {
+        for bad in ["", "s", "10x", "1m30", "-1s", "abc", "1..5s", "--1s"] {
             let err = parse(bad).unwrap_err();
             assert!(
                 err.contains("(valid: e.g. 30, 30s, 1m30s, 500ms, 2h)"),
                 "{bad}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn a_negative_duration_is_said_to_be_negative() {
+        assert_eq!(
+            parse("-1s").unwrap_err(),
+            "invalid duration \"-1s\": a duration cannot be negative (valid: e.g. 30, 30s, \
+             1m30s, 500ms, 2h)"
+        );
+        assert!(parse("-5").unwrap_err().contains("cannot be negative"));
+        assert_eq!(parse("-0"), Ok(Duration::ZERO));
     }
 
     #[test]

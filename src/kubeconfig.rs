@@ -30,15 +30,106 @@ use kube::config::Kubeconfig;
 /// Why no API server could be found.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeconfigError {
-    /// The merged kubeconfig cannot be used (no such context, no current context, bad URL...).
+    /// The merged kubeconfig cannot be used (no current context, bad URL...).
     #[error("load kubeconfig: {cause}")]
     Invalid { cause: String },
+    /// The context `--context` or `current-context` names is not one of the kubeconfig's
+    /// (client-go: "context was not found for specified context").
+    #[error(
+        "load kubeconfig: {named} {name:?} {is_not} {files}, which has {contexts}",
+        named = if *.by_flag { "the context" } else { "current-context" },
+        is_not = if *.by_flag { "is not in" } else { "names no context of" },
+        contexts = listed(.known)
+    )]
+    NoSuchContext {
+        name: String,
+        /// `--context` named it (else the kubeconfig's `current-context`).
+        by_flag: bool,
+        /// The file or files read, as a message names them.
+        files: String,
+        /// The kubeconfig's contexts, sorted as `kubectl config get-contexts` sorts them.
+        known: Vec<String>,
+    },
     /// One file cannot be read or parsed.
     #[error("load kubeconfig {path}: {cause}")]
-    File { path: String, cause: String },
+    File {
+        path: String,
+        cause: String,
+        /// Where the path came from, for the hint.
+        origin: Origin,
+        /// What is wrong with it, for the hint.
+        fault: FileFault,
+    },
     /// Nothing to read at all.
     #[error("no kubeconfig: {looked}, and this is not a pod in a cluster")]
     Missing { looked: String },
+}
+
+/// Where a kubeconfig file's path came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// `--kubeconfig`.
+    Flag,
+    /// The `KUBECONFIG` list.
+    Env,
+    /// `~/.kube/config`.
+    Home,
+}
+
+/// What is wrong with one kubeconfig file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileFault {
+    /// It does not exist (only `--kubeconfig`'s must).
+    NotThere,
+    /// It is a directory.
+    Directory,
+    /// It cannot be read, or is not a kubeconfig.
+    Unusable,
+}
+
+/// How many contexts a message lists before it counts the rest.
+const CONTEXTS_LISTED: usize = 5;
+
+/// `3 contexts: a, b, c`, the first few of many and how many more, or `no contexts`.
+fn listed(known: &[String]) -> String {
+    match known.len() {
+        0 => "no contexts".to_string(),
+        n => {
+            let shown = known[..n.min(CONTEXTS_LISTED)].join(", ");
+            let more = n.saturating_sub(CONTEXTS_LISTED);
+            let noun = if n == 1 { "context" } else { "contexts" };
+            if more > 0 {
+                format!("{n} {noun}: {shown} and {more} more")
+            } else {
+                format!("{n} {noun}: {shown}")
+            }
+        }
+    }
+}
+
+impl KubeconfigError {
+    /// For [`KubeconfigError::NoSuchContext`]: the kubeconfig's context that was most likely
+    /// meant (a prefix either way, or a few letters off), if one is.
+    pub fn similar_context(&self) -> Option<&str> {
+        let KubeconfigError::NoSuchContext { name, known, .. } = self else {
+            return None;
+        };
+        let typed = name.to_ascii_lowercase();
+        known
+            .iter()
+            .map(|k| {
+                let lower = k.to_ascii_lowercase();
+                let distance = if lower.starts_with(&typed) || typed.starts_with(&lower) {
+                    0
+                } else {
+                    strsim::damerau_levenshtein(&typed, &lower)
+                };
+                (distance, k)
+            })
+            .filter(|(distance, k)| *distance <= (k.len() / 3).clamp(1, 3))
+            .min_by_key(|(distance, _)| *distance)
+            .map(|(_, k)| k.as_str())
+    }
 }
 
 /// Where to look, as the command line says.
@@ -61,8 +152,25 @@ pub(crate) async fn load(source: &Source) -> Result<kube::Config, KubeconfigErro
             });
         }
     };
+    // As kubectl, `--context ""` is no choice: the current context.
+    let flag = source.context.clone().filter(|c| !c.is_empty());
+    if let Some((name, by_flag)) = flag
+        .clone()
+        .map(|c| (c, true))
+        .or_else(|| merged.current_context.clone().map(|c| (c, false)))
+        && !merged.contexts.iter().any(|c| c.name == name)
+    {
+        let mut known: Vec<String> = merged.contexts.iter().map(|c| c.name.clone()).collect();
+        known.sort();
+        return Err(KubeconfigError::NoSuchContext {
+            name,
+            by_flag,
+            files: files.described(),
+            known,
+        });
+    }
     let options = kube::config::KubeConfigOptions {
-        context: source.context.clone(),
+        context: flag,
         ..Default::default()
     };
     kube::Config::from_custom_kubeconfig(merged, &options)
@@ -84,6 +192,24 @@ enum Files {
 }
 
 impl Files {
+    /// The files read, as a message names them.
+    fn described(&self) -> String {
+        match self {
+            Files::Explicit(path) | Files::Home(Some(path)) => path.display().to_string(),
+            Files::Listed(paths) if paths.len() == 1 => paths[0].display().to_string(),
+            Files::Listed(_) => "the files KUBECONFIG lists".to_string(),
+            Files::Home(None) => "the kubeconfig".to_string(),
+        }
+    }
+
+    fn origin(&self) -> Origin {
+        match self {
+            Files::Explicit(_) => Origin::Flag,
+            Files::Listed(_) => Origin::Env,
+            Files::Home(_) => Origin::Home,
+        }
+    }
+
     /// Where we looked, for the message when nothing was there.
     fn looked(&self) -> String {
         match self {
@@ -133,19 +259,37 @@ fn read_merged(files: &Files) -> Result<Option<Kubeconfig>, KubeconfigError> {
     };
     let mut merged: Option<Kubeconfig> = None;
     for path in paths {
-        let file_error = |cause: String| KubeconfigError::File {
+        let file_error = |fault: FileFault, cause: String| KubeconfigError::File {
             path: path.display().to_string(),
             cause,
+            origin: files.origin(),
+            fault,
         };
         if !path.exists() {
             if must_exist {
-                return Err(file_error("no such file".to_string()));
+                return Err(file_error(FileFault::NotThere, "no such file".to_string()));
             }
             continue;
         }
-        let config = Kubeconfig::read_from(path).map_err(|e| file_error(one_line(&chain(&e))))?;
+        // client-go reads a directory and fails ("read DIR: is a directory"); kube-rs says it
+        // with the path quoted twice. A directory is no kubeconfig, whichever list names it.
+        if path.is_dir() {
+            return Err(file_error(
+                FileFault::Directory,
+                "it is a directory, not a kubeconfig file".to_string(),
+            ));
+        }
+        let config = Kubeconfig::read_from(path).map_err(|e| {
+            let cause = match &e {
+                // kube-rs's message repeats the path, quoted twice ('"x"'): the OS's reason is
+                // what is left to say.
+                kube::config::KubeconfigError::ReadConfig(io, _) => io.to_string(),
+                _ => one_line(&chain(&e)),
+            };
+            file_error(FileFault::Unusable, cause)
+        })?;
         if let Some(name) = repeated_name(&config) {
-            return Err(file_error(name));
+            return Err(file_error(FileFault::Unusable, name));
         }
         merged = Some(match merged {
             None => normalised(config),
@@ -435,7 +579,77 @@ mod tests {
             "default"
         );
         let err = load(&source(Some("nope"))).await.unwrap_err();
-        assert!(err.to_string().starts_with("load kubeconfig: "), "{err}");
-        assert!(err.to_string().contains("nope"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "load kubeconfig: the context \"nope\" is not in {}, which has 2 contexts: x, y",
+                path.display()
+            )
+        );
+        // As kubectl: an empty --context is the current one.
+        assert_eq!(
+            load(&source(Some(""))).await.unwrap().default_namespace,
+            "media"
+        );
+    }
+
+    #[test]
+    fn a_missing_context_lists_a_few_of_many_and_the_one_meant() {
+        let error = |name: &str, known: &[&str]| KubeconfigError::NoSuchContext {
+            name: name.into(),
+            by_flag: true,
+            files: "config".into(),
+            known: known.iter().map(|k| k.to_string()).collect(),
+        };
+        let many: Vec<String> = (1..=12).map(|i| format!("cluster-{i:02}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(
+            error("nosuch", &many).to_string(),
+            "load kubeconfig: the context \"nosuch\" is not in config, which has 12 contexts: \
+             cluster-01, cluster-02, cluster-03, cluster-04, cluster-05 and 7 more"
+        );
+        assert_eq!(
+            error("x", &[]).to_string(),
+            "load kubeconfig: the context \"x\" is not in config, which has no contexts"
+        );
+        assert_eq!(
+            error("x", &["y"]).to_string(),
+            "load kubeconfig: the context \"x\" is not in config, which has 1 context: y"
+        );
+        // The one meant: a few letters off, or a prefix either way; nothing when none is close.
+        assert_eq!(
+            error("prd", &["dev", "prod"]).similar_context(),
+            Some("prod")
+        );
+        assert_eq!(
+            error("Prod-EU", &["dev", "prod-eu-1"]).similar_context(),
+            Some("prod-eu-1")
+        );
+        assert_eq!(error("staging", &["dev", "prod"]).similar_context(), None);
+        assert_eq!(
+            error("cluster-13", &many).similar_context(),
+            Some("cluster-03")
+        );
+    }
+
+    #[test]
+    fn a_directory_is_no_kubeconfig() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = read_merged(&Files::Explicit(dir.path().into())).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "load kubeconfig {}: it is a directory, not a kubeconfig file",
+                dir.path().display()
+            )
+        );
+        assert!(matches!(
+            err,
+            KubeconfigError::File {
+                origin: Origin::Flag,
+                fault: FileFault::Directory,
+                ..
+            }
+        ));
     }
 }

@@ -11,11 +11,15 @@ use std::time::Duration;
 ///
 /// Without a subcommand it runs the agent: probes the node's GPUs, publishes and keeps the
 /// node's ResourceSlice, serves the kubelet plugin and /healthz, /readyz, /metrics.
+// `args_override_self`: a flag given twice takes its last value, as Kubernetes components'
+// flags (pflag) do, so that a patch can append to the manifest's `args`; clap's default is an
+// error. `--va-driver` collects values and keeps every one given.
 #[command(
     name = "media-capabilities",
     version,
     args_conflicts_with_subcommands = true,
-    subcommand_negates_reqs = true
+    subcommand_negates_reqs = true,
+    args_override_self = true
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -150,5 +154,36 @@ mod tests {
         assert_eq!(args.probing.probe_timeout, Duration::from_secs(2));
         assert_eq!(args.probing.va_driver.len(), 1);
         assert!(Cli::try_parse_from(["media-capabilities", "probe", "-o", "wide"]).is_err());
+    }
+
+    #[test]
+    fn a_flag_given_twice_takes_its_last_value() {
+        // As a patch appending to the DaemonSet's args would give them.
+        let cli = Cli::try_parse_from([
+            "media-capabilities",
+            "--node-name",
+            "a",
+            "--probe-timeout",
+            "2s",
+            "--node-name",
+            "b",
+            "--probe-timeout",
+            "3s",
+            "--va-driver",
+            "8086=i965",
+            "--va-driver",
+            "1002=radeonsi",
+        ])
+        .unwrap();
+        assert_eq!(cli.agent.node_name.as_deref(), Some("b"));
+        assert_eq!(cli.agent.probing.probe_timeout, Duration::from_secs(3));
+        // --va-driver is meant to repeat: every one is kept.
+        assert_eq!(cli.agent.probing.va_driver.len(), 2);
+        let cli = Cli::try_parse_from(["media-capabilities", "probe", "-o", "json", "-o", "yaml"])
+            .unwrap();
+        let Some(Command::Probe(args)) = cli.command else {
+            panic!("not probe")
+        };
+        assert_eq!(args.output, OutputFormat::Yaml);
     }
 }

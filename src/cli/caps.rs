@@ -11,9 +11,9 @@ use serde::Serialize;
 use crate::catalogue::{self, Capability, Group, Identity};
 use crate::cli::output::{self, RenderError};
 use crate::cli::table::{Cell, Grid, Paint, TableStyle, Width};
-use crate::cli::{CapabilityFlags, Error, Global, Io};
+use crate::cli::{CapabilityFlags, Error, FileArgs, Global, Io};
 use crate::fleet::cluster::Cluster;
-use crate::fleet::files::{self, Source};
+use crate::fleet::files;
 use crate::fleet::inventory::{self, Counts, Drift, Filter, Gpu, Inventory, Statements, Status};
 
 use crate::fleet::objects::{Kind, Kinds, Objects, Ustr};
@@ -46,10 +46,8 @@ Examples:
 #[derive(Debug, Clone, Args)]
 #[command(after_help = EXAMPLES)]
 pub struct CapsArgs {
-    /// Read objects from this file instead of the cluster (kubectl get -o yaml|json output,
-    /// Lists, multi-document YAML); repeat for several, - for standard input.
-    #[arg(short = 'f', long = "filename", value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
-    pub files: Vec<String>,
+    #[command(flatten)]
+    pub input: FileArgs,
 
     /// Only the GPUs of this node; repeat or give a comma list.
     #[arg(long, value_name = "NODE", value_delimiter = ',')]
@@ -126,7 +124,11 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
     // may hold claims and events too, which caps passes over unread.
     let mut objects = Objects::wanting(Kinds::only(&[Kind::ResourceSlice, Kind::Pod]));
     // From a cluster, the runtime and client stay for the agent-pod lookup of the notes.
-    let connected = if args.files.is_empty() {
+    let sources = args.input.sources()?;
+    let connected = if let Some(sources) = sources {
+        files::read_into(&mut objects, &sources, io.stdin)?;
+        None
+    } else {
         let connection = global.kube.connection();
         // One worker drives the requests; pages are parsed on the runtime's blocking threads
         // while the next one is fetched (see `Cluster::list`).
@@ -141,10 +143,6 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
             Ok::<_, crate::fleet::cluster::ClusterError>(cluster)
         })?;
         Some((runtime, cluster))
-    } else {
-        let sources: Vec<Source> = args.files.iter().map(|f| Source::parse(f)).collect();
-        files::read_into(&mut objects, &sources, io.stdin)?;
-        None
     };
     let warn = global.color.for_stderr();
     let warning = |io: &mut Io<'_>, note: &str| {
@@ -353,10 +351,20 @@ pub(crate) fn group_cell(gpu: &Gpu, group: Group) -> String {
         (_, 0, _) => "-".into(),
         (Group::Scale, _, _) => labels(&stated),
         (_, _, 0) => "all".into(),
-        (_, s, m) if m < s => format!("all but {}", labels(&missing)),
+        (_, s, m) if m < s => format!("{ALL_BUT}{}", labels(&missing)),
         _ => labels(&stated),
     }
 }
+
+/// A [`group_cell`] in the table: `all but` is never cut after `all`, which alone would read as
+/// its opposite (`all but …` at the narrowest).
+fn group_table_cell(text: &str) -> Cell {
+    let head = if text.starts_with(ALL_BUT) { 2 } else { 1 };
+    Cell::plain(text).keeping(head)
+}
+
+/// How [`group_cell`] starts the list of what a GPU lacks.
+const ALL_BUT: &str = "all but ";
 
 /// The short status word of a row.
 pub(crate) fn status_word(gpu: &Gpu) -> &'static str {
@@ -500,8 +508,8 @@ pub(crate) fn render_table(
                     Cell::plain(gpu.node.as_str()),
                     Cell::plain(dash(gpu.name.as_deref().map(short_gpu_name))),
                     Cell::plain(dash(va_driver)),
-                    Cell::plain(decode.clone()),
-                    Cell::plain(encode.clone()),
+                    group_table_cell(decode),
+                    group_table_cell(encode),
                     Cell::plain(scale.clone()),
                     status_cell(gpu),
                 ]

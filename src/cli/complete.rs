@@ -7,22 +7,29 @@
 //! names and capability values come from the same place as parsing: the catalogue.
 //!
 //! clap_complete's completion engine does the walking (subcommands, flags, values after a flag,
-//! comma lists); we only translate its candidates into Cobra's format. The scripts for bash, zsh
-//! and fish in `completions/` ask the same question (`kubectl-media __complete ...`), so a shell
-//! and kubectl always offer the same candidates, and hidden subcommands never.
+//! comma lists); we translate its candidates into Cobra's format, refuse a line with a flag its
+//! command does not have (which the engine passes over), and add `why`'s targets from the `-f`
+//! files on the line. The scripts for bash, zsh and fish in `completions/` ask the same question
+//! (`kubectl-media __complete ...`), so a shell and kubectl always offer the same candidates,
+//! and hidden subcommands never.
 
 use std::ffi::{OsStr, OsString};
 
 use clap::{Args, CommandFactory};
 use clap_complete::engine::{ArgValueCompleter, CompletionCandidate, ValueCompleter};
 
-use crate::catalogue::Group;
+use crate::catalogue::{Capability, Group};
 use crate::cli::{Cli, Error, Global, Io, output};
 
+/// Cobra's "an error occurred: offer nothing" directive.
+const ERROR: u8 = 1;
 /// Cobra's "do not fall back to file names" directive, for every value that is not a file.
 const NO_FILE_COMP: u8 = 4;
 /// Cobra's default directive: the shell completes file names.
 const DEFAULT: u8 = 0;
+
+/// The hidden command the shim and the shell scripts run, Cobra's name for it.
+pub(crate) const COMMAND: &str = "__complete";
 
 /// The arguments kubectl passes to the completion shim.
 #[derive(Debug, Clone, Args)]
@@ -32,16 +39,24 @@ pub struct CompleteArgs {
     pub words: Vec<OsString>,
 }
 
-/// Runs `__complete`: answers from the command definitions.
+/// Runs `__complete`: answers from the command definitions. Why nothing is offered, when that is
+/// an error (a flag the command does not have), goes to stderr, which the shells' scripts and
+/// kubectl discard, as Cobra's programs write theirs: for someone running `__complete` by hand.
 pub(crate) fn run(args: &CompleteArgs, _: &Global, io: &mut Io<'_>) -> Result<(), Error> {
-    let text = complete(&mut Cli::command(), &args.words);
+    let mut cmd = Cli::command();
+    let text = complete(&mut cmd, &args.words);
     output::write_all(io.stdout, &text)?;
+    if let Some(unknown) = unknown_flag(&cmd, &args.words) {
+        let _ = writeln!(io.stderr, "{unknown}");
+    }
     Ok(())
 }
 
 /// Completes the values of `--decode`, `--encode` or `--scale`: the catalogue's names that start
 /// with what was typed, ignoring case (`hevc` offers `HEVCMain` and `HEVCMain10`), spelled as the
-/// catalogue spells them. clap's own completion of possible values matches case-sensitively.
+/// catalogue spells them; when no name starts so, the table's shorthand that does (`HEVC-`
+/// offers `HEVC-10`, `h264-` offers `H264-LP`), which the flags accept as well. clap's own
+/// completion of possible values matches case-sensitively and knows no shorthand.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct CapabilityCompleter(pub(super) Group);
 
@@ -54,18 +69,37 @@ impl CapabilityCompleter {
 impl ValueCompleter for CapabilityCompleter {
     fn complete(&self, current: &OsStr) -> Vec<CompletionCandidate> {
         let typed = current.to_string_lossy().to_ascii_lowercase();
-        self.0
-            .capabilities()
-            .filter(|c| c.value().to_ascii_lowercase().starts_with(&typed))
-            .map(|c| CompletionCandidate::new(c.value()).help(Some(c.meaning().into())))
-            .collect()
+        let starting = |name: fn(Capability) -> &'static str| -> Vec<CompletionCandidate> {
+            self.0
+                .capabilities()
+                .filter(|&c| name(c).to_ascii_lowercase().starts_with(&typed))
+                .map(|c| CompletionCandidate::new(name(c)).help(Some(c.meaning().into())))
+                .collect()
+        };
+        // Values first: offering both would double every list (`HEVC` is a value's start and a
+        // shorthand).
+        let values = starting(Capability::value);
+        if values.is_empty() {
+            starting(Capability::label)
+        } else {
+            values
+        }
     }
 }
 
 /// Answers one completion request in Cobra's format.
 pub(crate) fn complete(cmd: &mut clap::Command, words: &[OsString]) -> String {
-    // A file argument (`-f FILE`) is the shell's to complete: it knows the file system and the
-    // user's quoting.
+    // Global flags are the subcommands' too once built.
+    cmd.build();
+    // clap_complete's engine passes over a flag the command does not have (it cannot tell it
+    // from a value), and would then complete the next word as if the flag were not there:
+    // `caps --kubernetes-version <TAB>` (a flag of `why`) would be answered as `caps <TAB>`.
+    // The command line cannot run as typed; offer nothing, as Cobra's error directive says.
+    if unknown_flag(cmd, words).is_some() {
+        return format!(":{ERROR}\n");
+    }
+    // A file argument (`-f FILE`, `--kubeconfig FILE`) is the shell's to complete: it knows the
+    // file system and the user's quoting.
     if completes_a_file(cmd, words) {
         return format!(":{DEFAULT}\n");
     }
@@ -77,9 +111,13 @@ pub(crate) fn complete(cmd: &mut clap::Command, words: &[OsString]) -> String {
     let index = args.len() - 1;
     // As kubectl (Cobra) does: flags are offered once the word starts with `-`, so that a new
     // word lists the subcommands or values rather than every flag.
-    let typing_a_flag = args[index].to_string_lossy().starts_with('-');
+    let current = args[index].to_string_lossy().into_owned();
+    let typing_a_flag = current.starts_with('-');
+    let targets = targets(&scan(cmd, words), &current);
     // The engine errors when it has nothing to offer; that is an empty answer, not a failure.
-    let candidates = clap_complete::engine::complete(cmd, args, index, None).unwrap_or_default();
+    let mut candidates =
+        clap_complete::engine::complete(cmd, args, index, None).unwrap_or_default();
+    candidates.extend(targets.into_iter().flatten());
     let mut out = String::new();
     for candidate in candidates
         .iter()
@@ -101,6 +139,204 @@ pub(crate) fn complete(cmd: &mut clap::Command, words: &[OsString]) -> String {
     out
 }
 
+/// The first flag before the word being completed that its command does not have, as a line
+/// naming it (`unknown flag --kubernetes-version for 'kubectl media caps'`). Words after `--`,
+/// and values of the options before them (`--node -x`, `--request-timeout -1s`), are not flags.
+/// `cmd` is built (its subcommands have the global flags).
+fn unknown_flag(cmd: &clap::Command, words: &[OsString]) -> Option<String> {
+    scan(cmd, words).unknown
+}
+
+/// What the words before the one being completed say, as far as completion needs it.
+struct Line<'c> {
+    /// The (sub)command they name.
+    command: &'c clap::Command,
+    /// The first flag `command` does not have, as [`unknown_flag`] words it.
+    unknown: Option<String>,
+    /// The options given, by id, with their values (`""` for a flag without one), in order.
+    given: Vec<(&'c str, String)>,
+    /// How many positional arguments of `command` there are.
+    positionals: usize,
+    /// Whether the word being completed is the value of the last option.
+    value_pending: bool,
+}
+
+impl Line<'_> {
+    fn values(&self, id: &str) -> impl Iterator<Item = &str> {
+        self.given
+            .iter()
+            .filter(move |(given, _)| *given == id)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// Reads the words before the last as clap would parse them: subcommands, long and short flags
+/// with their values (`--x=v`, `--x v`, `-xv`, `-x v`, bundles `-An`), `--` and positionals.
+fn scan<'c>(cmd: &'c clap::Command, words: &[OsString]) -> Line<'c> {
+    let mut line = Line {
+        command: cmd,
+        unknown: None,
+        given: Vec::new(),
+        positionals: 0,
+        value_pending: false,
+    };
+    let Some((_, before)) = words.split_last() else {
+        return line;
+    };
+    let takes_value = |arg: &clap::Arg| {
+        arg.get_num_args()
+            .is_some_and(|n| n.takes_values() && n.min_values() > 0)
+    };
+    let mut escaped = false;
+    // The option whose value the next word is.
+    let mut pending: Option<&'c str> = None;
+    for word in before {
+        let word = word.to_string_lossy();
+        if let Some(id) = pending.take() {
+            line.given.push((id, word.into_owned()));
+            continue;
+        }
+        if escaped {
+            line.positionals += 1;
+            continue;
+        }
+        if word == "--" {
+            escaped = true;
+            continue;
+        }
+        if let Some(sub) = line.command.find_subcommand(word.as_ref()) {
+            line.command = sub;
+            line.positionals = 0;
+            continue;
+        }
+        let command = line.command;
+        if let Some(long) = word.strip_prefix("--") {
+            let (name, value) = match long.split_once('=') {
+                Some((name, value)) => (name, Some(value)),
+                None => (long, None),
+            };
+            match command.get_arguments().find(|a| {
+                a.get_long_and_visible_aliases()
+                    .is_some_and(|names| names.contains(&name))
+            }) {
+                Some(arg) => match value {
+                    Some(value) => line.given.push((arg.get_id().as_str(), value.to_owned())),
+                    None if takes_value(arg) => pending = Some(arg.get_id().as_str()),
+                    None => line.given.push((arg.get_id().as_str(), String::new())),
+                },
+                None => {
+                    line.unknown
+                        .get_or_insert_with(|| unknown(command, &format!("--{name}")));
+                }
+            }
+        } else if let Some(shorts) = word.strip_prefix('-').filter(|s| !s.is_empty()) {
+            // `-oyaml`, `-An`: flags until one takes a value, which is the rest or the next word.
+            for (i, short) in shorts.char_indices() {
+                match command.get_arguments().find(|a| {
+                    a.get_short_and_visible_aliases()
+                        .is_some_and(|s| s.contains(&short))
+                }) {
+                    Some(arg) if takes_value(arg) => {
+                        let rest = &shorts[i + short.len_utf8()..];
+                        let id = arg.get_id().as_str();
+                        match rest.strip_prefix('=').unwrap_or(rest) {
+                            "" => pending = Some(id),
+                            value => line.given.push((id, value.to_owned())),
+                        }
+                        break;
+                    }
+                    Some(arg) => line.given.push((arg.get_id().as_str(), String::new())),
+                    None => {
+                        line.unknown
+                            .get_or_insert_with(|| unknown(command, &format!("-{short}")));
+                        break;
+                    }
+                }
+            }
+        } else {
+            line.positionals += 1;
+        }
+    }
+    line.value_pending = pending.is_some();
+    line
+}
+
+/// For `why <TAB>`: the pods (and with `claim/`, the claims) in the files `-f` names on the line,
+/// in the namespace `-n` names if it does; `None` when the word is not why's target. From files
+/// only: a listing from the cluster on each TAB would need the half-typed line's connection
+/// flags and a network round trip behind a prompt, which kubectl's own completion risks and
+/// this one does not. Files that cannot be read (or `-` for standard input) offer nothing.
+fn targets(line: &Line<'_>, current: &str) -> Option<Vec<CompletionCandidate>> {
+    use crate::fleet::objects::{Kind, Kinds, Objects};
+    if line.command.get_name() != "why"
+        || line.positionals > 0
+        || line.value_pending
+        || current.starts_with('-')
+    {
+        return None;
+    }
+    let files: Vec<String> = line
+        .values("files")
+        .filter(|f| *f != "-")
+        .map(str::to_owned)
+        .collect();
+    if files.is_empty() {
+        return Some(Vec::new());
+    }
+    let recursive = line.values("recursive").next().is_some();
+    let namespace = line.values("namespace").last();
+    let all = line.values("all_namespaces").next().is_some();
+    let mut objects = Objects::wanting(Kinds::only(&[Kind::Pod, Kind::ResourceClaim]));
+    let read = crate::fleet::files::sources(&files, recursive).and_then(|sources| {
+        crate::fleet::files::read_into(&mut objects, &sources, &mut std::io::empty())
+    });
+    if read.is_err() {
+        return Some(Vec::new());
+    }
+    let in_namespace = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        all || namespace.is_none_or(|n| meta.namespace.as_deref() == Some(n))
+    };
+    let mut named: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    let (prefix, typed) = match current.split_once('/') {
+        Some((kind, rest)) => (format!("{kind}/"), rest),
+        None => (String::new(), current),
+    };
+    let claims = matches!(prefix.as_str(), "claim/" | "resourceclaim/");
+    let metas: Vec<_> = if claims {
+        objects.claims.iter().map(|c| &c.metadata).collect()
+    } else if matches!(prefix.as_str(), "" | "pod/" | "po/") {
+        objects.pods.iter().map(|p| &p.metadata).collect()
+    } else {
+        Vec::new()
+    };
+    for meta in metas.into_iter().filter(|m| in_namespace(m)) {
+        if let Some(name) = meta.name.as_deref().filter(|n| n.starts_with(typed)) {
+            named
+                .entry(name.to_owned())
+                .or_default()
+                .insert(meta.namespace.clone().unwrap_or_default());
+        }
+    }
+    let what = if claims { "claim" } else { "pod" };
+    Some(
+        named
+            .into_iter()
+            .map(|(name, namespaces)| {
+                let namespaces: Vec<String> = namespaces.into_iter().collect();
+                CompletionCandidate::new(format!("{prefix}{name}"))
+                    .help(Some(format!("{what} in {}", namespaces.join(", ")).into()))
+            })
+            .collect(),
+    )
+}
+
+/// `unknown flag --x for 'kubectl media caps'`.
+fn unknown(command: &clap::Command, flag: &str) -> String {
+    let name = command.get_bin_name().unwrap_or(command.get_name());
+    format!("unknown flag {flag} for '{name}'")
+}
+
 /// Whether the last word is the value of an option whose values are file paths (`-f FILE`,
 /// `--filename FILE`, `--filename=FI`).
 fn completes_a_file(cmd: &clap::Command, words: &[OsString]) -> bool {
@@ -120,7 +356,12 @@ fn completes_a_file(cmd: &clap::Command, words: &[OsString]) -> bool {
     command
         .get_arguments()
         .chain(cmd.get_arguments())
-        .filter(|a| a.get_value_hint() == clap::ValueHint::FilePath)
+        .filter(|a| {
+            matches!(
+                a.get_value_hint(),
+                clap::ValueHint::FilePath | clap::ValueHint::AnyPath | clap::ValueHint::DirPath
+            )
+        })
         .any(|arg| {
             let long = arg.get_long().map(|l| format!("--{l}"));
             let short = arg.get_short().map(|s| format!("-{s}"));
@@ -223,6 +464,138 @@ mod tests {
         assert_eq!(answer(&["caps", "--filename=fl"]), [":0"]);
         // Other values are not files.
         assert_eq!(answer(&["caps", "--node", ""]).last().unwrap(), ":4");
+    }
+
+    #[test]
+    fn the_tables_shorthand_completes_where_no_name_starts_so() {
+        let values = |words: &[&str]| -> Vec<String> {
+            answer(words)
+                .iter()
+                .map(|l| l.split('\t').next().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(values(&["caps", "--decode", "HEVC-"]), ["HEVC-10", ":4"]);
+        assert_eq!(values(&["caps", "--decode", "vp9-"]), ["VP9-10", ":4"]);
+        assert_eq!(
+            values(&["class", "--encode", "hevc-"]),
+            ["HEVC-10", "HEVC-10-LP", "HEVC-LP", ":4"]
+        );
+        assert_eq!(
+            values(&["caps", "--decode", "AV1-10,HEVC-"]),
+            ["AV1-10,HEVC-10", ":4"]
+        );
+        // A start that names are spelled with offers the names only.
+        assert_eq!(
+            values(&["caps", "--decode", "HEVC"]),
+            ["HEVCMain", "HEVCMain10", ":4"]
+        );
+        // What the shorthand offers, the flag takes.
+        for shorthand in ["HEVC-10", "VP9-10", "HEVC-10-LP"] {
+            let group = if shorthand.ends_with("LP") {
+                Group::Encode
+            } else {
+                Group::Decode
+            };
+            assert!(Capability::parse(group, shorthand).is_ok(), "{shorthand}");
+        }
+    }
+
+    #[test]
+    fn a_flag_the_command_does_not_have_is_an_error_not_an_answer() {
+        // `--kubernetes-version` is why's: caps would refuse the line, so nothing is offered.
+        assert_eq!(answer(&["caps", "--kubernetes-version", ""]), [":1"]);
+        assert_eq!(answer(&["caps", "--bogus=1", "--dec"]), [":1"]);
+        assert_eq!(answer(&["caps", "-Z", ""]), [":1"]);
+        let mut cmd = Cli::command();
+        cmd.build();
+        assert_eq!(
+            unknown_flag(
+                &cmd,
+                &["caps".into(), "--kubernetes-version".into(), "".into()]
+            )
+            .as_deref(),
+            Some("unknown flag --kubernetes-version for 'kubectl media caps'")
+        );
+        // Not flags: values of options (even with a leading '-'), bundled short flags with their
+        // value, and whatever follows `--`; and why has the flag.
+        assert_eq!(answer(&["why", "p", "--kubernetes-version", ""]), [":4"]);
+        for words in [
+            &["caps", "--request-timeout", "-1s", "--dec"][..],
+            &["caps", "-oyaml", "--dec"],
+            &["-n", "media", "caps", "-Ao", "json", "--dec"],
+            &["--context=x", "caps", "--dec"],
+        ] {
+            assert_eq!(
+                answer(words)[0].split('\t').next(),
+                Some("--decode"),
+                "{words:?}"
+            );
+        }
+        assert_eq!(answer(&["caps", "--", "--bogus", ""]).last().unwrap(), ":4");
+    }
+
+    #[test]
+    fn the_kubeconfig_is_a_file_for_the_shell_before_or_after_the_command() {
+        assert_eq!(answer(&["--kubeconfig", ""]), [":0"]);
+        assert_eq!(answer(&["caps", "--kubeconfig", "/tm"]), [":0"]);
+        assert_eq!(answer(&["why", "--kubeconfig=/tm"]), [":0"]);
+    }
+
+    #[test]
+    fn why_completes_the_pods_and_claims_of_the_files_on_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.yaml");
+        let pod = |name: &str, namespace: &str| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}}}\n---\n"
+            )
+        };
+        let text = [
+            pod("film-0", "media"),
+            pod("film-1", "media"),
+            pod("film-0", "batch"),
+            pod("agent", "liken-system"),
+            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: film-0-gpu, namespace: media}\n"
+                .to_string(),
+        ]
+        .concat();
+        std::fs::write(&path, text).unwrap();
+        let file = path.to_str().unwrap();
+        let lines = |words: &[&str]| answer(words);
+        assert_eq!(
+            lines(&["why", "-f", file, "fi"]),
+            ["film-0\tpod in batch, media", "film-1\tpod in media", ":4"]
+        );
+        assert_eq!(
+            lines(&["why", "--filename", file, "-n", "batch", ""]),
+            ["film-0\tpod in batch", ":4"]
+        );
+        assert_eq!(
+            lines(&[
+                "-n",
+                "batch",
+                "why",
+                &format!("--filename={file}"),
+                "-A",
+                "a"
+            ]),
+            ["agent\tpod in liken-system", ":4"]
+        );
+        assert_eq!(
+            lines(&["why", "-f", file, "claim/"]),
+            ["claim/film-0-gpu\tclaim in media", ":4"]
+        );
+        assert_eq!(
+            lines(&["why", "-f", file, "pod/film-1"]),
+            ["pod/film-1\tpod in media", ":4"]
+        );
+        // Not the target: after one, as an option's value, a flag; without files, nothing.
+        assert_eq!(lines(&["why", "-f", file, "film-0", ""]), [":4"]);
+        assert_eq!(lines(&["why", "-f", file, "-n", ""]), [":4"]);
+        assert_eq!(lines(&["why", ""]), [":4"]);
+        assert_eq!(lines(&["why", "-f", "-", ""]), [":4"]);
+        assert_eq!(lines(&["why", "-f", "/nonexistent.yaml", ""]), [":4"]);
+        assert_eq!(lines(&["caps", "-f", file, ""]), [":4"]);
     }
 
     #[test]

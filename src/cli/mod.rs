@@ -42,12 +42,17 @@ const GLOBAL: &str = "Global options";
 /// The media-capabilities agent publishes one media.liken.sh device per GPU, stating what its
 /// driver can do. These commands list those statements, write claims for them, and explain why
 /// a claim stays Pending.
+// `args_override_self`: a flag given twice takes its last value (`-o wide -o json` is
+// `-o json`), as kubectl's (pflag's) do, since aliases and wrappers put flags in front of the
+// user's; clap's default is an error. It applies to every subcommand, and not to the flags that
+// collect values (`-f`, `--decode`, `--node`: clap's Append), which keep every one given.
 #[derive(Debug, Parser)]
 #[command(
     name = "kubectl-media",
     bin_name = "kubectl media",
     version,
-    propagate_version = true
+    propagate_version = true,
+    args_override_self = true
 )]
 pub struct Cli {
     /// When to colour output: auto colours a terminal unless NO_COLOR is set.
@@ -65,7 +70,7 @@ pub struct Cli {
 #[derive(Debug, Clone, clap::Args)]
 pub struct KubeArgs {
     /// Path to the kubeconfig file [default: KUBECONFIG, then ~/.kube/config].
-    #[arg(long, global = true, value_name = "FILE", help_heading = GLOBAL)]
+    #[arg(long, global = true, value_name = "FILE", value_hint = clap::ValueHint::FilePath, help_heading = GLOBAL)]
     pub kubeconfig: Option<PathBuf>,
 
     /// The kubeconfig context to use.
@@ -82,7 +87,10 @@ pub struct KubeArgs {
     pub all_namespaces: bool,
 
     /// How long to wait for each API request: 0 waits indefinitely; else 30s, 1m, 500ms...
-    #[arg(long, global = true, value_name = "DURATION", default_value = "0", value_parser = RequestTimeout::parse, help_heading = GLOBAL)]
+    // `allow_hyphen_values`: `--request-timeout -1s` is a value to refuse as negative, as pflag
+    // hands kubectl the next word whatever it starts with, not an unknown flag `-1`.
+    #[arg(long, global = true, value_name = "DURATION", default_value = "0", value_parser = RequestTimeout::parse,
+        allow_hyphen_values = true, help_heading = GLOBAL)]
     pub request_timeout: RequestTimeout,
 }
 
@@ -91,9 +99,23 @@ pub struct KubeArgs {
 pub struct RequestTimeout(pub Option<Duration>);
 
 impl RequestTimeout {
-    /// kubectl's forms: `0` for none, a number of seconds, or a duration such as `30s`,
-    /// `1m30s`, `500ms`, `2h`.
+    /// kubectl's forms (client-go's `clientcmd.ParseTimeout`): `0` for none, a number of
+    /// seconds, or a duration such as `30s`, `1m30s`, `500ms`, `2h`. A negative one is refused:
+    /// kubectl refuses `-1` and lets Go's `-1s` through, which its HTTP client then takes as no
+    /// timeout at all; a user who means that writes 0.
     pub fn parse(text: &str) -> Result<RequestTimeout, String> {
+        let negative = text
+            .trim()
+            .strip_prefix('-')
+            .and_then(|magnitude| crate::duration::parse(magnitude).ok())
+            .is_some_and(|magnitude| !magnitude.is_zero());
+        if negative {
+            return Err(format!(
+                "a negative timeout ({:?}) is invalid (valid: 0 to wait indefinitely, else e.g. \
+                 30, 30s, 1m30s, 500ms, 2h)",
+                text.trim()
+            ));
+        }
         let timeout = crate::duration::parse(text)?;
         Ok(RequestTimeout((!timeout.is_zero()).then_some(timeout)))
     }
@@ -132,7 +154,7 @@ pub enum Command {
     /// Explain, device by device, why a pod's claims stay Pending.
     Why(WhyArgs),
     /// Answer kubectl's shell completion requests (run by the kubectl_complete-media shim).
-    #[command(name = "__complete", hide = true)]
+    #[command(name = complete::COMMAND, hide = true)]
     Complete(complete::CompleteArgs),
 }
 
@@ -199,6 +221,32 @@ impl CapabilityFlags {
             }
         }
         Ok(parsed)
+    }
+}
+
+/// `-f` and `-R`, as kubectl's (cli-runtime's `FilenameOptions`) for `caps` and `why`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct FileArgs {
+    /// Read objects from this file, or from a directory's .json, .yaml and .yml files, instead of
+    /// the cluster (kubectl get -o yaml|json output, Lists, multi-document YAML); repeat for
+    /// several, - for standard input.
+    #[arg(short = 'f', long = "filename", value_name = "FILE", value_hint = clap::ValueHint::AnyPath)]
+    pub files: Vec<String>,
+
+    /// Also read the subdirectories of the directories -f names, as kubectl -R does.
+    #[arg(short = 'R', long)]
+    pub recursive: bool,
+}
+
+impl FileArgs {
+    /// The files to read, directories expanded; `None` without `-f` (read the cluster).
+    pub(crate) fn sources(
+        &self,
+    ) -> Result<Option<Vec<crate::fleet::files::Source>>, crate::fleet::files::SnapshotError> {
+        if self.files.is_empty() {
+            return Ok(None);
+        }
+        crate::fleet::files::sources(&self.files, self.recursive).map(Some)
     }
 }
 
@@ -276,6 +324,23 @@ pub fn parse(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> Res
     if args.len() <= 1 {
         return Ok(Parsed::Info(Cli::command().render_long_help().to_string()));
     }
+    // `__complete WORDS...`: the words are the user's half-typed command line, to be completed,
+    // never parsed here. clap would take a global flag among them (`__complete --kubeconfig ""`)
+    // for `__complete`'s own and fail on its empty value.
+    if args[1] == complete::COMMAND {
+        let mut cli = Cli::try_parse_from(&args[..2]).map_err(|e| {
+            Error::Usage(crate::usage::message(
+                &e,
+                &Cli::command(),
+                "kubectl media",
+                &args,
+            ))
+        })?;
+        cli.command = Command::Complete(complete::CompleteArgs {
+            words: args[2..].to_vec(),
+        });
+        return Ok(Parsed::Run(Box::new(cli)));
+    }
     match Cli::try_parse_from(&args) {
         Ok(cli) => Ok(Parsed::Run(Box::new(cli))),
         Err(e) => match e.kind() {
@@ -349,6 +414,33 @@ mod tests {
     }
 
     #[test]
+    fn completion_words_are_never_parsed_as_flags() {
+        // kubectl runs the shim with the user's words: a global flag first is one of them.
+        for words in [
+            &["--kubeconfig", ""][..],
+            &["--color", ""],
+            &["-n", "", "caps"],
+            &["--help"],
+            &["caps", "--request-timeout", "soon", "--dec"],
+        ] {
+            let args = ["kubectl-media", "__complete"].iter().chain(words);
+            match parse(args.copied()) {
+                Ok(Parsed::Run(cli)) => match cli.command {
+                    Command::Complete(complete) => {
+                        assert_eq!(
+                            complete.words,
+                            words.iter().map(OsString::from).collect::<Vec<_>>()
+                        )
+                    }
+                    other => panic!("{words:?}: {other:?}"),
+                },
+                Err(e) => panic!("{words:?}: {e}"),
+                Ok(Parsed::Info(_)) => panic!("{words:?}: help"),
+            }
+        }
+    }
+
+    #[test]
     fn help_is_information_not_an_error() {
         assert!(matches!(
             parse(["kubectl-media", "class", "--help"]),
@@ -393,6 +485,24 @@ mod tests {
             "--request-timeout: invalid duration \"soon\" (valid: e.g. 30, 30s, 1m30s, 500ms, 2h)"
         );
         assert_eq!(err.exit_code(), 2);
+        // A negative one, with or without `=`, is said to be negative (not an unknown `-1`).
+        for args in [
+            &["kubectl-media", "caps", "--request-timeout", "-1s"][..],
+            &["kubectl-media", "caps", "--request-timeout=-1s"],
+            &["kubectl-media", "--request-timeout", "-1s", "caps"],
+        ] {
+            let err = match parse(args.iter().copied()) {
+                Err(e) => e,
+                Ok(_) => panic!("parsed {args:?}"),
+            };
+            assert_eq!(
+                err.to_string(),
+                "--request-timeout: a negative timeout (\"-1s\") is invalid (valid: 0 to wait \
+                 indefinitely, else e.g. 30, 30s, 1m30s, 500ms, 2h)",
+                "{args:?}"
+            );
+            assert_eq!(err.exit_code(), 2);
+        }
     }
 
     #[test]
@@ -439,6 +549,84 @@ mod tests {
         assert_eq!(kube.namespaces("media"), Namespaces::All);
         let kube = cli(&["kubectl-media", "caps"]).kube;
         assert_eq!(kube.connection().namespace, None);
+    }
+
+    #[test]
+    fn a_flag_given_twice_takes_its_last_value_as_in_kubectl() {
+        let cli = |args: &[&str]| match parse(args.iter().copied()) {
+            Ok(Parsed::Run(cli)) => cli,
+            Err(e) => panic!("{args:?}: {e}"),
+            Ok(Parsed::Info(_)) => panic!("{args:?}: help"),
+        };
+        let caps = |cli: &Cli| match &cli.command {
+            Command::Caps(args) => args.clone(),
+            _ => panic!("not caps"),
+        };
+        let twice = cli(&["kubectl-media", "caps", "-o", "wide", "-o", "json"]);
+        assert_eq!(caps(&twice).output, Some(caps::CapsFormat::Json));
+        let twice = cli(&["kubectl-media", "caps", "--summary", "--summary"]);
+        assert!(caps(&twice).summary);
+        // Global flags too, on either side of the command, as an alias puts them in front.
+        let twice = cli(&["kubectl-media", "-n", "a", "caps", "-n", "b"]);
+        assert_eq!(twice.kube.namespace.as_deref(), Some("b"));
+        let twice = cli(&["kubectl-media", "caps", "--namespace", "a", "-n", "b"]);
+        assert_eq!(twice.kube.namespace.as_deref(), Some("b"));
+        let twice = cli(&[
+            "kubectl-media",
+            "--color",
+            "never",
+            "caps",
+            "--color",
+            "always",
+        ]);
+        assert_eq!(twice.color, ColorChoice::Always);
+        let twice = cli(&[
+            "kubectl-media",
+            "why",
+            "p",
+            "--request-timeout",
+            "5s",
+            "--request-timeout",
+            "1m",
+        ]);
+        assert_eq!(
+            twice.kube.request_timeout,
+            RequestTimeout(Some(Duration::from_secs(60)))
+        );
+        let twice = cli(&[
+            "kubectl-media",
+            "class",
+            "--decode",
+            "VP9",
+            "--base-class",
+            "a",
+            "--base-class",
+            "b",
+        ]);
+        let Command::Class(class) = &twice.command else {
+            panic!("not class")
+        };
+        assert_eq!(class.base_class.as_deref(), Some("b"));
+        // Flags meant to repeat keep every value.
+        let many = caps(&cli(&[
+            "kubectl-media",
+            "caps",
+            "-f",
+            "a.yaml",
+            "-f",
+            "b.yaml",
+            "--decode",
+            "VP9",
+            "--decode",
+            "AV1Main,HEVCMain",
+            "--node",
+            "n1",
+            "--node",
+            "n2",
+        ]));
+        assert_eq!(many.input.files, ["a.yaml", "b.yaml"]);
+        assert_eq!(many.capabilities.decode, ["VP9", "AV1Main", "HEVCMain"]);
+        assert_eq!(many.node, ["n1", "n2"]);
     }
 
     #[test]

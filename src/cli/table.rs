@@ -2,9 +2,12 @@
 //! upper-case header, one line per row. A table that fits (or goes to a pipe) is printed at its
 //! natural width. A table wider than the terminal is never wrapped: the columns marked
 //! [`Fit::ShrinkFirst`], then those marked [`Fit::Shrink`], give up width, widest first, and
-//! their cells are cut at a word boundary with `…`, down to a floor that keeps every column
-//! readable (never a column of single characters); if even that does not fit, the lines run past
-//! the edge and the terminal wraps them, as `kubectl get -o wide` does.
+//! their cells are cut at a word boundary with ` …`, down to a floor that keeps every column
+//! readable (never a column of single characters). Free text ([`Fit::ShrinkFirst`]) whose first
+//! word is wider than that floor is cut inside it (`TigerLak…`); lists of names ([`Fit::Shrink`])
+//! are cut between names only, so their floor is their longest first name and ` …`. If even the
+//! floors do not fit, the lines run past the edge and the terminal wraps them, as
+//! `kubectl get -o wide` does.
 //!
 //! Widths are counted on the text, never on the colour escapes, and colour wraps the text only,
 //! never its padding. (comfy-table, used here before for narrow terminals, put the escapes
@@ -68,20 +71,29 @@ pub(crate) enum Paint {
 pub(crate) struct Cell {
     pub text: String,
     pub paint: Option<Paint>,
+    /// How many words at its start a cut never parts (at least 1): `all but` in `all but VC1
+    /// VP8`, which cut after `all` would read as its opposite.
+    pub head_words: usize,
 }
 
 impl Cell {
     pub(crate) fn plain(text: impl Into<String>) -> Cell {
-        Cell {
-            text: text.into(),
-            paint: None,
-        }
+        Cell::painted(text, None)
     }
 
     pub(crate) fn painted(text: impl Into<String>, paint: Option<Paint>) -> Cell {
         Cell {
             text: text.into(),
             paint,
+            head_words: 1,
+        }
+    }
+
+    /// The same cell, its first `words` words never parted by a cut.
+    pub(crate) fn keeping(self, words: usize) -> Cell {
+        Cell {
+            head_words: words.max(1),
+            ..self
         }
     }
 }
@@ -92,11 +104,20 @@ pub(crate) enum Fit {
     /// Names, addresses, statuses: what identifies a row or says what to do is never cut.
     Keep,
     /// Free text that gives up width first, having its full form elsewhere (GPU and driver
-    /// names, shown whole by `-o wide`): cut at a word boundary with `…`.
+    /// names, shown whole by `-o wide`): cut at a word boundary with ` …`, or inside a first word
+    /// wider than the column with `…`.
     ShrinkFirst,
-    /// Free text that gives up width once the [`Fit::ShrinkFirst`] columns are at their floor
-    /// (capability lists, the table's substance).
+    /// Lists of names that give up width once the [`Fit::ShrinkFirst`] columns are at their
+    /// floor (capability lists, the table's substance): cut between names only, never inside
+    /// one (a cut name could read as another: `HEVC-10-LP` as `HEVC-10…`).
     Shrink,
+}
+
+impl Fit {
+    /// Whether a word may be cut inside when it does not fit.
+    fn cuts_inside_words(self) -> bool {
+        self != Fit::Shrink
+    }
 }
 
 /// The narrowest a shrinking column gets (its header, if wider, is the floor instead): enough
@@ -119,16 +140,38 @@ pub(crate) fn width_of(text: &str) -> usize {
     text.chars().count()
 }
 
-/// The narrowest width above `width` at which [`truncate`] shows more of `text`: the next word
+/// The places a cut may end `text`, first to last: after each run of whole words, holding at
+/// least `head_words` words, that leaves more to show (each given without its trailing spaces).
+fn word_cuts(text: &str, head_words: usize) -> impl Iterator<Item = &str> {
+    let mut words = 0;
+    text.char_indices().filter_map(move |(index, c)| {
+        // A space that ends a word (not the second of two).
+        if c != ' ' || index == 0 || text[..index].ends_with(' ') {
+            return None;
+        }
+        words += 1;
+        let head = text[..index].trim_end();
+        (words >= head_words && !head.is_empty()).then_some(head)
+    })
+}
+
+/// The narrowest a cell is shown when it is cut between words only: its first `head_words`
+/// words and ` …`, or the whole text when that is all of it.
+fn narrowest_cut(text: &str, head_words: usize) -> usize {
+    word_cuts(text, head_words)
+        .next()
+        .map_or(width_of(text), |head| width_of(head) + 2)
+}
+
+/// The narrowest width above `width` at which [`cut`] shows more of `text`: the next word
 /// with ` …`, or the whole text.
-fn next_stop(text: &str, width: usize) -> Option<usize> {
+fn next_stop(text: &str, width: usize, head_words: usize) -> Option<usize> {
     let full = width_of(text);
     if full <= width {
         return None;
     }
-    text.char_indices()
-        .filter(|&(_, c)| c == ' ')
-        .map(|(index, _)| width_of(text[..index].trim_end()) + 2)
+    word_cuts(text, head_words)
+        .map(|head| width_of(head) + 2)
         .find(|&w| w > width && w < full)
         .or(Some(full))
 }
@@ -136,30 +179,37 @@ fn next_stop(text: &str, width: usize) -> Option<usize> {
 /// Cuts `text` to at most `width` columns: whole words and ` …` when a word boundary leaves room,
 /// else the first characters and `…`. Text that fits is returned as it is.
 pub(crate) fn truncate(text: &str, width: usize) -> std::borrow::Cow<'_, str> {
+    cut(text, width, 1, true)
+}
+
+/// [`truncate`] with its rules: the first `head_words` words stay together; and when no word
+/// boundary leaves room, the start of the first word and `…` (`inside`), or else the narrowest
+/// cut between words, wider than `width` (the columns of such cells are never that narrow).
+fn cut(text: &str, width: usize, head_words: usize, inside: bool) -> std::borrow::Cow<'_, str> {
     if width_of(text) <= width {
         return text.into();
     }
-    if width == 0 {
+    if width == 0 && inside {
         return "".into();
     }
     // The longest run of whole words that leaves room for " …".
-    let mut cut = None;
-    for (index, c) in text.char_indices() {
-        if c == ' ' {
-            let head = text[..index].trim_end();
-            if !head.is_empty() && width_of(head) + 2 <= width {
-                cut = Some(head);
-            } else if width_of(head) + 2 > width {
-                break;
-            }
+    let mut fitting = None;
+    let mut first = None;
+    for head in word_cuts(text, head_words) {
+        first = first.or(Some(head));
+        if width_of(head) + 2 > width {
+            break;
         }
+        fitting = Some(head);
     }
-    match cut {
-        Some(head) => format!("{head} …").into(),
-        None => {
+    match (fitting, first) {
+        (Some(head), _) => format!("{head} …").into(),
+        (None, _) if inside => {
             let head: String = text.chars().take(width - 1).collect();
             format!("{head}…").into()
         }
+        (None, Some(head)) => format!("{head} …").into(),
+        (None, None) => text.into(),
     }
 }
 
@@ -194,15 +244,27 @@ impl Grid {
         let floors: Vec<usize> = widths
             .iter()
             .enumerate()
-            .map(|(i, &natural)| match self.fit(i) {
-                Fit::Keep => natural,
-                Fit::ShrinkFirst | Fit::Shrink => {
-                    let header = if style.no_headers {
-                        0
-                    } else {
-                        width_of(&self.header[i])
-                    };
-                    natural.min(MIN_SHRUNK.max(header))
+            .map(|(i, &natural)| {
+                let header = if style.no_headers {
+                    0
+                } else {
+                    width_of(&self.header[i])
+                };
+                match self.fit(i) {
+                    Fit::Keep => natural,
+                    Fit::ShrinkFirst => natural.min(MIN_SHRUNK.max(header)),
+                    // Never narrower than a cell's first name(s) and " …". A fleet has few
+                    // distinct lists, so the widest is found on the way, not remembered per cell.
+                    Fit::Shrink => {
+                        let names = self
+                            .rows
+                            .iter()
+                            .filter_map(|row| row.get(i))
+                            .map(|c| narrowest_cut(&c.text, c.head_words))
+                            .max()
+                            .unwrap_or(0);
+                        natural.min(MIN_SHRUNK.max(header).max(names))
+                    }
                 }
             })
             .collect();
@@ -223,17 +285,18 @@ impl Grid {
         // column that needs the least of it to show one more word, again and again.
         let natural = self.natural_widths(style);
         let texts = |i: usize| {
-            let header = (!style.no_headers).then(|| self.header[i].as_str());
+            let header = (!style.no_headers).then(|| (self.header[i].as_str(), 1));
             header.into_iter().chain(
                 self.rows
                     .iter()
                     .filter_map(move |row| row.get(i))
-                    .map(|c| c.text.as_str()),
+                    .map(|c| (c.text.as_str(), c.head_words)),
             )
         };
+        let inside = |i: usize| self.fit(i).cuts_inside_words();
         let used = |i: usize, width: usize| {
             texts(i)
-                .map(|t| width_of(&truncate(t, width)))
+                .map(|(t, head)| width_of(&cut(t, width, head, inside(i))))
                 .max()
                 .unwrap_or(0)
         };
@@ -246,7 +309,7 @@ impl Grid {
                 .filter(|&i| shown[i] < natural[i])
                 .filter_map(|i| {
                     let width = texts(i)
-                        .filter_map(|t| next_stop(t, widths[i].max(shown[i])))
+                        .filter_map(|(t, head)| next_stop(t, widths[i].max(shown[i]), head))
                         .min()?;
                     let cost = used(i, width).saturating_sub(shown[i]);
                     (cost > 0 && cost <= slack).then_some((cost, i, width))
@@ -266,31 +329,36 @@ impl Grid {
             (self.rows.len() + 1) * (widths.iter().sum::<usize>() + 2 * widths.len() + 1),
         );
         let mut line = String::new();
-        let mut write_row = |cells: &mut dyn Iterator<Item = (&str, Option<Paint>, bool)>| {
-            line.clear();
-            for (i, (text, paint, bold)) in cells.enumerate() {
-                if i > 0 {
-                    line.push_str("  ");
+        let mut write_row =
+            |cells: &mut dyn Iterator<Item = (&str, usize, Option<Paint>, bool)>| {
+                line.clear();
+                for (i, (text, head, paint, bold)) in cells.enumerate() {
+                    if i > 0 {
+                        line.push_str("  ");
+                    }
+                    let shown = cut(text, widths[i], head, self.fit(i).cuts_inside_words());
+                    let padding = widths[i].saturating_sub(width_of(&shown));
+                    match (style.colored, paint, bold) {
+                        (true, _, true) => line.push_str(&shown.bold().to_string()),
+                        (true, Some(paint), false) => line.push_str(&paint_text(&shown, paint)),
+                        _ => line.push_str(&shown),
+                    }
+                    // Pad after the colour ends: escapes take no columns, and trailing blanks can be
+                    // trimmed.
+                    pad(&mut line, padding);
                 }
-                let shown = truncate(text, widths[i]);
-                let padding = widths[i].saturating_sub(width_of(&shown));
-                match (style.colored, paint, bold) {
-                    (true, _, true) => line.push_str(&shown.bold().to_string()),
-                    (true, Some(paint), false) => line.push_str(&paint_text(&shown, paint)),
-                    _ => line.push_str(&shown),
-                }
-                // Pad after the colour ends: escapes take no columns, and trailing blanks can be
-                // trimmed.
-                pad(&mut line, padding);
-            }
-            out.push_str(line.trim_end());
-            out.push('\n');
-        };
+                out.push_str(line.trim_end());
+                out.push('\n');
+            };
         if !style.no_headers {
-            write_row(&mut self.header.iter().map(|h| (h.as_str(), None, true)));
+            write_row(&mut self.header.iter().map(|h| (h.as_str(), 1, None, true)));
         }
         for row in &self.rows {
-            write_row(&mut row.iter().map(|c| (c.text.as_str(), c.paint, false)));
+            write_row(
+                &mut row
+                    .iter()
+                    .map(|c| (c.text.as_str(), c.head_words, c.paint, false)),
+            );
         }
         out
     }
@@ -451,6 +519,59 @@ mod tests {
         // One word longer than the room: its start, marked.
         assert_eq!(truncate("TigerLake-H GT1", 8), "TigerLa…");
         assert_eq!(truncate("abc", 0), "");
+    }
+
+    #[test]
+    fn lists_of_names_are_cut_between_names_only() {
+        // Free text may be cut inside its first word; a list of names never is.
+        assert_eq!(cut("HEVC-10-LP HEVC-LP", 8, 1, true), "HEVC-10…");
+        assert_eq!(cut("HEVC-10-LP HEVC-LP", 8, 1, false), "HEVC-10-LP …");
+        assert_eq!(narrowest_cut("HEVC-10-LP HEVC-LP", 1), 12);
+        assert_eq!(narrowest_cut("VP9", 1), 3);
+        // Words kept together: `all but` is never cut after `all`.
+        assert_eq!(cut("all but VC1 VP8", 8, 2, false), "all but …");
+        assert_eq!(cut("all but VC1 VP8", 13, 2, false), "all but VC1 …");
+        assert_eq!(narrowest_cut("all but VC1 VP8", 2), 9);
+        assert_eq!(narrowest_cut("all but", 2), 7);
+        assert_eq!(next_stop("all but VC1 VP8", 8, 2), Some(9));
+        // Two spaces in a row are one word boundary.
+        assert_eq!(cut("a  b c", 5, 1, false), "a …");
+        assert_eq!(cut("a  b c", 5, 2, false), "a  b …");
+    }
+
+    #[test]
+    fn a_column_of_names_keeps_its_first_names_whole() {
+        let grid = Grid {
+            header: vec![
+                "NODE".into(),
+                "GPU".into(),
+                "DECODE".into(),
+                "ENCODE".into(),
+            ],
+            rows: vec![
+                vec![
+                    Cell::plain("n1"),
+                    Cell::plain("TigerLake-H GT1"),
+                    Cell::plain("all but VC1 VP8").keeping(2),
+                    Cell::plain("H264-LP HEVC-10-LP HEVC-LP"),
+                ],
+                vec![
+                    Cell::plain("n2"),
+                    Cell::plain("Ellesmere"),
+                    Cell::plain("H264 HEVC MPEG2"),
+                    Cell::plain("-"),
+                ],
+            ],
+            fits: vec![Fit::Keep, Fit::ShrinkFirst, Fit::Shrink, Fit::Shrink],
+        };
+        // Far too narrow: every column at its floor, the lines run on.
+        let text = grid.render(&style(Width::Columns(20)));
+        assert_eq!(
+            text,
+            "NODE  GPU       DECODE     ENCODE\n\
+             n1    TigerLa…  all but …  H264-LP …\n\
+             n2    Ellesme…  H264 …     -\n"
+        );
     }
 
     #[test]

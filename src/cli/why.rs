@@ -17,11 +17,11 @@ use owo_colors::{OwoColorize, Style};
 use crate::cli::output::{self, RenderError};
 use crate::cli::style::Styles;
 use crate::cli::table::{Cell, Grid, TableStyle, Width, pieces};
-use crate::cli::{Error, Global, Io};
+use crate::cli::{Error, FileArgs, Global, Io};
 use crate::explain::allocate::Features;
 use crate::explain::pod::{self, ClaimState, Diagnosis, Input, ReasonKind, Target};
 use crate::fleet::cluster::{Cluster, ClusterError, ListRequest, Namespaces};
-use crate::fleet::files::{self, Source};
+use crate::fleet::files;
 use crate::fleet::objects::{Kind, Kinds, Objects};
 
 /// Every line fits 70 columns: clap wraps longer ones at the terminal's width (at most 100), man
@@ -68,10 +68,8 @@ pub struct WhyArgs {
     #[arg(value_name = "POD|claim/NAME")]
     pub target: String,
 
-    /// Read objects from this file instead of the cluster (kubectl get -o yaml|json output,
-    /// Lists, multi-document YAML); repeat for several, - for standard input.
-    #[arg(short = 'f', long = "filename", value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
-    pub files: Vec<String>,
+    #[command(flatten)]
+    pub input: FileArgs,
 
     /// Output format: wide lists every device; json and yaml print the diagnosis as a record.
     #[arg(short, long, value_enum, value_name = "FORMAT")]
@@ -142,10 +140,9 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
     // The namespace is settled after reading: with -f, the files' own namespace when the name
     // is unique there.
     parse_target(&args.target, "default").map_err(Error::Usage)?;
-    let (objects, unread, mut missing, namespace, minor) = if args.files.is_empty() {
-        gather_cluster(args, global)?
-    } else {
-        let sources: Vec<Source> = args.files.iter().map(|f| Source::parse(f)).collect();
+    let (objects, unread, mut missing, namespace, minor) = if let Some(sources) =
+        args.input.sources()?
+    {
         let objects = files::read(&sources, io.stdin)?;
         let namespace = match &global.kube.namespace {
             Some(namespace) => namespace.clone(),
@@ -187,6 +184,8 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
             ));
         }
         (objects, unread, missing, namespace, args.kubernetes_version)
+    } else {
+        gather_cluster(args, global)?
     };
     // As in caps: objects that could not be read are warnings, before anything else.
     let warn = global.color.for_stderr();

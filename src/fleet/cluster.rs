@@ -172,16 +172,46 @@ pub enum ClusterError {
     },
 }
 
-fn kubeconfig_hint(error: &KubeconfigError) -> &'static str {
+/// What to do about a kubeconfig that cannot be used, beside kubectl: what was given on the
+/// command line is never suggested as if it were not.
+fn kubeconfig_hint(error: &KubeconfigError) -> String {
+    use crate::kubeconfig::{FileFault, Origin};
     match error {
         KubeconfigError::Missing { .. } => {
-            "pass --kubeconfig or set KUBECONFIG, or read objects from a file with -f"
+            "pass --kubeconfig or set KUBECONFIG, or read objects from a file with -f".into()
         }
-        KubeconfigError::File { .. } => {
-            "fix that file, or pass --kubeconfig, or read objects from a file with -f"
-        }
+        KubeconfigError::NoSuchContext { by_flag, .. } => match error.similar_context() {
+            Some(similar) => format!("a similar context exists: '{similar}'"),
+            None if *by_flag => {
+                "give --context one of them ('kubectl config get-contexts' lists them all)".into()
+            }
+            None => "choose one with --context, or set one with 'kubectl config use-context NAME'"
+                .into(),
+        },
+        KubeconfigError::File { origin, fault, .. } => match (origin, fault) {
+            (Origin::Flag, FileFault::Directory) => {
+                "--kubeconfig takes the kubeconfig file itself, such as ~/.kube/config".into()
+            }
+            (Origin::Flag, FileFault::NotThere) => {
+                "check the path given to --kubeconfig, or leave --kubeconfig out for KUBECONFIG \
+                 and ~/.kube/config"
+                    .into()
+            }
+            (Origin::Flag, FileFault::Unusable) => {
+                "fix that file or give --kubeconfig another, or read objects from a file with -f"
+                    .into()
+            }
+            (Origin::Env, _) => {
+                "fix that file or take it out of KUBECONFIG, or read objects from a file with -f"
+                    .into()
+            }
+            (Origin::Home, _) => "fix that file, or pass --kubeconfig or set KUBECONFIG, or read \
+                                  objects from a file with -f"
+                .into(),
+        },
         KubeconfigError::Invalid { .. } => {
             "pass --kubeconfig or --context, set KUBECONFIG, or read objects from a file with -f"
+                .into()
         }
     }
 }

@@ -1,7 +1,7 @@
-//! Reading API objects from files (`-f FILE`, `-f -` for stdin) instead of a cluster: the output
-//! of `kubectl get ... -o yaml|json`, Lists, multi-document YAML, or several JSON documents in a
-//! row. Objects go through the same parser as API responses ([`crate::fleet::objects`]), so a file
-//! gives the same answer as the cluster it was taken from.
+//! Reading API objects from files (`-f FILE`, `-f DIR` as kubectl walks it, `-f -` for stdin)
+//! instead of a cluster: the output of `kubectl get ... -o yaml|json`, Lists, multi-document
+//! YAML, or several JSON documents in a row. Objects go through the same parser as API responses
+//! ([`crate::fleet::objects`]), so a file gives the same answer as the cluster it was taken from.
 //!
 //! JSON is read as a stream, never whole: a scanner cuts a List's `items` into batches of whole
 //! items as the bytes arrive, and two threads parse the batches while the next ones are read, so
@@ -12,14 +12,18 @@
 //! up to 128 MiB, after its first line is checked for the shape of a Kubernetes document and
 //! its flow brackets for depth.
 //!
-//! Every document must be a Kubernetes object or List (`apiVersion` and `kind`, or `items`); an
-//! input with none is an error naming it and what was expected. The same object given twice
-//! (two `-f` of one file, stdin and the file, a List and the same object in another file) is
-//! kept once: objects are the same when kind, namespace and name agree (the `apiVersion` is the
-//! one read for the kind, and a uid is not compared: a snapshot may come from `kubectl get`
-//! without it). kubectl itself does not deduplicate (`kubectl get -f a -f a` prints the object
-//! twice), but a count of GPUs must not; two different objects under one identity (snapshots
-//! taken at different times) are an error naming both sources, since no answer is right then.
+//! Every document must be a Kubernetes object or List: it has its `kind`, or `items` that have
+//! theirs (or take it from the List's, `kind: PodList`), in JSON and YAML alike, as kubectl
+//! refuses an object without a kind; an input with none is an error naming it and what was
+//! expected. Kinds the caller does not read are passed over; a kind it reads with another
+//! `apiVersion` (or none) is skipped with a note ([`crate::fleet::objects`]). The same object
+//! given twice (two `-f` of one file, stdin and the file, a List and the same object in another
+//! file) is kept once: objects are the same when kind, namespace and name agree (the
+//! `apiVersion` is the one read for the kind, and a uid is not compared: a snapshot may come
+//! from `kubectl get` without it). kubectl itself does not deduplicate (`kubectl get -f a -f a`
+//! prints the object twice), but a count of GPUs must not; two different objects under one
+//! identity (snapshots taken at different times) are an error naming both sources, since no
+//! answer is right then.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -32,9 +36,34 @@ use crate::fleet::objects::{Kind, Objects};
 /// The hint of every error about what a file holds.
 const HINT: &str = "hint: -f takes the output of `kubectl get ... -o yaml` or `-o json`";
 
+/// The extensions of the files -f reads from a directory, as kubectl's (cli-runtime's
+/// `FileExtensions`); a file -f names itself is read whatever its name.
+pub const EXTENSIONS: [&str; 3] = ["json", "yaml", "yml"];
+
+/// What -f takes, for the hints of the errors about a path.
+const PATH_HINT: &str =
+    "hint: -f takes a file, a directory of .json, .yaml or .yml files, or - for standard input";
+
 /// A file that could not be read, or that does not hold Kubernetes objects.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
+    /// As kubectl says it (cli-runtime's `Builder.Path`).
+    #[error("the path {path:?} does not exist ({PATH_HINT})")]
+    NoSuchPath { path: String },
+    #[error("the path {path:?} cannot be accessed: {source} ({PATH_HINT})")]
+    Inaccessible {
+        path: String,
+        source: std::io::Error,
+    },
+    /// A directory -f names holds no file with one of the [`EXTENSIONS`].
+    #[error("{dir}: no .json, .yaml or .yml file in this directory{below} (hint: {hint})",
+        below = if *.recursive { " or below it" } else { "" },
+        hint = if *.recursive {
+            "-f reads a directory's files with these extensions; name a file with another one itself"
+        } else {
+            "-R reads its subdirectories too; -f reads a directory's files with these extensions"
+        })]
+    NoFilesIn { dir: String, recursive: bool },
     #[error("read {file}: {source}")]
     Read {
         file: String,
@@ -108,6 +137,80 @@ impl Source {
     }
 }
 
+/// The sources `-f` names, in order: `-` is standard input; a file is read whatever its name; a
+/// directory gives its files with one of the [`EXTENSIONS`] in name order, and with `recursive`
+/// its subdirectories' too, depth first, as kubectl walks them (cli-runtime's
+/// `ExpandPathsToFileVisitors`). Files of other names in a directory are passed over, as kubectl
+/// passes over them; a directory that gives no file at all is an error, as it is in kubectl. A
+/// symbolic link to a directory inside a directory is not followed (Go's walk does not either).
+pub(crate) fn sources(args: &[String], recursive: bool) -> Result<Vec<Source>, SnapshotError> {
+    let mut sources = Vec::with_capacity(args.len());
+    for arg in args {
+        let path = match Source::parse(arg) {
+            Source::Stdin => {
+                sources.push(Source::Stdin);
+                continue;
+            }
+            Source::File(path) => path,
+        };
+        let metadata = std::fs::metadata(&path).map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound => SnapshotError::NoSuchPath { path: arg.clone() },
+            _ => SnapshotError::Inaccessible {
+                path: arg.clone(),
+                source,
+            },
+        })?;
+        if !metadata.is_dir() {
+            sources.push(Source::File(path));
+            continue;
+        }
+        let before = sources.len();
+        walk(&path, recursive, &mut sources)?;
+        if sources.len() == before {
+            return Err(SnapshotError::NoFilesIn {
+                dir: arg.clone(),
+                recursive,
+            });
+        }
+    }
+    Ok(sources)
+}
+
+/// Adds the files of `dir` with one of the [`EXTENSIONS`], in name order, descending into
+/// subdirectories when `recursive`.
+fn walk(
+    dir: &std::path::Path,
+    recursive: bool,
+    sources: &mut Vec<Source>,
+) -> Result<(), SnapshotError> {
+    let inaccessible = |source| SnapshotError::Inaccessible {
+        path: dir.display().to_string(),
+        source,
+    };
+    let mut entries: Vec<std::fs::DirEntry> = std::fs::read_dir(dir)
+        .map_err(inaccessible)?
+        .collect::<Result<_, _>>()
+        .map_err(inaccessible)?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let path = entry.path();
+        // The entry itself, not what a link points to: a linked directory is not walked.
+        let is_dir = entry.file_type().map_err(inaccessible)?.is_dir();
+        if is_dir {
+            if recursive {
+                walk(&path, recursive, sources)?;
+            }
+        } else if path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| EXTENSIONS.contains(&e))
+        {
+            sources.push(Source::File(path));
+        }
+    }
+    Ok(())
+}
+
 /// Reads every source in order into one set of objects of every kind.
 pub(crate) fn read(sources: &[Source], stdin: &mut dyn Read) -> Result<Objects, SnapshotError> {
     let mut objects = Objects::default();
@@ -135,7 +238,12 @@ pub(crate) fn read_into(
         match source {
             Source::Stdin => read_stream(&mut read, stdin, &name, None)?,
             Source::File(path) => {
-                let mut file = std::fs::File::open(path).map_err(read_error)?;
+                let mut file = std::fs::File::open(path).map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => {
+                        SnapshotError::NoSuchPath { path: name.clone() }
+                    }
+                    _ => read_error(e),
+                })?;
                 let size = file.metadata().ok().map(|m| m.len() as usize);
                 read_stream(&mut read, &mut file, &name, size)?;
             }
@@ -438,16 +546,24 @@ fn add_yaml(objects: &mut Objects, text: &str, name: &str) -> Result<(), Snapsho
                 message: strip_location(&e.to_string()),
             }
         })?;
+        // As the JSON reader rules (and kubectl: "Object 'Kind' is missing"): an object says its
+        // kind, or is a List whose items do or whose kind gives theirs (`kind: PodList`).
         let what = match &value {
             serde_json::Value::Null => continue,
-            serde_json::Value::Object(map)
-                if ["apiVersion", "kind", "items"]
-                    .iter()
-                    .any(|k| map.contains_key(*k)) =>
-            {
-                None
-            }
-            serde_json::Value::Object(_) => Some("a mapping without apiVersion, kind or items"),
+            serde_json::Value::Object(map) => match map.get("items") {
+                Some(serde_json::Value::Array(items))
+                    if crate::fleet::objects::list_item_kind(
+                        map.get("kind").and_then(|k| k.as_str()),
+                    )
+                    .is_none()
+                        && items.iter().any(|item| item.get("kind").is_none()) =>
+                {
+                    Some("a List with an item without a kind")
+                }
+                Some(_) => None,
+                None if map.contains_key("kind") => None,
+                None => Some("a mapping without kind or items"),
+            },
             serde_json::Value::Array(_) => Some("a YAML sequence"),
             _ => Some("a scalar"),
         };
@@ -691,7 +807,7 @@ impl Merger<'_> {
                     return Err(SnapshotError::NotObjects {
                         file: self.name.to_string(),
                         place: format!(":{}:{}", start.line, start.column),
-                        what: "a JSON object without apiVersion, kind or items".to_string(),
+                        what: "a JSON object without kind or items".to_string(),
                     });
                 }
                 self.objects.extend(objects);
@@ -1221,16 +1337,98 @@ items:
     }
 
     #[test]
-    fn a_missing_file_is_named() {
+    fn a_missing_file_is_named_as_kubectl_names_it() {
+        let expected = "the path \"/nonexistent/fleet.yaml\" does not exist (hint: -f takes a \
+            file, a directory of .json, .yaml or .yml files, or - for standard input)";
+        let err = sources(&["/nonexistent/fleet.yaml".into()], false).unwrap_err();
+        assert_eq!(err.to_string(), expected);
+        // And when it goes between the listing and the reading.
         let err = read(
             &[Source::parse("/nonexistent/fleet.yaml")],
             &mut std::io::empty(),
         )
         .unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("read /nonexistent/fleet.yaml: "),
-            "{err}"
+        assert_eq!(err.to_string(), expected);
+    }
+
+    #[test]
+    fn a_directory_gives_its_json_and_yaml_files_as_kubectl_walks_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for name in [
+            "b.yaml",
+            "a.json",
+            "c.yml",
+            "notes.txt",
+            "README",
+            "sub/d.yaml",
+            "sub/deep/e.json",
+        ] {
+            let path = root.join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, "").unwrap();
+        }
+        std::fs::create_dir(root.join("a-dir")).unwrap();
+        std::fs::write(root.join("a-dir/z.yaml"), "").unwrap();
+        std::os::unix::fs::symlink(root.join("sub"), root.join("linked")).unwrap();
+        let names = |recursive: bool| -> Vec<String> {
+            sources(&[root.display().to_string()], recursive)
+                .unwrap()
+                .into_iter()
+                .map(|s| match s {
+                    Source::File(p) => p.strip_prefix(root).unwrap().display().to_string(),
+                    Source::Stdin => "-".into(),
+                })
+                .collect()
+        };
+        // Name order, other extensions passed over, subdirectories only with -R (depth first,
+        // in their place by name), a linked directory never.
+        assert_eq!(names(false), ["a.json", "b.yaml", "c.yml"]);
+        assert_eq!(
+            names(true),
+            [
+                "a-dir/z.yaml",
+                "a.json",
+                "b.yaml",
+                "c.yml",
+                "sub/d.yaml",
+                "sub/deep/e.json"
+            ]
+        );
+        // A file named itself is read whatever its extension; stdin stays where it is given.
+        let notes = root.join("notes.txt").display().to_string();
+        assert_eq!(
+            sources(&[notes.clone(), "-".into()], false).unwrap(),
+            [Source::File(notes.into()), Source::Stdin]
+        );
+    }
+
+    #[test]
+    fn a_directory_without_such_files_is_an_error_with_the_way_out() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "").unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/a.yaml"), "").unwrap();
+        let arg = dir.path().display().to_string();
+        assert_eq!(
+            sources(std::slice::from_ref(&arg), false)
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "{arg}: no .json, .yaml or .yml file in this directory (hint: -R reads its \
+                 subdirectories too; -f reads a directory's files with these extensions)"
+            )
+        );
+        std::fs::remove_file(dir.path().join("sub/a.yaml")).unwrap();
+        assert_eq!(
+            sources(std::slice::from_ref(&arg), true)
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "{arg}: no .json, .yaml or .yml file in this directory or below it (hint: -f \
+                 reads a directory's files with these extensions; name a file with another one \
+                 itself)"
+            )
         );
     }
 
@@ -1342,13 +1540,11 @@ items:
         // A probe record (`media-capabilities probe -o json` / `-o yaml`): data, but no object.
         assert_eq!(
             error_of(br#"{"node": "n1", "gpus": [{"address": "0000:00:02.0"}]}"#),
-            format!("<stdin>:1:1: a JSON object without apiVersion, kind or items, {expected}")
+            format!("<stdin>:1:1: a JSON object without kind or items, {expected}")
         );
         assert_eq!(
             error_of(b"node: n1\ngpus:\n- address: 0000:00:02.0\n"),
-            format!(
-                "<stdin>: YAML document 1 is a mapping without apiVersion, kind or items, {expected}"
-            )
+            format!("<stdin>: YAML document 1 is a mapping without kind or items, {expected}")
         );
         // A second document that is not an object fails too, after good ones.
         let two = format!("{}\n[1]", slice("a", 1));
@@ -1359,6 +1555,31 @@ items:
         assert!(
             error_of(br#"{"apiVersion":"v1","kind":"List","items":[{"a":1}]}"#)
                 .starts_with("<stdin>:1:43: an item of a List without a kind, not a Kubernetes")
+        );
+        // An apiVersion is no kind, in JSON and YAML alike; nor is a typo of `kind`.
+        assert!(
+            error_of(br#"{"apiVersion":"v1","metadata":{"name":"x"}}"#)
+                .starts_with("<stdin>:1:1: a JSON object without kind or items, not a Kubernetes"),
+        );
+        assert!(
+            error_of(b"apiVersion: resource.k8s.io/v1\nknd: ResourceSlice\nmetadata: {name: x}\n")
+                .starts_with(
+                    "<stdin>: YAML document 1 is a mapping without kind or items, not a Kubernetes"
+                ),
+        );
+        assert!(
+            error_of(
+                b"apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  metadata: {name: x}\n"
+            )
+            .starts_with(
+                "<stdin>: YAML document 1 is a List with an item without a kind, not a Kubernetes"
+            ),
+        );
+        // Items of a typed List have their kind from it.
+        let typed = b"apiVersion: v1\nkind: PodList\nitems:\n- metadata: {name: x, namespace: n}\n";
+        assert_eq!(
+            read(&[Source::Stdin], &mut &typed[..]).unwrap().pods.len(),
+            1
         );
         assert!(
             error_of(br#"{"items":[{"apiVersion":"v1","a":1}],"kind":"List"}"#)

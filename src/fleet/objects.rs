@@ -951,7 +951,7 @@ struct Head {
 }
 
 /// A List's item kind: `ResourceSliceList` → `ResourceSlice`.
-fn list_item_kind(list_kind: Option<&str>) -> Option<&str> {
+pub(crate) fn list_item_kind(list_kind: Option<&str>) -> Option<&str> {
     list_kind
         .and_then(|k| k.strip_suffix("List"))
         .filter(|k| !k.is_empty())
@@ -1382,10 +1382,13 @@ impl Objects {
                     known.group()
                 )
             };
+            let read = match api_version {
+                Some(version) => format!("it is {version}"),
+                None => "it has no apiVersion".to_string(),
+            };
             self.notes.push(format!(
-                "skipped {} {name:?}: it is {}, and only {} is read (hint: {hint})",
+                "skipped {} {name:?}: {read}, and only {} is read (hint: {hint})",
                 known.name(),
-                api_version.unwrap_or("of no apiVersion"),
                 known.api_version(),
             ));
             return Ok(());
@@ -1793,6 +1796,23 @@ spec:
         assert_eq!(from_value.slices, objects.slices);
         assert_eq!(from_value.pods, objects.pods);
         assert_eq!(from_value.notes.len(), 4, "{:#?}", from_value.notes);
+
+        // A kind that is read, without an apiVersion: skipped with a note; a kind that is not
+        // read, with or without one: passed over in silence.
+        let mut objects = Objects::default();
+        objects
+            .add_json(r#"{"kind":"ResourceSlice","metadata":{"name":"x"},"spec":{}}"#)
+            .unwrap();
+        objects
+            .add_json(r#"{"kind":"ConfigMap","metadata":{"name":"c"}}"#)
+            .unwrap();
+        assert_eq!(
+            objects.notes,
+            [
+                "skipped ResourceSlice \"x\": it has no apiVersion, and only resource.k8s.io/v1 is \
+              read (hint: kubectl get resourceslices.v1.resource.k8s.io -o yaml)"
+            ]
+        );
     }
 
     #[test]

@@ -485,6 +485,13 @@ fn kubectl_completes_through_the_shipped_shim() {
         "{values}"
     );
     assert_eq!(complete(&["caps", "-f", ""]), ":0\n");
+    // kubectl passes its own flags to the plugin; one in front is the plugin's to complete.
+    assert_eq!(complete(&["--kubeconfig", ""]), ":0\n");
+    assert_eq!(
+        complete(&["caps", "--decode", "HEVC-"]).lines().next(),
+        Some("HEVC-10\tdecodes HEVC Main 10 profile (10-bit 4:2:0) in hardware")
+    );
+    assert_eq!(complete(&["caps", "--kubernetes-version", ""]), ":1\n");
     // The table's lowercase habit: `hevc` completes to the catalogue's spelling.
     let values = complete(&["class", "--decode", "hevc"]);
     assert!(

@@ -874,9 +874,22 @@ fn a_missing_or_malformed_kubeconfig_is_one_line() {
     assert_eq!(
         line,
         format!(
-            "error: load kubeconfig {}: no such file (hint: fix that file, or pass --kubeconfig, or read \
-             objects from a file with -f)",
+            "error: load kubeconfig {}: no such file (hint: check the path given to --kubeconfig, or \
+             leave --kubeconfig out for KUBECONFIG and ~/.kube/config)",
             a.display()
+        )
+    );
+    // A directory, named once, and a hint that does not ask for the flag that was given.
+    let line = error_line(kubectl_media(
+        &["caps", "--kubeconfig", dir.path().to_str().unwrap()],
+        &b,
+    ));
+    assert_eq!(
+        line,
+        format!(
+            "error: load kubeconfig {}: it is a directory, not a kubeconfig file (hint: \
+             --kubeconfig takes the kubeconfig file itself, such as ~/.kube/config)",
+            dir.path().display()
         )
     );
 
@@ -889,8 +902,65 @@ fn a_missing_or_malformed_kubeconfig_is_one_line() {
         let line = error_line(kubectl_media(&["caps"], &a));
         assert!(
             line.starts_with(&format!("error: load kubeconfig {}: ", a.display()))
-                && line.ends_with("(hint: fix that file, or pass --kubeconfig, or read objects from a file with -f)"),
+                && line.ends_with(
+                    "(hint: fix that file or take it out of KUBECONFIG, or read objects from a file with -f)"
+                ),
             "{text:?}: {line}"
         );
     }
+}
+
+/// A context that is not in the kubeconfig is said to be missing (not "failed to load current
+/// context"), with the contexts there are, and the one that was meant when one is close.
+#[test]
+fn a_context_not_in_the_kubeconfig_lists_those_that_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let contexts: String = ["prod", "dev", "kind-kind"]
+        .iter()
+        .map(|c| format!("- name: {c}\n  context: {{cluster: c, user: u}}\n"))
+        .collect();
+    let path = dir.path().join("config");
+    let write = |current: &str| {
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'http://127.0.0.1:9'}}\n\
+                 contexts:\n{contexts}current-context: {current}\nusers:\n- name: u\n  user: {{}}\n"
+            ),
+        )
+        .unwrap();
+    };
+    write("dev");
+    let shown = path.display();
+    assert_eq!(
+        error_line(kubectl_media(&["caps", "--context", "nosuch"], &path)),
+        format!(
+            "error: load kubeconfig: the context \"nosuch\" is not in {shown}, which has 3 contexts: \
+             dev, kind-kind, prod (hint: give --context one of them ('kubectl config get-contexts' \
+             lists them all))"
+        )
+    );
+    assert_eq!(
+        error_line(kubectl_media(&["why", "p", "--context", "prd"], &path)),
+        format!(
+            "error: load kubeconfig: the context \"prd\" is not in {shown}, which has 3 contexts: \
+             dev, kind-kind, prod (hint: a similar context exists: 'prod')"
+        )
+    );
+    // The kubeconfig's own current-context, gone from its contexts.
+    write("old");
+    assert_eq!(
+        error_line(kubectl_media(&["caps"], &path)),
+        format!(
+            "error: load kubeconfig: current-context \"old\" names no context of {shown}, which \
+             has 3 contexts: dev, kind-kind, prod (hint: choose one with --context, or set one \
+             with 'kubectl config use-context NAME')"
+        )
+    );
+    // --context names one that is there: the current one does not matter.
+    let line = error_line(kubectl_media(&["caps", "--context", "dev"], &path));
+    assert!(
+        line.starts_with("error: cannot reach the Kubernetes API at http://127.0.0.1:9"),
+        "{line}"
+    );
 }

@@ -139,10 +139,28 @@ fn cases() -> Vec<(Vec<&'static str>, Vec<&'static str>)> {
         ),
         // A value with nothing to offer stays quiet: no subcommands, no file names.
         (vec!["kubectl-media", "caps", "--node", ""], vec![]),
-        // Files are the shell's.
+        // Files are the shell's: -f's, and the kubeconfig's before or after the command.
         (
             vec!["kubectl-media", "caps", "-f", "fl"],
             vec!["fleet.yaml"],
+        ),
+        (
+            vec!["kubectl-media", "--kubeconfig", "fl"],
+            vec!["fleet.yaml"],
+        ),
+        (
+            vec!["kubectl-media", "why", "--kubeconfig", "fl"],
+            vec!["fleet.yaml"],
+        ),
+        // The table's shorthand, which the flags accept.
+        (
+            vec!["kubectl-media", "caps", "--decode", "HEVC-"],
+            vec!["HEVC-10"],
+        ),
+        // A flag of another command: nothing, not even file names.
+        (
+            vec!["kubectl-media", "caps", "--kubernetes-version", ""],
+            vec![],
         ),
     ]
 }

@@ -90,7 +90,7 @@ fn input_without_kubernetes_objects_is_one_line_naming_the_file() {
         (
             "probe.json",
             b"{\"node\": \"n1\", \"gpus\": []}\n",
-            ":1:1: a JSON object without apiVersion, kind or items, not a Kubernetes object or List",
+            ":1:1: a JSON object without kind or items, not a Kubernetes object or List",
         ),
         (
             "movie.mkv",
@@ -141,4 +141,61 @@ fn a_pathological_file_fails_fast() {
             "{line}"
         );
     }
+}
+
+/// `-f DIR` as kubectl reads it: the directory's .json, .yaml and .yml files, other names passed
+/// over, subdirectories with `-R`; a path that is not there is said as kubectl says it.
+#[test]
+fn a_directory_is_read_as_kubectl_reads_it() {
+    let fleet = fleet();
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("nodes");
+    std::fs::create_dir(&sub).unwrap();
+    // The fleet's List, one half beside the other in a subdirectory, as JSON and YAML.
+    let list: Value = serde_yaml::from_str(&std::fs::read_to_string(&fleet).unwrap()).unwrap();
+    let items = list["items"].as_array().unwrap();
+    let (first, second) = items.split_at(items.len() / 2);
+    let half =
+        |items: &[Value]| serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+    std::fs::write(dir.path().join("a.json"), half(first).to_string()).unwrap();
+    std::fs::write(
+        sub.join("b.yaml"),
+        serde_yaml::to_string(&half(second)).unwrap(),
+    )
+    .unwrap();
+    // kubectl passes over other names in a directory: so does caps, whatever they hold.
+    std::fs::write(dir.path().join("README.md"), "# not objects\n").unwrap();
+    let path = dir.path().to_str().unwrap();
+    assert_eq!(gpus(caps(&["-f", path, "-R", "-o", "json"], None)), 9);
+    assert_eq!(
+        gpus(caps(&["--recursive", "-f", path, "-o", "json"], None)),
+        9
+    );
+    let top = gpus(caps(&["-f", path, "-o", "json"], None));
+    assert!(top > 0 && top < 9, "{top}");
+    // A directory of other files only: an error with the way out.
+    let empty = tempfile::tempdir().unwrap();
+    std::fs::write(empty.path().join("notes.txt"), "").unwrap();
+    assert_eq!(
+        error_line(caps(&["-f", empty.path().to_str().unwrap()], None)),
+        format!(
+            "error: {}: no .json, .yaml or .yml file in this directory (hint: -R reads its \
+             subdirectories too; -f reads a directory's files with these extensions)",
+            empty.path().display()
+        )
+    );
+}
+
+#[test]
+fn a_path_that_does_not_exist_is_named_as_kubectl_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.yaml");
+    let missing = missing.to_str().unwrap();
+    assert_eq!(
+        error_line(caps(&["-f", missing], None)),
+        format!(
+            "error: the path \"{missing}\" does not exist (hint: -f takes a file, a directory of \
+             .json, .yaml or .yml files, or - for standard input)"
+        )
+    );
 }

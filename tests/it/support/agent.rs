@@ -148,17 +148,6 @@ impl AgentProcess {
         let dir = tempfile::tempdir().expect("temp dir for the kubelet sockets");
         let registry_dir = dir.path().join("plugins_registry");
         let plugins_dir = dir.path().join("plugins/media.liken.sh");
-        // The kubelet directories in `dir`, unless `extra` names its own (clap refuses a flag
-        // given twice).
-        let mut kubelet_dirs: Vec<std::ffi::OsString> = Vec::new();
-        for (flag, path) in [
-            ("--kubelet-registry-dir", &registry_dir),
-            ("--kubelet-plugins-dir", &plugins_dir),
-        ] {
-            if !extra.contains(&flag) {
-                kubelet_dirs.extend([flag.into(), path.as_os_str().to_owned()]);
-            }
-        }
         let mut child = Command::new(program)
             .env_clear()
             .env("NODE_NAME", node)
@@ -168,8 +157,12 @@ impl AgentProcess {
             .args(source)
             .arg("--kubeconfig")
             .arg(kubeconfig)
-            .args(&kubelet_dirs)
+            .arg("--kubelet-registry-dir")
+            .arg(&registry_dir)
+            .arg("--kubelet-plugins-dir")
+            .arg(&plugins_dir)
             .args(["--health-addr", "127.0.0.1:0"])
+            // Last: a flag given twice takes its last value, so `extra` may name its own.
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -94,8 +94,13 @@ pub fn capability_reference() -> String {
         "The values are the driver's own statements, read through libva, with the rule in the \
          last column applied; the agent does not test them. A capability the GPU has but the \
          driver in the agent's image does not list publishes as `false`. When the query fails, \
-         the device has every capability `false` and no `vaDriver`, and the agent's log \
-         (`kubectl -n liken-system logs ds/media-capabilities`) has the failure word for word.\n"
+         the device has every capability `false` and no `vaDriver`, and the agent's log has the \
+         failure word for word: `kubectl -n liken-system logs ds/media-capabilities` shows one \
+         agent's, which kubectl picks among the DaemonSet's pods, and the agent's on the GPU's \
+         node is `kubectl -n liken-system logs $(kubectl -n liken-system get pods -l \
+         app.kubernetes.io/name=media-capabilities --field-selector spec.nodeName=NODE -o name)` \
+         (`kubectl media caps` names that pod in its note; see \
+         [operations.md](operations.md#reading-the-log)).\n"
     );
     let _ = writeln!(w, "## Identity\n");
     let _ = writeln!(w, "| attribute | type | meaning | source |");
