@@ -43,6 +43,8 @@ fn config(dir: &Path) -> Config {
         drain_timeout: Duration::from_secs(30),
         // Tests that need the warning set their own; none should see it by accident.
         registration_warning: Duration::from_secs(600),
+        // Likewise the socket made anew after a refusal.
+        refusal_retry: Duration::from_secs(600),
     }
 }
 
@@ -614,6 +616,78 @@ async fn tonic_alone_resets_what_the_kubelet_sends() {
     }
 }
 
+/// A refusal the kubelet does not retry by itself (its DRA handler's, after it took the plugin
+/// in): the agent makes the registration socket anew after `refusal_retry`, so that the
+/// kubelet's plugin watcher sees a new file and registers again; twice as long after a second
+/// refusal in a row; and a registration ends it.
+#[tokio::test]
+async fn a_refused_registration_is_offered_again_on_a_new_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut plugin = start(Config {
+        refusal_retry: Duration::from_millis(300),
+        ..config(dir.path())
+    });
+    let socket = plugin.config.registration_socket();
+    let inode = |path: &Path| std::fs::metadata(path).map(|m| m.ino()).ok();
+    let refusal =
+        "RegisterPlugin error -- plugin registration failed with err: endpoint already registered";
+
+    let first = inode(&socket).expect("the socket is there");
+    let refused_at = std::time::Instant::now();
+    raw_register(&socket, Authority::PercentEncodedPath, refusal)
+        .await
+        .unwrap();
+    registration_becomes(&mut plugin.registration, |s| {
+        matches!(s, RegistrationState::Failed { .. })
+    })
+    .await;
+    registration_becomes(&mut plugin.registration, |s| {
+        *s == RegistrationState::Pending
+    })
+    .await;
+    let renewed_after = refused_at.elapsed();
+    let second = inode(&socket).expect("a socket is there again");
+    assert_ne!(
+        first, second,
+        "a new socket file, which the kubelet's inotify sees"
+    );
+    assert!(
+        renewed_after >= Duration::from_millis(300),
+        "{renewed_after:?}"
+    );
+
+    // Refused again: twice the wait.
+    let refused_at = std::time::Instant::now();
+    raw_register(&socket, Authority::PercentEncodedPath, refusal)
+        .await
+        .unwrap();
+    registration_becomes(&mut plugin.registration, |s| {
+        matches!(s, RegistrationState::Failed { .. })
+    })
+    .await;
+    registration_becomes(&mut plugin.registration, |s| {
+        *s == RegistrationState::Pending
+    })
+    .await;
+    assert!(
+        refused_at.elapsed() >= Duration::from_millis(600),
+        "{:?}",
+        refused_at.elapsed()
+    );
+    assert_ne!(inode(&socket), Some(second));
+
+    // Registered: the socket stays as it is.
+    raw_register(&socket, Authority::PercentEncodedPath, "")
+        .await
+        .unwrap();
+    registration_becomes(&mut plugin.registration, RegistrationState::is_registered).await;
+    let registered = inode(&socket);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(inode(&socket), registered);
+    assert!(plugin.registration.borrow().is_registered());
+    plugin.stop().await;
+}
+
 /// The registration's course in the log, each finding once: a warning with what to check when
 /// nothing registers the plugin in time, the kubelet's refusal verbatim (once, however often it
 /// is repeated), and one INFO line when the kubelet registers it, not one per re-registration.
@@ -649,6 +723,14 @@ async fn registration_is_reported_once_per_finding() {
     ] {
         assert!(lines[0].contains(what), "{what:?} in {}", lines[0]);
     }
+    // The socket made anew (deleted, say): the kubelet gets the whole grace period again, and
+    // is warned about once more when it still does not register.
+    std::fs::remove_file(&socket).unwrap();
+    eventually("the warning is given again for the new socket", || {
+        let text = logs.text();
+        async move { text.lines().filter(|l| l.contains(warning)).count() == 2 }
+    })
+    .await;
 
     let refusal = "RegisterPlugin error -- plugin validation failed with err: no supported version";
     for _ in 0..3 {
@@ -690,7 +772,7 @@ async fn registration_is_reported_once_per_finding() {
     };
     assert_eq!(count(refusal), 1, "{text}");
     assert_eq!(count(registered), 1, "{text}");
-    assert_eq!(count(warning), 1, "{text}");
+    assert_eq!(count(warning), 2, "once for each socket: {text}");
     let line = text.lines().find(|l| l.contains(registered)).unwrap();
     assert!(line.contains(" INFO "), "{line}");
     assert!(line.contains(&endpoint), "{line}");

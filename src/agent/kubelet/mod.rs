@@ -63,6 +63,14 @@ pub const SUPPORTED_VERSIONS: [&str; 2] = ["v1.DRAPlugin", "v1beta1.DRAPlugin"];
 /// How often the socket files are checked by default (see the module documentation).
 pub(crate) const DEFAULT_RECHECK_INTERVAL: Duration = Duration::from_secs(5);
 
+/// How long after a refused registration the registration socket is made anew by default. The
+/// kubelet retries a registration by itself only when the refusal came before it took the
+/// plugin in (GetInfo or validation failed); one that failed in the DRA handler
+/// (`RegisterPlugin`, say "already registered" while an old instance is being dropped) is not
+/// tried again until the socket file changes (k/k `operation_generator.go`,
+/// `GenerateRegisterPluginFunc`: the plugin is in the actual state of the world by then).
+pub(crate) const DEFAULT_REFUSAL_RETRY: Duration = Duration::from_secs(30);
+
 /// How long in-flight kubelet calls may take to finish at shutdown by default. Our calls do no
 /// work, so this only bounds a stuck connection.
 pub(crate) const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
@@ -80,6 +88,10 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// How long to wait for the kubelet to register the plugin before warning.
     pub registration_warning: Duration,
+    /// How long after the kubelet refused the registration the registration socket is made
+    /// anew, so that the kubelet tries again; doubled at each refusal in a row, up to ten times
+    /// this (see [`KubeletPlugin::run`]).
+    pub refusal_retry: Duration,
 }
 
 impl Default for Config {
@@ -90,6 +102,7 @@ impl Default for Config {
             recheck_interval: DEFAULT_RECHECK_INTERVAL,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             registration_warning: DEFAULT_REGISTRATION_WARNING,
+            refusal_retry: DEFAULT_REFUSAL_RETRY,
         }
     }
 }
@@ -237,6 +250,7 @@ pub struct KubeletPlugin {
     recheck_interval: Duration,
     drain_timeout: Duration,
     registration_warning: Duration,
+    refusal_retry: Duration,
     /// Tells `/healthz` that the serving loop progresses (see `crate::agent::health`).
     heartbeat: Option<crate::agent::health::Heartbeat>,
 }
@@ -285,6 +299,7 @@ impl KubeletPlugin {
             recheck_interval: config.recheck_interval,
             drain_timeout: config.drain_timeout,
             registration_warning: config.registration_warning,
+            refusal_retry: config.refusal_retry,
             heartbeat: None,
         })
     }
@@ -364,6 +379,7 @@ impl KubeletPlugin {
         let mut recheck = tokio::time::interval(self.recheck_interval);
         recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         recheck.tick().await; // The first tick is immediate; the sockets were just bound.
+        let mut retry = RefusalRetry::new(self.refusal_retry);
         let mut shutdown = std::pin::pin!(shutdown);
         let failure = loop {
             tokio::select! {
@@ -375,6 +391,22 @@ impl KubeletPlugin {
                     let recreated = match dra.recheck().await {
                         Ok(_) => registration.recheck().await,
                         Err(error) => Err(error),
+                    };
+                    // A refusal the kubelet will not try again by itself: a new socket file
+                    // makes it drop the plugin and register it anew.
+                    let recreated = match recreated {
+                        Ok(false) if retry.due(&self.state.borrow()) => {
+                            info!(
+                                "making the registration socket {} anew {} after the kubelet refused the registration, so that it tries again",
+                                registration.path.display(),
+                                crate::agent::health::human(retry.waited()),
+                            );
+                            registration.rebind("renewed").map(|()| {
+                                retry.renewed();
+                                true
+                            })
+                        }
+                        other => other,
                     };
                     match recreated {
                         // The kubelet saw our socket vanish and dropped the plugin; it has to
@@ -488,6 +520,57 @@ const RELAY_BUFFER: usize = 64 * 1024;
 
 /// One socket while serving: its gRPC server keeps running across re-creations of the socket
 /// file; only the accept loop feeding it is replaced.
+/// When a refused registration is tried again: [`Config::refusal_retry`] after the refusal,
+/// doubled for each refusal in a row up to ten times that, back to the first delay once the
+/// kubelet registers the plugin.
+struct RefusalRetry {
+    first: Duration,
+    delay: Duration,
+    /// When the current refusal was first seen.
+    since: Option<tokio::time::Instant>,
+}
+
+impl RefusalRetry {
+    fn new(first: Duration) -> Self {
+        Self {
+            first,
+            delay: first,
+            since: None,
+        }
+    }
+
+    /// Whether, with the registration in `state`, the registration socket is due to be made
+    /// anew.
+    fn due(&mut self, state: &RegistrationState) -> bool {
+        match state {
+            RegistrationState::Failed { .. } => {
+                let since = *self.since.get_or_insert_with(tokio::time::Instant::now);
+                since.elapsed() >= self.delay
+            }
+            RegistrationState::Registered => {
+                self.delay = self.first;
+                self.since = None;
+                false
+            }
+            RegistrationState::Pending => {
+                self.since = None;
+                false
+            }
+        }
+    }
+
+    /// How long the current refusal has lasted.
+    fn waited(&self) -> Duration {
+        self.since.map_or(Duration::ZERO, |since| since.elapsed())
+    }
+
+    /// The socket was made anew: the next refusal in a row waits twice as long.
+    fn renewed(&mut self) {
+        self.since = None;
+        self.delay = (self.delay * 2).min(self.first * 10);
+    }
+}
+
 struct Served {
     path: PathBuf,
     /// Which socket this is, for log lines.
@@ -520,7 +603,7 @@ impl Served {
     /// when it changes.
     async fn recheck(&mut self) -> Result<bool, KubeletError> {
         let found = socket::inspect(&self.path, self.id).await;
-        let (role, path) = (self.role, self.path.display());
+        let (role, path) = (self.role, self.path.display().to_string());
         let (now, recreated) = match found {
             Found::DirectoryDeleted => {
                 return Err(KubeletError::DirectoryDeleted {
@@ -534,12 +617,8 @@ impl Served {
                 } else {
                     "replaced by a dead socket"
                 };
-                match socket::bind(&self.path) {
-                    Ok((listener, id)) => {
-                        self.accept.abort();
-                        self.accept =
-                            tokio::spawn(accept_loop(listener, self.connections.clone(), role));
-                        self.id = id;
+                match self.rebind(was) {
+                    Ok(()) => {
                         warn!(
                             "the {role} socket {path} was {was}; re-created it so the kubelet registers the plugin again"
                         );
@@ -575,6 +654,17 @@ impl Served {
         };
         self.last = now;
         Ok(recreated)
+    }
+
+    /// Binds a new socket file at the path (a left-over one is removed first) and accepts on it
+    /// from now on. `why` says why, for debug logs.
+    fn rebind(&mut self, why: &str) -> Result<(), KubeletError> {
+        let (listener, id) = socket::bind(&self.path)?;
+        self.accept.abort();
+        self.accept = tokio::spawn(accept_loop(listener, self.connections.clone(), self.role));
+        self.id = id;
+        debug!(path = %self.path.display(), "{} socket bound anew: {why}", self.role);
+        Ok(())
     }
 
     /// Stops accepting and removes the socket file if it is still ours.

@@ -4,8 +4,10 @@
 //! `tokio::sync::watch` channel so `/readyz` can wait for "kubelet registration succeeded", and
 //! [`report`] turns it into the few log lines an operator needs: one INFO line when the kubelet
 //! registers the plugin, one WARN line when it refuses (its message verbatim), and one WARN line
-//! when no kubelet has registered it within a grace period of start, each with what to check.
-//! The calls themselves are routine and log at debug.
+//! when no kubelet has registered it within a grace period of start (or of the socket being made
+//! anew), each with what to check. The calls themselves are routine and log at debug. After a
+//! refusal the serving loop makes the socket anew, so that the kubelet tries again
+//! (`super::Config::refusal_retry`).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -143,6 +145,8 @@ pub(super) async fn report(
     let mut deadline = Some(Instant::now() + wait);
     let mut registered = false;
     let mut last_refusal: Option<String> = None;
+    // Whether this round follows a change of the state (not the warning's timer).
+    let mut changed_state = false;
     loop {
         let current = state.borrow_and_update().clone();
         match current {
@@ -175,8 +179,9 @@ pub(super) async fn report(
                 deadline = None;
             }
             RegistrationState::Pending => {
-                if registered || last_refusal.is_some() {
-                    // The socket was re-created: the kubelet has to find it again.
+                if changed_state {
+                    // The socket was re-created: the kubelet has to find it again, and gets
+                    // the whole grace period for that.
                     deadline = Some(Instant::now() + wait);
                 }
                 registered = false;
@@ -194,9 +199,11 @@ pub(super) async fn report(
                 if changed.is_err() {
                     return;
                 }
+                changed_state = true;
             }
             () = timer => {
                 deadline = None;
+                changed_state = false;
                 warn!(
                     "no kubelet has registered the {DRIVER} plugin within {wait:?} of serving {socket}: pods with {DRIVER} claims stay in ContainerCreating on this node (hint: the kubelet finds plugins in its plugins_registry directory: check that {registry} is a hostPath mount of it (usually /var/lib/kubelet/plugins_registry, --kubelet-registry-dir), and look for \"RegisterPlugin error\" and {DRIVER}-reg.sock in the kubelet's log)"
                 );
