@@ -622,6 +622,8 @@ async fn tonic_alone_resets_what_the_kubelet_sends() {
 /// refusal in a row; and a registration ends it.
 #[tokio::test]
 async fn a_refused_registration_is_offered_again_on_a_new_socket() {
+    let logs = Logs::default();
+    let _guard = logs.capture();
     let dir = tempfile::tempdir().unwrap();
     let mut plugin = start(Config {
         refusal_retry: Duration::from_millis(300),
@@ -675,6 +677,16 @@ async fn a_refused_registration_is_offered_again_on_a_new_socket() {
         refused_at.elapsed()
     );
     assert_ne!(inode(&socket), Some(second));
+    // Said once, however often the kubelet refuses the new offers in the same words; each
+    // offer is said.
+    let text = logs.text();
+    let count = |what: &str| {
+        text.lines()
+            .filter(|l| l.contains(what) && !l.contains(" DEBUG "))
+            .count()
+    };
+    assert_eq!(count(refusal), 1, "{text}");
+    assert_eq!(count("making the registration socket"), 2, "{text}");
 
     // Registered: the socket stays as it is.
     raw_register(&socket, Authority::PercentEncodedPath, "")

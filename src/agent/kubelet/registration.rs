@@ -184,8 +184,9 @@ pub(super) async fn report(
                     // the whole grace period for that.
                     deadline = Some(Instant::now() + wait);
                 }
+                // A refusal is remembered across new sockets: the same one again, after the
+                // socket was offered anew, is not news (the serving loop logs each new offer).
                 registered = false;
-                last_refusal = None;
             }
         }
         let timer = async {
