@@ -882,7 +882,7 @@ impl Publisher {
                                 listed = true;
                                 let found = std::mem::take(&mut init_buffer);
                                 if !found.iter().any(|s| s.metadata.name.as_deref() == Some(&self.name)) {
-                                    self.observed = None;
+                                    self.gone();
                                 }
                                 for slice in found {
                                     self.seen(Some(slice));
@@ -900,8 +900,7 @@ impl Publisher {
                                     o.metadata.uid == slice.metadata.uid
                                 });
                                 if slice.metadata.name.as_deref() == Some(&self.name) && current {
-                                    info!("ResourceSlice {} was deleted; publishing it again", self.name);
-                                    self.observed = None;
+                                    self.gone();
                                 }
                             }
                         }
@@ -921,8 +920,13 @@ impl Publisher {
                     match self.call("get", &format!("ResourceSlice {name}"), self.slices.get_opt(&name)).await {
                         Ok(found) => {
                             watch_problem.ok();
-                            self.observed = None;
-                            self.seen(found);
+                            match found {
+                                Some(found) => {
+                                    self.observed = None;
+                                    self.seen(Some(found));
+                                }
+                                None => self.gone(),
+                            }
                         }
                         Err(e) => {
                             let outage = matches!(&e, PublishError::Api { cause, .. }
@@ -970,6 +974,17 @@ impl Publisher {
 
     fn what(&self) -> String {
         format!("ResourceSlice {}", self.name)
+    }
+
+    /// Takes note that our slice is not stored (any more), however that was learned (a watch
+    /// event, a list, a read): said once, when it was there before.
+    fn gone(&mut self) {
+        if self.observed.take().is_some() {
+            info!(
+                "ResourceSlice {} was deleted; publishing it again",
+                self.name
+            );
+        }
     }
 
     /// Takes note of a stored slice of this node and driver. Only the slice with our name is
