@@ -70,7 +70,10 @@ pub struct Cli {
 #[derive(Debug, Clone, clap::Args)]
 pub struct KubeArgs {
     /// Path to the kubeconfig file [default: KUBECONFIG, then ~/.kube/config].
-    #[arg(long, global = true, value_name = "FILE", value_hint = clap::ValueHint::FilePath, help_heading = GLOBAL)]
+    // Parsed as an OsString: clap's PathBuf parser refuses an empty value, which kubectl (pflag)
+    // takes as not given; `Cli::parse` sets empty values aside.
+    #[arg(long, global = true, value_name = "FILE", value_hint = clap::ValueHint::FilePath,
+        value_parser = clap::builder::OsStringValueParser::new().map(PathBuf::from), help_heading = GLOBAL)]
     pub kubeconfig: Option<PathBuf>,
 
     /// The kubeconfig context to use.
@@ -122,6 +125,15 @@ impl RequestTimeout {
 }
 
 impl KubeArgs {
+    /// An empty `--kubeconfig`, `--context` or `--namespace` is not given, as in kubectl,
+    /// where an empty string flag is its default (`-n ""` is the context's namespace).
+    fn without_empty_values(mut self) -> Self {
+        self.kubeconfig = self.kubeconfig.filter(|k| !k.as_os_str().is_empty());
+        self.context = self.context.filter(|c| !c.is_empty());
+        self.namespace = self.namespace.filter(|n| !n.is_empty());
+        self
+    }
+
     /// How to reach the cluster.
     pub(crate) fn connection(&self) -> Connection {
         Connection {
@@ -342,7 +354,10 @@ pub fn parse(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> Res
         return Ok(Parsed::Run(Box::new(cli)));
     }
     match Cli::try_parse_from(&args) {
-        Ok(cli) => Ok(Parsed::Run(Box::new(cli))),
+        Ok(mut cli) => {
+            cli.kube = cli.kube.without_empty_values();
+            Ok(Parsed::Run(Box::new(cli)))
+        }
         Err(e) => match e.kind() {
             ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
                 Ok(Parsed::Info(e.render().to_string()))
@@ -533,6 +548,30 @@ mod tests {
             "a command is required: caps, class, why (hint: see 'kubectl media --help')"
         );
         assert!(matches!(parse(["kubectl-media"]), Ok(Parsed::Info(_))));
+    }
+
+    #[test]
+    fn empty_connection_flags_are_not_given_as_in_kubectl() {
+        let parsed = |args: &[&str]| match parse(args) {
+            Ok(Parsed::Run(cli)) => cli.kube,
+            _ => panic!("{args:?}: not a command to run"),
+        };
+        let kube = parsed(&[
+            "kubectl-media",
+            "caps",
+            "-n",
+            "",
+            "--kubeconfig",
+            "",
+            "--context",
+            "",
+        ]);
+        assert_eq!(kube.namespace, None);
+        assert_eq!(kube.kubeconfig, None);
+        assert_eq!(kube.context, None);
+        let kube = parsed(&["kubectl-media", "caps", "--kubeconfig", "k", "-n", "x"]);
+        assert_eq!(kube.kubeconfig, Some(PathBuf::from("k")));
+        assert_eq!(kube.namespace.as_deref(), Some("x"));
     }
 
     #[test]
