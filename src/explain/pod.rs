@@ -439,6 +439,8 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
 
     // The claims to explain, each with where it stands.
     let mut used_by = Vec::new();
+    // For `why claim/NAME`: what of the pod that uses the claim could not be read.
+    let mut unread_user: Option<String> = None;
     let (kind, name, pod, entries) = match input.target {
         Target::Pod { name, .. } => {
             let pod = objects
@@ -490,7 +492,7 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
                     similar: similar(objects.claims.iter().map(|c| &c.metadata), namespace, name),
                     elsewhere: elsewhere(objects.claims.iter().map(|c| &c.metadata), name),
                 })?;
-            let entry = Entry {
+            let mut entry = Entry {
                 name: name.clone(),
                 claim: Some(claim),
                 claim_name: Some(model::claim_name(claim)),
@@ -502,6 +504,40 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
             // The pod that uses the claim: its node filters decide where the claim can be
             // allocated, and its events are the scheduler's words about it.
             let users = claim_users(claim, objects);
+            let pods_read =
+                !objects.pods.is_empty() && !input.unread.iter().any(|(k, _)| *k == Kind::Pod);
+            let allocated = claim
+                .status
+                .as_ref()
+                .and_then(|s| s.allocation.as_ref())
+                .is_some();
+            match (users.0.first(), users.1) {
+                (Some(_), Some(_)) => {}
+                // Named, but not read: its node filters are not known.
+                (Some(user), None) => {
+                    unread_user = Some(format!(
+                        "the node filters of pod {user}, which uses the claim (its nodeSelector, affinity and tolerations), as it was not read"
+                    ))
+                }
+                (None, _) if !pods_read => {
+                    unread_user = Some(
+                        "the pod that uses the claim and its node filters, as no pods were read"
+                            .to_owned(),
+                    )
+                }
+                // Nothing uses it: the scheduler allocates a claim only for a pod it schedules.
+                (None, _) if !allocated => {
+                    entry.problem = Some(Problem {
+                        message: format!(
+                            "no pod uses it (none in {namespace} names it in spec.resourceClaims, none owns it, and status.reservedFor is empty), and the scheduler allocates a claim only while it schedules a pod that uses it"
+                        ),
+                        fix: format!(
+                            "name it in a pod's spec.resourceClaims (resourceClaimName: {name}); if the pod it was made for is gone, delete the claim"
+                        ),
+                    });
+                }
+                (None, _) => {}
+            }
             used_by = users.0;
             ("ResourceClaim", name, users.1, vec![entry])
         }
@@ -657,6 +693,9 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
                 "no Node objects were read: the nodes are the ones the slices name, and the pod's nodeSelector, affinity and node taints were not checked".to_owned(),
             );
         }
+    }
+    if let Some(user) = unread_user.filter(|_| !pending.is_empty()) {
+        diagnosis.unchecked.push(user);
     }
     if input.unread.iter().any(|(k, _)| *k == Kind::ResourceClaim) && !pending.is_empty() {
         diagnosis.unchecked.push(format!(

@@ -431,6 +431,68 @@ fn a_claim_on_its_own() {
     ));
 }
 
+/// `scenario` with its documents of `kind` left out, written to a file in `dir`.
+fn without_kind(dir: &std::path::Path, scenario: &str, kind: &str) -> String {
+    let text = std::fs::read_to_string(example(&format!("why/{scenario}.yaml"))).unwrap();
+    let kept: Vec<String> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
+        .filter(|v| !v.is_null() && v["kind"] != kind)
+        .map(|v| serde_yaml::to_string(&v).unwrap())
+        .collect();
+    let file = dir.join(format!("{scenario}-without-{kind}.yaml"));
+    std::fs::write(&file, kept.join("---\n")).unwrap();
+    file.display().to_string()
+}
+
+#[test]
+fn a_claim_whose_pod_is_unknown_or_missing_is_never_fine() {
+    let dir = tempfile::tempdir().unwrap();
+    let run_with = |target: &str, file: &str, code: i32| {
+        let mut args = vec!["why".to_owned(), target.to_owned()];
+        for f in fleet_files() {
+            args.extend(["-f".to_owned(), f]);
+        }
+        args.extend(["-f".to_owned(), file.to_owned()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        text(&run(&args, None), code)
+    };
+    // archive-0's claim names its pod (ownerReference), which the files do not hold: the
+    // pod's nodeSelector, which rules tgl-1 out, is unknown. Undecided, never "nothing blocks".
+    let nopod = without_kind(dir.path(), "no-gpu-qualifies", "Pod");
+    let explanation = run_with("claim/archive-0-gpu-x7k2q", &nopod, 4);
+    assert!(
+        explanation.starts_with("Undecided for claim media/archive-0-gpu-x7k2q: the devices allow it on 1 of 9 nodes (tgl-1), but what was not checked may still block it: the node filters of pod media/archive-0, which uses the claim"),
+        "{explanation}"
+    );
+    // A claim no pod uses stays Pending for that reason: the scheduler allocates claims for
+    // the pods it schedules.
+    let text_of = std::fs::read_to_string(example("why/no-gpu-qualifies.yaml")).unwrap();
+    let lonely: Vec<Value> = serde_yaml::Deserializer::from_str(&text_of)
+        .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
+        .filter(|v| v["kind"] == "ResourceClaim")
+        .map(|mut v| {
+            v["metadata"]["name"] = Value::from("lonely");
+            v["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .remove("ownerReferences");
+            v
+        })
+        .collect();
+    assert_eq!(lonely.len(), 1);
+    let file = dir.path().join("lonely.yaml");
+    let mut yaml = serde_yaml::to_string(&lonely[0]).unwrap();
+    // With the pods: archive-0 is there, and uses another claim.
+    yaml.push_str("---\n");
+    yaml.push_str(&text_of);
+    std::fs::write(&file, yaml).unwrap();
+    let explanation = run_with("claim/lonely", file.to_str().unwrap(), 3);
+    assert!(
+        explanation.starts_with("Claim media/lonely waits: no pod uses it"),
+        "{explanation}"
+    );
+}
+
 #[test]
 fn a_claim_takes_its_pod_s_node_filters() {
     // archive-0's nodeSelector rules out tgl-1, the only node whose devices serve its claim:
