@@ -787,6 +787,8 @@ impl Publisher {
         let mut publish_problem = Problem::new("publish the ResourceSlice");
         let mut backoff = Backoff::new(self.config.max_backoff);
         let mut retry_at: Option<Instant> = None;
+        // The server's Retry-After: not even new content is written before it.
+        let mut not_before: Option<Instant> = None;
         let mut resync = tokio::time::interval(self.config.resync_interval);
         resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         resync.tick().await; // The first tick is immediate; the watcher lists at start anyway.
@@ -803,6 +805,7 @@ impl Publisher {
                     Ok(()) => {
                         publish_problem.ok();
                         backoff.reset();
+                        not_before = None;
                         if Health::set_note(&self.health.refusal, None) {
                             info!("the API server accepts this agent's requests again");
                         }
@@ -843,10 +846,12 @@ impl Publisher {
                             publish_problem.report(Level::WARN, &e.class(), &message);
                         }
                         let mut delay = backoff.next_delay();
+                        not_before = None;
                         if let PublishError::Api { cause, .. } = &e
                             && let Some(asked) = cause.retry_after()
                         {
                             delay = delay.max(asked);
+                            not_before = Some(Instant::now() + asked);
                         }
                         retry_at = Some(Instant::now() + delay);
                     }
@@ -910,8 +915,9 @@ impl Publisher {
                     if changed.is_err() {
                         return;
                     }
-                    // New content is worth an attempt now, even inside a backoff window.
-                    retry_at = None;
+                    // New content is worth an attempt now, even inside a backoff window; not
+                    // before the server said it would take requests again.
+                    retry_at = not_before.filter(|at| *at > Instant::now());
                 }
                 () = sleep_until(retry_at), if retry_at.is_some() => retry_at = None,
                 _ = resync.tick() => {
