@@ -176,6 +176,14 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
                     .to_owned(),
             ));
         }
+        if objects.claims.is_empty() {
+            // Other claims may hold the devices: what they hold is not known.
+            unread.push((
+                Kind::ResourceClaim,
+                "the files hold none; add them with -f, saved with kubectl get resourceclaims -A -o yaml"
+                    .to_owned(),
+            ));
+        }
         if objects.nodes.is_empty() {
             unread.push((
                 Kind::Node,

@@ -551,6 +551,9 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
         .map(|(kind, why)| match kind {
             // Claims are only ever unread outside the namespace (`cli::why` falls back to it;
             // without the pod's own claims there is nothing to explain).
+            Kind::ResourceClaim if objects.claims.is_empty() => format!(
+                "resourceclaims were not read ({why}): devices other claims hold are not known to be taken"
+            ),
             Kind::ResourceClaim => format!(
                 "resourceclaims outside the namespace {namespace} were not read ({why}): devices they hold are not known to be taken; the namespace's own claims were read"
             ),
@@ -698,9 +701,13 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
         diagnosis.unchecked.push(user);
     }
     if input.unread.iter().any(|(k, _)| *k == Kind::ResourceClaim) && !pending.is_empty() {
-        diagnosis.unchecked.push(format!(
-            "devices held by claims outside the namespace {namespace}, as those claims were not read"
-        ));
+        diagnosis.unchecked.push(if objects.claims.is_empty() {
+            "devices held by other claims, as no resourceclaims were read".to_owned()
+        } else {
+            format!(
+                "devices held by claims outside the namespace {namespace}, as those claims were not read"
+            )
+        });
     }
 
     let class_problem = problems

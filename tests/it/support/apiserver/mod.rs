@@ -151,6 +151,8 @@ pub struct TestApiServer {
     runtime_stop: Option<tokio::sync::oneshot::Sender<()>>,
     runtime_thread: Option<std::thread::JoinHandle<()>>,
     serving: Mutex<Option<Serving>>,
+    /// While stopped: the port, bound and not listening (see [`TestApiServer::stop`]).
+    held: Mutex<Option<socket2::Socket>>,
     kubeconfig: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -208,6 +210,7 @@ impl TestApiServer {
             runtime_stop: Some(stop_tx),
             runtime_thread: Some(thread),
             serving: Mutex::new(None),
+            held: Mutex::new(None),
             kubeconfig,
             _dir: dir,
         };
@@ -300,12 +303,16 @@ impl TestApiServer {
         self.shared.with_store(Store::send_bookmarks);
     }
 
-    /// Stops listening and closes every connection; the stored objects stay.
+    /// Stops listening and closes every connection; the stored objects stay, and the port is
+    /// kept (connections to it are refused) for [`restart`](Self::restart).
     pub fn stop(&self) {
         let serving = lock(&self.serving).take();
         if let Some(s) = serving {
             let _ = s.stop.send(true);
             let _ = s.done.recv_timeout(Duration::from_secs(10));
+            // Keep the port: bound but not listening, so connections are refused (as by a
+            // server that is down) and no other listener, a parallel test's, can take it.
+            *lock(&self.held) = hold(self.addr);
         }
         self.shared.changes.bump();
     }
@@ -313,6 +320,12 @@ impl TestApiServer {
     /// Listens again on the same port after [`stop`](Self::stop).
     pub fn restart(&self) {
         self.stop();
+        if let Some(held) = lock(&self.held).take() {
+            match held.listen(1024) {
+                Ok(()) => return self.serve(held.into()),
+                Err(e) => panic!("test API server: listen again on {}: {e}", self.addr),
+            }
+        }
         let deadline = Instant::now() + Duration::from_secs(10);
         let listener = loop {
             match StdListener::bind(self.addr) {
@@ -665,4 +678,15 @@ async fn accept_loop(
     drop(listener);
     conns.shutdown().await;
     let _ = done.send(());
+}
+
+/// A TCP socket bound to `addr` that does not listen (connections to it are refused), or
+/// `None` when the port cannot be had (a parallel test took it in the moment it was free).
+fn hold(addr: SocketAddr) -> Option<socket2::Socket> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None).ok()?;
+    // As std's listeners: a port whose connections are in TIME_WAIT can be bound again.
+    socket.set_reuse_address(true).ok()?;
+    socket.bind(&addr.into()).ok()?;
+    Some(socket)
 }
