@@ -8,6 +8,10 @@
 //!   try pools in no fixed order, of which this is one);
 //! - a device already in use is skipped before its selectors are evaluated, so a selector that
 //!   would fail at run time on a taken device is never reached;
+//! - a `perDeviceNodeSelection` slice is gathered whole for a node one of its devices is for,
+//!   and each device's own node is checked after its selectors: a runtime error on another
+//!   node's device of that slice fails the attempt (the fleet model leaves such slices out
+//!   without DRAPartitionableDevices, as GatherPools does);
 //! - class selectors first, then the request's, stopping at the first `false`; a CEL runtime
 //!   error aborts the whole attempt (the scheduler's `SchedulerError`), it is not "no match";
 //! - exclusive devices serve one request of one claim; shareable ones
@@ -48,6 +52,9 @@ pub struct Features {
     pub consumable_capacity: bool,
     /// DRADeviceTaints: device taints block allocation unless tolerated (beta, on from 1.36).
     pub device_taints: bool,
+    /// DRAPartitionableDevices: slices with `perDeviceNodeSelection` are read (beta, on from
+    /// 1.36); without it the scheduler's GatherPools skips them whole.
+    pub partitionable_devices: bool,
     /// The Kubernetes minor version, for what changes by release beyond the gates: the words
     /// of a CEL runtime error (1.37 names the device and hints at `has()`), the order pools
     /// are tried in (fixed from 1.36).
@@ -61,6 +68,7 @@ impl Features {
         Features {
             consumable_capacity: minor >= 36,
             device_taints: minor >= 36,
+            partitionable_devices: minor >= 36,
             release: minor,
         }
     }
@@ -260,6 +268,8 @@ pub struct Allocator<'a, D: DeviceView> {
     by_node: HashMap<String, Vec<usize>>,
     /// Devices published with a node selector or for all nodes.
     elsewhere: Vec<usize>,
+    /// The devices of each slice with `perDeviceNodeSelection`, in slice order.
+    per_device: Vec<Vec<usize>>,
     selector_ids: HashMap<String, usize>,
     selectors: Vec<Selector>,
     /// Each device's CEL inputs class: devices with the same driver, attributes, capacities
@@ -332,13 +342,22 @@ impl Constraint<'_> {
 /// One allocation attempt on one node.
 struct Search<'s> {
     claims: &'s [Claim<'s>],
+    /// The devices gathered for the node, in the scheduler's order.
     node_devices: Vec<usize>,
+    /// Gathered devices that are for other nodes (see [`Allocator::gather`]).
+    off_node: HashSet<usize>,
     /// Per claim, per request: the request, or its sub-requests in order.
     requests: Vec<Vec<Vec<RequestData<'s>>>>,
     constraints: Vec<Vec<Constraint<'s>>>,
     /// Devices being allocated (exclusive ones only), with the claims they go to.
     allocating: HashMap<usize, Vec<usize>>,
     result: Vec<Vec<(String, usize)>>,
+}
+
+/// What [`Allocator::gather`] finds for a node.
+struct Gathered {
+    devices: Vec<usize>,
+    off_node: HashSet<usize>,
 }
 
 enum Stop {
@@ -360,7 +379,17 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         }
         let mut by_node: HashMap<String, Vec<usize>> = HashMap::new();
         let mut elsewhere = Vec::new();
+        let mut per_device: Vec<Vec<usize>> = Vec::new();
+        let mut per_device_slot: HashMap<usize, usize> = HashMap::new();
         for &d in &order {
+            if let Some(slice) = fleet.devices[d].per_device_slice() {
+                let slot = *per_device_slot.entry(slice).or_insert_with(|| {
+                    per_device.push(Vec::new());
+                    per_device.len() - 1
+                });
+                per_device[slot].push(d);
+                continue;
+            }
             match fleet.devices[d].placement() {
                 super::Placement::Node(name) => by_node.entry(name.to_owned()).or_default().push(d),
                 _ => elsewhere.push(d),
@@ -402,6 +431,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             representatives,
             by_node,
             elsewhere,
+            per_device,
             selector_ids: HashMap::new(),
             selectors: Vec::new(),
             values,
@@ -409,19 +439,34 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         }
     }
 
-    /// The devices usable from `node`, in the scheduler's order.
-    pub(crate) fn node_devices(&self, node: &NodeInfo) -> Vec<usize> {
+    /// The devices the scheduler gathers for `node` (pools_incubating.go `GatherPools`), in
+    /// its order: those of the slices for the node, and every device of a
+    /// `perDeviceNodeSelection` slice one of whose devices is for the node. The devices of such
+    /// a slice that are for other nodes are in `off_node`: their selectors still run, and can
+    /// fail the attempt, before their own node rules them out (allocator_incubating.go
+    /// `isSelectable`).
+    fn gather(&self, node: &NodeInfo) -> Gathered {
         let mut devices: Vec<usize> = self.by_node.get(&node.name).cloned().unwrap_or_default();
-        if !self.elsewhere.is_empty() {
+        let mut off_node = HashSet::new();
+        if !self.elsewhere.is_empty() || !self.per_device.is_empty() {
             devices.extend(
                 self.elsewhere
                     .iter()
                     .copied()
                     .filter(|&d| node.can_use(self.fleet.devices[d].placement())),
             );
+            for slice in &self.per_device {
+                let (here, there): (Vec<usize>, Vec<usize>) = slice
+                    .iter()
+                    .partition(|&&d| node.can_use(self.fleet.devices[d].placement()));
+                if !here.is_empty() {
+                    devices.extend(slice);
+                    off_node.extend(there);
+                }
+            }
             devices.sort_by_key(|&d| self.rank[d]);
         }
-        devices
+        Gathered { devices, off_node }
     }
 
     /// Decides whether `claims` can all be allocated on `node`, as the scheduler's Filter does.
@@ -430,10 +475,11 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         node: &NodeInfo,
         claims: &[Claim<'_>],
     ) -> Result<NodeVerdict, AllocError> {
-        let node_devices = self.node_devices(node);
+        let gathered = self.gather(node);
         let mut search = Search {
             claims,
-            node_devices,
+            node_devices: gathered.devices,
+            off_node: gathered.off_node,
             requests: Vec::new(),
             constraints: Vec::new(),
             allocating: HashMap::new(),
@@ -567,9 +613,11 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         sub_request: Option<usize>,
     ) -> Result<Vec<(usize, DeviceStatus)>, AllocError> {
         let claims = [claim];
+        let gathered = self.gather(node);
         let search = Search {
             claims: &claims,
-            node_devices: self.node_devices(node),
+            node_devices: gathered.devices,
+            off_node: gathered.off_node,
             requests: Vec::new(),
             constraints: Vec::new(),
             allocating: HashMap::new(),
@@ -583,6 +631,8 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         for &d in &search.node_devices {
             let status = match self.selector_verdict(claim.name, data, d) {
                 Err(e) => DeviceStatus::Failed(e),
+                // Another node's device serves nothing here; only an error shows.
+                Ok(_) if search.off_node.contains(&d) => continue,
                 Ok(Some(failed)) => failed,
                 Ok(None) => match self.capacity_unmodelled(claim.name, data, d) {
                     Some(e) => DeviceStatus::Failed(e),
@@ -786,7 +836,9 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                             pool: format!("{}/{}", pool.0, pool.1),
                         });
                     }
-                    if self.selector_verdict(claim.name, &data, d)?.is_none() {
+                    if self.selector_verdict(claim.name, &data, d)?.is_none()
+                        && !search.off_node.contains(&d)
+                    {
                         if let Some(e) = self.capacity_unmodelled(claim.name, &data, d) {
                             return Err(e);
                         }
@@ -1066,7 +1118,9 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                     .map_err(Stop::Error)?
                     .is_none()
             };
-            if !selected {
+            // isSelectable: a device's own node (perDeviceNodeSelection) only after its
+            // selectors.
+            if !selected || s.off_node.contains(&d) {
                 continue;
             }
             if let Some(e) =

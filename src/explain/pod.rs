@@ -658,6 +658,16 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
             );
         }
     }
+    if !model.ignored_slices.is_empty() && !pending.is_empty() {
+        diagnosis.notes.push(format!(
+            "Kubernetes 1.{} skips {} {}: {} perDeviceNodeSelection, which its scheduler reads only with the DRAPartitionableDevices feature gate (off by default before 1.36), so none of {} devices is allocated",
+            input.features.release,
+            if model.ignored_slices.len() == 1 { "ResourceSlice" } else { "ResourceSlices" },
+            model.ignored_slices.join(", "),
+            if model.ignored_slices.len() == 1 { "it sets" } else { "they set" },
+            if model.ignored_slices.len() == 1 { "its" } else { "their" },
+        ));
+    }
     if input.unread.iter().any(|(k, _)| *k == Kind::ResourceClaim) && !pending.is_empty() {
         diagnosis.unchecked.push(format!(
             "devices held by claims outside the namespace {namespace}, as those claims were not read"
@@ -3290,6 +3300,99 @@ spec: {}
                 .notes
                 .iter()
                 .any(|n| n.contains("in no fixed order"))
+        );
+    }
+
+    /// One slice with perDeviceNodeSelection: gpu-n2 (for n2, without `decode`) listed
+    /// before gpu-n1 (for n1, with it).
+    const PER_DEVICE: &str = r#"
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: shared}
+spec:
+  driver: media.liken.sh
+  perDeviceNodeSelection: true
+  pool: {name: shared, generation: 1, resourceSliceCount: 1}
+  devices:
+  - {name: gpu-n2, nodeName: n2, attributes: {}}
+  - {name: gpu-n1, nodeName: n1, attributes: {decode: {bool: true}}}
+"#;
+
+    fn explain_for(text: &str, minor: u32) -> Diagnosis {
+        let objects = objects(text);
+        explain(&Input {
+            objects: &objects,
+            target: &Target::Pod {
+                namespace: "media".into(),
+                name: "p".into(),
+            },
+            features: Features::for_minor(minor),
+            unread: &[],
+            every_device: false,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_per_device_slice_is_gathered_whole_and_its_selectors_run_first() {
+        // pools_incubating.go GatherPools takes the whole slice for n1 (one device is for
+        // it); allocator_incubating.go isSelectable runs the selectors on gpu-n2 before
+        // checking gpu-n2's own node: the runtime error fails the attempt on n1 too.
+        let text = format!("{PER_DEVICE}{DECODE}");
+        let d = explain_for(&text, 36);
+        let error = d
+            .attempt_error
+            .as_ref()
+            .expect("the selector fails on gpu-n2");
+        assert!(error.message.contains("no such key: decode"), "{error:?}");
+        assert_eq!(
+            outcome_kinds(&d),
+            [(OutcomeKind::Error, vec!["n1".to_owned(), "n2".to_owned()])]
+        );
+        // Without the error, gpu-n2 is not for n1: n1 gets gpu-n1, n2 nothing.
+        let d = explain_for(
+            &text.replace(
+                "gpu-n2, nodeName: n2, attributes: {}",
+                "gpu-n2, nodeName: n2, attributes: {decode: {bool: false}}",
+            ),
+            36,
+        );
+        assert!(d.attempt_error.is_none(), "{:?}", d.attempt_error);
+        assert_eq!(
+            outcome_kinds(&d)[0],
+            (OutcomeKind::Allocatable, vec!["n1".to_owned()])
+        );
+        assert_eq!(d.nodes.as_ref().expect("nodes").allocatable, 1);
+    }
+
+    #[test]
+    fn before_1_36_a_per_device_slice_is_skipped() {
+        // DRAPartitionableDevices is off by default in 1.34 and 1.35: GatherPools skips a
+        // slice that sets perDeviceNodeSelection, so nothing of it is allocated or evaluated.
+        let text = format!("{PER_DEVICE}{DECODE}");
+        for minor in [34, 35] {
+            let d = explain_for(&text, minor);
+            assert!(d.attempt_error.is_none(), "{:?}", d.attempt_error);
+            assert!(
+                d.notes
+                    .iter()
+                    .any(|n| n.contains("skips ResourceSlice shared")
+                        && n.contains("DRAPartitionableDevices")),
+                "{:?}",
+                d.notes
+            );
+            assert!(
+                d.nodes.as_ref().is_none_or(|n| n.allocatable == 0),
+                "{:?}",
+                d.nodes
+            );
+        }
+        let d = explain_for(&text, 36);
+        assert!(
+            !d.notes
+                .iter()
+                .any(|n| n.contains("DRAPartitionableDevices"))
         );
     }
 
