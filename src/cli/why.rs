@@ -694,7 +694,7 @@ fn render_request(page: &mut Page, request: &pod::RequestReport, styles: &Styles
                 page.line(4, 2, &[(&text, plain)]);
                 page.line(6, 2, &[(&reason.detail, styles.no), (":", plain)]);
             }
-            ReasonKind::Taken | ReasonKind::Untolerated => {
+            ReasonKind::Taken | ReasonKind::Untolerated | ReasonKind::PoolInvalid => {
                 page.line(4, 2, &[(&reason.detail, styles.no), (":", plain)]);
             }
         }

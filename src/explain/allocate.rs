@@ -22,6 +22,9 @@
 //!   attribute is never chosen, values compare by type and value;
 //! - `ExactCount` backtracks over devices (skipping pools being updated); `All` takes every selectable device of the node and
 //!   fails if one is unusable, errors if one breaks a constraint or a pool is being updated;
+//! - a pool whose slices for the node name a device twice is invalid there (pools_incubating.go
+//!   `validateDeviceNames`): 1.35+ skips it and, when nothing is found, says "invalid resource
+//!   pools were encountered"; 1.34 fails the attempt on reaching it; `All` errors over one;
 //! - `firstAvailable` sub-requests are tried in order, each with backtracking;
 //! - at most 32 devices per claim (`AllocationResultsMaxSize`): a claim whose requests need more
 //!   even at their fewest is an error before the search; a choice of sub-requests that needs
@@ -129,6 +132,20 @@ pub enum NodeVerdict {
     Allocated(Vec<Vec<DeviceResult>>),
     /// The scheduler's "cannot allocate all claims".
     CannotAllocate,
+    /// Nothing can be allocated and the node has invalid pools, which the search skips: from
+    /// 1.35 the scheduler's "invalid resource pools were encountered" (allocator_incubating.go
+    /// `Allocate`) instead of "cannot allocate all claims".
+    InvalidPools(Vec<InvalidPool>),
+}
+
+/// A pool the scheduler does not allocate from on a node (pools_incubating.go `buildPool`
+/// `validateDeviceNames`: two devices of its slices for the node share a name).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidPool {
+    /// `driver/pool`.
+    pub pool: String,
+    /// In the scheduler's words: `duplicate device name NAME`.
+    pub reason: String,
 }
 
 /// What aborts an attempt: the scheduler fails the scheduling cycle (or the pod) with these.
@@ -155,6 +172,24 @@ pub enum AllocError {
         claim: String,
         request: String,
         pool: String,
+    },
+    /// `allocationMode: All` while a pool of the node is invalid ([`InvalidPool`]).
+    #[error(
+        "claim {claim}, request {request}: asks for all devices, but resource pool {pool} is currently invalid"
+    )]
+    PoolInvalidAll {
+        claim: String,
+        request: String,
+        pool: String,
+        reason: String,
+    },
+    /// 1.34: the search reaches an invalid pool ([`InvalidPool`]); the message names the pool
+    /// without its driver, as allocator_incubating.go `allocateOne` does.
+    #[error("pool {pool} is invalid: {reason}")]
+    PoolInvalid {
+        driver: String,
+        pool: String,
+        reason: String,
     },
     /// `allocationMode: All` and a device of it breaks a constraint.
     #[error(
@@ -247,6 +282,8 @@ pub(crate) enum DeviceStatus {
     Failed(AllocError),
     /// Selected, but allocated to other claims and not shareable.
     Taken { claims: Vec<String> },
+    /// In a pool the scheduler does not allocate from on the node (`driver/pool`, why).
+    PoolInvalid { pool: String, reason: String },
     /// Selected, but tainted and the request does not tolerate it.
     Untolerated { taint: DeviceTaint },
 }
@@ -346,6 +383,9 @@ struct Search<'s> {
     node_devices: Vec<usize>,
     /// Gathered devices that are for other nodes (see [`Allocator::gather`]).
     off_node: HashSet<usize>,
+    /// The node's invalid pools, and the devices in them (index into `invalid`).
+    invalid: Vec<InvalidPool>,
+    invalid_of: HashMap<usize, usize>,
     /// Per claim, per request: the request, or its sub-requests in order.
     requests: Vec<Vec<Vec<RequestData<'s>>>>,
     constraints: Vec<Vec<Constraint<'s>>>,
@@ -358,6 +398,8 @@ struct Search<'s> {
 struct Gathered {
     devices: Vec<usize>,
     off_node: HashSet<usize>,
+    invalid: Vec<InvalidPool>,
+    invalid_of: HashMap<usize, usize>,
 }
 
 enum Stop {
@@ -466,7 +508,52 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             }
             devices.sort_by_key(|&d| self.rank[d]);
         }
-        Gathered { devices, off_node }
+        let (invalid, invalid_of) = self.invalid_pools(&devices);
+        Gathered {
+            devices,
+            off_node,
+            invalid,
+            invalid_of,
+        }
+    }
+
+    /// pools_incubating.go `buildPool` `validateDeviceNames`: a pool whose slices for the node
+    /// (every device of them, another node's too) name one device twice is invalid there; the
+    /// first name seen twice, in the scheduler's order, is the reason. From 1.35 a pool being
+    /// updated is never validated (GatherPools returns it as incomplete only); 1.34 marks both.
+    /// (Shared counters, which 1.36 validates too, are not read by the fleet model.)
+    fn invalid_pools(&self, devices: &[usize]) -> (Vec<InvalidPool>, HashMap<usize, usize>) {
+        let mut names: HashMap<(&str, &str), HashSet<&str>> = HashMap::new();
+        let mut invalid: Vec<InvalidPool> = Vec::new();
+        let mut invalid_pool: HashMap<(&str, &str), usize> = HashMap::new();
+        for &d in devices {
+            let device = &self.fleet.devices[d];
+            let key = (device.driver(), device.pool());
+            if invalid_pool.contains_key(&key)
+                || (self.features.release >= 35 && self.pool_incomplete(d))
+            {
+                continue;
+            }
+            if !names.entry(key).or_default().insert(device.name()) {
+                invalid_pool.insert(key, invalid.len());
+                invalid.push(InvalidPool {
+                    pool: format!("{}/{}", key.0, key.1),
+                    reason: format!("duplicate device name {}", device.name()),
+                });
+            }
+        }
+        let invalid_of = if invalid.is_empty() {
+            HashMap::new()
+        } else {
+            devices
+                .iter()
+                .filter_map(|&d| {
+                    let device = &self.fleet.devices[d];
+                    Some((d, *invalid_pool.get(&(device.driver(), device.pool()))?))
+                })
+                .collect()
+        };
+        (invalid, invalid_of)
     }
 
     /// Decides whether `claims` can all be allocated on `node`, as the scheduler's Filter does.
@@ -480,6 +567,8 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             claims,
             node_devices: gathered.devices,
             off_node: gathered.off_node,
+            invalid: gathered.invalid,
+            invalid_of: gathered.invalid_of,
             requests: Vec::new(),
             constraints: Vec::new(),
             allocating: HashMap::new(),
@@ -538,6 +627,13 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                     })
                     .collect(),
             )),
+            // allocator_incubating.go `Allocate` (1.35+): when nothing is found and the node
+            // has invalid pools, the node's reason says so.
+            Ok(false) | Err(Stop::MaxSize)
+                if self.features.release >= 35 && !search.invalid.is_empty() =>
+            {
+                Ok(NodeVerdict::InvalidPools(search.invalid))
+            }
             Ok(false) | Err(Stop::MaxSize) => Ok(NodeVerdict::CannotAllocate),
             Err(Stop::Error(e)) => Err(e),
         }
@@ -578,7 +674,10 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 }
             }
         }
-        let constraints_block = verdict == NodeVerdict::CannotAllocate && {
+        let constraints_block = matches!(
+            verdict,
+            NodeVerdict::CannotAllocate | NodeVerdict::InvalidPools(_)
+        ) && {
             let unconstrained: Vec<ResourceClaimSpec> = claims
                 .iter()
                 .map(|c| {
@@ -618,6 +717,8 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             claims: &claims,
             node_devices: gathered.devices,
             off_node: gathered.off_node,
+            invalid: gathered.invalid,
+            invalid_of: gathered.invalid_of,
             requests: Vec::new(),
             constraints: Vec::new(),
             allocating: HashMap::new(),
@@ -629,6 +730,19 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             .ok_or_else(|| unsupported(&claim, &request.name, "no such sub-request"))?;
         let mut statuses = Vec::new();
         for &d in &search.node_devices {
+            // The scheduler never evaluates a device of an invalid pool: it skips the pool
+            // (1.35+) or fails on reaching it (1.34, and allocationMode All).
+            if let Some(&i) = search.invalid_of.get(&d) {
+                let pool = &search.invalid[i];
+                statuses.push((
+                    d,
+                    DeviceStatus::PoolInvalid {
+                        pool: pool.pool.clone(),
+                        reason: pool.reason.clone(),
+                    },
+                ));
+                continue;
+            }
             let status = match self.selector_verdict(claim.name, data, d) {
                 Err(e) => DeviceStatus::Failed(e),
                 // Another node's device serves nothing here; only an error shows.
@@ -823,18 +937,27 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             }
             "All" => {
                 let mut all = Vec::new();
-                let mut incomplete_checked = HashSet::new();
+                let mut pools_checked = HashSet::new();
                 for &d in &search.node_devices {
                     let device = &self.fleet.devices[d];
                     let pool = (device.driver().to_owned(), device.pool().to_owned());
-                    if incomplete_checked.insert(pool.clone())
-                        && self.fleet.incomplete_pools.contains(&pool)
-                    {
-                        return Err(AllocError::PoolIncomplete {
-                            claim: claim.name.to_owned(),
-                            request: name,
-                            pool: format!("{}/{}", pool.0, pool.1),
-                        });
+                    // validateDeviceRequest, pool by pool: being updated, then invalid.
+                    if pools_checked.insert(pool.clone()) {
+                        if self.fleet.incomplete_pools.contains(&pool) {
+                            return Err(AllocError::PoolIncomplete {
+                                claim: claim.name.to_owned(),
+                                request: name,
+                                pool: format!("{}/{}", pool.0, pool.1),
+                            });
+                        }
+                        if let Some(&i) = search.invalid_of.get(&d) {
+                            return Err(AllocError::PoolInvalidAll {
+                                claim: claim.name.to_owned(),
+                                request: name,
+                                pool: search.invalid[i].pool.clone(),
+                                reason: search.invalid[i].reason.clone(),
+                            });
+                        }
                     }
                     if self.selector_verdict(claim.name, &data, d)?.is_none()
                         && !search.off_node.contains(&d)
@@ -1101,6 +1224,19 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         }
         for position in 0..s.node_devices.len() {
             let d = s.node_devices[position];
+            // allocateOne checks a pool's validity before any of its devices: 1.34 fails the
+            // attempt on reaching an invalid pool, 1.35+ skips it.
+            if let Some(&i) = s.invalid_of.get(&d) {
+                if self.features.release < 35 {
+                    let device = &self.fleet.devices[d];
+                    return Err(Stop::Error(AllocError::PoolInvalid {
+                        driver: device.driver().to_owned(),
+                        pool: device.pool().to_owned(),
+                        reason: s.invalid[i].reason.clone(),
+                    }));
+                }
+                continue;
+            }
             if self.pool_incomplete(d) {
                 // Devices of a pool being updated are not allocated (but other pools may serve).
                 continue;
@@ -1508,7 +1644,7 @@ mod tests {
                             .collect()
                     })
                     .collect(),
-                NodeVerdict::CannotAllocate => panic!("expected an allocation"),
+                other => panic!("expected an allocation, not {other:?}"),
             }
         }
     }
