@@ -245,7 +245,7 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
     }
     if minor.is_none() {
         diagnosis.notes.push(
-            "feature gates as in Kubernetes 1.36 (DRAConsumableCapacity and DRADeviceTaints on); pass --kubernetes-version for another release".to_owned(),
+            "feature gates as in Kubernetes 1.36 (DRAConsumableCapacity, DRADeviceTaints and DRAPartitionableDevices on); pass --kubernetes-version for another release".to_owned(),
         );
     }
     let text = match args.output {
