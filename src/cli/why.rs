@@ -694,7 +694,10 @@ fn render_request(page: &mut Page, request: &pod::RequestReport, styles: &Styles
                 page.line(4, 2, &[(&text, plain)]);
                 page.line(6, 2, &[(&reason.detail, styles.no), (":", plain)]);
             }
-            ReasonKind::Taken | ReasonKind::Untolerated | ReasonKind::PoolInvalid => {
+            ReasonKind::Taken
+            | ReasonKind::Untolerated
+            | ReasonKind::PoolInvalid
+            | ReasonKind::PoolUpdating => {
                 page.line(4, 2, &[(&reason.detail, styles.no), (":", plain)]);
             }
         }

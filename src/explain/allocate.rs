@@ -20,7 +20,7 @@
 //! - `NoSchedule`/`NoExecute` taints block unless tolerated (with the DRADeviceTaints gate);
 //! - `matchAttribute`: the first device of the set fixes the value, a device without the
 //!   attribute is never chosen, values compare by type and value;
-//! - `ExactCount` backtracks over devices (skipping pools being updated); `All` takes every selectable device of the node and
+//! - `ExactCount` backtracks over devices (skipping pools being updated, from 1.35); `All` takes every selectable device of the node and
 //!   fails if one is unusable, errors if one breaks a constraint or a pool is being updated;
 //! - a pool whose slices for the node name a device twice is invalid there (pools_incubating.go
 //!   `validateDeviceNames`): 1.35+ skips it and, when nothing is found, says "invalid resource
@@ -284,6 +284,8 @@ pub(crate) enum DeviceStatus {
     Taken { claims: Vec<String> },
     /// In a pool the scheduler does not allocate from on the node (`driver/pool`, why).
     PoolInvalid { pool: String, reason: String },
+    /// In a pool being updated (`driver/pool`), which the scheduler skips from 1.35.
+    PoolUpdating { pool: String },
     /// Selected, but tainted and the request does not tolerate it.
     Untolerated { taint: DeviceTaint },
 }
@@ -739,6 +741,16 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                     DeviceStatus::PoolInvalid {
                         pool: pool.pool.clone(),
                         reason: pool.reason.clone(),
+                    },
+                ));
+                continue;
+            }
+            if self.features.release >= 35 && self.pool_incomplete(d) {
+                let device = &self.fleet.devices[d];
+                statuses.push((
+                    d,
+                    DeviceStatus::PoolUpdating {
+                        pool: format!("{}/{}", device.driver(), device.pool()),
                     },
                 ));
                 continue;
@@ -1237,8 +1249,9 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 }
                 continue;
             }
-            if self.pool_incomplete(d) {
-                // Devices of a pool being updated are not allocated (but other pools may serve).
+            if self.features.release >= 35 && self.pool_incomplete(d) {
+                // From 1.35 devices of a pool being updated are not allocated (but other pools
+                // may serve); 1.34's allocateOne checks only IsInvalid, and allocates them.
                 continue;
             }
             {

@@ -308,6 +308,9 @@ pub(crate) enum ReasonKind {
     /// In a resource pool the scheduler does not allocate from on the node (duplicate device
     /// names in its slices).
     PoolInvalid,
+    /// In a resource pool being updated (not all its slices published), which the scheduler
+    /// does not allocate from (from 1.35).
+    PoolUpdating,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -1415,6 +1418,15 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
                     ),
                     Vec::new(),
                 ),
+                DeviceStatus::PoolUpdating { pool } => (
+                    ReasonKind::PoolUpdating,
+                    None,
+                    None,
+                    format!(
+                        "resource pool {pool} is being updated (not all its slices are published): the scheduler allocates nothing from it until it is complete"
+                    ),
+                    Vec::new(),
+                ),
                 DeviceStatus::Untolerated { taint } => {
                     report.qualifying += 1;
                     qualifying_nodes.insert(node_name);
@@ -1919,8 +1931,23 @@ fn why_not_on_node(
                 )
             })
             .count();
+        let pooled = r
+            .devices
+            .iter()
+            .filter(|(_, s)| {
+                matches!(
+                    s,
+                    DeviceStatus::PoolInvalid { .. } | DeviceStatus::PoolUpdating { .. }
+                )
+            })
+            .count();
         let detail = if r.devices.is_empty() {
             format!("request {}: the node has no devices", r.request)
+        } else if pooled == r.devices.len() {
+            format!(
+                "request {}: every device of the node is in a resource pool being updated or invalid",
+                r.request
+            )
         } else if passing == 0 {
             format!("request {}: no device passes the selectors", r.request)
         } else {
@@ -2446,6 +2473,15 @@ fn conclude(
                 {
                     steps.push("the scheduler allocates nothing from an invalid pool (see the nodes): each pool's slices for a node must name every device once; fix the driver that publishes them twice, or delete the stray slice".to_owned());
                 }
+            }
+            if diagnosis
+                .claims
+                .iter()
+                .flat_map(|c| &c.requests)
+                .flat_map(|r| &r.reasons)
+                .any(|r| r.reason == ReasonKind::PoolUpdating)
+            {
+                steps.push("wait for the driver to publish every slice of the pool being updated (its resourceSliceCount): the scheduler allocates from it once it is complete; if it stays incomplete, the driver's publishing is stuck".to_owned());
             }
             steps.push("or give the workload a way forward without such a GPU: a second claim on any render node (class gpu-render) that it uses with its own fallback path, or no claim and work on the CPU; the workload's controller chooses, not the scheduler".to_owned());
         }
@@ -3579,6 +3615,41 @@ spec:
             "{:?}",
             d.notes
         );
+    }
+
+    #[test]
+    fn a_pool_being_updated_is_skipped_from_1_35() {
+        // One slice of two: allocator_incubating.go allocateOne skips IsIncomplete pools from
+        // 1.35; 1.34's checks only IsInvalid and allocates from them.
+        let text = format!("{}{DECODE}", one_gpu("n1", true))
+            .replace("resourceSliceCount: 1", "resourceSliceCount: 2");
+        let d = explain_for(&text, 34);
+        assert_eq!(
+            outcome_kinds(&d),
+            [(OutcomeKind::Allocatable, vec!["n1".to_owned()])]
+        );
+        for minor in [35, 36] {
+            let d = explain_for(&text, minor);
+            assert_eq!(
+                d.nodes.as_ref().expect("nodes").allocatable,
+                0,
+                "{:?}",
+                d.nodes
+            );
+            let request = &d.claims[0].requests[0];
+            assert_eq!(request.reasons[0].reason, ReasonKind::PoolUpdating);
+            assert_eq!(
+                d.nodes.as_ref().expect("nodes").outcomes[0].detail,
+                "request r: every device of the node is in a resource pool being updated or invalid"
+            );
+            assert!(
+                d.next_steps
+                    .iter()
+                    .any(|s| s.contains("resourceSliceCount")),
+                "{:?}",
+                d.next_steps
+            );
+        }
     }
 
     #[test]
