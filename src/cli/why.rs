@@ -253,7 +253,7 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
     }
     if minor.is_none() {
         diagnosis.notes.push(
-            "feature gates as in Kubernetes 1.36 (DRAConsumableCapacity and DRADeviceTaints on); pass --kubernetes-version for another release".to_owned(),
+            "feature gates as in Kubernetes 1.36 (DRAConsumableCapacity, DRADeviceTaints and DRAPartitionableDevices on); pass --kubernetes-version for another release".to_owned(),
         );
     }
     let text = match args.output {
@@ -702,7 +702,10 @@ fn render_request(page: &mut Page, request: &pod::RequestReport, styles: &Styles
                 page.line(4, 2, &[(&text, plain)]);
                 page.line(6, 2, &[(&reason.detail, styles.no), (":", plain)]);
             }
-            ReasonKind::Taken | ReasonKind::Untolerated => {
+            ReasonKind::Taken
+            | ReasonKind::Untolerated
+            | ReasonKind::PoolInvalid
+            | ReasonKind::PoolUpdating => {
                 page.line(4, 2, &[(&reason.detail, styles.no), (":", plain)]);
             }
         }

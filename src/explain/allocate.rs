@@ -8,6 +8,10 @@
 //!   try pools in no fixed order, of which this is one);
 //! - a device already in use is skipped before its selectors are evaluated, so a selector that
 //!   would fail at run time on a taken device is never reached;
+//! - a `perDeviceNodeSelection` slice is gathered whole for a node one of its devices is for,
+//!   and each device's own node is checked after its selectors: a runtime error on another
+//!   node's device of that slice fails the attempt (the fleet model leaves such slices out
+//!   without DRAPartitionableDevices, as GatherPools does);
 //! - class selectors first, then the request's, stopping at the first `false`; a CEL runtime
 //!   error aborts the whole attempt (the scheduler's `SchedulerError`), it is not "no match";
 //! - exclusive devices serve one request of one claim; shareable ones
@@ -16,8 +20,11 @@
 //! - `NoSchedule`/`NoExecute` taints block unless tolerated (with the DRADeviceTaints gate);
 //! - `matchAttribute`: the first device of the set fixes the value, a device without the
 //!   attribute is never chosen, values compare by type and value;
-//! - `ExactCount` backtracks over devices (skipping pools being updated); `All` takes every selectable device of the node and
+//! - `ExactCount` backtracks over devices (skipping pools being updated, from 1.35); `All` takes every selectable device of the node and
 //!   fails if one is unusable, errors if one breaks a constraint or a pool is being updated;
+//! - a pool whose slices for the node name a device twice is invalid there (pools_incubating.go
+//!   `validateDeviceNames`): 1.35+ skips it and, when nothing is found, says "invalid resource
+//!   pools were encountered"; 1.34 fails the attempt on reaching it; `All` errors over one;
 //! - `firstAvailable` sub-requests are tried in order, each with backtracking;
 //! - at most 32 devices per claim (`AllocationResultsMaxSize`): a claim whose requests need more
 //!   even at their fewest is an error before the search; a choice of sub-requests that needs
@@ -48,6 +55,9 @@ pub struct Features {
     pub consumable_capacity: bool,
     /// DRADeviceTaints: device taints block allocation unless tolerated (beta, on from 1.36).
     pub device_taints: bool,
+    /// DRAPartitionableDevices: slices with `perDeviceNodeSelection` are read (beta, on from
+    /// 1.36); without it the scheduler's GatherPools skips them whole.
+    pub partitionable_devices: bool,
     /// The Kubernetes minor version, for what changes by release beyond the gates: the words
     /// of a CEL runtime error (1.37 names the device and hints at `has()`), the order pools
     /// are tried in (fixed from 1.36).
@@ -61,6 +71,7 @@ impl Features {
         Features {
             consumable_capacity: minor >= 36,
             device_taints: minor >= 36,
+            partitionable_devices: minor >= 36,
             release: minor,
         }
     }
@@ -121,6 +132,20 @@ pub enum NodeVerdict {
     Allocated(Vec<Vec<DeviceResult>>),
     /// The scheduler's "cannot allocate all claims".
     CannotAllocate,
+    /// Nothing can be allocated and the node has invalid pools, which the search skips: from
+    /// 1.35 the scheduler's "invalid resource pools were encountered" (allocator_incubating.go
+    /// `Allocate`) instead of "cannot allocate all claims".
+    InvalidPools(Vec<InvalidPool>),
+}
+
+/// A pool the scheduler does not allocate from on a node (pools_incubating.go `buildPool`
+/// `validateDeviceNames`: two devices of its slices for the node share a name).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidPool {
+    /// `driver/pool`.
+    pub pool: String,
+    /// In the scheduler's words: `duplicate device name NAME`.
+    pub reason: String,
 }
 
 /// What aborts an attempt: the scheduler fails the scheduling cycle (or the pod) with these.
@@ -147,6 +172,24 @@ pub enum AllocError {
         claim: String,
         request: String,
         pool: String,
+    },
+    /// `allocationMode: All` while a pool of the node is invalid ([`InvalidPool`]).
+    #[error(
+        "claim {claim}, request {request}: asks for all devices, but resource pool {pool} is currently invalid"
+    )]
+    PoolInvalidAll {
+        claim: String,
+        request: String,
+        pool: String,
+        reason: String,
+    },
+    /// 1.34: the search reaches an invalid pool ([`InvalidPool`]); the message names the pool
+    /// without its driver, as allocator_incubating.go `allocateOne` does.
+    #[error("pool {pool} is invalid: {reason}")]
+    PoolInvalid {
+        driver: String,
+        pool: String,
+        reason: String,
     },
     /// `allocationMode: All` and a device of it breaks a constraint.
     #[error(
@@ -239,6 +282,10 @@ pub(crate) enum DeviceStatus {
     Failed(AllocError),
     /// Selected, but allocated to other claims and not shareable.
     Taken { claims: Vec<String> },
+    /// In a pool the scheduler does not allocate from on the node (`driver/pool`, why).
+    PoolInvalid { pool: String, reason: String },
+    /// In a pool being updated (`driver/pool`), which the scheduler skips from 1.35.
+    PoolUpdating { pool: String },
     /// Selected, but tainted and the request does not tolerate it.
     Untolerated { taint: DeviceTaint },
 }
@@ -260,6 +307,8 @@ pub struct Allocator<'a, D: DeviceView> {
     by_node: HashMap<String, Vec<usize>>,
     /// Devices published with a node selector or for all nodes.
     elsewhere: Vec<usize>,
+    /// The devices of each slice with `perDeviceNodeSelection`, in slice order.
+    per_device: Vec<Vec<usize>>,
     selector_ids: HashMap<String, usize>,
     selectors: Vec<Selector>,
     /// Each device's CEL inputs class: devices with the same driver, attributes, capacities
@@ -332,13 +381,27 @@ impl Constraint<'_> {
 /// One allocation attempt on one node.
 struct Search<'s> {
     claims: &'s [Claim<'s>],
+    /// The devices gathered for the node, in the scheduler's order.
     node_devices: Vec<usize>,
+    /// Gathered devices that are for other nodes (see [`Allocator::gather`]).
+    off_node: HashSet<usize>,
+    /// The node's invalid pools, and the devices in them (index into `invalid`).
+    invalid: Vec<InvalidPool>,
+    invalid_of: HashMap<usize, usize>,
     /// Per claim, per request: the request, or its sub-requests in order.
     requests: Vec<Vec<Vec<RequestData<'s>>>>,
     constraints: Vec<Vec<Constraint<'s>>>,
     /// Devices being allocated (exclusive ones only), with the claims they go to.
     allocating: HashMap<usize, Vec<usize>>,
     result: Vec<Vec<(String, usize)>>,
+}
+
+/// What [`Allocator::gather`] finds for a node.
+struct Gathered {
+    devices: Vec<usize>,
+    off_node: HashSet<usize>,
+    invalid: Vec<InvalidPool>,
+    invalid_of: HashMap<usize, usize>,
 }
 
 enum Stop {
@@ -360,7 +423,17 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         }
         let mut by_node: HashMap<String, Vec<usize>> = HashMap::new();
         let mut elsewhere = Vec::new();
+        let mut per_device: Vec<Vec<usize>> = Vec::new();
+        let mut per_device_slot: HashMap<usize, usize> = HashMap::new();
         for &d in &order {
+            if let Some(slice) = fleet.devices[d].per_device_slice() {
+                let slot = *per_device_slot.entry(slice).or_insert_with(|| {
+                    per_device.push(Vec::new());
+                    per_device.len() - 1
+                });
+                per_device[slot].push(d);
+                continue;
+            }
             match fleet.devices[d].placement() {
                 super::Placement::Node(name) => by_node.entry(name.to_owned()).or_default().push(d),
                 _ => elsewhere.push(d),
@@ -402,6 +475,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             representatives,
             by_node,
             elsewhere,
+            per_device,
             selector_ids: HashMap::new(),
             selectors: Vec::new(),
             values,
@@ -409,19 +483,79 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         }
     }
 
-    /// The devices usable from `node`, in the scheduler's order.
-    pub(crate) fn node_devices(&self, node: &NodeInfo) -> Vec<usize> {
+    /// The devices the scheduler gathers for `node` (pools_incubating.go `GatherPools`), in
+    /// its order: those of the slices for the node, and every device of a
+    /// `perDeviceNodeSelection` slice one of whose devices is for the node. The devices of such
+    /// a slice that are for other nodes are in `off_node`: their selectors still run, and can
+    /// fail the attempt, before their own node rules them out (allocator_incubating.go
+    /// `isSelectable`).
+    fn gather(&self, node: &NodeInfo) -> Gathered {
         let mut devices: Vec<usize> = self.by_node.get(&node.name).cloned().unwrap_or_default();
-        if !self.elsewhere.is_empty() {
+        let mut off_node = HashSet::new();
+        if !self.elsewhere.is_empty() || !self.per_device.is_empty() {
             devices.extend(
                 self.elsewhere
                     .iter()
                     .copied()
                     .filter(|&d| node.can_use(self.fleet.devices[d].placement())),
             );
+            for slice in &self.per_device {
+                let (here, there): (Vec<usize>, Vec<usize>) = slice
+                    .iter()
+                    .partition(|&&d| node.can_use(self.fleet.devices[d].placement()));
+                if !here.is_empty() {
+                    devices.extend(slice);
+                    off_node.extend(there);
+                }
+            }
             devices.sort_by_key(|&d| self.rank[d]);
         }
-        devices
+        let (invalid, invalid_of) = self.invalid_pools(&devices);
+        Gathered {
+            devices,
+            off_node,
+            invalid,
+            invalid_of,
+        }
+    }
+
+    /// pools_incubating.go `buildPool` `validateDeviceNames`: a pool whose slices for the node
+    /// (every device of them, another node's too) name one device twice is invalid there; the
+    /// first name seen twice, in the scheduler's order, is the reason. From 1.35 a pool being
+    /// updated is never validated (GatherPools returns it as incomplete only); 1.34 marks both.
+    /// (Shared counters, which 1.36 validates too, are not read by the fleet model.)
+    fn invalid_pools(&self, devices: &[usize]) -> (Vec<InvalidPool>, HashMap<usize, usize>) {
+        let mut names: HashMap<(&str, &str), HashSet<&str>> = HashMap::new();
+        let mut invalid: Vec<InvalidPool> = Vec::new();
+        let mut invalid_pool: HashMap<(&str, &str), usize> = HashMap::new();
+        for &d in devices {
+            let device = &self.fleet.devices[d];
+            let key = (device.driver(), device.pool());
+            if invalid_pool.contains_key(&key)
+                || (self.features.release >= 35 && self.pool_incomplete(d))
+            {
+                continue;
+            }
+            if !names.entry(key).or_default().insert(device.name()) {
+                invalid_pool.insert(key, invalid.len());
+                invalid.push(InvalidPool {
+                    pool: format!("{}/{}", key.0, key.1),
+                    reason: format!("duplicate device name {}", device.name()),
+                });
+            }
+        }
+        let invalid_of = if invalid.is_empty() {
+            HashMap::new()
+        } else {
+            devices
+                .iter()
+                .filter_map(|&d| {
+                    let device = &self.fleet.devices[d];
+                    Some((d, *invalid_pool.get(&(device.driver(), device.pool()))?))
+                })
+                .collect()
+        };
+        (invalid, invalid_of)
     }
 
     /// Decides whether `claims` can all be allocated on `node`, as the scheduler's Filter does.
@@ -430,10 +564,13 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         node: &NodeInfo,
         claims: &[Claim<'_>],
     ) -> Result<NodeVerdict, AllocError> {
-        let node_devices = self.node_devices(node);
+        let gathered = self.gather(node);
         let mut search = Search {
             claims,
-            node_devices,
+            node_devices: gathered.devices,
+            off_node: gathered.off_node,
+            invalid: gathered.invalid,
+            invalid_of: gathered.invalid_of,
             requests: Vec::new(),
             constraints: Vec::new(),
             allocating: HashMap::new(),
@@ -492,6 +629,13 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                     })
                     .collect(),
             )),
+            // allocator_incubating.go `Allocate` (1.35+): when nothing is found and the node
+            // has invalid pools, the node's reason says so.
+            Ok(false) | Err(Stop::MaxSize)
+                if self.features.release >= 35 && !search.invalid.is_empty() =>
+            {
+                Ok(NodeVerdict::InvalidPools(search.invalid))
+            }
             Ok(false) | Err(Stop::MaxSize) => Ok(NodeVerdict::CannotAllocate),
             Err(Stop::Error(e)) => Err(e),
         }
@@ -532,7 +676,10 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 }
             }
         }
-        let constraints_block = verdict == NodeVerdict::CannotAllocate && {
+        let constraints_block = matches!(
+            verdict,
+            NodeVerdict::CannotAllocate | NodeVerdict::InvalidPools(_)
+        ) && {
             let unconstrained: Vec<ResourceClaimSpec> = claims
                 .iter()
                 .map(|c| {
@@ -567,9 +714,13 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         sub_request: Option<usize>,
     ) -> Result<Vec<(usize, DeviceStatus)>, AllocError> {
         let claims = [claim];
+        let gathered = self.gather(node);
         let search = Search {
             claims: &claims,
-            node_devices: self.node_devices(node),
+            node_devices: gathered.devices,
+            off_node: gathered.off_node,
+            invalid: gathered.invalid,
+            invalid_of: gathered.invalid_of,
             requests: Vec::new(),
             constraints: Vec::new(),
             allocating: HashMap::new(),
@@ -581,8 +732,33 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             .ok_or_else(|| unsupported(&claim, &request.name, "no such sub-request"))?;
         let mut statuses = Vec::new();
         for &d in &search.node_devices {
+            // The scheduler never evaluates a device of an invalid pool: it skips the pool
+            // (1.35+) or fails on reaching it (1.34, and allocationMode All).
+            if let Some(&i) = search.invalid_of.get(&d) {
+                let pool = &search.invalid[i];
+                statuses.push((
+                    d,
+                    DeviceStatus::PoolInvalid {
+                        pool: pool.pool.clone(),
+                        reason: pool.reason.clone(),
+                    },
+                ));
+                continue;
+            }
+            if self.features.release >= 35 && self.pool_incomplete(d) {
+                let device = &self.fleet.devices[d];
+                statuses.push((
+                    d,
+                    DeviceStatus::PoolUpdating {
+                        pool: format!("{}/{}", device.driver(), device.pool()),
+                    },
+                ));
+                continue;
+            }
             let status = match self.selector_verdict(claim.name, data, d) {
                 Err(e) => DeviceStatus::Failed(e),
+                // Another node's device serves nothing here; only an error shows.
+                Ok(_) if search.off_node.contains(&d) => continue,
                 Ok(Some(failed)) => failed,
                 Ok(None) => match self.capacity_unmodelled(claim.name, data, d) {
                     Some(e) => DeviceStatus::Failed(e),
@@ -773,20 +949,31 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             }
             "All" => {
                 let mut all = Vec::new();
-                let mut incomplete_checked = HashSet::new();
+                let mut pools_checked = HashSet::new();
                 for &d in &search.node_devices {
                     let device = &self.fleet.devices[d];
                     let pool = (device.driver().to_owned(), device.pool().to_owned());
-                    if incomplete_checked.insert(pool.clone())
-                        && self.fleet.incomplete_pools.contains(&pool)
-                    {
-                        return Err(AllocError::PoolIncomplete {
-                            claim: claim.name.to_owned(),
-                            request: name,
-                            pool: format!("{}/{}", pool.0, pool.1),
-                        });
+                    // validateDeviceRequest, pool by pool: being updated, then invalid.
+                    if pools_checked.insert(pool.clone()) {
+                        if self.fleet.incomplete_pools.contains(&pool) {
+                            return Err(AllocError::PoolIncomplete {
+                                claim: claim.name.to_owned(),
+                                request: name,
+                                pool: format!("{}/{}", pool.0, pool.1),
+                            });
+                        }
+                        if let Some(&i) = search.invalid_of.get(&d) {
+                            return Err(AllocError::PoolInvalidAll {
+                                claim: claim.name.to_owned(),
+                                request: name,
+                                pool: search.invalid[i].pool.clone(),
+                                reason: search.invalid[i].reason.clone(),
+                            });
+                        }
                     }
-                    if self.selector_verdict(claim.name, &data, d)?.is_none() {
+                    if self.selector_verdict(claim.name, &data, d)?.is_none()
+                        && !search.off_node.contains(&d)
+                    {
                         if let Some(e) = self.capacity_unmodelled(claim.name, &data, d) {
                             return Err(e);
                         }
@@ -1049,8 +1236,22 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         }
         for position in 0..s.node_devices.len() {
             let d = s.node_devices[position];
-            if self.pool_incomplete(d) {
-                // Devices of a pool being updated are not allocated (but other pools may serve).
+            // allocateOne checks a pool's validity before any of its devices: 1.34 fails the
+            // attempt on reaching an invalid pool, 1.35+ skips it.
+            if let Some(&i) = s.invalid_of.get(&d) {
+                if self.features.release < 35 {
+                    let device = &self.fleet.devices[d];
+                    return Err(Stop::Error(AllocError::PoolInvalid {
+                        driver: device.driver().to_owned(),
+                        pool: device.pool().to_owned(),
+                        reason: s.invalid[i].reason.clone(),
+                    }));
+                }
+                continue;
+            }
+            if self.features.release >= 35 && self.pool_incomplete(d) {
+                // From 1.35 devices of a pool being updated are not allocated (but other pools
+                // may serve); 1.34's allocateOne checks only IsInvalid, and allocates them.
                 continue;
             }
             {
@@ -1066,7 +1267,9 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                     .map_err(Stop::Error)?
                     .is_none()
             };
-            if !selected {
+            // isSelectable: a device's own node (perDeviceNodeSelection) only after its
+            // selectors.
+            if !selected || s.off_node.contains(&d) {
                 continue;
             }
             if let Some(e) =
@@ -1454,7 +1657,7 @@ mod tests {
                             .collect()
                     })
                     .collect(),
-                NodeVerdict::CannotAllocate => panic!("expected an allocation"),
+                other => panic!("expected an allocation, not {other:?}"),
             }
         }
     }

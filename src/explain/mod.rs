@@ -76,6 +76,13 @@ pub trait DeviceView: Sync {
     fn unsupported_attribute(&self) -> Option<&str> {
         None
     }
+    /// With `perDeviceNodeSelection`, an id of the device's slice (equal for the devices of
+    /// one slice): the scheduler (pools_incubating.go `GatherPools`) gathers such a slice
+    /// whole for a node one of its devices is for, and checks each device's own node only
+    /// after its selectors (allocator_incubating.go `isSelectable`).
+    fn per_device_slice(&self) -> Option<usize> {
+        None
+    }
 
     /// The attribute `domain`/`name` as CEL's `device.attributes[domain][name]` sees it: a name
     /// without a domain belongs to the driver's domain.

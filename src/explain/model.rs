@@ -32,6 +32,8 @@ pub(crate) struct SliceDevice<'a> {
     placement: Placement<'a>,
     /// The node the device is published for, when one is (`nodeName`).
     node: Option<Ustr>,
+    /// The index of its slice, when that slice has `perDeviceNodeSelection`.
+    per_device_slice: Option<usize>,
 }
 
 impl SliceDevice<'_> {
@@ -110,6 +112,9 @@ impl DeviceView for SliceDevice<'_> {
             .find(|(_, (_, value))| matches!(value, Value::Invalid))
             .map(|(joined, _)| joined.as_str())
     }
+    fn per_device_slice(&self) -> Option<usize> {
+        self.per_device_slice
+    }
 }
 
 /// The fleet the allocator works on.
@@ -124,6 +129,9 @@ pub(crate) struct FleetModel<'a> {
     pub nodes: Vec<CandidateNode<'a>>,
     /// Whether the nodes came from Node objects (labels and taints known) or only from slices.
     pub nodes_known: bool,
+    /// Current slices with `perDeviceNodeSelection` that the release's scheduler skips
+    /// (DRAPartitionableDevices off), by name: their devices are not in [`Self::devices`].
+    pub ignored_slices: Vec<String>,
 }
 
 /// A node the pod could run on, with what the scheduler's node filters read.
@@ -182,9 +190,17 @@ pub(crate) fn build<'a>(
     }
     let mut shapes: HashMap<*const [QualifiedName], Arc<[Ustr]>> = HashMap::new();
     let mut devices = Vec::new();
+    let mut ignored_slices = Vec::new();
     for &i in &current {
         let slice = &slices[i];
         let spec = &slice.spec;
+        // pools_incubating.go `GatherPools`: without DRAPartitionableDevices (1.34, 1.35 by
+        // default) a slice that sets perDeviceNodeSelection is skipped, none of its devices is
+        // ever allocated. (Its pool still counts its slices: checkSlicesInPool reads them all.)
+        if spec.per_device_node_selection && !features.partitionable_devices {
+            ignored_slices.push(slice.metadata.name.clone());
+            continue;
+        }
         for device in &spec.devices {
             let shape = device.attributes.shape();
             let names = shapes
@@ -234,6 +250,7 @@ pub(crate) fn build<'a>(
                     .collect(),
                 placement,
                 node,
+                per_device_slice: spec.per_device_node_selection.then_some(i),
             });
         }
     }
@@ -307,6 +324,7 @@ pub(crate) fn build<'a>(
         incomplete_pools,
         nodes,
         nodes_known,
+        ignored_slices,
     }
 }
 

@@ -305,6 +305,12 @@ pub(crate) enum ReasonKind {
     Taken,
     /// A taint the request does not tolerate.
     Untolerated,
+    /// In a resource pool the scheduler does not allocate from on the node (duplicate device
+    /// names in its slices).
+    PoolInvalid,
+    /// In a resource pool being updated (not all its slices published), which the scheduler
+    /// does not allocate from (from 1.35).
+    PoolUpdating,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -378,6 +384,9 @@ pub(crate) enum OutcomeKind {
     Constraint,
     /// The devices do not add up (counts, exclusive devices shared by requests).
     CannotAllocate,
+    /// Nothing can be allocated and the node has invalid pools (1.35+: the scheduler's
+    /// "invalid resource pools were encountered").
+    InvalidPools,
     /// The attempt fails with an error there.
     Error,
 }
@@ -699,6 +708,16 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
     }
     if let Some(user) = unread_user.filter(|_| !pending.is_empty()) {
         diagnosis.unchecked.push(user);
+    }
+    if !model.ignored_slices.is_empty() && !pending.is_empty() {
+        diagnosis.notes.push(format!(
+            "Kubernetes 1.{} skips {} {}: {} perDeviceNodeSelection, which its scheduler reads only with the DRAPartitionableDevices feature gate (off by default before 1.36), so none of {} devices is allocated",
+            input.features.release,
+            if model.ignored_slices.len() == 1 { "ResourceSlice" } else { "ResourceSlices" },
+            model.ignored_slices.join(", "),
+            if model.ignored_slices.len() == 1 { "it sets" } else { "they set" },
+            if model.ignored_slices.len() == 1 { "its" } else { "their" },
+        ));
     }
     if input.unread.iter().any(|(k, _)| *k == Kind::ResourceClaim) && !pending.is_empty() {
         diagnosis.unchecked.push(if objects.claims.is_empty() {
@@ -1340,6 +1359,17 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
                     (OutcomeKind::Allocatable, detail.to_owned())
                 }
                 NodeVerdict::CannotAllocate => why_not_on_node(&allocator, &report),
+                NodeVerdict::InvalidPools(pools) => (
+                    OutcomeKind::InvalidPools,
+                    format!(
+                        "invalid resource pools were encountered: {}",
+                        pools
+                            .iter()
+                            .map(|p| format!("pool {} ({})", p.pool, p.reason))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ),
             }
         };
         outcomes
@@ -1425,6 +1455,24 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
                         claims.clone(),
                     )
                 }
+                DeviceStatus::PoolInvalid { pool, reason } => (
+                    ReasonKind::PoolInvalid,
+                    None,
+                    None,
+                    format!(
+                        "resource pool {pool} is invalid on the node ({reason}): the scheduler allocates nothing from it"
+                    ),
+                    Vec::new(),
+                ),
+                DeviceStatus::PoolUpdating { pool } => (
+                    ReasonKind::PoolUpdating,
+                    None,
+                    None,
+                    format!(
+                        "resource pool {pool} is being updated (not all its slices are published): the scheduler allocates nothing from it until it is complete"
+                    ),
+                    Vec::new(),
+                ),
                 DeviceStatus::Untolerated { taint } => {
                     report.qualifying += 1;
                     qualifying_nodes.insert(node_name);
@@ -1660,6 +1708,12 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
         if input.features.release < 36 && matches!(error, AllocError::Runtime(_)) {
             diagnosis.notes.push(format!(
                 "Kubernetes 1.{} tries a node's resource pools in no fixed order (pools_incubating.go GatherPools builds them from a map; 1.36 sorts them): on a node where a selector fails on one device and other devices could serve, an attempt may meet either first; why tries pools by driver and pool name",
+                input.features.release
+            ));
+        }
+        if matches!(error, AllocError::PoolInvalid { .. }) {
+            diagnosis.notes.push(format!(
+                "Kubernetes 1.{} tries a node's resource pools in no fixed order and fails the attempt when it reaches an invalid one: on a node where a valid pool could serve, an attempt may reach that first and succeed; why tries pools by driver and pool name",
                 input.features.release
             ));
         }
@@ -1923,8 +1977,23 @@ fn why_not_on_node(
                 )
             })
             .count();
+        let pooled = r
+            .devices
+            .iter()
+            .filter(|(_, s)| {
+                matches!(
+                    s,
+                    DeviceStatus::PoolInvalid { .. } | DeviceStatus::PoolUpdating { .. }
+                )
+            })
+            .count();
         let detail = if r.devices.is_empty() {
             format!("request {}: the node has no devices", r.request)
+        } else if pooled == r.devices.len() {
+            format!(
+                "request {}: every device of the node is in a resource pool being updated or invalid",
+                r.request
+            )
         } else if passing == 0 {
             format!("request {}: no device passes the selectors", r.request)
         } else {
@@ -2073,6 +2142,28 @@ fn attempt(error: &AllocError) -> AttemptError {
             consequence: "the scheduler does not allocate allocationMode All while a pool's slices are being updated".to_owned(),
             fix: "wait for the driver to finish publishing the pool".to_owned(),
         },
+        AllocError::PoolInvalidAll { pool, reason, .. } => AttemptError {
+            message: error.to_string(),
+            always: true,
+            undecided: false,
+            consequence: format!(
+                "the scheduler fails the scheduling attempt (PodScheduled reason SchedulerError): allocationMode All is not allocated while a pool of the node is invalid ({pool}: {reason})"
+            ),
+            fix: pool_fix(pool, reason),
+        },
+        AllocError::PoolInvalid {
+            driver,
+            pool,
+            reason,
+        } => AttemptError {
+            message: error.to_string(),
+            always: true,
+            undecided: false,
+            consequence: format!(
+                "the scheduler fails the scheduling attempt (PodScheduled reason SchedulerError) when its search reaches the invalid pool {driver}/{pool} ({reason}); Kubernetes 1.35 skips such pools instead"
+            ),
+            fix: pool_fix(&format!("{driver}/{pool}"), reason),
+        },
         AllocError::ConstraintAll { .. } => AttemptError {
             message: error.to_string(),
             always: true,
@@ -2094,6 +2185,16 @@ fn attempt(error: &AllocError) -> AttemptError {
             consequence: "the scheduler fails the pod".to_owned(),
             fix: "create the class or fix deviceClassName".to_owned(),
         },
+    }
+}
+
+/// What fixes an invalid pool: only its driver (or whoever publishes the slices) can.
+fn pool_fix(pool: &str, reason: &str) -> String {
+    match reason.strip_prefix("duplicate device name ") {
+        Some(device) => format!(
+            "the slices of pool {pool} for the node must name device {device} once: the driver publishes it twice (two slices of one generation, or two publishers of one pool name); fix the driver or delete the stray slice"
+        ),
+        None => format!("fix the slices of pool {pool}: {reason}"),
     }
 }
 
@@ -2411,6 +2512,22 @@ fn conclude(
                 {
                     steps.push("the constraint keeps the requests on one GPU (matchAttribute): the GPUs that pass one request are not the ones that pass the other".to_owned());
                 }
+                if nodes
+                    .outcomes
+                    .iter()
+                    .any(|o| o.outcome == OutcomeKind::InvalidPools)
+                {
+                    steps.push("the scheduler allocates nothing from an invalid pool (see the nodes): each pool's slices for a node must name every device once; fix the driver that publishes them twice, or delete the stray slice".to_owned());
+                }
+            }
+            if diagnosis
+                .claims
+                .iter()
+                .flat_map(|c| &c.requests)
+                .flat_map(|r| &r.reasons)
+                .any(|r| r.reason == ReasonKind::PoolUpdating)
+            {
+                steps.push("wait for the driver to publish every slice of the pool being updated (its resourceSliceCount): the scheduler allocates from it once it is complete; if it stays incomplete, the driver's publishing is stuck".to_owned());
             }
             steps.push("or give the workload a way forward without such a GPU: a second claim on any render node (class gpu-render) that it uses with its own fallback path, or no claim and work on the CPU; the workload's controller chooses, not the scheduler".to_owned());
         }
@@ -3337,6 +3454,248 @@ spec: {}
                 .iter()
                 .any(|n| n.contains("in no fixed order"))
         );
+    }
+
+    /// One slice with perDeviceNodeSelection: gpu-n2 (for n2, without `decode`) listed
+    /// before gpu-n1 (for n1, with it).
+    const PER_DEVICE: &str = r#"
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: shared}
+spec:
+  driver: media.liken.sh
+  perDeviceNodeSelection: true
+  pool: {name: shared, generation: 1, resourceSliceCount: 1}
+  devices:
+  - {name: gpu-n2, nodeName: n2, attributes: {}}
+  - {name: gpu-n1, nodeName: n1, attributes: {decode: {bool: true}}}
+"#;
+
+    fn explain_for(text: &str, minor: u32) -> Diagnosis {
+        let objects = objects(text);
+        explain(&Input {
+            objects: &objects,
+            target: &Target::Pod {
+                namespace: "media".into(),
+                name: "p".into(),
+            },
+            features: Features::for_minor(minor),
+            unread: &[],
+            every_device: false,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_per_device_slice_is_gathered_whole_and_its_selectors_run_first() {
+        // pools_incubating.go GatherPools takes the whole slice for n1 (one device is for
+        // it); allocator_incubating.go isSelectable runs the selectors on gpu-n2 before
+        // checking gpu-n2's own node: the runtime error fails the attempt on n1 too.
+        let text = format!("{PER_DEVICE}{DECODE}");
+        let d = explain_for(&text, 36);
+        let error = d
+            .attempt_error
+            .as_ref()
+            .expect("the selector fails on gpu-n2");
+        assert!(error.message.contains("no such key: decode"), "{error:?}");
+        assert_eq!(
+            outcome_kinds(&d),
+            [(OutcomeKind::Error, vec!["n1".to_owned(), "n2".to_owned()])]
+        );
+        // Without the error, gpu-n2 is not for n1: n1 gets gpu-n1, n2 nothing.
+        let d = explain_for(
+            &text.replace(
+                "gpu-n2, nodeName: n2, attributes: {}",
+                "gpu-n2, nodeName: n2, attributes: {decode: {bool: false}}",
+            ),
+            36,
+        );
+        assert!(d.attempt_error.is_none(), "{:?}", d.attempt_error);
+        assert_eq!(
+            outcome_kinds(&d)[0],
+            (OutcomeKind::Allocatable, vec!["n1".to_owned()])
+        );
+        assert_eq!(d.nodes.as_ref().expect("nodes").allocatable, 1);
+    }
+
+    #[test]
+    fn before_1_36_a_per_device_slice_is_skipped() {
+        // DRAPartitionableDevices is off by default in 1.34 and 1.35: GatherPools skips a
+        // slice that sets perDeviceNodeSelection, so nothing of it is allocated or evaluated.
+        let text = format!("{PER_DEVICE}{DECODE}");
+        for minor in [34, 35] {
+            let d = explain_for(&text, minor);
+            assert!(d.attempt_error.is_none(), "{:?}", d.attempt_error);
+            assert!(
+                d.notes
+                    .iter()
+                    .any(|n| n.contains("skips ResourceSlice shared")
+                        && n.contains("DRAPartitionableDevices")),
+                "{:?}",
+                d.notes
+            );
+            assert!(
+                d.nodes.as_ref().is_none_or(|n| n.allocatable == 0),
+                "{:?}",
+                d.nodes
+            );
+        }
+        let d = explain_for(&text, 36);
+        assert!(
+            !d.notes
+                .iter()
+                .any(|n| n.contains("DRAPartitionableDevices"))
+        );
+    }
+
+    /// Pool n1 lists gpu0 in both of its slices for n1; pool shared lists gpu0 once for n1
+    /// and once for n2, which is no duplicate on either node.
+    const DUPLICATE: &str = r#"
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1-a}
+spec:
+  driver: media.liken.sh
+  nodeName: n1
+  pool: {name: n1, generation: 1, resourceSliceCount: 2}
+  devices: [{name: gpu0, attributes: {decode: {bool: true}}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1-b}
+spec:
+  driver: media.liken.sh
+  nodeName: n1
+  pool: {name: n1, generation: 1, resourceSliceCount: 2}
+  devices: [{name: gpu0, attributes: {decode: {bool: true}}}]
+"#;
+
+    #[test]
+    fn an_invalid_pool_is_not_allocated_from() {
+        // pools_incubating.go validateDeviceNames: "duplicate device name gpu0" makes pool n1
+        // invalid on n1; from 1.35 allocateOne skips it and Allocate says "invalid resource
+        // pools were encountered" (ErrFailedAllocationOnNode: the node is unschedulable).
+        let text = format!("{DUPLICATE}{DECODE}");
+        for minor in [35, 36] {
+            let d = explain_for(&text, minor);
+            assert!(d.attempt_error.is_none(), "{:?}", d.attempt_error);
+            assert!(d.blocked, "{}", d.verdict);
+            let nodes = d.nodes.as_ref().expect("nodes");
+            assert_eq!(nodes.outcomes.len(), 1, "{:?}", nodes.outcomes);
+            assert_eq!(nodes.outcomes[0].outcome, OutcomeKind::InvalidPools);
+            assert_eq!(
+                nodes.outcomes[0].detail,
+                "invalid resource pools were encountered: pool media.liken.sh/n1 (duplicate device name gpu0)"
+            );
+            let request = &d.claims[0].requests[0];
+            assert_eq!(request.reasons[0].reason, ReasonKind::PoolInvalid);
+            assert!(
+                d.next_steps.iter().any(|s| s.contains("invalid pool")),
+                "{:?}",
+                d.next_steps
+            );
+        }
+        // 1.34 fails the attempt when the search reaches the pool, naming it without its driver.
+        let d = explain_for(&text, 34);
+        let error = d
+            .attempt_error
+            .as_ref()
+            .expect("the search reaches pool n1");
+        assert_eq!(
+            error.message,
+            "pool n1 is invalid: duplicate device name gpu0"
+        );
+        // allocationMode All errors on an invalid pool, in every release.
+        let all = text.replace(
+            "requests: [{name: r, exactly: {deviceClassName: decode}}]",
+            "requests: [{name: r, exactly: {deviceClassName: decode, allocationMode: All}}]",
+        );
+        for minor in [34, 35, 36] {
+            let d = explain_for(&all, minor);
+            let error = d.attempt_error.as_ref().expect("All over an invalid pool");
+            assert_eq!(
+                error.message,
+                "claim media/b, request r: asks for all devices, but resource pool media.liken.sh/n1 is currently invalid"
+            );
+        }
+    }
+
+    #[test]
+    fn an_invalid_pool_is_invalid_only_where_its_slices_name_a_device_twice() {
+        // The same name in slices for different nodes is no duplicate: validateDeviceNames
+        // reads the slices gathered for the node only.
+        let across = DUPLICATE
+            .replacen("metadata: {name: n1-b}", "metadata: {name: n2}", 1)
+            .replacen("  nodeName: n1\n  pool", "  nodeName: n2\n  pool", 2)
+            .replacen("  nodeName: n2\n  pool", "  nodeName: n1\n  pool", 1);
+        assert!(across.contains("nodeName: n2"), "{across}");
+        let text = format!("{across}{DECODE}");
+        let d = explain_for(&text, 36);
+        assert!(d.attempt_error.is_none(), "{:?}", d.attempt_error);
+        assert_eq!(
+            d.nodes.as_ref().expect("nodes").allocatable,
+            2,
+            "{:?}",
+            d.nodes
+        );
+        // A valid pool on the node serves while the invalid one is skipped (1.35+).
+        let text = format!(
+            "{DUPLICATE}{DECODE}{}",
+            one_gpu("n1", true)
+                .replace("name: n1, generation", "name: n1-z, generation")
+                .replace("metadata: {name: n1}", "metadata: {name: n1-z}")
+        );
+        let d = explain_for(&text, 36);
+        assert!(d.attempt_error.is_none(), "{:?}", d.attempt_error);
+        assert_eq!(
+            outcome_kinds(&d),
+            [(OutcomeKind::Allocatable, vec!["n1".to_owned()])]
+        );
+        // 1.34 reaches pool n1 first here (why's order), and says its order is not fixed.
+        let d = explain_for(&text, 34);
+        assert!(d.attempt_error.is_some());
+        assert!(
+            d.notes.iter().any(|n| n.contains("no fixed order")),
+            "{:?}",
+            d.notes
+        );
+    }
+
+    #[test]
+    fn a_pool_being_updated_is_skipped_from_1_35() {
+        // One slice of two: allocator_incubating.go allocateOne skips IsIncomplete pools from
+        // 1.35; 1.34's checks only IsInvalid and allocates from them.
+        let text = format!("{}{DECODE}", one_gpu("n1", true))
+            .replace("resourceSliceCount: 1", "resourceSliceCount: 2");
+        let d = explain_for(&text, 34);
+        assert_eq!(
+            outcome_kinds(&d),
+            [(OutcomeKind::Allocatable, vec!["n1".to_owned()])]
+        );
+        for minor in [35, 36] {
+            let d = explain_for(&text, minor);
+            assert_eq!(
+                d.nodes.as_ref().expect("nodes").allocatable,
+                0,
+                "{:?}",
+                d.nodes
+            );
+            let request = &d.claims[0].requests[0];
+            assert_eq!(request.reasons[0].reason, ReasonKind::PoolUpdating);
+            assert_eq!(
+                d.nodes.as_ref().expect("nodes").outcomes[0].detail,
+                "request r: every device of the node is in a resource pool being updated or invalid"
+            );
+            assert!(
+                d.next_steps
+                    .iter()
+                    .any(|s| s.contains("resourceSliceCount")),
+                "{:?}",
+                d.next_steps
+            );
+        }
     }
 
     #[test]

@@ -947,7 +947,7 @@ fn the_help_s_recipe_saves_what_why_needs() {
     // The same explanation, but for the note that files carry no Kubernetes version (the
     // server's feature gates are off here, and its slices have no allowMultipleAllocations).
     let saved = text(&out, 3);
-    let note = "\nnote: feature gates as in Kubernetes 1.36 (DRAConsumableCapacity and DRADeviceTaints on); pass --kubernetes-version for another release\n";
+    let note = "\nnote: feature gates as in Kubernetes 1.36 (DRAConsumableCapacity, DRADeviceTaints and DRAPartitionableDevices on); pass --kubernetes-version for another release\n";
     assert!(saved.contains(note), "{saved}");
     assert_eq!(saved.replace(note, ""), text(&from_cluster, 3), "{script}");
 }
