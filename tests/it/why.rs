@@ -445,6 +445,44 @@ fn without_kind(dir: &std::path::Path, scenario: &str, kind: &str) -> String {
 }
 
 #[test]
+fn files_without_claims_leave_what_other_claims_hold_unknown() {
+    // The scenario's pod before its claim was made, and its template, without ResourceClaims:
+    // what other claims hold is not in the files, and that is said.
+    let dir = tempfile::tempdir().unwrap();
+    let text_of = std::fs::read_to_string(example("why/no-gpu-qualifies.yaml")).unwrap();
+    let kept: Vec<String> = serde_yaml::Deserializer::from_str(&text_of)
+        .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
+        .filter(|v| !v.is_null() && v["kind"] != "ResourceClaim")
+        .map(|mut v| {
+            if v["kind"] == "Pod" {
+                v["status"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("resourceClaimStatuses");
+            }
+            serde_yaml::to_string(&v).unwrap()
+        })
+        .collect();
+    let file = dir.path().join("not-created.yaml");
+    std::fs::write(&file, kept.join("---\n")).unwrap();
+    let file = file.display().to_string();
+    let mut args = vec!["why".to_owned(), "archive-0".to_owned()];
+    for f in fleet_files() {
+        args.extend(["-f".to_owned(), f]);
+    }
+    args.extend(["-f".to_owned(), file, "-o".to_owned(), "json".to_owned()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run(&args, None);
+    let record: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let notes = record["notes"].to_string();
+    assert!(
+        notes.contains("resourceclaims were not read (the files hold none"),
+        "{record:#}"
+    );
+}
+
+#[test]
 fn a_claim_whose_pod_is_unknown_or_missing_is_never_fine() {
     let dir = tempfile::tempdir().unwrap();
     let run_with = |target: &str, file: &str, code: i32| {
