@@ -100,7 +100,12 @@ fn parse_minor(text: &str) -> Result<u32, String> {
         _ => None,
     };
     match minor {
-        Some(m) if (20..100).contains(&m) => Ok(m),
+        Some(m) if (34..100).contains(&m) => Ok(m),
+        // resource.k8s.io/v1, the only API version read, is served from 1.34.
+        Some(m) if (20..34).contains(&m) => Err(format!(
+            "Kubernetes 1.{m} is not explained: its DRA API is older than resource.k8s.io/v1, \
+             which is served from 1.34 (valid: 1.34 and later)"
+        )),
         _ => Err(format!(
             "invalid Kubernetes version {text:?} (valid: e.g. 1.34, 1.35.2, 36)"
         )),
@@ -888,5 +893,11 @@ mod tests {
         assert_eq!(parse_minor("36"), Ok(36));
         assert!(parse_minor("2.1").is_err());
         assert!(parse_minor("soon").is_err());
+        // Older than resource.k8s.io/v1: refused, saying so.
+        assert!(
+            parse_minor("1.33")
+                .unwrap_err()
+                .contains("served from 1.34")
+        );
     }
 }
