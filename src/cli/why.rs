@@ -699,7 +699,10 @@ fn render_request(page: &mut Page, request: &pod::RequestReport, styles: &Styles
                 continue;
             }
             _ if !heading_changed => {}
-            ReasonKind::SelectorFalse | ReasonKind::RuntimeError | ReasonKind::CannotEvaluate => {
+            // A reason that comes from a selector: the selector, then what it found.
+            ReasonKind::SelectorFalse | ReasonKind::RuntimeError | ReasonKind::CannotEvaluate
+                if reason.selector.is_some() || reason.clause.is_some() =>
+            {
                 let mut text = reason.selector.clone().unwrap_or_default();
                 if let Some(clause) = &reason.clause {
                     let _ = write!(text, ": {clause}");
@@ -707,10 +710,7 @@ fn render_request(page: &mut Page, request: &pod::RequestReport, styles: &Styles
                 page.line(4, 2, &[(&text, plain)]);
                 page.line(6, 2, &[(&reason.detail, styles.no), (":", plain)]);
             }
-            ReasonKind::Taken
-            | ReasonKind::Untolerated
-            | ReasonKind::PoolInvalid
-            | ReasonKind::PoolUpdating => {
+            _ => {
                 page.line(4, 2, &[(&reason.detail, styles.no), (":", plain)]);
             }
         }

@@ -288,6 +288,9 @@ pub(crate) enum DeviceStatus {
     PoolUpdating { pool: String },
     /// Selected, but tainted and the request does not tolerate it.
     Untolerated { taint: DeviceTaint },
+    /// Selected and free, but shareable with capacities under DRAConsumableCapacity: whether
+    /// one more allocation's consumption fits is not modelled (see `capacity_unmodelled`).
+    CapacityUnmodelled,
 }
 
 /// The allocator: selector programs compiled once, device values built once and selector
@@ -614,6 +617,16 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 .push(prepare_constraints(claim, constraints)?);
         }
         match self.allocate_one(&mut search, 0, 0, 0, 0, false) {
+            // Found, but on a device whose room was assumed: not decided.
+            Ok(true)
+                if let Some(e) = search.result.iter().enumerate().find_map(|(c, devices)| {
+                    devices.iter().find_map(|(request, d)| {
+                        self.capacity_unmodelled_in(claims[c].name, request, *d)
+                    })
+                }) =>
+            {
+                Err(e)
+            }
             Ok(true) => Ok(NodeVerdict::Allocated(
                 search
                     .result
@@ -760,9 +773,15 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 // Another node's device serves nothing here; only an error shows.
                 Ok(_) if search.off_node.contains(&d) => continue,
                 Ok(Some(failed)) => failed,
-                Ok(None) => match self.capacity_unmodelled(claim.name, data, d) {
-                    Some(e) => DeviceStatus::Failed(e),
-                    None => self.usability(&search, 0, data, d),
+                // Taken or untainted is decided first; only a device that would otherwise be
+                // free is undecided for its capacity.
+                Ok(None) => match self.usability(&search, 0, data, d) {
+                    DeviceStatus::Available
+                        if self.capacity_unmodelled(claim.name, data, d).is_some() =>
+                    {
+                        DeviceStatus::CapacityUnmodelled
+                    }
+                    status => status,
                 },
             };
             statuses.push((d, status));
@@ -1099,10 +1118,15 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         data: &RequestData<'_>,
         d: usize,
     ) -> Option<AllocError> {
+        self.capacity_unmodelled_in(claim, &data.name(), d)
+    }
+
+    /// [`Self::capacity_unmodelled`] by request name.
+    fn capacity_unmodelled_in(&self, claim: &str, request: &str, d: usize) -> Option<AllocError> {
         let device = &self.fleet.devices[d];
         (self.shareable(d) && device.capacities().next().is_some()).then(|| AllocError::Unsupported {
             claim: claim.to_owned(),
-            request: data.name(),
+            request: request.to_owned(),
             problem: format!(
                 "device {} allows multiple allocations and has capacities: the capacity its allocations consume (DRAConsumableCapacity) is not modelled by this evaluator",
                 device.id()
@@ -1272,11 +1296,9 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             if !selected || s.off_node.contains(&d) {
                 continue;
             }
-            if let Some(e) =
-                self.capacity_unmodelled(claim_name, &s.requests[claim][request][sub], d)
-            {
-                return Err(Stop::Error(e));
-            }
+            // A shareable device with capacities is assumed to have room (the most the
+            // scheduler could find): a search that fails even so fails for the scheduler
+            // too; one that succeeds on such a device is not decided (see `allocate`).
             if !self.allocate_device(s, claim, request, sub, d, false)? {
                 continue;
             }
@@ -2074,6 +2096,17 @@ mod tests {
             world.run(Features::for_minor(35), "n1", std::slice::from_ref(&spec)),
             Ok(NodeVerdict::Allocated(_))
         ));
+        // A search that fails even with room assumed on it fails for the scheduler too:
+        // decided, whatever the device's room.
+        let hopeless = claim(json!({"requests": [
+            {"name": "d", "exactly": {"deviceClassName": "media-gpu"}},
+            {"name": "e", "exactly": {"deviceClassName": "media-gpu",
+                "selectors": [{"cel": {"expression": "false"}}]}},
+        ]}));
+        assert_eq!(
+            world.run(Features::for_minor(36), "n1", &[hopeless]),
+            Ok(NodeVerdict::CannotAllocate)
+        );
         // Nor do they for a shareable device without capacities.
         world.devices[0].capacities.clear();
         assert!(matches!(

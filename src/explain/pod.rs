@@ -35,6 +35,9 @@ const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
 const RENDER_NODE: &str = "liken.sh/renderNode";
 /// A `Taken` device that allows one allocation at a time.
 const NOT_SHAREABLE: &str = "allocated to other claims, and not shareable";
+/// Why a shareable device with capacities is not decided (a device's reason, and the nodes').
+const CAPACITY_UNMODELLED: &str = "passes the selectors and is held by no exclusive allocation, but allows multiple allocations and has capacities: whether what one more allocation consumes fits (DRAConsumableCapacity, by requestPolicy) is not modelled by this evaluator, so the search assumes it does";
+
 /// A `Taken` device that allows multiple allocations, held by allocations made without sharing.
 const HELD_EXCLUSIVELY: &str =
     "shareable, but held exclusively (the holders' allocations have no shareID)";
@@ -1455,6 +1458,18 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
                         claims.clone(),
                     )
                 }
+                DeviceStatus::CapacityUnmodelled => {
+                    // It passes the selectors; whether it has room is what is not known.
+                    report.qualifying += 1;
+                    qualifying_nodes.insert(node_name);
+                    (
+                        ReasonKind::CannotEvaluate,
+                        None,
+                        None,
+                        CAPACITY_UNMODELLED.to_owned(),
+                        Vec::new(),
+                    )
+                }
                 DeviceStatus::PoolInvalid { pool, reason } => (
                     ReasonKind::PoolInvalid,
                     None,
@@ -1964,7 +1979,13 @@ fn why_not_on_node(
     for r in &report.requests {
         // firstAvailable: the request fails only if every sub-request does; the first
         // sub-request stands for the request here.
-        if r.devices.iter().any(|(_, s)| *s == DeviceStatus::Available) {
+        // (A device whose room is assumed is not why a node fails: the search assumed it.)
+        if r.devices.iter().any(|(_, s)| {
+            matches!(
+                s,
+                DeviceStatus::Available | DeviceStatus::CapacityUnmodelled
+            )
+        }) {
             continue;
         }
         let passing = r
@@ -1973,7 +1994,9 @@ fn why_not_on_node(
             .filter(|(_, s)| {
                 matches!(
                     s,
-                    DeviceStatus::Taken { .. } | DeviceStatus::Untolerated { .. }
+                    DeviceStatus::Taken { .. }
+                        | DeviceStatus::Untolerated { .. }
+                        | DeviceStatus::CapacityUnmodelled
                 )
             })
             .count();

@@ -445,6 +445,61 @@ fn without_kind(dir: &std::path::Path, scenario: &str, kind: &str) -> String {
 }
 
 #[test]
+fn render_nodes_with_capacities_are_assumed_to_have_room_never_guessed() {
+    // liken's render nodes shareable with a capacity (1.36, DRAConsumableCapacity on): whether
+    // one more allocation fits is not modelled, so they are assumed to have room. archive-0
+    // fails even so (no GPU its nodeSelector allows transcodes), which the scheduler finds
+    // too: decided, exit 3, as without the capacities.
+    let dir = tempfile::tempdir().unwrap();
+    let text_of = std::fs::read_to_string(example("fleet.yaml")).unwrap();
+    let mut fleet: Value = serde_yaml::from_str(&text_of).unwrap();
+    let mut shareable = 0;
+    for slice in fleet["items"].as_array_mut().unwrap() {
+        if slice["spec"]["driver"] != "liken.sh" {
+            continue;
+        }
+        for device in slice["spec"]["devices"].as_array_mut().unwrap() {
+            device["allowMultipleAllocations"] = Value::Bool(true);
+            device["capacity"] = serde_json::json!({"slots": {"value": "4"}});
+            shareable += 1;
+        }
+    }
+    assert_eq!(shareable, 9);
+    let file = dir.path().join("fleet-capacities.yaml");
+    std::fs::write(&file, serde_yaml::to_string(&fleet).unwrap()).unwrap();
+    let mut args: Vec<String> = vec!["why".into(), "archive-0".into()];
+    for f in [
+        file.display().to_string(),
+        example("why/nodes.yaml"),
+        root()
+            .join("deploy/examples/classes.yaml")
+            .display()
+            .to_string(),
+        example("why/no-gpu-qualifies.yaml"),
+    ] {
+        args.extend(["-f".into(), f]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let explanation = text(&run(&args, None), 3);
+    assert!(
+        explanation.starts_with("No node can allocate the claims of pod media/archive-0: request transcodes: no device passes the selectors (7 of 9 nodes)."),
+        "{explanation}"
+    );
+    // They pass the selectors, in one group, said once.
+    assert!(
+        explanation.contains("9 of 17 devices pass the selectors, 0 free"),
+        "{explanation}"
+    );
+    assert_eq!(
+        explanation
+            .matches("has capacities: whether what one more allocation consumes fits")
+            .count(),
+        1,
+        "{explanation}"
+    );
+}
+
+#[test]
 fn files_without_claims_leave_what_other_claims_hold_unknown() {
     // The scenario's pod before its claim was made, and its template, without ResourceClaims:
     // what other claims hold is not in the files, and that is said.
