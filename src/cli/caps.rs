@@ -156,11 +156,21 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
         warning(io, note);
     }
     let file_pods = std::mem::take(&mut objects.pods);
+    let no_slices = objects.slices.is_empty();
     let inventory = inventory::build(objects.slices);
     // As kubectl: an empty table is a line on stderr; JSON and YAML stay parseable (`[]`).
     let table = !matches!(args.output, Some(CapsFormat::Json | CapsFormat::Yaml));
     if inventory.gpus.is_empty() && table {
-        let _ = writeln!(io.stderr, "No media.liken.sh or liken.sh devices found.");
+        // From files that hold no slice at all, the likelier story is the wrong file.
+        let why = if connected.is_none() && no_slices {
+            " (the files hold no ResourceSlices)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            io.stderr,
+            "No media.liken.sh or liken.sh devices found{why}."
+        );
         return Ok(());
     }
     if !inventory.gpus.is_empty() {

@@ -503,7 +503,7 @@ fn an_empty_fleet_says_so_and_json_stays_parseable() {
     assert!(out.stdout.is_empty());
     assert_eq!(
         String::from_utf8(out.stderr).unwrap(),
-        "No media.liken.sh or liken.sh devices found.\n"
+        "No media.liken.sh or liken.sh devices found (the files hold no ResourceSlices).\n"
     );
     let out = run(&["caps", "-f", "-", "-o", "json"], Some(empty));
     assert!(out.status.success());
