@@ -811,6 +811,14 @@ fn text_wraps_at_the_terminal_with_a_hanging_indent() {
                 "{columns}: {line:?}"
             );
         }
+        // A command is never parted by a line break: it goes to the next line whole.
+        assert!(
+            plain
+                .lines()
+                .any(|l| l
+                    == "    kubectl -n liken-system rollout restart daemonset/media-capabilities"),
+            "{columns}: {plain}"
+        );
         // Colour changes nothing but the escapes.
         let coloured = crate::caps::in_terminal_exiting(&args, columns, &[], 3);
         assert_ne!(coloured, plain);
