@@ -445,6 +445,16 @@ fn words(line: &str) -> Vec<(usize, usize, usize)> {
     out
 }
 
+/// The commands in `line` (see [`commands`]), as byte ranges from the start of their first word
+/// to the end of their last.
+pub(crate) fn command_spans(line: &str) -> Vec<std::ops::Range<usize>> {
+    let words = words(line);
+    commands(line)
+        .into_iter()
+        .map(|(first, last)| words[first].1..words[last].2)
+        .collect()
+}
+
 /// The commands in `line`, as the indices of their first and last words (of [`words`]). The
 /// text says what to run in the words themselves (`... with kubectl get pods -n liken-system,
 /// then ...`), so a command is found as a reader finds it: it starts at the word `kubectl`
@@ -452,7 +462,7 @@ fn words(line: &str) -> Vec<(usize, usize, usize)> {
 /// (`,`, `;`, `:`, `)`, a `.` that is not `...`), before a word that opens a `(`, or at the end
 /// of the line. Prose that names kubectl media (`kubectl media cannot decide...;`) is kept
 /// together too, which costs no more than an earlier break.
-pub(crate) fn commands(line: &str) -> Vec<(usize, usize)> {
+fn commands(line: &str) -> Vec<(usize, usize)> {
     let words = words(line);
     let text = |i: usize| &line[words[i].1..words[i].2];
     let ends_clause = |word: &str| {

@@ -243,6 +243,11 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
             m.why
         ));
     }
+    // A suggested `kubectl media why|caps` reads what this run read: from files, the same files.
+    let same = same_input(args);
+    for step in &mut diagnosis.next_steps {
+        *step = carry(step, &same);
+    }
     if minor.is_none() {
         diagnosis.notes.push(
             "feature gates as in Kubernetes 1.36 (DRAConsumableCapacity and DRADeviceTaints on); pass --kubernetes-version for another release".to_owned(),
@@ -281,6 +286,58 @@ fn undecided(d: &Diagnosis) -> bool {
     let evaluated = d.attempt_error.as_ref().is_some_and(|e| e.undecided)
         || d.nodes.as_ref().is_some_and(|n| n.allocatable > 0);
     !d.blocked && evaluated && !d.unchecked.is_empty()
+}
+
+/// The flags that make a suggested `kubectl media why` or `caps` read what this run read.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct SameInput {
+    /// The same `-f` (and `-R`) when this run read files: without them the suggestion would ask
+    /// the cluster. Each quoted for the shell when it needs to be.
+    files: Vec<String>,
+    /// `--kubernetes-version`, when given (`why` only: `caps` has no such flag), else the
+    /// answer could differ.
+    version: Option<String>,
+}
+
+/// What a suggested command must add to read what this run read. (The connection flags are
+/// not repeated, as kubectl's own hints do not repeat them.)
+fn same_input(args: &WhyArgs) -> SameInput {
+    SameInput {
+        files: args.input.same_files(),
+        version: args
+            .kubernetes_version
+            .map(|minor| format!("--kubernetes-version 1.{minor}")),
+    }
+}
+
+/// `text` with what [`SameInput`] holds added to each `kubectl media why` or `kubectl media
+/// caps` command in it, before the punctuation that ends its clause.
+fn carry(text: &str, same: &SameInput) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut from = 0;
+    for span in crate::cli::table::command_spans(text) {
+        let command = &text[span.clone()];
+        let bare = command.trim_start_matches(['(', '`', '\'', '"']);
+        let flags: Vec<&String> = if bare.starts_with("kubectl media why ") {
+            same.files.iter().chain(&same.version).collect()
+        } else if bare.starts_with("kubectl media caps") {
+            same.files.iter().collect()
+        } else {
+            continue;
+        };
+        let end = span.start
+            + command
+                .trim_end_matches([',', ';', ':', ')', '.', '`', '\'', '"'])
+                .len();
+        out.push_str(&text[from..end]);
+        for flag in flags {
+            out.push(' ');
+            out.push_str(flag);
+        }
+        from = end;
+    }
+    out.push_str(&text[from..]);
+    out
 }
 
 /// A kind `why` cannot do without that could not be read.
@@ -868,6 +925,57 @@ mod tests {
         for line in EXAMPLES.lines() {
             assert!(line.chars().count() <= 70, "{line:?}");
         }
+    }
+
+    #[test]
+    fn suggested_commands_read_what_this_run_read() {
+        let args = |files: &[&str], recursive, version| WhyArgs {
+            target: "x".into(),
+            input: FileArgs {
+                files: files.iter().map(|f| f.to_string()).collect(),
+                recursive,
+            },
+            output: None,
+            kubernetes_version: version,
+        };
+        let same = same_input(&args(&["a.yaml", "my dir/b's.yaml", "-"], true, Some(35)));
+        assert_eq!(
+            same.files,
+            [
+                "-f",
+                "a.yaml",
+                "-f",
+                r"'my dir/b'\''s.yaml'",
+                "-f",
+                "-",
+                "-R"
+            ]
+        );
+        assert_eq!(same.version.as_deref(), Some("--kubernetes-version 1.35"));
+        assert_eq!(
+            carry(
+                "the claim is used by pod ns/p; for all of the pod's claims: kubectl media why p -n ns",
+                &same
+            ),
+            r"the claim is used by pod ns/p; for all of the pod's claims: kubectl media why p -n ns -f a.yaml -f 'my dir/b'\''s.yaml' -f - -R --kubernetes-version 1.35"
+        );
+        // Before the punctuation that ends the command's clause; caps takes no version; other
+        // commands are left alone.
+        let same = same_input(&args(&["a.yaml"], false, Some(35)));
+        assert_eq!(
+            carry(
+                "check it against kubectl media caps -o json, or (kubectl media class ... | kubectl apply -f -).",
+                &same
+            ),
+            "check it against kubectl media caps -o json -f a.yaml, or (kubectl media class ... | kubectl apply -f -)."
+        );
+        // -R without -f, from the cluster: nothing to add.
+        let same = same_input(&args(&[], true, None));
+        assert_eq!(same, SameInput::default());
+        assert_eq!(
+            carry("kubectl media why p -n ns", &same),
+            "kubectl media why p -n ns"
+        );
     }
 
     #[test]

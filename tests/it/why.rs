@@ -323,9 +323,15 @@ fn the_test_api_server_gives_the_answer_the_files_give() {
             scenario,
             &["-n", "media", "--kubernetes-version", version],
         );
+        // The same, but that a suggested `why` reads the files too (at the version given).
+        let mut carried: String = fleet_files().iter().map(|f| format!(" -f {f}")).collect();
+        carried.push_str(&format!(
+            " -f {} --kubernetes-version {version}",
+            example(&format!("why/{scenario}.yaml"))
+        ));
         assert_eq!(
             text(&from_server, 3),
-            text(&from_files, 3),
+            text(&from_files, 3).replace(&carried, ""),
             "{scenario}: the server (Kubernetes {version}) and the files disagree"
         );
     }
@@ -426,9 +432,43 @@ fn a_claim_on_its_own() {
     );
     // The pod that uses it lends its scheduler messages, and is pointed at.
     assert!(explanation.contains("The scheduler says, of pod media/film-0:"));
-    assert!(explanation.contains(
-        "the claim is used by pod media/film-0 (its node filters are applied here): kubectl media why film-0 -n media explains all of the pod's claims"
-    ));
+    let step = explanation
+        .lines()
+        .find(|l| l.contains("the claim is used by pod"))
+        .unwrap_or_else(|| panic!("{explanation}"));
+    let (said, command) = step
+        .split_once(": kubectl media ")
+        .unwrap_or_else(|| panic!("{step}"));
+    assert_eq!(
+        said,
+        "  - the claim is used by pod media/film-0 (its node filters are applied here); for all of the pod's claims"
+    );
+    // From files, the suggestion reads the same files at the same version, and runs as printed:
+    // it explains the pod, not a pod of the cluster.
+    let mut files = fleet_files();
+    files.push(example("why/all-taken.yaml"));
+    let expected: String = files.iter().map(|f| format!(" -f {f}")).collect();
+    assert_eq!(
+        command,
+        format!("why film-0 -n media{expected} --kubernetes-version 1.35")
+    );
+    let words: Vec<&str> = command.split(' ').collect();
+    let pod = text(&run(&words, None), 3);
+    assert!(
+        pod.starts_with("No node can allocate the claims of pod media/film-0:"),
+        "{pod}"
+    );
+    // From the cluster, it reads the cluster (no -f).
+    let server = server_with("all-taken", true);
+    let out = run(
+        &["why", "claim/film-0-gpu-m4d8r", "-n", "media"],
+        Some(server.kubeconfig()),
+    );
+    let explanation = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        explanation.contains("; for all of the pod's claims: kubectl media why film-0 -n media\n"),
+        "{explanation}"
+    );
 }
 
 #[test]
