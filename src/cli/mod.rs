@@ -306,6 +306,10 @@ pub enum Error {
     /// kubectl's NotFound.
     #[error("{0}")]
     NotFound(String),
+    /// What the command line names is in several places and none is chosen for the user (`why
+    /// NAME -A` of a pod in two namespaces); exit 1.
+    #[error("{0}")]
+    Ambiguous(String),
     #[error("start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error("write output: {0}")]
@@ -331,6 +335,7 @@ impl Error {
             | Error::Snapshot(_)
             | Error::Why(_)
             | Error::NotFound(_)
+            | Error::Ambiguous(_)
             | Error::Runtime(_) => 1,
         }
     }
