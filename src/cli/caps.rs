@@ -218,6 +218,10 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
                     _ => AgentLogs::from_pods(&file_pods, &nodes),
                 }
             };
+            let logs = AgentLogs {
+                same_files: args.input.same_files(),
+                ..logs
+            };
             if args.summary {
                 render_summary(&inventory, &filter, &logs, &style)
             } else {
@@ -583,6 +587,8 @@ pub(crate) const NODE_NOTES: usize = 3;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct AgentLogs {
     pods: std::collections::HashMap<String, String>,
+    /// What a suggested `kubectl media caps` adds to read what this run read (the same `-f`).
+    same_files: Vec<String>,
 }
 
 impl AgentLogs {
@@ -734,10 +740,14 @@ fn notes(inventory: &Inventory, shown: &[&Gpu], filter: &Filter, logs: &AgentLog
         let rest = &failed[NODE_NOTES..];
         let nodes: Vec<&str> = rest.iter().map(|(n, _)| *n).collect();
         notes.push(format!(
-            "probe failed: {} more on {} (hint: kubectl media caps --node NODE names the log of \
-             each)",
+            "probe failed: {} more on {} (hint: the log of each is named by kubectl media caps \
+             --node NODE{})",
             gpus(rest.iter().map(|(_, n)| n).sum()),
-            list_nodes(&nodes)
+            list_nodes(&nodes),
+            logs.same_files
+                .iter()
+                .map(|flag| format!(" {flag}"))
+                .collect::<String>()
         ));
     }
     let count = |pred: &dyn Fn(&Gpu) -> bool| shown.iter().filter(|g| pred(g)).count();

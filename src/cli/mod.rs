@@ -262,6 +262,33 @@ impl FileArgs {
     }
 }
 
+impl FileArgs {
+    /// The flags that make a suggested command read the same files (`-f` each, `-R`), each
+    /// quoted for the shell when it needs to be; none when the cluster is read.
+    pub(crate) fn same_files(&self) -> Vec<String> {
+        let mut flags = Vec::new();
+        for file in &self.files {
+            flags.push("-f".to_owned());
+            flags.push(shell_word(file));
+        }
+        if self.recursive && !self.files.is_empty() {
+            flags.push("-R".to_owned());
+        }
+        flags
+    }
+}
+
+/// `word` as a POSIX shell reads it back: as it is when it holds only characters the shell
+/// takes literally, else in single quotes.
+pub(crate) fn shell_word(word: &str) -> String {
+    let literal = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c);
+    if !word.is_empty() && word.chars().all(literal) {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
 /// Why a command failed, and so its exit code.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -291,6 +318,10 @@ pub enum Error {
     /// kubectl's NotFound.
     #[error("{0}")]
     NotFound(String),
+    /// What the command line names is in several places and none is chosen for the user (`why
+    /// NAME -A` of a pod in two namespaces); exit 1.
+    #[error("{0}")]
+    Ambiguous(String),
     #[error("start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error("write output: {0}")]
@@ -316,6 +347,7 @@ impl Error {
             | Error::Snapshot(_)
             | Error::Why(_)
             | Error::NotFound(_)
+            | Error::Ambiguous(_)
             | Error::Runtime(_) => 1,
         }
     }
@@ -666,6 +698,15 @@ mod tests {
         assert_eq!(many.input.files, ["a.yaml", "b.yaml"]);
         assert_eq!(many.capabilities.decode, ["VP9", "AV1Main", "HEVCMain"]);
         assert_eq!(many.node, ["n1", "n2"]);
+    }
+
+    #[test]
+    fn words_are_quoted_for_the_shell_only_when_they_must_be() {
+        assert_eq!(shell_word("docs/a-b_c.yaml"), "docs/a-b_c.yaml");
+        assert_eq!(shell_word("-"), "-");
+        assert_eq!(shell_word(""), "''");
+        assert_eq!(shell_word("$HOME/x"), "'$HOME/x'");
+        assert_eq!(shell_word("my dir/b's.yaml"), r"'my dir/b'\''s.yaml'");
     }
 
     #[test]

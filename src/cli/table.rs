@@ -383,44 +383,107 @@ pub(crate) fn wrap_note(note: &str, limit: Option<usize>) -> String {
 /// Where `line` breaks to fit `limit` columns: the byte ranges of its pieces, each continuation
 /// to be indented by `hang` columns. It breaks only at spaces after the line's own indentation,
 /// and the spaces it breaks at are dropped; other spaces (alignment) are kept. A word longer
-/// than a line stays whole. Renderers that colour parts of a line wrap the plain text with
-/// this, then colour the pieces.
+/// than a line stays whole, and so does a command (see [`commands`]): one that does not fit
+/// where it starts goes to the next line, and one longer than a line has a line of its own and
+/// runs past the edge. A command parted by a newline cannot be copied and run, while the
+/// terminal's own wrap of a long line is undone when it is copied (xterm, VTE, iTerm2, Windows
+/// Terminal and tmux join such lines); so nothing is added to a command (no `\`, no
+/// no-break spaces) and a pipe gets every line whole. Renderers that colour parts of a line
+/// wrap the plain text with this, then colour the pieces.
 pub(crate) fn pieces(line: &str, hang: usize, limit: usize) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     let (mut start, mut column) = (0, 0);
     // Whether the current piece has a word yet: the indentation before it never breaks.
     let mut has_word = false;
-    // The run of spaces before the next word: (byte offset, width).
-    let mut spaces: Option<(usize, usize)> = None;
-    let mut chars = line.char_indices().peekable();
-    while let Some((i, c)) = chars.next() {
-        if c == ' ' {
-            let run = spaces.get_or_insert((i, 0));
-            run.1 += 1;
-            continue;
+    let words = words(line);
+    let commands = commands(line);
+    let mut i = 0;
+    while i < words.len() {
+        let (spaces, word_start, mut word_end) = words[i];
+        // A command is one unit, from its first word to its last.
+        let mut next = i + 1;
+        if let Some(&(_, last)) = commands.iter().find(|(first, _)| *first == i) {
+            word_end = words[last].2;
+            next = last + 1;
         }
-        let mut end = i + c.len_utf8();
-        while let Some(&(j, next)) = chars.peek() {
-            if next == ' ' {
-                break;
-            }
-            end = j + next.len_utf8();
-            chars.next();
-        }
-        let width = width_of(&line[i..end]);
-        let gap = spaces.map_or(0, |(_, w)| w);
+        let width = width_of(&line[word_start..word_end]);
+        let gap = width_of(&line[spaces..word_start]);
         if has_word && column + gap + width > limit {
-            let (at, _) = spaces.expect("a word after a word follows spaces");
-            out.push((start, at));
-            start = i;
+            out.push((start, spaces));
+            start = word_start;
             column = hang + width;
         } else {
             column += gap + width;
         }
-        spaces = None;
         has_word = true;
+        i = next;
     }
     out.push((start, line.len()));
+    out
+}
+
+/// The words of `line`: for each, where the spaces before it start, where it starts and where
+/// it ends (byte offsets).
+fn words(line: &str) -> Vec<(usize, usize, usize)> {
+    let mut out = Vec::new();
+    let mut spaces = 0;
+    let mut word: Option<usize> = None;
+    for (i, c) in line.char_indices() {
+        match (c == ' ', word) {
+            (true, Some(start)) => {
+                out.push((spaces, start, i));
+                word = None;
+                spaces = i;
+            }
+            (false, None) => word = Some(i),
+            _ => {}
+        }
+    }
+    if let Some(start) = word {
+        out.push((spaces, start, line.len()));
+    }
+    out
+}
+
+/// The commands in `line` (see [`commands`]), as byte ranges from the start of their first word
+/// to the end of their last.
+pub(crate) fn command_spans(line: &str) -> Vec<std::ops::Range<usize>> {
+    let words = words(line);
+    commands(line)
+        .into_iter()
+        .map(|(first, last)| words[first].1..words[last].2)
+        .collect()
+}
+
+/// The commands in `line`, as the indices of their first and last words (of [`words`]). The
+/// text says what to run in the words themselves (`... with kubectl get pods -n liken-system,
+/// then ...`), so a command is found as a reader finds it: it starts at the word `kubectl`
+/// (after a `(`, a quote or a backtick) and ends at the first word that ends its clause
+/// (`,`, `;`, `:`, `)`, a `.` that is not `...`), before a word that opens a `(`, or at the end
+/// of the line. Prose that names kubectl media (`kubectl media cannot decide...;`) is kept
+/// together too, which costs no more than an earlier break.
+fn commands(line: &str) -> Vec<(usize, usize)> {
+    let words = words(line);
+    let text = |i: usize| &line[words[i].1..words[i].2];
+    let ends_clause = |word: &str| {
+        word.ends_with([',', ';', ':', ')', '`', '\'', '"'])
+            || (word.ends_with('.') && !word.ends_with(".."))
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < words.len() {
+        if text(i).trim_start_matches(['(', '`', '\'', '"']) != "kubectl" {
+            i += 1;
+            continue;
+        }
+        let mut last = i;
+        while last + 1 < words.len() && !ends_clause(text(last)) && !text(last + 1).starts_with('(')
+        {
+            last += 1;
+        }
+        out.push((i, last));
+        i = last + 1;
+    }
     out
 }
 
@@ -636,6 +699,65 @@ mod tests {
             cut(5),
             ["       2", "the", "pod's", "nodeSelector", "wants", "x"]
         );
+    }
+
+    #[test]
+    fn a_command_is_never_parted_by_a_line_break() {
+        let cut = |line: &str, hang, limit| {
+            pieces(line, hang, limit)
+                .into_iter()
+                .map(|(a, b)| line[a..b].to_owned())
+                .collect::<Vec<_>>()
+        };
+        // The step the audit saw parted at 80 columns: the command goes to the next line whole.
+        let step = "  - recreate the pods that use them; for the media-capabilities agents, kubectl -n liken-system rollout restart daemonset/media-capabilities";
+        assert_eq!(
+            cut(step, 4, 80),
+            [
+                "  - recreate the pods that use them; for the media-capabilities agents,",
+                "kubectl -n liken-system rollout restart daemonset/media-capabilities",
+            ]
+        );
+        // Longer than a line: a line of its own, run past the edge (the terminal's own wrap is
+        // undone on copy); the prose after it wraps as before.
+        let note = "log: find the pod with kubectl get pods -n liken-system -l app.kubernetes.io/name=media-capabilities --field-selector spec.nodeName=amd-2, then kubectl logs -n liken-system POD)";
+        assert_eq!(
+            cut(note, 2, 40),
+            [
+                "log: find the pod with",
+                "kubectl get pods -n liken-system -l app.kubernetes.io/name=media-capabilities --field-selector spec.nodeName=amd-2,",
+                "then kubectl logs -n liken-system POD)",
+            ]
+        );
+        // Commands end where their clause does, or before an aside in brackets.
+        let words = |line: &'static str| {
+            let all: Vec<&str> = line.split(' ').collect();
+            commands(line)
+                .into_iter()
+                .map(|(a, b)| all[a..=b].join(" "))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            words(
+                "create it (kubectl media class ... | kubectl apply -f -), or fix deviceClassName"
+            ),
+            ["(kubectl media class ... | kubectl apply -f -),"]
+        );
+        assert_eq!(
+            words("check: kubectl -n x get pods --field-selector a=<node> (b is the agent)"),
+            ["kubectl -n x get pods --field-selector a=<node>"]
+        );
+        assert_eq!(
+            words("run kubectl apply -f . then kubectl get pods"),
+            ["kubectl apply -f .", "kubectl get pods"]
+        );
+        assert!(commands("no command here, kubectl-free").is_empty());
+        // Without a command, the same breaks as before; into a pipe nothing changes.
+        assert_eq!(
+            cut("one two three four", 2, 9),
+            ["one two", "three", "four"]
+        );
+        assert_eq!(wrap_note(note, None), note);
     }
 
     fn strip_ansi(text: &str) -> String {

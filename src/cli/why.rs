@@ -142,17 +142,15 @@ fn parse_target(text: &str, namespace: &str) -> Result<Target, String> {
 
 /// Runs `why`.
 pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<(), Error> {
-    // The namespace is settled after reading: with -f, the files' own namespace when the name
-    // is unique there.
+    // The namespace is settled after reading (see `target_namespace`).
     parse_target(&args.target, "default").map_err(Error::Usage)?;
     let (objects, unread, mut missing, namespace, minor) = if let Some(sources) =
         args.input.sources()?
     {
         let objects = files::read(&sources, io.stdin)?;
-        let namespace = match &global.kube.namespace {
-            Some(namespace) => namespace.clone(),
-            None => only_namespace(&objects, &args.target).unwrap_or_else(|| "default".to_owned()),
-        };
+        let namespace = target_namespace(&objects, &args.target, &global.kube, true, || {
+            context_namespace(&global.kube)
+        })?;
         // Files hold what the user saved: a kind with no object may simply not have been saved.
         let missing: Vec<Missing> = [
             (Kind::ResourceClaim, objects.claims.is_empty()),
@@ -256,6 +254,11 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
             m.why
         ));
     }
+    // A suggested `kubectl media why|caps` reads what this run read: from files, the same files.
+    let same = same_input(args);
+    for step in &mut diagnosis.next_steps {
+        *step = carry(step, &same);
+    }
     if minor.is_none() {
         diagnosis.notes.push(
             "feature gates as in Kubernetes 1.36 (DRAConsumableCapacity, DRADeviceTaints and DRAPartitionableDevices on); pass --kubernetes-version for another release".to_owned(),
@@ -296,6 +299,58 @@ fn undecided(d: &Diagnosis) -> bool {
     !d.blocked && evaluated && !d.unchecked.is_empty()
 }
 
+/// The flags that make a suggested `kubectl media why` or `caps` read what this run read.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct SameInput {
+    /// The same `-f` (and `-R`) when this run read files: without them the suggestion would ask
+    /// the cluster. Each quoted for the shell when it needs to be.
+    files: Vec<String>,
+    /// `--kubernetes-version`, when given (`why` only: `caps` has no such flag), else the
+    /// answer could differ.
+    version: Option<String>,
+}
+
+/// What a suggested command must add to read what this run read. (The connection flags are
+/// not repeated, as kubectl's own hints do not repeat them.)
+fn same_input(args: &WhyArgs) -> SameInput {
+    SameInput {
+        files: args.input.same_files(),
+        version: args
+            .kubernetes_version
+            .map(|minor| format!("--kubernetes-version 1.{minor}")),
+    }
+}
+
+/// `text` with what [`SameInput`] holds added to each `kubectl media why` or `kubectl media
+/// caps` command in it, before the punctuation that ends its clause.
+fn carry(text: &str, same: &SameInput) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut from = 0;
+    for span in crate::cli::table::command_spans(text) {
+        let command = &text[span.clone()];
+        let bare = command.trim_start_matches(['(', '`', '\'', '"']);
+        let flags: Vec<&String> = if bare.starts_with("kubectl media why ") {
+            same.files.iter().chain(&same.version).collect()
+        } else if bare.starts_with("kubectl media caps") {
+            same.files.iter().collect()
+        } else {
+            continue;
+        };
+        let end = span.start
+            + command
+                .trim_end_matches([',', ';', ':', ')', '.', '`', '\'', '"'])
+                .len();
+        out.push_str(&text[from..end]);
+        for flag in flags {
+            out.push(' ');
+            out.push_str(flag);
+        }
+        from = end;
+    }
+    out.push_str(&text[from..]);
+    out
+}
+
 /// A kind `why` cannot do without that could not be read.
 struct Missing {
     kind: Kind,
@@ -312,9 +367,11 @@ fn record(diagnosis: &Diagnosis) -> Result<serde_json::Value, RenderError> {
     Ok(value)
 }
 
-/// With -f and no -n: the namespace of the only object of that name in the files.
-fn only_namespace(objects: &Objects, target: &str) -> Option<String> {
-    let target = parse_target(target, "default").ok()?;
+/// The namespaces that hold an object of the target's kind and name, sorted.
+fn namespaces_of<'o>(objects: &'o Objects, target: &str) -> Vec<&'o str> {
+    let Ok(target) = parse_target(target, "default") else {
+        return Vec::new();
+    };
     let mut namespaces: Vec<&str> = match &target {
         Target::Pod { name, .. } => objects
             .pods
@@ -331,9 +388,66 @@ fn only_namespace(objects: &Objects, target: &str) -> Option<String> {
     };
     namespaces.sort_unstable();
     namespaces.dedup();
+    namespaces
+}
+
+/// The namespace the target is looked up in, among the objects read, as kubectl's flags mean
+/// it:
+/// - `-A` (which wins over `-n`, as in kubectl) looks in every namespace: the one that holds
+///   the target's name; an error naming them when several do (no namespace is chosen for the
+///   user); when none does, as without `-A`, so that the error says where else to look;
+/// - else `-n`;
+/// - else, from files (`from_files`), the namespace of the files' only object of that name,
+///   as `kubectl get -f` takes the objects' own namespaces;
+/// - else `in_effect`: the context's namespace, else `default`.
+fn target_namespace(
+    objects: &Objects,
+    target: &str,
+    kube: &crate::cli::KubeArgs,
+    from_files: bool,
+    in_effect: impl FnOnce() -> Result<String, Error>,
+) -> Result<String, Error> {
+    let namespaces = namespaces_of(objects, target);
+    if kube.all_namespaces {
+        match namespaces.as_slice() {
+            [only] => return Ok((*only).to_owned()),
+            [] => {}
+            several => {
+                let what = match parse_target(target, "default") {
+                    Ok(Target::Claim { name, .. }) => format!("resourceclaim {name}"),
+                    Ok(Target::Pod { name, .. }) => format!("pod {name}"),
+                    Err(e) => return Err(Error::Usage(e)),
+                };
+                return Err(Error::Ambiguous(format!(
+                    "{what} is in {} namespaces: {} (hint: choose one with -n, without -A)",
+                    several.len(),
+                    several.join(", ")
+                )));
+            }
+        }
+    }
+    if let Some(namespace) = &kube.namespace {
+        return Ok(namespace.clone());
+    }
     match namespaces.as_slice() {
-        [only] => Some((*only).to_owned()),
-        _ => None,
+        [only] if from_files => Ok((*only).to_owned()),
+        _ => in_effect(),
+    }
+}
+
+/// The namespace of the kubeconfig's context (`--context`, else the current one; the pod's in
+/// a cluster), else `default` when there is no kubeconfig at all, as kubectl takes it for `-f`.
+/// A kubeconfig that cannot be used is an error, as in kubectl. Read only when the files do not
+/// settle the namespace.
+fn context_namespace(kube: &crate::cli::KubeArgs) -> Result<String, Error> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::Runtime)?;
+    match runtime.block_on(crate::kubeconfig::load(&kube.connection().source)) {
+        Ok(config) => Ok(config.default_namespace),
+        Err(crate::kubeconfig::KubeconfigError::Missing { .. }) => Ok("default".to_owned()),
+        Err(e) => Err(Error::Cluster(e.into())),
     }
 }
 
@@ -452,6 +566,12 @@ fn gather_cluster(args: &WhyArgs, global: &Global) -> Result<Gathered, Error> {
                 objects.pods.extend(read.pods);
             }
         }
+        // With -A, the namespace that holds the target (every namespace's pods were listed).
+        let cluster_namespace = namespace.clone();
+        let namespace = target_namespace(&objects, &args.target, &global.kube, false, || {
+            Ok(cluster_namespace)
+        })?;
+        let target = parse_target(&args.target, &namespace).map_err(Error::Usage)?;
         if let Target::Claim { namespace, name } = &target {
             // The events that matter are the pod's, which uses the claim.
             let user = objects
@@ -474,10 +594,6 @@ fn gather_cluster(args: &WhyArgs, global: &Global) -> Result<Gathered, Error> {
             }
         }
         let minor = cluster.minor_version().await;
-        let namespace = match global.kube.namespaces(&namespace) {
-            Namespaces::All => only_namespace(&objects, &args.target).unwrap_or(namespace),
-            Namespaces::One(namespace) => namespace,
-        };
         Ok((objects, unread, missing, namespace, minor))
     })
 }
@@ -884,6 +1000,57 @@ mod tests {
         for line in EXAMPLES.lines() {
             assert!(line.chars().count() <= 70, "{line:?}");
         }
+    }
+
+    #[test]
+    fn suggested_commands_read_what_this_run_read() {
+        let args = |files: &[&str], recursive, version| WhyArgs {
+            target: "x".into(),
+            input: FileArgs {
+                files: files.iter().map(|f| f.to_string()).collect(),
+                recursive,
+            },
+            output: None,
+            kubernetes_version: version,
+        };
+        let same = same_input(&args(&["a.yaml", "my dir/b's.yaml", "-"], true, Some(35)));
+        assert_eq!(
+            same.files,
+            [
+                "-f",
+                "a.yaml",
+                "-f",
+                r"'my dir/b'\''s.yaml'",
+                "-f",
+                "-",
+                "-R"
+            ]
+        );
+        assert_eq!(same.version.as_deref(), Some("--kubernetes-version 1.35"));
+        assert_eq!(
+            carry(
+                "the claim is used by pod ns/p; for all of the pod's claims: kubectl media why p -n ns",
+                &same
+            ),
+            r"the claim is used by pod ns/p; for all of the pod's claims: kubectl media why p -n ns -f a.yaml -f 'my dir/b'\''s.yaml' -f - -R --kubernetes-version 1.35"
+        );
+        // Before the punctuation that ends the command's clause; caps takes no version; other
+        // commands are left alone.
+        let same = same_input(&args(&["a.yaml"], false, Some(35)));
+        assert_eq!(
+            carry(
+                "check it against kubectl media caps -o json, or (kubectl media class ... | kubectl apply -f -).",
+                &same
+            ),
+            "check it against kubectl media caps -o json -f a.yaml, or (kubectl media class ... | kubectl apply -f -)."
+        );
+        // -R without -f, from the cluster: nothing to add.
+        let same = same_input(&args(&[], true, None));
+        assert_eq!(same, SameInput::default());
+        assert_eq!(
+            carry("kubectl media why p -n ns", &same),
+            "kubectl media why p -n ns"
+        );
     }
 
     #[test]

@@ -2565,7 +2565,7 @@ fn conclude(
             ""
         };
         steps.push(format!(
-            "the claim is used by pod {user}{applied}: kubectl media why {name} -n {namespace} explains all of the pod's claims"
+            "the claim is used by pod {user}{applied}; for all of the pod's claims: kubectl media why {name} -n {namespace}"
         ));
     }
     diagnosis.next_steps = steps;

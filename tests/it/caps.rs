@@ -187,11 +187,24 @@ fn table_of_the_example_fleet() {
         let table = table_lines(&text);
         assert_eq!(table.len(), 10, "{text}");
         if columns > 40 {
-            assert!(
-                text.lines()
-                    .all(|l| l.chars().count() <= usize::from(columns)),
-                "{text}"
-            );
+            // Only a command longer than a line runs past the edge, on a line of its own.
+            for line in text.lines() {
+                assert!(
+                    line.chars().count() <= usize::from(columns)
+                        || (line.starts_with("  kubectl ") && !line.contains(" then ")),
+                    "{columns}: {line:?}"
+                );
+            }
+        }
+        // The hints' commands are never parted by a line break (a command so parted cannot be
+        // copied and run): at 80 columns each has a line of its own.
+        if columns == 80 {
+            for command in [
+                "  kubectl get pods -n liken-system -l app.kubernetes.io/name=media-capabilities --field-selector spec.nodeName=amd-2,",
+                "  kubectl -n liken-system get pods -o wide --field-selector spec.nodeName=edge-1)",
+            ] {
+                assert!(text.lines().any(|l| l == command), "{command:?} in {text}");
+            }
         }
         assert!(text.contains('…'), "{text}");
         assert_aligned(&table);
@@ -973,4 +986,80 @@ fn yaml_quotes_strings_as_kubectl_does() {
     for ((value, ours), theirs) in strings.iter().zip(&names).zip(&expected) {
         assert_eq!(ours, theirs, "{value:?}");
     }
+}
+
+/// Past three nodes whose probe failed, one note points at `caps --node`; from files, with the
+/// same files, so that it runs as printed and reads what this run read.
+#[test]
+fn the_hint_for_more_failed_probes_reads_the_same_files() {
+    let text = std::fs::read_to_string(fleet()).unwrap();
+    let list: Value = serde_yaml::from_str(&text).unwrap();
+    // amd-2's slices (its probe failed), again on four more nodes.
+    let mut items = Vec::new();
+    for item in list["items"].as_array().unwrap() {
+        if item["spec"]["nodeName"] != "amd-2" {
+            continue;
+        }
+        for n in 1..=4 {
+            let node = format!("x-{n}");
+            let mut copy = item.clone();
+            let name = copy["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .replace("amd-2", &node);
+            copy["metadata"]["name"] = json!(name);
+            copy["metadata"]["uid"] = json!(format!("uid-{name}"));
+            copy["spec"]["nodeName"] = json!(node);
+            copy["spec"]["pool"]["name"] = json!(node);
+            items.push(copy);
+        }
+    }
+    assert_eq!(items.len(), 8, "amd-2 has two slices");
+    let dir = tempfile::tempdir().unwrap();
+    let more = dir.path().join("more nodes.json");
+    std::fs::write(
+        &more,
+        serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": items}))
+            .unwrap(),
+    )
+    .unwrap();
+    let fleet = fleet();
+    let more = more.display().to_string();
+    let out = ok(&["caps", "-f", &fleet, "-f", &more]);
+    let note = out
+        .lines()
+        .find(|l| l.starts_with("probe failed: 2 GPUs more"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(
+        note,
+        format!(
+            "probe failed: 2 GPUs more on nodes x-3, x-4 (hint: the log of each is named by \
+             kubectl media caps --node NODE -f {fleet} -f '{more}')"
+        )
+    );
+    // Run as printed by a shell (`kubectl media` being this binary), it names x-3's log.
+    let command = note
+        .split_once("named by ")
+        .unwrap()
+        .1
+        .trim_end_matches(')')
+        .replace("NODE", "x-3");
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "kubectl() {{ shift; \"$BIN\" \"$@\"; }}; {command}"
+        ))
+        .env_clear()
+        .env("BIN", env!("CARGO_BIN_EXE_kubectl-media"))
+        .env("HOME", home.path())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{command}: {out:?}");
+    assert!(
+        stdout.contains("probe failed: 1 GPU on node x-3:"),
+        "{command}: {stdout}"
+    );
 }

@@ -323,9 +323,15 @@ fn the_test_api_server_gives_the_answer_the_files_give() {
             scenario,
             &["-n", "media", "--kubernetes-version", version],
         );
+        // The same, but that a suggested `why` reads the files too (at the version given).
+        let mut carried: String = fleet_files().iter().map(|f| format!(" -f {f}")).collect();
+        carried.push_str(&format!(
+            " -f {} --kubernetes-version {version}",
+            example(&format!("why/{scenario}.yaml"))
+        ));
         assert_eq!(
             text(&from_server, 3),
-            text(&from_files, 3),
+            text(&from_files, 3).replace(&carried, ""),
             "{scenario}: the server (Kubernetes {version}) and the files disagree"
         );
     }
@@ -426,9 +432,43 @@ fn a_claim_on_its_own() {
     );
     // The pod that uses it lends its scheduler messages, and is pointed at.
     assert!(explanation.contains("The scheduler says, of pod media/film-0:"));
-    assert!(explanation.contains(
-        "the claim is used by pod media/film-0 (its node filters are applied here): kubectl media why film-0 -n media explains all of the pod's claims"
-    ));
+    let step = explanation
+        .lines()
+        .find(|l| l.contains("the claim is used by pod"))
+        .unwrap_or_else(|| panic!("{explanation}"));
+    let (said, command) = step
+        .split_once(": kubectl media ")
+        .unwrap_or_else(|| panic!("{step}"));
+    assert_eq!(
+        said,
+        "  - the claim is used by pod media/film-0 (its node filters are applied here); for all of the pod's claims"
+    );
+    // From files, the suggestion reads the same files at the same version, and runs as printed:
+    // it explains the pod, not a pod of the cluster.
+    let mut files = fleet_files();
+    files.push(example("why/all-taken.yaml"));
+    let expected: String = files.iter().map(|f| format!(" -f {f}")).collect();
+    assert_eq!(
+        command,
+        format!("why film-0 -n media{expected} --kubernetes-version 1.35")
+    );
+    let words: Vec<&str> = command.split(' ').collect();
+    let pod = text(&run(&words, None), 3);
+    assert!(
+        pod.starts_with("No node can allocate the claims of pod media/film-0:"),
+        "{pod}"
+    );
+    // From the cluster, it reads the cluster (no -f).
+    let server = server_with("all-taken", true);
+    let out = run(
+        &["why", "claim/film-0-gpu-m4d8r", "-n", "media"],
+        Some(server.kubeconfig()),
+    );
+    let explanation = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        explanation.contains("; for all of the pod's claims: kubectl media why film-0 -n media\n"),
+        "{explanation}"
+    );
 }
 
 /// `scenario` with its documents of `kind` left out, written to a file in `dir`.
@@ -966,6 +1006,14 @@ fn text_wraps_at_the_terminal_with_a_hanging_indent() {
                 "{columns}: {line:?}"
             );
         }
+        // A command is never parted by a line break: it goes to the next line whole.
+        assert!(
+            plain
+                .lines()
+                .any(|l| l
+                    == "    kubectl -n liken-system rollout restart daemonset/media-capabilities"),
+            "{columns}: {plain}"
+        );
         // Colour changes nothing but the escapes.
         let coloured = crate::caps::in_terminal_exiting(&args, columns, &[], 3);
         assert_ne!(coloured, plain);
@@ -1088,5 +1136,132 @@ fn every_field_of_the_record_is_documented() {
     assert!(
         undocumented.is_empty(),
         "not in docs/why-format.md: {undocumented:?}"
+    );
+}
+
+/// archive-0 of the scenario, again in the namespace `other`.
+fn archive_0_in(namespace: &str) -> Value {
+    let mut files = fleet_files();
+    files.push(example("why/no-gpu-qualifies.yaml"));
+    let mut pod = objects(&files)
+        .into_iter()
+        .find(|o| o["kind"] == "Pod" && o["metadata"]["name"] == "archive-0")
+        .expect("the scenario's pod");
+    pod["metadata"]["namespace"] = namespace.into();
+    if let Some(meta) = pod["metadata"].as_object_mut() {
+        meta.remove("uid");
+    }
+    pod
+}
+
+/// The first line of an explanation, or of an error.
+fn first_line(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    stdout
+        .lines()
+        .next()
+        .or(stderr.lines().next())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn namespaces_from_files_as_kubectl_s_flags_mean_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = dir.path().join("other.json");
+    std::fs::write(
+        &other,
+        serde_json::to_string(&archive_0_in("other")).unwrap(),
+    )
+    .unwrap();
+    let other = other.display().to_string();
+    // A kubeconfig whose context's namespace is `other` (no server is ever asked).
+    let kubeconfig = dir.path().join("config");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n\
+         users: [{name: u, user: {token: t}}]\n\
+         contexts: [{name: x, context: {cluster: c, user: u, namespace: other}}, {name: y, context: {cluster: c, user: u}}]\n\
+         current-context: x\n",
+    )
+    .unwrap();
+    let kubeconfig = kubeconfig.display().to_string();
+    let media = "No node can allocate the claims of pod media/archive-0:";
+    let other_pod = "Pod other/archive-0 waits:";
+
+    // The files' only pod of that name, whatever the context says.
+    let out = why_files(
+        "archive-0",
+        "no-gpu-qualifies",
+        &["--kubeconfig", &kubeconfig],
+    );
+    assert!(first_line(&out).starts_with(media), "{out:?}");
+    // In two namespaces: the context's namespace...
+    let two = |extra: &[&str]| {
+        let mut args = vec!["-f", other.as_str()];
+        args.extend(extra);
+        why_files("archive-0", "no-gpu-qualifies", &args)
+    };
+    let out = two(&["--kubeconfig", &kubeconfig]);
+    assert!(first_line(&out).starts_with(other_pod), "{out:?}");
+    // ...`default` for a context without one, or without any kubeconfig.
+    for extra in [&["--kubeconfig", &kubeconfig, "--context", "y"][..], &[]] {
+        assert_eq!(
+            crate::one_error_line(two(extra), 1),
+            "error: pod default/archive-0 not found (hint: a pod of that name is in the namespace media: add -n media; also in other)\n",
+            "{extra:?}"
+        );
+    }
+    // A context that is not there is an error, as in kubectl.
+    let e = crate::one_error_line(two(&["--kubeconfig", &kubeconfig, "--context", "z"]), 1);
+    assert!(e.contains("\"z\""), "{e}");
+    // -n chooses, over the files and the context.
+    let out = two(&["-n", "media", "--kubeconfig", &kubeconfig]);
+    assert!(first_line(&out).starts_with(media), "{out:?}");
+    // -A, which wins over -n: the pod of that name in any namespace; in two, an error naming
+    // them (none is chosen for the user).
+    let out = why_files("archive-0", "no-gpu-qualifies", &["-A", "-n", "other"]);
+    assert!(first_line(&out).starts_with(media), "{out:?}");
+    let out = why_files(
+        "claim/archive-0-gpu-x7k2q",
+        "no-gpu-qualifies",
+        &["-n", "other", "-A"],
+    );
+    assert!(
+        first_line(&out).starts_with("No node can allocate claim media/archive-0-gpu-x7k2q:"),
+        "{out:?}"
+    );
+    for extra in [&["-A"][..], &["-n", "media", "-A"]] {
+        assert_eq!(
+            crate::one_error_line(two(extra), 1),
+            "error: pod archive-0 is in 2 namespaces: media, other (hint: choose one with -n, without -A)\n",
+            "{extra:?}"
+        );
+    }
+}
+
+#[test]
+fn all_namespaces_from_the_cluster_never_chooses_for_the_user() {
+    let server = server_with("no-gpu-qualifies", true);
+    // In one namespace: -A finds it there, whatever -n says.
+    let out = run(
+        &["why", "archive-0", "-A", "-n", "other"],
+        Some(server.kubeconfig()),
+    );
+    assert!(
+        first_line(&out).starts_with("No node can allocate the claims of pod media/archive-0:"),
+        "{out:?}"
+    );
+    // In two: an error naming both, as from files.
+    server
+        .put(archive_0_in("other"))
+        .expect("the server takes the pod");
+    assert_eq!(
+        crate::one_error_line(
+            run(&["why", "archive-0", "-A"], Some(server.kubeconfig())),
+            1
+        ),
+        "error: pod archive-0 is in 2 namespaces: media, other (hint: choose one with -n, without -A)\n"
     );
 }
