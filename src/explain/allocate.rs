@@ -31,9 +31,11 @@
 //!   more is backtracked over.
 //!
 //! Capacity requests (consumable capacity) and counters (partitionable devices) are not
-//! modelled: media.liken.sh and liken.sh devices have neither, and a request that asks for
-//! capacity, or a shareable device with capacities (whose allocations consume them, with
-//! DRAConsumableCapacity), is reported as [`AllocError::Unsupported`] instead of being guessed.
+//! modelled: media.liken.sh and liken.sh devices have neither. A request that asks for capacity
+//! is [`AllocError::Unsupported`]; a shareable device with capacities (whose allocations consume
+//! them, with DRAConsumableCapacity) is assumed to have room, so a search that fails even so is
+//! decided, and one that succeeds only with such a device is
+//! [`AllocError::CapacityUnmodelled`]: nothing is guessed.
 
 use std::collections::{HashMap, HashSet};
 
@@ -207,6 +209,17 @@ pub enum AllocError {
         "claim {claim}: number of requested devices {count} exceeds the claim limit of {ALLOCATION_RESULTS_MAX_SIZE}"
     )]
     TooManyDevices { claim: String, count: usize },
+    /// An allocation found only on a shareable device with capacities (DRAConsumableCapacity),
+    /// whose room this evaluator assumed: not decided.
+    #[error(
+        "claim {claim}, request {request}: device {device} allows multiple allocations and has capacities: the capacity its allocations consume (DRAConsumableCapacity) is not modelled by this evaluator"
+    )]
+    CapacityUnmodelled {
+        claim: String,
+        request: String,
+        /// The device, `driver/pool/device`.
+        device: String,
+    },
     /// A claim shape the allocator refuses, or one this port does not model.
     #[error("claim {claim}, request {request}: {problem}")]
     Unsupported {
@@ -1124,13 +1137,12 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     /// [`Self::capacity_unmodelled`] by request name.
     fn capacity_unmodelled_in(&self, claim: &str, request: &str, d: usize) -> Option<AllocError> {
         let device = &self.fleet.devices[d];
-        (self.shareable(d) && device.capacities().next().is_some()).then(|| AllocError::Unsupported {
-            claim: claim.to_owned(),
-            request: request.to_owned(),
-            problem: format!(
-                "device {} allows multiple allocations and has capacities: the capacity its allocations consume (DRAConsumableCapacity) is not modelled by this evaluator",
-                device.id()
-            ),
+        (self.shareable(d) && device.capacities().next().is_some()).then(|| {
+            AllocError::CapacityUnmodelled {
+                claim: claim.to_owned(),
+                request: request.to_owned(),
+                device: device.id().to_string(),
+            }
         })
     }
 
@@ -2085,10 +2097,10 @@ mod tests {
         );
         assert_eq!(
             world.run(Features::for_minor(36), "n1", std::slice::from_ref(&spec)),
-            Err(AllocError::Unsupported {
+            Err(AllocError::CapacityUnmodelled {
                 claim: "ns/claim-0".into(),
                 request: "d".into(),
-                problem: "device media.liken.sh/n1/gpu-a allows multiple allocations and has capacities: the capacity its allocations consume (DRAConsumableCapacity) is not modelled by this evaluator".into(),
+                device: "media.liken.sh/n1/gpu-a".into(),
             })
         );
         // Without the gate (1.35) the device is exclusive and its capacities do not count.

@@ -1459,8 +1459,9 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
                     )
                 }
                 DeviceStatus::CapacityUnmodelled => {
-                    // It passes the selectors; whether it has room is what is not known.
+                    // It passes the selectors and is assumed to have room (what is not known).
                     report.qualifying += 1;
+                    report.available += 1;
                     qualifying_nodes.insert(node_name);
                     (
                         ReasonKind::CannotEvaluate,
@@ -1741,7 +1742,9 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
         let to_find = num_feasible_nodes_to_find(total);
         let schedulers = !matches!(
             error,
-            AllocError::CannotEvaluate(_) | AllocError::Unsupported { .. }
+            AllocError::CannotEvaluate(_)
+                | AllocError::Unsupported { .. }
+                | AllocError::CapacityUnmodelled { .. }
         );
         if schedulers && allocatable >= to_find {
             attempt.always = false;
@@ -1779,6 +1782,10 @@ fn error_summary(error: &AllocError) -> String {
         AllocError::CannotEvaluate(f) => format!(
             "{} selector #{}: cannot evaluate: {}",
             f.scope, f.index, f.message
+        ),
+        // One line for every node where only such devices would serve.
+        AllocError::CapacityUnmodelled { claim, request, .. } => format!(
+            "claim {claim}, request {request}: only shareable devices with capacities would serve it, and whether they have room (DRAConsumableCapacity) is not modelled"
         ),
         other => other.to_string(),
     }
@@ -2151,7 +2158,9 @@ fn attempt(error: &AllocError) -> AttemptError {
                 None => format!("fix {} selector #{} for the devices it fails on", f.scope, f.index),
             },
         },
-        AllocError::CannotEvaluate(_) | AllocError::Unsupported { .. } => AttemptError {
+        AllocError::CannotEvaluate(_)
+        | AllocError::Unsupported { .. }
+        | AllocError::CapacityUnmodelled { .. } => AttemptError {
             message: error.to_string(),
             always: true,
             undecided: true,

@@ -527,7 +527,7 @@ fn render_nodes_with_capacities_are_assumed_to_have_room_never_guessed() {
     );
     // They pass the selectors, in one group, said once.
     assert!(
-        explanation.contains("9 of 17 devices pass the selectors, 0 free"),
+        explanation.contains("9 of 17 devices pass the selectors, 9 free"),
         "{explanation}"
     );
     assert_eq!(
