@@ -710,6 +710,7 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
         }
     }
     if let Some(user) = unread_user.filter(|_| !pending.is_empty()) {
+        diagnosis.notes.push(format!("not checked: {user}"));
         diagnosis.unchecked.push(user);
     }
     if !model.ignored_slices.is_empty() && !pending.is_empty() {
@@ -2573,9 +2574,16 @@ fn conclude(
         } else {
             ""
         };
-        steps.push(format!(
-            "the claim is used by pod {user}{applied}; for all of the pod's claims: kubectl media why {name} -n {namespace}"
-        ));
+        // A pod that was not read cannot be explained either: the step says what to read.
+        steps.push(if pod.is_some() {
+            format!(
+                "the claim is used by pod {user}{applied}; for all of the pod's claims: kubectl media why {name} -n {namespace}"
+            )
+        } else {
+            format!(
+                "the claim is used by pod {user}, which was not read: read the pod too (from files: kubectl get pods -n {namespace} -o yaml, added with -f) to apply its node filters"
+            )
+        });
     }
     diagnosis.next_steps = steps;
 }

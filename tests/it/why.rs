@@ -597,6 +597,21 @@ fn a_claim_whose_pod_is_unknown_or_missing_is_never_fine() {
         explanation.starts_with("Undecided for claim media/archive-0-gpu-x7k2q: the devices allow it on 1 of 9 nodes (tgl-1), but what was not checked may still block it: the node filters of pod media/archive-0, which uses the claim"),
         "{explanation}"
     );
+    // Said in a note, and the step says to read the pod, not to explain it (it was not read).
+    assert!(
+        explanation.contains("note: not checked: the node filters of pod media/archive-0"),
+        "{explanation}"
+    );
+    assert!(
+        explanation.contains(
+            "the claim is used by pod media/archive-0, which was not read: read the pod too"
+        ),
+        "{explanation}"
+    );
+    assert!(
+        !explanation.contains("kubectl media why archive-0"),
+        "{explanation}"
+    );
     // A claim no pod uses stays Pending for that reason: the scheduler allocates claims for
     // the pods it schedules.
     let text_of = std::fs::read_to_string(example("why/no-gpu-qualifies.yaml")).unwrap();
