@@ -255,7 +255,7 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
         ));
     }
     // A suggested `kubectl media why|caps` reads what this run read: from files, the same files.
-    let same = same_input(args);
+    let same = same_input(args, &global.kube);
     for step in &mut diagnosis.next_steps {
         *step = carry(step, &same);
     }
@@ -308,16 +308,32 @@ struct SameInput {
     /// `--kubernetes-version`, when given (`why` only: `caps` has no such flag), else the
     /// answer could differ.
     version: Option<String>,
+    /// From a cluster, `--kubeconfig` and `--context` when given: without them the suggestion
+    /// would read the current context's cluster.
+    connection: Vec<String>,
 }
 
-/// What a suggested command must add to read what this run read. (The connection flags are
-/// not repeated, as kubectl's own hints do not repeat them.)
-fn same_input(args: &WhyArgs) -> SameInput {
+/// What a suggested command must add to read what this run read.
+fn same_input(args: &WhyArgs, kube: &crate::cli::KubeArgs) -> SameInput {
+    let files = args.input.same_files();
+    let mut connection = Vec::new();
+    if files.is_empty() {
+        if let Some(kubeconfig) = &kube.kubeconfig {
+            connection.push(format!(
+                "--kubeconfig {}",
+                crate::cli::shell_word(&kubeconfig.to_string_lossy())
+            ));
+        }
+        if let Some(context) = &kube.context {
+            connection.push(format!("--context {}", crate::cli::shell_word(context)));
+        }
+    }
     SameInput {
-        files: args.input.same_files(),
+        files,
         version: args
             .kubernetes_version
             .map(|minor| format!("--kubernetes-version 1.{minor}")),
+        connection,
     }
 }
 
@@ -330,9 +346,13 @@ fn carry(text: &str, same: &SameInput) -> String {
         let command = &text[span.clone()];
         let bare = command.trim_start_matches(['(', '`', '\'', '"']);
         let flags: Vec<&String> = if bare.starts_with("kubectl media why ") {
-            same.files.iter().chain(&same.version).collect()
+            same.files
+                .iter()
+                .chain(&same.connection)
+                .chain(&same.version)
+                .collect()
         } else if bare.starts_with("kubectl media caps") {
-            same.files.iter().collect()
+            same.files.iter().chain(&same.connection).collect()
         } else {
             continue;
         };
@@ -1013,7 +1033,17 @@ mod tests {
             output: None,
             kubernetes_version: version,
         };
-        let same = same_input(&args(&["a.yaml", "my dir/b's.yaml", "-"], true, Some(35)));
+        let none = crate::cli::KubeArgs {
+            kubeconfig: None,
+            context: None,
+            namespace: None,
+            all_namespaces: false,
+            request_timeout: Default::default(),
+        };
+        let same = same_input(
+            &args(&["a.yaml", "my dir/b's.yaml", "-"], true, Some(35)),
+            &none,
+        );
         assert_eq!(
             same.files,
             [
@@ -1036,7 +1066,7 @@ mod tests {
         );
         // Before the punctuation that ends the command's clause; caps takes no version; other
         // commands are left alone.
-        let same = same_input(&args(&["a.yaml"], false, Some(35)));
+        let same = same_input(&args(&["a.yaml"], false, Some(35)), &none);
         assert_eq!(
             carry(
                 "check it against kubectl media caps -o json, or (kubectl media class ... | kubectl apply -f -).",
@@ -1045,11 +1075,28 @@ mod tests {
             "check it against kubectl media caps -o json -f a.yaml, or (kubectl media class ... | kubectl apply -f -)."
         );
         // -R without -f, from the cluster: nothing to add.
-        let same = same_input(&args(&[], true, None));
+        let same = same_input(&args(&[], true, None), &none);
         assert_eq!(same, SameInput::default());
         assert_eq!(
             carry("kubectl media why p -n ns", &same),
             "kubectl media why p -n ns"
+        );
+        // From a cluster named by flags: the same kubeconfig and context.
+        let named = crate::cli::KubeArgs {
+            kubeconfig: Some("/tmp/my config".into()),
+            context: Some("prod".into()),
+            ..none.clone()
+        };
+        let same = same_input(&args(&[], false, None), &named);
+        assert_eq!(
+            carry("kubectl media why p -n ns", &same),
+            "kubectl media why p -n ns --kubeconfig '/tmp/my config' --context prod"
+        );
+        // From files they would not matter.
+        let same = same_input(&args(&["a.yaml"], false, None), &named);
+        assert_eq!(
+            carry("kubectl media why p -n ns", &same),
+            "kubectl media why p -n ns -f a.yaml"
         );
     }
 
