@@ -213,7 +213,14 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
         unread: &unread,
         every_device: args.output == Some(WhyFormat::Wide),
     };
-    let mut diagnosis = pod::explain(&input).map_err(|e| Error::Why(Box::new(e)))?;
+    let same = same_input(args, &global.kube);
+    let mut diagnosis = pod::explain(&input).map_err(|e| match e {
+        // The hint's command reads what this run read, as the next steps' do.
+        pod::TargetError::PodNotFound { .. } | pod::TargetError::ClaimNotFound { .. } => {
+            Error::NotFound(carry(&e.to_string(), &same))
+        }
+        e => Error::Why(Box::new(e)),
+    })?;
     // Without devices or classes no claim can be evaluated, and without claims a claim the pod
     // names is not known to be missing: one line, not a verdict built on what was not read.
     // (The pod, and whether it has claims, are said first.)
@@ -255,7 +262,6 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
         ));
     }
     // A suggested `kubectl media why|caps` reads what this run read: from files, the same files.
-    let same = same_input(args, &global.kube);
     for step in &mut diagnosis.next_steps {
         *step = carry(step, &same);
     }

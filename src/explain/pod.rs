@@ -74,14 +74,14 @@ pub(crate) struct Input<'a> {
 /// Why there is nothing to explain.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TargetError {
-    #[error("pod {namespace}/{name} not found{hint}", hint = not_found_hint(.similar, .elsewhere, "pod"))]
+    #[error("pod {namespace}/{name} not found{hint}", hint = not_found_hint(.similar, .elsewhere, "pod", .namespace))]
     PodNotFound {
         namespace: String,
         name: String,
         similar: Vec<String>,
         elsewhere: Vec<String>,
     },
-    #[error("resourceclaim {namespace}/{name} not found{hint}", hint = not_found_hint(.similar, .elsewhere, "claim"))]
+    #[error("resourceclaim {namespace}/{name} not found{hint}", hint = not_found_hint(.similar, .elsewhere, "claim", .namespace))]
     ClaimNotFound {
         namespace: String,
         name: String,
@@ -104,7 +104,7 @@ pub enum TargetError {
     },
 }
 
-fn not_found_hint(similar: &[String], elsewhere: &[String], what: &str) -> String {
+fn not_found_hint(similar: &[String], elsewhere: &[String], what: &str, namespace: &str) -> String {
     let flag = if what == "pod" { "" } else { "claim/" };
     match (similar.first(), elsewhere.first()) {
         (_, Some(namespace)) => format!(
@@ -116,7 +116,7 @@ fn not_found_hint(similar: &[String], elsewhere: &[String], what: &str) -> Strin
             }
         ),
         (Some(_), None) => format!(
-            " (hint: similar names: {}; e.g. kubectl media why {flag}{})",
+            " (hint: similar names: {}; e.g. kubectl media why {flag}{} -n {namespace})",
             similar.join(", "),
             similar[0]
         ),

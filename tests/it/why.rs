@@ -387,6 +387,19 @@ fn bad_input_gets_one_line() {
         1,
     );
     assert!(e.contains("similar names: archive-0"), "{e}");
+    // Its example reads what this run read: the namespace and the same files.
+    assert!(
+        e.contains(&format!(
+            "e.g. kubectl media why archive-0 -n media -f {}",
+            fleet_files()[0]
+        )),
+        "{e}"
+    );
+    assert!(
+        e.trim_end()
+            .ends_with(&format!("-f {})", example("why/no-gpu-qualifies.yaml"))),
+        "{e}"
+    );
     // Not something why explains.
     let e = crate::one_error_line(
         run(&["why", "deploy/x", "-f", &example("fleet.yaml")], None),
