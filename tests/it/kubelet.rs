@@ -616,6 +616,28 @@ async fn tonic_alone_resets_what_the_kubelet_sends() {
     }
 }
 
+/// The kubelet refuses the registration on `socket` with `refusal`; returns how long after
+/// that the plugin made the socket anew (its state back to Pending).
+async fn refuse_until_offered_again(
+    plugin: &mut Running,
+    socket: &Path,
+    refusal: &str,
+) -> Duration {
+    let refused_at = std::time::Instant::now();
+    raw_register(socket, Authority::PercentEncodedPath, refusal)
+        .await
+        .unwrap();
+    registration_becomes(&mut plugin.registration, |s| {
+        matches!(s, RegistrationState::Failed { .. })
+    })
+    .await;
+    registration_becomes(&mut plugin.registration, |s| {
+        *s == RegistrationState::Pending
+    })
+    .await;
+    refused_at.elapsed()
+}
+
 /// A refusal the kubelet does not retry by itself (its DRA handler's, after it took the plugin
 /// in): the agent makes the registration socket anew after `refusal_retry`, so that the
 /// kubelet's plugin watcher sees a new file and registers again; twice as long after a second
@@ -635,19 +657,7 @@ async fn a_refused_registration_is_offered_again_on_a_new_socket() {
         "RegisterPlugin error -- plugin registration failed with err: endpoint already registered";
 
     let first = inode(&socket).expect("the socket is there");
-    let refused_at = std::time::Instant::now();
-    raw_register(&socket, Authority::PercentEncodedPath, refusal)
-        .await
-        .unwrap();
-    registration_becomes(&mut plugin.registration, |s| {
-        matches!(s, RegistrationState::Failed { .. })
-    })
-    .await;
-    registration_becomes(&mut plugin.registration, |s| {
-        *s == RegistrationState::Pending
-    })
-    .await;
-    let renewed_after = refused_at.elapsed();
+    let renewed_after = refuse_until_offered_again(&mut plugin, &socket, refusal).await;
     let second = inode(&socket).expect("a socket is there again");
     assert_ne!(
         first, second,
@@ -659,22 +669,10 @@ async fn a_refused_registration_is_offered_again_on_a_new_socket() {
     );
 
     // Refused again: twice the wait.
-    let refused_at = std::time::Instant::now();
-    raw_register(&socket, Authority::PercentEncodedPath, refusal)
-        .await
-        .unwrap();
-    registration_becomes(&mut plugin.registration, |s| {
-        matches!(s, RegistrationState::Failed { .. })
-    })
-    .await;
-    registration_becomes(&mut plugin.registration, |s| {
-        *s == RegistrationState::Pending
-    })
-    .await;
+    let renewed_after = refuse_until_offered_again(&mut plugin, &socket, refusal).await;
     assert!(
-        refused_at.elapsed() >= Duration::from_millis(600),
-        "{:?}",
-        refused_at.elapsed()
+        renewed_after >= Duration::from_millis(600),
+        "{renewed_after:?}"
     );
     assert_ne!(inode(&socket), Some(second));
     // Said once, however often the kubelet refuses the new offers in the same words; each
