@@ -215,6 +215,20 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
     };
     let same = same_input(args, &global.kube);
     let mut diagnosis = pod::explain(&input).map_err(|e| match e {
+        // With -A the name is in no namespace at all: said so, with close names from all.
+        pod::TargetError::PodNotFound { name, .. } if global.kube.all_namespaces => {
+            let metas = objects.pods.iter().map(|p| &p.metadata);
+            let close = pod::similar(metas, None, &name);
+            Error::NotFound(carry(&in_no_namespace("pod", "", &name, &close), &same))
+        }
+        pod::TargetError::ClaimNotFound { name, .. } if global.kube.all_namespaces => {
+            let metas = objects.claims.iter().map(|c| &c.metadata);
+            let close = pod::similar(metas, None, &name);
+            Error::NotFound(carry(
+                &in_no_namespace("resourceclaim", "claim/", &name, &close),
+                &same,
+            ))
+        }
         // The hint's command reads what this run read, as the next steps' do.
         pod::TargetError::PodNotFound { .. } | pod::TargetError::ClaimNotFound { .. } => {
             Error::NotFound(carry(&e.to_string(), &same))
@@ -375,6 +389,19 @@ fn carry(text: &str, same: &SameInput) -> String {
     }
     out.push_str(&text[from..]);
     out
+}
+
+/// `-A` and `name` is in no namespace: the message, with the closest of `close` (each
+/// `namespace/name`) as the example to run.
+fn in_no_namespace(what: &str, prefix: &str, name: &str, close: &[String]) -> String {
+    let hint = match close.first().and_then(|c| c.split_once('/')) {
+        Some((namespace, candidate)) => format!(
+            "similar names: {}; e.g. kubectl media why {prefix}{candidate} -n {namespace}",
+            close.join(", ")
+        ),
+        None => format!("check the name, or list them with kubectl get {what}s -A"),
+    };
+    format!("{what} {name} not found in any namespace (hint: {hint})")
 }
 
 /// A kind `why` cannot do without that could not be read.

@@ -462,7 +462,11 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
                 .ok_or_else(|| TargetError::PodNotFound {
                     namespace: namespace.to_owned(),
                     name: name.clone(),
-                    similar: similar(objects.pods.iter().map(|p| &p.metadata), namespace, name),
+                    similar: similar(
+                        objects.pods.iter().map(|p| &p.metadata),
+                        Some(namespace),
+                        name,
+                    ),
                     elsewhere: elsewhere(objects.pods.iter().map(|p| &p.metadata), name),
                 })?;
             let mut entries = pod_claims(pod, objects);
@@ -501,7 +505,11 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
                 .ok_or_else(|| TargetError::ClaimNotFound {
                     namespace: namespace.to_owned(),
                     name: name.clone(),
-                    similar: similar(objects.claims.iter().map(|c| &c.metadata), namespace, name),
+                    similar: similar(
+                        objects.claims.iter().map(|c| &c.metadata),
+                        Some(namespace),
+                        name,
+                    ),
                     elsewhere: elsewhere(objects.claims.iter().map(|c| &c.metadata), name),
                 })?;
             let mut entry = Entry {
@@ -785,20 +793,29 @@ fn meta_is(
         && meta.namespace.as_deref().unwrap_or("default") == namespace
 }
 
-fn similar<'m>(
+/// Up to three names close to `name` in `namespace`, closest first; with no namespace (`-A`),
+/// in every namespace, each as `namespace/name`.
+pub(crate) fn similar<'m>(
     metas: impl Iterator<Item = &'m k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
-    namespace: &str,
+    namespace: Option<&str>,
     name: &str,
 ) -> Vec<String> {
     let mut scored: Vec<(usize, String)> = metas
-        .filter(|m| m.namespace.as_deref().unwrap_or("default") == namespace)
-        .filter_map(|m| m.name.clone())
-        .filter_map(|candidate| {
-            let distance = strsim::levenshtein(&candidate, name);
+        .filter(|m| namespace.is_none_or(|ns| m.namespace.as_deref().unwrap_or("default") == ns))
+        .filter_map(|m| {
+            let candidate = m.name.as_deref()?;
+            let distance = strsim::levenshtein(candidate, name);
             let close = distance <= name.len().max(3) / 3
                 || candidate.starts_with(name)
-                || name.starts_with(&candidate);
-            close.then_some((distance, candidate))
+                || name.starts_with(candidate);
+            let shown = match namespace {
+                Some(_) => candidate.to_owned(),
+                None => format!(
+                    "{}/{candidate}",
+                    m.namespace.as_deref().unwrap_or("default")
+                ),
+            };
+            close.then_some((distance, shown))
         })
         .collect();
     scored.sort();

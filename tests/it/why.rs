@@ -400,6 +400,14 @@ fn bad_input_gets_one_line() {
             .ends_with(&format!("-f {})", example("why/no-gpu-qualifies.yaml"))),
         "{e}"
     );
+    // -A: in no namespace at all, with close names from every one.
+    let e = crate::one_error_line(why_files("archive-9", "no-gpu-qualifies", &["-A"]), 1);
+    assert!(
+        e.starts_with(
+            "error: pod archive-9 not found in any namespace (hint: similar names: media/archive-0; e.g. kubectl media why archive-0 -n media -f "
+        ),
+        "{e}"
+    );
     // Not something why explains.
     let e = crate::one_error_line(
         run(&["why", "deploy/x", "-f", &example("fleet.yaml")], None),
