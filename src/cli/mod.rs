@@ -81,7 +81,7 @@ pub struct KubeArgs {
     pub context: Option<String>,
 
     /// The namespace to read namespaced objects from [default: the context's namespace, else
-    /// default].
+    /// default; for why -f, first the files' namespace of the name].
     #[arg(short = 'n', long, global = true, value_name = "NAMESPACE", help_heading = GLOBAL)]
     pub namespace: Option<String>,
 
