@@ -181,7 +181,8 @@ impl TestApiServer {
         let runtime = handle_rx
             .recv()
             .expect("test API server: runtime thread started");
-        let listener = StdListener::bind("127.0.0.1:0").expect("test API server: bind 127.0.0.1:0");
+        let listener = listen_sharable("127.0.0.1:0".parse().expect("an address"))
+            .expect("test API server: bind 127.0.0.1:0");
         let addr = listener
             .local_addr()
             .expect("test API server: local address");
@@ -308,11 +309,14 @@ impl TestApiServer {
     pub fn stop(&self) {
         let serving = lock(&self.serving).take();
         if let Some(s) = serving {
+            // Keep the port: a socket bound to it beside the listener (both SO_REUSEPORT) that
+            // does not listen, so that once the listener is closed connections are refused, as
+            // by a server that is down, and the port is never free for another test's socket
+            // (a client's autobind or a listener's port 0 once took it in that moment).
+            let held = hold(self.addr);
             let _ = s.stop.send(true);
             let _ = s.done.recv_timeout(Duration::from_secs(10));
-            // Keep the port: bound but not listening, so connections are refused (as by a
-            // server that is down) and no other listener, a parallel test's, can take it.
-            *lock(&self.held) = hold(self.addr);
+            *lock(&self.held) = Some(held);
         }
         self.shared.changes.bump();
     }
@@ -328,7 +332,7 @@ impl TestApiServer {
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         let listener = loop {
-            match StdListener::bind(self.addr) {
+            match listen_sharable(self.addr) {
                 Ok(l) => break l,
                 // The port can be briefly busy while the old socket closes; this polls an OS
                 // condition nothing can notify us of.
@@ -680,13 +684,27 @@ async fn accept_loop(
     let _ = done.send(());
 }
 
-/// A TCP socket bound to `addr` that does not listen (connections to it are refused), or
-/// `None` when the port cannot be had (a parallel test took it in the moment it was free).
-fn hold(addr: SocketAddr) -> Option<socket2::Socket> {
+/// A TCP socket for `addr` with SO_REUSEADDR (as std's listeners: a port whose connections
+/// are in TIME_WAIT can be bound again) and SO_REUSEPORT (so that [`hold`] can bind the port
+/// beside the listener), bound.
+fn sharable(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
     use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None).ok()?;
-    // As std's listeners: a port whose connections are in TIME_WAIT can be bound again.
-    socket.set_reuse_address(true).ok()?;
-    socket.bind(&addr.into()).ok()?;
-    Some(socket)
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.bind(&addr.into())?;
+    Ok(socket)
+}
+
+/// The server's listener: [`sharable`], listening. (A port 0 bind never shares a port with
+/// other SO_REUSEPORT sockets: the kernel's autobind does not reuse one.)
+fn listen_sharable(addr: SocketAddr) -> std::io::Result<StdListener> {
+    let socket = sharable(addr)?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
+/// The port of the listener at `addr`, held by a socket that does not listen.
+fn hold(addr: SocketAddr) -> socket2::Socket {
+    sharable(addr).unwrap_or_else(|e| panic!("test API server: hold {addr}: {e}"))
 }
