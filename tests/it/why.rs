@@ -51,14 +51,25 @@ fn run(args: &[&str], kubeconfig: Option<&std::path::Path>) -> Output {
 
 /// `why` on a scenario file, from files.
 fn why_files(target: &str, scenario: &str, extra: &[&str]) -> Output {
-    let mut args = vec!["why".to_owned(), target.to_owned()];
-    for file in fleet_files() {
-        args.extend(["-f".to_owned(), file]);
-    }
-    args.extend(["-f".to_owned(), example(&format!("why/{scenario}.yaml"))]);
-    args.extend(extra.iter().map(|s| s.to_string()));
+    why_on(target, &example(&format!("why/{scenario}.yaml")), extra)
+}
+
+/// `why` on the fleet's files and `file`.
+fn why_on(target: &str, file: &str, extra: &[&str]) -> Output {
+    let args = why_args(target, file, extra);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     run(&args, None)
+}
+
+/// The arguments of [`why_on`].
+fn why_args(target: &str, file: &str, extra: &[&str]) -> Vec<String> {
+    let mut args = vec!["why".to_owned(), target.to_owned()];
+    for fleet in fleet_files() {
+        args.extend(["-f".to_owned(), fleet]);
+    }
+    args.extend(["-f".to_owned(), file.to_owned()]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
 }
 
 fn text(out: &Output, code: i32) -> String {
@@ -494,13 +505,27 @@ fn a_claim_on_its_own() {
 
 /// `scenario` with its documents of `kind` left out, written to a file in `dir`.
 fn without_kind(dir: &std::path::Path, scenario: &str, kind: &str) -> String {
+    edited(dir, scenario, &format!("without-{kind}"), |v| {
+        (v["kind"] != kind).then_some(v)
+    })
+}
+
+/// `scenario` with each document passed through `edit` (`None` leaves it out), written to a
+/// file in `dir` named after both.
+fn edited(
+    dir: &std::path::Path,
+    scenario: &str,
+    what: &str,
+    edit: impl FnMut(Value) -> Option<Value>,
+) -> String {
     let text = std::fs::read_to_string(example(&format!("why/{scenario}.yaml"))).unwrap();
     let kept: Vec<String> = serde_yaml::Deserializer::from_str(&text)
         .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
-        .filter(|v| !v.is_null() && v["kind"] != kind)
+        .filter(|v| !v.is_null())
+        .filter_map(edit)
         .map(|v| serde_yaml::to_string(&v).unwrap())
         .collect();
-    let file = dir.join(format!("{scenario}-without-{kind}.yaml"));
+    let file = dir.join(format!("{scenario}-{what}.yaml"));
     std::fs::write(&file, kept.join("---\n")).unwrap();
     file.display().to_string()
 }
@@ -565,30 +590,16 @@ fn files_without_claims_leave_what_other_claims_hold_unknown() {
     // The scenario's pod before its claim was made, and its template, without ResourceClaims:
     // what other claims hold is not in the files, and that is said.
     let dir = tempfile::tempdir().unwrap();
-    let text_of = std::fs::read_to_string(example("why/no-gpu-qualifies.yaml")).unwrap();
-    let kept: Vec<String> = serde_yaml::Deserializer::from_str(&text_of)
-        .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
-        .filter(|v| !v.is_null() && v["kind"] != "ResourceClaim")
-        .map(|mut v| {
-            if v["kind"] == "Pod" {
-                v["status"]
-                    .as_object_mut()
-                    .unwrap()
-                    .remove("resourceClaimStatuses");
-            }
-            serde_yaml::to_string(&v).unwrap()
-        })
-        .collect();
-    let file = dir.path().join("not-created.yaml");
-    std::fs::write(&file, kept.join("---\n")).unwrap();
-    let file = file.display().to_string();
-    let mut args = vec!["why".to_owned(), "archive-0".to_owned()];
-    for f in fleet_files() {
-        args.extend(["-f".to_owned(), f]);
-    }
-    args.extend(["-f".to_owned(), file, "-o".to_owned(), "json".to_owned()]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run(&args, None);
+    let file = edited(dir.path(), "no-gpu-qualifies", "not-created", |mut v| {
+        if v["kind"] == "Pod" {
+            v["status"]
+                .as_object_mut()
+                .unwrap()
+                .remove("resourceClaimStatuses");
+        }
+        (v["kind"] != "ResourceClaim").then_some(v)
+    });
+    let out = why_on("archive-0", &file, &["-o", "json"]);
     let record: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     let notes = record["notes"].to_string();
@@ -601,15 +612,7 @@ fn files_without_claims_leave_what_other_claims_hold_unknown() {
 #[test]
 fn a_claim_whose_pod_is_unknown_or_missing_is_never_fine() {
     let dir = tempfile::tempdir().unwrap();
-    let run_with = |target: &str, file: &str, code: i32| {
-        let mut args = vec!["why".to_owned(), target.to_owned()];
-        for f in fleet_files() {
-            args.extend(["-f".to_owned(), f]);
-        }
-        args.extend(["-f".to_owned(), file.to_owned()]);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        text(&run(&args, None), code)
-    };
+    let run_with = |target: &str, file: &str, code: i32| text(&why_on(target, file, &[]), code);
     // archive-0's claim names its pod (ownerReference), which the files do not hold: the
     // pod's nodeSelector, which rules tgl-1 out, is unknown. Undecided, never "nothing blocks".
     let nopod = without_kind(dir.path(), "no-gpu-qualifies", "Pod");
@@ -741,13 +744,7 @@ fn a_selector_why_does_not_evaluate_is_undecided_never_a_verdict() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("class-ip.yaml");
     std::fs::write(&file, edited).unwrap();
-    let mut args: Vec<String> = vec!["why".into(), "review-0".into()];
-    for f in fleet_files() {
-        args.extend(["-f".into(), f]);
-    }
-    args.extend(["-f".into(), file.display().to_string()]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let explanation = text(&run(&args, None), 4);
+    let explanation = text(&why_on("review-0", &file.display().to_string(), &[]), 4);
     let (verdict, _) = verdict_and_notes(&explanation);
     assert!(
         verdict.starts_with("Undecided for pod media/review-0: class hevc10: selector #0"),
@@ -947,13 +944,7 @@ fn claims_not_in_the_files_are_not_said_missing() {
     assert!(kept.len() < scenario.split("\n---\n").count());
     let without = dir.path().join("without-claims.yaml");
     std::fs::write(&without, kept.join("\n---\n")).unwrap();
-    let mut args = vec!["why".to_owned(), "archive-0".to_owned()];
-    for file in fleet_files() {
-        args.extend(["-f".to_owned(), file]);
-    }
-    args.extend(["-f".to_owned(), without.display().to_string()]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let e = crate::one_error_line(run(&args, None), 1);
+    let e = crate::one_error_line(why_on("archive-0", &without.display().to_string(), &[]), 1);
     assert_eq!(
         e,
         "error: cannot explain pod media/archive-0 without resourceclaims: the files hold none (hint: save them too: kubectl get resourceclaims -A -o yaml > resourceclaims.yaml, and add -f resourceclaims.yaml)\n"
@@ -998,11 +989,7 @@ fn claims_readable_in_the_namespace_only() {
 
 #[test]
 fn text_wraps_at_the_terminal_with_a_hanging_indent() {
-    let mut args = vec!["why".to_owned(), "film-0".to_owned()];
-    for file in fleet_files() {
-        args.extend(["-f".to_owned(), file]);
-    }
-    args.extend(["-f".to_owned(), example("why/all-taken.yaml")]);
+    let args = why_args("film-0", &example("why/all-taken.yaml"), &[]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     // Into a pipe: one line each, as before (the snapshots).
     let piped = text(&run(&args, None), 3);
