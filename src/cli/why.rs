@@ -395,10 +395,9 @@ fn carry(text: &str, same: &SameInput) -> String {
 /// `namespace/name`) as the example to run.
 fn in_no_namespace(what: &str, prefix: &str, name: &str, close: &[String]) -> String {
     let hint = match close.first().and_then(|c| c.split_once('/')) {
-        Some((namespace, candidate)) => format!(
-            "similar names: {}; e.g. kubectl media why {prefix}{candidate} -n {namespace}",
-            close.join(", ")
-        ),
+        Some((namespace, candidate)) => {
+            pod::similar_names_hint(close, prefix, candidate, namespace)
+        }
         None => format!("check the name, or list them with kubectl get {what}s -A"),
     };
     format!("{what} {name} not found in any namespace (hint: {hint})")

@@ -104,6 +104,20 @@ pub enum TargetError {
     },
 }
 
+/// `similar names: A, B; e.g. kubectl media why FLAG EXAMPLE -n NAMESPACE`: the hint of a
+/// name not found, with `example` (in `namespace`) as the command to run.
+pub(crate) fn similar_names_hint(
+    names: &[String],
+    flag: &str,
+    example: &str,
+    namespace: &str,
+) -> String {
+    format!(
+        "similar names: {}; e.g. kubectl media why {flag}{example} -n {namespace}",
+        names.join(", ")
+    )
+}
+
 fn not_found_hint(similar: &[String], elsewhere: &[String], what: &str, namespace: &str) -> String {
     let flag = if what == "pod" { "" } else { "claim/" };
     match (similar.first(), elsewhere.first()) {
@@ -115,10 +129,9 @@ fn not_found_hint(similar: &[String], elsewhere: &[String], what: &str, namespac
                 String::new()
             }
         ),
-        (Some(_), None) => format!(
-            " (hint: similar names: {}; e.g. kubectl media why {flag}{} -n {namespace})",
-            similar.join(", "),
-            similar[0]
+        (Some(first), None) => format!(
+            " (hint: {})",
+            similar_names_hint(similar, flag, first, namespace)
         ),
         (None, None) => format!(
             " (hint: check the name and -n, or list them with kubectl get {what}s)",
