@@ -1,0 +1,799 @@
+//! How far a device selector may go, as the API server and the scheduler bound it: the parser's
+//! limits (cel-go v0.26's defaults, which Kubernetes keeps), the API server's length limit and
+//! static cost estimate (k8s pkg/apis/resource/validation `validateCELExpression`), and the
+//! scheduler's runtime cost limit (dra cel/compile.go `cel.CostLimit`), counted as cel-go
+//! interpreter/runtimecost.go and k8s.io/apiserver pkg/cel/library/cost.go count it.
+//!
+//! The `cel` crate has no cost hooks, so [`instrument`] rewrites a selector to pass each
+//! costed value through a charging function (`@charge(x, 1)`, ...) that draws on a per-thread
+//! budget ([`metered`]): the charges land where cel-go's cost observer counts, and the
+//! size-proportional ones (regex, `contains`, sets, `in`) are charged from the arguments
+//! before the work, so a selector past the limit stops before it runs long or allocates much.
+
+use std::cell::Cell;
+use std::fmt;
+
+use cel::common::ast::{CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue, operators};
+use cel::common::types::{CelBool, CelBytes, CelInt, CelString, DYN_TYPE, INT_TYPE, STRING_TYPE};
+use cel::common::value::{CowVal, Val};
+use cel::{Env, ExecutionError};
+
+/// `resourceapi.CELSelectorExpressionMaxCost`: the runtime limit and the static estimate's.
+pub(crate) const MAX_COST: u64 = 1_000_000;
+/// `resourceapi.CELSelectorExpressionMaxLength`, in bytes.
+pub(crate) const MAX_LENGTH: usize = 10 * 1024;
+/// cel-go's parser default `expressionSizeCodePointLimit`.
+pub(crate) const MAX_CODE_POINTS: usize = 100_000;
+/// cel-go's parser default `maxRecursionDepth`.
+pub(crate) const MAX_RECURSION_DEPTH: usize = 250;
+/// cel-go's `EvalCancelledError` message for `CostLimitExceeded`.
+pub(crate) const COST_LIMIT_EXCEEDED: &str = "operation cancelled: actual cost limit exceeded";
+
+/// Why the API server refuses a selector before it is stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// `field.TooLong`.
+    TooLong { bytes: usize },
+    /// The parser's code point limit (a compile error).
+    TooManyCodePoints { code_points: usize },
+    /// The parser's recursion limit (a compile error).
+    TooDeep,
+    /// `field.Forbidden`: the static worst-case estimate is over [`MAX_COST`].
+    TooComplex { estimate: u64 },
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::TooLong { bytes } => write!(
+                f,
+                "Too long: may not be more than {MAX_LENGTH} bytes (it has {bytes})"
+            ),
+            Refusal::TooManyCodePoints { code_points } => write!(
+                f,
+                "compilation failed: expression code point size exceeds limit: size: {code_points}, limit {MAX_CODE_POINTS}"
+            ),
+            Refusal::TooDeep => write!(
+                f,
+                "compilation failed: expression recursion limit exceeded: {MAX_RECURSION_DEPTH}"
+            ),
+            Refusal::TooComplex { estimate } => write!(
+                f,
+                "too complex, exceeds cost limit (estimated worst case {estimate}, limit {MAX_COST})"
+            ),
+        }
+    }
+}
+
+/// The text limits, checked before parsing: the API server's length, then the parser's size.
+pub(crate) fn check_text(expression: &str) -> Result<(), Refusal> {
+    if expression.len() > MAX_LENGTH {
+        return Err(Refusal::TooLong {
+            bytes: expression.len(),
+        });
+    }
+    let code_points = expression.chars().count();
+    if code_points > MAX_CODE_POINTS {
+        return Err(Refusal::TooManyCodePoints { code_points });
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Nesting
+
+/// The depth cel-go's parser counts (parser.go `Visit`: relations, arithmetic, `?:`, selects,
+/// member calls and indexes, nested in one another; `&&`, `||`, `!`, global calls and literals
+/// are free). Macro expansions count as the member call they were; their synthetic `&&`, `+`
+/// and `?:` may add up to two, so a selector within two of the limit may be refused here and
+/// not there.
+pub(crate) fn nesting_depth(expr: &IdedExpr) -> usize {
+    let own = match &expr.expr {
+        Expr::Call(call) => usize::from(counts(call)),
+        Expr::Comprehension(_) | Expr::Select(_) => 1,
+        _ => 0,
+    };
+    let mut deepest = 0;
+    super::children(expr, &mut |c| deepest = deepest.max(nesting_depth(c)));
+    own + deepest
+}
+
+fn counts(call: &CallExpr) -> bool {
+    use operators::*;
+    call.target.is_some()
+        || [
+            ADD, SUBSTRACT, MULTIPLY, DIVIDE, MODULO, EQUALS, NOT_EQUALS, LESS, LESS_EQUALS,
+            GREATER, GREATER_EQUALS, IN, CONDITIONAL, INDEX, OPT_INDEX, OPT_SELECT,
+        ]
+        .contains(&call.func_name.as_str())
+        || call.func_name == super::EQUALS
+        || call.func_name == super::NOT_EQUALS
+}
+
+/// The deepest path of `expr` in nodes (what the evaluator's recursion follows).
+pub(crate) fn tree_depth(expr: &IdedExpr) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(expr, 1usize)];
+    while let Some((e, depth)) = stack.pop() {
+        deepest = deepest.max(depth);
+        super::children(e, &mut |c| stack.push((c, depth + 1)));
+    }
+    deepest
+}
+
+// ---------------------------------------------------------------------------------------------
+// The static estimate (cel-go checker/cost.go with k8s library/cost.go EstimateCallCost)
+
+/// Bounds on what a value can be, for the estimate: its size (characters of a string,
+/// entries of a list or map), its elements' size, and where it sits in `device`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Bound {
+    cost: u64,
+    size: u64,
+    elem: u64,
+    shape: Shape,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Shape {
+    Device,
+    Domains,
+    Names,
+    String,
+    List,
+    Other,
+}
+
+impl Bound {
+    fn scalar(cost: u64) -> Bound {
+        Bound {
+            cost,
+            size: 1,
+            elem: 1,
+            shape: Shape::Other,
+        }
+    }
+    fn string(cost: u64, size: u64) -> Bound {
+        Bound {
+            cost,
+            size,
+            elem: 1,
+            shape: Shape::String,
+        }
+    }
+}
+
+// resourceapi limits the DRA environment declares its types with (dra cel/compile.go).
+const DRIVER_NAME_MAX: u64 = 63;
+const DOMAIN_MAX: u64 = 63;
+const ID_MAX: u64 = 32;
+const ATTRIBUTE_VALUE_MAX: u64 = 64;
+const ATTRIBUTES_PER_DEVICE_MAX: u64 = 32;
+
+/// cel-go's `ceil(size * factor)`, with the factor in thousandths.
+fn traversal(size: u64, permille: u64) -> u64 {
+    size.saturating_mul(permille).div_ceil(1000)
+}
+
+/// The worst-case cost the API server estimates for `expr` (`env.EstimateCost`).
+pub(crate) fn estimate(expr: &IdedExpr) -> u64 {
+    estimate_in(expr, &mut Vec::new()).cost
+}
+
+fn estimate_in(expr: &IdedExpr, scope: &mut Vec<(String, Bound)>) -> Bound {
+    match &expr.expr {
+        Expr::Literal(literal) => match literal {
+            LiteralValue::String(s) => Bound::string(0, s.inner().chars().count() as u64),
+            LiteralValue::Bytes(b) => Bound::string(0, b.inner().len() as u64),
+            _ => Bound::scalar(0),
+        },
+        Expr::Ident(name) => {
+            if let Some((_, bound)) = scope.iter().rev().find(|(n, _)| n == name) {
+                return Bound { cost: 1, ..*bound };
+            }
+            Bound {
+                shape: if name == "device" {
+                    Shape::Device
+                } else {
+                    Shape::Other
+                },
+                ..Bound::scalar(1)
+            }
+        }
+        Expr::Select(select) => {
+            let operand = estimate_in(&select.operand, scope);
+            // Presence tests are free (Kubernetes sets PresenceTestHasCost(false)).
+            let cost = operand.cost.saturating_add(u64::from(!select.test));
+            if select.test {
+                return Bound::scalar(cost);
+            }
+            Bound {
+                cost,
+                ..member(operand.shape, Some(&select.field))
+            }
+        }
+        Expr::List(list) => {
+            let mut out = Bound {
+                cost: 10,
+                size: list.elements.len() as u64,
+                elem: 1,
+                shape: Shape::List,
+            };
+            for e in &list.elements {
+                let b = estimate_in(e, scope);
+                out.cost = out.cost.saturating_add(b.cost);
+                out.elem = out.elem.max(b.size);
+            }
+            out
+        }
+        Expr::Map(map) => {
+            let mut out = Bound {
+                cost: 30,
+                size: map.entries.len() as u64,
+                elem: 1,
+                shape: Shape::Other,
+            };
+            for entry in &map.entries {
+                if let EntryExpr::MapEntry(m) = &entry.expr {
+                    let entry_cost = estimate_in(&m.key, scope)
+                        .cost
+                        .saturating_add(estimate_in(&m.value, scope).cost);
+                    out.cost = out.cost.saturating_add(entry_cost);
+                }
+            }
+            out
+        }
+        Expr::Struct(_) => Bound::scalar(40),
+        Expr::Comprehension(c) => {
+            let range = estimate_in(&c.iter_range, scope);
+            let init = estimate_in(&c.accu_init, scope);
+            let iterations = match range.shape {
+                Shape::Domains | Shape::Names => ATTRIBUTES_PER_DEVICE_MAX,
+                _ => range.size,
+            };
+            let element = match range.shape {
+                Shape::Domains => Bound::string(1, DOMAIN_MAX),
+                Shape::Names => Bound::string(1, ID_MAX),
+                _ => Bound {
+                    cost: 1,
+                    size: range.elem,
+                    elem: 1,
+                    shape: Shape::Other,
+                },
+            };
+            scope.push((c.accu_var.clone(), init));
+            scope.push((c.iter_var.clone(), element));
+            let per_iteration = estimate_in(&c.loop_cond, scope)
+                .cost
+                .saturating_add(estimate_in(&c.loop_step, scope).cost);
+            scope.pop();
+            let result = estimate_in(&c.result, scope);
+            scope.pop();
+            Bound {
+                cost: range
+                    .cost
+                    .saturating_add(init.cost)
+                    .saturating_add(iterations.saturating_mul(per_iteration))
+                    .saturating_add(result.cost),
+                ..result
+            }
+        }
+        Expr::Call(call) => estimate_call(call, scope),
+        Expr::Unspecified => Bound::scalar(0),
+    }
+}
+
+/// `operand.field` or `operand[key]` on the DRA device's declared types.
+fn member(operand: Shape, field: Option<&str>) -> Bound {
+    match (operand, field) {
+        (Shape::Device, Some("driver")) => Bound::string(0, DRIVER_NAME_MAX),
+        (Shape::Device, Some("attributes" | "capacity")) => Bound {
+            cost: 0,
+            size: ATTRIBUTES_PER_DEVICE_MAX,
+            elem: DOMAIN_MAX,
+            shape: Shape::Domains,
+        },
+        (Shape::Domains, _) => Bound {
+            cost: 0,
+            size: ATTRIBUTES_PER_DEVICE_MAX,
+            elem: ID_MAX,
+            shape: Shape::Names,
+        },
+        (Shape::Names, _) => Bound::string(0, ATTRIBUTE_VALUE_MAX),
+        _ => Bound::scalar(0),
+    }
+}
+
+/// `sets.contains(a, b)` parses as a call of `contains` on `sets`: the function's full name
+/// when the target is one of the libraries' namespaces.
+fn namespaced(call: &CallExpr) -> Option<String> {
+    const NAMESPACES: [&str; 5] = ["sets", "lists", "strings", "math", "optional"];
+    match call.target.as_deref().map(|t| &t.expr) {
+        Some(Expr::Ident(ns)) if NAMESPACES.contains(&ns.as_str()) => {
+            Some(format!("{ns}.{}", call.func_name))
+        }
+        _ => None,
+    }
+}
+
+fn estimate_call(call: &CallExpr, scope: &mut Vec<(String, Bound)>) -> Bound {
+    let qualified = namespaced(call);
+    let target = match &qualified {
+        Some(_) => None,
+        None => call.target.as_ref().map(|t| estimate_in(t, scope)),
+    };
+    let args: Vec<Bound> = call.args.iter().map(|a| estimate_in(a, scope)).collect();
+    let inputs = target
+        .iter()
+        .chain(&args)
+        .fold(0u64, |sum, b| sum.saturating_add(b.cost));
+    // `x.f(a)` and `f(x, a)` alike: the receiver is the first argument.
+    let all: Vec<Bound> = target.into_iter().chain(args.iter().copied()).collect();
+    let size = |i: usize| all.get(i).map_or(1, |b| b.size);
+    let name = qualified.as_deref().unwrap_or(&call.func_name);
+    let (own, result) = match name {
+        operators::LOGICAL_AND | operators::LOGICAL_OR => (0, Bound::scalar(0)),
+        operators::CONDITIONAL => {
+            // The condition and the costlier branch.
+            let branches = args.get(1).map_or(0, |b| b.cost).max(args.get(2).map_or(0, |b| b.cost));
+            let cost = args.first().map_or(0, |b| b.cost).saturating_add(branches);
+            let mut result = args.get(1).copied().unwrap_or(Bound::scalar(0));
+            if let Some(other) = args.get(2) {
+                result.size = result.size.max(other.size);
+            }
+            return Bound { cost, ..result };
+        }
+        operators::INDEX | operators::OPT_INDEX | operators::OPT_SELECT => {
+            let operand = all.first().map_or(Shape::Other, |b| b.shape);
+            let result = match operand {
+                Shape::List => Bound {
+                    size: all[0].elem,
+                    ..Bound::scalar(0)
+                },
+                shape => member(shape, None),
+            };
+            (1, result)
+        }
+        operators::ADD => {
+            let shape = all.first().map_or(Shape::Other, |b| b.shape);
+            let total = size(0).saturating_add(size(1));
+            match shape {
+                Shape::String => (traversal(total, 100), Bound::string(0, total)),
+                Shape::List => (
+                    1,
+                    Bound {
+                        size: total,
+                        elem: all.iter().map(|b| b.elem).max().unwrap_or(1),
+                        shape: Shape::List,
+                        cost: 0,
+                    },
+                ),
+                _ => (1, Bound::scalar(0)),
+            }
+        }
+        operators::EQUALS
+        | operators::NOT_EQUALS
+        | super::EQUALS
+        | super::NOT_EQUALS
+        | operators::LESS
+        | operators::LESS_EQUALS
+        | operators::GREATER
+        | operators::GREATER_EQUALS => (traversal(size(0).min(size(1)), 100), Bound::scalar(0)),
+        operators::IN => (size(1), Bound::scalar(0)),
+        "matches" | MATCHES | "find" | "findAll" => (
+            traversal(size(0).saturating_add(1), 100).saturating_mul(traversal(size(1), 250)),
+            Bound::scalar(0),
+        ),
+        "contains" | CONTAINS => (
+            traversal(size(0), 100).saturating_mul(traversal(size(1), 100)),
+            Bound::scalar(0),
+        ),
+        "startsWith" | "endsWith" | "quantity" | "isQuantity" | "semver" | "isSemver" => {
+            (traversal(size(0), 100), Bound::scalar(0))
+        }
+        "lowerAscii" | "upperAscii" | "substring" | "trim" => {
+            (traversal(size(0), 100), Bound::string(0, size(0)))
+        }
+        "replace" => (traversal(size(0), 200), Bound::string(0, size(0))),
+        "split" => (
+            traversal(size(0), 200),
+            Bound {
+                cost: 0,
+                size: size(0).saturating_add(1),
+                elem: size(0),
+                shape: Shape::List,
+            },
+        ),
+        "join" => {
+            let joined = size(0).saturating_mul(all.first().map_or(1, |b| b.elem).saturating_add(size(1)));
+            (traversal(joined, 200), Bound::string(0, joined))
+        }
+        "sets.contains" | "sets.intersects" => (size(0).saturating_mul(size(1)).saturating_add(1), Bound::scalar(0)),
+        "sets.equivalent" => (
+            size(0).saturating_mul(size(1)).saturating_mul(2).saturating_add(1),
+            Bound::scalar(0),
+        ),
+        "isSorted" | "sum" | "max" | "min" | "indexOf" | "lastIndexOf" => (
+            traversal(size(0).saturating_mul(all.first().map_or(1, |b| b.elem)), 100),
+            Bound::scalar(0),
+        ),
+        "size" => (1, Bound::scalar(0)),
+        "lists.range" => {
+            let n = match call.args.first().map(|a| &a.expr) {
+                Some(Expr::Literal(LiteralValue::Int(n))) => u64::try_from(*n.inner()).unwrap_or(0),
+                _ => 1,
+            };
+            (
+                1,
+                Bound {
+                    cost: 0,
+                    size: n,
+                    elem: 1,
+                    shape: Shape::List,
+                },
+            )
+        }
+        "sort" | "reverse" | "distinct" | "slice" => (
+            1,
+            Bound {
+                cost: 0,
+                ..all.first().copied().unwrap_or(Bound::scalar(0))
+            },
+        ),
+        _ => (1, Bound::scalar(0)),
+    };
+    Bound {
+        cost: inputs.saturating_add(own),
+        ..result
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The runtime cost (cel-go interpreter/runtimecost.go)
+
+const CHARGE: &str = "@charge";
+const CHARGE_SIZE: &str = "@charge_size";
+const CHARGE_ADD: &str = "@charge_add";
+const MATCHES: &str = "@matches";
+const CONTAINS: &str = "@contains";
+
+/// Rewrites `expr` (its equality already rewritten) so that evaluating it charges what cel-go's
+/// cost tracker counts: 1 per variable and non-constant select, 1 per call (size-proportional
+/// for strings, `in`, regex, sets and Kubernetes' list functions), 10 per list and 30 per map
+/// built; `&&`, `||`, `?:`, constants and constant qualifiers of a variable are free. Node
+/// ids are kept (wrappers take id 0), so errors and positions still apply.
+pub(crate) fn instrument(expr: &IdedExpr) -> IdedExpr {
+    let id = expr.id;
+    let rebuilt = |e: Expr| IdedExpr { id, expr: e };
+    match &expr.expr {
+        Expr::Literal(_) | Expr::Unspecified => expr.clone(),
+        Expr::Ident(_) => charge(expr.clone(), 1),
+        Expr::Select(select) => {
+            let mut select = select.clone();
+            // `device.attributes["d"].n` is one attribute to cel-go, charged once (at its
+            // variable); a select on a computed value is charged itself.
+            let attribute = select.test || is_attribute(&select.operand);
+            select.operand = Box::new(instrument(&select.operand));
+            let out = rebuilt(Expr::Select(select));
+            if attribute { out } else { charge(out, 1) }
+        }
+        Expr::List(list) => {
+            let mut list = list.clone();
+            list.elements = list.elements.iter().map(instrument).collect();
+            charge(rebuilt(Expr::List(list)), 10)
+        }
+        Expr::Map(map) => {
+            let mut map = map.clone();
+            for entry in &mut map.entries {
+                if let EntryExpr::MapEntry(m) = &mut entry.expr {
+                    m.key = instrument(&m.key);
+                    m.value = instrument(&m.value);
+                }
+            }
+            charge(rebuilt(Expr::Map(map)), 30)
+        }
+        Expr::Struct(s) => {
+            let mut s = s.clone();
+            for entry in &mut s.entries {
+                if let EntryExpr::StructField(f) = &mut entry.expr {
+                    f.value = instrument(&f.value);
+                }
+            }
+            charge(rebuilt(Expr::Struct(s)), 40)
+        }
+        Expr::Comprehension(c) => {
+            let mut c = c.clone();
+            c.iter_range = instrument(&c.iter_range);
+            c.accu_init = instrument(&c.accu_init);
+            c.loop_cond = instrument(&c.loop_cond);
+            c.result = instrument(&c.result);
+            c.loop_step = instrument_step(&c.loop_step, &c.accu_var);
+            rebuilt(Expr::Comprehension(c))
+        }
+        Expr::Call(call) => instrument_call(expr, call),
+    }
+}
+
+/// A `map`/`filter` step (`@result + [e]`, maybe under `cond ? ... : @result`) keeps its shape,
+/// which the `cel` crate runs as an in-place append (anything else copies the accumulator on
+/// every iteration); the variable, `+` and list it does not charge are charged on `e`.
+fn instrument_step(step: &IdedExpr, accu: &str) -> IdedExpr {
+    let is_accu = |e: &IdedExpr| matches!(&e.expr, Expr::Ident(n) if n == accu);
+    let append = |e: &IdedExpr| -> Option<IdedExpr> {
+        let Expr::Call(add) = &e.expr else {
+            return None;
+        };
+        let [lhs, rhs] = add.args.as_slice() else {
+            return None;
+        };
+        let Expr::List(list) = &rhs.expr else {
+            return None;
+        };
+        if add.func_name != operators::ADD || add.target.is_some() || !is_accu(lhs) {
+            return None;
+        }
+        let mut list = list.clone();
+        list.elements = list
+            .elements
+            .iter()
+            .map(|item| charge(instrument(item), 12))
+            .collect();
+        let mut add = add.clone();
+        add.args[1] = IdedExpr {
+            id: rhs.id,
+            expr: Expr::List(list),
+        };
+        Some(IdedExpr {
+            id: e.id,
+            expr: Expr::Call(add),
+        })
+    };
+    if let Expr::Call(call) = &step.expr
+        && call.func_name == operators::CONDITIONAL
+        && let [guard, then, otherwise] = call.args.as_slice()
+        && is_accu(otherwise)
+        && let Some(then) = append(then)
+    {
+        let mut call = call.clone();
+        call.args = vec![charge(instrument(guard), 1), then, otherwise.clone()];
+        return IdedExpr {
+            id: step.id,
+            expr: Expr::Call(call),
+        };
+    }
+    append(step).unwrap_or_else(|| instrument(step))
+}
+
+/// Whether `expr` is a variable with constant qualifiers (`device.attributes["d"]`): cel-go
+/// resolves it as one attribute.
+fn is_attribute(expr: &IdedExpr) -> bool {
+    let mut e = expr;
+    loop {
+        match &e.expr {
+            Expr::Ident(_) => return true,
+            Expr::Select(s) => e = &s.operand,
+            Expr::Call(c)
+                if c.func_name == operators::INDEX
+                    && c.target.is_none()
+                    && matches!(c.args.get(1).map(|a| &a.expr), Some(Expr::Literal(_))) =>
+            {
+                e = &c.args[0]
+            }
+            _ => return false,
+        }
+    }
+}
+
+fn instrument_call(expr: &IdedExpr, call: &CallExpr) -> IdedExpr {
+    let qualified = namespaced(call);
+    let name = qualified.as_deref().unwrap_or(&call.func_name);
+    let mut call = call.clone();
+    // A constant index of an attribute is a free qualifier.
+    if name == operators::INDEX && is_attribute(expr) {
+        call.args[0] = instrument(&call.args[0]);
+        return IdedExpr {
+            id: expr.id,
+            expr: Expr::Call(call),
+        };
+    }
+    if qualified.is_none() {
+        call.target = call.target.as_ref().map(|t| Box::new(instrument(t)));
+    }
+    call.args = call.args.iter().map(instrument).collect();
+    let out = |call: CallExpr| IdedExpr {
+        id: expr.id,
+        expr: Expr::Call(call),
+    };
+    // The receiver or first argument, charged by its size before the call.
+    let charge_first = |mut call: CallExpr, permille: i64| {
+        match &mut call.target {
+            Some(t) => *t = Box::new(charge_size((**t).clone(), permille)),
+            None if !call.args.is_empty() => {
+                call.args[0] = charge_size(call.args[0].clone(), permille)
+            }
+            None => {}
+        }
+        call
+    };
+    match name {
+        operators::LOGICAL_AND | operators::LOGICAL_OR | operators::CONDITIONAL => out(call),
+        // Charged by their own implementations, from their arguments.
+        super::EQUALS
+        | super::NOT_EQUALS
+        | "sets.contains"
+        | "sets.intersects"
+        | "sets.equivalent"
+        | "isSorted"
+        | "sum"
+        | "max"
+        | "min"
+        | "indexOf"
+        | "lastIndexOf" => out(call),
+        operators::ADD => wrap(CHARGE_ADD, out(call), None),
+        operators::IN => {
+            call.args[1] = charge_size(call.args[1].clone(), 1000);
+            out(call)
+        }
+        "matches" if call.args.len() + usize::from(call.target.is_some()) == 2 => {
+            out(receiver_first(call, MATCHES))
+        }
+        "contains" if call.target.is_some() && call.args.len() == 1 => {
+            out(receiver_first(call, CONTAINS))
+        }
+        "startsWith" | "endsWith" | "lowerAscii" | "upperAscii" | "substring" | "trim"
+        | "quantity" | "isQuantity" | "semver" | "isSemver" => out(charge_first(call, 100)),
+        "replace" | "split" => out(charge_first(call, 200)),
+        "join" => charge_size(out(call), 200),
+        _ => charge(out(call), 1),
+    }
+}
+
+/// `x.f(a)` as `f'(x, a)`.
+fn receiver_first(mut call: CallExpr, name: &str) -> CallExpr {
+    if let Some(target) = call.target.take() {
+        call.args.insert(0, *target);
+    }
+    call.func_name = name.to_owned();
+    call
+}
+
+fn wrap(function: &str, expr: IdedExpr, amount: Option<i64>) -> IdedExpr {
+    let mut args = vec![expr];
+    if let Some(amount) = amount {
+        args.push(IdedExpr {
+            id: 0,
+            expr: Expr::Literal(LiteralValue::Int(amount.into())),
+        });
+    }
+    IdedExpr {
+        id: 0,
+        expr: Expr::Call(CallExpr {
+            target: None,
+            func_name: function.to_owned(),
+            args,
+        }),
+    }
+}
+
+fn charge(expr: IdedExpr, amount: i64) -> IdedExpr {
+    wrap(CHARGE, expr, Some(amount))
+}
+
+fn charge_size(expr: IdedExpr, permille: i64) -> IdedExpr {
+    wrap(CHARGE_SIZE, expr, Some(permille))
+}
+
+/// One evaluation's cost, per thread: `spent` so far, whether it went past the limit, and
+/// whether an evaluation is being metered at all.
+#[derive(Clone, Copy, Default)]
+struct Meter {
+    spent: u64,
+    exceeded: bool,
+    active: bool,
+}
+
+thread_local! {
+    static METER: Cell<Meter> = const { Cell::new(Meter { spent: 0, exceeded: false, active: false }) };
+}
+
+/// Runs `evaluate` under a fresh budget of [`MAX_COST`]; the flag says whether it went past
+/// it. Past it, the result is meaningless: `&&` and `||` may have absorbed the error.
+pub(crate) fn metered<T>(evaluate: impl FnOnce() -> T) -> (T, bool) {
+    let outer = METER.replace(Meter {
+        active: true,
+        ..Meter::default()
+    });
+    let result = evaluate();
+    let meter = METER.replace(outer);
+    (result, meter.exceeded)
+}
+
+/// Charges `amount`; an error once the evaluation is past the limit (and on every later
+/// charge, so loops stop).
+pub(crate) fn spend(amount: u64) -> Result<(), ExecutionError> {
+    let mut meter = METER.get();
+    if !meter.active {
+        return Ok(());
+    }
+    meter.spent = meter.spent.saturating_add(amount);
+    meter.exceeded |= meter.spent > MAX_COST;
+    METER.set(meter);
+    if meter.exceeded {
+        return Err(ExecutionError::function_error("cost", COST_LIMIT_EXCEEDED));
+    }
+    Ok(())
+}
+
+/// cel-go's `actualSize`: characters of a string, bytes, entries of a list or map, else 1.
+pub(crate) fn size_of(value: &dyn Val) -> u64 {
+    if let Some(s) = value.downcast_ref::<CelString>() {
+        return s.inner().chars().count() as u64;
+    }
+    if let Some(b) = value.downcast_ref::<CelBytes>() {
+        return b.inner().len() as u64;
+    }
+    value
+        .as_sizer()
+        .map_or(1, |s| u64::try_from(*s.size().inner()).unwrap_or(0))
+}
+
+/// The charging functions [`instrument`] calls.
+pub(crate) fn library(env: &mut Env) -> Result<(), cel::DeclarationError> {
+    fn amount(args: &[CowVal<'_, '_>]) -> u64 {
+        args.get(1)
+            .and_then(|a| a.downcast_ref::<CelInt>())
+            .map_or(0, |i| u64::try_from(*i.inner()).unwrap_or(0))
+    }
+    fn first<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> CowVal<'b, 'v> {
+        args.swap_remove(0)
+    }
+    fn charge<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        spend(amount(&args))?;
+        Ok(first(args))
+    }
+    fn charge_size<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        spend(traversal(size_of(args[0].as_ref()), amount(&args)))?;
+        Ok(first(args))
+    }
+    // cel-go charges `+` of strings or bytes by both sizes (= the result's), else 1.
+    fn charge_add<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        let value = args[0].as_ref();
+        let text = value.downcast_ref::<CelString>().is_some()
+            || value.downcast_ref::<CelBytes>().is_some();
+        spend(if text {
+            traversal(size_of(value), 100)
+        } else {
+            1
+        })?;
+        Ok(first(args))
+    }
+    fn matches<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        let text = super::string_arg(&args, 0, "matches")?;
+        let pattern = super::string_arg(&args, 1, "matches")?;
+        // Charged before the regex is built or run: a pattern past the limit costs nothing.
+        let string_cost = traversal(text.chars().count() as u64 + 1, 100);
+        spend(string_cost.saturating_mul(traversal(pattern.chars().count() as u64, 250)))?;
+        match regex::Regex::new(pattern) {
+            Ok(re) => Ok(CowVal::owned(CelBool::from(re.is_match(text)))),
+            Err(err) => Err(ExecutionError::function_error(
+                "matches",
+                format!("'{pattern}' not a valid regex:\n{err}"),
+            )),
+        }
+    }
+    fn contains<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        let text = super::string_arg(&args, 0, "contains")?;
+        let needle = super::string_arg(&args, 1, "contains")?;
+        spend(
+            traversal(text.chars().count() as u64, 100)
+                .saturating_mul(traversal(needle.chars().count() as u64, 100)),
+        )?;
+        Ok(CowVal::owned(CelBool::from(text.contains(needle))))
+    }
+    env.add_overload(CHARGE, "charge", vec![DYN_TYPE, INT_TYPE], charge)?;
+    env.add_overload(CHARGE_SIZE, "charge_size", vec![DYN_TYPE, INT_TYPE], charge_size)?;
+    env.add_overload(CHARGE_ADD, "charge_add", vec![DYN_TYPE], charge_add)?;
+    env.add_overload(MATCHES, "costed_matches", vec![STRING_TYPE, STRING_TYPE], matches)?;
+    env.add_overload(CONTAINS, "costed_contains", vec![STRING_TYPE, STRING_TYPE], contains)?;
+    Ok(())
+}
