@@ -66,6 +66,8 @@ impl fmt::Display for Refusal {
 }
 
 /// The text limits, checked before parsing: the API server's length, then the parser's size.
+/// The length applies to stored expressions too: every one was validated against it (it has
+/// not changed since DRA's first API), and it bounds the stack parsing needs.
 pub(crate) fn check_text(expression: &str) -> Result<(), Refusal> {
     if expression.len() > MAX_LENGTH {
         return Err(Refusal::TooLong {
@@ -81,6 +83,116 @@ pub(crate) fn check_text(expression: &str) -> Result<(), Refusal> {
 
 // ---------------------------------------------------------------------------------------------
 // Nesting
+
+/// A lower bound on the depth cel-go's parser counts, read from the text before parsing (the
+/// `cel` crate's parser takes seconds on a 5,000-deep chain): the longest run, at one bracket
+/// level, of binary operators of one precedence not separated by a lower one, or of selects,
+/// calls and indexes on one operand. Each adds a level in cel-go, so a run over the limit is
+/// refused there too.
+pub(crate) fn chain_depth(expression: &str) -> usize {
+    // Counters per bracket level: member, multiplicative, additive, relational.
+    let mut frames: Vec<[usize; 4]> = vec![[0; 4]];
+    let mut deepest = 0;
+    // Whether the previous token ends an operand (so `-` and `[` are binary / an index).
+    let mut after_operand = false;
+    let bytes = expression.as_bytes();
+    let mut i = 0;
+    let bump = |frames: &mut Vec<[usize; 4]>, class: usize, deepest: &mut usize| {
+        let frame = frames.last_mut().expect("the outermost frame stays");
+        frame[class] += 1;
+        *deepest = (*deepest).max(frame[class]);
+        frame[..class].iter_mut().for_each(|c| *c = 0);
+    };
+    while i < bytes.len() {
+        let b = bytes[i];
+        let next = bytes.get(i + 1).copied();
+        match b {
+            b'"' | b'\'' => {
+                // A string literal (triple-quoted or not): skipped whole, escapes included.
+                let triple = next == Some(b) && bytes.get(i + 2) == Some(&b);
+                let quote: &[u8] = if triple { &bytes[i..i + 3] } else { &bytes[i..i + 1] };
+                i += quote.len();
+                while i < bytes.len() && !bytes[i..].starts_with(quote) {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i += quote.len();
+                after_operand = true;
+                continue;
+            }
+            b'/' if next == Some(b'/') => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            b'(' | b'{' => {
+                frames.push([0; 4]);
+                after_operand = false;
+            }
+            b'[' => {
+                if after_operand {
+                    bump(&mut frames, 0, &mut deepest);
+                }
+                frames.push([0; 4]);
+                after_operand = false;
+            }
+            b')' | b']' | b'}' => {
+                if frames.len() > 1 {
+                    frames.pop();
+                }
+                after_operand = true;
+            }
+            b'.' if next.is_some_and(|c| c.is_ascii_alphabetic() || c == b'_' || c == b'?') => {
+                bump(&mut frames, 0, &mut deepest);
+                after_operand = false;
+            }
+            b'*' | b'/' | b'%' => {
+                bump(&mut frames, 1, &mut deepest);
+                after_operand = false;
+            }
+            b'+' | b'-' => {
+                if after_operand {
+                    bump(&mut frames, 2, &mut deepest);
+                }
+                after_operand = false;
+            }
+            b'<' | b'>' | b'=' | b'!' if next == Some(b'=') => {
+                bump(&mut frames, 3, &mut deepest);
+                after_operand = false;
+                i += 2;
+                continue;
+            }
+            b'<' | b'>' => {
+                bump(&mut frames, 3, &mut deepest);
+                after_operand = false;
+            }
+            b'&' | b'|' | b'?' | b':' | b',' | b'!' => {
+                *frames.last_mut().expect("the outermost frame stays") = [0; 4];
+                after_operand = false;
+            }
+            c if c.is_ascii_whitespace() => {}
+            _ => {
+                // An identifier or number: `in` is a relation, the rest operands.
+                let start = i;
+                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                    i += 1;
+                }
+                if i == start {
+                    i += 1;
+                    after_operand = false;
+                } else if &bytes[start..i] == b"in" {
+                    bump(&mut frames, 3, &mut deepest);
+                    after_operand = false;
+                } else {
+                    after_operand = true;
+                }
+                continue;
+            }
+        }
+        i += 1;
+    }
+    deepest
+}
 
 /// The depth cel-go's parser counts (parser.go `Visit`: relations, arithmetic, `?:`, selects,
 /// member calls and indexes, nested in one another; `&&`, `||`, `!`, global calls and literals
@@ -505,9 +617,17 @@ pub(crate) fn instrument(expr: &IdedExpr) -> IdedExpr {
             let mut c = c.clone();
             c.iter_range = instrument(&c.iter_range);
             c.accu_init = instrument(&c.accu_init);
-            c.loop_cond = instrument(&c.loop_cond);
             c.result = instrument(&c.result);
-            c.loop_step = instrument_step(&c.loop_step, &c.accu_var);
+            let (step, appends) = instrument_step(&c.loop_step, &c.accu_var);
+            c.loop_step = step;
+            // The loop stops once past the limit: the condition fails (`&&`, `||` and the
+            // crate's deferred step errors would otherwise carry it through every iteration),
+            // or, for an in-place append (whose condition must stay a literal), the item does.
+            c.loop_cond = if appends {
+                c.loop_cond.clone()
+            } else {
+                charge(instrument(&c.loop_cond), 0)
+            };
             rebuilt(Expr::Comprehension(c))
         }
         Expr::Call(call) => instrument_call(expr, call),
@@ -517,7 +637,7 @@ pub(crate) fn instrument(expr: &IdedExpr) -> IdedExpr {
 /// A `map`/`filter` step (`@result + [e]`, maybe under `cond ? ... : @result`) keeps its shape,
 /// which the `cel` crate runs as an in-place append (anything else copies the accumulator on
 /// every iteration); the variable, `+` and list it does not charge are charged on `e`.
-fn instrument_step(step: &IdedExpr, accu: &str) -> IdedExpr {
+fn instrument_step(step: &IdedExpr, accu: &str) -> (IdedExpr, bool) {
     let is_accu = |e: &IdedExpr| matches!(&e.expr, Expr::Ident(n) if n == accu);
     let append = |e: &IdedExpr| -> Option<IdedExpr> {
         let Expr::Call(add) = &e.expr else {
@@ -556,12 +676,16 @@ fn instrument_step(step: &IdedExpr, accu: &str) -> IdedExpr {
     {
         let mut call = call.clone();
         call.args = vec![charge(instrument(guard), 1), then, otherwise.clone()];
-        return IdedExpr {
+        let step = IdedExpr {
             id: step.id,
             expr: Expr::Call(call),
         };
+        return (step, true);
     }
-    append(step).unwrap_or_else(|| instrument(step))
+    match append(step) {
+        Some(step) => (step, true),
+        None => (instrument(step), false),
+    }
 }
 
 /// Whether `expr` is a variable with constant qualifiers (`device.attributes["d"]`): cel-go
@@ -796,4 +920,219 @@ pub(crate) fn library(env: &mut Env) -> Result<(), cel::DeclarationError> {
     env.add_overload(MATCHES, "costed_matches", vec![STRING_TYPE, STRING_TYPE], matches)?;
     env.add_overload(CONTAINS, "costed_contains", vec![STRING_TYPE, STRING_TYPE], contains)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The issue's cases, each built here and each answered within a second; then a seeded
+    //! fuzz of selectors over random devices.
+
+    use std::time::{Duration, Instant};
+
+    use super::super::{DeviceValue, Outcome, Selector, Validation};
+    use super::*;
+    use crate::explain::{DeviceRecord, OwnedAttribute};
+
+    fn gpu() -> DeviceRecord {
+        DeviceRecord {
+            driver: "media.liken.sh".into(),
+            pool: "node-1".into(),
+            name: "gpu-0".into(),
+            attributes: vec![
+                ("decodeHEVCMain10".into(), OwnedAttribute::Bool(true)),
+                ("cores".into(), OwnedAttribute::Int(8)),
+                ("driver".into(), OwnedAttribute::String("i915".into())),
+            ],
+            capacities: vec![("dra.example.com/memory".into(), "16Gi".into())],
+            ..Default::default()
+        }
+    }
+
+    /// What one case may take: a second, three unoptimized (a selector that runs to the cost
+    /// limit spends 1.5 s there).
+    const BOUND: Duration = Duration::from_secs(if cfg!(debug_assertions) { 3 } else { 1 });
+
+    /// The outcome from files (validated as new) and in the scheduler (stored), each timed.
+    fn outcomes(expression: &str) -> (Outcome, Outcome) {
+        let device = gpu();
+        let value = DeviceValue::new(&device).unwrap();
+        let run = |validation| {
+            let started = Instant::now();
+            let outcome = Selector::compile_as(expression, validation).evaluate(&value);
+            let took = started.elapsed();
+            assert!(
+                took < BOUND,
+                "{validation:?} took {took:?}: {}",
+                &expression[..expression.len().min(80)]
+            );
+            outcome
+        };
+        (run(Validation::New), run(Validation::Stored))
+    }
+
+    fn refused(outcome: &Outcome, reason: &str) {
+        match outcome {
+            Outcome::CannotEvaluate(text) => assert!(
+                text.starts_with("the API server would refuse this expression: ")
+                    && text.contains(reason),
+                "{text}"
+            ),
+            other => panic!("expected a refusal ({reason}), got {other:?}"),
+        }
+    }
+
+    fn cost_exceeded(outcome: &Outcome) {
+        assert_eq!(
+            outcome,
+            &Outcome::RuntimeError(COST_LIMIT_EXCEEDED.to_owned())
+        );
+    }
+
+    /// `cel.bind(v0, seed, cel.bind(v1, v0 + v0, ... body))`: a value doubled `times` times.
+    fn doubled(seed: &str, times: usize, body: &str) -> String {
+        let mut out = format!("cel.bind(v0, {seed}, ");
+        for i in 1..=times {
+            out.push_str(&format!("cel.bind(v{i}, v{} + v{}, ", i - 1, i - 1));
+        }
+        out.push_str(&body.replace("LAST", &format!("v{times}")));
+        out.push_str(&")".repeat(times + 1));
+        out
+    }
+
+    #[test]
+    fn a_chain_of_5000_additions_is_too_deep_not_a_stack_overflow() {
+        let chain = format!("1{}>0", "+1".repeat(4999));
+        assert!(chain.len() <= MAX_LENGTH);
+        let (new, stored) = outcomes(&chain);
+        refused(&new, "recursion limit exceeded: 250");
+        refused(&stored, "recursion limit exceeded: 250");
+    }
+
+    #[test]
+    fn deep_index_chains_are_too_long_or_too_deep() {
+        let chain = |n: usize| format!("[0]{} == 0", "[0]".repeat(n));
+        let (new, stored) = outcomes(&chain(4500));
+        refused(&new, "Too long: may not be more than 10240 bytes");
+        refused(&stored, "Too long");
+        let (new, stored) = outcomes(&chain(3400));
+        refused(&new, "recursion limit exceeded");
+        refused(&stored, "recursion limit exceeded");
+    }
+
+    #[test]
+    fn nesting_at_the_limit_is_evaluated_on_a_small_stack() {
+        // 248 lists in one another (cel-go's `expr` rule 249 deep) around a chain of 240 `+`:
+        // accepted by cel-go, and hundreds of levels for the evaluator.
+        let inner = format!("1{}", "+1".repeat(240));
+        let nested = format!(
+            "{}{inner}{} == {}241{}",
+            "[".repeat(248),
+            "]".repeat(248),
+            "[".repeat(248),
+            "]".repeat(248),
+        );
+        assert!(nesting_depth_of(&nested) <= MAX_RECURSION_DEPTH, "{}", nesting_depth_of(&nested));
+        let outcome = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || outcomes(&nested))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(outcome, (Outcome::Match(true), Outcome::Match(true)));
+        // One more `expr` level is one too many.
+        let over = format!("{}true{}", "[".repeat(251), "]".repeat(251));
+        refused(&outcomes(&over).0, "recursion limit exceeded");
+    }
+
+    fn nesting_depth_of(expression: &str) -> usize {
+        let expr = stacker::grow(64 << 20, || {
+            super::super::environment()
+                .parser()
+                .max_recursion_depth(u16::MAX)
+                .parse(expression)
+                .unwrap()
+        });
+        let depth = nesting_depth(&expr);
+        stacker::grow(64 << 20, move || drop(expr));
+        depth
+    }
+
+    #[test]
+    fn nine_nested_alls_are_too_complex_and_stop_at_the_cost_limit() {
+        let list = format!("[{}]", (0..10).map(|i| i.to_string()).collect::<Vec<_>>().join(", "));
+        let mut expression = "true".to_owned();
+        for depth in 0..9 {
+            expression = format!("{list}.all(x{depth}, {expression})");
+        }
+        let (new, stored) = outcomes(&expression);
+        refused(&new, "too complex, exceeds cost limit");
+        cost_exceeded(&stored);
+    }
+
+    #[test]
+    fn sets_over_two_20000_element_lists_stop_before_comparing() {
+        let (new, stored) =
+            outcomes("sets.contains(lists.range(20000), lists.range(20000).reverse())");
+        refused(&new, "too complex");
+        cost_exceeded(&stored);
+    }
+
+    #[test]
+    fn a_100000_branch_regex_is_charged_before_it_is_built() {
+        // "a|" doubled 17 times: 131,072 branches; matched against 256 characters.
+        let pattern = doubled(r#""a|""#, 17, "LAST");
+        let expression = doubled(
+            r#""x""#,
+            8,
+            &format!("LAST.matches({})", pattern.replace("v", "p")),
+        );
+        let (new, stored) = outcomes(&expression);
+        refused(&new, "too complex");
+        cost_exceeded(&stored);
+    }
+
+    #[test]
+    fn a_million_element_list_literal_is_too_long() {
+        let list = format!("size([{}0]) > 0", "0,".repeat(999_999));
+        let (new, stored) = outcomes(&list);
+        refused(&new, "Too long");
+        refused(&stored, "Too long");
+    }
+
+    #[test]
+    fn a_string_doubled_40_times_stops_at_the_cost_limit() {
+        let expression = doubled(r#""xx""#, 40, "size(LAST) > 0");
+        let (new, stored) = outcomes(&expression);
+        refused(&new, "too complex");
+        cost_exceeded(&stored);
+    }
+
+    #[test]
+    fn the_limit_is_cel_go_s_count() {
+        // Each iteration of `all` costs 5 (the loop condition's call and variable, the step's
+        // variable, `>` and `x`); the range 10 + 1 for the list; below and above 1,000,000.
+        let run = |n: u64| {
+            let device = gpu();
+            let value = DeviceValue::new(&device).unwrap();
+            Selector::compile_as(&format!("lists.range({n}).all(x, x >= 0)"), Validation::Stored)
+                .evaluate(&value)
+        };
+        assert_eq!(run(199_990), Outcome::Match(true));
+        cost_exceeded(&run(200_010));
+    }
+
+    #[test]
+    fn typical_selectors_are_accepted() {
+        for expression in [
+            r#"device.driver == "media.liken.sh" && device.attributes["media.liken.sh"].decodeHEVCMain10"#,
+            r#"device.attributes["media.liken.sh"].driver.matches("^i9[0-9]+$")"#,
+            r#"device.attributes["media.liken.sh"].exists(n, n.startsWith("decode"))"#,
+            r#"cel.bind(m, device.attributes["media.liken.sh"], m.cores >= 4 && m.driver in ["i915", "xe"])"#,
+            r#"device.capacity["dra.example.com"].memory.compareTo(quantity("8Gi")) >= 0"#,
+        ] {
+            let (new, stored) = outcomes(expression);
+            assert_eq!(new, Outcome::Match(true), "{expression}");
+            assert_eq!(stored, new, "{expression}");
+        }
+    }
 }
