@@ -124,7 +124,6 @@ impl Drop for Metered {
     }
 }
 
-
 impl Compiled {
     /// The expression as evaluated (before its cost is charged).
     pub(crate) fn expression(&self) -> &IdedExpr {
@@ -152,7 +151,7 @@ impl Selector {
     fn compile_as(expression: &str, validation: Validation) -> Selector {
         let program = bounds::check_text(expression)
             .and_then(|()| match bounds::chain_depth(expression) {
-                depth if depth > bounds::MAX_RECURSION_DEPTH => Err(bounds::Refusal::TooDeep),
+                depth if depth > bounds::MAX_RECURSION_DEPTH => Err(bounds::Refusal::Depth),
                 _ => Ok(()),
             })
             .map_err(refused)
@@ -221,19 +220,20 @@ fn compile_within(expression: &str, validation: Validation) -> Result<Compiled, 
     let parser = environment()
         .parser()
         .max_recursion_depth(bounds::MAX_RECURSION_DEPTH as u16 - 1);
-    let (expr, source_info) = parser
-        .parse_with_source_info(expression)
-        .map_err(|e| {
-            if e.errors.iter().any(|e| e.msg.contains("Recursion limit of")) {
-                return refused(bounds::Refusal::TooDeep);
-            }
-            format!(
-                "the expression does not parse here: {}",
-                one_line(&e.to_string(), usize::MAX)
-            )
-        })?;
+    let (expr, source_info) = parser.parse_with_source_info(expression).map_err(|e| {
+        if e.errors
+            .iter()
+            .any(|e| e.msg.contains("Recursion limit of"))
+        {
+            return refused(bounds::Refusal::Depth);
+        }
+        format!(
+            "the expression does not parse here: {}",
+            one_line(&e.to_string(), usize::MAX)
+        )
+    })?;
     if bounds::nesting_depth(&expr) > bounds::MAX_RECURSION_DEPTH {
-        return Err(refused(bounds::Refusal::TooDeep));
+        return Err(refused(bounds::Refusal::Depth));
     }
     check_device_fields(&expr)?;
     check_kubernetes_calls(&expr)?;
@@ -241,7 +241,7 @@ fn compile_within(expression: &str, validation: Validation) -> Result<Compiled, 
     rewrite_equality(&mut expression);
     let estimate = bounds::estimate(&expression);
     if validation == Validation::New && estimate > bounds::MAX_COST {
-        return Err(refused(bounds::Refusal::TooComplex { estimate }));
+        return Err(refused(bounds::Refusal::Cost { estimate }));
     }
     Ok(Compiled {
         source_info,
@@ -1615,24 +1615,24 @@ fn sets_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
         args: &'b [CowVal<'_, '_>],
         function: &str,
         factor: u64,
-    ) -> Result<(Vec<&'b dyn Val>, Vec<&'b dyn Val>), ExecutionError> {
+    ) -> Result<[Vec<&'b dyn Val>; 2], ExecutionError> {
         let (a, b) = (elements(&args[0], function)?, elements(&args[1], function)?);
         let pairs = (a.len() as u64).saturating_mul(b.len() as u64);
         bounds::spend(pairs.saturating_mul(factor).saturating_add(1))?;
-        Ok((a, b))
+        Ok([a, b])
     }
     fn contains<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        let (a, b) = charged(&args, "sets.contains", 1)?;
+        let [a, b] = charged(&args, "sets.contains", 1)?;
         owned(CelBool::from(contains_all(&a, &b)))
     }
     fn intersects<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        let (a, b) = charged(&args, "sets.intersects", 1)?;
+        let [a, b] = charged(&args, "sets.intersects", 1)?;
         owned(CelBool::from(
             b.iter().any(|x| a.iter().any(|y| y.equals(*x))),
         ))
     }
     fn equivalent<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        let (a, b) = charged(&args, "sets.equivalent", 2)?;
+        let [a, b] = charged(&args, "sets.equivalent", 2)?;
         owned(CelBool::from(contains_all(&a, &b) && contains_all(&b, &a)))
     }
     let list = || cel::common::types::LIST_TYPE;

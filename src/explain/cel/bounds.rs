@@ -33,31 +33,31 @@ pub(crate) const COST_LIMIT_EXCEEDED: &str = "operation cancelled: actual cost l
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Refusal {
     /// `field.TooLong`.
-    TooLong { bytes: usize },
+    Length { bytes: usize },
     /// The parser's code point limit (a compile error).
-    TooManyCodePoints { code_points: usize },
+    CodePoints { code_points: usize },
     /// The parser's recursion limit (a compile error).
-    TooDeep,
+    Depth,
     /// `field.Forbidden`: the static worst-case estimate is over [`MAX_COST`].
-    TooComplex { estimate: u64 },
+    Cost { estimate: u64 },
 }
 
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Refusal::TooLong { bytes } => write!(
+            Refusal::Length { bytes } => write!(
                 f,
                 "Too long: may not be more than {MAX_LENGTH} bytes (it has {bytes})"
             ),
-            Refusal::TooManyCodePoints { code_points } => write!(
+            Refusal::CodePoints { code_points } => write!(
                 f,
                 "compilation failed: expression code point size exceeds limit: size: {code_points}, limit {MAX_CODE_POINTS}"
             ),
-            Refusal::TooDeep => write!(
+            Refusal::Depth => write!(
                 f,
                 "compilation failed: expression recursion limit exceeded: {MAX_RECURSION_DEPTH}"
             ),
-            Refusal::TooComplex { estimate } => write!(
+            Refusal::Cost { estimate } => write!(
                 f,
                 "too complex, exceeds cost limit (estimated worst case {estimate}, limit {MAX_COST})"
             ),
@@ -70,13 +70,13 @@ impl fmt::Display for Refusal {
 /// not changed since DRA's first API), and it bounds the stack parsing needs.
 pub(crate) fn check_text(expression: &str) -> Result<(), Refusal> {
     if expression.len() > MAX_LENGTH {
-        return Err(Refusal::TooLong {
+        return Err(Refusal::Length {
             bytes: expression.len(),
         });
     }
     let code_points = expression.chars().count();
     if code_points > MAX_CODE_POINTS {
-        return Err(Refusal::TooManyCodePoints { code_points });
+        return Err(Refusal::CodePoints { code_points });
     }
     Ok(())
 }
@@ -110,7 +110,11 @@ pub(crate) fn chain_depth(expression: &str) -> usize {
             b'"' | b'\'' => {
                 // A string literal (triple-quoted or not): skipped whole, escapes included.
                 let triple = next == Some(b) && bytes.get(i + 2) == Some(&b);
-                let quote: &[u8] = if triple { &bytes[i..i + 3] } else { &bytes[i..i + 1] };
+                let quote: &[u8] = if triple {
+                    &bytes[i..i + 3]
+                } else {
+                    &bytes[i..i + 1]
+                };
                 i += quote.len();
                 while i < bytes.len() && !bytes[i..].starts_with(quote) {
                     i += if bytes[i] == b'\\' { 2 } else { 1 };
@@ -214,8 +218,22 @@ fn counts(call: &CallExpr) -> bool {
     use operators::*;
     call.target.is_some()
         || [
-            ADD, SUBSTRACT, MULTIPLY, DIVIDE, MODULO, EQUALS, NOT_EQUALS, LESS, LESS_EQUALS,
-            GREATER, GREATER_EQUALS, IN, CONDITIONAL, INDEX, OPT_INDEX, OPT_SELECT,
+            ADD,
+            SUBSTRACT,
+            MULTIPLY,
+            DIVIDE,
+            MODULO,
+            EQUALS,
+            NOT_EQUALS,
+            LESS,
+            LESS_EQUALS,
+            GREATER,
+            GREATER_EQUALS,
+            IN,
+            CONDITIONAL,
+            INDEX,
+            OPT_INDEX,
+            OPT_SELECT,
         ]
         .contains(&call.func_name.as_str())
         || call.func_name == super::EQUALS
@@ -447,7 +465,10 @@ fn estimate_call(call: &CallExpr, scope: &mut Vec<(String, Bound)>) -> Bound {
         operators::LOGICAL_AND | operators::LOGICAL_OR => (0, Bound::scalar(0)),
         operators::CONDITIONAL => {
             // The condition and the costlier branch.
-            let branches = args.get(1).map_or(0, |b| b.cost).max(args.get(2).map_or(0, |b| b.cost));
+            let branches = args
+                .get(1)
+                .map_or(0, |b| b.cost)
+                .max(args.get(2).map_or(0, |b| b.cost));
             let cost = args.first().map_or(0, |b| b.cost).saturating_add(branches);
             let mut result = args.get(1).copied().unwrap_or(Bound::scalar(0));
             if let Some(other) = args.get(2) {
@@ -517,16 +538,26 @@ fn estimate_call(call: &CallExpr, scope: &mut Vec<(String, Bound)>) -> Bound {
             },
         ),
         "join" => {
-            let joined = size(0).saturating_mul(all.first().map_or(1, |b| b.elem).saturating_add(size(1)));
+            let joined =
+                size(0).saturating_mul(all.first().map_or(1, |b| b.elem).saturating_add(size(1)));
             (traversal(joined, 200), Bound::string(0, joined))
         }
-        "sets.contains" | "sets.intersects" => (size(0).saturating_mul(size(1)).saturating_add(1), Bound::scalar(0)),
+        "sets.contains" | "sets.intersects" => (
+            size(0).saturating_mul(size(1)).saturating_add(1),
+            Bound::scalar(0),
+        ),
         "sets.equivalent" => (
-            size(0).saturating_mul(size(1)).saturating_mul(2).saturating_add(1),
+            size(0)
+                .saturating_mul(size(1))
+                .saturating_mul(2)
+                .saturating_add(1),
             Bound::scalar(0),
         ),
         "isSorted" | "sum" | "max" | "min" | "indexOf" | "lastIndexOf" => (
-            traversal(size(0).saturating_mul(all.first().map_or(1, |b| b.elem)), 100),
+            traversal(
+                size(0).saturating_mul(all.first().map_or(1, |b| b.elem)),
+                100,
+            ),
             Bound::scalar(0),
         ),
         "size" => (1, Bound::scalar(0)),
@@ -731,7 +762,7 @@ fn instrument_call(expr: &IdedExpr, call: &CallExpr) -> IdedExpr {
     // The receiver or first argument, charged by its size before the call.
     let charge_first = |mut call: CallExpr, permille: i64| {
         match &mut call.target {
-            Some(t) => *t = Box::new(charge_size((**t).clone(), permille)),
+            Some(t) => **t = charge_size((**t).clone(), permille),
             None if !call.args.is_empty() => {
                 call.args[0] = charge_size(call.args[0].clone(), permille)
             }
@@ -915,10 +946,25 @@ pub(crate) fn library(env: &mut Env) -> Result<(), cel::DeclarationError> {
         Ok(CowVal::owned(CelBool::from(text.contains(needle))))
     }
     env.add_overload(CHARGE, "charge", vec![DYN_TYPE, INT_TYPE], charge)?;
-    env.add_overload(CHARGE_SIZE, "charge_size", vec![DYN_TYPE, INT_TYPE], charge_size)?;
+    env.add_overload(
+        CHARGE_SIZE,
+        "charge_size",
+        vec![DYN_TYPE, INT_TYPE],
+        charge_size,
+    )?;
     env.add_overload(CHARGE_ADD, "charge_add", vec![DYN_TYPE], charge_add)?;
-    env.add_overload(MATCHES, "costed_matches", vec![STRING_TYPE, STRING_TYPE], matches)?;
-    env.add_overload(CONTAINS, "costed_contains", vec![STRING_TYPE, STRING_TYPE], contains)?;
+    env.add_overload(
+        MATCHES,
+        "costed_matches",
+        vec![STRING_TYPE, STRING_TYPE],
+        matches,
+    )?;
+    env.add_overload(
+        CONTAINS,
+        "costed_contains",
+        vec![STRING_TYPE, STRING_TYPE],
+        contains,
+    )?;
     Ok(())
 }
 
@@ -1031,7 +1077,11 @@ mod tests {
             "[".repeat(248),
             "]".repeat(248),
         );
-        assert!(nesting_depth_of(&nested) <= MAX_RECURSION_DEPTH, "{}", nesting_depth_of(&nested));
+        assert!(
+            nesting_depth_of(&nested) <= MAX_RECURSION_DEPTH,
+            "{}",
+            nesting_depth_of(&nested)
+        );
         let outcome = std::thread::Builder::new()
             .stack_size(256 * 1024)
             .spawn(move || outcomes(&nested))
@@ -1059,7 +1109,13 @@ mod tests {
 
     #[test]
     fn nine_nested_alls_are_too_complex_and_stop_at_the_cost_limit() {
-        let list = format!("[{}]", (0..10).map(|i| i.to_string()).collect::<Vec<_>>().join(", "));
+        let list = format!(
+            "[{}]",
+            (0..10)
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         let mut expression = "true".to_owned();
         for depth in 0..9 {
             expression = format!("{list}.all(x{depth}, {expression})");
@@ -1114,8 +1170,11 @@ mod tests {
         let run = |n: u64| {
             let device = gpu();
             let value = DeviceValue::new(&device).unwrap();
-            Selector::compile_as(&format!("lists.range({n}).all(x, x >= 0)"), Validation::Stored)
-                .evaluate(&value)
+            Selector::compile_as(
+                &format!("lists.range({n}).all(x, x >= 0)"),
+                Validation::Stored,
+            )
+            .evaluate(&value)
         };
         assert_eq!(run(199_990), Outcome::Match(true));
         cost_exceeded(&run(200_010));
@@ -1134,5 +1193,164 @@ mod tests {
             assert_eq!(new, Outcome::Match(true), "{expression}");
             assert_eq!(stored, new, "{expression}");
         }
+    }
+
+    /// Seeded fuzz: random selectors from a grammar of CEL's forms and mutations of real ones
+    /// (cut, spliced, repeated, nested), on random devices. Each case within [`BOUND`], never a
+    /// panic; the classes reached are counted and must all be reached.
+    #[test]
+    fn fuzzed_selectors_are_answered_within_bounds() {
+        const CASES: usize = 600;
+        const SEEDS: [&str; 6] = [
+            r#"device.driver == "media.liken.sh" && device.attributes["media.liken.sh"].cores >= 4"#,
+            r#"device.attributes["media.liken.sh"].driver.matches("^i9[0-9]+$")"#,
+            r#"cel.bind(m, device.attributes["media.liken.sh"], m.decodeHEVCMain10 || m.cores > 2)"#,
+            r#"[1, 2, 3].all(x, x > 0) && sets.contains([1, 2], [2])"#,
+            r#"device.capacity["dra.example.com"].memory.compareTo(quantity("8Gi")) >= 0"#,
+            r#"lists.range(10).map(x, x * 2).exists(y, y == 18)"#,
+        ];
+        let mut rng = fastrand::Rng::with_seed(21);
+        let mut classes = std::collections::BTreeMap::<&str, usize>::new();
+        for case in 0..CASES {
+            let expression = if case % 2 == 0 {
+                generated(&mut rng, 0)
+            } else {
+                let seed = SEEDS[rng.usize(..SEEDS.len())];
+                mutated(&mut rng, seed)
+            };
+            let device = random_device(&mut rng);
+            let Ok(value) = DeviceValue::new(&device) else {
+                continue;
+            };
+            let started = Instant::now();
+            let outcome = Selector::compile_as(&expression, Validation::Stored).evaluate(&value);
+            let took = started.elapsed();
+            assert!(took < BOUND, "case {case} took {took:?}: {expression}");
+            let class = match &outcome {
+                Outcome::Match(true) => "true",
+                Outcome::Match(false) => "false",
+                Outcome::RuntimeError(m) if m == COST_LIMIT_EXCEEDED => "cost limit exceeded",
+                Outcome::RuntimeError(_) => "other runtime error",
+                Outcome::CannotEvaluate(r) if r.contains("recursion limit") => "too deep",
+                Outcome::CannotEvaluate(r) if r.contains("Too long") => "too long",
+                Outcome::CannotEvaluate(r) if r.contains("does not parse") => "does not parse",
+                Outcome::CannotEvaluate(_) => "other cannot evaluate",
+            };
+            *classes.entry(class).or_default() += 1;
+        }
+        eprintln!("{CASES} fuzzed selectors: {classes:?}");
+        for class in [
+            "true",
+            "false",
+            "cost limit exceeded",
+            "other runtime error",
+            "too deep",
+            "too long",
+            "does not parse",
+        ] {
+            assert!(
+                classes.contains_key(class),
+                "no case reached {class}: {classes:?}"
+            );
+        }
+    }
+
+    fn random_device(rng: &mut fastrand::Rng) -> DeviceRecord {
+        let mut device = gpu();
+        device.attributes = (0..rng.usize(0..6))
+            .map(|i| {
+                let value = match rng.u8(..4) {
+                    0 => OwnedAttribute::Bool(rng.bool()),
+                    1 => OwnedAttribute::Int(rng.i64(-3..10)),
+                    2 => OwnedAttribute::String("x".repeat(rng.usize(0..64))),
+                    _ => OwnedAttribute::Version(format!("1.{}.0", rng.u8(..9))),
+                };
+                (
+                    ["cores", "driver", "decodeHEVCMain10", "a", "b", "c"][i].to_owned(),
+                    value,
+                )
+            })
+            .collect();
+        device
+    }
+
+    /// An expression of CEL's forms, nested at most a few levels, now and then a long chain,
+    /// a deep nesting or a costly loop.
+    fn generated(rng: &mut fastrand::Rng, depth: usize) -> String {
+        const LEAVES: [&str; 9] = [
+            "1",
+            "true",
+            r#""a""#,
+            "device.driver",
+            r#"device.attributes["media.liken.sh"].cores"#,
+            r#"device.attributes["media.liken.sh"].driver"#,
+            "[1, 2, 3]",
+            "lists.range(1000)",
+            r#"{"k": 1}"#,
+        ];
+        if depth > 4 || rng.u8(..3) == 0 {
+            return LEAVES[rng.usize(..LEAVES.len())].to_owned();
+        }
+        let mut sub = || generated(rng, depth + 1);
+        let (a, b) = (sub(), sub());
+        match rng.u8(..16) {
+            0 => format!("{a} + {b}"),
+            1 => format!("{a} == {b}"),
+            2 => format!("{a} && {b}"),
+            3 => format!("{a} || !{b}"),
+            4 => format!("{a} ? {b} : {a}"),
+            5 => format!("{a}.all(x, {b})"),
+            6 => format!("{a}.map(x, {b})"),
+            7 => format!("size({a}) < 3"),
+            8 => format!("{a}[0]"),
+            9 => format!("cel.bind(v, {a}, v + v)"),
+            10 => format!(r#"string({a}).matches("^a+$")"#),
+            11 => format!("sets.intersects({a}, {b})"),
+            12 => format!("{a} in {b}"),
+            13 => format!("1{} > 0", "+1".repeat(rng.usize(200..5000))),
+            14 => format!(
+                "{}{a}{}",
+                "(".repeat(rng.usize(100..400)),
+                ")".repeat(rng.usize(100..400))
+            ),
+            _ => format!(
+                "lists.range({}).all(x, lists.range(1000).exists(y, y < 0))",
+                rng.usize(1..100)
+            ),
+        }
+    }
+
+    /// `seed` cut, spliced, repeated or nested.
+    fn mutated(rng: &mut fastrand::Rng, seed: &str) -> String {
+        let mut text = seed.to_owned();
+        for _ in 0..rng.usize(1..4) {
+            let at = rng.usize(..=text.len());
+            let at = (0..=at)
+                .rev()
+                .find(|i| text.is_char_boundary(*i))
+                .unwrap_or(0);
+            match rng.u8(..6) {
+                0 => text.truncate(at),
+                1 => text.insert_str(
+                    at,
+                    ["(", ")", "[", "]", ".", "+", "&&", "\"", ","][rng.usize(..9)],
+                ),
+                2 => text = format!("{text} && {}", &text[..at]),
+                3 => text = text.repeat(rng.usize(2..200)),
+                4 => {
+                    text = format!(
+                        "{}{text}{}",
+                        "[".repeat(rng.usize(1..300)),
+                        "]".repeat(rng.usize(1..300))
+                    )
+                }
+                _ => {
+                    text = format!(
+                        "cel.bind(s, {text}, [s, s, s, s].all(a, [s, s].exists(b, a == b)))"
+                    )
+                }
+            }
+        }
+        text
     }
 }
