@@ -35,10 +35,14 @@ use cel::common::types::{
 };
 use cel::common::value::{CowVal, StaticVal, Val};
 use cel::parser::{Macro, MacroExprHelper, ParseError};
-use cel::{Context, Env, ExecutionError, Program};
+use cel::{Context, Env, ExecutionError};
 
 use super::{AttributeValue, DeviceView, split_qualified};
 use crate::text::one_line;
+
+mod bounds;
+
+pub(crate) use bounds::COST_LIMIT_EXCEEDED;
 
 /// The result of evaluating one selector on one device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,47 +64,103 @@ pub(crate) struct Selector {
 }
 
 /// A parsed selector, its equality operators rewritten to cel-go's semantics (see
-/// [`rewrite_equality`]): what is evaluated, and what the diagnosis walks.
+/// [`rewrite_equality`]): what the diagnosis walks, and the same with its cost charged (see
+/// [`bounds::instrument`]), which is what is evaluated.
 #[derive(Debug)]
 pub(crate) struct Compiled {
-    program: Program,
+    source_info: cel::common::ast::SourceInfo,
     expression: IdedExpr,
+    metered: Metered,
+}
+
+impl Drop for Compiled {
+    fn drop(&mut self) {
+        let expression = std::mem::take(&mut self.expression);
+        let stack = self.metered.stack;
+        stacker::maybe_grow(stack, stack, move || drop(expression));
+    }
+}
+
+/// An expression with its cost charged, and the stack its evaluation needs.
+#[derive(Debug)]
+struct Metered {
+    expression: IdedExpr,
+    stack: usize,
+}
+
+impl Metered {
+    fn new(expression: &IdedExpr) -> Metered {
+        let expression = bounds::instrument(expression);
+        let stack = bounds::tree_depth(&expression).saturating_mul(STACK_PER_LEVEL);
+        Metered { expression, stack }
+    }
+
+    /// Evaluates under the scheduler's cost limit, on a stack deep enough for the tree.
+    fn evaluate(&self, device: &DeviceValue<'_>) -> Result<cel::Value, Outcome> {
+        let context = device.context();
+        let (result, exceeded) = stacker::maybe_grow(self.stack, self.stack, || {
+            bounds::metered(|| cel::Value::resolve(&self.expression, &context))
+        });
+        if exceeded {
+            return Err(Outcome::RuntimeError(COST_LIMIT_EXCEEDED.to_owned()));
+        }
+        result.map_err(runtime_outcome)
+    }
+}
+
+/// The stack one level of expression takes through the `cel` crate's recursive evaluator and
+/// its parser's visitor, with room to spare.
+const STACK_PER_LEVEL: usize = 32 * 1024;
+
+/// The stack the `cel` crate's parser takes for the deepest bracket nesting its recursion limit
+/// lets through (measured: 140 KiB a level unoptimized, 250 levels).
+const PARSER_STACK: usize = 64 << 20;
+
+impl Drop for Metered {
+    // A tree is dropped recursively: on a stack as deep as evaluating it needed.
+    fn drop(&mut self) {
+        let expression = std::mem::take(&mut self.expression);
+        stacker::maybe_grow(self.stack, self.stack, move || drop(expression));
+    }
 }
 
 impl Compiled {
-    /// The expression as evaluated.
+    /// The expression as evaluated (before its cost is charged).
     pub(crate) fn expression(&self) -> &IdedExpr {
         &self.expression
     }
 
-    /// Where each node was written (node ids are kept by the rewrite).
+    /// Where each node was written (node ids are kept by the rewrites).
     pub(crate) fn source_info(&self) -> &cel::common::ast::SourceInfo {
-        self.program.source_info()
+        &self.source_info
     }
 }
 
 impl Selector {
     /// Compiles `expression` once; a failure is kept and reported per evaluation as
-    /// [`Outcome::CannotEvaluate`] (the API server validated stored expressions with cel-go, so a
-    /// failure here is more likely this evaluator's gap than the user's error).
+    /// [`Outcome::CannotEvaluate`]: an expression the API server refuses (too long, too deep,
+    /// too costly: [`bounds::Refusal`]) never reaches the scheduler, and beyond those limits the
+    /// API server validated stored expressions with cel-go, so a failure here is more likely
+    /// this evaluator's gap than the user's error.
     pub(crate) fn compile(expression: &str) -> Selector {
-        let program = environment()
-            .compile(expression)
-            .map_err(|e| {
-                format!(
-                    "the expression does not parse here: {}",
-                    one_line(&e.to_string(), usize::MAX)
-                )
+        Selector::compile_as(expression, Validation::New)
+    }
+
+    /// Compiles as the API server validates a new expression, or as the scheduler compiles
+    /// a stored one (no cost estimate: validation skips stored expressions).
+    fn compile_as(expression: &str, validation: Validation) -> Selector {
+        let program = bounds::check_text(expression)
+            .and_then(|()| match bounds::chain_depth(expression) {
+                depth if depth > bounds::MAX_RECURSION_DEPTH => Err(bounds::Refusal::Depth),
+                _ => Ok(()),
             })
-            .and_then(|program| {
-                check_device_fields(program.expression())?;
-                check_kubernetes_calls(program.expression())?;
-                let mut expression = program.expression().clone();
-                rewrite_equality(&mut expression);
-                Ok(Compiled {
-                    program,
-                    expression,
-                })
+            .map_err(refused)
+            // Within the text limits a chain of 5,000 `+` still parses into as many levels,
+            // through the `cel` crate's recursive parser: on a stack for the longest one.
+            .and_then(|()| {
+                // One level per byte at most, and the parser's bracket nesting.
+                let stack = PARSER_STACK + expression.len().saturating_mul(STACK_PER_LEVEL);
+                stacker::maybe_grow(stack, stack, || compile_within(expression, validation))
             });
         Selector {
             expression: expression.to_owned(),
@@ -124,27 +184,79 @@ impl Selector {
             Ok(program) => program,
             Err(reason) => return Outcome::CannotEvaluate(reason.clone()),
         };
-        let context = device.context();
-        match cel::Value::resolve(&program.expression, &context) {
+        match program.metered.evaluate(device) {
             Ok(cel::Value::Bool(b)) => Outcome::Match(b),
             Ok(other) => Outcome::RuntimeError(format!(
                 "CEL result of type {} could not be converted to bool: type conversion error from '{}' to 'bool'",
                 other.type_of(),
                 other.type_of()
             )),
-            Err(e) => runtime_outcome(e),
+            Err(outcome) => outcome,
         }
     }
 }
 
-/// Evaluates `expr` (a sub-expression of a compiled selector) on `device`: the diagnosis uses
-/// it for the clauses of a `&&` chain.
+/// Which checks an expression gets (k8s validation `validateCELExpression`'s `opts.stored`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Validation {
+    /// New or changed: the API server's length limit and cost estimate apply.
+    New,
+    /// Already stored: the scheduler compiles it without estimating its cost.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Stored,
+}
+
+/// A refusal in the words `why` gives it.
+fn refused(refusal: bounds::Refusal) -> String {
+    format!("the API server would refuse this expression: {refusal}")
+}
+
+/// Parses `expression` (within the text limits) as cel-go would and prepares it: refused when
+/// it nests deeper than cel-go's parser allows or costs more than the API server's estimate
+/// allows. Runs on a stack for the deepest parse; what it returns is within the limits.
+fn compile_within(expression: &str, validation: Validation) -> Result<Compiled, String> {
+    // cel-go counts nested `expr` rules to 250; this parser's knob counts the same rule, one
+    // more than it is given.
+    let parser = environment()
+        .parser()
+        .max_recursion_depth(bounds::MAX_RECURSION_DEPTH as u16 - 1);
+    let (expr, source_info) = parser.parse_with_source_info(expression).map_err(|e| {
+        if e.errors
+            .iter()
+            .any(|e| e.msg.contains("Recursion limit of"))
+        {
+            return refused(bounds::Refusal::Depth);
+        }
+        format!(
+            "the expression does not parse here: {}",
+            one_line(&e.to_string(), usize::MAX)
+        )
+    })?;
+    if bounds::nesting_depth(&expr) > bounds::MAX_RECURSION_DEPTH {
+        return Err(refused(bounds::Refusal::Depth));
+    }
+    check_device_fields(&expr)?;
+    check_kubernetes_calls(&expr)?;
+    let mut expression = expr;
+    rewrite_equality(&mut expression);
+    let estimate = bounds::estimate(&expression);
+    if validation == Validation::New && estimate > bounds::MAX_COST {
+        return Err(refused(bounds::Refusal::Cost { estimate }));
+    }
+    Ok(Compiled {
+        source_info,
+        metered: Metered::new(&expression),
+        expression,
+    })
+}
+
+/// Evaluates `expr` (a sub-expression of a compiled selector) on `device`, under the same
+/// cost limit: the diagnosis uses it for the clauses of a `&&` chain.
 pub(crate) fn evaluate_expr(
     expr: &IdedExpr,
     device: &DeviceValue<'_>,
 ) -> Result<cel::Value, Outcome> {
-    let context = device.context();
-    cel::Value::resolve(expr, &context).map_err(runtime_outcome)
+    Metered::new(expr).evaluate(device)
 }
 
 /// The `device` variable of one device, shared by every selector evaluated on it. It reads the
@@ -223,6 +335,7 @@ fn build_environment() -> Result<Env, cel::DeclarationError> {
     env.add_extension(cel::extensions::strings)?;
     env.add_extension(cel::extensions::lists)?;
     env.add_macro(Macro::receiver("bind", 3, bind_macro))?;
+    bounds::library(&mut env)?;
     equality(&mut env)?;
     semver_library(&mut env)?;
     quantity_library(&mut env)?;
@@ -472,7 +585,13 @@ fn cel_go_equal(l: &dyn Val, r: &dyn Val) -> Result<bool, ExecutionError> {
 }
 
 fn equality(env: &mut Env) -> Result<(), cel::DeclarationError> {
+    // cel-go charges an equality by the smaller side's size (runtimecost.go, O(min(m, n))).
+    fn charge(args: &[CowVal<'_, '_>]) -> Result<(), ExecutionError> {
+        let smaller = bounds::size_of(args[0].as_ref()).min(bounds::size_of(args[1].as_ref()));
+        bounds::spend(smaller.div_ceil(10))
+    }
     fn equals<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        charge(&args)?;
         owned(CelBool::from(cel_go_equal(
             args[0].as_ref(),
             args[1].as_ref(),
@@ -480,6 +599,7 @@ fn equality(env: &mut Env) -> Result<(), cel::DeclarationError> {
     }
     // cel-go v0.26 `evalNe`: `Equal(l, r) != True`, so an erring comparison is "not equal".
     fn not_equals<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        charge(&args)?;
         owned(CelBool::from(!matches!(
             cel_go_equal(args[0].as_ref(), args[1].as_ref()),
             Ok(true)
@@ -500,15 +620,27 @@ fn equality(env: &mut Env) -> Result<(), cel::DeclarationError> {
     Ok(())
 }
 
-/// Calls `f` on `expr` and every sub-expression.
-pub(crate) fn visit(expr: &IdedExpr, f: &mut dyn FnMut(&IdedExpr)) {
-    f(expr);
+/// Calls `f` on `expr` and every sub-expression, parents first (without recursion: a refused
+/// expression can be thousands of levels deep).
+pub(crate) fn visit<'e>(expr: &'e IdedExpr, f: &mut dyn FnMut(&'e IdedExpr)) {
+    let mut stack = vec![expr];
+    while let Some(e) = stack.pop() {
+        f(e);
+        let at = stack.len();
+        children(e, &mut |c| stack.push(c));
+        // Left to right, as written.
+        stack[at..].reverse();
+    }
+}
+
+/// Calls `f` on each direct sub-expression of `expr`, in order.
+fn children<'e>(expr: &'e IdedExpr, f: &mut dyn FnMut(&'e IdedExpr)) {
     match &expr.expr {
         Expr::Call(call) => {
             if let Some(t) = &call.target {
-                visit(t, f);
+                f(t);
             }
-            call.args.iter().for_each(|a| visit(a, f));
+            call.args.iter().for_each(f);
         }
         Expr::Comprehension(c) => {
             for e in [
@@ -518,19 +650,26 @@ pub(crate) fn visit(expr: &IdedExpr, f: &mut dyn FnMut(&IdedExpr)) {
                 &c.loop_step,
                 &c.result,
             ] {
-                visit(e, f);
+                f(e);
             }
         }
-        Expr::List(list) => list.elements.iter().for_each(|e| visit(e, f)),
+        Expr::List(list) => list.elements.iter().for_each(f),
         Expr::Map(map) => {
             for entry in &map.entries {
                 if let cel::common::ast::EntryExpr::MapEntry(m) = &entry.expr {
-                    visit(&m.key, f);
-                    visit(&m.value, f);
+                    f(&m.key);
+                    f(&m.value);
                 }
             }
         }
-        Expr::Select(select) => visit(&select.operand, f),
+        Expr::Struct(s) => {
+            for entry in &s.entries {
+                if let cel::common::ast::EntryExpr::StructField(field) = &entry.expr {
+                    f(&field.value);
+                }
+            }
+        }
+        Expr::Select(select) => f(&select.operand),
         _ => {}
     }
 }
@@ -1318,6 +1457,7 @@ fn quantity_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
 // ---------------------------------------------------------------------------------------------
 // Kubernetes lists and sets (k8s.io/apiserver pkg/cel/library/lists.go, cel-go ext.Sets)
 
+/// The elements of a list argument.
 fn elements<'b>(
     list: &'b CowVal<'_, '_>,
     function: &str,
@@ -1333,6 +1473,24 @@ fn elements<'b>(
     Ok(out)
 }
 
+/// The elements of a list argument, charged first as Kubernetes' list functions are
+/// (library/cost.go `traversalCost`: a tenth of each string's length, 1 per other element).
+fn traversed<'b>(
+    list: &'b CowVal<'_, '_>,
+    function: &str,
+) -> Result<Vec<&'b dyn Val>, ExecutionError> {
+    let items = elements(list, function)?;
+    let cost = items.iter().fold(0u64, |sum, item| {
+        let each = match item.downcast_ref::<CelString>() {
+            Some(s) => s.inner().len() as u64 / 10,
+            None => 1,
+        };
+        sum.saturating_add(each)
+    });
+    bounds::spend(cost)?;
+    Ok(items)
+}
+
 fn compare_vals(a: &dyn Val, b: &dyn Val, function: &str) -> Result<Ordering, ExecutionError> {
     a.as_comparer()
         .ok_or_else(|| {
@@ -1343,7 +1501,7 @@ fn compare_vals(a: &dyn Val, b: &dyn Val, function: &str) -> Result<Ordering, Ex
 
 fn kubernetes_lists_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
     fn is_sorted<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        let items = elements(&args[0], "isSorted")?;
+        let items = traversed(&args[0], "isSorted")?;
         for pair in items.windows(2) {
             if compare_vals(pair[0], pair[1], "isSorted")? == Ordering::Greater {
                 return owned(CelBool::from(false));
@@ -1352,7 +1510,7 @@ fn kubernetes_lists_library(env: &mut Env) -> Result<(), cel::DeclarationError> 
         owned(CelBool::from(true))
     }
     fn sum<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        let items = elements(&args[0], "sum")?;
+        let items = traversed(&args[0], "sum")?;
         if items.iter().all(|i| i.downcast_ref::<CelInt>().is_some()) {
             let mut total: i64 = 0;
             for i in &items {
@@ -1382,7 +1540,7 @@ fn kubernetes_lists_library(env: &mut Env) -> Result<(), cel::DeclarationError> 
         function: &str,
         want: Ordering,
     ) -> Result<Box<dyn Val + 'static>, ExecutionError> {
-        let items = elements(&args[0], function)?;
+        let items = traversed(&args[0], function)?;
         let mut best = *items.first().ok_or_else(|| {
             ExecutionError::function_error(function, format!("{function} called on empty list"))
         })?;
@@ -1416,7 +1574,7 @@ fn kubernetes_lists_library(env: &mut Env) -> Result<(), cel::DeclarationError> 
         extreme(&args, "max", Ordering::Greater).map(CowVal::Owned)
     }
     fn index_of<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        let items = elements(&args[0], "indexOf")?;
+        let items = traversed(&args[0], "indexOf")?;
         let at = items
             .iter()
             .position(|i| i.equals(args[1].as_ref()))
@@ -1424,7 +1582,7 @@ fn kubernetes_lists_library(env: &mut Env) -> Result<(), cel::DeclarationError> 
         owned(CelInt::from(at))
     }
     fn last_index_of<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        let items = elements(&args[0], "lastIndexOf")?;
+        let items = traversed(&args[0], "lastIndexOf")?;
         let at = items
             .iter()
             .rposition(|i| i.equals(args[1].as_ref()))
@@ -1452,27 +1610,29 @@ fn sets_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
     fn contains_all(a: &[&dyn Val], b: &[&dyn Val]) -> bool {
         b.iter().all(|x| a.iter().any(|y| y.equals(*x)))
     }
+    // cel-go ext/sets.go `trackSetsCost`: 1 + |a|·|b|·factor, charged here before the work.
+    fn charged<'b>(
+        args: &'b [CowVal<'_, '_>],
+        function: &str,
+        factor: u64,
+    ) -> Result<[Vec<&'b dyn Val>; 2], ExecutionError> {
+        let (a, b) = (elements(&args[0], function)?, elements(&args[1], function)?);
+        let pairs = (a.len() as u64).saturating_mul(b.len() as u64);
+        bounds::spend(pairs.saturating_mul(factor).saturating_add(1))?;
+        Ok([a, b])
+    }
     fn contains<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        let (a, b) = (
-            elements(&args[0], "sets.contains")?,
-            elements(&args[1], "sets.contains")?,
-        );
+        let [a, b] = charged(&args, "sets.contains", 1)?;
         owned(CelBool::from(contains_all(&a, &b)))
     }
     fn intersects<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        let (a, b) = (
-            elements(&args[0], "sets.intersects")?,
-            elements(&args[1], "sets.intersects")?,
-        );
+        let [a, b] = charged(&args, "sets.intersects", 1)?;
         owned(CelBool::from(
             b.iter().any(|x| a.iter().any(|y| y.equals(*x))),
         ))
     }
     fn equivalent<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        let (a, b) = (
-            elements(&args[0], "sets.equivalent")?,
-            elements(&args[1], "sets.equivalent")?,
-        );
+        let [a, b] = charged(&args, "sets.equivalent", 2)?;
         owned(CelBool::from(contains_all(&a, &b) && contains_all(&b, &a)))
     }
     let list = || cel::common::types::LIST_TYPE;
