@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use crate::support::oracle::{Oracle, RELEASES, Verdict};
 
+mod cel;
 mod fleets;
 
 fn root() -> PathBuf {

@@ -372,7 +372,7 @@ fn generate(seed: u64) -> Vec<Value> {
 
 /// What `why` says of each node, as the oracle's verdict kinds.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Kind {
+pub(super) enum Kind {
     Allocatable,
     Unallocatable,
     Error,
@@ -382,7 +382,7 @@ enum Kind {
 
 /// `why p -f - -o json --kubernetes-version R` in process on `objects`: per node its kind, and
 /// the record's notes.
-fn why(objects: &[Value], release: &str) -> (Vec<(String, Kind)>, Value) {
+pub(super) fn why(objects: &[Value], release: &str) -> (Vec<(String, Kind)>, Value) {
     let list =
         serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": objects})).unwrap();
     let args = [
@@ -731,6 +731,35 @@ fn before_1_36_a_second_all_sub_request_takes_the_first_ones_devices() {
             Kind::Allocatable,
             Kind::Allocatable,
             Kind::Unallocatable,
+            Kind::Unallocatable,
+        ],
+    );
+}
+
+/// Found, not fixed: 1.37's scheduler applies DeviceTaintRules (DRADeviceTaintRules is GA and
+/// on), its slice tracker adding each rule's taint to the devices it selects; why reads no
+/// DeviceTaintRule, so it calls this node allocatable. Reading them is a new kind for
+/// `fleet` (files, the cluster lister, RBAC), not a fix of the allocator.
+#[test]
+#[ignore = "finding: why does not read DeviceTaintRules, which 1.37 applies (run with --ignored)"]
+fn from_1_37_device_taint_rules_taint_devices() {
+    let mut objects = small_fleet(
+        "media.liken.sh",
+        two_gpus(),
+        json!({"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "arc"}}]}}),
+    );
+    objects.push(
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+        "metadata": {"name": "maintenance"},
+        "spec": {"deviceSelector": {"driver": "media.liken.sh", "device": "gpu0"},
+                 "taint": {"key": "maintenance", "effect": "NoSchedule"}}}),
+    );
+    regression(
+        &objects,
+        [
+            Kind::Allocatable,
+            Kind::Allocatable,
+            Kind::Allocatable,
             Kind::Unallocatable,
         ],
     );
