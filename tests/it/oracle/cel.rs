@@ -134,22 +134,21 @@ fn differential(release: &str) {
                 panic!("the oracle answered no node n1")
             };
             let mine = mine.first().map(|(_, k)| k.clone());
-            let agree = match (&mine, &theirs) {
-                (Some(Kind::Allocatable), Verdict::Allocated(_))
-                | (Some(Kind::Unallocatable), Verdict::Unallocatable)
-                | (Some(Kind::Error), Verdict::Error(_)) => !record["unchecked"]
-                    .as_array()
-                    .is_some_and(|u| !u.is_empty()),
-                _ => false,
-            };
-            if agree {
-                continue;
-            }
+            // why's "cannot evaluate" lists itself under unchecked: counted, not compared.
             if record["unchecked"]
                 .as_array()
                 .is_some_and(|u| !u.is_empty())
             {
                 undecided += 1;
+                continue;
+            }
+            let agree = matches!(
+                (&mine, &theirs),
+                (Some(Kind::Allocatable), Verdict::Allocated(_))
+                    | (Some(Kind::Unallocatable), Verdict::Unallocatable)
+                    | (Some(Kind::Error), Verdict::Error(_))
+            );
+            if agree {
                 continue;
             }
             if known {
