@@ -4,7 +4,9 @@
 //!
 //! - `have_kubectl`: `kubectl` is on PATH (the tests drive it as a real client);
 //! - `have_libva`: the real libva (`libva.so.2` and `libva-drm.so.2`) can be loaded;
-//! - `have_zsh`, `have_fish`: those shells are on PATH (the completion scripts are tested in them).
+//! - `have_zsh`, `have_fish`: those shells are on PATH (the completion scripts are tested in them);
+//! - `have_go`: Go 1.26 or newer is on PATH (the scheduler's allocator is built from its Go
+//!   modules as the oracle of `why`: tests/oracle/).
 //!
 //! In CI (`CI` set to anything but `false`) all are always on, so a missing tool fails the run
 //! rather than hiding its tests: CI installs them (`.ci/run`).
@@ -21,6 +23,7 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(have_libva)");
     println!("cargo::rustc-check-cfg=cfg(have_zsh)");
     println!("cargo::rustc-check-cfg=cfg(have_fish)");
+    println!("cargo::rustc-check-cfg=cfg(have_go)");
     println!("cargo::rerun-if-env-changed=CI");
     println!("cargo::rerun-if-env-changed=PATH");
     let ci = env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
@@ -33,6 +36,9 @@ fn main() {
             println!("cargo::rustc-cfg=have_{shell}");
         }
     }
+    if ci || go_new_enough() {
+        println!("cargo::rustc-cfg=have_go");
+    }
     if ci || libva_installed() {
         println!("cargo::rustc-cfg=have_libva");
     }
@@ -41,6 +47,34 @@ fn main() {
 fn on_path(program: &str) -> bool {
     env::var_os("PATH")
         .is_some_and(|path| env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+/// k8s.io/dynamic-resource-allocation v0.36 and v0.37 ask for Go 1.26 (their go.mod); the
+/// oracle is built with GOTOOLCHAIN=local, so an older Go cannot fetch a newer one.
+fn go_new_enough() -> bool {
+    if !on_path("go") {
+        return false;
+    }
+    let Ok(out) = std::process::Command::new("go")
+        .args(["env", "GOVERSION"])
+        .env("GOTOOLCHAIN", "local")
+        .output()
+    else {
+        return false;
+    };
+    // `go1.26.8`, `go1.27rc1`
+    let version = String::from_utf8_lossy(&out.stdout);
+    let mut parts = version.trim().trim_start_matches("go").split('.');
+    let major = parts.next().and_then(|p| p.parse::<u32>().ok());
+    let minor = parts
+        .next()
+        .map(|p| {
+            p.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        })
+        .and_then(|p| p.parse::<u32>().ok());
+    matches!((major, minor), (Some(1), Some(m)) if m >= 26) || major.is_some_and(|m| m > 1)
 }
 
 /// Debian's `libva2` and `libva-drm2` put these in the multiarch directory; the dynamic loader

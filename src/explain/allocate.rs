@@ -629,7 +629,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 .constraints
                 .push(prepare_constraints(claim, constraints)?);
         }
-        match self.allocate_one(&mut search, 0, 0, 0, 0, false) {
+        match self.allocate_one(&mut search, 0, 0, 0, 0, 0, false) {
             // Found, but on a device whose room was assumed: not decided.
             Ok(true)
                 if let Some(e) = search.result.iter().enumerate().find_map(|(c, devices)| {
@@ -882,7 +882,8 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 None,
                 Spec {
                     class: &exact.device_class_name,
-                    selectors: exact.selectors.as_deref().unwrap_or_default(),
+                    select_class: &exact.device_class_name,
+                    select_selectors: exact.selectors.as_deref().unwrap_or_default(),
                     mode: exact.allocation_mode.as_deref(),
                     count: exact.count,
                     tolerations: exact.tolerations.as_deref().unwrap_or_default(),
@@ -891,7 +892,8 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 },
             )?),
             (None, Some(subs)) if !subs.is_empty() => {
-                for sub in subs {
+                for (i, sub) in subs.iter().enumerate() {
+                    let source = &subs[stale_selection(self.features.release, subs, i)];
                     out.push(self.prepare_one(
                         search,
                         claim,
@@ -899,7 +901,8 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                         Some(&sub.name),
                         Spec {
                             class: &sub.device_class_name,
-                            selectors: sub.selectors.as_deref().unwrap_or_default(),
+                            select_class: &source.device_class_name,
+                            select_selectors: source.selectors.as_deref().unwrap_or_default(),
                             mode: sub.allocation_mode.as_deref(),
                             count: sub.count,
                             tolerations: sub.tolerations.as_deref().unwrap_or_default(),
@@ -944,6 +947,10 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 request: name.clone(),
                 class: spec.class.to_owned(),
             })?;
+        let class = match self.classes.class(spec.select_class) {
+            Some(select) => select,
+            None => class,
+        };
         let class_selectors = cel_expressions(class.selectors.as_deref().unwrap_or_default())
             .ok_or_else(|| {
                 unsupported(
@@ -952,7 +959,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                     "CEL expression empty (unsupported selector type?)",
                 )
             })?;
-        let request_selectors = cel_expressions(spec.selectors).ok_or_else(|| {
+        let request_selectors = cel_expressions(spec.select_selectors).ok_or_else(|| {
             unsupported(
                 claim,
                 &name,
@@ -1206,7 +1213,10 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     }
 
     /// allocator.go `allocateOne`: the device `device_index` of (sub-)request `sub` of request
-    /// `request` of claim `claim`.
+    /// `request` of claim `claim`, tried from the node's device `start` on: from 1.36 the next
+    /// device of a request is searched after the previous one (`startLocation`), so a
+    /// shareable device serves a request once; 1.34 and 1.35 search from the first again.
+    #[allow(clippy::too_many_arguments)]
     fn allocate_one(
         &mut self,
         s: &mut Search<'_>,
@@ -1214,13 +1224,14 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         request: usize,
         sub: usize,
         device_index: usize,
+        start: usize,
         allocating_sub: bool,
     ) -> Result<bool, Stop> {
         if claim >= s.claims.len() {
             return Ok(true);
         }
         if request >= s.requests[claim].len() {
-            return match self.allocate_one(s, claim + 1, 0, 0, 0, false) {
+            return match self.allocate_one(s, claim + 1, 0, 0, 0, 0, false) {
                 // Retrying the claim with other choices might help a later firstAvailable.
                 Err(Stop::MaxSize) => Ok(false),
                 other => other,
@@ -1230,7 +1241,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         if !allocating_sub && s.requests[claim][request][0].sub.is_some() {
             let mut all_exceeded = true;
             for sub in 0..subs {
-                match self.allocate_one(s, claim, request, sub, 0, true) {
+                match self.allocate_one(s, claim, request, sub, 0, 0, true) {
                     Err(Stop::MaxSize) => continue,
                     Err(e) => return Err(e),
                     Ok(true) => return Ok(true),
@@ -1251,7 +1262,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             return Ok(false);
         }
         if device_index >= num_devices {
-            return self.allocate_one(s, claim, request + 1, 0, 0, false);
+            return self.allocate_one(s, claim, request + 1, 0, 0, 0, false);
         }
         if s.result[claim].len() + num_devices - device_index > ALLOCATION_RESULTS_MAX_SIZE {
             return Err(Stop::MaxSize);
@@ -1264,13 +1275,25 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             if !self.allocate_device(s, claim, request, sub, d, true)? {
                 return Ok(false);
             }
-            let done = self.allocate_one(s, claim, request, sub, device_index + 1, allocating_sub);
+            // 1.34 and 1.35 drop the sub-request here (allocator_incubating.go v0.35.10 passes
+            // no subRequestIndex): the next device is looked for under sub-request 0's
+            // data, so an `All` sub-request after the first takes one device. Fixed in 1.36.
+            let next_sub = if self.features.release >= 36 { sub } else { 0 };
+            let done = self.allocate_one(
+                s,
+                claim,
+                request,
+                next_sub,
+                device_index + 1,
+                0,
+                allocating_sub,
+            );
             if !matches!(done, Ok(true)) {
                 self.deallocate(s, claim, request, sub, d);
             }
             return done;
         }
-        for position in 0..s.node_devices.len() {
+        for position in start..s.node_devices.len() {
             let d = s.node_devices[position];
             // allocateOne checks a pool's validity before any of its devices: 1.34 fails the
             // attempt on reaching an invalid pool, 1.35+ skips it.
@@ -1314,7 +1337,20 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             if !self.allocate_device(s, claim, request, sub, d, false)? {
                 continue;
             }
-            match self.allocate_one(s, claim, request, sub, device_index + 1, allocating_sub) {
+            let next = if self.features.release >= 36 {
+                position + 1
+            } else {
+                0
+            };
+            match self.allocate_one(
+                s,
+                claim,
+                request,
+                sub,
+                device_index + 1,
+                next,
+                allocating_sub,
+            ) {
                 Ok(true) => return Ok(true),
                 Ok(false) => self.deallocate(s, claim, request, sub, d),
                 Err(e) => {
@@ -1383,12 +1419,38 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
 
 struct Spec<'s> {
     class: &'s str,
-    selectors: &'s [k8s_openapi::api::resource::v1::DeviceSelector],
+    /// The class and selectors that decide which devices it selects: its own, but for the
+    /// sub-requests [`stale_selection`] names.
+    select_class: &'s str,
+    select_selectors: &'s [k8s_openapi::api::resource::v1::DeviceSelector],
     mode: Option<&'s str>,
     count: Option<i64>,
     tolerations: &'s [DeviceToleration],
     admin_access: bool,
     capacity: bool,
+}
+
+/// Whose selection sub-request `i` of a `firstAvailable` request gets. 1.34 and 1.35 cache
+/// each device's selector verdict by sub-request while they build the device lists of `All`
+/// sub-requests, but build the second one's under the first one's key
+/// (allocator_incubating.go v0.35.10 `Allocate` sets `subRequestIndex` after
+/// `validateDeviceRequest`; the cache is cleared before the search; fixed in 1.36): an `All`
+/// sub-request second after an `All` first takes the first's devices. Found by the
+/// differential test against the real allocator (tests/it/oracle/fleets.rs).
+fn stale_selection(
+    release: u32,
+    subs: &[k8s_openapi::api::resource::v1::DeviceSubRequest],
+    i: usize,
+) -> usize {
+    let all = |j: usize| {
+        subs.get(j)
+            .is_some_and(|s| s.allocation_mode.as_deref() == Some("All"))
+    };
+    if release < 36 && i == 1 && all(0) && all(1) {
+        0
+    } else {
+        i
+    }
 }
 
 fn unsupported(claim: &Claim<'_>, request: &str, problem: &str) -> AllocError {
@@ -1923,14 +1985,15 @@ mod tests {
             world.run(Features::default(), "n1", &[spec]),
             Ok(NodeVerdict::CannotAllocate)
         );
-        // Upstream allocates a shareable device more than once within one request, too.
+        // A request takes a shareable device once: from 1.36 its next device is searched after
+        // the previous one (the oracle found this; 1.34 and 1.35 have no shareable devices).
         let count2 = claim(
             json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu", "count": 2}}]}),
         );
-        assert!(matches!(
+        assert_eq!(
             one(Some(true)).run(Features::default(), "n1", std::slice::from_ref(&count2)),
-            Ok(NodeVerdict::Allocated(_))
-        ));
+            Ok(NodeVerdict::CannotAllocate)
+        );
         assert_eq!(
             one(Some(false)).run(Features::default(), "n1", &[count2]),
             Ok(NodeVerdict::CannotAllocate)

@@ -1751,6 +1751,14 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
         allocatable,
         outcomes: node_outcomes,
     });
+    if let Some(note) = all_mode_order_note(input.features.release, &claims)
+        && !matches!(
+            attempt_error,
+            Some(AllocError::Runtime(_) | AllocError::PoolInvalid { .. })
+        )
+    {
+        diagnosis.notes.push(note);
+    }
     if let Some(error) = attempt_error {
         if input.features.release < 36 && matches!(error, AllocError::Runtime(_)) {
             diagnosis.notes.push(format!(
@@ -1791,6 +1799,32 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
 /// k/k pkg/scheduler/schedule_one.go `numFeasibleNodesToFind` with the default
 /// percentageOfNodesToScore (0: adaptive): how many feasible nodes the scheduler looks for
 /// before it stops filtering.
+/// Before 1.36 the order of a node's pools decides more of an `allocationMode: All` request
+/// than which devices serve: whether the search meets a device that breaks a constraint (an
+/// error) or one in use first (no error), and, for an `All` sub-request after the first,
+/// which single device it takes (allocator_incubating.go v0.35.10 drops the sub-request). The
+/// differential test against the real allocator found both (tests/it/oracle/fleets.rs).
+fn all_mode_order_note(release: u32, claims: &[Claim<'_>]) -> Option<String> {
+    let all = |mode: &Option<String>| mode.as_deref() == Some("All");
+    let any_all = claims.iter().any(|c| {
+        c.spec.devices.as_ref().is_some_and(|d| {
+            d.requests.as_deref().unwrap_or_default().iter().any(|r| {
+                r.exactly.as_ref().is_some_and(|e| all(&e.allocation_mode))
+                    || r.first_available
+                        .as_deref()
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|s| all(&s.allocation_mode))
+            })
+        })
+    });
+    (release < 36 && any_all).then(|| {
+        format!(
+            "Kubernetes 1.{release} tries a node's resource pools in no fixed order (pools_incubating.go GatherPools builds them from a map; 1.36 sorts them): with allocationMode All, the order can decide whether an attempt meets a device that breaks a constraint (an error) or one in use first, and which device an All sub-request after the first takes; why tries pools by driver and pool name"
+        )
+    })
+}
+
 fn num_feasible_nodes_to_find(all: usize) -> usize {
     const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
     const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: usize = 5;

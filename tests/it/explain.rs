@@ -218,6 +218,18 @@ fn generate(rng: &mut fastrand::Rng) -> Case {
     } else {
         Features::for_minor(36)
     };
+    // 1.34 and 1.35 mishandle an `All` sub-request after the first (it takes one device, or
+    // the first's devices): this reference knows the intended rules only, so those releases'
+    // quirks are checked against the real allocator instead (tests/it/oracle/fleets.rs).
+    if features.release < 36 {
+        for claim in &mut claims {
+            for request in &mut claim.requests {
+                for sub in request.subs.iter_mut().skip(1) {
+                    sub.all = false;
+                }
+            }
+        }
+    }
     Case {
         devices,
         claims,
@@ -460,8 +472,10 @@ fn walk(ctx: &Ctx<'_>, step: usize, state: State, out: &mut Reference) {
     }
 }
 
-/// Chooses the remaining devices of an ExactCount (sub-)request as a multiset: indices never
-/// decrease, and only a shareable device repeats.
+/// Chooses the remaining devices of an ExactCount (sub-)request: indices increase, so no device
+/// serves one request twice, shareable or not (from 1.36, the allocator searches a request's
+/// next device after the previous one; 1.34 and 1.35 have no shareable devices). Shareable
+/// devices still serve several requests and claims.
 #[allow(clippy::too_many_arguments)]
 fn pick(
     ctx: &Ctx<'_>,
@@ -500,12 +514,17 @@ fn pick(
         if !ctx.shareable(i) {
             st.used.insert(i);
         }
-        let next = if ctx.shareable(i) {
-            position
-        } else {
-            position + 1
-        };
-        pick(ctx, step, c, request, sub, chosen + 1, next, st, out);
+        pick(
+            ctx,
+            step,
+            c,
+            request,
+            sub,
+            chosen + 1,
+            position + 1,
+            st,
+            out,
+        );
     }
 }
 

@@ -21,6 +21,7 @@ mod generated;
 mod isolation;
 mod kubelet;
 mod libva;
+mod oracle;
 mod probe_cli;
 mod release;
 mod rules_captures;

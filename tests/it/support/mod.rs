@@ -11,6 +11,7 @@ pub mod examples;
 pub mod generated;
 pub mod grpc_raw;
 pub mod kubelet;
+pub mod oracle;
 pub mod timing;
 pub mod vadriver;
 pub mod vainfo;

@@ -1,0 +1,236 @@
+//! The differential test of CEL: device selectors evaluated by the scheduler's `cel` package
+//! (through the oracle's allocator) and by `why`, per release, on one device each: the same
+//! true (allocatable), false (not allocatable) or runtime error (the attempt fails). `why`
+//! says "cannot evaluate" (undecided) only where docs/why-format.md says it does not model
+//! something; such cases are counted, not compared.
+
+use serde_json::{Value, json};
+
+use super::fleets::{Kind, why};
+use crate::support::oracle::{Oracle, RELEASES, Verdict};
+
+/// Selectors over every attribute type, the functions Kubernetes adds (semver, quantity,
+/// string helpers) and the errors a selector meets at run time.
+const EXPRESSIONS: &[&str] = &[
+    r#"device.attributes["media.liken.sh"].decode"#,
+    r#"device.attributes["media.liken.sh"].?decode.orValue(false)"#,
+    r#"has(device.attributes["media.liken.sh"].decode) && device.attributes["media.liken.sh"].decode"#,
+    r#"device.attributes["media.liken.sh"].vram >= 8"#,
+    r#"device.attributes["media.liken.sh"].vram * 2 > 16"#,
+    r#"device.attributes["media.liken.sh"].vram + 9223372036854775000 > 0"#,
+    r#"100 / (device.attributes["media.liken.sh"].vram - 8) > 1"#,
+    r#"device.attributes["media.liken.sh"].model == "arc""#,
+    r#"device.attributes["media.liken.sh"].model.startsWith("a")"#,
+    r#"device.attributes["media.liken.sh"].model.matches("^(arc|tgl)$")"#,
+    r#"device.attributes["media.liken.sh"].model in ["arc", "amd"]"#,
+    r#"size(device.attributes["media.liken.sh"].model) == 3"#,
+    r#"device.attributes["media.liken.sh"].model.lowerAscii() == "arc""#,
+    r#"device.attributes["media.liken.sh"].driverVersion.isGreaterThan(semver("23.0.0"))"#,
+    r#"device.attributes["media.liken.sh"].driverVersion.compareTo(semver("24.2.4")) == 0"#,
+    r#"device.attributes["media.liken.sh"].driverVersion.major() >= 24"#,
+    r#"device.attributes["media.liken.sh"].driverVersion == semver("22.3.1")"#,
+    r#"isSemver("1.2.3") && !isSemver("1.2")"#,
+    r#"device.capacity["media.liken.sh"].memory.compareTo(quantity("8Gi")) >= 0"#,
+    r#"device.capacity["media.liken.sh"].memory.isGreaterThan(quantity("4G"))"#,
+    r#"device.capacity["media.liken.sh"].?memory.orValue(quantity("0")).asInteger() > 0"#,
+    r#"device.attributes["resource.kubernetes.io"].pciBusID.endsWith(".0")"#,
+    r#"device.attributes["resource.kubernetes.io"].?pciBusID.orValue("") != """#,
+    r#"device.driver == "media.liken.sh" && device.attributes[device.driver].size() > 2"#,
+    r#"device.attributes["media.liken.sh"].exists(k, k.startsWith("dec"))"#,
+    r#"device.attributes["media.liken.sh"].all(k, k != "vram")"#,
+    r#"cel.bind(a, device.attributes["media.liken.sh"], a.?vram.orValue(0) > 4 || a.?decode.orValue(false))"#,
+    r#"device.attributes["media.liken.sh"].decode ? device.attributes["media.liken.sh"].vram > 4 : true"#,
+    r#"int(device.attributes["media.liken.sh"].model) > 0"#,
+    r#"string(device.attributes["media.liken.sh"].vram) == "16""#,
+    r#"double(device.attributes["media.liken.sh"].vram) / 3.0 > 2.0"#,
+    r#"device.allowMultipleAllocations"#,
+    r#"device.attributes["other.example.com"].x"#,
+    r#"device.attributes.exists(d, d == "media.liken.sh")"#,
+];
+
+fn device(rng: &mut fastrand::Rng) -> Value {
+    let mut attributes = serde_json::Map::new();
+    if rng.u8(0..4) != 0 {
+        attributes.insert("decode".into(), json!({"bool": rng.bool()}));
+    }
+    if rng.u8(0..4) != 0 {
+        attributes.insert(
+            "vram".into(),
+            json!({"int": ([4, 8, 16, -3, 9223372036854775807i64])[rng.usize(0..5)]}),
+        );
+    }
+    if rng.u8(0..4) != 0 {
+        attributes.insert(
+            "model".into(),
+            json!({"string": (["arc", "tgl", "AMD", "42"])[rng.usize(0..4)]}),
+        );
+    }
+    if rng.u8(0..4) != 0 {
+        attributes.insert(
+            "driverVersion".into(),
+            json!({"version": (["22.3.1", "24.2.4", "26.1.2-rc.1"])[rng.usize(0..3)]}),
+        );
+    }
+    if rng.bool() {
+        attributes.insert(
+            "resource.kubernetes.io/pciBusID".into(),
+            json!({"string": "0000:03:00.0"}),
+        );
+    }
+    let mut d = json!({"name": "gpu0", "attributes": attributes});
+    if rng.bool() {
+        let memory = ["8Gi", "4G", "512Mi"][rng.usize(0..3)];
+        d["capacity"] = json!({"memory": {"value": memory}});
+    } else if rng.bool() {
+        d["allowMultipleAllocations"] = json!(rng.bool());
+    }
+    d
+}
+
+fn fleet(expression: &str, device: Value) -> Vec<Value> {
+    vec![
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "spec": {}}),
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "s"},
+               "spec": {"driver": "media.liken.sh", "nodeName": "n1",
+                        "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1}, "devices": [device]}}),
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "sel"},
+               "spec": {"selectors": [{"cel": {"expression": expression}}]}}),
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+               "metadata": {"name": "c0", "namespace": "media", "uid": "claim-uid-0"},
+               "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "sel"}}]}}}),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "media", "uid": "pod-uid"},
+               "spec": {"resourceClaims": [{"name": "c0", "resourceClaimName": "c0"}],
+                        "containers": [{"name": "c", "image": "i"}]}}),
+    ]
+}
+
+/// Disagreements found and not yet fixed in why (src/explain/cel.rs has another owner while
+/// this is written), by release and expression. Each must still disagree on some device, so a
+/// fix makes this test fail until its entry goes.
+///
+/// 1.35's allocator (allocator_incubating.go v0.35.10 `selectorsMatch`) gives CEL no
+/// `allowMultipleAllocations`, so it is false whatever the slice says; 1.34's (experimental)
+/// and 1.36's (incubating, DRAConsumableCapacity on) pass it. why reads the field.
+const KNOWN: &[(&str, &str)] = &[("1.35", "device.allowMultipleAllocations")];
+
+/// Devices per expression and release.
+const DEVICES: u64 = 12;
+
+fn differential(release: &str) {
+    let mut oracle = Oracle::start(release).unwrap_or_else(|e| panic!("{e}"));
+    let mut disagreements = Vec::new();
+    let mut undecided = 0;
+    for (e, expression) in EXPRESSIONS.iter().enumerate() {
+        let known = KNOWN.contains(&(release, expression));
+        let mut still_disagrees = false;
+        let mut rng = fastrand::Rng::with_seed(e as u64);
+        for _ in 0..DEVICES {
+            let objects = fleet(expression, device(&mut rng));
+            let theirs = oracle
+                .fleet(&objects, "media/p")
+                .unwrap_or_else(|e| panic!("{e}"));
+            let (Some(theirs), (mine, record)) = (theirs.on("n1").cloned(), why(&objects, release))
+            else {
+                panic!("the oracle answered no node n1")
+            };
+            let mine = mine.first().map(|(_, k)| k.clone());
+            // why's "cannot evaluate" lists itself under unchecked: counted, not compared.
+            if record["unchecked"]
+                .as_array()
+                .is_some_and(|u| !u.is_empty())
+            {
+                undecided += 1;
+                continue;
+            }
+            let agree = matches!(
+                (&mine, &theirs),
+                (Some(Kind::Allocatable), Verdict::Allocated(_))
+                    | (Some(Kind::Unallocatable), Verdict::Unallocatable)
+                    | (Some(Kind::Error), Verdict::Error(_))
+            );
+            if agree {
+                continue;
+            }
+            if known {
+                still_disagrees = true;
+                continue;
+            }
+            disagreements.push(format!(
+                "{release}: {expression}\n  device {}\n  why {mine:?} ({}), the scheduler {theirs:?}",
+                objects[1]["spec"]["devices"][0], record["verdict"]
+            ));
+        }
+        assert!(
+            !known || still_disagrees,
+            "{release}: {expression} agrees now: drop it from KNOWN"
+        );
+    }
+    let cases = EXPRESSIONS.len() as u64 * DEVICES;
+    eprintln!(
+        "CEL {release}: {cases} cases, {undecided} undecided by why, {} disagreements",
+        disagreements.len()
+    );
+    for d in &disagreements {
+        eprintln!("{d}");
+    }
+    assert!(
+        disagreements.is_empty(),
+        "{} of {cases} CEL cases disagree; the first:\n{}",
+        disagreements.len(),
+        disagreements[0]
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
+fn why_evaluates_selectors_as_the_scheduler_does() {
+    for release in RELEASES {
+        differential(release);
+    }
+}
+
+/// The oracle's own CEL mode: each outcome class on a case whose answer is plain.
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
+fn the_oracles_cel_mode_gives_each_outcome() {
+    let mut oracle = Oracle::start(RELEASES[3]).unwrap_or_else(|e| panic!("{e}"));
+    let device = json!({"driver": "media.liken.sh", "attributes": {"vram": {"int": 8}}});
+    for (expression, result, class) in [
+        (
+            r#"device.attributes["media.liken.sh"].vram == 8"#,
+            "true",
+            None,
+        ),
+        (
+            r#"device.attributes["media.liken.sh"].vram > 8"#,
+            "false",
+            None,
+        ),
+        (
+            r#"device.attributes["media.liken.sh"].decode"#,
+            "error",
+            Some("runtime"),
+        ),
+        (
+            r#"device.attributes["media.liken.sh"].vram >"#,
+            "error",
+            Some("compile"),
+        ),
+    ] {
+        let answer = oracle
+            .ask(&json!({"id": 1, "cel": {"expression": expression, "device": device}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(answer["result"], result, "{expression}: {answer}");
+        assert_eq!(
+            answer["errorClass"].as_str(),
+            class,
+            "{expression}: {answer}"
+        );
+    }
+}

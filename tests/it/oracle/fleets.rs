@@ -1,0 +1,766 @@
+//! The differential test of verdicts: seeded random fleets, each read by `why` (in process, as
+//! `why POD -f - -o json --kubernetes-version R` reads it) and by the oracle of release R, and
+//! the verdict of every node compared: allocatable exactly where the real allocator allocates,
+//! an error exactly where it fails the attempt.
+//!
+//! A fleet: one to three nodes with one or two GPUs each (liken's render node and our media
+//! device per GPU, at one PCI address), another driver's devices published for all nodes or by
+//! node selector, sometimes a `perDeviceNodeSelection` slice, pools being updated or with an
+//! older generation, device taints, shareable devices; claims with ExactCount (1, 2) and All,
+//! `firstAvailable`, tolerations, admin access, `matchAttribute` on string, bool, int and
+//! version attributes; claims of other pods already allocated (with and without a share ID).
+
+use std::time::Instant;
+
+use media_operator::cli::{self, Io, Parsed};
+use serde_json::{Value, json};
+
+use crate::support::oracle::{Oracle, RELEASES, Verdict};
+
+/// Fleets per release; `ORACLE_FLEETS` changes it (a failure prints its seed).
+const FLEETS: u64 = 2000;
+
+const NS: &str = "media";
+const PCI: &str = "resource.kubernetes.io/pciBusID";
+
+/// The classes every fleet has: name and selector.
+const CLASSES: [(&str, &str); 8] = [
+    ("render", r#"device.driver == "liken.sh""#),
+    ("media", r#"device.driver == "media.liken.sh""#),
+    (
+        "hevc10",
+        r#"device.driver == "media.liken.sh" && device.attributes["media.liken.sh"].decodeHEVCMain10 && device.attributes["media.liken.sh"].scale10bit"#,
+    ),
+    (
+        "big",
+        r#"device.driver == "media.liken.sh" && device.attributes["media.liken.sh"].vram >= 8"#,
+    ),
+    (
+        "newer",
+        r#"device.driver == "media.liken.sh" && device.attributes["media.liken.sh"].driverVersion.isGreaterThan(semver("23.0.0"))"#,
+    ),
+    (
+        "arc",
+        r#"device.driver == "media.liken.sh" && device.attributes["media.liken.sh"].model == "arc""#,
+    ),
+    ("other", r#"device.driver == "gpu.example.com""#),
+    ("any", "true"),
+];
+
+/// Request selectors: safe on every device, but for the last, which fails at run time on a
+/// device without `decodeHEVCMain10` (the scheduler fails the attempt).
+const SELECTORS: [&str; 5] = [
+    r#"device.attributes["resource.kubernetes.io"].?pciBusID.orValue("") != "0000:01:00.0""#,
+    r#"device.attributes[device.driver].?vram.orValue(0) >= 16"#,
+    r#"has(device.attributes["media.liken.sh"].scale10bit) || device.driver != "media.liken.sh""#,
+    r#"!device.attributes[device.driver].?model.orValue("").startsWith("a")"#,
+    r#"device.attributes["media.liken.sh"].decodeHEVCMain10"#,
+];
+
+/// matchAttribute over each attribute type.
+const MATCHED: [&str; 5] = [
+    PCI,
+    "media.liken.sh/scale10bit",
+    "media.liken.sh/vram",
+    "media.liken.sh/model",
+    "media.liken.sh/driverVersion",
+];
+
+struct Gen {
+    rng: fastrand::Rng,
+    objects: Vec<Value>,
+    /// Every published device: (driver, pool, name, node it is usable from or None for many,
+    /// shareable).
+    devices: Vec<(String, String, String, Option<String>, bool)>,
+}
+
+impl Gen {
+    fn chance(&mut self, one_in: u32) -> bool {
+        self.rng.u32(0..one_in) == 0
+    }
+
+    fn taints(&mut self) -> Value {
+        match self.rng.u8(0..10) {
+            0 => json!([{"key": "k", "value": "v", "effect": "NoSchedule"}]),
+            1 => json!([{"key": "k", "value": "w", "effect": "NoExecute"}]),
+            2 => json!([{"key": "other", "effect": "NoSchedule"}]),
+            _ => json!([]),
+        }
+    }
+
+    /// A device of `driver` with the attributes of a GPU at `gpu`'s PCI address.
+    fn device(&mut self, driver: &str, name: &str, gpu: u8, shareable: bool) -> Value {
+        let mut attributes = serde_json::Map::new();
+        if driver != "gpu.example.com" || self.chance(2) {
+            attributes.insert(PCI.into(), json!({"string": format!("0000:0{gpu}:00.0")}));
+        }
+        if driver == "media.liken.sh" {
+            attributes.insert("decodeHEVCMain10".into(), json!({"bool": self.rng.bool()}));
+            attributes.insert("scale10bit".into(), json!({"bool": self.rng.bool()}));
+            attributes.insert(
+                "vram".into(),
+                json!({"int": ([4, 8, 16])[self.rng.usize(0..3)]}),
+            );
+            attributes.insert(
+                "model".into(),
+                json!({"string": (["arc", "tgl", "amd"])[self.rng.usize(0..3)]}),
+            );
+            attributes.insert(
+                "driverVersion".into(),
+                json!({"version": (["22.3.1", "24.2.4", "26.1.2"])[self.rng.usize(0..3)]}),
+            );
+        }
+        if driver == "gpu.example.com" {
+            attributes.insert(
+                "vram".into(),
+                json!({"int": ([8, 16])[self.rng.usize(0..2)]}),
+            );
+        }
+        let mut device = json!({"name": name, "attributes": attributes, "taints": self.taints()});
+        if shareable {
+            device["allowMultipleAllocations"] = json!(true);
+        } else if self.chance(3) {
+            // Capacities on exclusive devices only: a shareable device's consumed capacity is
+            // what why documents it does not model.
+            device["capacity"] = json!({"memory": {"value": "8Gi"}});
+        }
+        device
+    }
+
+    fn slice(
+        &mut self,
+        name: &str,
+        driver: &str,
+        pool: &str,
+        placement: Value,
+        devices: Vec<Value>,
+    ) {
+        let (generation, count) = match self.rng.u8(0..14) {
+            // Being updated: fewer slices than the count says.
+            0 => (1, 2),
+            _ => (1, 1),
+        };
+        let mut spec = json!({"driver": driver,
+            "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
+            "devices": devices});
+        for (k, v) in placement.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        // An older generation of the pool, which the allocator ignores.
+        if self.chance(14) {
+            let mut old = spec.clone();
+            old["pool"]["generation"] = json!(0);
+            self.objects.push(
+                json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                "metadata": {"name": format!("{name}-old")}, "spec": old}),
+            );
+        }
+        self.objects.push(
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": name}, "spec": spec}),
+        );
+    }
+
+    fn fleet(&mut self) {
+        let nodes = self.rng.usize(1..=3);
+        for n in 1..=nodes {
+            let node = format!("n{n}");
+            let zone = if n == 1 { "a" } else { "b" };
+            self.objects.push(json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node, "zone": zone}}, "spec": {}}));
+            let gpus = self.rng.u8(1..=2);
+            for driver in ["liken.sh", "media.liken.sh"] {
+                let mut devices = Vec::new();
+                for gpu in 0..gpus {
+                    let name = if driver == "liken.sh" {
+                        format!("renderD{}", 128 + gpu)
+                    } else {
+                        format!("gpu{gpu}")
+                    };
+                    let shareable = driver == "liken.sh" && self.chance(3);
+                    devices.push(self.device(driver, &name, gpu, shareable));
+                    self.devices.push((
+                        driver.into(),
+                        node.clone(),
+                        name,
+                        Some(node.clone()),
+                        shareable,
+                    ));
+                }
+                self.slice(
+                    &format!("{node}-{driver}"),
+                    driver,
+                    &node,
+                    json!({"nodeName": node}),
+                    devices,
+                );
+            }
+        }
+        // Another driver's devices, for every node or by node selector.
+        if self.chance(2) {
+            let all = self.rng.bool();
+            let placement = if all {
+                json!({"allNodes": true})
+            } else {
+                json!({"nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}})
+            };
+            let devices = (0..self.rng.u8(1..=2))
+                .map(|i| {
+                    let shareable = self.chance(3);
+                    let name = format!("x{i}");
+                    self.devices.push((
+                        "gpu.example.com".into(),
+                        "shared".into(),
+                        name.clone(),
+                        None,
+                        shareable,
+                    ));
+                    self.device("gpu.example.com", &name, i, shareable)
+                })
+                .collect();
+            self.slice("shared", "gpu.example.com", "shared", placement, devices);
+        }
+        // A slice whose devices say their own node (DRAPartitionableDevices).
+        if self.chance(5) {
+            let devices = (0..2)
+                .map(|i| {
+                    let name = format!("pd{i}");
+                    let mut device = self.device("gpu.example.com", &name, i, false);
+                    if self.chance(3) {
+                        device["allNodes"] = json!(true);
+                    } else {
+                        device["nodeName"] = json!(format!("n{}", self.rng.usize(1..=nodes)));
+                    }
+                    self.devices
+                        .push(("gpu.example.com".into(), "pd".into(), name, None, false));
+                    device
+                })
+                .collect();
+            self.slice(
+                "pd",
+                "gpu.example.com",
+                "pd",
+                json!({"perDeviceNodeSelection": true}),
+                devices,
+            );
+        }
+        for (name, expression) in CLASSES {
+            self.objects.push(
+                json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                "metadata": {"name": name},
+                "spec": {"selectors": [{"cel": {"expression": expression}}]}}),
+            );
+        }
+    }
+
+    fn exact(&mut self) -> Value {
+        let mut r = json!({"deviceClassName": CLASSES[self.rng.usize(0..CLASSES.len())].0});
+        if self.chance(6) {
+            r["allocationMode"] = json!("All");
+        } else if self.chance(4) {
+            r["count"] = json!(2);
+        }
+        if self.chance(4) {
+            // The last selector fails at run time: rarer.
+            let i = if self.chance(4) {
+                4
+            } else {
+                self.rng.usize(0..4)
+            };
+            r["selectors"] = json!([{"cel": {"expression": SELECTORS[i]}}]);
+        }
+        match self.rng.u8(0..8) {
+            0 => r["tolerations"] = json!([{"operator": "Exists"}]),
+            1 => r["tolerations"] = json!([{"key": "k", "value": "v"}]),
+            2 => {
+                r["tolerations"] =
+                    json!([{"key": "k", "operator": "Exists", "effect": "NoExecute"}])
+            }
+            _ => {}
+        }
+        if self.chance(15) {
+            r["adminAccess"] = json!(true);
+        }
+        r
+    }
+
+    fn claim_spec(&mut self) -> Value {
+        let mut requests = Vec::new();
+        let mut names = Vec::new();
+        for i in 0..self.rng.usize(1..=3) {
+            let name = format!("r{i}");
+            let request = if self.chance(5) {
+                let subs: Vec<Value> = (0..2)
+                    .map(|s| {
+                        let mut sub = self.exact();
+                        sub["name"] = json!(format!("s{s}"));
+                        sub
+                    })
+                    .collect();
+                json!({"name": name, "firstAvailable": subs})
+            } else {
+                json!({"name": name, "exactly": self.exact()})
+            };
+            requests.push(request);
+            names.push(name);
+        }
+        let mut devices = json!({"requests": requests});
+        if self.chance(2) {
+            let attribute = MATCHED[self.rng.usize(0..MATCHED.len())];
+            let mut constraint = json!({"matchAttribute": attribute});
+            if names.len() > 1 && self.rng.bool() {
+                constraint["requests"] = json!(names[..2]);
+            }
+            devices["constraints"] = json!([constraint]);
+        }
+        json!({"devices": devices})
+    }
+
+    /// Claims of other pods, allocated: exclusive, or with a share ID on a shareable device,
+    /// or with admin access.
+    fn held(&mut self) {
+        for i in 0..self.rng.usize(0..=3) {
+            if self.devices.is_empty() {
+                return;
+            }
+            let (driver, pool, device, _, shareable) =
+                self.devices[self.rng.usize(0..self.devices.len())].clone();
+            let mut result =
+                json!({"request": "r", "driver": driver, "pool": pool, "device": device});
+            if shareable && self.rng.bool() {
+                result["shareID"] = json!(format!("aaaaaaaa-aaaa-aaaa-aaaa-00000000000{i}"));
+            }
+            if self.chance(6) {
+                result["adminAccess"] = json!(true);
+            }
+            self.objects.push(json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": format!("held-{i}"), "namespace": NS, "uid": format!("held-uid-{i}")},
+                "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "any"}}]}},
+                "status": {"allocation": {"devices": {"results": [result]}},
+                           "reservedFor": [{"resource": "pods", "name": format!("other-{i}"), "uid": format!("other-uid-{i}")}]}}));
+        }
+    }
+
+    fn pod(&mut self) {
+        let claims = self.rng.usize(1..=2);
+        let mut entries = Vec::new();
+        for c in 0..claims {
+            let name = format!("c{c}");
+            let spec = self.claim_spec();
+            self.objects.push(json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": name, "namespace": NS, "uid": format!("claim-uid-{c}")}, "spec": spec}));
+            entries.push(json!({"name": name, "resourceClaimName": name}));
+        }
+        self.objects.push(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": NS, "uid": "pod-uid"},
+            "spec": {"resourceClaims": entries, "containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": "Pending"}}));
+    }
+}
+
+fn generate(seed: u64) -> Vec<Value> {
+    let mut g = Gen {
+        rng: fastrand::Rng::with_seed(seed),
+        objects: Vec::new(),
+        devices: Vec::new(),
+    };
+    g.fleet();
+    g.held();
+    g.pod();
+    g.objects
+}
+
+/// What `why` says of each node, as the oracle's verdict kinds.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Kind {
+    Allocatable,
+    Unallocatable,
+    Error,
+    /// why could not decide ("undecided"): a disagreement unless documented.
+    Undecided,
+}
+
+/// `why p -f - -o json --kubernetes-version R` in process on `objects`: per node its kind, and
+/// the record's notes.
+pub(super) fn why(objects: &[Value], release: &str) -> (Vec<(String, Kind)>, Value) {
+    let list =
+        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": objects})).unwrap();
+    let args = [
+        "kubectl-media",
+        "why",
+        "p",
+        "-n",
+        NS,
+        "-f",
+        "-",
+        "-o",
+        "json",
+        "--kubernetes-version",
+        release,
+    ];
+    let Ok(Parsed::Run(command)) = cli::parse(args) else {
+        panic!("the why command line parses")
+    };
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let result = cli::run(
+        &command,
+        &mut Io {
+            stdin: &mut list.as_slice(),
+            stdout: &mut stdout,
+            stderr: &mut stderr,
+        },
+    );
+    if let Err(e) = &result {
+        assert!(e.is_silent(), "why failed: {e}");
+    }
+    let record: Value = serde_json::from_slice(&stdout).expect("why -o json prints JSON");
+    let undecided = record["unchecked"]
+        .as_array()
+        .is_some_and(|u| !u.is_empty());
+    let mut nodes = Vec::new();
+    for outcome in record["nodes"]["outcomes"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        let kind = match outcome["outcome"].as_str().unwrap_or_default() {
+            "Allocatable" if undecided => Kind::Undecided,
+            "Allocatable" => Kind::Allocatable,
+            "Error" => Kind::Error,
+            "RequestUnsatisfied" | "Constraint" | "CannotAllocate" | "InvalidPools" => {
+                Kind::Unallocatable
+            }
+            other => panic!("why gave outcome {other} for a pod with no node filters: {record}"),
+        };
+        for node in outcome["nodes"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
+            nodes.push((node.as_str().unwrap().to_owned(), kind.clone()));
+        }
+    }
+    nodes.sort();
+    (nodes, record)
+}
+
+/// How often, at most, a 1.34 or 1.35 fleet is asked again when why disagrees: those releases
+/// try a node's pools in Go map order, so one answer is one order of several, and an order
+/// that one pool in five leads may come up once in a hundred answers.
+const ORDER_SAMPLES: usize = 2000;
+
+fn kinds(verdicts: &crate::support::oracle::Verdicts) -> Vec<(String, Kind)> {
+    verdicts
+        .nodes
+        .iter()
+        .map(|(node, v)| {
+            let kind = match v {
+                Verdict::Allocated(_) => Kind::Allocatable,
+                Verdict::Unallocatable => Kind::Unallocatable,
+                Verdict::Error(_) => Kind::Error,
+            };
+            (node.clone(), kind)
+        })
+        .collect()
+}
+
+/// 1.34 and 1.35 try a node's pools in no fixed order; why tries them in 1.36's and must say
+/// so where the order can change the outcome. Whether why's verdict is one the allocator gives
+/// in some order: the oracle is asked again, each answer another map order.
+fn one_of_the_orders(
+    oracle: &mut Oracle,
+    objects: &[Value],
+    mine: &[(String, Kind)],
+) -> Result<bool, String> {
+    let mut seen = vec![false; mine.len()];
+    for _ in 0..ORDER_SAMPLES {
+        let again = kinds(
+            &oracle
+                .fleet(objects, &format!("{NS}/p"))
+                .map_err(|e| e.to_string())?,
+        );
+        for (i, node) in mine.iter().enumerate() {
+            seen[i] |= again.get(i) == Some(node);
+        }
+        if seen.iter().all(|&s| s) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+fn notes_the_order(record: &Value) -> bool {
+    record["notes"].as_array().is_some_and(|notes| {
+        notes
+            .iter()
+            .any(|n| n.as_str().is_some_and(|n| n.contains("no fixed order")))
+    })
+}
+
+fn compare(release: &str, oracle: &mut Oracle, seed: u64) -> Result<(), String> {
+    let objects = generate(seed);
+    let verdicts = oracle
+        .fleet(&objects, &format!("{NS}/p"))
+        .map_err(|e| e.to_string())?;
+    let (mine, record) = why(&objects, release);
+    let theirs = kinds(&verdicts);
+    let unordered = matches!(release, "1.34" | "1.35");
+    let mut problem = "";
+    if mine == theirs {
+        return Ok(());
+    } else if unordered && one_of_the_orders(oracle, &objects, &mine)? {
+        if notes_the_order(&record) {
+            return Ok(());
+        }
+        problem = " (why's verdict is the allocator's in another pool order, but why does not note that the order is not fixed)";
+    }
+    // The fleet as a file `why -f` and the oracle's plain mode read, to run by hand.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("oracle-disagreements");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(format!("{release}-{seed}.json"));
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    std::fs::write(&file, serde_json::to_string_pretty(&list).unwrap()).unwrap();
+    Err(format!(
+        "release {release}, seed {seed}: why {mine:?}, the allocator {:?}{problem}\nwhy's verdict: {}\nthe fleet: {}",
+        verdicts.nodes,
+        record["verdict"],
+        file.display()
+    ))
+}
+
+fn differential(release: &str) {
+    let fleets = std::env::var("ORACLE_FLEETS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(FLEETS);
+    let mut oracle = Oracle::start(release).unwrap_or_else(|e| panic!("{e}"));
+    let start = Instant::now();
+    let mut failures = Vec::new();
+    for seed in 0..fleets {
+        if let Err(e) = compare(release, &mut oracle, seed) {
+            eprintln!("{}", e.lines().next().unwrap_or_default());
+            failures.push(e);
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    eprintln!(
+        "{release}: {fleets} fleets in {seconds:.1} s ({:.0} per second), {} disagreements",
+        fleets as f64 / seconds,
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {fleets} fleets disagree; the first:\n{}",
+        failures.len(),
+        failures[0]
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
+fn why_agrees_with_the_1_34_allocator_on_random_fleets() {
+    differential(RELEASES[0]);
+}
+
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
+fn why_agrees_with_the_1_35_allocator_on_random_fleets() {
+    differential(RELEASES[1]);
+}
+
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
+fn why_agrees_with_the_1_36_allocator_on_random_fleets() {
+    differential(RELEASES[2]);
+}
+
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
+fn why_agrees_with_the_1_37_allocator_on_random_fleets() {
+    differential(RELEASES[3]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Disagreements the random fleets found, each fixed in why and kept here as its smallest fleet
+
+/// One node `n1` with `devices` in one media.liken.sh slice (a liken.sh one when `liken`), the
+/// classes `media`, `arc`, `render` and `none`, and pod `p` with one claim of `spec`.
+fn small_fleet(driver: &str, devices: Value, spec: Value) -> Vec<Value> {
+    let class = |name: &str, expression: &str| {
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+               "spec": {"selectors": [{"cel": {"expression": expression}}]}})
+    };
+    vec![
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "spec": {}}),
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "s"},
+               "spec": {"driver": driver, "nodeName": "n1",
+                        "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1}, "devices": devices}}),
+        class("media", r#"device.driver == "media.liken.sh""#),
+        class(
+            "arc",
+            r#"device.driver == "media.liken.sh" && device.attributes["media.liken.sh"].model == "arc""#,
+        ),
+        class("render", r#"device.driver == "liken.sh""#),
+        class("none", r#"device.driver == "none""#),
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+               "metadata": {"name": "c0", "namespace": NS, "uid": "claim-uid-0"}, "spec": spec}),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": NS, "uid": "pod-uid"},
+               "spec": {"resourceClaims": [{"name": "c0", "resourceClaimName": "c0"}],
+                        "containers": [{"name": "c", "image": "i"}]}}),
+    ]
+}
+
+fn two_gpus() -> Value {
+    json!([
+        {"name": "gpu0", "attributes": {"model": {"string": "arc"}}},
+        {"name": "gpu1", "attributes": {"model": {"string": "tgl"}}},
+    ])
+}
+
+/// The fleet gives `expected` on n1 for each release (in RELEASES' order), from the
+/// allocator and from why alike.
+fn regression(objects: &[Value], expected: [Kind; 4]) {
+    for (release, expected) in RELEASES.into_iter().zip(expected) {
+        let mut oracle = Oracle::start(release).unwrap_or_else(|e| panic!("{e}"));
+        let theirs = kinds(
+            &oracle
+                .fleet(objects, &format!("{NS}/p"))
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
+        assert_eq!(
+            theirs,
+            [("n1".to_owned(), expected)],
+            "the {release} allocator"
+        );
+        let (mine, record) = why(objects, release);
+        assert_eq!(
+            mine, theirs,
+            "why, as Kubernetes {release}: {}",
+            record["verdict"]
+        );
+    }
+}
+
+/// From 1.36 a request's next device is searched after its previous one, so a shareable
+/// device serves a request once (why allocated it twice); before, it is not shareable.
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
+fn a_shareable_device_serves_a_request_once() {
+    let objects = small_fleet(
+        "liken.sh",
+        json!([{"name": "renderD128", "allowMultipleAllocations": true}]),
+        json!({"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "render", "count": 2}}]}}),
+    );
+    regression(
+        &objects,
+        [
+            Kind::Unallocatable,
+            Kind::Unallocatable,
+            Kind::Unallocatable,
+            Kind::Unallocatable,
+        ],
+    );
+}
+
+/// 1.34 and 1.35 look up an `All` sub-request's next device under sub-request 0, whose one
+/// device is done: s1 takes gpu0 only and r1 gets gpu1. From 1.36 s1 takes both.
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
+fn before_1_36_an_all_sub_request_after_the_first_takes_one_device() {
+    let objects = small_fleet(
+        "media.liken.sh",
+        two_gpus(),
+        json!({"devices": {"requests": [
+            {"name": "r0", "firstAvailable": [
+                {"name": "s0", "deviceClassName": "none"},
+                {"name": "s1", "deviceClassName": "media", "allocationMode": "All"}]},
+            {"name": "r1", "exactly": {"deviceClassName": "media"}}]}}),
+    );
+    regression(
+        &objects,
+        [
+            Kind::Allocatable,
+            Kind::Allocatable,
+            Kind::Unallocatable,
+            Kind::Unallocatable,
+        ],
+    );
+}
+
+/// 1.34 and 1.35 build the second `All` sub-request's device list under the first one's
+/// cache key: s1 gets s0's [gpu0] and, outside the constraint, leaves gpu1 to r1. From 1.36 s1
+/// takes both GPUs.
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
+fn before_1_36_a_second_all_sub_request_takes_the_first_ones_devices() {
+    let objects = small_fleet(
+        "media.liken.sh",
+        two_gpus(),
+        json!({"devices": {
+            "requests": [
+                {"name": "r0", "firstAvailable": [
+                    {"name": "s0", "deviceClassName": "arc", "allocationMode": "All"},
+                    {"name": "s1", "deviceClassName": "media", "allocationMode": "All"}]},
+                {"name": "r1", "exactly": {"deviceClassName": "media"}}],
+            "constraints": [{"matchAttribute": "media.liken.sh/model", "requests": ["r0/s0", "r1"]}]}}),
+    );
+    regression(
+        &objects,
+        [
+            Kind::Allocatable,
+            Kind::Allocatable,
+            Kind::Unallocatable,
+            Kind::Unallocatable,
+        ],
+    );
+}
+
+/// Found, not fixed: 1.37's scheduler applies DeviceTaintRules (DRADeviceTaintRules is GA and
+/// on), its slice tracker adding each rule's taint to the devices it selects; why reads no
+/// DeviceTaintRule, so it calls this node allocatable. Reading them is a new kind for
+/// `fleet` (files, the cluster lister, RBAC), not a fix of the allocator.
+#[test]
+#[ignore = "finding: why does not read DeviceTaintRules, which 1.37 applies (run with --ignored)"]
+fn from_1_37_device_taint_rules_taint_devices() {
+    let mut objects = small_fleet(
+        "media.liken.sh",
+        two_gpus(),
+        json!({"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "arc"}}]}}),
+    );
+    objects.push(
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+        "metadata": {"name": "maintenance"},
+        "spec": {"deviceSelector": {"driver": "media.liken.sh", "device": "gpu0"},
+                 "taint": {"key": "maintenance", "effect": "NoSchedule"}}}),
+    );
+    regression(
+        &objects,
+        [
+            Kind::Allocatable,
+            Kind::Allocatable,
+            Kind::Allocatable,
+            Kind::Unallocatable,
+        ],
+    );
+}
