@@ -145,13 +145,7 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
         Some((runtime, cluster))
     };
     let warn = global.color.for_stderr();
-    let warning = |io: &mut Io<'_>, note: &str| {
-        let _ = writeln!(
-            io.stderr,
-            "{} {note}",
-            owo_colors::OwoColorize::style(&"warning:", warn.warning)
-        );
-    };
+    let warning = |io: &mut Io<'_>, note: &str| crate::cli::warn(io.stderr, &warn, note);
     for note in &objects.notes {
         warning(io, note);
     }

@@ -66,10 +66,12 @@ pub(crate) enum Paint {
     Red,
 }
 
-/// A cell's text and colour.
+/// A cell's text and colour. The text is made terminal-safe when the cell is made (see
+/// [`terminal_safe`](crate::text::terminal_safe)), and only then: a cell is the one way into a
+/// table, so no renderer can forget it, and widths are counted on what is shown.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Cell {
-    pub text: String,
+    text: String,
     pub paint: Option<Paint>,
     /// How many words at its start a cut never parts (at least 1): `all but` in `all but VC1
     /// VP8`, which cut after `all` would read as its opposite.
@@ -82,8 +84,13 @@ impl Cell {
     }
 
     pub(crate) fn painted(text: impl Into<String>, paint: Option<Paint>) -> Cell {
+        let text = text.into();
+        let text = match crate::text::terminal_safe(&text) {
+            std::borrow::Cow::Borrowed(_) => text,
+            std::borrow::Cow::Owned(safe) => safe,
+        };
         Cell {
-            text: text.into(),
+            text,
             paint,
             head_words: 1,
         }
@@ -365,13 +372,15 @@ impl Grid {
 }
 
 /// Wraps a note to `limit` columns at spaces, continuation lines indented by two; a word longer
-/// than a line stays whole. Without a limit (a pipe) the note stays one line.
+/// than a line stays whole. Without a limit (a pipe) the note stays one line. The note is made
+/// terminal-safe first: notes name nodes, drivers and pods.
 pub(crate) fn wrap_note(note: &str, limit: Option<usize>) -> String {
+    let note = crate::text::terminal_safe(note);
     let Some(limit) = limit else {
-        return note.to_string();
+        return note.into_owned();
     };
     let mut out = String::with_capacity(note.len() + 8);
-    for (start, end) in pieces(note, 2, limit) {
+    for (start, end) in pieces(&note, 2, limit) {
         if start > 0 {
             out.push_str("\n  ");
         }

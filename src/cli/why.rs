@@ -201,7 +201,7 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
     // As in caps: objects that could not be read are warnings, before anything else.
     let warn = global.color.for_stderr();
     for note in &objects.notes {
-        let _ = writeln!(io.stderr, "{} {note}", "warning:".style(warn.warning));
+        crate::cli::warn(io.stderr, &warn, note);
     }
     let target = parse_target(&args.target, &namespace).map_err(Error::Usage)?;
     let minor = args.kubernetes_version.or(minor);
@@ -954,15 +954,19 @@ impl Page {
         self.out.push('\n');
     }
 
-    /// One line: `indent` spaces, then the segments, each in its style; wrapped at the limit
-    /// between words, continuation lines indented by `indent + hang`. The plain text is wrapped
-    /// and the pieces coloured, so that escapes never count as columns nor span a line break.
+    /// One line: `indent` spaces, then the segments (made terminal-safe), each in its style;
+    /// wrapped at the limit between words, continuation lines indented by `indent + hang`. The
+    /// plain text is wrapped and the pieces coloured, so that escapes never count as columns nor
+    /// span a line break.
     fn line(&mut self, indent: usize, hang: usize, segments: &[(&str, Style)]) {
         let mut text = " ".repeat(indent);
         let mut spans = Vec::with_capacity(segments.len());
         for (segment, style) in segments {
+            // Every line of `why` passes here: names and messages from the cluster are shown,
+            // never acted on by the terminal.
+            let segment = crate::text::terminal_safe(segment);
             spans.push((text.len(), text.len() + segment.len(), *style));
-            text.push_str(segment);
+            text.push_str(&segment);
         }
         let pieces = match self.limit {
             Some(limit) => pieces(&text, indent + hang, limit),

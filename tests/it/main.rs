@@ -24,6 +24,7 @@ mod libva;
 mod probe_cli;
 mod release;
 mod rules_captures;
+mod terminal;
 mod why;
 
 /// `kubectl media ARGS` against the cluster of `kubeconfig`, in an empty environment but for
