@@ -22,21 +22,25 @@ use crate::fleet::objects::{Kind, Kinds, Objects, Ustr};
 /// node name follows.
 const AGENT_POD_DELETE: &str = "kubectl -n liken-system delete pod -l app.kubernetes.io/name=media-capabilities --field-selector spec.nodeName";
 
+/// Every line fits 70 columns, as `why`'s examples do (see there).
 const EXAMPLES: &str = "\
 Examples:
   # Every GPU and what its driver states
   kubectl media caps
 
-  # The GPUs that decode 10-bit HEVC and scale 10-bit frames, with a count (the table's
-  # shorthand works too: --decode HEVC-10 --scale 10)
+  # The GPUs that decode 10-bit HEVC and scale 10-bit frames, with a
+  # count (the table's shorthand works too: --decode HEVC-10
+  # --scale 10)
   kubectl media caps --decode HEVCMain10 --scale 10bit
 
-  # How many GPUs and nodes state each capability, and which models drift
+  # How many GPUs and nodes state each capability, and which models
+  # drift
   kubectl media caps --summary
 
   # Full names and one column per capability; or records for scripts
   kubectl media caps -o wide
-  kubectl media caps -o json | jq '.[] | select(.attributes.decodeAV1Main10)'
+  kubectl media caps -o json \\
+    | jq '.[] | select(.attributes.decodeAV1Main10)'
 
   # From saved objects instead of a cluster
   kubectl get resourceslices -o yaml > fleet.yaml

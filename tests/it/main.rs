@@ -18,6 +18,7 @@ mod docs;
 mod explain;
 mod files;
 mod generated;
+mod help;
 mod isolation;
 mod kubelet;
 mod libva;
