@@ -970,12 +970,12 @@ impl Page {
         }
         let pieces = match self.limit {
             Some(limit) => pieces(&text, indent + hang, limit),
-            None => vec![(0, text.len())],
+            None => vec![(0, text.len(), 0)],
         };
-        for (n, (from, to)) in pieces.into_iter().enumerate() {
+        for (n, (from, to, continued)) in pieces.into_iter().enumerate() {
             if n > 0 {
                 self.out.push('\n');
-                self.out.push_str(&" ".repeat(indent + hang));
+                self.out.push_str(&" ".repeat(continued));
             }
             // The indentation before the first segment, uncoloured.
             if let Some(&(first, _, _)) = spans.first()
