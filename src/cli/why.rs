@@ -214,7 +214,43 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
         every_device: args.output == Some(WhyFormat::Wide),
     };
     let same = same_input(args, &global.kube);
+    let from_files = !same.files.is_empty();
+    // From files without -n the namespace was not the user's choice: close names come from
+    // every namespace the files hold, as with -A; so do they with -n when that namespace has
+    // none. (The name itself in another namespace keeps its `add -n` hint.) The files are all
+    // there is: no hint points at the cluster.
+    let in_files = |similar: &[String], elsewhere: &[String]| {
+        from_files
+            && !global.kube.all_namespaces
+            && elsewhere.is_empty()
+            && (global.kube.namespace.is_none() || similar.is_empty())
+    };
     let mut diagnosis = pod::explain(&input).map_err(|e| match e {
+        pod::TargetError::PodNotFound {
+            name,
+            similar,
+            elsewhere,
+            ..
+        } if in_files(&similar, &elsewhere) => {
+            let metas = objects.pods.iter().map(|p| &p.metadata);
+            let close = pod::similar(metas, None, &name);
+            let asked = shown_target(&global.kube, &namespace, &name);
+            Error::NotFound(carry(&not_in_files("pod", "", &asked, &close), &same))
+        }
+        pod::TargetError::ClaimNotFound {
+            name,
+            similar,
+            elsewhere,
+            ..
+        } if in_files(&similar, &elsewhere) => {
+            let metas = objects.claims.iter().map(|c| &c.metadata);
+            let close = pod::similar(metas, None, &name);
+            let asked = shown_target(&global.kube, &namespace, &name);
+            Error::NotFound(carry(
+                &not_in_files("resourceclaim", "claim/", &asked, &close),
+                &same,
+            ))
+        }
         // With -A the name is in no namespace at all: said so, with close names from all.
         pod::TargetError::PodNotFound { name, .. } if global.kube.all_namespaces => {
             let metas = objects.pods.iter().map(|p| &p.metadata);
@@ -401,6 +437,30 @@ fn in_no_namespace(what: &str, prefix: &str, name: &str, close: &[String]) -> St
         None => format!("check the name, or list them with kubectl get {what}s -A"),
     };
     format!("{what} {name} not found in any namespace (hint: {hint})")
+}
+
+/// The name asked for as a not-found message shows it: with its namespace when -n gave one.
+fn shown_target(kube: &crate::cli::KubeArgs, namespace: &str, name: &str) -> String {
+    match kube.namespace {
+        Some(_) => format!("{namespace}/{name}"),
+        None => name.to_owned(),
+    }
+}
+
+/// From files, `asked` is not there: the close names the files hold (each `namespace/name`)
+/// and an example that names its namespace; without any, what to check. Never a cluster
+/// command: the files are what was asked about.
+fn not_in_files(what: &str, prefix: &str, asked: &str, close: &[String]) -> String {
+    let hint = match close.first().and_then(|c| c.split_once('/')) {
+        Some((namespace, candidate)) => {
+            pod::similar_names_hint(close, prefix, candidate, namespace)
+        }
+        None => format!(
+            "no {what} in the files has a similar name: check the name, or add the file that \
+             holds it with -f"
+        ),
+    };
+    format!("{what} {asked} not found in the files (hint: {hint})")
 }
 
 /// A kind `why` cannot do without that could not be read.
