@@ -59,7 +59,10 @@ fn main() -> ExitCode {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none();
     let rust_log = std::env::var("RUST_LOG").ok();
-    let filter = match media_operator::agent::run::log_filter(rust_log.as_deref()) {
+    let rust_log = rust_log
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| cli.default_log_level().to_owned());
+    let filter = match media_operator::agent::run::log_filter(Some(&rust_log)) {
         Ok(filter) => filter,
         Err(e) => {
             eprintln!("error: {}", terminal_safe(&e.to_string()));
