@@ -416,6 +416,42 @@ fn filters_count_what_they_keep() {
     assert_eq!(nodes, ["arc-1", "gen9-1"]);
 }
 
+/// The summary has no `[1]` marks, so its drift notes use none; the count line keeps the
+/// capabilities and the nodes apart. On a fleet built from the recorded probes.
+#[test]
+fn summary_notes_and_count_lines_say_what_they_show() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = dir.path().join("fleet.json");
+    let value = crate::support::examples::example_fleet(&root()).unwrap();
+    std::fs::write(&fleet, value.to_string()).unwrap();
+    let fleet = fleet.display().to_string();
+    let summary = ok(&["caps", "-f", &fleet, "--summary"]);
+    assert!(!summary.contains("[1]"), "{summary}");
+    assert!(summary.contains("\ndrift: DG2 [Arc A770]"), "{summary}");
+    let table = ok(&["caps", "-f", &fleet]);
+    assert!(
+        table.contains("drift [1]") && table.contains("\n[1] drift: DG2"),
+        "{table}"
+    );
+    let count = |extra: &[&str]| {
+        let mut args = vec!["caps", "-f", &fleet];
+        args.extend_from_slice(extra);
+        ok(&args).lines().last().unwrap().to_owned()
+    };
+    assert_eq!(
+        count(&["--node", "arc-1,arc-2", "--decode", "AV1", "--scale", "10"]),
+        "2 of 9 GPUs on 2 of 9 nodes (decodeAV1Main, scale10bit; --node arc-1, arc-2)"
+    );
+    assert_eq!(
+        count(&["--node", "arc-1"]),
+        "1 of 9 GPUs on 1 of 9 nodes (--node arc-1)"
+    );
+    assert_eq!(
+        count(&["--decode", "AV1"]),
+        "6 of 9 GPUs on 6 of 9 nodes (decodeAV1Main)"
+    );
+}
+
 /// The same objects as JSON (`kubectl get -o json`), on stdin, or split over several files give
 /// the same answer as the YAML file.
 #[test]
