@@ -919,10 +919,15 @@ fn render_request(page: &mut Page, request: &pod::RequestReport, styles: &Styles
         let nodes = pod::count(reason.nodes, "node", "nodes");
         match reason.reason {
             ReasonKind::OtherDriver => {
-                let text = format!(
-                    "{} of another driver ({}): {devices} on {nodes}",
-                    reason.model, reason.detail
-                );
+                // `liken.sh devices, where class media-gpu selector #0 wants device.driver ==
+                // "media.liken.sh"`: the devices' driver is in the model; the clause says the
+                // one wanted.
+                let wants = match (&reason.selector, &reason.clause) {
+                    (Some(selector), Some(clause)) => format!(", where {selector} wants {clause}"),
+                    (None, Some(clause)) => format!(", where the request wants {clause}"),
+                    (_, None) => " (another driver)".to_owned(),
+                };
+                let text = format!("{}{wants}: {devices} on {nodes}", reason.model);
                 page.line(4, 2, &[(&text, styles.dim)]);
                 continue;
             }

@@ -209,7 +209,13 @@ fn each_request_satisfiable_never_on_one_gpu() {
     let explanation = text(&out, 3);
     insta::assert_snapshot!("why-never-one-gpu", explanation);
     assert!(explanation.contains(
-        "each request can be served, never on one GPU: decodes on 0000:01:00.0; encodes on 0000:00:02.0: ws-1"
+        "each request can be served, never on one GPU (request decodes on GPU 0000:01:00.0; \
+         request encodes on GPU 0000:00:02.0): ws-1"
+    ));
+    // The devices of the other driver: what the class wants, not the devices' driver twice.
+    assert!(explanation.contains(
+        "    liken.sh devices, where class media-gpu selector #0 wants device.driver == \
+         \"media.liken.sh\": 11 devices on 10 nodes\n"
     ));
 }
 
