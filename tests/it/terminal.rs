@@ -220,7 +220,7 @@ fn a_hostile_scenario_cannot_reach_the_terminal_from_why() {
         // The claim's name, the nodes, the models and the scheduler's messages.
         assert!(stdout.contains(SHOWN), "{stdout}");
         assert!(
-            stdout.contains(&format!("FailedScheduling (×12): 0/9 nodes")),
+            stdout.contains("FailedScheduling (×12): 0/9 nodes"),
             "{stdout}"
         );
     }
@@ -254,6 +254,9 @@ fn an_argument_echoed_in_an_error_stays_one_line() {
         (vec!["caps", "-f", &fleet, "--decode", "HEVC\nMain"], 2),
         (vec!["why", "film\n0\u{1b}]0;x\u{7}", "-f", &fleet], 1),
         (vec!["caps", "-f", "no\nsuch\u{1b}[31m.yaml"], 1),
+        // clap's own errors, folded into one line by usage::message.
+        (vec!["caps", "-o", "x\ny\u{1b}[2J"], 2),
+        (vec!["ca\nps"], 2),
     ] {
         let line = crate::one_error_line(run(&args), code);
         assert_safe(&format!("{args:?}"), line.trim_end());

@@ -155,7 +155,7 @@ fn roff_literal(text: &str) -> String {
 
 /// Text between a pair of backticks in bold, the backticks dropped.
 fn bold_literals(line: &str) -> String {
-    if line.matches('`').count() % 2 != 0 {
+    if !line.matches('`').count().is_multiple_of(2) {
         return line.to_owned();
     }
     let mut out = String::with_capacity(line.len() + 16);
