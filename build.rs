@@ -6,7 +6,8 @@
 //! - `have_libva`: the real libva (`libva.so.2` and `libva-drm.so.2`) can be loaded;
 //! - `have_zsh`, `have_fish`: those shells are on PATH (the completion scripts are tested in them);
 //! - `have_go`: Go 1.26 or newer is on PATH (the scheduler's allocator is built from its Go
-//!   modules as the oracle of `why`: tests/oracle/).
+//!   modules as the oracle of `why`: tests/oracle/);
+//! - `have_man`: `man` is on PATH (the man pages are rendered with it at 80 columns).
 //!
 //! In CI (`CI` set to anything but `false`) all are always on, so a missing tool fails the run
 //! rather than hiding its tests: CI installs them (`.ci/run`).
@@ -24,6 +25,7 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(have_zsh)");
     println!("cargo::rustc-check-cfg=cfg(have_fish)");
     println!("cargo::rustc-check-cfg=cfg(have_go)");
+    println!("cargo::rustc-check-cfg=cfg(have_man)");
     println!("cargo::rerun-if-env-changed=CI");
     println!("cargo::rerun-if-env-changed=PATH");
     let ci = env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
@@ -38,6 +40,9 @@ fn main() {
     }
     if ci || go_new_enough() {
         println!("cargo::rustc-cfg=have_go");
+    }
+    if ci || on_path("man") {
+        println!("cargo::rustc-cfg=have_man");
     }
     if ci || libva_installed() {
         println!("cargo::rustc-cfg=have_libva");

@@ -46,7 +46,7 @@ fn main() -> ExitCode {
         Err((error, _)) if error.is_silent() => ExitCode::from(error.exit_code()),
         Err((error, color)) => {
             let styles = color.for_stderr();
-            eprintln!("{} {error}", "error:".style(styles.error));
+            eprintln!("{} {}", "error:".style(styles.error), error.line());
             ExitCode::from(error.exit_code())
         }
     }

@@ -7,6 +7,7 @@ use media_operator::agent::config::AgentConfig;
 use media_operator::agent::probing::{ChildRequest, run_child};
 use media_operator::node::va::ffi::LibvaPaths;
 use media_operator::node::va::probe::ProbeOptions;
+use media_operator::text::terminal_safe;
 use std::process::ExitCode;
 
 /// Completes at the first SIGTERM (the kubelet stopping the pod) or SIGINT (Ctrl-C).
@@ -39,7 +40,7 @@ fn main() -> ExitCode {
         Err(e) => {
             let root = <Cli as clap::CommandFactory>::command();
             let message = media_operator::usage::message(&e, &root, "media-capabilities", &args);
-            eprintln!("error: {message}");
+            eprintln!("error: {}", terminal_safe(&message));
             return ExitCode::from(2);
         }
     };
@@ -49,7 +50,7 @@ fn main() -> ExitCode {
         None => match cli.agent.validate() {
             Ok(config) => Some(config),
             Err(e) => {
-                eprintln!("error: {e}");
+                eprintln!("error: {}", terminal_safe(&e.to_string()));
                 return ExitCode::from(2);
             }
         },
@@ -58,10 +59,13 @@ fn main() -> ExitCode {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none();
     let rust_log = std::env::var("RUST_LOG").ok();
-    let filter = match media_operator::agent::run::log_filter(rust_log.as_deref()) {
+    let rust_log = rust_log
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| cli.default_log_level().to_owned());
+    let filter = match media_operator::agent::run::log_filter(Some(&rust_log)) {
         Ok(filter) => filter,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", terminal_safe(&e.to_string()));
             return ExitCode::from(2);
         }
     };
@@ -76,7 +80,7 @@ fn main() -> ExitCode {
         Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             // The library's messages already carry their causes.
-            eprintln!("error: {e}");
+            eprintln!("error: {}", terminal_safe(&e.to_string()));
             ExitCode::from(1)
         }
     }

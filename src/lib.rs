@@ -21,5 +21,5 @@ pub mod fleet;
 pub mod kubeconfig;
 pub(crate) mod names;
 pub mod node;
-pub(crate) mod text;
+pub mod text;
 pub mod usage;

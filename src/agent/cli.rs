@@ -40,6 +40,18 @@ pub enum Command {
     ProbeGpu(ChildArgs),
 }
 
+impl Cli {
+    /// The log level without `RUST_LOG`: the agent logs what it does (`info`); `probe` is a
+    /// command whose output is its table, so its log says only what went wrong (`warn`), and
+    /// `RUST_LOG=info` asks for the rest.
+    pub fn default_log_level(&self) -> &'static str {
+        match self.command {
+            None | Some(Command::ProbeGpu(_)) => "info",
+            Some(Command::Probe(_)) => "warn",
+        }
+    }
+}
+
 /// How `probe` prints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {

@@ -77,7 +77,7 @@ pub async fn run(
             crate::node::device::log_line(&describe(&record.node(), &record.outcome()))
         );
     }
-    render(&probed, args.output, out)
+    render(&probed, args.output, args.from.as_deref(), out)
 }
 
 /// One GPU as `-o json|yaml` prints it; `--from` reads it back (it ignores `name` and
@@ -101,10 +101,15 @@ fn json_value(value: &AttrValue) -> serde_json::Value {
     }
 }
 
-/// Writes the probes in `format`.
+/// The table's first line with `--from`.
+const REPLAYED: &str = "Recorded probes (--from), replayed: not this machine's GPUs.";
+
+/// Writes the probes in `format`; `recorded` is where they were read from with `--from`, which
+/// the table says first: its render nodes and libva's words are another machine's, replayed.
 pub(crate) fn render(
     probed: &[Probed],
     format: OutputFormat,
+    recorded: Option<&std::path::Path>,
     out: &mut dyn Write,
 ) -> Result<(), ProbeCmdError> {
     let devices: Vec<GpuDevice> = probed
@@ -142,11 +147,14 @@ pub(crate) fn render(
             if probed.is_empty() {
                 writeln!(out, "no PCI render nodes found")?;
             }
+            if recorded.is_some() {
+                writeln!(out, "{REPLAYED}\n")?;
+            }
             for (index, (p, d)) in probed.iter().zip(&devices).enumerate() {
                 if index > 0 {
                     writeln!(out)?;
                 }
-                table(p, d, out)?;
+                table(p, d, recorded.is_some(), out)?;
             }
         }
     }
@@ -161,7 +169,7 @@ fn text_attr(device: &GpuDevice, attribute: crate::catalogue::Identity) -> Strin
     }
 }
 
-fn table(p: &Probed, d: &GpuDevice, out: &mut dyn Write) -> std::io::Result<()> {
+fn table(p: &Probed, d: &GpuDevice, recorded: bool, out: &mut dyn Write) -> std::io::Result<()> {
     use crate::catalogue::{Group, Identity};
     writeln!(out, "GPU {}", d.name)?;
     let field =
@@ -246,7 +254,11 @@ fn table(p: &Probed, d: &GpuDevice, out: &mut dyn Write) -> std::io::Result<()> 
         writeln!(out, "    warning: {warning}")?;
     }
     if !report.messages.is_empty() {
-        writeln!(out, "  libva said:")?;
+        if recorded {
+            writeln!(out, "  libva said, when it was recorded:")?;
+        } else {
+            writeln!(out, "  libva said:")?;
+        }
         for message in &report.messages {
             writeln!(out, "    {message}")?;
         }

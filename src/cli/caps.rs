@@ -22,21 +22,25 @@ use crate::fleet::objects::{Kind, Kinds, Objects, Ustr};
 /// node name follows.
 const AGENT_POD_DELETE: &str = "kubectl -n liken-system delete pod -l app.kubernetes.io/name=media-capabilities --field-selector spec.nodeName";
 
+/// Every line fits 70 columns, as `why`'s examples do (see there).
 const EXAMPLES: &str = "\
 Examples:
   # Every GPU and what its driver states
   kubectl media caps
 
-  # The GPUs that decode 10-bit HEVC and scale 10-bit frames, with a count (the table's
-  # shorthand works too: --decode HEVC-10 --scale 10)
+  # The GPUs that decode 10-bit HEVC and scale 10-bit frames, with a
+  # count (the table's shorthand works too: --decode HEVC-10
+  # --scale 10)
   kubectl media caps --decode HEVCMain10 --scale 10bit
 
-  # How many GPUs and nodes state each capability, and which models drift
+  # How many GPUs and nodes state each capability, and which models
+  # drift
   kubectl media caps --summary
 
   # Full names and one column per capability; or records for scripts
   kubectl media caps -o wide
-  kubectl media caps -o json | jq '.[] | select(.attributes.decodeAV1Main10)'
+  kubectl media caps -o json \\
+    | jq '.[] | select(.attributes.decodeAV1Main10)'
 
   # From saved objects instead of a cluster
   kubectl get resourceslices -o yaml > fleet.yaml
@@ -145,13 +149,7 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
         Some((runtime, cluster))
     };
     let warn = global.color.for_stderr();
-    let warning = |io: &mut Io<'_>, note: &str| {
-        let _ = writeln!(
-            io.stderr,
-            "{} {note}",
-            owo_colors::OwoColorize::style(&"warning:", warn.warning)
-        );
-    };
+    let warning = |io: &mut Io<'_>, note: &str| crate::cli::warn(io.stderr, &warn, note);
     for note in &objects.notes {
         warning(io, note);
     }
@@ -536,12 +534,12 @@ pub(crate) fn render_table(
     } else {
         grid.render(style)
     };
-    push_notes(&mut out, inventory, &selected, filter, logs, style);
+    push_notes(&mut out, inventory, &selected, filter, logs, style, true);
     out
 }
 
 /// The notes below a table, after a blank line, wrapped at the terminal's width; none with
-/// `--no-headers`.
+/// `--no-headers`. `marked`: the rows carry `drift [1]` marks for the drift notes to name.
 fn push_notes(
     out: &mut String,
     inventory: &Inventory,
@@ -549,11 +547,12 @@ fn push_notes(
     filter: &Filter,
     logs: &AgentLogs,
     style: &TableStyle,
+    marked: bool,
 ) {
     if style.no_headers {
         return;
     }
-    let notes = notes(inventory, shown, filter, logs);
+    let notes = notes(inventory, shown, filter, logs, marked);
     if !notes.is_empty() {
         let limit = style.notes_width.limit();
         out.push('\n');
@@ -706,7 +705,13 @@ async fn agent_logs(cluster: &Cluster, nodes: &[String]) -> (AgentLogs, Option<S
 
 /// One line per kind of mark in the shown rows, with the hint that resolves it, then each
 /// drifting model, then the count when a filter is on.
-fn notes(inventory: &Inventory, shown: &[&Gpu], filter: &Filter, logs: &AgentLogs) -> Vec<String> {
+fn notes(
+    inventory: &Inventory,
+    shown: &[&Gpu],
+    filter: &Filter,
+    logs: &AgentLogs,
+    marked: bool,
+) -> Vec<String> {
     let mut notes = Vec::new();
     let gpus = |n: usize| {
         if n == 1 {
@@ -822,11 +827,13 @@ fn notes(inventory: &Inventory, shown: &[&Gpu], filter: &Filter, logs: &AgentLog
     }
     let shown_drift: BTreeSet<usize> = shown.iter().filter_map(|g| g.drift).collect();
     for index in shown_drift {
-        notes.push(format!(
-            "[{}] {}",
-            index + 1,
-            describe_drift(&inventory.drift[index])
-        ));
+        let drift = describe_drift(&inventory.drift[index]);
+        // The table's STATUS says `drift [1]`; the summary has no such mark to point back to.
+        notes.push(if marked {
+            format!("[{}] {drift}", index + 1)
+        } else {
+            drift
+        });
     }
     if !filter.is_empty() {
         notes.push(count_line(&inventory.counts(filter), filter));
@@ -893,14 +900,16 @@ pub(crate) fn describe_drift(drift: &Drift) -> String {
     )
 }
 
+/// `5 of 9 GPUs on 5 of 9 nodes (decodeHEVCMain10, scale10bit; --node a, b)`: the capabilities
+/// asked for, then the nodes, apart, so that a node never reads as a capability.
 fn count_line(counts: &Counts, filter: &Filter) -> String {
-    let mut asked: Vec<String> = filter
-        .capabilities
-        .iter()
-        .map(|c| c.attribute().to_string())
-        .collect();
+    let capabilities: Vec<&str> = filter.capabilities.iter().map(|c| c.attribute()).collect();
+    let mut asked = Vec::new();
+    if !capabilities.is_empty() {
+        asked.push(capabilities.join(", "));
+    }
     if !filter.nodes.is_empty() {
-        asked.insert(0, format!("on {}", filter.nodes.join(", ")));
+        asked.push(format!("--node {}", filter.nodes.join(", ")));
     }
     format!(
         "{} of {} GPUs on {} of {} nodes ({})",
@@ -908,7 +917,7 @@ fn count_line(counts: &Counts, filter: &Filter) -> String {
         counts.gpus,
         counts.matching_nodes,
         counts.nodes,
-        asked.join(", ")
+        asked.join("; ")
     )
 }
 
@@ -969,7 +978,7 @@ pub(crate) fn render_summary(
     out.push('\n');
     out.push_str(&capabilities.render(style));
     let selected: Vec<&Gpu> = inventory.select(filter).collect();
-    push_notes(&mut out, inventory, &selected, filter, logs, style);
+    push_notes(&mut out, inventory, &selected, filter, logs, style, false);
     out
 }
 

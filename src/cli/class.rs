@@ -14,25 +14,32 @@ use crate::cli::output::{self, ObjectFormat};
 use crate::cli::{CapabilityFlags, Error, Global, Io};
 use crate::names::{self, NameRule};
 
+/// Every line fits 70 columns, as `why`'s examples do (clap wraps longer ones at the terminal's
+/// width, man at 80 columns less its indent, and a wrapped command breaks when copied); a long
+/// command continues on the next line after a `\\`.
 const EXAMPLES: &str = "\
 Examples:
-  # The product document's decode-10bit class: GPUs that decode 10-bit HEVC and scale
-  # 10-bit frames on the video processor
+  # The product document's decode-10bit class: GPUs that decode
+  # 10-bit HEVC and scale 10-bit frames on the video processor
   kubectl media class decode-10bit --decode HEVCMain10 --scale 10bit
 
-  # ... with the claim template that pairs it with the render node of the same GPU, and
-  # the gpu-render class of the liken render nodes
-  kubectl media class decode-10bit --decode HEVCMain10 --scale 10bit --claim --with-render-class
+  # ... with the claim template that pairs it with the render node of
+  # the same GPU, and the gpu-render class of the liken render nodes
+  kubectl media class decode-10bit --decode HEVCMain10 --scale 10bit \\
+    --claim --with-render-class
 
-  # A request that narrows the catch-all media-gpu class instead of a new class:
-  # a GPU that decodes VP9 and scales 8-bit frames
-  kubectl media class --selector --decode VP9 --scale 8bit --with-base-class
+  # A request that narrows the catch-all media-gpu class instead of a
+  # new class: a GPU that decodes VP9 and scales 8-bit frames
+  kubectl media class --selector --decode VP9 --scale 8bit \\
+    --with-base-class
 
-  # Flags repeat and take comma lists; values ignore case and their prefix
-  kubectl media class transcode --decode hevcmain,hevcmain10 --encode H264LowPower
+  # Flags repeat and take comma lists; values ignore case and prefix
+  kubectl media class transcode --decode hevcmain,hevcmain10 \\
+    --encode H264LowPower
 
   # Apply straight away
-  kubectl media class decode-10bit --decode HEVCMain10 --scale 10bit --claim | kubectl apply -f -";
+  kubectl media class decode-10bit --decode HEVCMain10 --scale 10bit \\
+    --claim | kubectl apply -f -";
 
 /// Writes a DeviceClass that selects the GPUs whose driver states every requested capability,
 /// and optionally the claim template that pairs it with a render node on the same GPU.

@@ -31,7 +31,7 @@ use crate::fleet::cluster::{Connection, Namespaces};
 use self::caps::CapsArgs;
 use self::class::{ClassArgs, ClassError};
 use self::output::RenderError;
-use self::style::ColorChoice;
+use self::style::{ColorChoice, Styles};
 use self::why::WhyArgs;
 
 /// The help heading of the flags every command takes.
@@ -329,6 +329,13 @@ pub enum Error {
 }
 
 impl Error {
+    /// The error as its one line on stderr: an argument or a name from the cluster with a
+    /// newline or an escape sequence in it is shown escaped, so the error stays one line and
+    /// cannot act on the terminal.
+    pub fn line(&self) -> String {
+        crate::text::terminal_safe(&self.to_string()).into_owned()
+    }
+
     /// Whether the error has nothing to print (its output is already written).
     pub fn is_silent(&self) -> bool {
         matches!(self, Error::Blocked | Error::Undecided)
@@ -409,6 +416,18 @@ pub struct Io<'a> {
     pub stdin: &'a mut dyn Read,
     pub stdout: &'a mut dyn Write,
     pub stderr: &'a mut dyn Write,
+}
+
+/// Writes `warning: NOTE` on stderr. Notes name objects of the files or the cluster, so the
+/// note is made terminal-safe.
+pub(crate) fn warn(stderr: &mut dyn Write, styles: &Styles, note: &str) {
+    use owo_colors::OwoColorize as _;
+    let _ = writeln!(
+        stderr,
+        "{} {}",
+        "warning:".style(styles.warning),
+        crate::text::terminal_safe(note)
+    );
 }
 
 /// What every command gets beside its own arguments: the global flags.

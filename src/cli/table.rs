@@ -66,10 +66,12 @@ pub(crate) enum Paint {
     Red,
 }
 
-/// A cell's text and colour.
+/// A cell's text and colour. The text is made terminal-safe when the cell is made (see
+/// [`terminal_safe`](crate::text::terminal_safe)), and only then: a cell is the one way into a
+/// table, so no renderer can forget it, and widths are counted on what is shown.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Cell {
-    pub text: String,
+    text: String,
     pub paint: Option<Paint>,
     /// How many words at its start a cut never parts (at least 1): `all but` in `all but VC1
     /// VP8`, which cut after `all` would read as its opposite.
@@ -82,8 +84,13 @@ impl Cell {
     }
 
     pub(crate) fn painted(text: impl Into<String>, paint: Option<Paint>) -> Cell {
+        let text = text.into();
+        let text = match crate::text::terminal_safe(&text) {
+            std::borrow::Cow::Borrowed(_) => text,
+            std::borrow::Cow::Owned(safe) => safe,
+        };
         Cell {
-            text: text.into(),
+            text,
             paint,
             head_words: 1,
         }
@@ -365,34 +372,39 @@ impl Grid {
 }
 
 /// Wraps a note to `limit` columns at spaces, continuation lines indented by two; a word longer
-/// than a line stays whole. Without a limit (a pipe) the note stays one line.
+/// than a line stays whole. Without a limit (a pipe) the note stays one line. The note is made
+/// terminal-safe first: notes name nodes, drivers and pods.
 pub(crate) fn wrap_note(note: &str, limit: Option<usize>) -> String {
+    let note = crate::text::terminal_safe(note);
     let Some(limit) = limit else {
-        return note.to_string();
+        return note.into_owned();
     };
     let mut out = String::with_capacity(note.len() + 8);
-    for (start, end) in pieces(note, 2, limit) {
+    for (start, end, indent) in pieces(&note, 2, limit) {
         if start > 0 {
-            out.push_str("\n  ");
+            out.push('\n');
+            pad(&mut out, indent);
         }
         out.push_str(&note[start..end]);
     }
     out
 }
 
-/// Where `line` breaks to fit `limit` columns: the byte ranges of its pieces, each continuation
-/// to be indented by `hang` columns. It breaks only at spaces after the line's own indentation,
-/// and the spaces it breaks at are dropped; other spaces (alignment) are kept. A word longer
-/// than a line stays whole, and so does a command (see [`commands`]): one that does not fit
-/// where it starts goes to the next line, and one longer than a line has a line of its own and
-/// runs past the edge. A command parted by a newline cannot be copied and run, while the
-/// terminal's own wrap of a long line is undone when it is copied (xterm, VTE, iTerm2, Windows
-/// Terminal and tmux join such lines); so nothing is added to a command (no `\`, no
-/// no-break spaces) and a pipe gets every line whole. Renderers that colour parts of a line
-/// wrap the plain text with this, then colour the pieces.
-pub(crate) fn pieces(line: &str, hang: usize, limit: usize) -> Vec<(usize, usize)> {
+/// Where `line` breaks to fit `limit` columns: the byte ranges of its pieces, and for each the
+/// columns it is indented by (`hang` for a continuation, 0 for the first piece). It breaks only at
+/// spaces after the line's own indentation, and the spaces it breaks at are dropped; other spaces
+/// (alignment) are kept. A word longer than a line stays whole, and so does a command (see
+/// [`commands`]) with the punctuation that ends its clause: one that does not fit where it
+/// starts goes to the next line; one that fits a line only without the hang starts at the
+/// margin (else its `)` would be the one column past the edge, alone on the terminal's next
+/// line); one longer than a line has a line of its own and runs past the edge. A command parted
+/// by a newline cannot be copied and run, while the terminal's own wrap of a long line is undone
+/// when it is copied (xterm, VTE, iTerm2, Windows Terminal and tmux join such lines); so nothing
+/// is added to a command (no `\`, no no-break spaces) and a pipe gets every line whole.
+/// Renderers that colour parts of a line wrap the plain text with this, then colour the pieces.
+pub(crate) fn pieces(line: &str, hang: usize, limit: usize) -> Vec<(usize, usize, usize)> {
     let mut out = Vec::new();
-    let (mut start, mut column) = (0, 0);
+    let (mut start, mut column, mut indent) = (0, 0, 0);
     // Whether the current piece has a word yet: the indentation before it never breaks.
     let mut has_word = false;
     let words = words(line);
@@ -402,23 +414,29 @@ pub(crate) fn pieces(line: &str, hang: usize, limit: usize) -> Vec<(usize, usize
         let (spaces, word_start, mut word_end) = words[i];
         // A command is one unit, from its first word to its last.
         let mut next = i + 1;
-        if let Some(&(_, last)) = commands.iter().find(|(first, _)| *first == i) {
+        let command = commands.iter().find(|(first, _)| *first == i);
+        if let Some(&(_, last)) = command {
             word_end = words[last].2;
             next = last + 1;
         }
         let width = width_of(&line[word_start..word_end]);
         let gap = width_of(&line[spaces..word_start]);
         if has_word && column + gap + width > limit {
-            out.push((start, spaces));
+            out.push((start, spaces, indent));
             start = word_start;
-            column = hang + width;
+            indent = if command.is_some() && hang + width > limit && width <= limit {
+                0
+            } else {
+                hang
+            };
+            column = indent + width;
         } else {
             column += gap + width;
         }
         has_word = true;
         i = next;
     }
-    out.push((start, line.len()));
+    out.push((start, line.len(), indent));
     out
 }
 
@@ -688,7 +706,7 @@ mod tests {
         let cut = |limit| {
             pieces(line, 10, limit)
                 .into_iter()
-                .map(|(a, b)| &line[a..b])
+                .map(|(a, b, _)| &line[a..b])
                 .collect::<Vec<_>>()
         };
         // Fits: one piece, the alignment kept.
@@ -706,7 +724,7 @@ mod tests {
         let cut = |line: &str, hang, limit| {
             pieces(line, hang, limit)
                 .into_iter()
-                .map(|(a, b)| line[a..b].to_owned())
+                .map(|(a, b, _)| line[a..b].to_owned())
                 .collect::<Vec<_>>()
         };
         // The step the audit saw parted at 80 columns: the command goes to the next line whole.
@@ -758,6 +776,18 @@ mod tests {
             ["one two", "three", "four"]
         );
         assert_eq!(wrap_note(note, None), note);
+        // A command that fits a line only at the margin starts there, its `)` with it: with the
+        // hang it would reach one column past the edge.
+        let hint = "no agent: (hint: is it there? kubectl get pods -o wide --field-selector spec.nodeName=edge-1)";
+        let command = "kubectl get pods -o wide --field-selector spec.nodeName=edge-1)";
+        assert_eq!(
+            wrap_note(hint, Some(command.len())),
+            format!("no agent: (hint: is it there?\n{command}")
+        );
+        assert_eq!(
+            wrap_note(hint, Some(command.len() + 2)),
+            format!("no agent: (hint: is it there?\n  {command}")
+        );
     }
 
     fn strip_ansi(text: &str) -> String {

@@ -201,7 +201,7 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
     // As in caps: objects that could not be read are warnings, before anything else.
     let warn = global.color.for_stderr();
     for note in &objects.notes {
-        let _ = writeln!(io.stderr, "{} {note}", "warning:".style(warn.warning));
+        crate::cli::warn(io.stderr, &warn, note);
     }
     let target = parse_target(&args.target, &namespace).map_err(Error::Usage)?;
     let minor = args.kubernetes_version.or(minor);
@@ -214,7 +214,43 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
         every_device: args.output == Some(WhyFormat::Wide),
     };
     let same = same_input(args, &global.kube);
+    let from_files = !same.files.is_empty();
+    // From files without -n the namespace was not the user's choice: close names come from
+    // every namespace the files hold, as with -A; so do they with -n when that namespace has
+    // none. (The name itself in another namespace keeps its `add -n` hint.) The files are all
+    // there is: no hint points at the cluster.
+    let in_files = |similar: &[String], elsewhere: &[String]| {
+        from_files
+            && !global.kube.all_namespaces
+            && elsewhere.is_empty()
+            && (global.kube.namespace.is_none() || similar.is_empty())
+    };
     let mut diagnosis = pod::explain(&input).map_err(|e| match e {
+        pod::TargetError::PodNotFound {
+            name,
+            similar,
+            elsewhere,
+            ..
+        } if in_files(&similar, &elsewhere) => {
+            let metas = objects.pods.iter().map(|p| &p.metadata);
+            let close = pod::similar(metas, None, &name);
+            let asked = shown_target(&global.kube, &namespace, &name);
+            Error::NotFound(carry(&not_in_files("pod", "", &asked, &close), &same))
+        }
+        pod::TargetError::ClaimNotFound {
+            name,
+            similar,
+            elsewhere,
+            ..
+        } if in_files(&similar, &elsewhere) => {
+            let metas = objects.claims.iter().map(|c| &c.metadata);
+            let close = pod::similar(metas, None, &name);
+            let asked = shown_target(&global.kube, &namespace, &name);
+            Error::NotFound(carry(
+                &not_in_files("resourceclaim", "claim/", &asked, &close),
+                &same,
+            ))
+        }
         // With -A the name is in no namespace at all: said so, with close names from all.
         pod::TargetError::PodNotFound { name, .. } if global.kube.all_namespaces => {
             let metas = objects.pods.iter().map(|p| &p.metadata);
@@ -401,6 +437,30 @@ fn in_no_namespace(what: &str, prefix: &str, name: &str, close: &[String]) -> St
         None => format!("check the name, or list them with kubectl get {what}s -A"),
     };
     format!("{what} {name} not found in any namespace (hint: {hint})")
+}
+
+/// The name asked for as a not-found message shows it: with its namespace when -n gave one.
+fn shown_target(kube: &crate::cli::KubeArgs, namespace: &str, name: &str) -> String {
+    match kube.namespace {
+        Some(_) => format!("{namespace}/{name}"),
+        None => name.to_owned(),
+    }
+}
+
+/// From files, `asked` is not there: the close names the files hold (each `namespace/name`)
+/// and an example that names its namespace; without any, what to check. Never a cluster
+/// command: the files are what was asked about.
+fn not_in_files(what: &str, prefix: &str, asked: &str, close: &[String]) -> String {
+    let hint = match close.first().and_then(|c| c.split_once('/')) {
+        Some((namespace, candidate)) => {
+            pod::similar_names_hint(close, prefix, candidate, namespace)
+        }
+        None => format!(
+            "no {what} in the files has a similar name: check the name, or add the file that \
+             holds it with -f"
+        ),
+    };
+    format!("{what} {asked} not found in the files (hint: {hint})")
 }
 
 /// A kind `why` cannot do without that could not be read.
@@ -859,10 +919,15 @@ fn render_request(page: &mut Page, request: &pod::RequestReport, styles: &Styles
         let nodes = pod::count(reason.nodes, "node", "nodes");
         match reason.reason {
             ReasonKind::OtherDriver => {
-                let text = format!(
-                    "{} of another driver ({}): {devices} on {nodes}",
-                    reason.model, reason.detail
-                );
+                // `liken.sh devices, where class media-gpu selector #0 wants device.driver ==
+                // "media.liken.sh"`: the devices' driver is in the model; the clause says the
+                // one wanted.
+                let wants = match (&reason.selector, &reason.clause) {
+                    (Some(selector), Some(clause)) => format!(", where {selector} wants {clause}"),
+                    (None, Some(clause)) => format!(", where the request wants {clause}"),
+                    (_, None) => " (another driver)".to_owned(),
+                };
+                let text = format!("{}{wants}: {devices} on {nodes}", reason.model);
                 page.line(4, 2, &[(&text, styles.dim)]);
                 continue;
             }
@@ -954,24 +1019,28 @@ impl Page {
         self.out.push('\n');
     }
 
-    /// One line: `indent` spaces, then the segments, each in its style; wrapped at the limit
-    /// between words, continuation lines indented by `indent + hang`. The plain text is wrapped
-    /// and the pieces coloured, so that escapes never count as columns nor span a line break.
+    /// One line: `indent` spaces, then the segments (made terminal-safe), each in its style;
+    /// wrapped at the limit between words, continuation lines indented by `indent + hang`. The
+    /// plain text is wrapped and the pieces coloured, so that escapes never count as columns nor
+    /// span a line break.
     fn line(&mut self, indent: usize, hang: usize, segments: &[(&str, Style)]) {
         let mut text = " ".repeat(indent);
         let mut spans = Vec::with_capacity(segments.len());
         for (segment, style) in segments {
+            // Every line of `why` passes here: names and messages from the cluster are shown,
+            // never acted on by the terminal.
+            let segment = crate::text::terminal_safe(segment);
             spans.push((text.len(), text.len() + segment.len(), *style));
-            text.push_str(segment);
+            text.push_str(&segment);
         }
         let pieces = match self.limit {
             Some(limit) => pieces(&text, indent + hang, limit),
-            None => vec![(0, text.len())],
+            None => vec![(0, text.len(), 0)],
         };
-        for (n, (from, to)) in pieces.into_iter().enumerate() {
+        for (n, (from, to, continued)) in pieces.into_iter().enumerate() {
             if n > 0 {
                 self.out.push('\n');
-                self.out.push_str(&" ".repeat(indent + hang));
+                self.out.push_str(&" ".repeat(continued));
             }
             // The indentation before the first segment, uncoloured.
             if let Some(&(first, _, _)) = spans.first()

@@ -2037,13 +2037,15 @@ fn why_not_on_node(
                     .collect();
                 addresses.sort_unstable();
                 addresses.dedup();
-                format!("{} on {}", r.request, addresses.join(", "))
+                // `request decodes on GPU ...`: a request's name alone reads as a verb.
+                let gpus = if addresses.len() == 1 { "GPU" } else { "GPUs" };
+                format!("request {} on {gpus} {}", r.request, addresses.join(", "))
             })
             .collect();
         return (
             OutcomeKind::Constraint,
             format!(
-                "each request can be served, never on one GPU: {}",
+                "each request can be served, never on one GPU ({})",
                 parts.join("; ")
             ),
         );

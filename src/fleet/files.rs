@@ -410,6 +410,11 @@ fn read_stream(
         None => Err(SnapshotError::Empty {
             file: name.to_string(),
         }),
+        Some(b'[') if table_header(&first[text_start..]) => Err(SnapshotError::NotObjects {
+            file: name.to_string(),
+            place: String::new(),
+            what: TOML.to_string(),
+        }),
         Some(b'{' | b'[') => {
             let mut first = first;
             first.drain(..text_start);
@@ -463,6 +468,36 @@ fn check_text(block: &[u8], name: &str) -> Result<(), SnapshotError> {
     }
 }
 
+/// What a TOML or INI file is called.
+const TOML: &str = "a TOML or INI file (a [table] header)";
+
+/// Whether the first line of `bytes` is a TOML or INI table header (see [`table_header_line`]).
+fn table_header(bytes: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]);
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .is_some_and(table_header_line)
+}
+
+/// Whether `line` is a TOML or INI table header (`[package]`, `[[bin]]`, `[a.b]`) rather than
+/// the start of a JSON array, which never has a bare word but `true`, `false` or `null` after
+/// its `[`.
+fn table_header_line(line: &str) -> bool {
+    let line = line.split_once('#').map_or(line, |(code, _)| code).trim();
+    let inner = line
+        .strip_prefix("[[")
+        .and_then(|l| l.strip_suffix("]]"))
+        .or_else(|| line.strip_prefix('[').and_then(|l| l.strip_suffix(']')));
+    inner.is_some_and(|name| {
+        name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+            && !matches!(name, "true" | "false" | "null")
+    })
+}
+
 /// A Kubernetes YAML document starts with a mapping key (`apiVersion:`, `items:`...) after
 /// comments, directives and `---`; plain words, a scalar or a sequence are refused before the
 /// rest is read.
@@ -490,6 +525,8 @@ fn first_yaml_line_is_kubernetes(bytes: &[u8], name: &str) -> Result<(), Snapsho
         }
         let what = if content.starts_with('-') {
             "a YAML sequence".to_string()
+        } else if table_header_line(content) {
+            TOML.to_string()
         } else {
             "plain text".to_string()
         };
@@ -550,6 +587,13 @@ fn add_yaml(objects: &mut Objects, text: &str, name: &str) -> Result<(), Snapsho
         // kind, or is a List whose items do or whose kind gives theirs (`kind: PodList`).
         let what = match &value {
             serde_json::Value::Null => continue,
+            // kubectl's "Object 'Kind' is missing": a mapping with `items` but no kind is some
+            // other file's list, not an empty fleet.
+            serde_json::Value::Object(map)
+                if map.contains_key("items") && !map.contains_key("kind") =>
+            {
+                Some("a mapping with items but no kind")
+            }
             serde_json::Value::Object(map) => match map.get("items") {
                 Some(serde_json::Value::Array(items))
                     if crate::fleet::objects::list_item_kind(
@@ -626,6 +670,8 @@ enum Parsed {
     Document {
         objects: Objects,
         kubernetes: bool,
+        /// Whether the document has `items`.
+        list: bool,
         start: Position,
         kind: Option<String>,
         api_version: Option<String>,
@@ -711,9 +757,13 @@ fn parse(work: Work, wanted: Objects, name: &str) -> Result<Parsed, SnapshotErro
             } else {
                 ListKind::default()
             };
+            // A List without a kind is some other file's list (kubectl: "Object 'Kind' is
+            // missing"), not an empty fleet.
+            let kubernetes = kubernetes && !(list && head.kind.is_none());
             Ok(Parsed::Document {
                 objects,
                 kubernetes,
+                list,
                 start,
                 kind: head.kind,
                 api_version: head.api_version,
@@ -799,6 +849,7 @@ impl Merger<'_> {
             Parsed::Document {
                 objects,
                 kubernetes,
+                list,
                 start,
                 kind,
                 api_version,
@@ -807,7 +858,12 @@ impl Merger<'_> {
                     return Err(SnapshotError::NotObjects {
                         file: self.name.to_string(),
                         place: format!(":{}:{}", start.line, start.column),
-                        what: "a JSON object without kind or items".to_string(),
+                        what: if list {
+                            "a JSON object with items but no kind"
+                        } else {
+                            "a JSON object without kind or items"
+                        }
+                        .to_string(),
                     });
                 }
                 self.objects.extend(objects);

@@ -45,11 +45,27 @@ pub struct RenderNode {
     pub pci: PciIdentity,
 }
 
+/// What to check when the render nodes' directory cannot be listed. `probe` runs on a host as
+/// often as in the agent's container, so neither is assumed.
+fn dev_root_hint(error: &std::io::Error) -> &'static str {
+    match error.kind() {
+        std::io::ErrorKind::PermissionDenied => {
+            "run it as a user who may read the render nodes, e.g. one in the render or video group"
+        }
+        _ => {
+            "no GPU kernel driver has made render nodes here (ls /sys/class/drm shows what is \
+             loaded); in a container, /dev/dri must be mounted into it; --dev-root names another \
+             directory"
+        }
+    }
+}
+
 /// Why discovery could not run at all (a single unusable node is skipped, not an error).
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryError {
     #[error(
-        "list render nodes in {path}: {source} (hint: is /dev/dri mounted into the container?)"
+        "list render nodes in {path}: {source} (hint: {})",
+        dev_root_hint(source)
     )]
     DevRoot {
         path: PathBuf,
@@ -409,9 +425,16 @@ mod tests {
         let err = discover(&roots, &PciNames::none()).unwrap_err().to_string();
         assert!(err.starts_with("list render nodes in "), "{err}");
         assert!(
-            err.ends_with("(hint: is /dev/dri mounted into the container?)"),
+            err.ends_with(
+                "(hint: no GPU kernel driver has made render nodes here (ls /sys/class/drm shows \
+                 what is loaded); in a container, /dev/dri must be mounted into it; --dev-root \
+                 names another directory)"
+            ),
             "{err}"
         );
+        // A directory that is there but may not be read is a question of rights, not mounts.
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        assert!(super::dev_root_hint(&denied).contains("render or video group"));
     }
 
     #[test]

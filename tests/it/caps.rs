@@ -187,11 +187,14 @@ fn table_of_the_example_fleet() {
         let table = table_lines(&text);
         assert_eq!(table.len(), 10, "{text}");
         if columns > 40 {
-            // Only a command longer than a line runs past the edge, on a line of its own.
+            // Only a command longer than a line runs past the edge, on a line of its own: one
+            // that fits never leaves its `)` alone on the terminal's next line.
             for line in text.lines() {
                 assert!(
                     line.chars().count() <= usize::from(columns)
-                        || (line.starts_with("  kubectl ") && !line.contains(" then ")),
+                        || (line.starts_with("  kubectl ")
+                            && !line.contains(" then ")
+                            && line.trim_start().chars().count() > usize::from(columns)),
                     "{columns}: {line:?}"
                 );
             }
@@ -201,7 +204,8 @@ fn table_of_the_example_fleet() {
         if columns == 80 {
             for command in [
                 "  kubectl get pods -n liken-system -l app.kubernetes.io/name=media-capabilities --field-selector spec.nodeName=amd-2,",
-                "  kubectl -n liken-system get pods -o wide --field-selector spec.nodeName=edge-1)",
+                // 79 columns with its `)`: at the margin, not past the edge after the indent.
+                "kubectl -n liken-system get pods -o wide --field-selector spec.nodeName=edge-1)",
             ] {
                 assert!(text.lines().any(|l| l == command), "{command:?} in {text}");
             }
@@ -410,6 +414,42 @@ fn filters_count_what_they_keep() {
         .map(|r| r["node"].as_str().unwrap())
         .collect();
     assert_eq!(nodes, ["arc-1", "gen9-1"]);
+}
+
+/// The summary has no `[1]` marks, so its drift notes use none; the count line keeps the
+/// capabilities and the nodes apart. On a fleet built from the recorded probes.
+#[test]
+fn summary_notes_and_count_lines_say_what_they_show() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = dir.path().join("fleet.json");
+    let value = crate::support::examples::example_fleet(&root()).unwrap();
+    std::fs::write(&fleet, value.to_string()).unwrap();
+    let fleet = fleet.display().to_string();
+    let summary = ok(&["caps", "-f", &fleet, "--summary"]);
+    assert!(!summary.contains("[1]"), "{summary}");
+    assert!(summary.contains("\ndrift: DG2 [Arc A770]"), "{summary}");
+    let table = ok(&["caps", "-f", &fleet]);
+    assert!(
+        table.contains("drift [1]") && table.contains("\n[1] drift: DG2"),
+        "{table}"
+    );
+    let count = |extra: &[&str]| {
+        let mut args = vec!["caps", "-f", &fleet];
+        args.extend_from_slice(extra);
+        ok(&args).lines().last().unwrap().to_owned()
+    };
+    assert_eq!(
+        count(&["--node", "arc-1,arc-2", "--decode", "AV1", "--scale", "10"]),
+        "2 of 9 GPUs on 2 of 9 nodes (decodeAV1Main, scale10bit; --node arc-1, arc-2)"
+    );
+    assert_eq!(
+        count(&["--node", "arc-1"]),
+        "1 of 9 GPUs on 1 of 9 nodes (--node arc-1)"
+    );
+    assert_eq!(
+        count(&["--decode", "AV1"]),
+        "6 of 9 GPUs on 6 of 9 nodes (decodeAV1Main)"
+    );
 }
 
 /// The same objects as JSON (`kubectl get -o json`), on stdin, or split over several files give

@@ -955,7 +955,7 @@ fn the_image_builds_the_agent_on_the_runtimes_glibc_and_runs_it_as_the_daemonset
         .map(|(_, a)| a.as_str())
         .unwrap();
     assert!(
-        build.contains("--release")
+        build.contains("--profile dist")
             && build.contains("--locked")
             && build.contains(&format!("--bin {agent}")),
         "{build}"
@@ -972,7 +972,7 @@ fn the_image_builds_the_agent_on_the_runtimes_glibc_and_runs_it_as_the_daemonset
         .unwrap();
     let parts: Vec<&str> = copy.split_whitespace().collect();
     assert_eq!(parts[0], format!("--from={stage}"));
-    assert_eq!(parts[1], format!("{workdir}/target/release/{agent}"));
+    assert_eq!(parts[1], format!("{workdir}/target/dist/{agent}"));
     let installed = parts[2];
 
     // The entry point is that binary, with no arguments of its own; together with the

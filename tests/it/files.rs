@@ -112,6 +112,77 @@ fn input_without_kubernetes_objects_is_one_line_naming_the_file() {
     }
 }
 
+/// Another program's file with an `items` key is no empty fleet, and a TOML file is named as
+/// one: each is one error line, exit 1, never "no devices found" with exit 0.
+#[test]
+fn another_program_s_list_or_a_toml_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cases: Vec<(String, String, &str)> = Vec::new();
+    // Lists of other programs: empty, of scalars, of mappings, of a mapping, in YAML and JSON.
+    let items = [
+        serde_json::json!([]),
+        serde_json::json!(["apples", "pears"]),
+        serde_json::json!([{"name": "a", "count": 3}]),
+        serde_json::json!({"apple": 3}),
+    ];
+    for (i, items) in items.iter().enumerate() {
+        let document = serde_json::json!({"name": format!("list-{i}"), "items": items});
+        cases.push((
+            format!("list-{i}.yaml"),
+            serde_yaml::to_string(&document).unwrap(),
+            ": YAML document 1 is a mapping with items but no kind",
+        ));
+        // JSON is read as a stream: a non-empty list fails at its first item.
+        if items.is_array() {
+            cases.push((
+                format!("list-{i}.json"),
+                serde_json::to_string(&document).unwrap(),
+                if i == 0 {
+                    ":1:1: a JSON object with items but no kind"
+                } else {
+                    ":1:"
+                },
+            ));
+        }
+    }
+    for (i, header) in ["[package]", "[[bin]]", "[tool.poetry]", "[server-1]"]
+        .iter()
+        .enumerate()
+    {
+        cases.push((
+            format!("config-{i}.toml"),
+            // With a comment first, the YAML reader meets the header; else the JSON one.
+            if i % 2 == 0 {
+                format!("# settings\n\n{header}\nname = \"x{i}\"\n")
+            } else {
+                format!("{header}\nname = \"x{i}\"\n")
+            },
+            if i % 2 == 0 {
+                ":3:1: a TOML or INI file (a [table] header)"
+            } else {
+                ": a TOML or INI file (a [table] header)"
+            },
+        ));
+    }
+    for (name, text, expected) in cases {
+        let path = dir.path().join(&name);
+        std::fs::write(&path, text).unwrap();
+        let line = error_line(caps(&["-f", path.to_str().unwrap()], None));
+        assert!(
+            line.starts_with(&format!("error: {}{expected}", path.display()))
+                && line.contains(", not a Kubernetes object or List"),
+            "{name}: {line}"
+        );
+    }
+    // JSON arrays are still called so, `[true]` included.
+    for text in ["[1, 2]", "[true]", "[[\"a\"]]"] {
+        let path = dir.path().join("array.json");
+        std::fs::write(&path, text).unwrap();
+        let line = error_line(caps(&["-f", path.to_str().unwrap()], None));
+        assert!(line.contains(":1:1: a JSON array, not a"), "{text}: {line}");
+    }
+}
+
 #[test]
 fn a_pathological_file_fails_fast() {
     let dir = tempfile::tempdir().unwrap();

@@ -166,7 +166,9 @@ fn probe_live(node: &FakeNode, extra: &[&str]) -> Run {
         .arg("probe")
         .args(node.args())
         .args(["-o", "json"])
-        .args(extra);
+        .args(extra)
+        // probe's log is quiet unless asked for; these tests read its line per GPU.
+        .env("RUST_LOG", "info");
     run(command)
 }
 

@@ -18,6 +18,7 @@ mod docs;
 mod explain;
 mod files;
 mod generated;
+mod help;
 mod isolation;
 mod kubelet;
 mod libva;
@@ -25,6 +26,7 @@ mod oracle;
 mod probe_cli;
 mod release;
 mod rules_captures;
+mod terminal;
 mod why;
 
 /// `kubectl media ARGS` against the cluster of `kubeconfig`, in an empty environment but for

@@ -128,6 +128,56 @@ fn the_table_shows_identity_statements_values_and_failures() {
     )), "{log}");
 }
 
+/// The output is the table, and says that it replays records; the log is quiet unless asked
+/// for with RUST_LOG.
+#[test]
+fn recorded_probes_are_said_to_be_replayed_and_the_log_is_quiet() {
+    let dir = tempfile::tempdir().unwrap();
+    docs_example(dir.path());
+    for i in 0..3 {
+        let text = FAILED
+            .replace("renderD129", &format!("renderD{}", 130 + i))
+            .replace("0000:03:00.0", &format!("0000:0{}:00.0", 4 + i));
+        std::fs::write(dir.path().join(format!("gpu-{i}.json")), text).unwrap();
+    }
+    let from = dir.path().to_str().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_media-capabilities"))
+        .args(["probe", "--from", from])
+        .env_clear()
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let table = stdout(&output);
+    assert!(
+        output.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        table.starts_with("Recorded probes (--from), replayed: not this machine's GPUs.\n\nGPU "),
+        "{table}"
+    );
+    assert!(!table.contains("  libva said:\n"), "{table}");
+    assert!(
+        table.contains("  libva said, when it was recorded:\n"),
+        "{table}"
+    );
+    // Live, the same words without the replay: the agent's own log stays at info.
+    let cli = <media_operator::agent::cli::Cli as clap::Parser>::try_parse_from([
+        "media-capabilities",
+        "probe",
+    ])
+    .unwrap();
+    assert_eq!(cli.default_log_level(), "warn");
+    let cli = <media_operator::agent::cli::Cli as clap::Parser>::try_parse_from([
+        "media-capabilities",
+        "--node-name",
+        "n1",
+    ])
+    .unwrap();
+    assert_eq!(cli.default_log_level(), "info");
+}
+
 #[test]
 fn errors_name_the_file_and_exit_with_1() {
     let output = run(&["probe", "--from", "/nonexistent/probes.json"]);

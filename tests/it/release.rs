@@ -39,7 +39,7 @@ fn sha256(path: &Path) -> String {
 }
 
 /// Packs all four platforms: with `real`, the plugin built here for linux/amd64, stripped of
-/// its symbols as the release profile strips them (the debug build's 65 MB were most of this
+/// its symbols as the dist profile strips them (the debug build's 65 MB were most of this
 /// test's time, in gzip); stand-in files for the others (they are cross-built by a release job,
 /// not here).
 fn archives(dir: &Path, real: bool) -> Vec<PathBuf> {

@@ -209,7 +209,13 @@ fn each_request_satisfiable_never_on_one_gpu() {
     let explanation = text(&out, 3);
     insta::assert_snapshot!("why-never-one-gpu", explanation);
     assert!(explanation.contains(
-        "each request can be served, never on one GPU: decodes on 0000:01:00.0; encodes on 0000:00:02.0: ws-1"
+        "each request can be served, never on one GPU (request decodes on GPU 0000:01:00.0; \
+         request encodes on GPU 0000:00:02.0): ws-1"
+    ));
+    // The devices of the other driver: what the class wants, not the devices' driver twice.
+    assert!(explanation.contains(
+        "    liken.sh devices, where class media-gpu selector #0 wants device.driver == \
+         \"media.liken.sh\": 11 devices on 10 nodes\n"
     ));
 }
 
@@ -444,6 +450,75 @@ fn bad_input_gets_one_line() {
     .unwrap();
     let e = crate::one_error_line(run(&["why", "plain", "-f", pod.to_str().unwrap()], None), 1);
     assert!(e.contains("pod media/plain has no resource claims"), "{e}");
+}
+
+/// From files, a name that is not there gets the close names the files hold, from every
+/// namespace unless -n chose one that has some, and never a command that asks the cluster.
+#[test]
+fn a_misspelt_name_in_files_gets_the_files_close_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let pods: Vec<Value> = (0..12)
+        .map(|i| {
+            let (namespace, name) = if i % 2 == 0 {
+                ("media", format!("film-{i}"))
+            } else {
+                ("jobs", format!("batch-{i}"))
+            };
+            serde_json::json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"containers": [{"name": "c", "image": "i"}]},
+            })
+        })
+        .collect();
+    let file = dir.path().join("pods.yaml");
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": pods});
+    std::fs::write(&file, serde_yaml::to_string(&list).unwrap()).unwrap();
+    let file = file.display().to_string();
+    let why = |extra: &[&str]| {
+        let mut args = vec!["why"];
+        args.extend_from_slice(extra);
+        args.extend(["-f", &file]);
+        crate::error_line(run(&args, None))
+    };
+    let e = why(&["film0"]);
+    assert_eq!(
+        e,
+        format!(
+            "error: pod film0 not found in the files (hint: similar names: media/film-0; e.g. \
+             kubectl media why film-0 -n media -f {file})"
+        )
+    );
+    // -n of a namespace with nothing close: the files' close names, the namespace named.
+    let e = why(&["batch1", "-n", "media"]);
+    assert!(
+        e.starts_with(
+            "error: pod media/batch1 not found in the files (hint: similar names: jobs/batch-1, "
+        ) && e.contains("; e.g. kubectl media why batch-1 -n jobs -f "),
+        "{e}"
+    );
+    // -n of a namespace that has close names keeps them.
+    let e = why(&["film2x", "-n", "media"]);
+    assert!(
+        e.starts_with("error: pod media/film2x not found (hint: similar names: film-"),
+        "{e}"
+    );
+    // Nothing close anywhere; and claims alike.
+    for (args, what) in [
+        (&["zzz"][..], "pod zzz"),
+        (&["claim/zzz"], "resourceclaim zzz"),
+        (&["zzz", "-n", "media"], "pod media/zzz"),
+    ] {
+        let e = why(args);
+        assert!(
+            e.starts_with(&format!("error: {what} not found in the files (hint: no ")),
+            "{e}"
+        );
+        assert!(e.ends_with("add the file that holds it with -f)"), "{e}");
+    }
+    for args in [&["film0"][..], &["zzz"], &["batch1", "-n", "media"]] {
+        assert!(!why(args).contains("kubectl get"), "{args:?}");
+    }
 }
 
 #[test]

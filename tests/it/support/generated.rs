@@ -57,12 +57,116 @@ pub fn man_pages() -> Vec<(String, String)> {
     pages
 }
 
-fn man_page(command: clap::Command) -> String {
+/// The centre of every page's header line: short, so that the header of the longest page
+/// (`media-capabilities-probe(1)` on both sides) still has room at 80 columns; clap_mangen's
+/// default, groff's "General Commands Manual", ran the three together there.
+const MANUAL: &str = "media-operator";
+
+/// A page as clap_mangen renders it, with three changes that make it read at 80 columns: prose
+/// is left-aligned and never hyphenated (`.ad l`, `.nh`: justified and hyphenated text parts
+/// commands and flags that are copied from it); the help's closing text (`Examples:`, `Exit
+/// status:`) becomes sections of their own in no-fill mode, so commands keep their lines and
+/// spacing (clap_mangen files it, justified, under `EXTRA`); and text between backticks, a
+/// literal in the help, is bold.
+pub fn man_page(command: clap::Command) -> String {
+    let extra = command
+        .get_after_long_help()
+        .or(command.get_after_help())
+        .map(|text| text.to_string());
+    let command = command
+        .after_help(None::<&str>)
+        .after_long_help(None::<&str>);
     let mut page = Vec::new();
+    let title = command.get_name().to_owned();
+    let source = format!("{title} {}", command.get_version().unwrap_or_default());
     clap_mangen::Man::new(command)
         .render(&mut page)
         .expect("rendering into memory cannot fail");
-    String::from_utf8(page).expect("clap_mangen writes UTF-8")
+    let page = String::from_utf8(page).expect("clap_mangen writes UTF-8");
+    let mut out = String::with_capacity(page.len() + 1024);
+    let sections = extra.as_deref().map(closing_sections).unwrap_or_default();
+    for line in page.lines() {
+        if line.starts_with(".SH VERSION") {
+            out.push_str(&sections);
+        }
+        if line.starts_with(".TH ") {
+            // clap_mangen writes an empty date as nothing, which moves the source into the
+            // date's place and the manual into the source's; every field is quoted here.
+            let _ = write!(out, ".TH \"{title}\" 1 \"\" \"{source}\" \"{MANUAL}\"");
+        } else if line.starts_with('.') {
+            out.push_str(line);
+        } else {
+            out.push_str(&bold_literals(line));
+        }
+        out.push('\n');
+        if line.starts_with(".TH ") {
+            out.push_str(".ad l\n.nh\n");
+        }
+    }
+    if !page.contains("\n.SH VERSION") {
+        out.push_str(&sections);
+    }
+    out
+}
+
+/// The help's closing text as man sections: a line `Heading:` at the margin starts a section
+/// `HEADING`, and what follows is set line for line, its two-space indent dropped.
+fn closing_sections(text: &str) -> String {
+    let mut out = String::new();
+    let mut open = false;
+    for line in text.lines() {
+        if let Some(heading) = line.strip_suffix(':').filter(|_| !line.starts_with(' ')) {
+            if open {
+                out.push_str(".fi\n");
+            }
+            let _ = writeln!(out, ".SH \"{}\"\n.nf", heading.to_uppercase());
+            open = true;
+        } else {
+            let line = line.strip_prefix("  ").unwrap_or(line);
+            let _ = writeln!(out, "{}", roff_literal(line));
+        }
+    }
+    if open {
+        out.push_str(".fi\n");
+    }
+    out
+}
+
+/// `text` as roff prints it character for character: `-`, quotes, `^` and `~` are otherwise
+/// typeset (a hyphen, curly quotes, accents) and a copied command breaks.
+fn roff_literal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
+    if text.starts_with(['.', '\'']) {
+        out.push_str("\\&");
+    }
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\e"),
+            '-' => out.push_str("\\-"),
+            '\'' => out.push_str("\\(aq"),
+            '`' => out.push_str("\\(ga"),
+            '^' => out.push_str("\\(ha"),
+            '~' => out.push_str("\\(ti"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Text between a pair of backticks in bold, the backticks dropped.
+fn bold_literals(line: &str) -> String {
+    if !line.matches('`').count().is_multiple_of(2) {
+        return line.to_owned();
+    }
+    let mut out = String::with_capacity(line.len() + 16);
+    for (i, part) in line.split('`').enumerate() {
+        if i % 2 == 1 {
+            let _ = write!(out, "\\fB{part}\\fR");
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
 }
 
 /// The capability reference, docs/capabilities.md.
