@@ -25,6 +25,39 @@ pub(crate) fn one_line(text: &str, max: usize) -> String {
     out
 }
 
+/// A line and column, 1-based.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Place {
+    pub(crate) line: usize,
+    pub(crate) column: usize,
+}
+
+/// Where YAML flow collections (`[`, `{`) first nest deeper than `max`, if they do: libyaml
+/// takes minutes over a hundred thousand `[` before serde_yaml's own recursion limit stops it,
+/// so YAML is checked with this first. Brackets in quoted and block scalars count too (this
+/// does not parse YAML), which only matters for text with over `max` unclosed brackets.
+pub(crate) fn flow_nesting_over(bytes: &[u8], max: usize) -> Option<Place> {
+    let (mut depth, mut line, mut column) = (0usize, 1, 1);
+    for &b in bytes {
+        match b {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return Some(Place { line, column });
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b'\n' => {
+                line += 1;
+                column = 0;
+            }
+            _ => {}
+        }
+        column += 1;
+    }
+    None
+}
+
 /// The reason for an answer of `code` that came without a `Status`: Kubernetes' own
 /// `StatusReason` where it has one for the code (`InternalError`, `Timeout`, `Invalid`, as
 /// apimachinery's `NewGenericServerResponse` names them), else the HTTP reason phrase spelt the

@@ -503,34 +503,17 @@ fn first_yaml_line_is_kubernetes(bytes: &[u8], name: &str) -> Result<(), Snapsho
 }
 
 /// Flow collections nested past serde_yaml's recursion limit are refused before serde_yaml
-/// sees them: libyaml takes minutes over a hundred thousand `[` before serde_yaml's own limit
-/// stops it. Brackets in quoted and block scalars count too (this does not parse YAML), which
-/// only matters for text with over 128 unclosed brackets, which no Kubernetes object has.
+/// sees them ([`crate::text::flow_nesting_over`] says why).
 fn yaml_nesting(bytes: &[u8], name: &str) -> Result<(), SnapshotError> {
-    let (mut depth, mut line, mut column) = (0usize, 1, 1);
-    for &b in bytes {
-        match b {
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > MAX_DEPTH {
-                    return Err(SnapshotError::Pathological {
-                        file: name.to_string(),
-                        line,
-                        column,
-                        what: "nesting deeper than 128 levels".to_string(),
-                    });
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            b'\n' => {
-                line += 1;
-                column = 0;
-            }
-            _ => {}
-        }
-        column += 1;
+    match crate::text::flow_nesting_over(bytes, MAX_DEPTH) {
+        None => Ok(()),
+        Some(at) => Err(SnapshotError::Pathological {
+            file: name.to_string(),
+            line: at.line,
+            column: at.column,
+            what: "nesting deeper than 128 levels".to_string(),
+        }),
     }
-    Ok(())
 }
 
 /// The YAML documents of one text, each a Kubernetes object or List.
