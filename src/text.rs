@@ -25,6 +25,29 @@ pub(crate) fn one_line(text: &str, max: usize) -> String {
     out
 }
 
+/// `text` whole when it is at most `max` bytes, else its start and its end (on character
+/// boundaries) around a count of what was cut: a value of a megabyte in a parser's message is
+/// never repeated whole, and the message's end (`expected i64`) stays.
+pub(crate) fn elide(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut head = max * 2 / 3;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - max / 3;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    std::borrow::Cow::Owned(format!(
+        "{}... ({} bytes cut) ...{}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    ))
+}
+
 /// A line and column, 1-based.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Place {
@@ -83,7 +106,30 @@ pub(crate) fn http_reason(code: u16) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{http_reason, one_line};
+    use super::{Place, elide, flow_nesting_over, http_reason, one_line};
+
+    #[test]
+    fn elide_keeps_both_ends_on_character_boundaries() {
+        assert_eq!(elide("short", 10), "short");
+        let long = format!(
+            "invalid type: string \"{}\", expected i64",
+            "é".repeat(1000)
+        );
+        let cut = elide(&long, 60);
+        assert!(cut.starts_with("invalid type: string \"é"), "{cut}");
+        assert!(cut.ends_with("\", expected i64"), "{cut}");
+        assert!(cut.contains("bytes cut)"), "{cut}");
+        assert!(cut.len() < 100, "{cut}");
+    }
+
+    #[test]
+    fn flow_nesting_is_found_where_it_passes_the_bound() {
+        assert_eq!(flow_nesting_over(b"a: [[]]", 2), None);
+        assert_eq!(
+            flow_nesting_over(b"a:\n  [{[", 2),
+            Some(Place { line: 2, column: 5 })
+        );
+    }
 
     #[test]
     fn http_reasons_are_spelt_as_kubernetes_spells_reasons() {

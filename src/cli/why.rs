@@ -198,11 +198,6 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
     } else {
         gather_cluster(args, global)?
     };
-    // As in caps: objects that could not be read are warnings, before anything else.
-    let warn = global.color.for_stderr();
-    for note in &objects.notes {
-        let _ = writeln!(io.stderr, "{} {note}", "warning:".style(warn.warning));
-    }
     let target = parse_target(&args.target, &namespace).map_err(Error::Usage)?;
     let minor = args.kubernetes_version.or(minor);
     let features = Features::for_minor(minor.unwrap_or(36));
@@ -214,7 +209,16 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
         every_device: args.output == Some(WhyFormat::Wide),
     };
     let same = same_input(args, &global.kube);
-    let mut diagnosis = pod::explain(&input).map_err(|e| match e {
+    let explained = pod::explain(&input);
+    // As in caps: objects that could not be read are warnings, before anything else; when the
+    // one asked about is among them, the error says so, once.
+    if !matches!(explained, Err(pod::TargetError::Unparsed { .. })) {
+        let warn = global.color.for_stderr();
+        for note in &objects.notes {
+            let _ = writeln!(io.stderr, "{} {note}", "warning:".style(warn.warning));
+        }
+    }
+    let mut diagnosis = explained.map_err(|e| match e {
         // With -A the name is in no namespace at all: said so, with close names from all.
         pod::TargetError::PodNotFound { name, .. } if global.kube.all_namespaces => {
             let metas = objects.pods.iter().map(|p| &p.metadata);
@@ -424,20 +428,37 @@ fn namespaces_of<'o>(objects: &'o Objects, target: &str) -> Vec<&'o str> {
     let Ok(target) = parse_target(target, "default") else {
         return Vec::new();
     };
-    let mut namespaces: Vec<&str> = match &target {
-        Target::Pod { name, .. } => objects
-            .pods
-            .iter()
-            .filter(|p| p.metadata.name.as_deref() == Some(name))
-            .filter_map(|p| p.metadata.namespace.as_deref())
-            .collect(),
-        Target::Claim { name, .. } => objects
-            .claims
-            .iter()
-            .filter(|c| c.metadata.name.as_deref() == Some(name))
-            .filter_map(|c| c.metadata.namespace.as_deref())
-            .collect(),
+    let (kind, mut namespaces): (Kind, Vec<&str>) = match &target {
+        Target::Pod { name, .. } => (
+            Kind::Pod,
+            objects
+                .pods
+                .iter()
+                .filter(|p| p.metadata.name.as_deref() == Some(name))
+                .filter_map(|p| p.metadata.namespace.as_deref())
+                .collect(),
+        ),
+        Target::Claim { name, .. } => (
+            Kind::ResourceClaim,
+            objects
+                .claims
+                .iter()
+                .filter(|c| c.metadata.name.as_deref() == Some(name))
+                .filter_map(|c| c.metadata.namespace.as_deref())
+                .collect(),
+        ),
     };
+    // One that does not parse is there too: the error about it needs its namespace.
+    let name = match &target {
+        Target::Pod { name, .. } | Target::Claim { name, .. } => name,
+    };
+    namespaces.extend(
+        objects
+            .unparsed
+            .iter()
+            .filter(|u| u.kind == kind && u.name == *name && !u.namespace.is_empty())
+            .map(|u| u.namespace.as_str()),
+    );
     namespaces.sort_unstable();
     namespaces.dedup();
     namespaces

@@ -27,7 +27,7 @@ use super::allocate::{
 use super::diagnose::{self, Finding};
 use super::model::{self, FleetModel, SliceDevice};
 use super::{DeviceView, NodeInfo};
-use crate::fleet::objects::{Kind, Objects, Ustr};
+use crate::fleet::objects::{Kind, Objects, Unparsed, Ustr};
 
 /// The PCI attribute the product's claims constrain on.
 const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
@@ -87,6 +87,20 @@ pub enum TargetError {
         name: String,
         similar: Vec<String>,
         elsewhere: Vec<String>,
+    },
+    /// The object asked about, or one it names, is in the input but does not have its kind's
+    /// shape: the answer would be built on a misreading (or say "not found").
+    #[error(
+        "{of}{unparsed} (hint: that field must have the type the Kubernetes API gives it; `kubectl get {plural} -n {namespace} {name} -o yaml` shows the object as the API server keeps it)",
+        of = .of.as_deref().map(|of| format!("cannot explain {of}: ")).unwrap_or_default(),
+        plural = .unparsed.kind.plural(),
+        namespace = .unparsed.namespace,
+        name = crate::text::elide(&.unparsed.name, 300),
+    )]
+    Unparsed {
+        unparsed: Unparsed,
+        /// `pod ns/name`, when the object that does not parse is one the target names.
+        of: Option<String>,
     },
     #[error(
         "pod {namespace}/{name} has no resource claims (spec.resourceClaims is empty), so DRA does not hold it (hint: kubectl describe pod -n {namespace} {name})"
@@ -466,8 +480,25 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
     let mut used_by = Vec::new();
     // For `why claim/NAME`: what of the pod that uses the claim could not be read.
     let mut unread_user: Option<String> = None;
+    // Objects of the input that did not parse, by identity: one asked about is the error.
+    let unparsed: HashMap<(Kind, &str, &str), &Unparsed> = objects
+        .unparsed
+        .iter()
+        .map(|u| ((u.kind, u.namespace.as_str(), u.name.as_str()), u))
+        .collect();
+    let unparsed_error = |kind: Kind, name: &str, of: Option<String>| {
+        unparsed
+            .get(&(kind, namespace, name))
+            .map(|u| TargetError::Unparsed {
+                unparsed: (*u).clone(),
+                of,
+            })
+    };
     let (kind, name, pod, entries) = match input.target {
         Target::Pod { name, .. } => {
+            if let Some(e) = unparsed_error(Kind::Pod, name, None) {
+                return Err(e);
+            }
             let pod = objects
                 .pods
                 .iter()
@@ -483,6 +514,23 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
                     elsewhere: elsewhere(objects.pods.iter().map(|p| &p.metadata), name),
                 })?;
             let mut entries = pod_claims(pod, objects);
+            let of = || Some(format!("pod {namespace}/{name}"));
+            for entry in &entries {
+                let claim = entry
+                    .claim_name
+                    .as_deref()
+                    .filter(|_| entry.claim.is_none())
+                    .and_then(|c| c.split_once('/'))
+                    .and_then(|(_, claim)| unparsed_error(Kind::ResourceClaim, claim, of()));
+                let template = entry
+                    .template
+                    .as_deref()
+                    .filter(|_| entry.spec.is_none())
+                    .and_then(|t| unparsed_error(Kind::ResourceClaimTemplate, t, of()));
+                if let Some(e) = claim.or(template) {
+                    return Err(e);
+                }
+            }
             if input
                 .unread
                 .iter()
@@ -511,6 +559,9 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
             ("Pod", name, Some(pod), entries)
         }
         Target::Claim { name, .. } => {
+            if let Some(e) = unparsed_error(Kind::ResourceClaim, name, None) {
+                return Err(e);
+            }
             let claim = objects
                 .claims
                 .iter()

@@ -277,6 +277,7 @@ impl Seen {
             nodes,
             events,
             notes,
+            unparsed,
             ..
         } = new;
         self.kind(
@@ -323,6 +324,7 @@ impl Seen {
             meta(&o.metadata)
         })?;
         objects.notes.extend(notes);
+        objects.unparsed.extend(unparsed);
         Ok(())
     }
 

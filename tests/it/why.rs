@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::Output;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::apiserver::{Fault, TestApiServer};
 
@@ -444,6 +444,95 @@ fn bad_input_gets_one_line() {
     .unwrap();
     let e = crate::one_error_line(run(&["why", "plain", "-f", pod.to_str().unwrap()], None), 1);
     assert!(e.contains("pod media/plain has no resource claims"), "{e}");
+}
+
+/// An object of a kind why reads that does not parse, made by editing a scenario: when it is
+/// the one asked about, or a claim it names, it is the one error line, with its field; any
+/// other is a warning, and the answer stands.
+#[test]
+fn an_object_that_does_not_parse_is_the_error_when_asked_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = "no-gpu-qualifies";
+    // Sets `field` of the object at `pointer` (made if need be).
+    let set = |kind: &'static str, name: &'static str, pointer: &'static str, to: Value| {
+        move |mut v: Value| {
+            if v["kind"] == kind && v["metadata"]["name"] == name {
+                let (parent, field) = pointer.rsplit_once('/').unwrap();
+                v.pointer_mut(parent).expect(parent)[field] = to.clone();
+            }
+            Some(v)
+        }
+    };
+    let pod = edited(
+        dir.path(),
+        scenario,
+        "pod",
+        set("Pod", "archive-0", "/spec/nodeSelector", json!({"a": null})),
+    );
+    let e = crate::error_line(why_on("archive-0", &pod, &["-n", "media"]));
+    assert_eq!(
+        e,
+        "error: pod media/archive-0: spec.nodeSelector.a: invalid type: null, expected a string \
+         (hint: that field must have the type the Kubernetes API gives it; `kubectl get pods -n \
+         media archive-0 -o yaml` shows the object as the API server keeps it)"
+    );
+    // Its namespace is found as a readable pod's would be.
+    assert_eq!(crate::error_line(why_on("archive-0", &pod, &[])), e);
+    let claim = edited(
+        dir.path(),
+        scenario,
+        "claim",
+        set(
+            "ResourceClaim",
+            "archive-0-gpu-x7k2q",
+            "/spec/devices/requests/0/exactly/count",
+            json!("3"),
+        ),
+    );
+    let e = crate::error_line(why_on("archive-0", &claim, &["-n", "media"]));
+    assert!(
+        e.starts_with(
+            "error: cannot explain pod media/archive-0: resourceclaim media/archive-0-gpu-x7k2q: \
+             spec.devices.requests[0].exactly.count: invalid type: string \"3\", expected i64 \
+             (hint: "
+        ),
+        "{e}"
+    );
+    let e = crate::error_line(why_on(
+        "claim/archive-0-gpu-x7k2q",
+        &claim,
+        &["-n", "media"],
+    ));
+    assert!(
+        e.starts_with("error: resourceclaim media/archive-0-gpu-x7k2q: spec.devices"),
+        "{e}"
+    );
+    // Another pod that does not parse is a warning, its huge value cut; the answer is as
+    // without it (exit 3: no GPU qualifies).
+    let huge = "v".repeat(1 << 20);
+    let other = edited(dir.path(), scenario, "other", move |v| {
+        if v["kind"] != "Pod" {
+            return Some(v);
+        }
+        let mut other = v.clone();
+        other["metadata"]["name"] = json!("other");
+        other["spec"]["priority"] = json!(huge.clone());
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": [v, other]});
+        Some(list)
+    });
+    let out = why_on("archive-0", &other, &["-n", "media"]);
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with(
+            "warning: skipped Pod \"media/other\": spec.priority: invalid type: string \"vvv"
+        ) && stderr.contains("bytes cut) ...")
+            && stderr.ends_with("\", expected i32\n")
+            && stderr.lines().count() == 1
+            && stderr.len() < 1000,
+        "{}",
+        &stderr[..stderr.len().min(2000)]
+    );
 }
 
 #[test]
