@@ -1347,6 +1347,9 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
     // Per (claim, request): device index → status, each device once.
     let mut statuses: Vec<BTreeMap<usize, DeviceStatus>> = Vec::new();
     let mut request_keys: Vec<(String, String)> = Vec::new();
+    // Where each key is in `request_keys`: a claim may have thousands of requests, and a scan
+    // per request and node made that minutes.
+    let mut request_slots: HashMap<(String, String), usize> = HashMap::new();
     let mut attempt_error: Option<AllocError> = None;
     // Nodes the scheduler filters on whose allocation fails with an error.
     let mut erring = 0;
@@ -1409,14 +1412,11 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
         };
         for request in &report.requests {
             let key = (request.claim.clone(), request.request.clone());
-            let slot = match request_keys.iter().position(|k| *k == key) {
-                Some(i) => i,
-                None => {
-                    request_keys.push(key);
-                    statuses.push(BTreeMap::new());
-                    statuses.len() - 1
-                }
-            };
+            let slot = *request_slots.entry(key).or_insert_with_key(|key| {
+                request_keys.push(key.clone());
+                statuses.push(BTreeMap::new());
+                statuses.len() - 1
+            });
             for (d, status) in &request.devices {
                 statuses[slot].entry(*d).or_insert_with(|| status.clone());
             }
@@ -1467,6 +1467,7 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
     // Devices of one CEL class (see Allocator::cel_class) fail a selector the same way: each
     // is diagnosed once per class, not once per device.
     let mut diagnoses: HashMap<(String, usize), Finding> = HashMap::new();
+    let mut known: Option<HashSet<(String, String)>> = None;
     for (slot, (claim_label, request_name)) in request_keys.iter().enumerate() {
         let Some(&(claim_index, _, spec)) = pending.iter().find(|(_, l, _)| l == claim_label)
         else {
@@ -1746,8 +1747,8 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
         nodes.sort_by(|a, b| crate::fleet::inventory::natural_cmp(a, b));
         report.qualifying_nodes = nodes;
 
-        // Names no device has.
-        let known = known_attributes(model);
+        // Names no device has (the fleet's names, gathered once for every request).
+        let known = known.get_or_insert_with(|| known_attributes(model));
         let selectors = class_selectors
             .iter()
             .enumerate()
