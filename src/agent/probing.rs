@@ -226,15 +226,17 @@ pub enum ProbeError {
     )]
     NotRecords { path: PathBuf, what: String },
     #[error(
-        "parse recorded probes {path}: {source} (hint: the format is in docs/report-format.md)"
+        "parse recorded probes {path}: {cause} (hint: the format is in docs/report-format.md)",
+        cause = shown(&.source.to_string())
     )]
     ParseRecord {
         path: PathBuf,
         source: serde_json::Error,
     },
     #[error(
-        "parse recorded probes {path} as YAML: {source} (hint: the format is in \
-         docs/report-format.md)"
+        "parse recorded probes {path} as YAML: {cause} (hint: the format is in \
+         docs/report-format.md)",
+        cause = shown(&.source.to_string())
     )]
     ParseYaml {
         path: PathBuf,
@@ -263,8 +265,9 @@ pub enum ProbeError {
         second: PathBuf,
     },
     #[error(
-        "recorded probe {path}: PCI address {address:?} is not dddd:bb:dd.f (hint: write it as the \
-         kernel does, e.g. 0000:03:00.0; the device name is made from it)"
+        "recorded probe {path}: PCI address {address} is not dddd:bb:dd.f (hint: write it as the \
+         kernel does, e.g. 0000:03:00.0; the device name is made from it)",
+        address = shown(&format!("{address:?}"))
     )]
     BadAddress { path: PathBuf, address: String },
     #[error(
@@ -318,6 +321,12 @@ impl ProbeSource {
             }
         }
     }
+}
+
+/// A parser's message or a value from a record as an error shows it: a huge value (a megabyte
+/// where an address belongs) is cut in its middle, never repeated whole.
+fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    crate::text::elide(text, 400)
 }
 
 /// Runs `work` on tokio's blocking pool.
@@ -599,8 +608,9 @@ fn failed_record(file: &Path, error: &str, value: &serde_json::Value) -> Option<
             pci: pci.clone(),
         },
         &format!(
-            "has an unreadable recorded probe: parse {}: {error} {FORMAT_HINT}",
-            file.display()
+            "has an unreadable recorded probe: parse {}: {} {FORMAT_HINT}",
+            file.display(),
+            shown(error)
         ),
         &[],
     );
