@@ -1381,6 +1381,7 @@ impl Objects {
             None => {
                 let name = object_name(value.get("metadata"));
                 let name = crate::text::elide(&name, MAX_NAME_SHOWN);
+                let kind = crate::text::elide(kind, MAX_NAME_SHOWN);
                 self.notes
                     .push(format!("skipped {kind} {name:?}: {problem}"));
             }
@@ -1478,7 +1479,7 @@ impl Objects {
                 )
             };
             let read = match api_version {
-                Some(version) => format!("it is {version}"),
+                Some(version) => format!("it is {}", crate::text::elide(version, MAX_NAME_SHOWN)),
                 None => "it has no apiVersion".to_string(),
             };
             self.notes.push(format!(
