@@ -1439,6 +1439,15 @@ mod tests {
                     .map(|i| format!("{}a:\n", " ".repeat(i)))
                     .collect(),
             ),
+            // Aliases of aliases: 9^9 strings if expanded.
+            ("yaml aliases", {
+                let mut text = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n".to_string();
+                for i in 1..9 {
+                    let p = format!("*a{}", i - 1);
+                    text += &format!("a{i}: &a{i} [{}]\n", vec![p; 9].join(", "));
+                }
+                text
+            }),
         ];
         for (shape, text) in shapes {
             let file = write(dir.path(), "deep.yaml", &text);
@@ -1448,6 +1457,7 @@ mod tests {
             // is refused for what it lacks.
             assert!(
                 err.contains("recursion limit exceeded")
+                    || err.contains("repetition limit exceeded")
                     || err.contains("deeper than 128")
                     || err.contains("missing field `render_node`"),
                 "{shape}: {err}"
