@@ -71,6 +71,62 @@ pub fn terminal_safe(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `text` whole when it is at most `max` bytes, else its start and its end (on character
+/// boundaries) around a count of what was cut: a value of a megabyte in a parser's message is
+/// never repeated whole, and the message's end (`expected i64`) stays.
+pub(crate) fn elide(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut head = max * 2 / 3;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - max / 3;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    std::borrow::Cow::Owned(format!(
+        "{}... ({} bytes cut) ...{}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    ))
+}
+
+/// A line and column, 1-based.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Place {
+    pub(crate) line: usize,
+    pub(crate) column: usize,
+}
+
+/// Where YAML flow collections (`[`, `{`) first nest deeper than `max`, if they do: libyaml
+/// takes minutes over a hundred thousand `[` before serde_yaml's own recursion limit stops it,
+/// so YAML is checked with this first. Brackets in quoted and block scalars count too (this
+/// does not parse YAML), which only matters for text with over `max` unclosed brackets.
+pub(crate) fn flow_nesting_over(bytes: &[u8], max: usize) -> Option<Place> {
+    let (mut depth, mut line, mut column) = (0usize, 1, 1);
+    for &b in bytes {
+        match b {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return Some(Place { line, column });
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b'\n' => {
+                line += 1;
+                column = 0;
+            }
+            _ => {}
+        }
+        column += 1;
+    }
+    None
+}
+
 /// The reason for an answer of `code` that came without a `Status`: Kubernetes' own
 /// `StatusReason` where it has one for the code (`InternalError`, `Timeout`, `Invalid`, as
 /// apimachinery's `NewGenericServerResponse` names them), else the HTTP reason phrase spelt the
@@ -96,7 +152,7 @@ pub(crate) fn http_reason(code: u16) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{http_reason, one_line, terminal_safe};
+    use super::{Place, elide, flow_nesting_over, http_reason, one_line, terminal_safe};
 
     #[test]
     fn what_a_terminal_acts_on_is_shown_escaped() {
@@ -128,6 +184,29 @@ mod tests {
                 u32::from(c)
             );
         }
+    }
+
+    #[test]
+    fn elide_keeps_both_ends_on_character_boundaries() {
+        assert_eq!(elide("short", 10), "short");
+        let long = format!(
+            "invalid type: string \"{}\", expected i64",
+            "é".repeat(1000)
+        );
+        let cut = elide(&long, 60);
+        assert!(cut.starts_with("invalid type: string \"é"), "{cut}");
+        assert!(cut.ends_with("\", expected i64"), "{cut}");
+        assert!(cut.contains("bytes cut)"), "{cut}");
+        assert!(cut.len() < 100, "{cut}");
+    }
+
+    #[test]
+    fn flow_nesting_is_found_where_it_passes_the_bound() {
+        assert_eq!(flow_nesting_over(b"a: [[]]", 2), None);
+        assert_eq!(
+            flow_nesting_over(b"a:\n  [{[", 2),
+            Some(Place { line: 2, column: 5 })
+        );
     }
 
     #[test]

@@ -209,11 +209,51 @@ pub enum ProbeError {
         source: std::io::Error,
     },
     #[error(
-        "parse recorded probes {path}: {source} (hint: the format is in docs/report-format.md)"
+        "recorded probes {path}: it is {what}, not a file (hint: give a file `media-capabilities \
+         probe -o json` wrote, or a directory of them)"
+    )]
+    NotAFile { path: PathBuf, what: &'static str },
+    #[error(
+        "recorded probes {path}: {size} bytes, over the {max} MiB a file of recorded probes may \
+         hold (hint: a recorded probe is a few KiB; give one node's records)",
+        max = RECORD_FILE_MAX_BYTES >> 20
+    )]
+    TooBig { path: PathBuf, size: u64 },
+    #[error(
+        "recorded probes {path}: {what}, not a recorded probe or a list of them (hint: \
+         `media-capabilities probe -o json > FILE` on a GPU node records one; the format is in \
+         docs/report-format.md)"
+    )]
+    NotRecords { path: PathBuf, what: String },
+    #[error(
+        "parse recorded probes {path}: {cause} (hint: the format is in docs/report-format.md)",
+        cause = shown(&.source.to_string())
     )]
     ParseRecord {
         path: PathBuf,
         source: serde_json::Error,
+    },
+    #[error(
+        "parse recorded probes {path} as YAML: {cause} (hint: the format is in \
+         docs/report-format.md)",
+        cause = shown(&.source.to_string())
+    )]
+    ParseYaml {
+        path: PathBuf,
+        source: serde_yaml::Error,
+    },
+    /// Every record file of a directory was unreadable: publishing "no GPUs" from it would be
+    /// a guess.
+    #[error("no readable recorded probes in {path}: {files}{first}", files = if *.count == 1 {
+        "its one file is unreadable: ".to_string()
+    } else {
+        format!("its {} files are unreadable, the first: ", .count)
+    })]
+    NoneReadable {
+        path: PathBuf,
+        count: usize,
+        #[source]
+        first: Box<ProbeError>,
     },
     #[error(
         "recorded probes {first} and {second} both describe PCI address {address} (hint: each GPU \
@@ -225,8 +265,9 @@ pub enum ProbeError {
         second: PathBuf,
     },
     #[error(
-        "recorded probe {path}: PCI address {address:?} is not dddd:bb:dd.f (hint: write it as the \
-         kernel does, e.g. 0000:03:00.0; the device name is made from it)"
+        "recorded probe {path}: PCI address {address} is not dddd:bb:dd.f (hint: write it as the \
+         kernel does, e.g. 0000:03:00.0; the device name is made from it)",
+        address = shown(&format!("{address:?}"))
     )]
     BadAddress { path: PathBuf, address: String },
     #[error(
@@ -282,6 +323,12 @@ impl ProbeSource {
     }
 }
 
+/// A parser's message or a value from a record as an error shows it: a huge value (a megabyte
+/// where an address belongs) is cut in its middle, never repeated whole.
+fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    crate::text::elide(text, 400)
+}
+
 /// Runs `work` on tokio's blocking pool.
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, ProbeError> + Send + 'static,
@@ -294,13 +341,19 @@ async fn blocking<T: Send + 'static>(
 /// The hint every message about a recorded probe ends with.
 const FORMAT_HINT: &str = "(hint: the format is in docs/report-format.md)";
 
-/// Reads recorded outcomes from a file or every `*.json` file of a directory.
+/// The most a file of recorded probes may hold. A recorded probe is a few KiB (a report line
+/// from a probe child may be 4 MiB at most); the bound keeps `/dev/zero` and its kind out.
+pub const RECORD_FILE_MAX_BYTES: u64 = 16 << 20;
+
+/// Reads recorded outcomes from a file or every record file (`*.json`, `*.yaml`, `*.yml`) of a
+/// directory.
 ///
 /// A record that does not parse but still names its GPU (`render_node` and `pci`) becomes that
-/// GPU's failure, so the node's other GPUs are still published; in a directory, a file that names
-/// no GPU at all is logged and skipped for the same reason (a single file named on the command
-/// line is an error). Two records of one PCI address are refused: they would be two devices of
-/// one name, a slice the API server rejects.
+/// GPU's failure, so the node's other GPUs are still published; in a directory, a file that
+/// cannot be read or names no GPU at all is logged and skipped for the same reason (a single
+/// file named on the command line is an error, and so is a directory whose every file is).
+/// Two records of one PCI address are refused: they would be two devices of one name, a slice
+/// the API server rejects.
 pub fn read_records(path: &Path) -> Result<Vec<Probed>, ProbeError> {
     let read_err = |source| ProbeError::ReadRecord {
         path: path.to_path_buf(),
@@ -312,10 +365,10 @@ pub fn read_records(path: &Path) -> Result<Vec<Probed>, ProbeError> {
         let mut subdirectories = Vec::new();
         for entry in std::fs::read_dir(path).map_err(read_err)? {
             let file = entry.map_err(read_err)?.path();
-            if is_record_file(&file) {
-                files.push(file);
-            } else if file.is_dir() {
+            if file.is_dir() {
                 subdirectories.push(file);
+            } else if is_record_file(&file) {
+                files.push(file);
             }
         }
         files.sort();
@@ -325,7 +378,11 @@ pub fn read_records(path: &Path) -> Result<Vec<Probed>, ProbeError> {
         if files.is_empty()
             && let Some(node) = subdirectories.iter().find(|d| {
                 std::fs::read_dir(d)
-                    .map(|entries| entries.flatten().any(|e| is_record_file(&e.path())))
+                    .map(|entries| {
+                        entries
+                            .flatten()
+                            .any(|e| !e.path().is_dir() && is_record_file(&e.path()))
+                    })
                     .unwrap_or(false)
             })
         {
@@ -341,16 +398,24 @@ pub fn read_records(path: &Path) -> Result<Vec<Probed>, ProbeError> {
         files.push(path.to_path_buf());
     }
     let mut records: Vec<(Probed, PathBuf)> = Vec::new();
+    let mut skipped = Vec::new();
     for file in files {
-        let text = std::fs::read_to_string(&file).map_err(|source| ProbeError::ReadRecord {
-            path: file.clone(),
-            source,
-        })?;
-        match parse_records(&file, &text) {
+        match read_record_file(&file).and_then(|text| parse_records(&file, &text)) {
             Ok(parsed) => records.extend(parsed.into_iter().map(|p| (p, file.clone()))),
-            Err(e) if is_dir => tracing::error!("skipping {e}"),
+            Err(e) if is_dir => skipped.push(e),
             Err(e) => return Err(e),
         }
+    }
+    if records.is_empty() && !skipped.is_empty() {
+        let count = skipped.len();
+        return Err(ProbeError::NoneReadable {
+            path: path.to_path_buf(),
+            count,
+            first: Box::new(skipped.swap_remove(0)),
+        });
+    }
+    for e in skipped {
+        tracing::error!("skipping a file, reading the others: {e}");
     }
     // A malformed address would give a device name the API server refuses, and it refuses the
     // whole slice, every GPU of the node with it.
@@ -377,58 +442,160 @@ pub fn read_records(path: &Path) -> Result<Vec<Probed>, ProbeError> {
     Ok(records.into_iter().map(|(p, _)| p).collect())
 }
 
-/// A file of recorded probes in a directory: JSON (`probe -o json`) or YAML (`probe -o yaml`).
-fn is_record_file(path: &Path) -> bool {
-    path.is_file()
-        && path
-            .extension()
-            .is_some_and(|e| e == "json" || e == "yaml" || e == "yml")
+/// Whether a directory's entry is read as recorded probes, by its name: JSON (`probe -o json`)
+/// or YAML (`probe -o yaml`). Special files of these names are read too, to be refused aloud.
+pub(crate) fn is_record_file(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e == "json" || e == "yaml" || e == "yml")
 }
 
-/// The records of one file: one object or an array of them. Told apart by the first character
-/// rather than by an untagged enum, whose error ("data did not match any variant") would hide the
-/// precise one (an unknown profile name, a missing field).
+/// The text of one file of recorded probes, refused unless it is a regular file of at most
+/// [`RECORD_FILE_MAX_BYTES`]: a device, FIFO or socket could be endless or never answer.
+pub(crate) fn read_record_file(file: &Path) -> Result<String, ProbeError> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let read_err = |source| ProbeError::ReadRecord {
+        path: file.to_path_buf(),
+        source,
+    };
+    // O_NONBLOCK: opening a FIFO with no writer would wait forever; it changes nothing for a
+    // regular file, and anything else is refused before it is read.
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(file)
+        .map_err(read_err)?;
+    let metadata = opened.metadata().map_err(read_err)?;
+    let kind = metadata.file_type();
+    let what = if kind.is_file() {
+        None
+    } else if kind.is_dir() {
+        Some("a directory")
+    } else if kind.is_char_device() {
+        Some("a character device")
+    } else if kind.is_block_device() {
+        Some("a block device")
+    } else if kind.is_fifo() {
+        Some("a FIFO")
+    } else if kind.is_socket() {
+        Some("a socket")
+    } else {
+        Some("a special file")
+    };
+    if let Some(what) = what {
+        return Err(ProbeError::NotAFile {
+            path: file.to_path_buf(),
+            what,
+        });
+    }
+    let too_big = |size| ProbeError::TooBig {
+        path: file.to_path_buf(),
+        size,
+    };
+    if metadata.len() > RECORD_FILE_MAX_BYTES {
+        return Err(too_big(metadata.len()));
+    }
+    // The size can be wrong (procfs says 0) or grow while it is read: the read is bounded too.
+    let mut bytes = Vec::with_capacity(metadata.len() as usize);
+    opened
+        .take(RECORD_FILE_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    if bytes.len() as u64 > RECORD_FILE_MAX_BYTES {
+        return Err(too_big(bytes.len() as u64));
+    }
+    String::from_utf8(bytes).map_err(|e| ProbeError::NotRecords {
+        path: file.to_path_buf(),
+        what: format!(
+            "it is not UTF-8 text (byte {} is not)",
+            e.utf8_error().valid_up_to()
+        ),
+    })
+}
+
+/// The records of one file: one object or an array of them, in JSON or YAML. Told apart by the
+/// first character rather than by an untagged enum, whose error ("data did not match any
+/// variant") would hide the precise one (an unknown profile name, a missing field).
 fn parse_records(file: &Path, text: &str) -> Result<Vec<Probed>, ProbeError> {
     let parse_err = |source| ProbeError::ParseRecord {
         path: file.to_path_buf(),
         source,
     };
-    // `probe -o yaml` output reads back too: YAML is turned into the same JSON first, so both
-    // take one path below (and JSON, itself YAML, never goes through the YAML parser).
-    let trimmed = text.trim_start();
-    if !trimmed.starts_with('[') && !trimmed.starts_with('{') {
-        let value: serde_json::Value = serde_yaml::from_str(text)
-            .map_err(|e| parse_err(serde::de::Error::custom(format!("as YAML: {e}"))))?;
-        let json = serde_json::to_string(&value).map_err(parse_err)?;
-        return parse_records(file, &json);
-    }
-    if text.trim_start().starts_with('[') {
-        let values: Vec<serde_json::Value> = serde_json::from_str(text).map_err(parse_err)?;
-        return values
-            .into_iter()
-            .enumerate()
-            .map(|(i, value)| {
-                let error = match Probed::deserialize(&value) {
-                    Ok(probed) => return Ok(probed),
-                    Err(e) => format!("record {i}: {e}"),
-                };
-                failed_record(file, &error, &value).ok_or_else(|| ProbeError::ParseRecord {
+    match text.trim_start().as_bytes().first() {
+        Some(b'[') => {
+            let values: Vec<serde_json::Value> = serde_json::from_str(text).map_err(parse_err)?;
+            records_of(file, values)
+        }
+        Some(b'{') => match serde_json::from_str::<Probed>(text) {
+            Ok(probed) => Ok(vec![probed]),
+            Err(error) => {
+                let value: Option<serde_json::Value> = serde_json::from_str(text).ok();
+                value
+                    .and_then(|v| failed_record(file, &error.to_string(), &v))
+                    .map(|probed| vec![probed])
+                    .ok_or_else(|| parse_err(error))
+            }
+        },
+        // `probe -o yaml` output (JSON, itself YAML, never comes here). Nesting past serde_yaml's
+        // limit is refused before libyaml takes minutes over it.
+        _ => {
+            let yaml_err = |source| ProbeError::ParseYaml {
+                path: file.to_path_buf(),
+                source,
+            };
+            if let Some(at) = crate::text::flow_nesting_over(text.as_bytes(), YAML_MAX_DEPTH) {
+                return Err(ProbeError::NotRecords {
                     path: file.to_path_buf(),
-                    source: serde::de::Error::custom(error),
-                })
+                    what: format!(
+                        "it nests deeper than {YAML_MAX_DEPTH} levels at line {} column {}",
+                        at.line, at.column
+                    ),
+                });
+            }
+            let value: serde_json::Value = serde_yaml::from_str(text).map_err(yaml_err)?;
+            let what = match value {
+                serde_json::Value::Array(values) => return records_of(file, values),
+                serde_json::Value::Object(_) => {
+                    return match serde_yaml::from_str::<Probed>(text) {
+                        Ok(probed) => Ok(vec![probed]),
+                        Err(error) => failed_record(file, &error.to_string(), &value)
+                            .map(|probed| vec![probed])
+                            .ok_or_else(|| yaml_err(error)),
+                    };
+                }
+                serde_json::Value::Null if text.trim().is_empty() => "it is empty",
+                serde_json::Value::Null => "it holds nothing but comments, `---` or null",
+                serde_json::Value::Bool(_) => "it holds a boolean",
+                serde_json::Value::Number(_) => "it holds a number",
+                serde_json::Value::String(_) => "it holds plain text (a YAML string)",
+            };
+            Err(ProbeError::NotRecords {
+                path: file.to_path_buf(),
+                what: what.to_string(),
             })
-            .collect();
-    }
-    match serde_json::from_str::<Probed>(text) {
-        Ok(probed) => Ok(vec![probed]),
-        Err(error) => {
-            let value: Option<serde_json::Value> = serde_json::from_str(text).ok();
-            value
-                .and_then(|v| failed_record(file, &error.to_string(), &v))
-                .map(|probed| vec![probed])
-                .ok_or_else(|| parse_err(error))
         }
     }
+}
+
+/// serde_yaml's recursion limit, as serde_json's.
+const YAML_MAX_DEPTH: usize = 128;
+
+/// The records of a list, each named by its index in its errors.
+fn records_of(file: &Path, values: Vec<serde_json::Value>) -> Result<Vec<Probed>, ProbeError> {
+    values
+        .into_iter()
+        .enumerate()
+        .map(|(i, value)| {
+            let error = match Probed::deserialize(&value) {
+                Ok(probed) => return Ok(probed),
+                Err(e) => format!("record {i}: {e}"),
+            };
+            failed_record(file, &error, &value).ok_or_else(|| ProbeError::ParseRecord {
+                path: file.to_path_buf(),
+                source: serde::de::Error::custom(error),
+            })
+        })
+        .collect()
 }
 
 /// A record whose content does not parse, as its GPU's failure, if it names the GPU.
@@ -441,8 +608,9 @@ fn failed_record(file: &Path, error: &str, value: &serde_json::Value) -> Option<
             pci: pci.clone(),
         },
         &format!(
-            "has an unreadable recorded probe: parse {}: {error} {FORMAT_HINT}",
-            file.display()
+            "has an unreadable recorded probe: parse {}: {} {FORMAT_HINT}",
+            file.display(),
+            shown(error)
         ),
         &[],
     );
@@ -948,7 +1116,7 @@ pub fn run_child(request: &ChildRequest, out: &mut dyn Write) -> Result<(), Chil
                 path: path.clone(),
                 message,
             };
-            let text = std::fs::read_to_string(path).map_err(|e| replay_err(e.to_string()))?;
+            let text = read_record_file(path).map_err(|e| replay_err(e.to_string()))?;
             serde_json::from_str::<Report>(&text).map_err(|e| replay_err(e.to_string()))?
         }
         None => {
@@ -1105,5 +1273,196 @@ mod tests {
                 bad.display()
             )
         );
+    }
+
+    /// Texts that hold no record, made from their parts: every one is one error naming the
+    /// file, in a directory is that file's problem, and never reaches a parser twice.
+    fn not_records() -> Vec<String> {
+        let mut texts = Vec::new();
+        for space in ["", " ", "\n", "\t\n  \n", "\r\n"] {
+            for body in [
+                "",
+                "null",
+                "~",
+                "Null",
+                "3",
+                "-1.5e300",
+                "0x1f",
+                "true",
+                "no",
+                "\"x\"",
+                "'x'",
+                "foo",
+                "foo bar",
+                "# only a comment",
+                "---",
+                "--- # c",
+                "...",
+                "--- null",
+                "---\n---",
+                "--- 3\n--- 4",
+                "|\n  text",
+                "!!str 3",
+                "&a x",
+            ] {
+                texts.push(format!("{space}{body}{space}"));
+            }
+        }
+        texts
+    }
+
+    #[test]
+    fn text_that_is_no_record_is_one_error_and_in_a_directory_that_file_s_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = tempfile::tempdir().unwrap();
+        write(good.path(), "a.json", GOOD);
+        for (i, text) in not_records().iter().enumerate() {
+            for name in ["r.json", "r.yaml"] {
+                let file = write(dir.path(), name, text);
+                let err = read_records(&file).unwrap_err();
+                let message = err.to_string();
+                assert!(
+                    matches!(
+                        err,
+                        ProbeError::NotRecords { .. } | ProbeError::ParseYaml { .. }
+                    ),
+                    "{text:?}: {message}"
+                );
+                assert!(!message.contains('\n'), "{text:?}: {message}");
+                assert!(
+                    message.contains(&file.display().to_string()) && message.ends_with(')'),
+                    "{text:?}: {message}"
+                );
+                std::fs::remove_file(&file).unwrap();
+                // Beside a good record, only this file is lost.
+                let other = write(good.path(), &format!("b{i}-{name}"), text);
+                assert_eq!(read_records(good.path()).unwrap().len(), 1, "{text:?}");
+                std::fs::remove_file(other).unwrap();
+            }
+        }
+        // Alone in a directory: an error, not a node without GPUs.
+        let alone = tempfile::tempdir().unwrap();
+        write(alone.path(), "a.json", "");
+        write(alone.path(), "b.yaml", "null");
+        let err = read_records(alone.path()).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "no readable recorded probes in {dir}: its 2 files are unreadable, the first: \
+                 recorded probes {dir}/a.json: it is empty, not a recorded probe or a list of \
+                 them (hint: `media-capabilities probe -o json > FILE` on a GPU node records \
+                 one; the format is in docs/report-format.md)",
+                dir = alone.path().display()
+            )
+        );
+    }
+
+    /// Runs `read_records` on a thread, failing the test if it does not return in time (a
+    /// FIFO's open waits for a writer; `/dev/zero` never ends).
+    fn read_bounded(path: &Path) -> Result<Vec<Probed>, ProbeError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = path.to_path_buf();
+        std::thread::spawn(move || tx.send(read_records(&path)));
+        rx.recv_timeout(Duration::from_secs(20))
+            .expect("read_records returns")
+    }
+
+    #[test]
+    fn devices_fifos_and_files_over_the_bound_are_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.json");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        for (path, what) in [
+            (Path::new("/dev/zero"), "a character device"),
+            (Path::new("/dev/urandom"), "a character device"),
+            (Path::new("/dev/null"), "a character device"),
+            (fifo.as_path(), "a FIFO"),
+        ] {
+            let err = read_bounded(path).unwrap_err().to_string();
+            assert_eq!(
+                err,
+                format!(
+                    "recorded probes {}: it is {what}, not a file (hint: give a file \
+                     `media-capabilities probe -o json` wrote, or a directory of them)",
+                    path.display()
+                )
+            );
+        }
+        // Sparse: the size alone refuses it.
+        let big = dir.path().join("big.json");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(RECORD_FILE_MAX_BYTES + 1)
+            .unwrap();
+        let err = read_bounded(&big).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!(
+                "recorded probes {}: 16777217 bytes, over the 16 MiB",
+                big.display()
+            )),
+            "{err}"
+        );
+        // In a directory, links to them and the FIFO are skipped beside a good record.
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero.json")).unwrap();
+        write(dir.path(), "good.json", GOOD);
+        assert_eq!(read_bounded(dir.path()).unwrap().len(), 1);
+        // Bytes that are not text.
+        let binary = dir.path().join("bin");
+        std::fs::write(&binary, b"{\xff\xfe}").unwrap();
+        let err = read_bounded(&binary).unwrap_err().to_string();
+        assert!(
+            err.contains("it is not UTF-8 text (byte 1 is not)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn nesting_past_the_limit_is_refused_quickly_in_every_shape() {
+        let dir = tempfile::tempdir().unwrap();
+        let depth = 200_000;
+        let shapes = [
+            ("json array", "[".repeat(depth)),
+            (
+                "json object",
+                format!("{}1{}", "{\"a\":".repeat(depth), "}".repeat(depth)),
+            ),
+            ("yaml flow", format!("render_node: {}", "[".repeat(depth))),
+            ("yaml flow map", format!("a: {}", "{a: ".repeat(depth))),
+            ("yaml block sequence", "- ".repeat(depth)),
+            (
+                "yaml block mapping",
+                (0..2000)
+                    .map(|i| format!("{}a:\n", " ".repeat(i)))
+                    .collect(),
+            ),
+            // Aliases of aliases: 9^9 strings if expanded.
+            ("yaml aliases", {
+                let mut text = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n".to_string();
+                for i in 1..9 {
+                    let p = format!("*a{}", i - 1);
+                    text += &format!("a{i}: &a{i} [{}]\n", vec![p; 9].join(", "));
+                }
+                text
+            }),
+        ];
+        for (shape, text) in shapes {
+            let file = write(dir.path(), "deep.yaml", &text);
+            let start = Instant::now();
+            let err = read_bounded(&file).unwrap_err().to_string();
+            // serde_json skips an unknown field's value without recursing, so the deep object
+            // is refused for what it lacks.
+            assert!(
+                err.contains("recursion limit exceeded")
+                    || err.contains("repetition limit exceeded")
+                    || err.contains("deeper than 128")
+                    || err.contains("missing field `render_node`"),
+                "{shape}: {err}"
+            );
+            assert!(start.elapsed() < Duration::from_secs(10), "{shape}");
+        }
     }
 }

@@ -331,7 +331,9 @@ pub(crate) fn listing(watched: &Watched) -> std::io::Result<Listing> {
             .into_iter()
             .map(|(name, _, _)| (name, 0, None))
             .collect()),
-        Watched::Reports(path) if path.is_dir() => entries(path, |n| n.ends_with(".json")),
+        Watched::Reports(path) if path.is_dir() => entries(path, |n| {
+            crate::agent::probing::is_record_file(Path::new(n))
+        }),
         Watched::Reports(path) => {
             let meta = std::fs::metadata(path)?;
             Ok(vec![(String::new(), meta.len(), meta.modified().ok())])

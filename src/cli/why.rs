@@ -198,11 +198,6 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
     } else {
         gather_cluster(args, global)?
     };
-    // As in caps: objects that could not be read are warnings, before anything else.
-    let warn = global.color.for_stderr();
-    for note in &objects.notes {
-        crate::cli::warn(io.stderr, &warn, note);
-    }
     let target = parse_target(&args.target, &namespace).map_err(Error::Usage)?;
     let minor = args.kubernetes_version.or(minor);
     let features = Features::for_minor(minor.unwrap_or(36));
@@ -225,7 +220,16 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
             && elsewhere.is_empty()
             && (global.kube.namespace.is_none() || similar.is_empty())
     };
-    let mut diagnosis = pod::explain(&input).map_err(|e| match e {
+    let explained = pod::explain(&input);
+    // As in caps: objects that could not be read are warnings, before anything else; when the
+    // one asked about is among them, the error says so, once.
+    if !matches!(explained, Err(pod::TargetError::Unparsed { .. })) {
+        let warn = global.color.for_stderr();
+        for note in &objects.notes {
+            crate::cli::warn(io.stderr, &warn, note);
+        }
+    }
+    let mut diagnosis = explained.map_err(|e| match e {
         pod::TargetError::PodNotFound {
             name,
             similar,
@@ -484,20 +488,37 @@ fn namespaces_of<'o>(objects: &'o Objects, target: &str) -> Vec<&'o str> {
     let Ok(target) = parse_target(target, "default") else {
         return Vec::new();
     };
-    let mut namespaces: Vec<&str> = match &target {
-        Target::Pod { name, .. } => objects
-            .pods
-            .iter()
-            .filter(|p| p.metadata.name.as_deref() == Some(name))
-            .filter_map(|p| p.metadata.namespace.as_deref())
-            .collect(),
-        Target::Claim { name, .. } => objects
-            .claims
-            .iter()
-            .filter(|c| c.metadata.name.as_deref() == Some(name))
-            .filter_map(|c| c.metadata.namespace.as_deref())
-            .collect(),
+    let (kind, mut namespaces): (Kind, Vec<&str>) = match &target {
+        Target::Pod { name, .. } => (
+            Kind::Pod,
+            objects
+                .pods
+                .iter()
+                .filter(|p| p.metadata.name.as_deref() == Some(name))
+                .filter_map(|p| p.metadata.namespace.as_deref())
+                .collect(),
+        ),
+        Target::Claim { name, .. } => (
+            Kind::ResourceClaim,
+            objects
+                .claims
+                .iter()
+                .filter(|c| c.metadata.name.as_deref() == Some(name))
+                .filter_map(|c| c.metadata.namespace.as_deref())
+                .collect(),
+        ),
     };
+    // One that does not parse is there too: the error about it needs its namespace.
+    let name = match &target {
+        Target::Pod { name, .. } | Target::Claim { name, .. } => name,
+    };
+    namespaces.extend(
+        objects
+            .unparsed
+            .iter()
+            .filter(|u| u.kind == kind && u.name == *name && !u.namespace.is_empty())
+            .map(|u| u.namespace.as_str()),
+    );
     namespaces.sort_unstable();
     namespaces.dedup();
     namespaces

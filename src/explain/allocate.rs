@@ -425,6 +425,57 @@ enum Stop {
     MaxSize,
 }
 
+/// One call of `allocateOne`: the device `device_index` of (sub-)request `sub` of request
+/// `request` of claim `claim`.
+#[derive(Clone, Copy, Debug)]
+struct Call {
+    claim: usize,
+    request: usize,
+    sub: usize,
+    device_index: usize,
+    /// The node's device the search starts from (see `Allocator::next_device`).
+    start: usize,
+    allocating_sub: bool,
+}
+
+impl Call {
+    /// The first device of a request.
+    fn first(claim: usize, request: usize) -> Call {
+        Call {
+            claim,
+            request,
+            sub: 0,
+            device_index: 0,
+            start: 0,
+            allocating_sub: false,
+        }
+    }
+}
+
+/// What a call of `allocateOne` does once the call it made returns.
+enum Frame {
+    /// The next claim was called: a MaxSize there is a plain failure here.
+    NextClaim,
+    /// firstAvailable: sub-request `next - 1` was tried; `next` is tried after it.
+    Subs {
+        at: Call,
+        next: usize,
+        subs: usize,
+        all_exceeded: bool,
+    },
+    /// allocationMode All: device `d` was allocated; undone unless the rest succeeded.
+    AllDevice { at: Call, d: usize },
+    /// The node's device at `position`, `d`, was allocated; undone, and the next one tried,
+    /// unless the rest succeeded.
+    Candidate { at: Call, position: usize, d: usize },
+}
+
+/// The next step of the search: a call to make, or a call's result.
+enum Flow {
+    Call(Call),
+    Return(Result<bool, Stop>),
+}
+
 impl<'a, D: DeviceView> Allocator<'a, D> {
     /// An allocator over `fleet` with the classes of `classes`.
     pub fn new(fleet: Fleet<'a, D>, classes: &'a dyn ClassSource, features: Features) -> Self {
@@ -629,7 +680,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 .constraints
                 .push(prepare_constraints(claim, constraints)?);
         }
-        match self.allocate_one(&mut search, 0, 0, 0, 0, 0, false) {
+        match self.allocate_one(&mut search, Call::first(0, 0)) {
             // Found, but on a device whose room was assumed: not decided.
             Ok(true)
                 if let Some(e) = search.result.iter().enumerate().find_map(|(c, devices)| {
@@ -1213,98 +1264,183 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     }
 
     /// allocator.go `allocateOne`: the device `device_index` of (sub-)request `sub` of request
-    /// `request` of claim `claim`, tried from the node's device `start` on: from 1.36 the next
-    /// device of a request is searched after the previous one (`startLocation`), so a
-    /// shareable device serves a request once; 1.34 and 1.35 search from the first again.
-    #[allow(clippy::too_many_arguments)]
-    fn allocate_one(
-        &mut self,
-        s: &mut Search<'_>,
-        claim: usize,
-        request: usize,
-        sub: usize,
-        device_index: usize,
-        start: usize,
-        allocating_sub: bool,
-    ) -> Result<bool, Stop> {
-        if claim >= s.claims.len() {
-            return Ok(true);
-        }
-        if request >= s.requests[claim].len() {
-            return match self.allocate_one(s, claim + 1, 0, 0, 0, 0, false) {
-                // Retrying the claim with other choices might help a later firstAvailable.
-                Err(Stop::MaxSize) => Ok(false),
-                other => other,
+    /// `request` of claim `claim`, and everything after it. Go's recursion (a level per device,
+    /// request and claim: thousands for a pod of thousands of claims) runs here as a loop over
+    /// a stack of [`Frame`]s on the heap, so no input can overflow the thread's stack; each
+    /// frame is what the Go function does after the call it made returns.
+    fn allocate_one(&mut self, s: &mut Search<'_>, start: Call) -> Result<bool, Stop> {
+        let mut stack: Vec<Frame> = Vec::new();
+        let mut flow = Flow::Call(start);
+        loop {
+            flow = match flow {
+                Flow::Call(call) => self.enter(s, call, &mut stack),
+                Flow::Return(result) => match stack.pop() {
+                    None => return result,
+                    Some(frame) => self.resume(s, frame, result, &mut stack),
+                },
             };
         }
-        let subs = s.requests[claim][request].len();
-        if !allocating_sub && s.requests[claim][request][0].sub.is_some() {
-            let mut all_exceeded = true;
-            for sub in 0..subs {
-                match self.allocate_one(s, claim, request, sub, 0, 0, true) {
-                    Err(Stop::MaxSize) => continue,
-                    Err(e) => return Err(e),
-                    Ok(true) => return Ok(true),
-                    Ok(false) => all_exceeded = false,
-                }
-            }
-            return if all_exceeded {
-                Err(Stop::MaxSize)
-            } else {
-                Ok(false)
-            };
+    }
+
+    /// `allocateOne` up to its first call of itself: the call to make next (with the frame to
+    /// resume when it returns, if any), or its result.
+    fn enter(&mut self, s: &mut Search<'_>, c: Call, stack: &mut Vec<Frame>) -> Flow {
+        if c.claim >= s.claims.len() {
+            return Flow::Return(Ok(true));
+        }
+        if c.request >= s.requests[c.claim].len() {
+            stack.push(Frame::NextClaim);
+            return Flow::Call(Call::first(c.claim + 1, 0));
+        }
+        let subs = s.requests[c.claim][c.request].len();
+        if !c.allocating_sub && s.requests[c.claim][c.request][0].sub.is_some() {
+            stack.push(Frame::Subs {
+                at: c,
+                next: 1,
+                subs,
+                all_exceeded: true,
+            });
+            return Flow::Call(Call {
+                sub: 0,
+                allocating_sub: true,
+                ..c
+            });
         }
         let (num_devices, is_all) = {
-            let data = &s.requests[claim][request][sub];
+            let data = &s.requests[c.claim][c.request][c.sub];
             (data.mode.len(), matches!(data.mode, Mode::All(_)))
         };
         if is_all && num_devices == 0 {
-            return Ok(false);
+            return Flow::Return(Ok(false));
         }
-        if device_index >= num_devices {
-            return self.allocate_one(s, claim, request + 1, 0, 0, 0, false);
+        if c.device_index >= num_devices {
+            return Flow::Call(Call::first(c.claim, c.request + 1));
         }
-        if s.result[claim].len() + num_devices - device_index > ALLOCATION_RESULTS_MAX_SIZE {
-            return Err(Stop::MaxSize);
+        if s.result[c.claim].len() + num_devices - c.device_index > ALLOCATION_RESULTS_MAX_SIZE {
+            return Flow::Return(Err(Stop::MaxSize));
         }
         if is_all {
-            let d = match &s.requests[claim][request][sub].mode {
-                Mode::All(devices) => devices[device_index],
+            let d = match &s.requests[c.claim][c.request][c.sub].mode {
+                Mode::All(devices) => devices[c.device_index],
                 Mode::Count(_) => unreachable!("checked above"),
             };
-            if !self.allocate_device(s, claim, request, sub, d, true)? {
-                return Ok(false);
-            }
-            // 1.34 and 1.35 drop the sub-request here (allocator_incubating.go v0.35.10 passes
-            // no subRequestIndex): the next device is looked for under sub-request 0's
-            // data, so an `All` sub-request after the first takes one device. Fixed in 1.36.
-            let next_sub = if self.features.release >= 36 { sub } else { 0 };
-            let done = self.allocate_one(
-                s,
-                claim,
-                request,
-                next_sub,
-                device_index + 1,
-                0,
-                allocating_sub,
-            );
-            if !matches!(done, Ok(true)) {
-                self.deallocate(s, claim, request, sub, d);
-            }
-            return done;
+            return match self.allocate_device(s, c.claim, c.request, c.sub, d, true) {
+                Err(e) => Flow::Return(Err(e)),
+                Ok(false) => Flow::Return(Ok(false)),
+                Ok(true) => {
+                    stack.push(Frame::AllDevice { at: c, d });
+                    Flow::Call(self.next_device(c, None))
+                }
+            };
         }
-        for position in start..s.node_devices.len() {
+        self.try_candidates(s, c, c.start, stack)
+    }
+
+    /// What `allocateOne` does when the call it made returns `result`.
+    fn resume(
+        &mut self,
+        s: &mut Search<'_>,
+        frame: Frame,
+        result: Result<bool, Stop>,
+        stack: &mut Vec<Frame>,
+    ) -> Flow {
+        match frame {
+            // Retrying the claim with other choices might help a later firstAvailable.
+            Frame::NextClaim => Flow::Return(match result {
+                Err(Stop::MaxSize) => Ok(false),
+                other => other,
+            }),
+            Frame::Subs {
+                at,
+                next,
+                subs,
+                mut all_exceeded,
+            } => {
+                match result {
+                    Err(Stop::MaxSize) => {}
+                    Err(e) => return Flow::Return(Err(e)),
+                    Ok(true) => return Flow::Return(Ok(true)),
+                    Ok(false) => all_exceeded = false,
+                }
+                if next < subs {
+                    stack.push(Frame::Subs {
+                        at,
+                        next: next + 1,
+                        subs,
+                        all_exceeded,
+                    });
+                    return Flow::Call(Call {
+                        sub: next,
+                        allocating_sub: true,
+                        ..at
+                    });
+                }
+                Flow::Return(if all_exceeded {
+                    Err(Stop::MaxSize)
+                } else {
+                    Ok(false)
+                })
+            }
+            Frame::AllDevice { at, d } => {
+                if !matches!(result, Ok(true)) {
+                    self.deallocate(s, at.claim, at.request, at.sub, d);
+                }
+                Flow::Return(result)
+            }
+            Frame::Candidate { at, position, d } => match result {
+                Ok(true) => Flow::Return(Ok(true)),
+                Ok(false) => {
+                    self.deallocate(s, at.claim, at.request, at.sub, d);
+                    self.try_candidates(s, at, position + 1, stack)
+                }
+                Err(e) => {
+                    self.deallocate(s, at.claim, at.request, at.sub, d);
+                    Flow::Return(Err(e))
+                }
+            },
+        }
+    }
+
+    /// The call for a request's next device, after one was allocated (at `position` of the
+    /// node's devices, for a count; `None` for allocationMode All). From 1.36 it is searched
+    /// after that one (`startLocation`), so a shareable device serves a request once; 1.34 and
+    /// 1.35 search from the first again, and for All drop the sub-request
+    /// (allocator_incubating.go v0.35.10 passes no subRequestIndex): an `All` sub-request after
+    /// the first takes one device.
+    fn next_device(&self, c: Call, position: Option<usize>) -> Call {
+        let fixed = self.features.release >= 36;
+        Call {
+            device_index: c.device_index + 1,
+            start: match position {
+                Some(p) if fixed => p + 1,
+                _ => 0,
+            },
+            sub: if fixed || position.is_some() { c.sub } else { 0 },
+            ..c
+        }
+    }
+
+    /// `allocateOne`'s loop over the node's devices for one device of a request, from
+    /// `position` on: the first that can be allocated is, and the rest of the search is called.
+    fn try_candidates(
+        &mut self,
+        s: &mut Search<'_>,
+        c: Call,
+        from: usize,
+        stack: &mut Vec<Frame>,
+    ) -> Flow {
+        for position in from..s.node_devices.len() {
             let d = s.node_devices[position];
             // allocateOne checks a pool's validity before any of its devices: 1.34 fails the
             // attempt on reaching an invalid pool, 1.35+ skips it.
             if let Some(&i) = s.invalid_of.get(&d) {
                 if self.features.release < 35 {
                     let device = &self.fleet.devices[d];
-                    return Err(Stop::Error(AllocError::PoolInvalid {
+                    return Flow::Return(Err(Stop::Error(AllocError::PoolInvalid {
                         driver: device.driver().to_owned(),
                         pool: device.pool().to_owned(),
                         reason: s.invalid[i].reason.clone(),
-                    }));
+                    })));
                 }
                 continue;
             }
@@ -1314,17 +1450,18 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 continue;
             }
             {
-                let data = &s.requests[claim][request][sub];
-                if self.in_use(s, claim, data, d).is_some() {
+                let data = &s.requests[c.claim][c.request][c.sub];
+                if self.in_use(s, c.claim, data, d).is_some() {
                     continue;
                 }
             }
-            let claim_name = s.claims[claim].name;
+            let claim_name = s.claims[c.claim].name;
             let selected = {
-                let data = &s.requests[claim][request][sub];
-                self.selector_verdict(claim_name, data, d)
-                    .map_err(Stop::Error)?
-                    .is_none()
+                let data = &s.requests[c.claim][c.request][c.sub];
+                match self.selector_verdict(claim_name, data, d) {
+                    Ok(verdict) => verdict.is_none(),
+                    Err(e) => return Flow::Return(Err(Stop::Error(e))),
+                }
             };
             // isSelectable: a device's own node (perDeviceNodeSelection) only after its
             // selectors.
@@ -1334,32 +1471,16 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             // A shareable device with capacities is assumed to have room (the most the
             // scheduler could find): a search that fails even so fails for the scheduler
             // too; one that succeeds on such a device is not decided (see `allocate`).
-            if !self.allocate_device(s, claim, request, sub, d, false)? {
-                continue;
-            }
-            let next = if self.features.release >= 36 {
-                position + 1
-            } else {
-                0
-            };
-            match self.allocate_one(
-                s,
-                claim,
-                request,
-                sub,
-                device_index + 1,
-                next,
-                allocating_sub,
-            ) {
-                Ok(true) => return Ok(true),
-                Ok(false) => self.deallocate(s, claim, request, sub, d),
-                Err(e) => {
-                    self.deallocate(s, claim, request, sub, d);
-                    return Err(e);
+            match self.allocate_device(s, c.claim, c.request, c.sub, d, false) {
+                Err(e) => return Flow::Return(Err(e)),
+                Ok(false) => continue,
+                Ok(true) => {
+                    stack.push(Frame::Candidate { at: c, position, d });
+                    return Flow::Call(self.next_device(c, Some(position)));
                 }
             }
         }
-        Ok(false)
+        Flow::Return(Ok(false))
     }
 
     /// allocator.go `allocateDevice`: availability, taints and constraints of one candidate;
@@ -1947,6 +2068,36 @@ mod tests {
         assert_eq!(
             world.devices_of(&[spec]),
             vec![vec![("d".into(), "gpu-b".into())]]
+        );
+    }
+
+    /// Thousands of claims (a pod may name any number) and requests: the search's depth
+    /// is on the heap, so a test thread's 2 MiB stack is enough, and the answer is the Go
+    /// allocator's: every claim on the one shareable GPU, and with one exclusive claim too many,
+    /// none.
+    #[test]
+    fn thousands_of_claims_search_without_recursion() {
+        let shared = World::new(vec![media("n1", "gpu-a", "0000:00:02.0", true)]);
+        let requests: Vec<serde_json::Value> = (0..4)
+            .map(|i| json!({"name": format!("r{i}"), "exactly": {"deviceClassName": "media-gpu"}}))
+            .collect();
+        let spec = claim(json!({ "requests": requests }));
+        let claims = vec![spec; 5000];
+        match shared.run(Features::default(), "n1", &claims) {
+            Ok(NodeVerdict::Allocated(results)) => {
+                assert_eq!(results.len(), 5000);
+                assert!(results.iter().all(|r| r.len() == 4));
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut exclusive = shared;
+        exclusive.devices[0].allow_multiple_allocations = None;
+        let one = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu"}}]}),
+        );
+        assert_eq!(
+            exclusive.run(Features::default(), "n1", &vec![one; 3000]),
+            Ok(NodeVerdict::CannotAllocate)
         );
     }
 

@@ -27,7 +27,7 @@ use super::allocate::{
 use super::diagnose::{self, Finding};
 use super::model::{self, FleetModel, SliceDevice};
 use super::{DeviceView, NodeInfo};
-use crate::fleet::objects::{Kind, Objects, Ustr};
+use crate::fleet::objects::{Kind, Objects, Unparsed, Ustr};
 
 /// The PCI attribute the product's claims constrain on.
 const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
@@ -87,6 +87,20 @@ pub enum TargetError {
         name: String,
         similar: Vec<String>,
         elsewhere: Vec<String>,
+    },
+    /// The object asked about, or one it names, is in the input but does not have its kind's
+    /// shape: the answer would be built on a misreading (or say "not found").
+    #[error(
+        "{of}{unparsed} (hint: that field must have the type the Kubernetes API gives it; `kubectl get {plural} -n {namespace} {name} -o yaml` shows the object as the API server keeps it)",
+        of = .of.as_deref().map(|of| format!("cannot explain {of}: ")).unwrap_or_default(),
+        plural = .unparsed.kind.plural(),
+        namespace = .unparsed.namespace,
+        name = crate::text::elide(&.unparsed.name, 300),
+    )]
+    Unparsed {
+        unparsed: Unparsed,
+        /// `pod ns/name`, when the object that does not parse is one the target names.
+        of: Option<String>,
     },
     #[error(
         "pod {namespace}/{name} has no resource claims (spec.resourceClaims is empty), so DRA does not hold it (hint: kubectl describe pod -n {namespace} {name})"
@@ -466,8 +480,25 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
     let mut used_by = Vec::new();
     // For `why claim/NAME`: what of the pod that uses the claim could not be read.
     let mut unread_user: Option<String> = None;
+    // Objects of the input that did not parse, by identity: one asked about is the error.
+    let unparsed: HashMap<(Kind, &str, &str), &Unparsed> = objects
+        .unparsed
+        .iter()
+        .map(|u| ((u.kind, u.namespace.as_str(), u.name.as_str()), u))
+        .collect();
+    let unparsed_error = |kind: Kind, name: &str, of: Option<String>| {
+        unparsed
+            .get(&(kind, namespace, name))
+            .map(|u| TargetError::Unparsed {
+                unparsed: (*u).clone(),
+                of,
+            })
+    };
     let (kind, name, pod, entries) = match input.target {
         Target::Pod { name, .. } => {
+            if let Some(e) = unparsed_error(Kind::Pod, name, None) {
+                return Err(e);
+            }
             let pod = objects
                 .pods
                 .iter()
@@ -483,6 +514,23 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
                     elsewhere: elsewhere(objects.pods.iter().map(|p| &p.metadata), name),
                 })?;
             let mut entries = pod_claims(pod, objects);
+            let of = || Some(format!("pod {namespace}/{name}"));
+            for entry in &entries {
+                let claim = entry
+                    .claim_name
+                    .as_deref()
+                    .filter(|_| entry.claim.is_none())
+                    .and_then(|c| c.split_once('/'))
+                    .and_then(|(_, claim)| unparsed_error(Kind::ResourceClaim, claim, of()));
+                let template = entry
+                    .template
+                    .as_deref()
+                    .filter(|_| entry.spec.is_none())
+                    .and_then(|t| unparsed_error(Kind::ResourceClaimTemplate, t, of()));
+                if let Some(e) = claim.or(template) {
+                    return Err(e);
+                }
+            }
             if input
                 .unread
                 .iter()
@@ -511,6 +559,9 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
             ("Pod", name, Some(pod), entries)
         }
         Target::Claim { name, .. } => {
+            if let Some(e) = unparsed_error(Kind::ResourceClaim, name, None) {
+                return Err(e);
+            }
             let claim = objects
                 .claims
                 .iter()
@@ -1296,6 +1347,9 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
     // Per (claim, request): device index → status, each device once.
     let mut statuses: Vec<BTreeMap<usize, DeviceStatus>> = Vec::new();
     let mut request_keys: Vec<(String, String)> = Vec::new();
+    // Where each key is in `request_keys`: a claim may have thousands of requests, and a scan
+    // per request and node made that minutes.
+    let mut request_slots: HashMap<(String, String), usize> = HashMap::new();
     let mut attempt_error: Option<AllocError> = None;
     // Nodes the scheduler filters on whose allocation fails with an error.
     let mut erring = 0;
@@ -1358,14 +1412,11 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
         };
         for request in &report.requests {
             let key = (request.claim.clone(), request.request.clone());
-            let slot = match request_keys.iter().position(|k| *k == key) {
-                Some(i) => i,
-                None => {
-                    request_keys.push(key);
-                    statuses.push(BTreeMap::new());
-                    statuses.len() - 1
-                }
-            };
+            let slot = *request_slots.entry(key).or_insert_with_key(|key| {
+                request_keys.push(key.clone());
+                statuses.push(BTreeMap::new());
+                statuses.len() - 1
+            });
             for (d, status) in &request.devices {
                 statuses[slot].entry(*d).or_insert_with(|| status.clone());
             }
@@ -1416,6 +1467,7 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
     // Devices of one CEL class (see Allocator::cel_class) fail a selector the same way: each
     // is diagnosed once per class, not once per device.
     let mut diagnoses: HashMap<(String, usize), Finding> = HashMap::new();
+    let mut known: Option<HashSet<(String, String)>> = None;
     for (slot, (claim_label, request_name)) in request_keys.iter().enumerate() {
         let Some(&(claim_index, _, spec)) = pending.iter().find(|(_, l, _)| l == claim_label)
         else {
@@ -1695,8 +1747,8 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
         nodes.sort_by(|a, b| crate::fleet::inventory::natural_cmp(a, b));
         report.qualifying_nodes = nodes;
 
-        // Names no device has.
-        let known = known_attributes(model);
+        // Names no device has (the fleet's names, gathered once for every request).
+        let known = known.get_or_insert_with(|| known_attributes(model));
         let selectors = class_selectors
             .iter()
             .enumerate()

@@ -177,28 +177,44 @@ pub(crate) fn sources(args: &[String], recursive: bool) -> Result<Vec<Source>, S
 }
 
 /// Adds the files of `dir` with one of the [`EXTENSIONS`], in name order, descending into
-/// subdirectories when `recursive`.
+/// subdirectories when `recursive` (depth first, before the next entry). The directories being
+/// read are a stack on the heap, not a recursion: a tree can be as deep as paths allow.
 fn walk(
     dir: &std::path::Path,
     recursive: bool,
     sources: &mut Vec<Source>,
 ) -> Result<(), SnapshotError> {
-    let inaccessible = |source| SnapshotError::Inaccessible {
-        path: dir.display().to_string(),
-        source,
+    let list = |dir: &std::path::Path| {
+        let inaccessible = |source| SnapshotError::Inaccessible {
+            path: dir.display().to_string(),
+            source,
+        };
+        let mut entries: Vec<std::fs::DirEntry> = std::fs::read_dir(dir)
+            .map_err(inaccessible)?
+            .collect::<Result<_, _>>()
+            .map_err(inaccessible)?;
+        // Reversed, so that popping gives name order.
+        entries.sort_by_key(|e| std::cmp::Reverse(e.file_name()));
+        Ok::<_, SnapshotError>(entries)
     };
-    let mut entries: Vec<std::fs::DirEntry> = std::fs::read_dir(dir)
-        .map_err(inaccessible)?
-        .collect::<Result<_, _>>()
-        .map_err(inaccessible)?;
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
+    let mut open = vec![list(dir)?];
+    while let Some(entries) = open.last_mut() {
+        let Some(entry) = entries.pop() else {
+            open.pop();
+            continue;
+        };
         let path = entry.path();
         // The entry itself, not what a link points to: a linked directory is not walked.
-        let is_dir = entry.file_type().map_err(inaccessible)?.is_dir();
+        let is_dir = entry
+            .file_type()
+            .map_err(|source| SnapshotError::Inaccessible {
+                path: path.display().to_string(),
+                source,
+            })?
+            .is_dir();
         if is_dir {
             if recursive {
-                walk(&path, recursive, sources)?;
+                open.push(list(&path)?);
             }
         } else if path
             .extension()
@@ -277,6 +293,7 @@ impl Seen {
             nodes,
             events,
             notes,
+            unparsed,
             ..
         } = new;
         self.kind(
@@ -323,6 +340,7 @@ impl Seen {
             meta(&o.metadata)
         })?;
         objects.notes.extend(notes);
+        objects.unparsed.extend(unparsed);
         Ok(())
     }
 
@@ -540,34 +558,17 @@ fn first_yaml_line_is_kubernetes(bytes: &[u8], name: &str) -> Result<(), Snapsho
 }
 
 /// Flow collections nested past serde_yaml's recursion limit are refused before serde_yaml
-/// sees them: libyaml takes minutes over a hundred thousand `[` before serde_yaml's own limit
-/// stops it. Brackets in quoted and block scalars count too (this does not parse YAML), which
-/// only matters for text with over 128 unclosed brackets, which no Kubernetes object has.
+/// sees them ([`crate::text::flow_nesting_over`] says why).
 fn yaml_nesting(bytes: &[u8], name: &str) -> Result<(), SnapshotError> {
-    let (mut depth, mut line, mut column) = (0usize, 1, 1);
-    for &b in bytes {
-        match b {
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > MAX_DEPTH {
-                    return Err(SnapshotError::Pathological {
-                        file: name.to_string(),
-                        line,
-                        column,
-                        what: "nesting deeper than 128 levels".to_string(),
-                    });
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            b'\n' => {
-                line += 1;
-                column = 0;
-            }
-            _ => {}
-        }
-        column += 1;
+    match crate::text::flow_nesting_over(bytes, MAX_DEPTH) {
+        None => Ok(()),
+        Some(at) => Err(SnapshotError::Pathological {
+            file: name.to_string(),
+            line: at.line,
+            column: at.column,
+            what: "nesting deeper than 128 levels".to_string(),
+        }),
     }
-    Ok(())
 }
 
 /// The YAML documents of one text, each a Kubernetes object or List.
@@ -1308,6 +1309,31 @@ fn strip_location(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tree 1,000 directories deep is walked depth first in name order, on a thread whose
+    /// stack a recursion per level would overflow.
+    #[test]
+    fn a_deep_tree_is_walked_without_recursion() {
+        let root = tempfile::tempdir().unwrap();
+        let mut dir = root.path().to_path_buf();
+        for _ in 0..1000 {
+            std::fs::write(dir.join("b.yaml"), "").unwrap();
+            dir.push("a");
+            std::fs::create_dir(&dir).unwrap();
+        }
+        std::fs::write(dir.join("deepest.json"), "").unwrap();
+        let arg = root.path().display().to_string();
+        let found = std::thread::Builder::new()
+            .stack_size(64 << 10)
+            .spawn(move || sources(&[arg], true).unwrap())
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(found.len(), 1001);
+        // Depth first: the subdirectory `a` before its sibling `b.yaml`.
+        assert_eq!(found[0], Source::File(dir.join("deepest.json")));
+        assert_eq!(found[1000], Source::File(root.path().join("b.yaml")));
+    }
 
     const YAML: &str = "\
 apiVersion: resource.k8s.io/v1

@@ -929,7 +929,59 @@ pub struct Objects {
     pub events: Vec<Event>,
     /// One line per object that was skipped, naming it and why.
     pub notes: Vec<String>,
+    /// The objects of a kind read here that did not have its shape, by name: the target of
+    /// `why` among them is an error, not a name not found.
+    pub unparsed: Vec<Unparsed>,
     wanted: Kinds,
+}
+
+/// An object of a kind that is read which does not have its kind's shape: which one, the field
+/// (a path from the object's root) and what is wrong there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unparsed {
+    pub kind: Kind,
+    /// Empty for cluster-scoped objects.
+    pub namespace: String,
+    pub name: String,
+    /// `spec.nodeSelector.a: invalid type: null, expected a string`, with a huge value cut.
+    pub problem: String,
+}
+
+impl fmt::Display for Unparsed {
+    /// `pod media/p: spec.nodeSelector.a: invalid type: null, expected a string`.
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let name = qualified_name(Some(&self.namespace), Some(&self.name));
+        write!(
+            f,
+            "{} {}: {}",
+            self.kind.name().to_ascii_lowercase(),
+            crate::text::elide(&name, MAX_NAME_SHOWN),
+            self.problem
+        )
+    }
+}
+
+/// The most of a name, and of a parser's message (which quotes the value it refused), that a
+/// note repeats: a value of a megabyte is cut in its middle, never repeated whole.
+const MAX_NAME_SHOWN: usize = 300;
+const MAX_PROBLEM_SHOWN: usize = 400;
+
+/// What is wrong with a value, after the path to it from the object's root (`spec.x[0].y: `);
+/// nothing before it when the object's root itself is wrong.
+fn problem(path: &serde_path_to_error::Path, error: &dyn fmt::Display) -> String {
+    let message = error.to_string();
+    let message = crate::text::elide(&message, MAX_PROBLEM_SHOWN);
+    match path.to_string().as_str() {
+        "." => message.into_owned(),
+        path => format!("{}: {message}", crate::text::elide(path, MAX_NAME_SHOWN)),
+    }
+}
+
+/// `T` from `value`, or what is wrong and where.
+fn shaped<'de, T: Deserialize<'de>>(
+    value: impl de::Deserializer<'de, Error = serde_json::Error>,
+) -> Result<T, String> {
+    serde_path_to_error::deserialize(value).map_err(|e| problem(e.path(), e.inner()))
 }
 
 /// The kind and apiVersion a List gives items that carry none (an API server's typed list).
@@ -1306,8 +1358,50 @@ impl Objects {
             .and_then(|k| k.as_str())
             .or(inherit.kind)
             .unwrap_or("object");
-        let name = object_name(value.get("metadata"));
-        self.notes.push(format!("skipped {kind} {name:?}: {error}"));
+        // A ResourceSlice read in one pass says where in the text, not which field: read
+        // again, apart, to name the field.
+        let known = Kind::from_name(kind).filter(|k| self.wanted.contains(*k));
+        let problem = match known {
+            Some(Kind::ResourceSlice) => slice_problem(value),
+            _ => None,
+        }
+        .unwrap_or_else(|| crate::text::elide(error, MAX_PROBLEM_SHOWN).into_owned());
+        match known {
+            Some(known) => {
+                let field = |f: &str| {
+                    value
+                        .get("metadata")
+                        .and_then(|m| m.get(f))
+                        .and_then(|v| v.as_str())
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                self.add_unparsed(known, field("namespace"), field("name"), problem);
+            }
+            None => {
+                let name = object_name(value.get("metadata"));
+                let name = crate::text::elide(&name, MAX_NAME_SHOWN);
+                let kind = crate::text::elide(kind, MAX_NAME_SHOWN);
+                self.notes
+                    .push(format!("skipped {kind} {name:?}: {problem}"));
+            }
+        }
+    }
+
+    /// Keeps an object that did not have its kind's shape, and notes it.
+    fn add_unparsed(&mut self, kind: Kind, namespace: String, name: String, problem: String) {
+        let shown = qualified_name(Some(&namespace), Some(&name));
+        self.notes.push(format!(
+            "skipped {} {:?}: {problem}",
+            kind.name(),
+            crate::text::elide(&shown, MAX_NAME_SHOWN)
+        ));
+        self.unparsed.push(Unparsed {
+            kind,
+            namespace,
+            name,
+            problem,
+        });
     }
 
     /// Appends another set of objects (a later page of the same listing, another file).
@@ -1320,6 +1414,7 @@ impl Objects {
         self.nodes.extend(other.nodes);
         self.events.extend(other.events);
         self.notes.extend(other.notes);
+        self.unparsed.extend(other.unparsed);
     }
 
     /// Adds the objects of one already-parsed document (the YAML path).
@@ -1372,6 +1467,7 @@ impl Objects {
             Some(h) => qualified_name(h.namespace.as_deref(), h.name.as_deref()),
             None => object_name(fields.get("metadata")),
         };
+        let name = crate::text::elide(&name, MAX_NAME_SHOWN).into_owned();
         if api_version != Some(known.api_version()) {
             let hint = if known.group().is_empty() {
                 format!("kubectl get {} -o yaml", known.plural())
@@ -1383,7 +1479,7 @@ impl Objects {
                 )
             };
             let read = match api_version {
-                Some(version) => format!("it is {version}"),
+                Some(version) => format!("it is {}", crate::text::elide(version, MAX_NAME_SHOWN)),
                 None => "it has no apiVersion".to_string(),
             };
             self.notes.push(format!(
@@ -1415,23 +1511,29 @@ impl Objects {
         fields.insert("kind".into(), known.name().into());
         fields.insert("apiVersion".into(), known.api_version().into());
         let value = serde_json::Value::Object(fields);
-        let typed = || -> Result<(), serde_json::Error> {
+        let field = |f: &str| {
+            value
+                .get("metadata")
+                .and_then(|m| m.get(f))
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let (namespace, name) = (field("namespace"), field("name"));
+        let mut typed = || -> Result<(), String> {
             match known {
-                Kind::DeviceClass => self.classes.push(serde_json::from_value(value)?),
-                Kind::ResourceClaim => self.claims.push(serde_json::from_value(value)?),
-                Kind::ResourceClaimTemplate => {
-                    self.claim_templates.push(serde_json::from_value(value)?)
-                }
-                Kind::Pod => self.pods.push(serde_json::from_value(value)?),
-                Kind::Node => self.nodes.push(serde_json::from_value(value)?),
-                Kind::Event => self.events.push(serde_json::from_value(value)?),
+                Kind::DeviceClass => self.classes.push(shaped(&value)?),
+                Kind::ResourceClaim => self.claims.push(shaped(&value)?),
+                Kind::ResourceClaimTemplate => self.claim_templates.push(shaped(&value)?),
+                Kind::Pod => self.pods.push(shaped(&value)?),
+                Kind::Node => self.nodes.push(shaped(&value)?),
+                Kind::Event => self.events.push(shaped(&value)?),
                 Kind::ResourceSlice => unreachable!("read above"),
             }
             Ok(())
         };
-        if let Err(e) = typed() {
-            self.notes
-                .push(format!("skipped {} {name:?}: {e}", known.name()));
+        if let Err(problem) = typed() {
+            self.add_unparsed(known, namespace, name, problem);
         }
         Ok(())
     }
@@ -1443,6 +1545,16 @@ fn qualified_name(namespace: Option<&str>, name: Option<&str>) -> String {
         (Some(ns), name) if !ns.is_empty() => format!("{ns}/{name}"),
         (_, name) => name.to_string(),
     }
+}
+
+/// What is wrong with a ResourceSlice's `metadata` or `spec`, and where, if either is.
+fn slice_problem(value: &serde_json::Value) -> Option<String> {
+    let part = |field: &str, read: &dyn Fn(&serde_json::Value) -> Result<(), String>| {
+        let part = value.get(field)?;
+        read(part).err().map(|p| format!("{field}.{p}"))
+    };
+    part("metadata", &|v| shaped::<Metadata>(v).map(drop))
+        .or_else(|| part("spec", &|v| shaped::<SliceSpec>(v).map(drop)))
 }
 
 fn object_name(metadata: Option<&serde_json::Value>) -> String {
@@ -1769,20 +1881,19 @@ spec:
         assert_eq!(objects.slices.len(), 1);
         assert_eq!(objects.pods.len(), 1);
         assert_eq!(objects.notes.len(), 4, "{:#?}", objects.notes);
-        assert!(
-            objects.notes[0]
-                .starts_with("skipped ResourceSlice \"node-a-media.liken.sh\": invalid type"),
-            "{}",
-            objects.notes[0]
+        assert_eq!(
+            objects.notes[0],
+            "skipped ResourceSlice \"node-a-media.liken.sh\": spec.pool.generation: invalid type: \
+             string \"three\", expected i64"
         );
         assert!(
             objects.notes[1]
                 .contains("it is resource.k8s.io/v1beta1, and only resource.k8s.io/v1 is read")
         );
-        assert!(
-            objects.notes[2].starts_with("skipped Pod \"ns/p\": invalid type"),
-            "{}",
-            objects.notes[2]
+        assert_eq!(
+            objects.notes[2],
+            "skipped Pod \"ns/p\": spec.containers: invalid type: string \"none\", expected a \
+             sequence"
         );
         assert_eq!(
             objects.notes[3],
@@ -1795,7 +1906,17 @@ spec:
         from_value.add_value(&value);
         assert_eq!(from_value.slices, objects.slices);
         assert_eq!(from_value.pods, objects.pods);
-        assert_eq!(from_value.notes.len(), 4, "{:#?}", from_value.notes);
+        assert_eq!(from_value.notes, objects.notes);
+        assert_eq!(from_value.unparsed, objects.unparsed);
+        let unparsed: Vec<String> = objects.unparsed.iter().map(|u| u.to_string()).collect();
+        assert_eq!(
+            unparsed,
+            [
+                "resourceslice node-a-media.liken.sh: spec.pool.generation: invalid type: string \
+                 \"three\", expected i64",
+                "pod ns/p: spec.containers: invalid type: string \"none\", expected a sequence",
+            ]
+        );
 
         // A kind that is read, without an apiVersion: skipped with a note; a kind that is not
         // read, with or without one: passed over in silence.
@@ -1863,5 +1984,45 @@ spec:
         }
         assert_eq!(Kind::Event.api_version(), "v1");
         assert!(Kind::Pod.namespaced() && !Kind::ResourceSlice.namespaced());
+    }
+
+    /// Values of the wrong type, made for each kind that is read, at each depth: each is named
+    /// with its path and field, in JSON read in one pass and in YAML read as a value, and a
+    /// huge value is never repeated whole.
+    #[test]
+    fn an_object_that_does_not_parse_is_named_with_its_field() {
+        let huge = "x".repeat(1 << 20);
+        let cases = [
+            (
+                r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"media"},"spec":{"nodeSelector":{"a":null},"containers":[]}}"#.to_string(),
+                "pod media/p: spec.nodeSelector.a: invalid type: null, expected a string",
+            ),
+            (
+                r#"{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{"name":"c","namespace":"media"},"spec":{"devices":{"requests":[{"name":"r","exactly":{"deviceClassName":"x","count":"3"}}]}}}"#.to_string(),
+                "resourceclaim media/c: spec.devices.requests[0].exactly.count: invalid type: string \"3\", expected i64",
+            ),
+            (
+                r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"n"},"spec":{"taints":[{"key":"k","effect":7}]}}"#.to_string(),
+                "node n: spec.taints[0].effect: invalid type: integer `7`, expected a string",
+            ),
+            (
+                format!(r#"{{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","metadata":{{"name":"s"}},"spec":{{"driver":"d","pool":{{"name":"p","generation":"{huge}","resourceSliceCount":1}}}}}}"#),
+                "resourceslice s: spec.pool.generation: invalid type: string \"xxx",
+            ),
+        ];
+        for (text, want) in cases {
+            let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let mut from_json = Objects::default();
+            from_json.add_json(&text).unwrap();
+            let mut from_value = Objects::default();
+            from_value.add_value(&value);
+            for objects in [&from_json, &from_value] {
+                assert_eq!(objects.unparsed.len(), 1, "{want}");
+                let said = objects.unparsed[0].to_string();
+                assert!(said.starts_with(want), "{said}");
+                assert!(said.len() < 1000, "{}", said.len());
+                assert!(objects.notes[0].len() < 1000, "{}", objects.notes[0].len());
+            }
+        }
     }
 }

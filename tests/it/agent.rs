@@ -761,6 +761,87 @@ fn a_node_without_gpus_publishes_an_empty_slice_and_follows_new_ones() {
     assert_eq!(generation(&none), 3);
 }
 
+/// The agent's resident memory in KiB, from /proc.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("the agent is running")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+#[test]
+fn bad_files_appearing_in_the_reports_directory_cost_only_themselves() {
+    let s = setup(2);
+    let agent = s.start(&[]);
+    s.wait_slice("published", |v| devices(v).len() == 2);
+    let dir = s.reports.path();
+    // Each appears on its own, so each is a change the agent reads.
+    let fifo = dir.join("fifo.json");
+    type Make<'a> = &'a dyn Fn(&Path);
+    let bad: [(&str, Make); 6] = [
+        ("empty.json", &|p| std::fs::write(p, "").unwrap()),
+        ("null.json", &|p| std::fs::write(p, "null").unwrap()),
+        ("marker.yaml", &|p| {
+            std::fs::write(p, "---\n# nothing\n").unwrap()
+        }),
+        ("deep.yml", &|p| {
+            std::fs::write(p, "- ".repeat(100_000)).unwrap()
+        }),
+        ("zero.json", &|p| {
+            std::os::unix::fs::symlink("/dev/zero", p).unwrap()
+        }),
+        ("fifo.json", &|p| {
+            let made = std::process::Command::new("mkfifo").arg(p).status();
+            assert!(made.unwrap().success());
+        }),
+    ];
+    for (name, make) in bad {
+        let path = dir.join(name);
+        make(&path);
+        let line = agent
+            .log
+            .wait_for(&format!(" {}", path.display()), DEADLINE);
+        assert!(
+            line.contains("skipping a file, reading the others: "),
+            "{line}"
+        );
+    }
+    assert!(fifo.exists());
+    // Still alive and following: a GPU added now is published.
+    s.add_gpu(0, 2);
+    s.wait_slice("a GPU added after the bad files", |v| devices(v).len() == 3);
+    assert!(
+        rss_kib(agent.pid()) < 200 * 1024,
+        "the agent read what it should have refused: {} KiB",
+        rss_kib(agent.pid())
+    );
+    // Only bad files left: an error, and the GPUs published stay (no "no GPUs" from a guess).
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("0000-")
+        {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    agent.log.wait_for(
+        &format!(
+            "no readable recorded probes in {}: its 6 files",
+            dir.display()
+        ),
+        DEADLINE,
+    );
+    assert_eq!(devices(&s.slice().expect("the slice stays")).len(), 3);
+    s.add_gpu(1, 5);
+    s.wait_slice("a GPU beside the bad files", |v| devices(v).len() == 1);
+}
+
 #[test]
 fn the_kubelet_registers_and_prepares_through_the_agent() {
     let s = setup(1);

@@ -17,6 +17,7 @@ mod deploy;
 mod docs;
 mod explain;
 mod files;
+mod fuzz;
 mod generated;
 mod help;
 mod isolation;

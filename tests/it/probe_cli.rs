@@ -202,6 +202,70 @@ fn errors_name_the_file_and_exit_with_1() {
     );
 }
 
+/// What `--from` is given that is no record, built from its kinds: each is one error line
+/// naming it, exit 1, whether named alone or the only file of a directory.
+#[test]
+fn what_is_no_record_is_one_error_line_alone_and_in_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cases: Vec<(PathBuf, &str)> = Vec::new();
+    for (i, (text, what)) in [
+        ("", "it is empty"),
+        (" \n  \n", "it is empty"),
+        ("null", "nothing but comments, `---` or null"),
+        ("# a comment\n", "nothing but comments, `---` or null"),
+        ("---\n", "nothing but comments, `---` or null"),
+        ("42", "it holds a number"),
+        ("\"text\"", "it holds plain text"),
+        ("words of text", "it holds plain text"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let file = dir.path().join(format!("{i}.json"));
+        std::fs::write(&file, text).unwrap();
+        cases.push((file, what));
+    }
+    let fifo = dir.path().join("fifo.yaml");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    cases.push((fifo, "it is a FIFO, not a file"));
+    cases.push((PathBuf::from("/dev/zero"), "it is a character device"));
+    cases.push((PathBuf::from("/dev/null"), "it is a character device"));
+    for (file, what) in &cases {
+        let output = run(&["probe", "--from", file.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{}: {err}", file.display());
+        assert!(
+            err.starts_with(&format!("error: recorded probes {}: ", file.display()))
+                && err.contains(what)
+                && err.ends_with(")\n")
+                && err.lines().count() == 1,
+            "{err}"
+        );
+        // The only file of a directory: one line too, not a log line and then an error.
+        let alone = tempfile::tempdir().unwrap();
+        let link = alone.path().join("only.json");
+        std::os::unix::fs::symlink(file, &link).unwrap();
+        let output = run(&["probe", "--from", alone.path().to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{err}");
+        assert!(
+            err.starts_with(&format!(
+                "error: no readable recorded probes in {}: its one file is unreadable: \
+                 recorded probes {}: ",
+                alone.path().display(),
+                link.display()
+            )) && err.lines().count() == 1,
+            "{err}"
+        );
+    }
+}
+
 #[test]
 fn usage_errors_are_one_line_exit_with_2_and_never_suggest_hidden_subcommands() {
     let one_line = |args: &[&str]| {

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::Output;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::apiserver::{Fault, TestApiServer};
 
@@ -518,6 +518,167 @@ fn a_misspelt_name_in_files_gets_the_files_close_names() {
     }
     for args in [&["film0"][..], &["zzz"], &["batch1", "-n", "media"]] {
         assert!(!why(args).contains("kubectl get"), "{args:?}");
+    }
+}
+
+/// An object of a kind why reads that does not parse, made by editing a scenario: when it is
+/// the one asked about, or a claim it names, it is the one error line, with its field; any
+/// other is a warning, and the answer stands.
+#[test]
+fn an_object_that_does_not_parse_is_the_error_when_asked_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = "no-gpu-qualifies";
+    // Sets `field` of the object at `pointer` (made if need be).
+    let set = |kind: &'static str, name: &'static str, pointer: &'static str, to: Value| {
+        move |mut v: Value| {
+            if v["kind"] == kind && v["metadata"]["name"] == name {
+                let (parent, field) = pointer.rsplit_once('/').unwrap();
+                v.pointer_mut(parent).expect(parent)[field] = to.clone();
+            }
+            Some(v)
+        }
+    };
+    let pod = edited(
+        dir.path(),
+        scenario,
+        "pod",
+        set("Pod", "archive-0", "/spec/nodeSelector", json!({"a": null})),
+    );
+    let e = crate::error_line(why_on("archive-0", &pod, &["-n", "media"]));
+    assert_eq!(
+        e,
+        "error: pod media/archive-0: spec.nodeSelector.a: invalid type: null, expected a string \
+         (hint: that field must have the type the Kubernetes API gives it; `kubectl get pods -n \
+         media archive-0 -o yaml` shows the object as the API server keeps it)"
+    );
+    // Its namespace is found as a readable pod's would be.
+    assert_eq!(crate::error_line(why_on("archive-0", &pod, &[])), e);
+    let claim = edited(
+        dir.path(),
+        scenario,
+        "claim",
+        set(
+            "ResourceClaim",
+            "archive-0-gpu-x7k2q",
+            "/spec/devices/requests/0/exactly/count",
+            json!("3"),
+        ),
+    );
+    let e = crate::error_line(why_on("archive-0", &claim, &["-n", "media"]));
+    assert!(
+        e.starts_with(
+            "error: cannot explain pod media/archive-0: resourceclaim media/archive-0-gpu-x7k2q: \
+             spec.devices.requests[0].exactly.count: invalid type: string \"3\", expected i64 \
+             (hint: "
+        ),
+        "{e}"
+    );
+    let e = crate::error_line(why_on(
+        "claim/archive-0-gpu-x7k2q",
+        &claim,
+        &["-n", "media"],
+    ));
+    assert!(
+        e.starts_with("error: resourceclaim media/archive-0-gpu-x7k2q: spec.devices"),
+        "{e}"
+    );
+    // Another pod that does not parse is a warning, its huge value cut; the answer is as
+    // without it (exit 3: no GPU qualifies).
+    let huge = "v".repeat(1 << 20);
+    let other = edited(dir.path(), scenario, "other", move |v| {
+        if v["kind"] != "Pod" {
+            return Some(v);
+        }
+        let mut other = v.clone();
+        other["metadata"]["name"] = json!("other");
+        other["spec"]["priority"] = json!(huge.clone());
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": [v, other]});
+        Some(list)
+    });
+    let out = why_on("archive-0", &other, &["-n", "media"]);
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with(
+            "warning: skipped Pod \"media/other\": spec.priority: invalid type: string \"vvv"
+        ) && stderr.contains("bytes cut) ...")
+            && stderr.ends_with("\", expected i32\n")
+            && stderr.lines().count() == 1
+            && stderr.len() < 1000,
+        "{}",
+        &stderr[..stderr.len().min(2000)]
+    );
+}
+
+/// A pod of thousands of claims, and a claim of 10,000 requests, made here: each is answered
+/// (no stack overflow in the allocator's search) in seconds of CPU. Before, the first
+/// overflowed the stack and the second took 35 s, quadratic in the requests.
+#[test]
+fn thousands_of_claims_and_requests_are_answered_in_bounded_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let request = |name: String| json!({"name": name, "exactly": {"deviceClassName": "media-gpu"}});
+    let claim = |name: String, requests: Vec<Value>| {
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "media"},
+            "spec": {"devices": {"requests": requests}}})
+    };
+    let pod = |claims: Vec<Value>| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "big", "namespace": "media", "uid": "u"},
+            "spec": {"resourceClaims": claims, "containers": [{"name": "w", "image": "i"}]}})
+    };
+    let many_claims = 3000;
+    let mut items = vec![pod((0..many_claims)
+        .map(|i| json!({"name": format!("c{i}"), "resourceClaimName": format!("claim-{i}")}))
+        .collect())];
+    items
+        .extend((0..many_claims).map(|i| claim(format!("claim-{i}"), vec![request("gpu".into())])));
+    let claims_file = dir.path().join("claims.json");
+    std::fs::write(
+        &claims_file,
+        json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string(),
+    )
+    .unwrap();
+    let requests_file = dir.path().join("requests.json");
+    let items = [
+        pod(vec![json!({"name": "c", "resourceClaimName": "claim"})]),
+        claim(
+            "claim".into(),
+            (0..10_000).map(|i| request(format!("r{i}"))).collect(),
+        ),
+    ];
+    std::fs::write(
+        &requests_file,
+        json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string(),
+    )
+    .unwrap();
+    for (file, code, verdict) in [
+        (&claims_file, 0, "Nothing in the fleet blocks pod media/big"),
+        (
+            &requests_file,
+            3,
+            "claim media/claim: number of requested devices 10000 exceeds the claim limit of 32",
+        ),
+    ] {
+        let args = why_args("big", file.to_str().unwrap(), &["-n", "media"]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let home = tempfile::tempdir().unwrap();
+        let command =
+            crate::support::timing::plugin(env!("CARGO_BIN_EXE_kubectl-media"), &args, home.path());
+        let (exit, stdout, cpu) = crate::support::timing::cpu_timed(command);
+        assert_eq!(exit, code, "{}", &stdout[..stdout.len().min(2000)]);
+        assert!(
+            stdout.contains(verdict),
+            "{}",
+            &stdout[..stdout.len().min(2000)]
+        );
+        // About 3 s of CPU each in a debug build (35 s before, for the requests); CPU time, so
+        // that a loaded machine does not fail it.
+        assert!(
+            cpu > std::time::Duration::ZERO && cpu < std::time::Duration::from_secs(15),
+            "{}: {cpu:?} of CPU",
+            file.display()
+        );
     }
 }
 

@@ -1,0 +1,320 @@
+//! Bounded fuzzing of the two readers of outside text: recorded probes (`probe --from`, the
+//! agent's `--reports`) and `-f` objects. A fixed seed and a fixed number of cases, so a run is
+//! reproducible and takes seconds; each case is made from a real input by one class of damage.
+//! The oracle: the reader returns (no panic, no stack overflow, no hang), and a refusal is one
+//! line naming the file, of bounded length.
+//!
+//! Cases per reader: [`CASES_PER_CLASS`] for each of the [`Class`]es (8), over 2 seeds each
+//! (the docs' recorded probe as JSON and as YAML; the example fleet as YAML and as a JSON List),
+//! so 2 × 8 × 150 = 2,400 per reader, 4,800 in all.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use media_operator::agent::probing::read_records;
+use media_operator::fleet::files::add_text;
+use media_operator::fleet::objects::Objects;
+use serde_json::Value;
+
+const SEED: u64 = 0x6d65_6469_6121;
+const CASES_PER_CLASS: usize = 150;
+/// The longest error line a case may give: a huge value in the input is cut, never repeated.
+const MAX_ERROR: usize = 4096;
+
+/// The kinds of damage done to a real input.
+#[derive(Clone, Copy, Debug)]
+enum Class {
+    /// Cut at a random byte (mid-token, mid-character).
+    Truncate,
+    /// A few bytes replaced by random ones, binary included.
+    Flip,
+    /// Structural characters of JSON and YAML inserted at random places.
+    Punctuate,
+    /// A random slice repeated, or moved elsewhere.
+    Splice,
+    /// Deep nesting inserted: `[`, `{"a":`, `- ` or indented keys, far past 128 levels.
+    Nest,
+    /// One value of the parsed input replaced by one of another type (null, number, string, a
+    /// huge string, an array, an object), re-serialised in the seed's format.
+    Retype,
+    /// A random sequence of JSON and YAML tokens.
+    Tokens,
+    /// Random bytes, with no relation to the seed.
+    Noise,
+}
+
+const CLASSES: [Class; 8] = [
+    Class::Truncate,
+    Class::Flip,
+    Class::Punctuate,
+    Class::Splice,
+    Class::Nest,
+    Class::Retype,
+    Class::Tokens,
+    Class::Noise,
+];
+
+const PUNCTUATION: &[&str] = &[
+    "{",
+    "}",
+    "[",
+    "]",
+    ":",
+    ",",
+    "\"",
+    "'",
+    "-",
+    "\n",
+    " ",
+    "#",
+    "&a",
+    "*a",
+    "!!str",
+    "|",
+    ">",
+    "---",
+    "...",
+    "\\",
+    "null",
+    "~",
+    "%YAML 1.2\n",
+    "\t",
+    "\u{feff}",
+    "\u{0}",
+];
+
+/// A byte index of `text` on a character boundary, at random.
+fn boundary(rng: &mut fastrand::Rng, text: &str) -> usize {
+    let mut at = rng.usize(..=text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+/// Replaces a random node of `value` (walked without recursion) by a value of another type.
+fn retype(rng: &mut fastrand::Rng, value: &mut Value) {
+    // A JSON pointer to a random node, a random number of levels down.
+    let mut pointer = String::new();
+    let mut node = &*value;
+    for _ in 0..rng.usize(0..12) {
+        let step = match node {
+            Value::Object(map) if !map.is_empty() => {
+                let (key, next) = map.iter().nth(rng.usize(..map.len())).unwrap();
+                Some((key.replace('~', "~0").replace('/', "~1"), next))
+            }
+            Value::Array(items) if !items.is_empty() => {
+                let i = rng.usize(..items.len());
+                Some((i.to_string(), &items[i]))
+            }
+            _ => None,
+        };
+        let Some((key, next)) = step else { break };
+        pointer.push('/');
+        pointer.push_str(&key);
+        node = next;
+    }
+    *value.pointer_mut(&pointer).expect("the pointer was walked") = match rng.usize(0..7) {
+        0 => Value::Null,
+        1 => Value::from(rng.i64(..)),
+        2 => Value::from(rng.f64() * 1e300),
+        3 => Value::from("3"),
+        4 => Value::from("x".repeat(1 << 16)),
+        5 => serde_json::json!([1, "a", null]),
+        _ => serde_json::json!({"a": null}),
+    };
+}
+
+/// One case: `seed` damaged by `class`. `yaml` says the seed's format, for [`Class::Retype`].
+fn damage(rng: &mut fastrand::Rng, class: Class, seed: &str, yaml: bool) -> Vec<u8> {
+    match class {
+        Class::Truncate => seed.as_bytes()[..rng.usize(..=seed.len())].to_vec(),
+        Class::Flip => {
+            let mut bytes = seed.as_bytes().to_vec();
+            for _ in 0..rng.usize(1..8) {
+                let at = rng.usize(..bytes.len());
+                bytes[at] = rng.u8(..);
+            }
+            bytes
+        }
+        Class::Punctuate => {
+            let mut text = seed.to_string();
+            for _ in 0..rng.usize(1..6) {
+                let at = boundary(rng, &text);
+                text.insert_str(at, PUNCTUATION[rng.usize(..PUNCTUATION.len())]);
+            }
+            text.into_bytes()
+        }
+        Class::Splice => {
+            let (a, b) = (boundary(rng, seed), boundary(rng, seed));
+            let (from, to) = (a.min(b), a.max(b));
+            let piece = &seed[from..to];
+            let mut text = seed.to_string();
+            let at = boundary(rng, &text);
+            for _ in 0..rng.usize(1..4) {
+                text.insert_str(at, piece);
+            }
+            text.into_bytes()
+        }
+        Class::Nest => {
+            let depth = rng.usize(129..20_000);
+            let nest = match rng.usize(0..4) {
+                0 => "[".repeat(depth),
+                1 => "{\"a\":".repeat(depth),
+                2 => "- ".repeat(depth),
+                _ => (0..depth.min(2000))
+                    .map(|i| format!("\n{}a:", " ".repeat(i)))
+                    .collect(),
+            };
+            let mut text = seed.to_string();
+            text.insert_str(boundary(rng, seed), &nest);
+            text.into_bytes()
+        }
+        Class::Retype => {
+            let mut value: Value = if yaml {
+                serde_yaml::from_str(seed).expect("the seed parses")
+            } else {
+                serde_json::from_str(seed).expect("the seed parses")
+            };
+            retype(rng, &mut value);
+            if yaml {
+                serde_yaml::to_string(&value).unwrap().into_bytes()
+            } else {
+                serde_json::to_vec(&value).unwrap()
+            }
+        }
+        Class::Tokens => {
+            let tokens = [
+                "{",
+                "}",
+                "[",
+                "]",
+                ":",
+                ",",
+                "\"a\"",
+                "\"render_node\"",
+                "\"kind\"",
+                "\"Pod\"",
+                "\"items\"",
+                "1",
+                "-1e999",
+                "true",
+                "null",
+                "- ",
+                "\n",
+                "  ",
+                "a: ",
+                "---\n",
+                "kind: Pod\n",
+                "apiVersion: v1\n",
+                "items:\n",
+                "'x'",
+            ];
+            (0..rng.usize(0..200))
+                .map(|_| tokens[rng.usize(..tokens.len())])
+                .collect::<String>()
+                .into_bytes()
+        }
+        Class::Noise => (0..rng.usize(0..4096)).map(|_| rng.u8(..)).collect(),
+    }
+}
+
+/// Runs every case of every class on every seed through `read`, which says what went wrong
+/// (an error's text) or nothing; checks the oracle and that the whole is bounded in time.
+fn fuzz(seeds: &[(&str, bool)], read: &mut dyn FnMut(&[u8]) -> Option<String>, name: &str) {
+    let mut rng = fastrand::Rng::with_seed(SEED);
+    let start = Instant::now();
+    let mut refused = 0;
+    for (seed, yaml) in seeds {
+        for class in CLASSES {
+            for case in 0..CASES_PER_CLASS {
+                let input = damage(&mut rng, class, seed, *yaml);
+                let said = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(&input)))
+                    .unwrap_or_else(|_| {
+                        panic!(
+                            "{class:?} case {case} panicked on: {:?}",
+                            String::from_utf8_lossy(&input[..input.len().min(2000)])
+                        )
+                    });
+                let Some(error) = said else { continue };
+                refused += 1;
+                assert!(
+                    !error.contains('\n') && error.len() <= MAX_ERROR && error.contains(name),
+                    "{class:?} case {case}: {:?}",
+                    &error[..error.len().min(2000)]
+                );
+            }
+        }
+    }
+    // Some damage leaves a readable input: most must still be refused, or the cases are no test.
+    let total = seeds.len() * CLASSES.len() * CASES_PER_CLASS;
+    assert!(refused > total / 2, "{refused} of {total} refused");
+    // About 5 s unloaded in a debug build; the bound is for a hang or a blow-up, not speed.
+    assert!(
+        start.elapsed() < Duration::from_secs(120),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+fn docs_record() -> String {
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/report-format.md"),
+    )
+    .unwrap();
+    let start = doc.find("```json\n").expect("a json block") + "```json\n".len();
+    let end = start + doc[start..].find("```").unwrap();
+    doc[start..end].to_string()
+}
+
+#[test]
+fn recorded_probes_reader() {
+    let json = docs_record();
+    let value: Value = serde_json::from_str(&json).unwrap();
+    let yaml = serde_yaml::to_string(&vec![value]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("case.json");
+    let name = file.display().to_string();
+    fuzz(
+        &[(&json, false), (&yaml, true)],
+        &mut |input| {
+            std::fs::write(&file, input).unwrap();
+            read_records(&file).err().map(|e| e.to_string())
+        },
+        &name,
+    );
+}
+
+#[test]
+fn objects_reader() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let yaml = [
+        "docs/examples/fleet.yaml",
+        "docs/examples/why/no-gpu-qualifies.yaml",
+    ]
+    .iter()
+    .map(|f| std::fs::read_to_string(root.join(f)).unwrap())
+    .collect::<Vec<_>>()
+    .join("---\n");
+    let items: Vec<Value> = serde_yaml::Deserializer::from_str(&yaml)
+        .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect();
+    let json = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string();
+    // Retype reads the YAML seed as one document.
+    let yaml_one = serde_yaml::to_string(&serde_json::from_str::<Value>(&json).unwrap()).unwrap();
+    let name = "fuzzed.yaml";
+    fuzz(
+        &[(&yaml_one, true), (&json, false)],
+        &mut |input| {
+            // add_text takes text: bytes that are not UTF-8 come as replacement characters (the
+            // refusal of binary files is tested in src/fleet/files.rs).
+            let text = String::from_utf8_lossy(input);
+            let mut objects = Objects::default();
+            add_text(&mut objects, &text, name)
+                .err()
+                .map(|e| e.to_string())
+        },
+        name,
+    );
+}
