@@ -4,7 +4,8 @@
 //!
 //! - `have_kubectl`: `kubectl` is on PATH (the tests drive it as a real client);
 //! - `have_libva`: the real libva (`libva.so.2` and `libva-drm.so.2`) can be loaded;
-//! - `have_zsh`, `have_fish`: those shells are on PATH (the completion scripts are tested in them).
+//! - `have_zsh`, `have_fish`: those shells are on PATH (the completion scripts are tested in them);
+//! - `have_go`: `go` is on PATH (the tests build the real control plane, tests/controlplane).
 //!
 //! In CI (`CI` set to anything but `false`) all are always on, so a missing tool fails the run
 //! rather than hiding its tests: CI installs them (`.ci/run`).
@@ -21,6 +22,7 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(have_libva)");
     println!("cargo::rustc-check-cfg=cfg(have_zsh)");
     println!("cargo::rustc-check-cfg=cfg(have_fish)");
+    println!("cargo::rustc-check-cfg=cfg(have_go)");
     println!("cargo::rerun-if-env-changed=CI");
     println!("cargo::rerun-if-env-changed=PATH");
     let ci = env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
@@ -28,9 +30,9 @@ fn main() {
     if ci || on_path("kubectl") {
         println!("cargo::rustc-cfg=have_kubectl");
     }
-    for shell in ["zsh", "fish"] {
-        if ci || on_path(shell) {
-            println!("cargo::rustc-cfg=have_{shell}");
+    for tool in ["zsh", "fish", "go"] {
+        if ci || on_path(tool) {
+            println!("cargo::rustc-cfg=have_{tool}");
         }
     }
     if ci || libva_installed() {

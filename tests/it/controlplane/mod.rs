@@ -1,0 +1,163 @@
+//! Against the real control plane (tests/controlplane: kube-apiserver, kube-scheduler and the
+//! controllers of the release its go.mod pins, with RBAC, ServiceAccount tokens and admission):
+//! the release it reports, the shipped install, and the node-bound admission policy enforced by
+//! the real API server. `cargo test --test it controlplane` runs these; the first run builds the
+//! control plane (minutes; Go's build cache keeps later builds short).
+
+use std::path::Path;
+use std::process::Output;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::controlplane::{self, ControlPlane};
+
+/// The namespace liken creates before the install (deploy/kustomization.yaml).
+const NAMESPACE: &str = "liken-system";
+
+/// The agent's service account, which the policy constrains.
+const AGENT: &str = "media-capabilities";
+
+/// How long the API server may take to type-check a new policy (its controller runs every second).
+const POLICY_CHECKED: Duration = Duration::from_secs(60);
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The shared control plane with deploy/ applied as shipped (once per test process), after
+/// creating the namespace it expects to exist.
+fn installed() -> &'static ControlPlane {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    let cp = controlplane::shared();
+    INSTALLED.get_or_init(|| {
+        ok(cp.kubectl(&["create", "namespace", NAMESPACE]));
+        let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+        ok(cp.kubectl(&["apply", "-k", deploy.to_str().unwrap()]));
+    });
+    cp
+}
+
+#[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs Go 1.24+ (Debian 13: apt-get install golang-go) and kubectl on PATH"
+)]
+fn version_is_the_pinned_release() {
+    let cp = controlplane::shared();
+    let version: Value = serde_json::from_str(&ok(cp.kubectl(&["version", "-o", "json"]))).unwrap();
+    let server = &version["serverVersion"];
+    let release = controlplane::release();
+    assert_eq!(server["gitVersion"], release.as_str(), "{version}");
+    let mut parts = release.trim_start_matches('v').split('.');
+    assert_eq!(server["major"], parts.next().unwrap(), "{version}");
+    assert_eq!(server["minor"], parts.next().unwrap(), "{version}");
+}
+
+#[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs Go 1.24+ (Debian 13: apt-get install golang-go) and kubectl on PATH"
+)]
+fn the_install_applies_and_its_policy_type_checks_without_warnings() {
+    let cp = installed();
+    // The API server type-checks a policy asynchronously and records the generation it checked.
+    let deadline = Instant::now() + POLICY_CHECKED;
+    let status = loop {
+        let policy: Value = serde_json::from_str(&ok(cp.kubectl(&[
+            "get",
+            "validatingadmissionpolicy",
+            "media-capabilities-node-bound",
+            "-o",
+            "json",
+        ])))
+        .unwrap();
+        if policy["status"]["observedGeneration"] == policy["metadata"]["generation"] {
+            break policy["status"].clone();
+        }
+        assert!(Instant::now() < deadline, "never type-checked: {policy}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let warnings = &status["typeChecking"]["expressionWarnings"];
+    assert!(
+        warnings.is_null() || warnings.as_array().is_some_and(Vec::is_empty),
+        "{status}"
+    );
+}
+
+/// A ResourceSlice of the agent's driver on `node`, as YAML for `kubectl create -f -`.
+fn slice(name: &str, node: &str) -> String {
+    format!(
+        "{{apiVersion: resource.k8s.io/v1, kind: ResourceSlice, metadata: {{name: {name}}}, \
+         spec: {{driver: media.liken.sh, nodeName: {node}, pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}, \
+         devices: [{{name: gpu-0}}]}}}}"
+    )
+}
+
+fn create_as(kubeconfig: &Path, yaml: &str) -> Output {
+    let file = kubeconfig.with_extension("slice.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    controlplane::kubectl(kubeconfig, &["create", "-f", file.to_str().unwrap()])
+}
+
+#[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs Go 1.24+ (Debian 13: apt-get install golang-go) and kubectl on PATH"
+)]
+fn a_node_bound_agent_token_writes_its_own_nodes_slice_and_no_other() {
+    let cp = installed();
+    cp.node("bound-a", &[]);
+    cp.node("bound-b", &[]);
+    let token = cp.token(NAMESPACE, AGENT, "agent-bound-a", "bound-a");
+    let home = tempfile::tempdir().unwrap();
+    let kubeconfig = home.path().join("agent.kubeconfig");
+    cp.token_kubeconfig(&token, &kubeconfig);
+
+    ok(create_as(&kubeconfig, &slice("bound-a-media", "bound-a")));
+
+    let denied = create_as(&kubeconfig, &slice("bound-b-media", "bound-b"));
+    let stderr = String::from_utf8_lossy(&denied.stderr);
+    assert!(!denied.status.success(), "created another node's slice");
+    assert!(
+        stderr.contains("media-capabilities-node-bound")
+            && stderr.contains("media-capabilities on node bound-a may only write the slices of node bound-a, not those of node bound-b"),
+        "{stderr}"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.24+ on PATH (Debian 13: apt-get install golang-go)"
+)]
+fn a_port_in_use_fails_the_start_in_one_line() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let run = tempfile::tempdir().unwrap();
+    let error = match ControlPlane::spawn(
+        controlplane::binary(),
+        run.path(),
+        &["--port", &port.to_string()],
+    ) {
+        Ok(_) => panic!("started on a port in use"),
+        Err(e) => e,
+    };
+    assert_eq!(
+        error,
+        format!(
+            "start the control plane: kube-apiserver: listen on 127.0.0.1:{port}: listen tcp 127.0.0.1:{port}: \
+             bind: address already in use (hint: pass --port 0 for a free port, or stop what holds it)"
+        )
+    );
+    assert!(
+        !run.path().join("state").exists(),
+        "left its state directory behind"
+    );
+}
