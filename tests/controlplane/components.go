@@ -24,13 +24,15 @@ import (
 
 // controllers are those the flows need: claims from templates (resourceclaim), cleanup by
 // ownerReferences (garbage collector), each namespace's default ServiceAccount (whose
-// appearance tells that the controllers run) and namespace deletion. Node lifecycle is left out
-// on purpose: without kubelets it would mark every node NotReady.
+// appearance tells that the controllers run), namespace deletion, and the type-checking of
+// ValidatingAdmissionPolicies into their status. Node lifecycle is left out on purpose: without
+// kubelets it would mark every node NotReady.
 var controllers = []string{
 	names.ResourceClaimController,
 	names.GarbageCollectorController,
 	names.ServiceAccountController,
 	names.NamespaceController,
+	names.ValidatingAdmissionPolicyStatusController,
 }
 
 // startScheduler runs kube-scheduler until ctx ends and returns the URL of its /readyz, which

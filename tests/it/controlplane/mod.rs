@@ -60,6 +60,53 @@ fn version_is_the_pinned_release() {
     assert_eq!(server["minor"], parts.next().unwrap(), "{version}");
 }
 
+/// The type-checking warnings the API server recorded in the status of policy `name`, once it
+/// has checked the current generation.
+fn type_check_warnings(cp: &ControlPlane, name: &str) -> Vec<Value> {
+    // The ValidatingAdmissionPolicy status controller type-checks asynchronously and records
+    // the generation it checked.
+    let deadline = Instant::now() + POLICY_CHECKED;
+    loop {
+        let policy: Value = serde_json::from_str(&ok(cp.kubectl(&[
+            "get",
+            "validatingadmissionpolicy",
+            name,
+            "-o",
+            "json",
+        ])))
+        .unwrap();
+        if policy["status"]["observedGeneration"] == policy["metadata"]["generation"] {
+            let warnings = &policy["status"]["typeChecking"]["expressionWarnings"];
+            return warnings.as_array().cloned().unwrap_or_default();
+        }
+        assert!(Instant::now() < deadline, "never type-checked: {policy}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The shipped policy renamed `name`, matching resource.k8s.io/v1 only, and changed by `edit`;
+/// applied without a binding, so it is checked, not enforced.
+fn apply_v1_copy(cp: &ControlPlane, name: &str, edit: impl Fn(&mut Value)) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/admission-policy.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut policy: Value = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .find(|d: &Value| d["kind"] == "ValidatingAdmissionPolicy")
+        .expect("the policy");
+    policy["metadata"]["name"] = name.into();
+    for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+        .as_array_mut()
+        .unwrap()
+    {
+        rule["apiVersions"] = serde_json::json!(["v1"]);
+    }
+    edit(&mut policy);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.json");
+    std::fs::write(&file, policy.to_string()).unwrap();
+    ok(cp.kubectl(&["apply", "-f", file.to_str().unwrap()]));
+}
+
 #[test]
 #[cfg_attr(
     not(all(have_go, have_kubectl)),
@@ -67,41 +114,52 @@ fn version_is_the_pinned_release() {
 )]
 fn the_install_applies_and_its_policy_type_checks_without_warnings() {
     let cp = installed();
-    // The API server type-checks a policy asynchronously and records the generation it checked.
-    let deadline = Instant::now() + POLICY_CHECKED;
-    let status = loop {
-        let policy: Value = serde_json::from_str(&ok(cp.kubectl(&[
-            "get",
-            "validatingadmissionpolicy",
-            "media-capabilities-node-bound",
-            "-o",
-            "json",
-        ])))
-        .unwrap();
-        if policy["status"]["observedGeneration"] == policy["metadata"]["generation"] {
-            break policy["status"].clone();
-        }
-        assert!(Instant::now() < deadline, "never type-checked: {policy}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let warnings = &status["typeChecking"]["expressionWarnings"];
+    let shipped = type_check_warnings(cp, "media-capabilities-node-bound");
+    assert!(shipped.is_empty(), "{shipped:?}");
+
+    // The API server type-checks only against the versions a policy names: with
+    // `apiVersions: ["*"]` it checks nothing, so the shipped status above is empty whatever
+    // the CEL says. A copy naming v1 is checked against the ResourceSlice schema (but for
+    // `variables.slice`, a conditional the checker types as dyn)...
+    apply_v1_copy(cp, "typecheck-v1", |_| {});
+    let v1 = type_check_warnings(cp, "typecheck-v1");
+    assert!(v1.is_empty(), "{v1:?}");
+    // ...and a misspelt field of the object is reported, so the empty status means something.
+    apply_v1_copy(cp, "typecheck-v1-misspelt", |policy| {
+        let validations = policy["spec"]["validations"].as_array_mut().unwrap();
+        validations
+            .push(serde_json::json!({"expression": "object.spec.nodeNam == variables.node"}));
+    });
+    let misspelt = type_check_warnings(cp, "typecheck-v1-misspelt");
     assert!(
-        warnings.is_null() || warnings.as_array().is_some_and(Vec::is_empty),
-        "{status}"
+        misspelt.len() == 1
+            && misspelt[0]["fieldRef"] == "spec.validations[3].expression"
+            && misspelt[0]["warning"]
+                .as_str()
+                .unwrap()
+                .contains("undefined field 'nodeNam'"),
+        "{misspelt:?}"
     );
 }
 
-/// A ResourceSlice of the agent's driver on `node`, as YAML for `kubectl create -f -`.
+/// A ResourceSlice of the agent's driver on `node`, as JSON for `kubectl create -f`.
 fn slice(name: &str, node: &str) -> String {
-    format!(
-        "{{apiVersion: resource.k8s.io/v1, kind: ResourceSlice, metadata: {{name: {name}}}, \
-         spec: {{driver: media.liken.sh, nodeName: {node}, pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}, \
-         devices: [{{name: gpu-0}}]}}}}"
-    )
+    serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": "media.liken.sh",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}],
+        },
+    })
+    .to_string()
 }
 
 fn create_as(kubeconfig: &Path, yaml: &str) -> Output {
-    let file = kubeconfig.with_extension("slice.yaml");
+    let file = kubeconfig.with_extension("slice.json");
     std::fs::write(&file, yaml).unwrap();
     controlplane::kubectl(kubeconfig, &["create", "-f", file.to_str().unwrap()])
 }
