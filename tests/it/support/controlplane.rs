@@ -155,6 +155,15 @@ fn build() -> Result<PathBuf, String> {
         ));
     }
     fs::rename(&partial, &binary).map_err(|e| format!("move {}: {e}", partial.display()))?;
+    // Builds of older sources are 120 MB each; a process still running one keeps its inode.
+    for entry in fs::read_dir(cache_dir()).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let is_build =
+            path.join("controlplane").is_file() || path.join("controlplane.partial").is_file();
+        if is_build && path != out_dir {
+            let _ = fs::remove_dir_all(path);
+        }
+    }
     let _ = writeln!(
         std::io::stderr(),
         "built the control plane in {:.0?}",
@@ -183,13 +192,19 @@ fn first_line(bytes: &[u8]) -> String {
         .to_string()
 }
 
-/// The instance shared by the tests of this process.
+/// The instance shared by the tests of this process. It is never dropped: it stops when the
+/// process exits and closes its stdin. Its run directory (the log) is named after this process
+/// and removed by a later process once this one is gone.
+///
 /// A start that failed is kept too, so that every test of the process fails with its reason
 /// instead of trying again for minutes.
 pub fn shared() -> &'static ControlPlane {
     static SHARED: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
     let started = SHARED.get_or_init(|| {
-        let cp = ControlPlane::try_start()?;
+        remove_stale_runs();
+        let run = cache_dir().join(format!("shared-{}", std::process::id()));
+        fs::create_dir_all(&run).map_err(|e| format!("create {}: {e}", run.display()))?;
+        let cp = ControlPlane::start_in(RunDir::Kept(run))?;
         let _ = writeln!(
             std::io::stderr(),
             "control plane {} ready in {:.1?} ({})",
@@ -202,6 +217,39 @@ pub fn shared() -> &'static ControlPlane {
     started.as_ref().unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Removes the run directories of shared instances whose test process has exited.
+fn remove_stale_runs() {
+    let Ok(entries) = fs::read_dir(cache_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("shared-") else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid).exists() {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Where an instance's log and state directory live.
+enum RunDir {
+    /// A test's own instance: removed when it is dropped.
+    Temp(tempfile::TempDir),
+    /// The shared instance's: see [`shared`].
+    Kept(PathBuf),
+}
+
+impl RunDir {
+    fn path(&self) -> &Path {
+        match self {
+            RunDir::Temp(dir) => dir.path(),
+            RunDir::Kept(path) => path,
+        }
+    }
+}
+
 /// A running control plane.
 pub struct ControlPlane {
     /// The API server, `https://127.0.0.1:PORT`.
@@ -211,8 +259,8 @@ pub struct ControlPlane {
     kubeconfig: PathBuf,
     log: PathBuf,
     io: Mutex<Io>,
-    // Holds the log beside the state directory (which the program removes); gone with us.
-    _run: tempfile::TempDir,
+    // Holds the log beside the state directory (which the program removes itself).
+    _run: RunDir,
 }
 
 /// The running program's pipes.
@@ -225,19 +273,17 @@ pub struct Io {
 impl ControlPlane {
     /// Builds the program if needed and starts an instance of its own for one test.
     pub fn start() -> ControlPlane {
-        Self::try_start().unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    fn try_start() -> Result<ControlPlane, String> {
-        let binary = built()?;
+        let dir = cache_dir();
+        fs::create_dir_all(&dir).unwrap();
         let run = tempfile::Builder::new()
             .prefix("run-")
-            .tempdir_in({
-                let dir = cache_dir();
-                fs::create_dir_all(&dir).unwrap();
-                dir
-            })
+            .tempdir_in(dir)
             .expect("create the run directory");
+        Self::start_in(RunDir::Temp(run)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn start_in(run: RunDir) -> Result<ControlPlane, String> {
+        let binary = built()?;
         let (io, url, startup) = Self::spawn(binary, run.path(), &[])?;
         Ok(ControlPlane {
             url,
