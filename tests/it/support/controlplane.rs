@@ -141,7 +141,8 @@ fn build() -> Result<PathBuf, String> {
     );
     let started = Instant::now();
     let out = Command::new("go")
-        .args(["build", "-mod=readonly", "-o"])
+        // -buildvcs=false: stamping asks git about the worktree, which a tarball checkout lacks.
+        .args(["build", "-mod=readonly", "-buildvcs=false", "-o"])
         .arg(&partial)
         .args(["-ldflags", &ldflags, "."])
         .current_dir(source_dir())
