@@ -132,7 +132,6 @@ fn build() -> Result<PathBuf, String> {
     );
     let partial = out_dir.join("controlplane.partial");
     // -X: /version would say v0.0.0-master; `why` reads it for the release's feature gates.
-    // No -trimpath: nothing here needs it, and k/k's test helpers find files by source path.
     let ldflags = format!(
         "-s -w -X k8s.io/component-base/version.gitVersion={release} \
          -X k8s.io/component-base/version.gitMajor={major} \
