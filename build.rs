@@ -5,8 +5,8 @@
 //! - `have_kubectl`: `kubectl` is on PATH (the tests drive it as a real client);
 //! - `have_libva`: the real libva (`libva.so.2` and `libva-drm.so.2`) can be loaded;
 //! - `have_zsh`, `have_fish`: those shells are on PATH (the completion scripts are tested in them);
-//! - `have_go`: Go 1.26 or newer is on PATH (the scheduler's allocator is built from its Go
-//!   modules as the oracle of `why`: tests/oracle/);
+//! - `have_go`: Go 1.26 or newer is on PATH (the scheduler's allocator, tests/oracle/, and the real
+//!   control plane, tests/controlplane/, are built from their Go modules);
 //! - `have_man`: `man` is on PATH (the man pages are rendered with it at 80 columns).
 //!
 //! In CI (`CI` set to anything but `false`) all are always on, so a missing tool fails the run
@@ -33,9 +33,9 @@ fn main() {
     if ci || on_path("kubectl") {
         println!("cargo::rustc-cfg=have_kubectl");
     }
-    for shell in ["zsh", "fish"] {
-        if ci || on_path(shell) {
-            println!("cargo::rustc-cfg=have_{shell}");
+    for tool in ["zsh", "fish"] {
+        if ci || on_path(tool) {
+            println!("cargo::rustc-cfg=have_{tool}");
         }
     }
     if ci || go_new_enough() {

@@ -1415,7 +1415,11 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 Some(p) if fixed => p + 1,
                 _ => 0,
             },
-            sub: if fixed || position.is_some() { c.sub } else { 0 },
+            sub: if fixed || position.is_some() {
+                c.sub
+            } else {
+                0
+            },
             ..c
         }
     }

@@ -13,6 +13,7 @@ mod caps;
 mod class;
 mod cluster;
 mod completion;
+mod controlplane;
 mod deploy;
 mod docs;
 mod explain;

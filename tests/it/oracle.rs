@@ -51,7 +51,7 @@ fn start(release: &str) -> Oracle {
 #[test]
 #[cfg_attr(
     not(have_go),
-    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+    ignore = "needs Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn the_decode_10bit_claim_lands_on_the_five_gpus_that_state_both() {
     let mut files = FLEET.to_vec();
@@ -100,7 +100,7 @@ fn the_decode_10bit_claim_lands_on_the_five_gpus_that_state_both() {
 #[test]
 #[cfg_attr(
     not(have_go),
-    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+    ignore = "needs Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn with_every_render_node_taken_no_node_allocates() {
     let mut files = FLEET.to_vec();
@@ -134,7 +134,7 @@ fn pod_with_request(request: Value) -> Vec<Value> {
 #[test]
 #[cfg_attr(
     not(have_go),
-    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+    ignore = "needs Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn a_claim_nothing_satisfies_is_allocatable_nowhere() {
     let mut objects = objects(&FLEET);
@@ -158,7 +158,7 @@ fn a_claim_nothing_satisfies_is_allocatable_nowhere() {
 #[test]
 #[cfg_attr(
     not(have_go),
-    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+    ignore = "needs Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn a_class_with_a_typo_fails_the_attempt() {
     let mut files = FLEET.to_vec();
@@ -188,7 +188,7 @@ fn a_class_with_a_typo_fails_the_attempt() {
 #[test]
 #[cfg_attr(
     not(have_go),
-    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+    ignore = "needs Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn a_missing_class_makes_the_pod_unschedulable() {
     let mut objects = objects(&FLEET);
@@ -212,7 +212,7 @@ fn a_missing_class_makes_the_pod_unschedulable() {
 #[test]
 #[cfg_attr(
     not(have_go),
-    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+    ignore = "needs Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn the_plain_mode_reads_files_like_why() {
     let binary = crate::support::oracle::binary(RELEASES[0]).unwrap_or_else(|e| panic!("{e}"));

@@ -184,7 +184,7 @@ fn differential(release: &str) {
 #[test]
 #[cfg_attr(
     not(have_go),
-    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+    ignore = "needs Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn why_evaluates_selectors_as_the_scheduler_does() {
     for release in RELEASES {
@@ -196,7 +196,7 @@ fn why_evaluates_selectors_as_the_scheduler_does() {
 #[test]
 #[cfg_attr(
     not(have_go),
-    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+    ignore = "needs Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn the_oracles_cel_mode_gives_each_outcome() {
     let mut oracle = Oracle::start(RELEASES[3]).unwrap_or_else(|e| panic!("{e}"));

@@ -559,7 +559,7 @@ fn differential(release: &str) {
 #[test]
 #[cfg_attr(
     not(have_go),
-    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+    ignore = "needs Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn why_agrees_with_the_1_34_allocator_on_random_fleets() {
     differential(RELEASES[0]);
@@ -568,7 +568,7 @@ fn why_agrees_with_the_1_34_allocator_on_random_fleets() {
 #[test]
 #[cfg_attr(
     not(have_go),
-    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+    ignore = "needs Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn why_agrees_with_the_1_35_allocator_on_random_fleets() {
     differential(RELEASES[1]);
@@ -577,7 +577,7 @@ fn why_agrees_with_the_1_35_allocator_on_random_fleets() {
 #[test]
 #[cfg_attr(
     not(have_go),
-    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+    ignore = "needs Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn why_agrees_with_the_1_36_allocator_on_random_fleets() {
     differential(RELEASES[2]);
@@ -586,7 +586,7 @@ fn why_agrees_with_the_1_36_allocator_on_random_fleets() {
 #[test]
 #[cfg_attr(
     not(have_go),
-    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+    ignore = "needs Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn why_agrees_with_the_1_37_allocator_on_random_fleets() {
     differential(RELEASES[3]);
@@ -658,7 +658,7 @@ fn regression(objects: &[Value], expected: [Kind; 4]) {
 #[test]
 #[cfg_attr(
     not(have_go),
-    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+    ignore = "needs Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn a_shareable_device_serves_a_request_once() {
     let objects = small_fleet(
@@ -682,7 +682,7 @@ fn a_shareable_device_serves_a_request_once() {
 #[test]
 #[cfg_attr(
     not(have_go),
-    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+    ignore = "needs Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn before_1_36_an_all_sub_request_after_the_first_takes_one_device() {
     let objects = small_fleet(
@@ -711,7 +711,7 @@ fn before_1_36_an_all_sub_request_after_the_first_takes_one_device() {
 #[test]
 #[cfg_attr(
     not(have_go),
-    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+    ignore = "needs Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn before_1_36_a_second_all_sub_request_takes_the_first_ones_devices() {
     let objects = small_fleet(

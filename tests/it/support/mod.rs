@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod apiserver;
+pub mod controlplane;
 pub mod examples;
 pub mod generated;
 pub mod grpc_raw;

@@ -17,7 +17,7 @@ use serde_json::Value;
 pub const RELEASES: [&str; 4] = ["1.34", "1.35", "1.36", "1.37"];
 
 /// How to get a Go new enough, for the messages of ignored tests and failed builds.
-pub const INSTALL_GO: &str = "install Go 1.26 or newer from go.dev/dl (or: apt-get install golang-1.26 where Debian has it), put it on PATH, then touch build.rs";
+pub const INSTALL_GO: &str = "install Go 1.26 or newer (curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz), put /usr/local/go/bin on PATH, then touch build.rs";
 
 /// Why the oracle cannot be had.
 #[derive(Debug, thiserror::Error)]

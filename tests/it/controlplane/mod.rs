@@ -1,0 +1,221 @@
+//! Against the real control plane (tests/controlplane: kube-apiserver, kube-scheduler and the
+//! controllers of the release its go.mod pins, with RBAC, ServiceAccount tokens and admission):
+//! the release it reports, the shipped install, and the node-bound admission policy enforced by
+//! the real API server. `cargo test --test it controlplane` runs these; the first run builds the
+//! control plane (minutes; Go's build cache keeps later builds short).
+
+use std::path::Path;
+use std::process::Output;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::controlplane::{self, ControlPlane};
+
+/// The namespace liken creates before the install (deploy/kustomization.yaml).
+const NAMESPACE: &str = "liken-system";
+
+/// The agent's service account, which the policy constrains.
+const AGENT: &str = "media-capabilities";
+
+/// How long the API server may take to type-check a new policy (its controller runs every second).
+const POLICY_CHECKED: Duration = Duration::from_secs(60);
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The shared control plane with deploy/ applied as shipped (once per test process), after
+/// creating the namespace it expects to exist.
+fn installed() -> &'static ControlPlane {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    let cp = controlplane::shared();
+    INSTALLED.get_or_init(|| {
+        ok(cp.kubectl(&["create", "namespace", NAMESPACE]));
+        let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+        ok(cp.kubectl(&["apply", "-k", deploy.to_str().unwrap()]));
+    });
+    cp
+}
+
+#[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
+fn version_is_the_pinned_release() {
+    let cp = controlplane::shared();
+    let version: Value = serde_json::from_str(&ok(cp.kubectl(&["version", "-o", "json"]))).unwrap();
+    let server = &version["serverVersion"];
+    let release = controlplane::release();
+    assert_eq!(server["gitVersion"], release.as_str(), "{version}");
+    let mut parts = release.trim_start_matches('v').split('.');
+    assert_eq!(server["major"], parts.next().unwrap(), "{version}");
+    assert_eq!(server["minor"], parts.next().unwrap(), "{version}");
+}
+
+/// The type-checking warnings the API server recorded in the status of policy `name`, once it
+/// has checked the current generation.
+fn type_check_warnings(cp: &ControlPlane, name: &str) -> Vec<Value> {
+    // The ValidatingAdmissionPolicy status controller type-checks asynchronously and records
+    // the generation it checked.
+    let deadline = Instant::now() + POLICY_CHECKED;
+    loop {
+        let policy: Value = serde_json::from_str(&ok(cp.kubectl(&[
+            "get",
+            "validatingadmissionpolicy",
+            name,
+            "-o",
+            "json",
+        ])))
+        .unwrap();
+        if policy["status"]["observedGeneration"] == policy["metadata"]["generation"] {
+            let warnings = &policy["status"]["typeChecking"]["expressionWarnings"];
+            return warnings.as_array().cloned().unwrap_or_default();
+        }
+        assert!(Instant::now() < deadline, "never type-checked: {policy}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The shipped policy renamed `name`, matching resource.k8s.io/v1 only, and changed by `edit`;
+/// applied without a binding, so it is checked, not enforced.
+fn apply_v1_copy(cp: &ControlPlane, name: &str, edit: impl Fn(&mut Value)) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/admission-policy.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut policy: Value = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .find(|d: &Value| d["kind"] == "ValidatingAdmissionPolicy")
+        .expect("the policy");
+    policy["metadata"]["name"] = name.into();
+    for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+        .as_array_mut()
+        .unwrap()
+    {
+        rule["apiVersions"] = serde_json::json!(["v1"]);
+    }
+    edit(&mut policy);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.json");
+    std::fs::write(&file, policy.to_string()).unwrap();
+    ok(cp.kubectl(&["apply", "-f", file.to_str().unwrap()]));
+}
+
+#[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
+fn the_install_applies_and_its_policy_type_checks_without_warnings() {
+    let cp = installed();
+    let shipped = type_check_warnings(cp, "media-capabilities-node-bound");
+    assert!(shipped.is_empty(), "{shipped:?}");
+
+    // The API server type-checks only against the versions a policy names: with
+    // `apiVersions: ["*"]` it checks nothing, so the shipped status above is empty whatever
+    // the CEL says. A copy naming v1 is checked against the ResourceSlice schema (but for
+    // `variables.slice`, a conditional the checker types as dyn)...
+    apply_v1_copy(cp, "typecheck-v1", |_| {});
+    let v1 = type_check_warnings(cp, "typecheck-v1");
+    assert!(v1.is_empty(), "{v1:?}");
+    // ...and a misspelt field of the object is reported, so the empty status means something.
+    apply_v1_copy(cp, "typecheck-v1-misspelt", |policy| {
+        let validations = policy["spec"]["validations"].as_array_mut().unwrap();
+        validations
+            .push(serde_json::json!({"expression": "object.spec.nodeNam == variables.node"}));
+    });
+    let misspelt = type_check_warnings(cp, "typecheck-v1-misspelt");
+    assert!(
+        misspelt.len() == 1
+            && misspelt[0]["fieldRef"] == "spec.validations[3].expression"
+            && misspelt[0]["warning"]
+                .as_str()
+                .unwrap()
+                .contains("undefined field 'nodeNam'"),
+        "{misspelt:?}"
+    );
+}
+
+/// A ResourceSlice of the agent's driver on `node`, as JSON for `kubectl create -f`.
+fn slice(name: &str, node: &str) -> String {
+    serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": "media.liken.sh",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}],
+        },
+    })
+    .to_string()
+}
+
+fn create_as(kubeconfig: &Path, yaml: &str) -> Output {
+    let file = kubeconfig.with_extension("slice.json");
+    std::fs::write(&file, yaml).unwrap();
+    controlplane::kubectl(kubeconfig, &["create", "-f", file.to_str().unwrap()])
+}
+
+#[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
+fn a_node_bound_agent_token_writes_its_own_nodes_slice_and_no_other() {
+    let cp = installed();
+    cp.node("bound-a", &[]);
+    cp.node("bound-b", &[]);
+    let token = cp.token(NAMESPACE, AGENT, "agent-bound-a", "bound-a");
+    let home = tempfile::tempdir().unwrap();
+    let kubeconfig = home.path().join("agent.kubeconfig");
+    cp.token_kubeconfig(&token, &kubeconfig);
+
+    ok(create_as(&kubeconfig, &slice("bound-a-media", "bound-a")));
+
+    let denied = create_as(&kubeconfig, &slice("bound-b-media", "bound-b"));
+    let stderr = String::from_utf8_lossy(&denied.stderr);
+    assert!(!denied.status.success(), "created another node's slice");
+    assert!(
+        stderr.contains("media-capabilities-node-bound")
+            && stderr.contains("media-capabilities on node bound-a may only write the slices of node bound-a, not those of node bound-b"),
+        "{stderr}"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
+fn a_port_in_use_fails_the_start_in_one_line() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let run = tempfile::tempdir().unwrap();
+    let error = match ControlPlane::spawn(
+        controlplane::binary(),
+        run.path(),
+        &["--port", &port.to_string()],
+    ) {
+        Ok(_) => panic!("started on a port in use"),
+        Err(e) => e,
+    };
+    assert_eq!(
+        error,
+        format!(
+            "start the control plane: kube-apiserver: listen on 127.0.0.1:{port}: listen tcp 127.0.0.1:{port}: \
+             bind: address already in use (hint: pass --port 0 for a free port, or stop what holds it)"
+        )
+    );
+    assert!(
+        !run.path().join("state").exists(),
+        "left its state directory behind"
+    );
+}

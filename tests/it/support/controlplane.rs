@@ -1,0 +1,454 @@
+//! The real Kubernetes control plane for tests: `tests/controlplane` (Go) runs embedded etcd,
+//! kube-apiserver, kube-scheduler and the controllers the flows need in one process, built from
+//! the official modules of the release its go.mod pins.
+//!
+//! The program is built once per change of its sources (keyed by their SHA-256 and the Go
+//! version) into `target/tmp/controlplane/`, under a file lock so that parallel test processes
+//! do not build it twice; Go's build cache makes a rebuild after a small change take seconds.
+//! [`shared`] starts one instance per test process; [`ControlPlane::start`] gives a test its own.
+//! An instance stops when its stdin closes, so one left in a `static` stops when the test
+//! process exits, and removes its state (etcd's data, keys) itself.
+//!
+//! Failures panic with one line saying why (a build error from `go`, a port in use, etcd not
+//! ready), so the tests fail rather than skip where Go is installed.
+
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long a start may take before the harness gives up (it says which part was not ready).
+const START_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// How long one command (`node`, `token`) may take; the program bounds its requests to 30 s.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a stop may take; the program drains for at most 30 s.
+const STOP_TIMEOUT: Duration = Duration::from_secs(40);
+
+/// Lines of the program's log quoted when a start fails.
+const LOG_TAIL: usize = 20;
+
+/// The Go module's directory.
+pub fn source_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/controlplane")
+}
+
+/// The Kubernetes release go.mod pins (`k8s.io/kubernetes vX.Y.Z`), which `/version` reports.
+pub fn release() -> String {
+    let go_mod =
+        fs::read_to_string(source_dir().join("go.mod")).expect("read tests/controlplane/go.mod");
+    go_mod
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace().skip_while(|w| *w == "require");
+            (words.next() == Some("k8s.io/kubernetes")).then(|| words.next())?
+        })
+        .next()
+        .expect("tests/controlplane/go.mod requires k8s.io/kubernetes")
+        .to_string()
+}
+
+/// The built program, building it first if its sources changed.
+pub fn binary() -> &'static Path {
+    built().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The build's result, kept for the process: a failed build is not tried again by every test.
+fn built() -> Result<&'static Path, String> {
+    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BINARY.get_or_init(build).as_deref().map_err(Clone::clone)
+}
+
+fn go_version() -> Result<String, String> {
+    let out = Command::new("go")
+        .args(["env", "GOVERSION"])
+        .output()
+        .map_err(|e| {
+            format!("build the control plane: run go: {e} (hint: install Go 1.26 or newer)")
+        })?;
+    if !out.status.success() {
+        return Err(format!(
+            "build the control plane: go env GOVERSION: {}",
+            first_line(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// SHA-256 of go.mod, go.sum and the Go files, with the Go version: the build's cache key.
+fn source_key(go: &str) -> String {
+    let dir = source_dir();
+    let mut names: Vec<String> = fs::read_dir(&dir)
+        .expect("read tests/controlplane")
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n == "go.mod" || n == "go.sum" || n.ends_with(".go"))
+        .collect();
+    names.sort();
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(go.as_bytes());
+    for name in names {
+        ctx.update(name.as_bytes());
+        ctx.update(&fs::read(dir.join(&name)).unwrap());
+    }
+    ctx.finish().as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn cache_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("controlplane")
+}
+
+fn build() -> Result<PathBuf, String> {
+    let go = go_version()?;
+    let out_dir = cache_dir().join(source_key(&go));
+    let binary = out_dir.join("controlplane");
+    fs::create_dir_all(&out_dir).map_err(|e| format!("create {}: {e}", out_dir.display()))?;
+    // Another test process may be building the same sources: wait for it, then use its result.
+    let lock =
+        File::create(cache_dir().join("build.lock")).map_err(|e| format!("build lock: {e}"))?;
+    lock.lock().map_err(|e| format!("build lock: {e}"))?;
+    if binary.is_file() {
+        return Ok(binary);
+    }
+    let release = release();
+    let (major, minor) = {
+        let mut parts = release.trim_start_matches('v').split('.');
+        (
+            parts.next().unwrap_or("").to_string(),
+            parts.next().unwrap_or("").to_string(),
+        )
+    };
+    // Not captured by the test harness: a person waiting should know why.
+    let _ = writeln!(
+        std::io::stderr(),
+        "building the control plane (Kubernetes {release}, {go}) into {}: the first build takes minutes",
+        out_dir.display()
+    );
+    let partial = out_dir.join("controlplane.partial");
+    // -X: /version would say v0.0.0-master; `why` reads it for the release's feature gates.
+    let ldflags = format!(
+        "-s -w -X k8s.io/component-base/version.gitVersion={release} \
+         -X k8s.io/component-base/version.gitMajor={major} \
+         -X k8s.io/component-base/version.gitMinor={minor} \
+         -X k8s.io/component-base/version.gitTreeState=clean"
+    );
+    let started = Instant::now();
+    let out = Command::new("go")
+        // -buildvcs=false: stamping asks git about the worktree, which a tarball checkout lacks.
+        .args(["build", "-mod=readonly", "-buildvcs=false", "-o"])
+        .arg(&partial)
+        .args(["-ldflags", &ldflags, "."])
+        .current_dir(source_dir())
+        .output()
+        .map_err(|e| format!("build the control plane: run go: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "build the control plane: go build: {} (hint: a module the proxy does not serve is named above; \
+             cd tests/controlplane && go build . shows everything)",
+            build_error(&out.stderr)
+        ));
+    }
+    fs::rename(&partial, &binary).map_err(|e| format!("move {}: {e}", partial.display()))?;
+    // Builds of older sources are 120 MB each; a process still running one keeps its inode.
+    for entry in fs::read_dir(cache_dir()).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let is_build =
+            path.join("controlplane").is_file() || path.join("controlplane.partial").is_file();
+        if is_build && path != out_dir {
+            let _ = fs::remove_dir_all(path);
+        }
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "built the control plane in {:.0?}",
+        started.elapsed()
+    );
+    Ok(binary)
+}
+
+/// The line of `go build`'s output that says what failed: the first `go:` or compiler error,
+/// else the first line.
+fn build_error(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    text.lines()
+        .find(|l| l.starts_with("go: ") || l.contains(".go:"))
+        .or_else(|| text.lines().next())
+        .unwrap_or("no output")
+        .trim()
+        .to_string()
+}
+
+fn first_line(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The instance shared by the tests of this process. It is never dropped: it stops when the
+/// process exits and closes its stdin. Its run directory (the log) is named after this process
+/// and removed by a later process once this one is gone.
+///
+/// A start that failed is kept too, so that every test of the process fails with its reason
+/// instead of trying again for minutes.
+pub fn shared() -> &'static ControlPlane {
+    static SHARED: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
+    let started = SHARED.get_or_init(|| {
+        remove_stale_runs();
+        let run = cache_dir().join(format!("shared-{}", std::process::id()));
+        fs::create_dir_all(&run).map_err(|e| format!("create {}: {e}", run.display()))?;
+        let cp = ControlPlane::start_in(RunDir::Kept(run))?;
+        let _ = writeln!(
+            std::io::stderr(),
+            "control plane {} ready in {:.1?} ({})",
+            release(),
+            cp.startup,
+            cp.url
+        );
+        Ok(cp)
+    });
+    started.as_ref().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Removes the run directories of shared instances whose test process has exited.
+fn remove_stale_runs() {
+    let Ok(entries) = fs::read_dir(cache_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("shared-") else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid).exists() {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Where an instance's log and state directory live.
+enum RunDir {
+    /// A test's own instance: removed when it is dropped.
+    Temp(tempfile::TempDir),
+    /// The shared instance's: see [`shared`].
+    Kept(PathBuf),
+}
+
+impl RunDir {
+    fn path(&self) -> &Path {
+        match self {
+            RunDir::Temp(dir) => dir.path(),
+            RunDir::Kept(path) => path,
+        }
+    }
+}
+
+/// A running control plane.
+pub struct ControlPlane {
+    /// The API server, `https://127.0.0.1:PORT`.
+    pub url: String,
+    /// How long the start took, from spawning the program to its `ready`.
+    pub startup: Duration,
+    kubeconfig: PathBuf,
+    log: PathBuf,
+    io: Mutex<Io>,
+    // Holds the log beside the state directory (which the program removes itself).
+    _run: RunDir,
+}
+
+/// The running program's pipes.
+pub struct Io {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+}
+
+impl ControlPlane {
+    /// Builds the program if needed and starts an instance of its own for one test.
+    pub fn start() -> ControlPlane {
+        let dir = cache_dir();
+        fs::create_dir_all(&dir).unwrap();
+        let run = tempfile::Builder::new()
+            .prefix("run-")
+            .tempdir_in(dir)
+            .expect("create the run directory");
+        Self::start_in(RunDir::Temp(run)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn start_in(run: RunDir) -> Result<ControlPlane, String> {
+        let binary = built()?;
+        let (io, url, startup) = Self::spawn(binary, run.path(), &[])?;
+        Ok(ControlPlane {
+            url,
+            startup,
+            kubeconfig: run.path().join("state/admin.kubeconfig"),
+            log: run.path().join("controlplane.log"),
+            io: Mutex::new(io),
+            _run: run,
+        })
+    }
+
+    /// Runs the program with `--dir RUN/state` and `extra` flags until it says `ready`; the
+    /// error is its `error` line, or what ended the wait, with the tail of its log.
+    pub fn spawn(
+        binary: &Path,
+        run: &Path,
+        extra: &[&str],
+    ) -> Result<(Io, String, Duration), String> {
+        let log_path = run.join("controlplane.log");
+        let log =
+            File::create(&log_path).map_err(|e| format!("create {}: {e}", log_path.display()))?;
+        let began = Instant::now();
+        let mut child = Command::new(binary)
+            .arg("--dir")
+            .arg(run.join("state"))
+            .arg(format!("--start-timeout={}s", START_TIMEOUT.as_secs()))
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("start the control plane {}: {e}", binary.display()))?;
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        let mut io = Io {
+            child,
+            stdin,
+            lines,
+        };
+        // The program's own timeout ends the start first; ours only guards against a hang.
+        match io
+            .lines
+            .recv_timeout(START_TIMEOUT + Duration::from_secs(10))
+        {
+            Ok(line) => match line.strip_prefix("ready ") {
+                Some(url) => Ok((io, url.to_string(), began.elapsed())),
+                None => {
+                    let _ = io.child.wait();
+                    Err(format!(
+                        "start the control plane: {}",
+                        line.trim_start_matches("error ")
+                    ))
+                }
+            },
+            Err(e) => {
+                let _ = io.child.kill();
+                let _ = io.child.wait();
+                Err(format!(
+                    "start the control plane: {} (log tail: {})",
+                    match e {
+                        RecvTimeoutError::Timeout => "no ready line in time".to_string(),
+                        RecvTimeoutError::Disconnected => "it exited without a word".to_string(),
+                    },
+                    log_tail(&log_path)
+                ))
+            }
+        }
+    }
+
+    /// The admin kubeconfig (client certificate in group system:masters).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The components' log, for failure messages.
+    pub fn log_tail(&self) -> String {
+        log_tail(&self.log)
+    }
+
+    /// Sends one command line and returns its answer, panicking on an `error` answer.
+    fn command(&self, line: &str) -> String {
+        let mut io = self.io.lock().unwrap_or_else(|e| e.into_inner());
+        let stdin = io.stdin.as_mut().expect("the control plane is running");
+        writeln!(stdin, "{line}").unwrap_or_else(|e| panic!("send {line:?}: {e}"));
+        let answer = io
+            .lines
+            .recv_timeout(COMMAND_TIMEOUT)
+            .unwrap_or_else(|e| panic!("{line:?}: no answer ({e}); log: {}", self.log_tail()));
+        if let Some(error) = answer.strip_prefix("error ") {
+            panic!("{line:?}: {error}");
+        }
+        answer
+    }
+
+    /// Creates a Ready node with `labels` (`key=value`).
+    pub fn node(&self, name: &str, labels: &[&str]) {
+        let answer = self.command(&format!("node {name} {}", labels.join(" ")));
+        assert_eq!(answer, format!("node {name}"));
+    }
+
+    /// A token of `namespace/service_account` bound to `pod` on `node` (both made if missing),
+    /// whose requests carry the node's name in their user info.
+    pub fn token(&self, namespace: &str, service_account: &str, pod: &str, node: &str) -> String {
+        let answer = self.command(&format!("token {namespace} {service_account} {pod} {node}"));
+        answer
+            .strip_prefix("token ")
+            .unwrap_or_else(|| panic!("unexpected answer {answer:?}"))
+            .to_string()
+    }
+
+    /// A kubeconfig at `path` for this cluster that authenticates with `token` only.
+    pub fn token_kubeconfig(&self, token: &str, path: &Path) {
+        let admin: serde_yaml::Value =
+            serde_yaml::from_str(&fs::read_to_string(&self.kubeconfig).unwrap()).unwrap();
+        let mut config = admin.clone();
+        config["users"] =
+            serde_yaml::from_str(&format!("[{{name: admin, user: {{token: {token}}}}}]")).unwrap();
+        fs::write(path, serde_yaml::to_string(&config).unwrap()).unwrap();
+    }
+
+    /// `kubectl ARGS` against this cluster as its admin, in an empty environment but for `HOME`.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        kubectl(&self.kubeconfig, args)
+    }
+}
+
+/// `kubectl ARGS` with `kubeconfig`, in an empty environment but for its own `HOME`.
+pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> Output {
+    let home = tempfile::tempdir().unwrap();
+    Command::new("kubectl")
+        .args(args)
+        .env_clear()
+        .env("HOME", home.path())
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("run kubectl")
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let io = self.io.get_mut().unwrap_or_else(|e| e.into_inner());
+        // Closing stdin is the stop: the program drains, removes its state and exits.
+        drop(io.stdin.take());
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = io.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = io.child.kill();
+        let _ = io.child.wait();
+    }
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(LOG_TAIL)..].join(" | ")
+}
