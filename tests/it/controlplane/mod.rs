@@ -84,7 +84,7 @@ fn type_check_warnings(cp: &ControlPlane, name: &str) -> Vec<Value> {
     }
 }
 
-/// The shipped policy renamed `name`, matching resource.k8s.io/v1 only, and changed by `edit`;
+/// The shipped policy renamed `name`, matching resource.k8s.io/v1 only (as shipped), and changed by `edit`;
 /// applied without a binding, so it is checked, not enforced.
 fn apply_v1_copy(cp: &ControlPlane, name: &str, edit: impl Fn(&mut Value)) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/admission-policy.yaml");
@@ -117,14 +117,9 @@ fn the_install_applies_and_its_policy_type_checks_without_warnings() {
     let shipped = type_check_warnings(cp, "media-capabilities-node-bound");
     assert!(shipped.is_empty(), "{shipped:?}");
 
-    // The API server type-checks only against the versions a policy names: with
-    // `apiVersions: ["*"]` it checks nothing, so the shipped status above is empty whatever
-    // the CEL says. A copy naming v1 is checked against the ResourceSlice schema (but for
-    // `variables.slice`, a conditional the checker types as dyn)...
-    apply_v1_copy(cp, "typecheck-v1", |_| {});
-    let v1 = type_check_warnings(cp, "typecheck-v1");
-    assert!(v1.is_empty(), "{v1:?}");
-    // ...and a misspelt field of the object is reported, so the empty status means something.
+    // The API server type-checks only against the versions a policy names (with "*" it checks
+    // nothing and the empty status above would mean nothing): a misspelt field in a copy of
+    // the shipped policy's validation is reported (the status controller reports none for variables).
     apply_v1_copy(cp, "typecheck-v1-misspelt", |policy| {
         let validations = policy["spec"]["validations"].as_array_mut().unwrap();
         validations
