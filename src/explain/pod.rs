@@ -371,6 +371,30 @@ pub(crate) struct NodeSummary {
     pub total: usize,
     pub allocatable: usize,
     pub outcomes: Vec<NodeOutcome>,
+    /// Per allocatable node (natural order), the devices the search picks there.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub picks: Vec<NodePicks>,
+}
+
+/// The devices the allocator's search picks on one node, as the scheduler would write them
+/// into the claims' `status.allocation`.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct NodePicks {
+    pub node: String,
+    pub devices: Vec<PickedDevice>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PickedDevice {
+    /// `namespace/name`.
+    pub claim: String,
+    /// `request`, or `request/sub-request` for a firstAvailable choice.
+    pub request: String,
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -1297,6 +1321,7 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
     let mut statuses: Vec<BTreeMap<usize, DeviceStatus>> = Vec::new();
     let mut request_keys: Vec<(String, String)> = Vec::new();
     let mut attempt_error: Option<AllocError> = None;
+    let mut picks: Vec<NodePicks> = Vec::new();
     // Nodes the scheduler filters on whose allocation fails with an error.
     let mut erring = 0;
     let mut allocatable = 0;
@@ -1383,8 +1408,24 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
             )
         } else {
             match &report.verdict {
-                NodeVerdict::Allocated(_) => {
+                NodeVerdict::Allocated(results) => {
                     allocatable += 1;
+                    picks.push(NodePicks {
+                        node: node.name.clone(),
+                        devices: claims
+                            .iter()
+                            .zip(results)
+                            .flat_map(|(claim, results)| {
+                                results.iter().map(|r| PickedDevice {
+                                    claim: claim.name.to_owned(),
+                                    request: r.request.clone(),
+                                    driver: r.device.driver.clone(),
+                                    pool: r.device.pool.clone(),
+                                    device: r.device.device.clone(),
+                                })
+                            })
+                            .collect(),
+                    });
                     let detail = if model.nodes_known {
                         "every claim can be allocated now"
                     } else {
@@ -1750,6 +1791,7 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
         total,
         allocatable,
         outcomes: node_outcomes,
+        picks,
     });
     if let Some(note) = all_mode_order_note(input.features.release, &claims)
         && !matches!(
