@@ -50,6 +50,10 @@ use super::{AttributeValue, DeviceId, DeviceView, NodeInfo, OwnedAttribute, spli
 /// The most devices one claim can be allocated (k8s.io/api resource/v1 `AllocationResultsMaxSize`).
 pub(crate) const ALLOCATION_RESULTS_MAX_SIZE: usize = 32;
 
+/// The release whose rules apply when the cluster's version is not known (`-f` without
+/// `--kubernetes-version`).
+pub const DEFAULT_MINOR: u32 = 36;
+
 /// The feature gates that change the rules, by their defaults for the cluster's version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Features {
@@ -57,6 +61,9 @@ pub struct Features {
     pub consumable_capacity: bool,
     /// DRADeviceTaints: device taints block allocation unless tolerated (beta, on from 1.36).
     pub device_taints: bool,
+    /// DRADeviceTaintRules: the scheduler adds each DeviceTaintRule's taint to the devices it
+    /// selects (GA, on from 1.37; beta and off in 1.36).
+    pub device_taint_rules: bool,
     /// DRAPartitionableDevices: slices with `perDeviceNodeSelection` are read (beta, on from
     /// 1.36); without it the scheduler's GatherPools skips them whole.
     pub partitionable_devices: bool,
@@ -73,6 +80,7 @@ impl Features {
         Features {
             consumable_capacity: minor >= 36,
             device_taints: minor >= 36,
+            device_taint_rules: minor >= 37,
             partitionable_devices: minor >= 36,
             release: minor,
         }
@@ -81,7 +89,7 @@ impl Features {
 
 impl Default for Features {
     fn default() -> Self {
-        Features::for_minor(36)
+        Features::for_minor(DEFAULT_MINOR)
     }
 }
 

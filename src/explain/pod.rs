@@ -634,6 +634,7 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
         &objects.slices,
         &objects.claims,
         &objects.nodes,
+        &objects.taint_rules,
         input.features,
     );
     let models = gpu_models(&model);
@@ -1159,6 +1160,7 @@ fn lacks(kind: Kind) -> &'static str {
         Kind::Pod => "the pod cannot be found",
         Kind::Node => "the pod's nodeSelector, affinity and node taints are not checked",
         Kind::Event => "the scheduler's and the kubelet's messages are not shown",
+        Kind::DeviceTaintRule => "the taints DeviceTaintRules add to devices are not applied",
     }
 }
 

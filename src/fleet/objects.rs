@@ -40,10 +40,12 @@ pub enum Kind {
     Pod,
     Node,
     Event,
+    /// resource.k8s.io/v1 from Kubernetes 1.37 (DRADeviceTaintRules GA).
+    DeviceTaintRule,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::ResourceSlice,
         Kind::DeviceClass,
         Kind::ResourceClaim,
@@ -51,6 +53,7 @@ impl Kind {
         Kind::Pod,
         Kind::Node,
         Kind::Event,
+        Kind::DeviceTaintRule,
     ];
 
     /// The object's `kind`.
@@ -63,6 +66,7 @@ impl Kind {
             Kind::Pod => "Pod",
             Kind::Node => "Node",
             Kind::Event => "Event",
+            Kind::DeviceTaintRule => "DeviceTaintRule",
         }
     }
 
@@ -72,7 +76,8 @@ impl Kind {
             Kind::ResourceSlice
             | Kind::DeviceClass
             | Kind::ResourceClaim
-            | Kind::ResourceClaimTemplate => "resource.k8s.io",
+            | Kind::ResourceClaimTemplate
+            | Kind::DeviceTaintRule => "resource.k8s.io",
             Kind::Pod | Kind::Node | Kind::Event => "",
         }
     }
@@ -96,6 +101,7 @@ impl Kind {
             Kind::Pod => "pods",
             Kind::Node => "nodes",
             Kind::Event => "events",
+            Kind::DeviceTaintRule => "devicetaintrules",
         }
     }
 
@@ -110,6 +116,7 @@ impl Kind {
             Kind::Pod => "pods",
             Kind::Node => "nodes",
             Kind::Event => "events",
+            Kind::DeviceTaintRule => "devicetaintrules.resource.k8s.io",
         }
     }
 
@@ -131,7 +138,7 @@ impl Kind {
 pub(crate) struct Kinds(u8);
 
 impl Kinds {
-    pub(crate) const ALL: Kinds = Kinds(0x7f);
+    pub(crate) const ALL: Kinds = Kinds(0xff);
 
     pub(crate) fn only(kinds: &[Kind]) -> Kinds {
         Kinds(kinds.iter().fold(0, |bits, k| bits | (1 << *k as u8)))
@@ -638,6 +645,31 @@ pub struct Taint {
     pub time_added: Option<String>,
 }
 
+/// A DeviceTaintRule (resource.k8s.io/v1): its taint is added to every device its selector
+/// names (driver, pool and device name, each optional; no selector names no device).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct DeviceTaintRule {
+    pub metadata: Metadata,
+    pub spec: TaintRuleSpec,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct TaintRuleSpec {
+    pub device_selector: Option<TaintSelector>,
+    pub taint: Taint,
+}
+
+/// Which devices a DeviceTaintRule taints: those of the driver, pool and name given.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct TaintSelector {
+    pub driver: Option<String>,
+    pub pool: Option<String>,
+    pub device: Option<String>,
+}
+
 /// A map key as read: borrowed from the text when it has no escapes (serde_json's `from_str`
 /// hands those over as they are), owned otherwise. serde's own `Cow<str>` always copies, and a
 /// fleet has millions of keys.
@@ -927,6 +959,7 @@ pub struct Objects {
     pub pods: Vec<Pod>,
     pub nodes: Vec<Node>,
     pub events: Vec<Event>,
+    pub taint_rules: Vec<DeviceTaintRule>,
     /// One line per object that was skipped, naming it and why.
     pub notes: Vec<String>,
     wanted: Kinds,
@@ -1319,6 +1352,7 @@ impl Objects {
         self.pods.extend(other.pods);
         self.nodes.extend(other.nodes);
         self.events.extend(other.events);
+        self.taint_rules.extend(other.taint_rules);
         self.notes.extend(other.notes);
     }
 
@@ -1425,6 +1459,7 @@ impl Objects {
                 Kind::Pod => self.pods.push(serde_json::from_value(value)?),
                 Kind::Node => self.nodes.push(serde_json::from_value(value)?),
                 Kind::Event => self.events.push(serde_json::from_value(value)?),
+                Kind::DeviceTaintRule => self.taint_rules.push(serde_json::from_value(value)?),
                 Kind::ResourceSlice => unreachable!("read above"),
             }
             Ok(())

@@ -6,7 +6,7 @@
 //! A fleet: one to three nodes with one or two GPUs each (liken's render node and our media
 //! device per GPU, at one PCI address), another driver's devices published for all nodes or by
 //! node selector, sometimes a `perDeviceNodeSelection` slice, pools being updated or with an
-//! older generation, device taints, shareable devices; claims with ExactCount (1, 2) and All,
+//! older generation, device taints and DeviceTaintRules, shareable devices; claims with ExactCount (1, 2) and All,
 //! `firstAvailable`, tolerations, admin access, `matchAttribute` on string, bool, int and
 //! version attributes; claims of other pods already allocated (with and without a share ID).
 
@@ -244,11 +244,47 @@ impl Gen {
                 devices,
             );
         }
+        self.taint_rules();
         for (name, expression) in CLASSES {
             self.objects.push(
                 json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
                 "metadata": {"name": name},
                 "spec": {"selectors": [{"cel": {"expression": expression}}]}}),
+            );
+        }
+    }
+
+    /// DeviceTaintRules (resource.k8s.io/v1, applied from 1.37): by driver, pool or device,
+    /// their combinations, the empty selector (every device) and none (no device).
+    fn taint_rules(&mut self) {
+        for i in 0..self.rng.usize(0..=2) {
+            if self.devices.is_empty() || !self.chance(2) {
+                return;
+            }
+            let (driver, pool, device, _, _) =
+                self.devices[self.rng.usize(0..self.devices.len())].clone();
+            let selector = match self.rng.u8(0..7) {
+                0 => json!({"driver": driver}),
+                1 => json!({"driver": driver, "pool": pool}),
+                2 => json!({"driver": driver, "pool": pool, "device": device}),
+                3 => json!({"device": device}),
+                4 => json!({"pool": pool, "device": device}),
+                5 => json!({}),
+                _ => Value::Null,
+            };
+            let taint = match self.rng.u8(0..4) {
+                0 => json!({"key": "k", "value": "v", "effect": "NoSchedule"}),
+                1 => json!({"key": "rule", "effect": "NoExecute"}),
+                2 => json!({"key": "rule", "effect": "None"}),
+                _ => json!({"key": "other", "effect": "NoSchedule"}),
+            };
+            let mut spec = json!({"taint": taint});
+            if !selector.is_null() {
+                spec["deviceSelector"] = selector;
+            }
+            self.objects.push(
+                json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+                "metadata": {"name": format!("rule-{i}")}, "spec": spec}),
             );
         }
     }
@@ -879,12 +915,14 @@ fn before_1_36_a_second_all_sub_request_takes_the_first_ones_devices() {
     );
 }
 
-/// Found, not fixed: 1.37's scheduler applies DeviceTaintRules (DRADeviceTaintRules is GA and
-/// on), its slice tracker adding each rule's taint to the devices it selects; why reads no
-/// DeviceTaintRule, so it calls this node allocatable. Reading them is a new kind for
-/// `fleet` (files, the cluster lister, RBAC), not a fix of the allocator.
+/// 1.37's scheduler applies DeviceTaintRules (DRADeviceTaintRules is GA and on), its slice
+/// tracker adding each rule's taint to the devices it selects; why read none and called this
+/// node allocatable.
 #[test]
-#[ignore = "finding: why does not read DeviceTaintRules, which 1.37 applies (run with --ignored)"]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
 fn from_1_37_device_taint_rules_taint_devices() {
     let mut objects = small_fleet(
         "media.liken.sh",
