@@ -64,6 +64,11 @@ pub struct Features {
     /// DRADeviceTaintRules: the scheduler adds each DeviceTaintRule's taint to the devices it
     /// selects (GA, on from 1.37; beta and off in 1.36).
     pub device_taint_rules: bool,
+    /// The allocator the release's scheduler picks knows `distinctAttribute` constraints:
+    /// structured `NewAllocator` takes the first implementation whose features cover the
+    /// enabled ones, which in 1.35 is "incubating" (without them); 1.34's DRAResourceClaimDeviceStatus
+    /// picks "experimental", and from 1.36 both know them.
+    pub distinct_attribute: bool,
     /// DRAPartitionableDevices: slices with `perDeviceNodeSelection` are read (beta, on from
     /// 1.36); without it the scheduler's GatherPools skips them whole.
     pub partitionable_devices: bool,
@@ -81,6 +86,7 @@ impl Features {
             consumable_capacity: minor >= 36,
             device_taints: minor >= 36,
             device_taint_rules: minor >= 37,
+            distinct_attribute: minor != 35,
             partitionable_devices: minor >= 36,
             release: minor,
         }
@@ -227,6 +233,14 @@ pub enum AllocError {
         request: String,
         /// The device, `driver/pool/device`.
         device: String,
+    },
+    /// A constraint the release's allocator does not know: neither `matchAttribute` nor, where
+    /// it knows them, `distinctAttribute` (`distinct`: it is one, in 1.35).
+    #[error("claim {claim}, constraint #{index}: empty constraint (unsupported constraint type?)")]
+    EmptyConstraint {
+        claim: String,
+        index: usize,
+        distinct: bool,
     },
     /// A claim shape the allocator refuses, or one this port does not model.
     #[error("claim {claim}, request {request}: {problem}")]
@@ -386,8 +400,28 @@ impl Mode {
 struct Constraint<'s> {
     requests: &'s [String],
     attribute: &'s str,
-    value: Option<OwnedAttribute>,
-    count: usize,
+    kind: ConstraintKind,
+}
+
+/// What a constraint holds of the devices added so far.
+enum ConstraintKind {
+    /// `matchAttribute`: the one value, and how many devices have it.
+    Match {
+        value: Option<OwnedAttribute>,
+        count: usize,
+    },
+    /// `distinctAttribute`: every value, in the order added (the search removes the last one
+    /// first).
+    Distinct(Vec<OwnedAttribute>),
+    /// 1.34's `distinctAttribute` (experimental/constraint.go v0.34.13): one entry per request
+    /// name, replaced by each device the request adds and dropped whole by a removal, and
+    /// values compared by pointer, so only the same device's attribute is a duplicate; the
+    /// first device after the count drops to zero is never compared. Entries are (request,
+    /// device index), with how many devices were added.
+    Distinct134 {
+        entries: Vec<(String, usize)>,
+        count: usize,
+    },
 }
 
 impl Constraint<'_> {
@@ -633,9 +667,12 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 .as_ref()
                 .and_then(|d| d.constraints.as_deref())
                 .unwrap_or_default();
-            search
-                .constraints
-                .push(prepare_constraints(claim, constraints)?);
+            search.constraints.push(prepare_constraints(
+                claim,
+                constraints,
+                self.features.distinct_attribute,
+                self.features.release,
+            )?);
         }
         match self.allocate_one(&mut search, 0, 0, 0, 0, 0, false) {
             // Found, but on a device whose room was assumed: not decided.
@@ -1389,7 +1426,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         let (base, own_sub) = (data.base, data.sub);
         let constraints = &mut s.constraints[claim];
         for i in 0..constraints.len() {
-            if !add_to_constraint(&mut constraints[i], base, own_sub, device) {
+            if !add_to_constraint(&mut constraints[i], base, own_sub, device, d) {
                 if must {
                     return Err(Stop::Error(AllocError::ConstraintAll {
                         claim: s.claims[claim].name.to_owned(),
@@ -1469,32 +1506,50 @@ fn unsupported(claim: &Claim<'_>, request: &str, problem: &str) -> AllocError {
     }
 }
 
+/// allocator_incubating.go `Allocate`: `matchAttribute`, or `distinctAttribute` where the
+/// release's allocator knows it ([`Features::distinct_attribute`]).
 fn prepare_constraints<'s>(
     claim: &Claim<'s>,
     constraints: &'s [DeviceConstraint],
+    distinct_attribute: bool,
+    release: u32,
 ) -> Result<Vec<Constraint<'s>>, AllocError> {
     let mut out = Vec::new();
-    for constraint in constraints {
+    for (index, constraint) in constraints.iter().enumerate() {
         let requests = constraint.requests.as_deref().unwrap_or_default();
-        if constraint.distinct_attribute.is_some() {
-            return Err(unsupported(
-                claim,
-                &requests.join(","),
-                "distinctAttribute constraints are not modelled by this evaluator",
-            ));
-        }
-        let Some(attribute) = constraint.match_attribute.as_deref() else {
-            return Err(unsupported(
-                claim,
-                &requests.join(","),
-                "a constraint without matchAttribute",
-            ));
+        let (attribute, kind) = match (
+            constraint.match_attribute.as_deref(),
+            constraint.distinct_attribute.as_deref(),
+        ) {
+            (Some(attribute), _) => (
+                attribute,
+                ConstraintKind::Match {
+                    value: None,
+                    count: 0,
+                },
+            ),
+            (None, Some(attribute)) if distinct_attribute && release == 34 => (
+                attribute,
+                ConstraintKind::Distinct134 {
+                    entries: Vec::new(),
+                    count: 0,
+                },
+            ),
+            (None, Some(attribute)) if distinct_attribute => {
+                (attribute, ConstraintKind::Distinct(Vec::new()))
+            }
+            (None, _) => {
+                return Err(AllocError::EmptyConstraint {
+                    claim: claim.name.to_owned(),
+                    index,
+                    distinct: constraint.distinct_attribute.is_some(),
+                });
+            }
         };
         out.push(Constraint {
             requests,
             attribute,
-            value: None,
-            count: 0,
+            kind,
         });
     }
     Ok(out)
@@ -1553,11 +1608,14 @@ fn owned(value: AttributeValue<'_>) -> OwnedAttribute {
     }
 }
 
+/// Adds device `d` (`device`) of request `base` (sub-request `sub`) to a constraint, if it
+/// applies; false when the device breaks it.
 fn add_to_constraint<D: DeviceView>(
     c: &mut Constraint<'_>,
     base: &str,
     sub: Option<&str>,
     device: &D,
+    d: usize,
 ) -> bool {
     if !c.applies(base, sub) {
         return true;
@@ -1565,22 +1623,51 @@ fn add_to_constraint<D: DeviceView>(
     let Some(value) = lookup_attribute(device, c.attribute) else {
         return false;
     };
-    if c.count == 0 {
-        c.value = Some(owned(value));
-        c.count = 1;
-        return true;
-    }
+    let value = owned(value);
     // Same type and value; versions compare as strings (semver's minimal form makes that exact).
-    if c.value.as_ref() != Some(&owned(value)) {
-        return false;
+    match &mut c.kind {
+        ConstraintKind::Match {
+            value: first,
+            count,
+        } => {
+            if *count == 0 {
+                *first = Some(value);
+            } else if first.as_ref() != Some(&value) {
+                return false;
+            }
+            *count += 1;
+        }
+        // constraint.go `matchesAttribute`: a value of another type is no duplicate.
+        ConstraintKind::Distinct(values) => {
+            if values.contains(&value) {
+                return false;
+            }
+            values.push(value);
+        }
+        ConstraintKind::Distinct134 { entries, count } => {
+            if *count > 0 && entries.iter().any(|&(_, e)| e == d) {
+                return false;
+            }
+            entries.retain(|(r, _)| r != base);
+            entries.push((base.to_owned(), d));
+            *count += 1;
+        }
     }
-    c.count += 1;
     true
 }
 
 fn remove_from_constraint(c: &mut Constraint<'_>, base: &str, sub: Option<&str>) {
     if c.applies(base, sub) {
-        c.count -= 1;
+        match &mut c.kind {
+            ConstraintKind::Match { count, .. } => *count -= 1,
+            ConstraintKind::Distinct(values) => {
+                values.pop();
+            }
+            ConstraintKind::Distinct134 { entries, count } => {
+                entries.retain(|(r, _)| r != base);
+                *count -= 1;
+            }
+        }
     }
 }
 

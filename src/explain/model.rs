@@ -248,9 +248,15 @@ pub(crate) fn build<'a>(
                 .filter(|_| features.device_taint_rules)
                 .filter(|r| {
                     r.spec.device_selector.as_ref().is_some_and(|s| {
-                        s.driver.as_deref().is_none_or(|d| d == spec.driver.as_str())
-                            && s.pool.as_deref().is_none_or(|p| p == spec.pool.name.as_str())
-                            && s.device.as_deref().is_none_or(|n| n == device.name.as_str())
+                        s.driver
+                            .as_deref()
+                            .is_none_or(|d| d == spec.driver.as_str())
+                            && s.pool
+                                .as_deref()
+                                .is_none_or(|p| p == spec.pool.name.as_str())
+                            && s.device
+                                .as_deref()
+                                .is_none_or(|n| n == device.name.as_str())
                     })
                 })
                 .map(|r| &r.spec.taint);
@@ -264,7 +270,12 @@ pub(crate) fn build<'a>(
                     .iter()
                     .map(|(n, q)| (Ustr::from(&n.to_string()), *q))
                     .collect(),
-                taints: device.taints().iter().chain(rules).map(device_taint).collect(),
+                taints: device
+                    .taints()
+                    .iter()
+                    .chain(rules)
+                    .map(device_taint)
+                    .collect(),
                 placement,
                 node,
                 per_device_slice: spec.per_device_node_selection.then_some(i),

@@ -1324,6 +1324,16 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
     let mut request_keys: Vec<(String, String)> = Vec::new();
     let mut attempt_error: Option<AllocError> = None;
     let mut picks: Vec<NodePicks> = Vec::new();
+    // A distinctAttribute constraint keeps requests apart rather than on one GPU.
+    let distinct = claims.iter().any(|c| {
+        c.spec
+            .devices
+            .as_ref()
+            .and_then(|d| d.constraints.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.match_attribute.is_none())
+    });
     // Nodes the scheduler filters on whose allocation fails with an error.
     let mut erring = 0;
     let mut allocatable = 0;
@@ -1435,7 +1445,7 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
                     };
                     (OutcomeKind::Allocatable, detail.to_owned())
                 }
-                NodeVerdict::CannotAllocate => why_not_on_node(&allocator, &report),
+                NodeVerdict::CannotAllocate => why_not_on_node(&allocator, &report, distinct),
                 NodeVerdict::InvalidPools(pools) => (
                     OutcomeKind::InvalidPools,
                     format!(
@@ -2061,6 +2071,7 @@ fn relaxations(
 fn why_not_on_node(
     allocator: &Allocator<'_, SliceDevice<'_>>,
     report: &super::allocate::NodeReport,
+    distinct: bool,
 ) -> (OutcomeKind, String) {
     if report.constraints_block {
         // Each request is served alone; show the addresses each could use.
@@ -2087,7 +2098,12 @@ fn why_not_on_node(
         return (
             OutcomeKind::Constraint,
             format!(
-                "each request can be served, never on one GPU: {}",
+                "each request can be served, never {}: {}",
+                if distinct {
+                    "together under the claim's constraints"
+                } else {
+                    "on one GPU"
+                },
                 parts.join("; ")
             ),
         );
@@ -2318,6 +2334,17 @@ fn attempt(error: &AllocError) -> AttemptError {
             undecided: false,
             consequence: "the scheduler fails the whole scheduling attempt (PodScheduled reason SchedulerError): a claim holds at most 32 devices".to_owned(),
             fix: "ask for at most 32 devices per claim: lower the counts, or split the requests over several claims".to_owned(),
+        },
+        AllocError::EmptyConstraint { distinct, .. } => AttemptError {
+            message: error.to_string(),
+            always: true,
+            undecided: false,
+            consequence: "the scheduler fails the whole scheduling attempt (PodScheduled reason SchedulerError): its allocator does not know the constraint".to_owned(),
+            fix: if *distinct {
+                "Kubernetes 1.35's scheduler knows distinctAttribute only with the DRAConsumableCapacity feature gate on (1.36 on by default): turn it on, or drop the constraint".to_owned()
+            } else {
+                "give the constraint matchAttribute (or distinctAttribute)".to_owned()
+            },
         },
         AllocError::ClassNotFound { .. } => AttemptError {
             message: error.to_string(),

@@ -6,9 +6,13 @@
 //! A fleet: one to three nodes with one or two GPUs each (liken's render node and our media
 //! device per GPU, at one PCI address), another driver's devices published for all nodes or by
 //! node selector, sometimes a `perDeviceNodeSelection` slice, pools being updated or with an
-//! older generation, device taints and DeviceTaintRules, shareable devices; claims with ExactCount (1, 2) and All,
-//! `firstAvailable`, tolerations, admin access, `matchAttribute` on string, bool, int and
-//! version attributes; claims of other pods already allocated (with and without a share ID).
+//! older generation, device taints and DeviceTaintRules, shareable devices; claims with
+//! ExactCount (1, 2) and All, `firstAvailable`, tolerations, admin access, `matchAttribute` and
+//! `distinctAttribute` on string, bool, int and version attributes; claims of other pods
+//! already allocated (with and without a share ID).
+//!
+//! On every node why finds allocatable, the devices it picks must be ones the allocator accepts
+//! there ([`picks_are_valid`]).
 
 use std::time::Instant;
 
@@ -343,7 +347,12 @@ impl Gen {
         let mut devices = json!({"requests": requests});
         if self.chance(2) {
             let attribute = MATCHED[self.rng.usize(0..MATCHED.len())];
-            let mut constraint = json!({"matchAttribute": attribute});
+            let mut constraint = if self.chance(3) {
+                // Refused (an attempt error) before DRAConsumableCapacity, 1.36.
+                json!({"distinctAttribute": attribute})
+            } else {
+                json!({"matchAttribute": attribute})
+            };
             if names.len() > 1 && self.rng.bool() {
                 constraint["requests"] = json!(names[..2]);
             }
@@ -546,18 +555,31 @@ fn pinned(objects: &[Value], picks: &[(String, String, String)]) -> Result<Vec<V
     let mut out = objects.to_vec();
     for object in &mut out {
         if object["kind"] == "ResourceSlice" {
-            let driver = object["spec"]["driver"].as_str().unwrap_or_default().to_owned();
+            let driver = object["spec"]["driver"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
             let pool = object["spec"]["pool"]["name"]
                 .as_str()
                 .unwrap_or_default()
                 .to_owned();
-            for device in object["spec"]["devices"].as_array_mut().into_iter().flatten() {
-                let id = format!("{driver}/{pool}/{}", device["name"].as_str().unwrap_or_default());
+            for device in object["spec"]["devices"]
+                .as_array_mut()
+                .into_iter()
+                .flatten()
+            {
+                let id = format!(
+                    "{driver}/{pool}/{}",
+                    device["name"].as_str().unwrap_or_default()
+                );
                 device["attributes"][format!("{PIN_DOMAIN}/id")] = json!({"string": id});
             }
             continue;
         }
-        let name = format!("{NS}/{}", object["metadata"]["name"].as_str().unwrap_or_default());
+        let name = format!(
+            "{NS}/{}",
+            object["metadata"]["name"].as_str().unwrap_or_default()
+        );
         if object["kind"] != "ResourceClaim" || !picks.iter().any(|(c, _, _)| *c == name) {
             continue;
         }
@@ -576,18 +598,24 @@ fn pinned(objects: &[Value], picks: &[(String, String, String)]) -> Result<Vec<V
                 })
                 .collect();
             let Some(&(sub, _)) = mine.first() else {
-                return Err(format!("why picked no device for claim {name} request {base}"));
+                return Err(format!(
+                    "why picked no device for claim {name} request {base}"
+                ));
             };
             let exact = if sub.is_empty() {
                 &mut request["exactly"]
             } else {
                 let subs = request["firstAvailable"].as_array_mut().ok_or_else(|| {
-                    format!("why picked sub-request {base}/{sub} of a request without firstAvailable")
+                    format!(
+                        "why picked sub-request {base}/{sub} of a request without firstAvailable"
+                    )
                 })?;
                 // The others are kept, matching nothing, where they stand: 1.34 and 1.35 treat a
                 // sub-request after the first differently.
                 let Some(picked) = subs.iter().position(|s| s["name"] == sub) else {
-                    return Err(format!("why picked {base}/{sub}, which the request does not have"));
+                    return Err(format!(
+                        "why picked {base}/{sub}, which the request does not have"
+                    ));
                 };
                 for (i, other) in subs.iter_mut().enumerate() {
                     if i != picked {
@@ -616,7 +644,11 @@ fn pinned(objects: &[Value], picks: &[(String, String, String)]) -> Result<Vec<V
 /// The devices `why` picks on each allocatable node form an allocation the real allocator
 /// accepts there: asked with every request pinned to why's devices ([`pinned`]), it allocates
 /// on that node exactly those devices. Returns how many nodes' picks were checked.
-fn picks_are_valid(oracle: &mut Oracle, objects: &[Value], record: &Value) -> Result<usize, String> {
+fn picks_are_valid(
+    oracle: &mut Oracle,
+    objects: &[Value],
+    record: &Value,
+) -> Result<usize, String> {
     let mut checked = 0;
     for node in record["nodes"]["picks"].as_array().into_iter().flatten() {
         let name = node["node"].as_str().unwrap_or_default();
@@ -707,7 +739,10 @@ fn differential(release: &str) {
     let mut failures = Vec::new();
     let mut checked = 0;
     // `ORACLE_SEED` runs that one fleet.
-    let seeds = match std::env::var("ORACLE_SEED").ok().and_then(|n| n.parse().ok()) {
+    let seeds = match std::env::var("ORACLE_SEED")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
         Some(seed) => seed..seed + 1,
         None => 0..fleets,
     };
@@ -989,5 +1024,68 @@ fn picks_the_allocator_refuses_are_caught() {
     assert!(
         refused.as_ref().is_err_and(|e| e.contains("no device")),
         "{refused:?}"
+    );
+}
+
+/// `distinctAttribute` is no constraint 1.35's allocator knows ("incubating", picked while
+/// DRAConsumableCapacity is off: the attempt fails); 1.34's ("experimental", picked for
+/// DRAResourceClaimDeviceStatus) compares the values by pointer, so two GPUs of one model are
+/// distinct; from 1.36 they are not. why said "undecided" for all.
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
+fn distinct_attribute_as_each_release_s_allocator_has_it() {
+    let objects = small_fleet(
+        "media.liken.sh",
+        json!([
+            {"name": "gpu0", "attributes": {"model": {"string": "arc"}}},
+            {"name": "gpu1", "attributes": {"model": {"string": "arc"}}},
+        ]),
+        json!({"devices": {
+            "requests": [
+                {"name": "r0", "exactly": {"deviceClassName": "media"}},
+                {"name": "r1", "exactly": {"deviceClassName": "media"}}],
+            "constraints": [{"distinctAttribute": "media.liken.sh/model"}]}}),
+    );
+    regression(
+        &objects,
+        [
+            Kind::Allocatable,
+            Kind::Error,
+            Kind::Unallocatable,
+            Kind::Unallocatable,
+        ],
+    );
+    let (_, record) = why(&objects, "1.35");
+    assert_eq!(
+        record["attemptError"]["message"],
+        "claim media/c0, constraint #0: empty constraint (unsupported constraint type?)"
+    );
+}
+
+/// Two GPUs of different models are distinct: one request takes both.
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
+fn distinct_attribute_takes_different_values() {
+    let objects = small_fleet(
+        "media.liken.sh",
+        two_gpus(),
+        json!({"devices": {
+            "requests": [{"name": "r0", "exactly": {"deviceClassName": "media", "count": 2}}],
+            "constraints": [{"distinctAttribute": "media.liken.sh/model"}]}}),
+    );
+    regression(
+        &objects,
+        [
+            Kind::Allocatable,
+            Kind::Error,
+            Kind::Allocatable,
+            Kind::Allocatable,
+        ],
     );
 }
