@@ -3,8 +3,8 @@
 //! tests (running the real binaries or kubectl) and async tests (kube-rs clients) can both use it.
 //!
 //! What it serves, with the real semantics:
-//! - resources `resourceslices`, `deviceclasses`, `resourceclaims`, `resourceclaimtemplates`
-//!   (resource.k8s.io/v1) and `pods`, `events`, `nodes`, `namespaces` (v1); `/version`, `/api`,
+//! - resources `resourceslices`, `deviceclasses`, `resourceclaims`, `resourceclaimtemplates`,
+//!   `devicetaintrules` (resource.k8s.io/v1) and `pods`, `events`, `nodes`, `namespaces` (v1); `/version`, `/api`,
 //!   `/api/v1`, `/apis`, `/apis/resource.k8s.io[/v1]` discovery, `/healthz`, and a minimal
 //!   `/openapi/v3` (see `http.rs`) so that `kubectl apply` works without `--validate=false`;
 //! - verbs get, list (`labelSelector`, `fieldSelector`, `limit`/`continue`), watch (`watch=true`
