@@ -98,6 +98,13 @@ impl DeviceView for SliceDevice<'_> {
                 .map(|(n, q)| (n.as_str(), q.as_str())),
         )
     }
+    fn capacities_written(&self) -> Box<dyn Iterator<Item = (&str, &str)> + '_> {
+        Box::new(
+            self.device
+                .capacities_written()
+                .map(|(n, q)| (n.as_str(), q.as_str())),
+        )
+    }
     fn allow_multiple_allocations(&self) -> Option<bool> {
         self.device.allow_multiple_allocations
     }

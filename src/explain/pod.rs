@@ -327,6 +327,8 @@ pub(crate) enum ReasonKind {
     /// In a resource pool being updated (not all its slices published), which the scheduler
     /// does not allocate from (from 1.35).
     PoolUpdating,
+    /// Passes the selectors, but lacks a capacity the request asks for, or has less of it.
+    CapacityShort,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -1555,6 +1557,22 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
                         Vec::new(),
                     )
                 }
+                DeviceStatus::CapacityShort {
+                    capacity,
+                    asked,
+                    has,
+                } => (
+                    ReasonKind::CapacityShort,
+                    None,
+                    None,
+                    match has {
+                        Some(has) => {
+                            format!("capacity {capacity} is {has}, less than the {asked} asked")
+                        }
+                        None => format!("no capacity {capacity} (the request asks for {asked})"),
+                    },
+                    Vec::new(),
+                ),
                 DeviceStatus::PoolInvalid { pool, reason } => (
                     ReasonKind::PoolInvalid,
                     None,
@@ -2345,6 +2363,13 @@ fn attempt(error: &AllocError) -> AttemptError {
             } else {
                 "give the constraint matchAttribute (or distinctAttribute)".to_owned()
             },
+        },
+        AllocError::CapacityDisabled { .. } => AttemptError {
+            message: error.to_string(),
+            always: true,
+            undecided: false,
+            consequence: "the scheduler fails the whole scheduling attempt (PodScheduled reason SchedulerError)".to_owned(),
+            fix: "turn the DRAConsumableCapacity feature gate on (on by default from Kubernetes 1.36), or drop the request's capacity".to_owned(),
         },
         AllocError::ClassNotFound { .. } => AttemptError {
             message: error.to_string(),

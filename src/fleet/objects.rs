@@ -554,6 +554,9 @@ pub struct Device {
 #[derive(Clone, Debug, Default, PartialEq)]
 struct More {
     capacity: Vec<(QualifiedName, Ustr)>,
+    /// Each capacity's name as written (`memory` or `liken.sh/memory`): the allocator matches
+    /// a request's capacity names to these as plain strings.
+    capacity_written: Vec<Ustr>,
     taints: Vec<Taint>,
     node_name: Option<Ustr>,
     node_selector: Option<NodeSelector>,
@@ -574,9 +577,19 @@ struct DeviceFields {
     all_nodes: Option<bool>,
 }
 
+/// A name as the slice wrote it, before an unqualified one takes its driver's domain.
+fn written(name: QualifiedName) -> Ustr {
+    if name.domain.is_empty() {
+        name.name
+    } else {
+        Ustr::from(&format!("{}/{}", name.domain, name.name))
+    }
+}
+
 impl From<DeviceFields> for Device {
     fn from(f: DeviceFields) -> Device {
         let more = More {
+            capacity_written: f.capacity.iter().map(|(n, _)| written(*n)).collect(),
             capacity: f.capacity,
             taints: f.taints,
             node_name: f.node_name,
@@ -605,6 +618,16 @@ impl Device {
     /// Capacities by qualified name, each quantity as given (`"1"`, `"16Gi"`).
     pub(crate) fn capacities(&self) -> &[(QualifiedName, Ustr)] {
         self.more.as_ref().map_or(&[], |m| &m.capacity)
+    }
+
+    /// Capacities by name as written (see `More::capacity_written`), each quantity as given.
+    pub(crate) fn capacities_written(&self) -> impl Iterator<Item = (Ustr, Ustr)> + '_ {
+        self.more.iter().flat_map(|m| {
+            m.capacity_written
+                .iter()
+                .zip(&m.capacity)
+                .map(|(w, (_, q))| (*w, *q))
+        })
     }
 
     /// A capacity's quantity, by qualified name.

@@ -8,7 +8,8 @@
 //! node selector, sometimes a `perDeviceNodeSelection` slice, pools being updated or with an
 //! older generation, device taints and DeviceTaintRules, shareable devices; claims with
 //! ExactCount (1, 2) and All, `firstAvailable`, tolerations, admin access, `matchAttribute` and
-//! `distinctAttribute` on string, bool, int and version attributes; claims of other pods
+//! `distinctAttribute` on string, bool, int and version attributes; capacity requests (on
+//! exclusive devices' capacities, by the name as written); claims of other pods
 //! already allocated (with and without a share ID).
 //!
 //! On every node why finds allocatable, the devices it picks must be ones the allocator accepts
@@ -125,8 +126,14 @@ impl Gen {
             device["allowMultipleAllocations"] = json!(true);
         } else if self.chance(3) {
             // Capacities on exclusive devices only: a shareable device's consumed capacity is
-            // what why documents it does not model.
-            device["capacity"] = json!({"memory": {"value": "8Gi"}});
+            // what why documents it does not model. The name as written matters.
+            let name = if self.chance(4) {
+                format!("{driver}/memory")
+            } else {
+                "memory".to_owned()
+            };
+            let value = (["8Gi", "16Gi"])[self.rng.usize(0..2)];
+            device["capacity"] = json!({name: {"value": value}});
         }
         device
     }
@@ -320,6 +327,13 @@ impl Gen {
         }
         if self.chance(15) {
             r["adminAccess"] = json!(true);
+        }
+        if self.chance(6) {
+            // Capacity requests (DRAConsumableCapacity): 1.34 refuses them, 1.35 ignores them.
+            let name =
+                (["memory", "memory", "media.liken.sh/memory", "slots"])[self.rng.usize(0..4)];
+            let amount = (["4Gi", "8Gi", "12Gi", "16Gi"])[self.rng.usize(0..4)];
+            r["capacity"] = json!({"requests": {name: amount}});
         }
         r
     }
@@ -643,11 +657,15 @@ fn pinned(objects: &[Value], picks: &[(String, String, String)]) -> Result<Vec<V
 
 /// The devices `why` picks on each allocatable node form an allocation the real allocator
 /// accepts there: asked with every request pinned to why's devices ([`pinned`]), it allocates
-/// on that node exactly those devices. Returns how many nodes' picks were checked.
+/// on that node exactly those devices. Where one request's picks span sub-requests (1.35's
+/// allocator can leave a device of an abandoned sub-request in the result), no pin says that:
+/// the picks must then be the allocator's own (`verdicts`). Returns how many nodes' picks
+/// were checked.
 fn picks_are_valid(
     oracle: &mut Oracle,
     objects: &[Value],
     record: &Value,
+    verdicts: &crate::support::oracle::Verdicts,
 ) -> Result<usize, String> {
     let mut checked = 0;
     for node in record["nodes"]["picks"].as_array().into_iter().flatten() {
@@ -665,9 +683,23 @@ fn picks_are_valid(
                 )
             })
             .collect();
-        let verdicts = oracle
-            .fleet(&pinned(objects, &picks)?, &format!("{NS}/p"))
-            .map_err(|e| e.to_string())?;
+        let mut subs: Vec<(&str, &str)> = picks
+            .iter()
+            .map(|(c, r, _)| (c.as_str(), r.as_str()))
+            .collect();
+        subs.sort();
+        subs.dedup();
+        let base = |(c, r): &(&str, &str)| (c.to_string(), r.split('/').next().map(str::to_owned));
+        let spanning = subs.windows(2).any(|w| base(&w[0]) == base(&w[1]));
+        let pinned_verdicts;
+        let verdicts = if spanning {
+            verdicts
+        } else {
+            pinned_verdicts = oracle
+                .fleet(&pinned(objects, &picks)?, &format!("{NS}/p"))
+                .map_err(|e| e.to_string())?;
+            &pinned_verdicts
+        };
         let Some(Verdict::Allocated(theirs)) = verdicts.on(name) else {
             return Err(format!(
                 "why's picks on {name} {picks:?}: the allocator, pinned to them, says {:?}",
@@ -705,13 +737,13 @@ fn compare(release: &str, oracle: &mut Oracle, seed: u64) -> Result<usize, Strin
     let unordered = matches!(release, "1.34" | "1.35");
     let mut problem = String::new();
     if mine == theirs {
-        match picks_are_valid(oracle, &objects, &record) {
+        match picks_are_valid(oracle, &objects, &record, &verdicts) {
             Ok(checked) => return Ok(checked),
             Err(e) => problem = format!(" ({e})"),
         }
     } else if unordered && one_of_the_orders(oracle, &objects, &mine)? {
         if notes_the_order(&record) {
-            return picks_are_valid(oracle, &objects, &record);
+            return picks_are_valid(oracle, &objects, &record, &verdicts);
         }
         problem = " (why's verdict is the allocator's in another pool order, but why does not note that the order is not fixed)".to_owned();
     }
@@ -999,8 +1031,11 @@ fn picks_the_allocator_refuses_are_caught() {
     let release = RELEASES[RELEASES.len() - 1];
     let mut oracle = Oracle::start(release).unwrap_or_else(|e| panic!("{e}"));
     let (_, record) = why(&objects, release);
+    let verdicts = oracle
+        .fleet(&objects, &format!("{NS}/p"))
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
-        picks_are_valid(&mut oracle, &objects, &record),
+        picks_are_valid(&mut oracle, &objects, &record, &verdicts),
         Ok(1),
         "why's own picks: {}",
         record["nodes"]["picks"]
@@ -1010,7 +1045,7 @@ fn picks_the_allocator_refuses_are_caught() {
     assert_eq!(devices[0]["device"], "gpu0", "r0 takes the arc GPU");
     devices[0]["device"] = json!("gpu1");
     devices[1]["device"] = json!("gpu0");
-    let refused = picks_are_valid(&mut oracle, &objects, &wrong);
+    let refused = picks_are_valid(&mut oracle, &objects, &wrong, &verdicts);
     assert!(
         refused.as_ref().is_err_and(|e| e.contains("pinned")),
         "{refused:?}"
@@ -1020,7 +1055,7 @@ fn picks_the_allocator_refuses_are_caught() {
         .as_array_mut()
         .unwrap()
         .pop();
-    let refused = picks_are_valid(&mut oracle, &objects, &short);
+    let refused = picks_are_valid(&mut oracle, &objects, &short, &verdicts);
     assert!(
         refused.as_ref().is_err_and(|e| e.contains("no device")),
         "{refused:?}"
@@ -1087,5 +1122,96 @@ fn distinct_attribute_takes_different_values() {
             Kind::Allocatable,
             Kind::Allocatable,
         ],
+    );
+}
+
+/// 1.36's allocator keeps one `distinctAttribute` value per request (constraint.go v0.36.6, a
+/// map by request name): r1's GPU is compared with r0's last one only, so two arc GPUs pass;
+/// 1.37 compares every value. why compared every value in 1.36 too.
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
+fn before_1_37_distinct_attribute_compares_each_request_s_last_device() {
+    let objects = small_fleet(
+        "media.liken.sh",
+        json!([
+            {"name": "gpu0", "attributes": {"model": {"string": "arc"}}},
+            {"name": "gpu1", "attributes": {"model": {"string": "tgl"}}},
+            {"name": "gpu2", "attributes": {"model": {"string": "arc"}}},
+        ]),
+        json!({"devices": {
+            "requests": [
+                {"name": "r0", "exactly": {"deviceClassName": "media", "count": 2}},
+                {"name": "r1", "exactly": {"deviceClassName": "media"}}],
+            "constraints": [{"distinctAttribute": "media.liken.sh/model"}]}}),
+    );
+    regression(
+        &objects,
+        [
+            Kind::Allocatable,
+            Kind::Error,
+            Kind::Allocatable,
+            Kind::Unallocatable,
+        ],
+    );
+}
+
+/// Capacity requests: 1.34 refuses them (DRAConsumableCapacity off), 1.35 does not read them;
+/// from 1.36 a device must have each capacity asked for, by the name as written (gpu0 writes
+/// `memory`, which `media.liken.sh/memory` does not find), and at least as much of it. why
+/// called them unsupported.
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
+fn capacity_requests_by_the_name_as_written() {
+    let spec = |count: u32, amount: &str| {
+        json!({"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "media",
+            "count": count, "capacity": {"requests": {"media.liken.sh/memory": amount}}}}]}})
+    };
+    let devices = json!([
+        {"name": "gpu0", "capacity": {"memory": {"value": "16Gi"}}},
+        {"name": "gpu1", "capacity": {"media.liken.sh/memory": {"value": "16Gi"}}},
+    ]);
+    let two = small_fleet("media.liken.sh", devices.clone(), spec(2, "8Gi"));
+    regression(
+        &two,
+        [
+            Kind::Error,
+            Kind::Allocatable,
+            Kind::Unallocatable,
+            Kind::Unallocatable,
+        ],
+    );
+    let one = small_fleet("media.liken.sh", devices.clone(), spec(1, "16Gi"));
+    regression(
+        &one,
+        [
+            Kind::Error,
+            Kind::Allocatable,
+            Kind::Allocatable,
+            Kind::Allocatable,
+        ],
+    );
+    let too_much = small_fleet("media.liken.sh", devices, spec(1, "17Gi"));
+    regression(
+        &too_much,
+        [
+            Kind::Error,
+            Kind::Allocatable,
+            Kind::Unallocatable,
+            Kind::Unallocatable,
+        ],
+    );
+    let (_, record) = why(&too_much, "1.37");
+    let reasons = &record["claims"][0]["requests"][0]["reasons"];
+    assert!(
+        reasons
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r["reason"] == "CapacityShort")),
+        "{reasons}"
     );
 }
