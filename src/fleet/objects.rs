@@ -1712,6 +1712,14 @@ spec:
         );
         assert_eq!(device.capacity(name("liken.sh/memory")).unwrap(), "16Gi");
         assert_eq!(device.capacity(name("example.com/slots")).unwrap(), "4");
+        // As written, for the allocator's plain lookup of a request's capacity names.
+        assert_eq!(
+            device.capacities_written().collect::<Vec<_>>(),
+            [
+                ("example.com/slots".into(), "4".into()),
+                ("memory".into(), "16Gi".into())
+            ]
+        );
         assert_eq!(device.allow_multiple_allocations, None);
         assert_eq!(
             device.taints(),
@@ -1921,5 +1929,33 @@ spec:
         }
         assert_eq!(Kind::Event.api_version(), "v1");
         assert!(Kind::Pod.namespaced() && !Kind::ResourceSlice.namespaced());
+    }
+
+    #[test]
+    fn device_taint_rules_are_read_as_resource_k8s_io_v1_only() {
+        let mut objects = Objects::default();
+        for (version, name) in [("v1", "maintenance"), ("v1beta2", "older")] {
+            objects.add_value(&serde_json::json!({
+                "apiVersion": format!("resource.k8s.io/{version}"), "kind": "DeviceTaintRule",
+                "metadata": {"name": name},
+                "spec": {"deviceSelector": {"driver": "media.liken.sh", "device": "gpu0"},
+                         "taint": {"key": "maintenance", "effect": "NoExecute"}}}));
+        }
+        assert_eq!(objects.taint_rules.len(), 1);
+        let rule = &objects.taint_rules[0];
+        assert_eq!(rule.metadata.name, "maintenance");
+        let selector = rule.spec.device_selector.as_ref().unwrap();
+        assert_eq!(selector.driver.as_deref(), Some("media.liken.sh"));
+        assert_eq!(
+            (selector.pool.as_deref(), selector.device.as_deref()),
+            (None, Some("gpu0"))
+        );
+        assert_eq!(rule.spec.taint.effect, "NoExecute");
+        assert_eq!(objects.notes.len(), 1, "{:?}", objects.notes);
+        assert!(
+            objects.notes[0].contains("DeviceTaintRule \"older\""),
+            "{:?}",
+            objects.notes
+        );
     }
 }
