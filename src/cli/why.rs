@@ -18,7 +18,7 @@ use crate::cli::output::{self, RenderError};
 use crate::cli::style::Styles;
 use crate::cli::table::{Cell, Grid, TableStyle, Width, pieces};
 use crate::cli::{Error, FileArgs, Global, Io};
-use crate::explain::allocate::Features;
+use crate::explain::allocate::{DEFAULT_MINOR, Features};
 use crate::explain::pod::{self, ClaimState, Diagnosis, Input, ReasonKind, Target};
 use crate::fleet::cluster::{Cluster, ClusterError, ListRequest, Namespaces};
 use crate::fleet::files;
@@ -194,13 +194,21 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
                     .to_owned(),
             ));
         }
+        let release = args.kubernetes_version.unwrap_or(DEFAULT_MINOR);
+        if objects.taint_rules.is_empty() && Features::for_minor(release).device_taint_rules {
+            unread.push((
+                Kind::DeviceTaintRule,
+                "the files hold none; add them with -f, saved with kubectl get devicetaintrules -o yaml"
+                    .to_owned(),
+            ));
+        }
         (objects, unread, missing, namespace, args.kubernetes_version)
     } else {
         gather_cluster(args, global)?
     };
     let target = parse_target(&args.target, &namespace).map_err(Error::Usage)?;
     let minor = args.kubernetes_version.or(minor);
-    let features = Features::for_minor(minor.unwrap_or(36));
+    let features = Features::for_minor(minor.unwrap_or(DEFAULT_MINOR));
     let input = Input {
         objects: &objects,
         target: &target,
@@ -638,7 +646,17 @@ fn gather_cluster(args: &WhyArgs, global: &Global) -> Result<Gathered, Error> {
             Target::Pod { .. } => Kind::Pod,
             Target::Claim { .. } => Kind::ResourceClaim,
         };
-        let (a, b, c, d, e, f, g) = tokio::join!(
+        // resource.k8s.io/v1 serves DeviceTaintRules from the release whose scheduler applies
+        // them (1.37): the server's version is asked first.
+        let server_minor = cluster.minor_version().await;
+        let taint_rules = async {
+            let release = server_minor.unwrap_or(DEFAULT_MINOR);
+            match Features::for_minor(release).device_taint_rules {
+                true => Some(list(Kind::DeviceTaintRule, "all", None).await),
+                false => None,
+            }
+        };
+        let (a, b, c, d, e, f, g, h) = tokio::join!(
             list(Kind::ResourceSlice, "all", None),
             list(Kind::DeviceClass, "all", None),
             // Every namespace's: any claim may hold a device.
@@ -647,8 +665,9 @@ fn gather_cluster(args: &WhyArgs, global: &Global) -> Result<Gathered, Error> {
             list(Kind::Node, "all", None),
             list(Kind::Event, "here", Some(event_selector)),
             list(Kind::Pod, "here", None),
+            taint_rules,
         );
-        let results = [a, b, c, d, e, f, g];
+        let results = [a, b, c, d, e, f, g].into_iter().chain(h);
         let mut objects = Objects::wanting(Kinds::only(&Kind::ALL));
         let mut unread = Vec::new();
         let mut missing = Vec::new();
@@ -726,8 +745,7 @@ fn gather_cluster(args: &WhyArgs, global: &Global) -> Result<Gathered, Error> {
                 }
             }
         }
-        let minor = cluster.minor_version().await;
-        Ok((objects, unread, missing, namespace, minor))
+        Ok((objects, unread, missing, namespace, server_minor))
     })
 }
 

@@ -30,25 +30,33 @@
 //!   even at their fewest is an error before the search; a choice of sub-requests that needs
 //!   more is backtracked over.
 //!
-//! Capacity requests (consumable capacity) and counters (partitionable devices) are not
-//! modelled: media.liken.sh and liken.sh devices have neither. A request that asks for capacity
-//! is [`AllocError::Unsupported`]; a shareable device with capacities (whose allocations consume
-//! them, with DRAConsumableCapacity) is assumed to have room, so a search that fails even so is
-//! decided, and one that succeeds only with such a device is
+//! - capacity requests as each release reads them: 1.34 refuses them, 1.35 ignores them, from
+//!   1.36 an exclusive device must have each capacity asked for (by the name as written) and
+//!   enough of it; `distinctAttribute` as each release's allocator has it
+//!   ([`Features::distinct_attribute`]).
+//!
+//! What shareable devices' allocations consume of their capacities, and counters (partitionable
+//! devices), are not modelled: media.liken.sh and liken.sh devices have neither. A shareable
+//! device with capacities (with DRAConsumableCapacity) is assumed to have room, so a search that
+//! fails even so is decided, and one that succeeds only with such a device is
 //! [`AllocError::CapacityUnmodelled`]: nothing is guessed.
 
 use std::collections::{HashMap, HashSet};
 
 use k8s_openapi::api::resource::v1::{
-    DeviceClassSpec, DeviceConstraint, DeviceRequest, DeviceTaint, DeviceToleration,
-    ResourceClaimSpec,
+    CapacityRequirements, DeviceClassSpec, DeviceConstraint, DeviceRequest, DeviceTaint,
+    DeviceToleration, ResourceClaimSpec,
 };
 
-use super::cel::{DeviceValue, Outcome, Selector};
+use super::cel::{DeviceValue, Outcome, Quantity as CelQuantity, Selector};
 use super::{AttributeValue, DeviceId, DeviceView, NodeInfo, OwnedAttribute, split_qualified};
 
 /// The most devices one claim can be allocated (k8s.io/api resource/v1 `AllocationResultsMaxSize`).
 pub(crate) const ALLOCATION_RESULTS_MAX_SIZE: usize = 32;
+
+/// The release whose rules apply when the cluster's version is not known (`-f` without
+/// `--kubernetes-version`).
+pub const DEFAULT_MINOR: u32 = 36;
 
 /// The feature gates that change the rules, by their defaults for the cluster's version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +65,14 @@ pub struct Features {
     pub consumable_capacity: bool,
     /// DRADeviceTaints: device taints block allocation unless tolerated (beta, on from 1.36).
     pub device_taints: bool,
+    /// DRADeviceTaintRules: the scheduler adds each DeviceTaintRule's taint to the devices it
+    /// selects (GA, on from 1.37; beta and off in 1.36).
+    pub device_taint_rules: bool,
+    /// The allocator the release's scheduler picks knows `distinctAttribute` constraints:
+    /// structured `NewAllocator` takes the first implementation whose features cover the
+    /// enabled ones, which in 1.35 is "incubating" (without them); 1.34's DRAResourceClaimDeviceStatus
+    /// picks "experimental", and from 1.36 both know them.
+    pub distinct_attribute: bool,
     /// DRAPartitionableDevices: slices with `perDeviceNodeSelection` are read (beta, on from
     /// 1.36); without it the scheduler's GatherPools skips them whole.
     pub partitionable_devices: bool,
@@ -73,6 +89,8 @@ impl Features {
         Features {
             consumable_capacity: minor >= 36,
             device_taints: minor >= 36,
+            device_taint_rules: minor >= 37,
+            distinct_attribute: minor != 35,
             partitionable_devices: minor >= 36,
             release: minor,
         }
@@ -81,7 +99,7 @@ impl Features {
 
 impl Default for Features {
     fn default() -> Self {
-        Features::for_minor(36)
+        Features::for_minor(DEFAULT_MINOR)
     }
 }
 
@@ -220,6 +238,19 @@ pub enum AllocError {
         /// The device, `driver/pool/device`.
         device: String,
     },
+    /// 1.34: a request asks for capacity while DRAConsumableCapacity is off.
+    #[error(
+        "claim {claim}, request {request}: has capacity requests, but the DRAConsumableCapacity feature is disabled"
+    )]
+    CapacityDisabled { claim: String, request: String },
+    /// A constraint the release's allocator does not know: neither `matchAttribute` nor, where
+    /// it knows them, `distinctAttribute` (`distinct`: it is one, in 1.35).
+    #[error("claim {claim}, constraint #{index}: empty constraint (unsupported constraint type?)")]
+    EmptyConstraint {
+        claim: String,
+        index: usize,
+        distinct: bool,
+    },
     /// A claim shape the allocator refuses, or one this port does not model.
     #[error("claim {claim}, request {request}: {problem}")]
     Unsupported {
@@ -301,6 +332,13 @@ pub(crate) enum DeviceStatus {
     PoolUpdating { pool: String },
     /// Selected, but tainted and the request does not tolerate it.
     Untolerated { taint: DeviceTaint },
+    /// It passes the selectors, but lacks a capacity the request asks for (`has: None`), or
+    /// has less of it than asked (DRAConsumableCapacity).
+    CapacityShort {
+        capacity: String,
+        asked: String,
+        has: Option<String>,
+    },
     /// Selected and free, but shareable with capacities under DRAConsumableCapacity: whether
     /// one more allocation's consumption fits is not modelled (see `capacity_unmodelled`).
     CapacityUnmodelled,
@@ -346,6 +384,9 @@ struct RequestData<'s> {
     request_selectors: Vec<usize>,
     tolerations: &'s [DeviceToleration],
     admin_access: bool,
+    /// With DRAConsumableCapacity, the request's `capacity.requests`: (name as written,
+    /// quantity as written, quantity).
+    capacity: Option<Vec<(&'s str, &'s str, CelQuantity)>>,
     mode: Mode,
 }
 
@@ -378,8 +419,30 @@ impl Mode {
 struct Constraint<'s> {
     requests: &'s [String],
     attribute: &'s str,
-    value: Option<OwnedAttribute>,
-    count: usize,
+    kind: ConstraintKind,
+}
+
+/// What a constraint holds of the devices added so far.
+enum ConstraintKind {
+    /// `matchAttribute`: the one value, and how many devices have it.
+    Match {
+        value: Option<OwnedAttribute>,
+        count: usize,
+    },
+    /// `distinctAttribute` from 1.37: every value, in the order added (the search removes the
+    /// last one first).
+    Distinct(Vec<OwnedAttribute>),
+    /// 1.34's and 1.36's `distinctAttribute` (constraint.go v0.34.13 experimental, v0.36.6):
+    /// one entry per request name, replaced by each device the request adds and dropped whole
+    /// by a removal, so a device is compared with the last one of each request only; the first
+    /// device after the count drops to zero is never compared. 1.34 compares the values by
+    /// pointer (`by_identity`: only the same device's attribute is a duplicate), 1.36 by value.
+    /// Entries are (request, device index, value), with how many devices were added.
+    DistinctPerRequest {
+        entries: Vec<(String, usize, OwnedAttribute)>,
+        count: usize,
+        by_identity: bool,
+    },
 }
 
 impl Constraint<'_> {
@@ -676,9 +739,12 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 .as_ref()
                 .and_then(|d| d.constraints.as_deref())
                 .unwrap_or_default();
-            search
-                .constraints
-                .push(prepare_constraints(claim, constraints)?);
+            search.constraints.push(prepare_constraints(
+                claim,
+                constraints,
+                self.features.distinct_attribute,
+                self.features.release,
+            )?);
         }
         match self.allocate_one(&mut search, Call::first(0, 0)) {
             // Found, but on a device whose room was assumed: not decided.
@@ -924,6 +990,24 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         claim: &Claim<'s>,
         request: &'s DeviceRequest,
     ) -> Result<Vec<RequestData<'s>>, AllocError> {
+        // 1.34's allocator ("experimental", see Features::distinct_attribute) refuses capacity
+        // requests while DRAConsumableCapacity is off, before it reads the request; 1.35's
+        // ("incubating") does not look at them.
+        let capacity = request
+            .exactly
+            .as_ref()
+            .is_some_and(|e| e.capacity.is_some())
+            || request
+                .first_available
+                .iter()
+                .flatten()
+                .any(|s| s.capacity.is_some());
+        if capacity && !self.features.consumable_capacity && self.features.release == 34 {
+            return Err(AllocError::CapacityDisabled {
+                claim: claim.name.to_owned(),
+                request: request.name.clone(),
+            });
+        }
         let mut out = Vec::new();
         match (&request.exactly, &request.first_available) {
             (Some(exact), None) => out.push(self.prepare_one(
@@ -939,7 +1023,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                     count: exact.count,
                     tolerations: exact.tolerations.as_deref().unwrap_or_default(),
                     admin_access: exact.admin_access.unwrap_or(false),
-                    capacity: exact.capacity.is_some(),
+                    capacity: exact.capacity.as_ref(),
                 },
             )?),
             (None, Some(subs)) if !subs.is_empty() => {
@@ -958,7 +1042,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                             count: sub.count,
                             tolerations: sub.tolerations.as_deref().unwrap_or_default(),
                             admin_access: false,
-                            capacity: sub.capacity.is_some(),
+                            capacity: sub.capacity.as_ref(),
                         },
                     )?);
                 }
@@ -983,13 +1067,26 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         spec: Spec<'s>,
     ) -> Result<RequestData<'s>, AllocError> {
         let name = sub.map_or_else(|| base.to_owned(), |s| format!("{base}/{s}"));
-        if spec.capacity {
-            return Err(unsupported(
-                claim,
-                &name,
-                "capacity requests are not modelled by this evaluator",
-            ));
-        }
+        let capacity = match spec.capacity {
+            Some(capacity) if self.features.consumable_capacity => {
+                let mut requests = Vec::new();
+                for (capacity, quantity) in capacity.requests.iter().flatten() {
+                    let parsed = CelQuantity::parse(&quantity.0)
+                        .ok()
+                        .filter(|q| CelQuantity::parse("0").is_ok_and(|zero| *q >= zero))
+                        .ok_or_else(|| {
+                            unsupported(
+                                claim,
+                                &name,
+                                &format!("capacity request {capacity}: {:?} is not a quantity of zero or more", quantity.0),
+                            )
+                        })?;
+                    requests.push((capacity.as_str(), quantity.0.as_str(), parsed));
+                }
+                Some(requests)
+            }
+            _ => None,
+        };
         let class = self
             .classes
             .class(spec.class)
@@ -1031,6 +1128,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 .collect(),
             tolerations: spec.tolerations,
             admin_access: spec.admin_access,
+            capacity,
             mode: Mode::Count(0),
         };
         data.mode = match spec.mode.unwrap_or("ExactCount") {
@@ -1132,7 +1230,40 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 }
             }
         }
-        Ok(None)
+        Ok(self.capacity_short(data, d))
+    }
+
+    /// consumable_capacity.go `CmpRequestOverCapacity` for what is decided here: a request's
+    /// capacities on an exclusive device (no requestPolicy, never shared: each capacity
+    /// consumes what is asked, or all of it) or on a shareable one without capacities. A
+    /// shareable device with capacities passes: its room is assumed and said
+    /// ([`Self::capacity_unmodelled`]).
+    fn capacity_short(&self, data: &RequestData<'_>, d: usize) -> Option<DeviceStatus> {
+        let requests = data.capacity.as_ref()?;
+        let device = &self.fleet.devices[d];
+        if self.shareable(d) && device.capacities().next().is_some() {
+            return None;
+        }
+        for &(name, asked, requested) in requests {
+            let has = device
+                .capacities_written()
+                .find(|(n, _)| *n == name)
+                .map(|(_, q)| q);
+            let short = match has {
+                None => true,
+                // A quantity the slice states but no parser reads: the scheduler would not
+                // have read the slice; nothing serves from it.
+                Some(has) => CelQuantity::parse(has).map_or(true, |has| requested > has),
+            };
+            if short {
+                return Some(DeviceStatus::CapacityShort {
+                    capacity: name.to_owned(),
+                    asked: asked.to_owned(),
+                    has: has.map(str::to_owned),
+                });
+            }
+        }
+        None
     }
 
     fn outcome(&mut self, selector: usize, d: usize) -> Outcome {
@@ -1506,7 +1637,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         let (base, own_sub) = (data.base, data.sub);
         let constraints = &mut s.constraints[claim];
         for i in 0..constraints.len() {
-            if !add_to_constraint(&mut constraints[i], base, own_sub, device) {
+            if !add_to_constraint(&mut constraints[i], base, own_sub, device, d) {
                 if must {
                     return Err(Stop::Error(AllocError::ConstraintAll {
                         claim: s.claims[claim].name.to_owned(),
@@ -1552,7 +1683,7 @@ struct Spec<'s> {
     count: Option<i64>,
     tolerations: &'s [DeviceToleration],
     admin_access: bool,
-    capacity: bool,
+    capacity: Option<&'s CapacityRequirements>,
 }
 
 /// Whose selection sub-request `i` of a `firstAvailable` request gets. 1.34 and 1.35 cache
@@ -1586,32 +1717,51 @@ fn unsupported(claim: &Claim<'_>, request: &str, problem: &str) -> AllocError {
     }
 }
 
+/// allocator_incubating.go `Allocate`: `matchAttribute`, or `distinctAttribute` where the
+/// release's allocator knows it ([`Features::distinct_attribute`]).
 fn prepare_constraints<'s>(
     claim: &Claim<'s>,
     constraints: &'s [DeviceConstraint],
+    distinct_attribute: bool,
+    release: u32,
 ) -> Result<Vec<Constraint<'s>>, AllocError> {
     let mut out = Vec::new();
-    for constraint in constraints {
+    for (index, constraint) in constraints.iter().enumerate() {
         let requests = constraint.requests.as_deref().unwrap_or_default();
-        if constraint.distinct_attribute.is_some() {
-            return Err(unsupported(
-                claim,
-                &requests.join(","),
-                "distinctAttribute constraints are not modelled by this evaluator",
-            ));
-        }
-        let Some(attribute) = constraint.match_attribute.as_deref() else {
-            return Err(unsupported(
-                claim,
-                &requests.join(","),
-                "a constraint without matchAttribute",
-            ));
+        let (attribute, kind) = match (
+            constraint.match_attribute.as_deref(),
+            constraint.distinct_attribute.as_deref(),
+        ) {
+            (Some(attribute), _) => (
+                attribute,
+                ConstraintKind::Match {
+                    value: None,
+                    count: 0,
+                },
+            ),
+            (None, Some(attribute)) if distinct_attribute && matches!(release, 34 | 36) => (
+                attribute,
+                ConstraintKind::DistinctPerRequest {
+                    entries: Vec::new(),
+                    count: 0,
+                    by_identity: release == 34,
+                },
+            ),
+            (None, Some(attribute)) if distinct_attribute => {
+                (attribute, ConstraintKind::Distinct(Vec::new()))
+            }
+            (None, _) => {
+                return Err(AllocError::EmptyConstraint {
+                    claim: claim.name.to_owned(),
+                    index,
+                    distinct: constraint.distinct_attribute.is_some(),
+                });
+            }
         };
         out.push(Constraint {
             requests,
             attribute,
-            value: None,
-            count: 0,
+            kind,
         });
     }
     Ok(out)
@@ -1670,11 +1820,14 @@ fn owned(value: AttributeValue<'_>) -> OwnedAttribute {
     }
 }
 
+/// Adds device `d` (`device`) of request `base` (sub-request `sub`) to a constraint, if it
+/// applies; false when the device breaks it.
 fn add_to_constraint<D: DeviceView>(
     c: &mut Constraint<'_>,
     base: &str,
     sub: Option<&str>,
     device: &D,
+    d: usize,
 ) -> bool {
     if !c.applies(base, sub) {
         return true;
@@ -1682,22 +1835,59 @@ fn add_to_constraint<D: DeviceView>(
     let Some(value) = lookup_attribute(device, c.attribute) else {
         return false;
     };
-    if c.count == 0 {
-        c.value = Some(owned(value));
-        c.count = 1;
-        return true;
-    }
+    let value = owned(value);
     // Same type and value; versions compare as strings (semver's minimal form makes that exact).
-    if c.value.as_ref() != Some(&owned(value)) {
-        return false;
+    match &mut c.kind {
+        ConstraintKind::Match {
+            value: first,
+            count,
+        } => {
+            if *count == 0 {
+                *first = Some(value);
+            } else if first.as_ref() != Some(&value) {
+                return false;
+            }
+            *count += 1;
+        }
+        // constraint.go `matchesAttribute`: a value of another type is no duplicate.
+        ConstraintKind::Distinct(values) => {
+            if values.contains(&value) {
+                return false;
+            }
+            values.push(value);
+        }
+        ConstraintKind::DistinctPerRequest {
+            entries,
+            count,
+            by_identity,
+        } => {
+            let duplicate = |(_, e, v): &(String, usize, OwnedAttribute)| match by_identity {
+                true => *e == d,
+                false => *v == value,
+            };
+            if *count > 0 && entries.iter().any(duplicate) {
+                return false;
+            }
+            entries.retain(|(r, _, _)| r != base);
+            entries.push((base.to_owned(), d, value));
+            *count += 1;
+        }
     }
-    c.count += 1;
     true
 }
 
 fn remove_from_constraint(c: &mut Constraint<'_>, base: &str, sub: Option<&str>) {
     if c.applies(base, sub) {
-        c.count -= 1;
+        match &mut c.kind {
+            ConstraintKind::Match { count, .. } => *count -= 1,
+            ConstraintKind::Distinct(values) => {
+                values.pop();
+            }
+            ConstraintKind::DistinctPerRequest { entries, count, .. } => {
+                entries.retain(|(r, _, _)| r != base);
+                *count -= 1;
+            }
+        }
     }
 }
 

@@ -84,6 +84,13 @@ pub trait DeviceView: Sync {
         None
     }
 
+    /// Every capacity under its name as the slice wrote it (`memory` or `liken.sh/memory`):
+    /// the allocator looks a request's capacity names up as plain strings
+    /// (consumable_capacity.go `requestsContainNonExistCapacity`).
+    fn capacities_written(&self) -> Box<dyn Iterator<Item = (&str, &str)> + '_> {
+        self.capacities()
+    }
+
     /// The attribute `domain`/`name` as CEL's `device.attributes[domain][name]` sees it: a name
     /// without a domain belongs to the driver's domain.
     fn attribute(&self, domain: &str, name: &str) -> Option<AttributeValue<'_>> {

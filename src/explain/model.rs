@@ -17,7 +17,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::allocate::Features;
 use super::{AttributeValue, DeviceId, DeviceView, NodeInfo, Placement};
-use crate::fleet::objects::{Device, QualifiedName, ResourceSlice, Ustr, Value};
+use crate::fleet::objects::{
+    Device, DeviceTaintRule, QualifiedName, ResourceSlice, Taint, Ustr, Value,
+};
 
 /// One device of a current slice, as [`DeviceView`] reads it.
 pub(crate) struct SliceDevice<'a> {
@@ -96,6 +98,13 @@ impl DeviceView for SliceDevice<'_> {
                 .map(|(n, q)| (n.as_str(), q.as_str())),
         )
     }
+    fn capacities_written(&self) -> Box<dyn Iterator<Item = (&str, &str)> + '_> {
+        Box::new(
+            self.device
+                .capacities_written()
+                .map(|(n, q)| (n.as_str(), q.as_str())),
+        )
+    }
     fn allow_multiple_allocations(&self) -> Option<bool> {
         self.device.allow_multiple_allocations
     }
@@ -114,6 +123,19 @@ impl DeviceView for SliceDevice<'_> {
     }
     fn per_device_slice(&self) -> Option<usize> {
         self.per_device_slice
+    }
+}
+
+fn device_taint(t: &Taint) -> DeviceTaint {
+    DeviceTaint {
+        key: t.key.to_string(),
+        value: t.value.map(|v| v.to_string()),
+        effect: t.effect.to_string(),
+        time_added: t
+            .time_added
+            .as_deref()
+            .and_then(|s| s.parse().ok())
+            .map(Time),
     }
 }
 
@@ -140,13 +162,15 @@ pub(crate) struct CandidateNode<'a> {
     pub node: Option<&'a Node>,
 }
 
-/// Builds the model from `slices` (every driver's), the claims of the cluster and its nodes,
-/// for the release and gates of `features`: only with DRAConsumableCapacity is a result with a
-/// share ID a shared allocation.
+/// Builds the model from `slices` (every driver's), the claims of the cluster, its nodes and
+/// DeviceTaintRules, for the release and gates of `features`: only with DRAConsumableCapacity
+/// is a result with a share ID a shared allocation; only with DRADeviceTaintRules do the rules
+/// taint devices.
 pub(crate) fn build<'a>(
     slices: &'a [ResourceSlice],
     claims: &[ResourceClaim],
     nodes: &'a [Node],
+    taint_rules: &[DeviceTaintRule],
     features: Features,
 ) -> FleetModel<'a> {
     let consumable_capacity = features.consumable_capacity;
@@ -224,6 +248,25 @@ pub(crate) fn build<'a>(
                     _ => (Placement::AllNodes, None),
                 }
             };
+            // The slice's taints, then each rule's that selects the device (the scheduler's
+            // slice tracker, resourceslice/tracker tracker.go `applyPatches`).
+            let rules = taint_rules
+                .iter()
+                .filter(|_| features.device_taint_rules)
+                .filter(|r| {
+                    r.spec.device_selector.as_ref().is_some_and(|s| {
+                        s.driver
+                            .as_deref()
+                            .is_none_or(|d| d == spec.driver.as_str())
+                            && s.pool
+                                .as_deref()
+                                .is_none_or(|p| p == spec.pool.name.as_str())
+                            && s.device
+                                .as_deref()
+                                .is_none_or(|n| n == device.name.as_str())
+                    })
+                })
+                .map(|r| &r.spec.taint);
             devices.push(SliceDevice {
                 driver: spec.driver,
                 pool: spec.pool.name,
@@ -237,16 +280,8 @@ pub(crate) fn build<'a>(
                 taints: device
                     .taints()
                     .iter()
-                    .map(|t| DeviceTaint {
-                        key: t.key.to_string(),
-                        value: t.value.map(|v| v.to_string()),
-                        effect: t.effect.to_string(),
-                        time_added: t
-                            .time_added
-                            .as_deref()
-                            .and_then(|s| s.parse().ok())
-                            .map(Time),
-                    })
+                    .chain(rules)
+                    .map(device_taint)
                     .collect(),
                 placement,
                 node,
@@ -411,6 +446,7 @@ status:
             &objects.slices,
             &objects.claims,
             &objects.nodes,
+            &objects.taint_rules,
             Features::for_minor(36),
         );
         let names: Vec<String> = model.devices.iter().map(|d| d.id().to_string()).collect();
@@ -456,6 +492,7 @@ status:
             &objects.slices,
             &objects.claims,
             &objects.nodes,
+            &objects.taint_rules,
             Features::for_minor(35),
         );
         assert_eq!(model.taken.len(), 2);
@@ -490,6 +527,7 @@ spec:
                 &objects.slices,
                 &objects.claims,
                 &objects.nodes,
+                &objects.taint_rules,
                 Features::for_minor(minor),
             )
             .devices
@@ -526,6 +564,7 @@ spec:
             &objects.slices,
             &objects.claims,
             &objects.nodes,
+            &objects.taint_rules,
             Features::default(),
         );
         let device = &model.devices[0];
@@ -547,5 +586,61 @@ spec:
             pool: "shared".into(),
             device: "gpu-0".into(),
         }
+    }
+
+    #[test]
+    fn device_taint_rules_taint_the_devices_they_select_from_1_37() {
+        let objects = objects(&format!(
+            "{SLICES}---\n{}",
+            r#"apiVersion: resource.k8s.io/v1
+kind: DeviceTaintRule
+metadata: {name: by-device}
+spec:
+  deviceSelector: {driver: liken.sh, device: renderd128}
+  taint: {key: maintenance, effect: NoExecute}
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceTaintRule
+metadata: {name: every-device}
+spec:
+  deviceSelector: {}
+  taint: {key: all, effect: NoSchedule}
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceTaintRule
+metadata: {name: no-selector}
+spec:
+  taint: {key: none, effect: NoSchedule}
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceTaintRule
+metadata: {name: other-pool}
+spec:
+  deviceSelector: {pool: elsewhere}
+  taint: {key: elsewhere, effect: NoSchedule}
+"#
+        ));
+        assert_eq!(objects.taint_rules.len(), 4, "{:?}", objects.notes);
+        let taints = |minor| {
+            let model = build(
+                &objects.slices,
+                &objects.claims,
+                &objects.nodes,
+                &objects.taint_rules,
+                Features::for_minor(minor),
+            );
+            model
+                .devices
+                .iter()
+                .map(|d| d.taints().iter().map(|t| t.key.clone()).collect::<Vec<_>>())
+                .collect::<Vec<_>>()
+        };
+        // The slice's own taint first, then the rules' in their order.
+        assert_eq!(
+            taints(37),
+            [vec!["maintenance", "all"], vec!["broken", "all"]]
+        );
+        // 1.36's scheduler does not apply them (DRADeviceTaintRules beta, off).
+        assert_eq!(taints(36), [vec![], vec!["broken"]] as [Vec<&str>; 2]);
     }
 }

@@ -341,6 +341,8 @@ pub(crate) enum ReasonKind {
     /// In a resource pool being updated (not all its slices published), which the scheduler
     /// does not allocate from (from 1.35).
     PoolUpdating,
+    /// Passes the selectors, but lacks a capacity the request asks for, or has less of it.
+    CapacityShort,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -385,6 +387,30 @@ pub(crate) struct NodeSummary {
     pub total: usize,
     pub allocatable: usize,
     pub outcomes: Vec<NodeOutcome>,
+    /// Per allocatable node (natural order), the devices the search picks there.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub picks: Vec<NodePicks>,
+}
+
+/// The devices the allocator's search picks on one node, as the scheduler would write them
+/// into the claims' `status.allocation`.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct NodePicks {
+    pub node: String,
+    pub devices: Vec<PickedDevice>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PickedDevice {
+    /// `namespace/name`.
+    pub claim: String,
+    /// `request`, or `request/sub-request` for a firstAvailable choice.
+    pub request: String,
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -661,6 +687,7 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
         &objects.slices,
         &objects.claims,
         &objects.nodes,
+        &objects.taint_rules,
         input.features,
     );
     let models = gpu_models(&model);
@@ -1186,6 +1213,7 @@ fn lacks(kind: Kind) -> &'static str {
         Kind::Pod => "the pod cannot be found",
         Kind::Node => "the pod's nodeSelector, affinity and node taints are not checked",
         Kind::Event => "the scheduler's and the kubelet's messages are not shown",
+        Kind::DeviceTaintRule => "the taints DeviceTaintRules add to devices are not applied",
     }
 }
 
@@ -1351,6 +1379,17 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
     // per request and node made that minutes.
     let mut request_slots: HashMap<(String, String), usize> = HashMap::new();
     let mut attempt_error: Option<AllocError> = None;
+    let mut picks: Vec<NodePicks> = Vec::new();
+    // A distinctAttribute constraint keeps requests apart rather than on one GPU.
+    let distinct = claims.iter().any(|c| {
+        c.spec
+            .devices
+            .as_ref()
+            .and_then(|d| d.constraints.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.match_attribute.is_none())
+    });
     // Nodes the scheduler filters on whose allocation fails with an error.
     let mut erring = 0;
     let mut allocatable = 0;
@@ -1434,8 +1473,24 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
             )
         } else {
             match &report.verdict {
-                NodeVerdict::Allocated(_) => {
+                NodeVerdict::Allocated(results) => {
                     allocatable += 1;
+                    picks.push(NodePicks {
+                        node: node.name.clone(),
+                        devices: claims
+                            .iter()
+                            .zip(results)
+                            .flat_map(|(claim, results)| {
+                                results.iter().map(|r| PickedDevice {
+                                    claim: claim.name.to_owned(),
+                                    request: r.request.clone(),
+                                    driver: r.device.driver.clone(),
+                                    pool: r.device.pool.clone(),
+                                    device: r.device.device.clone(),
+                                })
+                            })
+                            .collect(),
+                    });
                     let detail = if model.nodes_known {
                         "every claim can be allocated now"
                     } else {
@@ -1443,7 +1498,7 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
                     };
                     (OutcomeKind::Allocatable, detail.to_owned())
                 }
-                NodeVerdict::CannotAllocate => why_not_on_node(&allocator, &report),
+                NodeVerdict::CannotAllocate => why_not_on_node(&allocator, &report, distinct),
                 NodeVerdict::InvalidPools(pools) => (
                     OutcomeKind::InvalidPools,
                     format!(
@@ -1554,6 +1609,22 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
                         Vec::new(),
                     )
                 }
+                DeviceStatus::CapacityShort {
+                    capacity,
+                    asked,
+                    has,
+                } => (
+                    ReasonKind::CapacityShort,
+                    None,
+                    None,
+                    match has {
+                        Some(has) => {
+                            format!("capacity {capacity} is {has}, less than the {asked} asked")
+                        }
+                        None => format!("no capacity {capacity} (the request asks for {asked})"),
+                    },
+                    Vec::new(),
+                ),
                 DeviceStatus::PoolInvalid { pool, reason } => (
                     ReasonKind::PoolInvalid,
                     None,
@@ -1802,6 +1873,7 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
         total,
         allocatable,
         outcomes: node_outcomes,
+        picks,
     });
     if let Some(note) = all_mode_order_note(input.features.release, &claims)
         && !matches!(
@@ -2069,6 +2141,7 @@ fn relaxations(
 fn why_not_on_node(
     allocator: &Allocator<'_, SliceDevice<'_>>,
     report: &super::allocate::NodeReport,
+    distinct: bool,
 ) -> (OutcomeKind, String) {
     if report.constraints_block {
         // Each request is served alone; show the addresses each could use.
@@ -2097,7 +2170,12 @@ fn why_not_on_node(
         return (
             OutcomeKind::Constraint,
             format!(
-                "each request can be served, never on one GPU ({})",
+                "each request can be served, never {} ({})",
+                if distinct {
+                    "together under the claim's constraints"
+                } else {
+                    "on one GPU"
+                },
                 parts.join("; ")
             ),
         );
@@ -2328,6 +2406,24 @@ fn attempt(error: &AllocError) -> AttemptError {
             undecided: false,
             consequence: "the scheduler fails the whole scheduling attempt (PodScheduled reason SchedulerError): a claim holds at most 32 devices".to_owned(),
             fix: "ask for at most 32 devices per claim: lower the counts, or split the requests over several claims".to_owned(),
+        },
+        AllocError::EmptyConstraint { distinct, .. } => AttemptError {
+            message: error.to_string(),
+            always: true,
+            undecided: false,
+            consequence: "the scheduler fails the whole scheduling attempt (PodScheduled reason SchedulerError): its allocator does not know the constraint".to_owned(),
+            fix: if *distinct {
+                "Kubernetes 1.35's scheduler knows distinctAttribute only with the DRAConsumableCapacity feature gate on (1.36 on by default): turn it on, or drop the constraint".to_owned()
+            } else {
+                "give the constraint matchAttribute (or distinctAttribute)".to_owned()
+            },
+        },
+        AllocError::CapacityDisabled { .. } => AttemptError {
+            message: error.to_string(),
+            always: true,
+            undecided: false,
+            consequence: "the scheduler fails the whole scheduling attempt (PodScheduled reason SchedulerError)".to_owned(),
+            fix: "turn the DRAConsumableCapacity feature gate on (on by default from Kubernetes 1.36), or drop the request's capacity".to_owned(),
         },
         AllocError::ClassNotFound { .. } => AttemptError {
             message: error.to_string(),

@@ -292,6 +292,7 @@ impl Seen {
             pods,
             nodes,
             events,
+            taint_rules,
             notes,
             unparsed,
             ..
@@ -339,6 +340,13 @@ impl Seen {
         self.kind(&mut objects.events, events, Kind::Event, source, |o| {
             meta(&o.metadata)
         })?;
+        self.kind(
+            &mut objects.taint_rules,
+            taint_rules,
+            Kind::DeviceTaintRule,
+            source,
+            |r| (String::new(), r.metadata.name.clone()),
+        )?;
         objects.notes.extend(notes);
         objects.unparsed.extend(unparsed);
         Ok(())

@@ -40,10 +40,12 @@ pub enum Kind {
     Pod,
     Node,
     Event,
+    /// resource.k8s.io/v1 from Kubernetes 1.37 (DRADeviceTaintRules GA).
+    DeviceTaintRule,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::ResourceSlice,
         Kind::DeviceClass,
         Kind::ResourceClaim,
@@ -51,6 +53,7 @@ impl Kind {
         Kind::Pod,
         Kind::Node,
         Kind::Event,
+        Kind::DeviceTaintRule,
     ];
 
     /// The object's `kind`.
@@ -63,6 +66,7 @@ impl Kind {
             Kind::Pod => "Pod",
             Kind::Node => "Node",
             Kind::Event => "Event",
+            Kind::DeviceTaintRule => "DeviceTaintRule",
         }
     }
 
@@ -72,7 +76,8 @@ impl Kind {
             Kind::ResourceSlice
             | Kind::DeviceClass
             | Kind::ResourceClaim
-            | Kind::ResourceClaimTemplate => "resource.k8s.io",
+            | Kind::ResourceClaimTemplate
+            | Kind::DeviceTaintRule => "resource.k8s.io",
             Kind::Pod | Kind::Node | Kind::Event => "",
         }
     }
@@ -96,6 +101,7 @@ impl Kind {
             Kind::Pod => "pods",
             Kind::Node => "nodes",
             Kind::Event => "events",
+            Kind::DeviceTaintRule => "devicetaintrules",
         }
     }
 
@@ -110,6 +116,7 @@ impl Kind {
             Kind::Pod => "pods",
             Kind::Node => "nodes",
             Kind::Event => "events",
+            Kind::DeviceTaintRule => "devicetaintrules.resource.k8s.io",
         }
     }
 
@@ -131,7 +138,7 @@ impl Kind {
 pub(crate) struct Kinds(u8);
 
 impl Kinds {
-    pub(crate) const ALL: Kinds = Kinds(0x7f);
+    pub(crate) const ALL: Kinds = Kinds(0xff);
 
     pub(crate) fn only(kinds: &[Kind]) -> Kinds {
         Kinds(kinds.iter().fold(0, |bits, k| bits | (1 << *k as u8)))
@@ -547,6 +554,9 @@ pub struct Device {
 #[derive(Clone, Debug, Default, PartialEq)]
 struct More {
     capacity: Vec<(QualifiedName, Ustr)>,
+    /// Each capacity's name as written (`memory` or `liken.sh/memory`): the allocator matches
+    /// a request's capacity names to these as plain strings.
+    capacity_written: Vec<Ustr>,
     taints: Vec<Taint>,
     node_name: Option<Ustr>,
     node_selector: Option<NodeSelector>,
@@ -567,9 +577,19 @@ struct DeviceFields {
     all_nodes: Option<bool>,
 }
 
+/// A name as the slice wrote it, before an unqualified one takes its driver's domain.
+fn written(name: QualifiedName) -> Ustr {
+    if name.domain.is_empty() {
+        name.name
+    } else {
+        Ustr::from(&format!("{}/{}", name.domain, name.name))
+    }
+}
+
 impl From<DeviceFields> for Device {
     fn from(f: DeviceFields) -> Device {
         let more = More {
+            capacity_written: f.capacity.iter().map(|(n, _)| written(*n)).collect(),
             capacity: f.capacity,
             taints: f.taints,
             node_name: f.node_name,
@@ -598,6 +618,16 @@ impl Device {
     /// Capacities by qualified name, each quantity as given (`"1"`, `"16Gi"`).
     pub(crate) fn capacities(&self) -> &[(QualifiedName, Ustr)] {
         self.more.as_ref().map_or(&[], |m| &m.capacity)
+    }
+
+    /// Capacities by name as written (see `More::capacity_written`), each quantity as given.
+    pub(crate) fn capacities_written(&self) -> impl Iterator<Item = (Ustr, Ustr)> + '_ {
+        self.more.iter().flat_map(|m| {
+            m.capacity_written
+                .iter()
+                .zip(&m.capacity)
+                .map(|(w, (_, q))| (*w, *q))
+        })
     }
 
     /// A capacity's quantity, by qualified name.
@@ -636,6 +666,31 @@ pub struct Taint {
     pub effect: Ustr,
     /// RFC 3339, as given.
     pub time_added: Option<String>,
+}
+
+/// A DeviceTaintRule (resource.k8s.io/v1): its taint is added to every device its selector
+/// names (driver, pool and device name, each optional; no selector names no device).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct DeviceTaintRule {
+    pub metadata: Metadata,
+    pub spec: TaintRuleSpec,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct TaintRuleSpec {
+    pub device_selector: Option<TaintSelector>,
+    pub taint: Taint,
+}
+
+/// Which devices a DeviceTaintRule taints: those of the driver, pool and name given.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct TaintSelector {
+    pub driver: Option<String>,
+    pub pool: Option<String>,
+    pub device: Option<String>,
 }
 
 /// A map key as read: borrowed from the text when it has no escapes (serde_json's `from_str`
@@ -927,6 +982,7 @@ pub struct Objects {
     pub pods: Vec<Pod>,
     pub nodes: Vec<Node>,
     pub events: Vec<Event>,
+    pub taint_rules: Vec<DeviceTaintRule>,
     /// One line per object that was skipped, naming it and why.
     pub notes: Vec<String>,
     /// The objects of a kind read here that did not have its shape, by name: the target of
@@ -1413,6 +1469,7 @@ impl Objects {
         self.pods.extend(other.pods);
         self.nodes.extend(other.nodes);
         self.events.extend(other.events);
+        self.taint_rules.extend(other.taint_rules);
         self.notes.extend(other.notes);
         self.unparsed.extend(other.unparsed);
     }
@@ -1528,6 +1585,7 @@ impl Objects {
                 Kind::Pod => self.pods.push(shaped(&value)?),
                 Kind::Node => self.nodes.push(shaped(&value)?),
                 Kind::Event => self.events.push(shaped(&value)?),
+                Kind::DeviceTaintRule => self.taint_rules.push(shaped(&value)?),
                 Kind::ResourceSlice => unreachable!("read above"),
             }
             Ok(())
@@ -1766,6 +1824,14 @@ spec:
         );
         assert_eq!(device.capacity(name("liken.sh/memory")).unwrap(), "16Gi");
         assert_eq!(device.capacity(name("example.com/slots")).unwrap(), "4");
+        // As written, for the allocator's plain lookup of a request's capacity names.
+        assert_eq!(
+            device.capacities_written().collect::<Vec<_>>(),
+            [
+                ("example.com/slots".into(), "4".into()),
+                ("memory".into(), "16Gi".into())
+            ]
+        );
         assert_eq!(device.allow_multiple_allocations, None);
         assert_eq!(
             device.taints(),
@@ -2024,5 +2090,33 @@ spec:
                 assert!(objects.notes[0].len() < 1000, "{}", objects.notes[0].len());
             }
         }
+    }
+
+    #[test]
+    fn device_taint_rules_are_read_as_resource_k8s_io_v1_only() {
+        let mut objects = Objects::default();
+        for (version, name) in [("v1", "maintenance"), ("v1beta2", "older")] {
+            objects.add_value(&serde_json::json!({
+                "apiVersion": format!("resource.k8s.io/{version}"), "kind": "DeviceTaintRule",
+                "metadata": {"name": name},
+                "spec": {"deviceSelector": {"driver": "media.liken.sh", "device": "gpu0"},
+                         "taint": {"key": "maintenance", "effect": "NoExecute"}}}));
+        }
+        assert_eq!(objects.taint_rules.len(), 1);
+        let rule = &objects.taint_rules[0];
+        assert_eq!(rule.metadata.name, "maintenance");
+        let selector = rule.spec.device_selector.as_ref().unwrap();
+        assert_eq!(selector.driver.as_deref(), Some("media.liken.sh"));
+        assert_eq!(
+            (selector.pool.as_deref(), selector.device.as_deref()),
+            (None, Some("gpu0"))
+        );
+        assert_eq!(rule.spec.taint.effect, "NoExecute");
+        assert_eq!(objects.notes.len(), 1, "{:?}", objects.notes);
+        assert!(
+            objects.notes[0].contains("DeviceTaintRule \"older\""),
+            "{:?}",
+            objects.notes
+        );
     }
 }

@@ -1524,3 +1524,40 @@ fn all_namespaces_from_the_cluster_never_chooses_for_the_user() {
         "error: pod archive-0 is in 2 namespaces: media, other (hint: choose one with -n, without -A)\n"
     );
 }
+
+/// From a 1.37 API server `why` lists DeviceTaintRules and applies them as that release's
+/// scheduler does; one it may not list is a note. From 1.36 none is listed.
+#[test]
+fn device_taint_rules_from_a_1_37_cluster() {
+    let server = server_with("never-one-gpu", true);
+    server
+        .put(
+            serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+            "metadata": {"name": "maintenance"},
+            "spec": {"deviceSelector": {"driver": "media.liken.sh"},
+                     "taint": {"key": "maintenance", "effect": "NoSchedule"}}}),
+        )
+        .expect("the test server takes the rule");
+    let why = || {
+        let out = run(
+            &["why", "proxy-0", "-n", "media"],
+            Some(server.kubeconfig()),
+        );
+        text(&out, 3)
+    };
+    let before = why();
+    assert!(!before.contains("taint maintenance"), "{before}");
+    server.set_kubernetes_1_37(true);
+    let tainted = why();
+    assert!(
+        tainted.contains("taint maintenance:NoSchedule is not tolerated"),
+        "{tainted}"
+    );
+    server.fail_next_matching(1, Fault::Forbidden, Some("list"), Some("devicetaintrules"));
+    let forbidden = why();
+    assert!(
+        forbidden.contains("note: devicetaintrules were not read (forbidden: cannot list"),
+        "{forbidden}"
+    );
+    assert!(!forbidden.contains("taint maintenance"), "{forbidden}");
+}

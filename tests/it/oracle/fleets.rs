@@ -6,9 +6,14 @@
 //! A fleet: one to three nodes with one or two GPUs each (liken's render node and our media
 //! device per GPU, at one PCI address), another driver's devices published for all nodes or by
 //! node selector, sometimes a `perDeviceNodeSelection` slice, pools being updated or with an
-//! older generation, device taints, shareable devices; claims with ExactCount (1, 2) and All,
-//! `firstAvailable`, tolerations, admin access, `matchAttribute` on string, bool, int and
-//! version attributes; claims of other pods already allocated (with and without a share ID).
+//! older generation, device taints and DeviceTaintRules, shareable devices; claims with
+//! ExactCount (1, 2) and All, `firstAvailable`, tolerations, admin access, `matchAttribute` and
+//! `distinctAttribute` on string, bool, int and version attributes; capacity requests (on
+//! exclusive devices' capacities, by the name as written); claims of other pods
+//! already allocated (with and without a share ID).
+//!
+//! On every node why finds allocatable, the devices it picks must be ones the allocator accepts
+//! there ([`picks_are_valid`]).
 
 use std::time::Instant;
 
@@ -121,8 +126,14 @@ impl Gen {
             device["allowMultipleAllocations"] = json!(true);
         } else if self.chance(3) {
             // Capacities on exclusive devices only: a shareable device's consumed capacity is
-            // what why documents it does not model.
-            device["capacity"] = json!({"memory": {"value": "8Gi"}});
+            // what why documents it does not model. The name as written matters.
+            let name = if self.chance(4) {
+                format!("{driver}/memory")
+            } else {
+                "memory".to_owned()
+            };
+            let value = (["8Gi", "16Gi"])[self.rng.usize(0..2)];
+            device["capacity"] = json!({name: {"value": value}});
         }
         device
     }
@@ -244,11 +255,47 @@ impl Gen {
                 devices,
             );
         }
+        self.taint_rules();
         for (name, expression) in CLASSES {
             self.objects.push(
                 json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
                 "metadata": {"name": name},
                 "spec": {"selectors": [{"cel": {"expression": expression}}]}}),
+            );
+        }
+    }
+
+    /// DeviceTaintRules (resource.k8s.io/v1, applied from 1.37): by driver, pool or device,
+    /// their combinations, the empty selector (every device) and none (no device).
+    fn taint_rules(&mut self) {
+        for i in 0..self.rng.usize(0..=2) {
+            if self.devices.is_empty() || !self.chance(2) {
+                return;
+            }
+            let (driver, pool, device, _, _) =
+                self.devices[self.rng.usize(0..self.devices.len())].clone();
+            let selector = match self.rng.u8(0..7) {
+                0 => json!({"driver": driver}),
+                1 => json!({"driver": driver, "pool": pool}),
+                2 => json!({"driver": driver, "pool": pool, "device": device}),
+                3 => json!({"device": device}),
+                4 => json!({"pool": pool, "device": device}),
+                5 => json!({}),
+                _ => Value::Null,
+            };
+            let taint = match self.rng.u8(0..4) {
+                0 => json!({"key": "k", "value": "v", "effect": "NoSchedule"}),
+                1 => json!({"key": "rule", "effect": "NoExecute"}),
+                2 => json!({"key": "rule", "effect": "None"}),
+                _ => json!({"key": "other", "effect": "NoSchedule"}),
+            };
+            let mut spec = json!({"taint": taint});
+            if !selector.is_null() {
+                spec["deviceSelector"] = selector;
+            }
+            self.objects.push(
+                json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+                "metadata": {"name": format!("rule-{i}")}, "spec": spec}),
             );
         }
     }
@@ -281,6 +328,13 @@ impl Gen {
         if self.chance(15) {
             r["adminAccess"] = json!(true);
         }
+        if self.chance(6) {
+            // Capacity requests (DRAConsumableCapacity): 1.34 refuses them, 1.35 ignores them.
+            let name =
+                (["memory", "memory", "media.liken.sh/memory", "slots"])[self.rng.usize(0..4)];
+            let amount = (["4Gi", "8Gi", "12Gi", "16Gi"])[self.rng.usize(0..4)];
+            r["capacity"] = json!({"requests": {name: amount}});
+        }
         r
     }
 
@@ -307,7 +361,12 @@ impl Gen {
         let mut devices = json!({"requests": requests});
         if self.chance(2) {
             let attribute = MATCHED[self.rng.usize(0..MATCHED.len())];
-            let mut constraint = json!({"matchAttribute": attribute});
+            let mut constraint = if self.chance(3) {
+                // Refused (an attempt error) before DRAConsumableCapacity, 1.36.
+                json!({"distinctAttribute": attribute})
+            } else {
+                json!({"matchAttribute": attribute})
+            };
             if names.len() > 1 && self.rng.bool() {
                 constraint["requests"] = json!(names[..2]);
             }
@@ -497,7 +556,178 @@ fn notes_the_order(record: &Value) -> bool {
     })
 }
 
-fn compare(release: &str, oracle: &mut Oracle, seed: u64) -> Result<(), String> {
+/// The attribute domain the pinned fleets add to every device: its `id` is the device's
+/// `driver/pool/name`, which CEL cannot otherwise see.
+const PIN_DOMAIN: &str = "oracle.liken.test";
+
+/// `objects` with every device carrying its id as an attribute and each request of the pod's
+/// claims limited to the devices `why` picked for it on one node: an `ExactCount` request by a
+/// first selector naming them (so no other device is evaluated), a `firstAvailable` request
+/// to the sub-request picked; an `All` request is left to take all it matches. `picks` are
+/// (claim, request, device id).
+fn pinned(objects: &[Value], picks: &[(String, String, String)]) -> Result<Vec<Value>, String> {
+    let mut out = objects.to_vec();
+    for object in &mut out {
+        if object["kind"] == "ResourceSlice" {
+            let driver = object["spec"]["driver"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let pool = object["spec"]["pool"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            for device in object["spec"]["devices"]
+                .as_array_mut()
+                .into_iter()
+                .flatten()
+            {
+                let id = format!(
+                    "{driver}/{pool}/{}",
+                    device["name"].as_str().unwrap_or_default()
+                );
+                device["attributes"][format!("{PIN_DOMAIN}/id")] = json!({"string": id});
+            }
+            continue;
+        }
+        let name = format!(
+            "{NS}/{}",
+            object["metadata"]["name"].as_str().unwrap_or_default()
+        );
+        if object["kind"] != "ResourceClaim" || !picks.iter().any(|(c, _, _)| *c == name) {
+            continue;
+        }
+        for request in object["spec"]["devices"]["requests"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
+            let base = request["name"].as_str().unwrap_or_default().to_owned();
+            let mine: Vec<(&str, &str)> = picks
+                .iter()
+                .filter(|(c, _, _)| *c == name)
+                .filter_map(|(_, r, id)| {
+                    let (b, sub) = r.split_once('/').unwrap_or((r, ""));
+                    (b == base).then_some((sub, id.as_str()))
+                })
+                .collect();
+            let Some(&(sub, _)) = mine.first() else {
+                return Err(format!(
+                    "why picked no device for claim {name} request {base}"
+                ));
+            };
+            let exact = if sub.is_empty() {
+                &mut request["exactly"]
+            } else {
+                let subs = request["firstAvailable"].as_array_mut().ok_or_else(|| {
+                    format!(
+                        "why picked sub-request {base}/{sub} of a request without firstAvailable"
+                    )
+                })?;
+                // The others are kept, matching nothing, where they stand: 1.34 and 1.35 treat a
+                // sub-request after the first differently.
+                let Some(picked) = subs.iter().position(|s| s["name"] == sub) else {
+                    return Err(format!(
+                        "why picked {base}/{sub}, which the request does not have"
+                    ));
+                };
+                for (i, other) in subs.iter_mut().enumerate() {
+                    if i != picked {
+                        other["selectors"] = json!([{"cel": {"expression":
+                            format!("device.attributes[{PIN_DOMAIN:?}].id in []")}}]);
+                    }
+                }
+                &mut subs[picked]
+            };
+            if exact["allocationMode"] == "All" {
+                continue;
+            }
+            let ids: Vec<&str> = mine.iter().map(|(_, id)| *id).collect();
+            let pin = json!({"cel": {"expression": format!(
+                "device.attributes[{PIN_DOMAIN:?}].id in {}",
+                serde_json::to_string(&ids).unwrap()
+            )}});
+            let mut selectors = vec![pin];
+            selectors.extend(exact["selectors"].as_array().cloned().unwrap_or_default());
+            exact["selectors"] = json!(selectors);
+        }
+    }
+    Ok(out)
+}
+
+/// The devices `why` picks on each allocatable node form an allocation the real allocator
+/// accepts there: asked with every request pinned to why's devices ([`pinned`]), it allocates
+/// on that node exactly those devices. Where one request's picks span sub-requests (1.35's
+/// allocator can leave a device of an abandoned sub-request in the result), no pin says that:
+/// the picks must then be the allocator's own (`verdicts`). Returns how many nodes' picks
+/// were checked.
+fn picks_are_valid(
+    oracle: &mut Oracle,
+    objects: &[Value],
+    record: &Value,
+    verdicts: &crate::support::oracle::Verdicts,
+) -> Result<usize, String> {
+    let mut checked = 0;
+    for node in record["nodes"]["picks"].as_array().into_iter().flatten() {
+        let name = node["node"].as_str().unwrap_or_default();
+        let mut picks: Vec<(String, String, String)> = node["devices"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| {
+                let text = |k: &str| d[k].as_str().unwrap_or_default().to_owned();
+                (
+                    text("claim"),
+                    text("request"),
+                    format!("{}/{}/{}", text("driver"), text("pool"), text("device")),
+                )
+            })
+            .collect();
+        let mut subs: Vec<(&str, &str)> = picks
+            .iter()
+            .map(|(c, r, _)| (c.as_str(), r.as_str()))
+            .collect();
+        subs.sort();
+        subs.dedup();
+        let base = |(c, r): &(&str, &str)| (c.to_string(), r.split('/').next().map(str::to_owned));
+        let spanning = subs.windows(2).any(|w| base(&w[0]) == base(&w[1]));
+        let pinned_verdicts;
+        let verdicts = if spanning {
+            verdicts
+        } else {
+            pinned_verdicts = oracle
+                .fleet(&pinned(objects, &picks)?, &format!("{NS}/p"))
+                .map_err(|e| e.to_string())?;
+            &pinned_verdicts
+        };
+        let Some(Verdict::Allocated(theirs)) = verdicts.on(name) else {
+            return Err(format!(
+                "why's picks on {name} {picks:?}: the allocator, pinned to them, says {:?}",
+                verdicts.on(name)
+            ));
+        };
+        let mut theirs: Vec<(String, String, String)> = theirs
+            .iter()
+            .flat_map(|(claim, devices)| {
+                devices
+                    .iter()
+                    .map(|(request, id)| (claim.clone(), request.clone(), id.clone()))
+            })
+            .collect();
+        picks.sort();
+        theirs.sort();
+        if picks != theirs {
+            return Err(format!(
+                "why's picks on {name} {picks:?}: the allocator, pinned to them, allocates {theirs:?}"
+            ));
+        }
+        checked += 1;
+    }
+    Ok(checked)
+}
+
+/// Compares why with the oracle on fleet `seed`; returns how many nodes' picks were checked.
+fn compare(release: &str, oracle: &mut Oracle, seed: u64) -> Result<usize, String> {
     let objects = generate(seed);
     let verdicts = oracle
         .fleet(&objects, &format!("{NS}/p"))
@@ -505,14 +735,17 @@ fn compare(release: &str, oracle: &mut Oracle, seed: u64) -> Result<(), String> 
     let (mine, record) = why(&objects, release);
     let theirs = kinds(&verdicts);
     let unordered = matches!(release, "1.34" | "1.35");
-    let mut problem = "";
+    let mut problem = String::new();
     if mine == theirs {
-        return Ok(());
+        match picks_are_valid(oracle, &objects, &record, &verdicts) {
+            Ok(checked) => return Ok(checked),
+            Err(e) => problem = format!(" ({e})"),
+        }
     } else if unordered && one_of_the_orders(oracle, &objects, &mine)? {
         if notes_the_order(&record) {
-            return Ok(());
+            return picks_are_valid(oracle, &objects, &record, &verdicts);
         }
-        problem = " (why's verdict is the allocator's in another pool order, but why does not note that the order is not fixed)";
+        problem = " (why's verdict is the allocator's in another pool order, but why does not note that the order is not fixed)".to_owned();
     }
     // The fleet as a file `why -f` and the oracle's plain mode read, to run by hand.
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("oracle-disagreements");
@@ -536,15 +769,28 @@ fn differential(release: &str) {
     let mut oracle = Oracle::start(release).unwrap_or_else(|e| panic!("{e}"));
     let start = Instant::now();
     let mut failures = Vec::new();
-    for seed in 0..fleets {
-        if let Err(e) = compare(release, &mut oracle, seed) {
-            eprintln!("{}", e.lines().next().unwrap_or_default());
-            failures.push(e);
+    let mut checked = 0;
+    // `ORACLE_SEED` runs that one fleet.
+    let seeds = match std::env::var("ORACLE_SEED")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        Some(seed) => seed..seed + 1,
+        None => 0..fleets,
+    };
+    let fleets = seeds.end - seeds.start;
+    for seed in seeds {
+        match compare(release, &mut oracle, seed) {
+            Ok(n) => checked += n,
+            Err(e) => {
+                eprintln!("{}", e.lines().next().unwrap_or_default());
+                failures.push(e);
+            }
         }
     }
     let seconds = start.elapsed().as_secs_f64();
     eprintln!(
-        "{release}: {fleets} fleets in {seconds:.1} s ({:.0} per second), {} disagreements",
+        "{release}: {fleets} fleets in {seconds:.1} s ({:.0} per second), {checked} nodes' picks accepted by the allocator, {} disagreements",
         fleets as f64 / seconds,
         failures.len()
     );
@@ -736,12 +982,14 @@ fn before_1_36_a_second_all_sub_request_takes_the_first_ones_devices() {
     );
 }
 
-/// Found, not fixed: 1.37's scheduler applies DeviceTaintRules (DRADeviceTaintRules is GA and
-/// on), its slice tracker adding each rule's taint to the devices it selects; why reads no
-/// DeviceTaintRule, so it calls this node allocatable. Reading them is a new kind for
-/// `fleet` (files, the cluster lister, RBAC), not a fix of the allocator.
+/// 1.37's scheduler applies DeviceTaintRules (DRADeviceTaintRules is GA and on), its slice
+/// tracker adding each rule's taint to the devices it selects; why read none and called this
+/// node allocatable.
 #[test]
-#[ignore = "finding: why does not read DeviceTaintRules, which 1.37 applies (run with --ignored)"]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
 fn from_1_37_device_taint_rules_taint_devices() {
     let mut objects = small_fleet(
         "media.liken.sh",
@@ -762,5 +1010,208 @@ fn from_1_37_device_taint_rules_taint_devices() {
             Kind::Allocatable,
             Kind::Unallocatable,
         ],
+    );
+}
+
+/// The check of why's picks fails on picks the allocator does not accept: a device the class
+/// rules out, and one device too few.
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
+fn picks_the_allocator_refuses_are_caught() {
+    let objects = small_fleet(
+        "media.liken.sh",
+        two_gpus(),
+        json!({"devices": {"requests": [
+            {"name": "r0", "exactly": {"deviceClassName": "arc"}},
+            {"name": "r1", "exactly": {"deviceClassName": "media"}}]}}),
+    );
+    let release = RELEASES[RELEASES.len() - 1];
+    let mut oracle = Oracle::start(release).unwrap_or_else(|e| panic!("{e}"));
+    let (_, record) = why(&objects, release);
+    let verdicts = oracle
+        .fleet(&objects, &format!("{NS}/p"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        picks_are_valid(&mut oracle, &objects, &record, &verdicts),
+        Ok(1),
+        "why's own picks: {}",
+        record["nodes"]["picks"]
+    );
+    let mut wrong = record.clone();
+    let devices = &mut wrong["nodes"]["picks"][0]["devices"];
+    assert_eq!(devices[0]["device"], "gpu0", "r0 takes the arc GPU");
+    devices[0]["device"] = json!("gpu1");
+    devices[1]["device"] = json!("gpu0");
+    let refused = picks_are_valid(&mut oracle, &objects, &wrong, &verdicts);
+    assert!(
+        refused.as_ref().is_err_and(|e| e.contains("pinned")),
+        "{refused:?}"
+    );
+    let mut short = record.clone();
+    short["nodes"]["picks"][0]["devices"]
+        .as_array_mut()
+        .unwrap()
+        .pop();
+    let refused = picks_are_valid(&mut oracle, &objects, &short, &verdicts);
+    assert!(
+        refused.as_ref().is_err_and(|e| e.contains("no device")),
+        "{refused:?}"
+    );
+}
+
+/// `distinctAttribute` is no constraint 1.35's allocator knows ("incubating", picked while
+/// DRAConsumableCapacity is off: the attempt fails); 1.34's ("experimental", picked for
+/// DRAResourceClaimDeviceStatus) compares the values by pointer, so two GPUs of one model are
+/// distinct; from 1.36 they are not. why said "undecided" for all.
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
+fn distinct_attribute_as_each_release_s_allocator_has_it() {
+    let objects = small_fleet(
+        "media.liken.sh",
+        json!([
+            {"name": "gpu0", "attributes": {"model": {"string": "arc"}}},
+            {"name": "gpu1", "attributes": {"model": {"string": "arc"}}},
+        ]),
+        json!({"devices": {
+            "requests": [
+                {"name": "r0", "exactly": {"deviceClassName": "media"}},
+                {"name": "r1", "exactly": {"deviceClassName": "media"}}],
+            "constraints": [{"distinctAttribute": "media.liken.sh/model"}]}}),
+    );
+    regression(
+        &objects,
+        [
+            Kind::Allocatable,
+            Kind::Error,
+            Kind::Unallocatable,
+            Kind::Unallocatable,
+        ],
+    );
+    let (_, record) = why(&objects, "1.35");
+    assert_eq!(
+        record["attemptError"]["message"],
+        "claim media/c0, constraint #0: empty constraint (unsupported constraint type?)"
+    );
+}
+
+/// Two GPUs of different models are distinct: one request takes both.
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
+fn distinct_attribute_takes_different_values() {
+    let objects = small_fleet(
+        "media.liken.sh",
+        two_gpus(),
+        json!({"devices": {
+            "requests": [{"name": "r0", "exactly": {"deviceClassName": "media", "count": 2}}],
+            "constraints": [{"distinctAttribute": "media.liken.sh/model"}]}}),
+    );
+    regression(
+        &objects,
+        [
+            Kind::Allocatable,
+            Kind::Error,
+            Kind::Allocatable,
+            Kind::Allocatable,
+        ],
+    );
+}
+
+/// 1.36's allocator keeps one `distinctAttribute` value per request (constraint.go v0.36.6, a
+/// map by request name): r1's GPU is compared with r0's last one only, so two arc GPUs pass;
+/// 1.37 compares every value. why compared every value in 1.36 too.
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
+fn before_1_37_distinct_attribute_compares_each_request_s_last_device() {
+    let objects = small_fleet(
+        "media.liken.sh",
+        json!([
+            {"name": "gpu0", "attributes": {"model": {"string": "arc"}}},
+            {"name": "gpu1", "attributes": {"model": {"string": "tgl"}}},
+            {"name": "gpu2", "attributes": {"model": {"string": "arc"}}},
+        ]),
+        json!({"devices": {
+            "requests": [
+                {"name": "r0", "exactly": {"deviceClassName": "media", "count": 2}},
+                {"name": "r1", "exactly": {"deviceClassName": "media"}}],
+            "constraints": [{"distinctAttribute": "media.liken.sh/model"}]}}),
+    );
+    regression(
+        &objects,
+        [
+            Kind::Allocatable,
+            Kind::Error,
+            Kind::Allocatable,
+            Kind::Unallocatable,
+        ],
+    );
+}
+
+/// Capacity requests: 1.34 refuses them (DRAConsumableCapacity off), 1.35 does not read them;
+/// from 1.36 a device must have each capacity asked for, by the name as written (gpu0 writes
+/// `memory`, which `media.liken.sh/memory` does not find), and at least as much of it. why
+/// called them unsupported.
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer on PATH (see support::oracle::INSTALL_GO)"
+)]
+fn capacity_requests_by_the_name_as_written() {
+    let spec = |count: u32, amount: &str| {
+        json!({"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "media",
+            "count": count, "capacity": {"requests": {"media.liken.sh/memory": amount}}}}]}})
+    };
+    let devices = json!([
+        {"name": "gpu0", "capacity": {"memory": {"value": "16Gi"}}},
+        {"name": "gpu1", "capacity": {"media.liken.sh/memory": {"value": "16Gi"}}},
+    ]);
+    let two = small_fleet("media.liken.sh", devices.clone(), spec(2, "8Gi"));
+    regression(
+        &two,
+        [
+            Kind::Error,
+            Kind::Allocatable,
+            Kind::Unallocatable,
+            Kind::Unallocatable,
+        ],
+    );
+    let one = small_fleet("media.liken.sh", devices.clone(), spec(1, "16Gi"));
+    regression(
+        &one,
+        [
+            Kind::Error,
+            Kind::Allocatable,
+            Kind::Allocatable,
+            Kind::Allocatable,
+        ],
+    );
+    let too_much = small_fleet("media.liken.sh", devices, spec(1, "17Gi"));
+    regression(
+        &too_much,
+        [
+            Kind::Error,
+            Kind::Allocatable,
+            Kind::Unallocatable,
+            Kind::Unallocatable,
+        ],
+    );
+    let (_, record) = why(&too_much, "1.37");
+    let reasons = &record["claims"][0]["requests"][0]["reasons"];
+    assert!(
+        reasons
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r["reason"] == "CapacityShort")),
+        "{reasons}"
     );
 }

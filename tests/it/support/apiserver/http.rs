@@ -677,10 +677,11 @@ pub(crate) async fn handle(
 
     let (minor, resource_v1_served) = {
         let store = lock(&shared.store);
-        (
-            server_minor(!store.drop_allow_multiple_allocations),
-            store.resource_v1_served,
-        )
+        let minor = match store.kubernetes_1_37 {
+            true => "37",
+            false => server_minor(!store.drop_allow_multiple_allocations),
+        };
+        (minor, store.resource_v1_served)
     };
     let minor = if resource_v1_served { minor } else { "33" };
     let routed = if !resource_v1_served

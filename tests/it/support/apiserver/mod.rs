@@ -3,8 +3,8 @@
 //! tests (running the real binaries or kubectl) and async tests (kube-rs clients) can both use it.
 //!
 //! What it serves, with the real semantics:
-//! - resources `resourceslices`, `deviceclasses`, `resourceclaims`, `resourceclaimtemplates`
-//!   (resource.k8s.io/v1) and `pods`, `events`, `nodes`, `namespaces` (v1); `/version`, `/api`,
+//! - resources `resourceslices`, `deviceclasses`, `resourceclaims`, `resourceclaimtemplates`,
+//!   `devicetaintrules` (resource.k8s.io/v1) and `pods`, `events`, `nodes`, `namespaces` (v1); `/version`, `/api`,
 //!   `/api/v1`, `/apis`, `/apis/resource.k8s.io[/v1]` discovery, `/healthz`, and a minimal
 //!   `/openapi/v3` (see `http.rs`) so that `kubectl apply` works without `--validate=false`;
 //! - verbs get, list (`labelSelector`, `fieldSelector`, `limit`/`continue`), watch (`watch=true`
@@ -21,7 +21,8 @@
 //!   upstream, and metadata names and ownerReferences for every kind (see `validation.rs`); `as=Table` answers for kubectl (ResourceSlice columns as
 //!   upstream prints them: NAME, NODE, DRIVER, POOL, AGE; other kinds' columns are simplified).
 //! - `/version` says 1.36 while DRAConsumableCapacity is on (the default) and 1.34 when it is
-//!   switched off, when `allowMultipleAllocations` is dropped from slices silently.
+//!   switched off, when `allowMultipleAllocations` is dropped from slices silently; 1.37 when
+//!   asked to.
 //!
 //! What it does NOT implement, so no test may rely on it: authentication and authorisation
 //! (every request is allowed), TLS, HTTP/2, protobuf and CBOR (answers are always JSON),
@@ -367,6 +368,12 @@ impl TestApiServer {
     /// are listed, not served: only clients that read v1 are meant to be tested with this).
     pub fn set_resource_v1_served(&self, served: bool) {
         self.shared.with_store(|s| s.resource_v1_served = served);
+    }
+
+    /// Says 1.37 in `/version` (or not), the release whose scheduler applies DeviceTaintRules,
+    /// which `kubectl media why` then lists (the server serves them either way).
+    pub fn set_kubernetes_1_37(&self, on: bool) {
+        self.shared.with_store(|s| s.kubernetes_1_37 = on);
     }
 
     /// Keeps only the last `n` events for watches to resume from.

@@ -82,6 +82,20 @@ pub static RESOURCES: &[ResourceType] = &[
         has_generation: true,
         columns: &[],
     },
+    // As 1.37 serves it (resource.k8s.io/v1; 1.35 and 1.36 serve older versions): the
+    // server's `/version` stays 1.36, so `why` lists none unless the version says 1.37.
+    ResourceType {
+        group: "resource.k8s.io",
+        version: "v1",
+        plural: "devicetaintrules",
+        singular: "devicetaintrule",
+        kind: "DeviceTaintRule",
+        namespaced: false,
+        short_names: &[],
+        field_labels: &[],
+        has_generation: true,
+        columns: &[],
+    },
     ResourceType {
         group: "",
         version: "v1",

@@ -109,6 +109,8 @@ pub struct Store {
     pub device_attribute_default: Option<(String, Value)>,
     /// Whether `resource.k8s.io/v1` is served at all (a cluster older than 1.34 does not).
     pub resource_v1_served: bool,
+    /// Whether `/version` says 1.37 (see `TestApiServer::set_kubernetes_1_37`).
+    pub kubernetes_1_37: bool,
 }
 
 /// `rt`'s index in [`RESOURCES`].
@@ -340,6 +342,7 @@ impl Store {
             drop_allow_multiple_allocations: false,
             device_attribute_default: None,
             resource_v1_served: true,
+            kubernetes_1_37: false,
         }
     }
 
