@@ -1288,8 +1288,8 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     fn ensure_value(&mut self, d: usize) -> usize {
         let class = self.class_of[d];
         let representative = self.representatives[class];
-        let devices = self.fleet.devices;
-        self.values[class].get_or_insert_with(|| DeviceValue::new(&devices[representative]));
+        let (devices, minor) = (self.fleet.devices, self.features.release);
+        self.values[class].get_or_insert_with(|| DeviceValue::new(&devices[representative], minor));
         class
     }
 

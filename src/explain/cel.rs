@@ -143,7 +143,11 @@ impl Selector {
     /// API server validated stored expressions with cel-go, so a failure here is more likely
     /// this evaluator's gap than the user's error.
     pub(crate) fn compile(expression: &str) -> Selector {
-        Selector::compile_as(expression, Validation::New)
+        // As stored: the scheduler never estimates cost, and a selector in the cluster passed
+        // the API server of its day. The estimate here is simplified and the oracle shows
+        // cel-go's far above it (unbounded string results cost up to 2^64), so refusing on it
+        // would call undecided what the scheduler decides.
+        Selector::compile_as(expression, Validation::Stored)
     }
 
     /// Compiles as the API server validates a new expression, or as the scheduler compiles
@@ -200,9 +204,9 @@ impl Selector {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Validation {
     /// New or changed: the API server's length limit and cost estimate apply.
+    #[cfg_attr(not(test), allow(dead_code))]
     New,
     /// Already stored: the scheduler compiles it without estimating its cost.
-    #[cfg_attr(not(test), allow(dead_code))]
     Stored,
 }
 
@@ -239,9 +243,11 @@ fn compile_within(expression: &str, validation: Validation) -> Result<Compiled, 
     check_kubernetes_calls(&expr)?;
     let mut expression = expr;
     rewrite_equality(&mut expression);
-    let estimate = bounds::estimate(&expression);
-    if validation == Validation::New && estimate > bounds::MAX_COST {
-        return Err(refused(bounds::Refusal::Cost { estimate }));
+    if validation == Validation::New {
+        let estimate = bounds::estimate(&expression);
+        if estimate > bounds::MAX_COST {
+            return Err(refused(bounds::Refusal::Cost { estimate }));
+        }
     }
     Ok(Compiled {
         source_info,
@@ -278,10 +284,11 @@ impl fmt::Debug for DeviceValue<'_> {
 }
 
 impl<'a> DeviceValue<'a> {
-    /// The CEL view of `device` (dra cel/compile.go `DeviceMatches`). Like the scheduler, which
-    /// converts every attribute before evaluating, a version or quantity that does not parse
-    /// fails every selector on the device, whether it reads it or not.
-    pub(crate) fn new(device: &'a dyn DeviceView) -> Result<DeviceValue<'a>, String> {
+    /// The CEL view of `device` (dra cel/compile.go `DeviceMatches`) for Kubernetes 1.`minor`'s
+    /// scheduler. Like the scheduler, which converts every attribute before evaluating, a
+    /// version or quantity that does not parse fails every selector on the device, whether it
+    /// reads it or not.
+    pub(crate) fn new(device: &'a dyn DeviceView, minor: u32) -> Result<DeviceValue<'a>, String> {
         if let Some(name) = device.unsupported_attribute() {
             return Err(format!("attribute {name}: unsupported attribute value"));
         }
@@ -304,7 +311,8 @@ impl<'a> DeviceValue<'a> {
             attributes: domains(false),
             capacity: domains(true),
             allow_multiple_allocations: CelBool::from(
-                device.allow_multiple_allocations().unwrap_or(false),
+                sees_multiple_allocations(minor)
+                    && device.allow_multiple_allocations().unwrap_or(false),
             ),
         })
     }
@@ -313,6 +321,26 @@ impl<'a> DeviceValue<'a> {
         let mut context = Context::with_env(Arc::clone(environment_arc()));
         context.add_variable_as_val("device", Box::new(DeviceRef(self)));
         context
+    }
+}
+
+/// Whether CEL's `device.allowMultipleAllocations` is the device's field in Kubernetes
+/// 1.`minor`: 1.35's default gates pick the incubating allocator, whose `selectorsMatch`
+/// (allocator_incubating.go v0.35.10) leaves it out, so it is false whatever the slice says;
+/// 1.34's (experimental: DeviceStatus) and 1.36's on (incubating, ConsumableCapacity) pass it.
+fn sees_multiple_allocations(minor: u32) -> bool {
+    minor != 35
+}
+
+/// One selector on one device as Kubernetes 1.`minor`'s scheduler evaluates it, refused where
+/// its API server refuses a new selector: what the differential test compares with the
+/// scheduler's `cel` package (`why` itself compiles once per selector, in the allocator).
+pub fn evaluate_one(expression: &str, device: &dyn DeviceView, minor: u32) -> Outcome {
+    let selector = Selector::compile(expression);
+    match DeviceValue::new(device, minor) {
+        Ok(value) => selector.evaluate(&value),
+        // The scheduler fails the same way: DeviceMatches returns the conversion error.
+        Err(e) => Outcome::RuntimeError(e),
     }
 }
 
@@ -346,6 +374,11 @@ fn build_environment() -> Result<Env, cel::DeclarationError> {
 
 /// `cel.bind(name, init, result)` (cel-go `ext.Bindings`): `result` with `name` bound to `init`,
 /// expanded as cel-go does, into a comprehension over an empty list whose accumulator is `name`.
+/// cel-go evaluates an accumulator's init lazily, at its first read (interpreter `folder`
+/// `ResolveName`): an `init` never read is never run, so its error or cost never shows. The
+/// `cel` crate runs it eagerly, so a `name` read nowhere drops `init` and one read once takes
+/// `init` in its place (the same value, error and cost); read more often it stays eager, which
+/// differs only when `init` fails and the path taken reads `name` nowhere.
 fn bind_macro(
     helper: &mut MacroExprHelper<'_>,
     target: &mut Option<IdedExpr>,
@@ -365,6 +398,15 @@ fn bind_macro(
         ));
     };
     let var = var.clone();
+    let mut result = result;
+    match free_reads(&result, &var) {
+        0 => return Ok(Some(result)),
+        1 => {
+            substitute(&mut result, &var, init);
+            return Ok(Some(result));
+        }
+        _ => {}
+    }
     let bind = ComprehensionExpr {
         iter_range: helper.next_expr(Expr::List(ListExpr::new(Vec::new()))),
         iter_var: "#unused".to_owned(),
@@ -376,6 +418,91 @@ fn bind_macro(
         result,
     };
     Ok(Some(helper.next_expr(Expr::Comprehension(Box::new(bind)))))
+}
+
+/// The sub-expressions of a comprehension that see its variables: the loop sees all of them,
+/// the result only the accumulator (cel-go's `folder` hides the iteration variables from it).
+fn shadows(c: &ComprehensionExpr, var: &str) -> (bool, bool) {
+    let loop_shadowed =
+        c.iter_var == var || c.iter_var2.as_deref() == Some(var) || c.accu_var == var;
+    (loop_shadowed, c.accu_var == var)
+}
+
+/// How many times `expr` reads the variable `var` where it is not shadowed (without
+/// recursion, like [`visit`]).
+fn free_reads(expr: &IdedExpr, var: &str) -> usize {
+    let mut reads = 0;
+    let mut stack = vec![expr];
+    while let Some(e) = stack.pop() {
+        match &e.expr {
+            Expr::Ident(name) if name == var => reads += 1,
+            Expr::Comprehension(c) => {
+                let (loop_shadowed, result_shadowed) = shadows(c, var);
+                stack.extend([&c.iter_range, &c.accu_init]);
+                if !loop_shadowed {
+                    stack.extend([&c.loop_cond, &c.loop_step]);
+                }
+                if !result_shadowed {
+                    stack.push(&c.result);
+                }
+            }
+            _ => children(e, &mut |c| stack.push(c)),
+        }
+    }
+    reads
+}
+
+/// Puts `value` in place of the one free read of `var` in `expr` (see [`free_reads`]).
+fn substitute(expr: &mut IdedExpr, var: &str, value: IdedExpr) {
+    let mut value = Some(value);
+    let mut stack = vec![expr];
+    while let Some(e) = stack.pop() {
+        if matches!(&e.expr, Expr::Ident(name) if name == var) {
+            if let Some(value) = value.take() {
+                *e = value;
+            }
+            return;
+        }
+        match &mut e.expr {
+            Expr::Comprehension(c) => {
+                let (loop_shadowed, result_shadowed) = shadows(c, var);
+                let c = &mut **c;
+                stack.push(&mut c.iter_range);
+                stack.push(&mut c.accu_init);
+                if !loop_shadowed {
+                    stack.push(&mut c.loop_cond);
+                    stack.push(&mut c.loop_step);
+                }
+                if !result_shadowed {
+                    stack.push(&mut c.result);
+                }
+            }
+            Expr::Call(call) => {
+                if let Some(t) = call.target.as_deref_mut() {
+                    stack.push(t);
+                }
+                stack.extend(call.args.iter_mut());
+            }
+            Expr::List(list) => stack.extend(list.elements.iter_mut()),
+            Expr::Map(map) => {
+                for entry in &mut map.entries {
+                    if let cel::common::ast::EntryExpr::MapEntry(m) = &mut entry.expr {
+                        stack.push(&mut m.key);
+                        stack.push(&mut m.value);
+                    }
+                }
+            }
+            Expr::Struct(st) => {
+                for entry in &mut st.entries {
+                    if let cel::common::ast::EntryExpr::StructField(field) = &mut entry.expr {
+                        stack.push(&mut field.value);
+                    }
+                }
+            }
+            Expr::Select(select) => stack.push(&mut select.operand),
+            _ => {}
+        }
+    }
 }
 
 /// The fields cel-go's checker knows on `device` (the `kubernetes.DRADevice` object type): any
@@ -1703,7 +1830,7 @@ mod tests {
 
     fn eval(expression: &str) -> Outcome {
         let device = gpu();
-        Selector::compile(expression).evaluate(&DeviceValue::new(&device).unwrap())
+        Selector::compile(expression).evaluate(&DeviceValue::new(&device, 36).unwrap())
     }
 
     fn is(expression: &str, expected: bool) {
@@ -1716,6 +1843,42 @@ mod tests {
             Outcome::RuntimeError(message.to_owned()),
             "{expression}"
         );
+    }
+
+    // Regression cases of the differential test (tests/it/oracle/cel.rs).
+
+    #[test]
+    fn bind_reads_its_value_lazily_as_cel_go_does() {
+        // Never read: cel-go never runs the missing key.
+        is(
+            r#"cel.bind(x, device.attributes["dra.example.com"].missing, true)"#,
+            true,
+        );
+        // Read once, on a path not taken.
+        is(
+            r#"cel.bind(x, device.attributes["dra.example.com"].missing, false && x)"#,
+            false,
+        );
+        error(
+            r#"cel.bind(x, device.attributes["dra.example.com"].missing, x)"#,
+            "no such key: missing",
+        );
+        // Shadowed by an inner comprehension: the outer value is never read.
+        is(
+            r#"cel.bind(x, device.attributes["dra.example.com"].missing, [1].all(x, x > 0))"#,
+            true,
+        );
+        is("cel.bind(x, 2, x * x == 4)", true);
+    }
+
+    #[test]
+    fn allow_multiple_allocations_is_false_in_1_35() {
+        let device = gpu();
+        let by = |minor| evaluate_one("device.allowMultipleAllocations", &device, minor);
+        assert_eq!(by(34), Outcome::Match(true));
+        assert_eq!(by(35), Outcome::Match(false));
+        assert_eq!(by(36), Outcome::Match(true));
+        assert_eq!(by(37), Outcome::Match(true));
     }
 
     fn cannot(expression: &str, reason_contains: &str) {

@@ -440,7 +440,7 @@ mod tests {
 
     fn find(expression: &str) -> Finding {
         let device = gpu();
-        let value = DeviceValue::new(&device).unwrap();
+        let value = DeviceValue::new(&device, 36).unwrap();
         diagnose(&Selector::compile(expression), &value, &device)
     }
 

@@ -573,7 +573,7 @@ spec:
             device.unsupported_attribute(),
             Some("media.liken.sh/codecs")
         );
-        let value = crate::explain::cel::DeviceValue::new(device);
+        let value = crate::explain::cel::DeviceValue::new(device, 36);
         assert_eq!(
             value.as_ref().err().map(String::as_str),
             Some("attribute media.liken.sh/codecs: unsupported attribute value")

@@ -11,6 +11,7 @@ use crate::support::oracle::{Oracle, RELEASES, Verdict};
 
 mod cel;
 mod fleets;
+mod selectors;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -30,3 +30,7 @@ func celFeatures() cel.Features { return cel.Features{EnableConsumableCapacity: 
 
 // 1.34 has no ErrFailedAllocationOnNode: every error from Allocate fails the attempt.
 func failedOnNode(error) bool { return false }
+
+// 1.34's allocatorFeatures include DeviceStatus, which only the experimental allocator
+// supports; allocator_experimental.go passes the device's allowMultipleAllocations to CEL.
+const celSeesMultipleAllocations = true

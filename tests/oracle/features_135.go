@@ -31,3 +31,7 @@ func celFeatures() cel.Features { return cel.Features{EnableConsumableCapacity: 
 // An error that rules out the node only (structured.ErrFailedAllocationOnNode): the scheduler
 // marks the node unschedulable and goes on (dynamicresources.go Filter).
 func failedOnNode(err error) bool { return errors.Is(err, structured.ErrFailedAllocationOnNode) }
+
+// 1.35's default features pick the incubating allocator, whose selectorsMatch
+// (allocator_incubating.go v0.35.10) passes no allowMultipleAllocations: CEL sees false.
+const celSeesMultipleAllocations = false

@@ -40,3 +40,6 @@ func celFeatures() cel.Features {
 // An error that rules out the node only (structured.ErrFailedAllocationOnNode): the scheduler
 // marks the node unschedulable and goes on (dynamicresources.go Filter).
 func failedOnNode(err error) bool { return errors.Is(err, structured.ErrFailedAllocationOnNode) }
+
+// With ConsumableCapacity the incubating allocator (v0.37.2) passes allowMultipleAllocations.
+const celSeesMultipleAllocations = true

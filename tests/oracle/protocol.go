@@ -10,8 +10,11 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/google/cel-go/interpreter"
 	resourceapi "k8s.io/api/resource/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	apiservercel "k8s.io/apiserver/pkg/cel"
+	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/dynamic-resource-allocation/cel"
 )
 
@@ -40,9 +43,15 @@ type batchAnswer struct {
 	Release string          `json:"release"`
 	// A fleet case's answer.
 	*fleetAnswer
-	// A CEL case's answer: "true", "false" or "error", with errorClass "compile" or "runtime".
+	// A CEL case's answer as the scheduler sees a stored selector: "true", "false" or
+	// "error", with errorClass "compile", "cost" (the runtime cost limit) or "runtime".
 	Result     string `json:"result,omitempty"`
 	ErrorClass string `json:"errorClass,omitempty"`
+	// How the API server's validation takes the selector as a new one: "accepted", or the
+	// refusal: "length", "compile", "cost" (the static estimate) or "internal"; NewError
+	// is its message.
+	New      string `json:"new,omitempty"`
+	NewError string `json:"newError,omitempty"`
 	// The error of the case: the CEL error, or why the fleet could not be read.
 	Error string `json:"error,omitempty"`
 }
@@ -57,7 +66,9 @@ func answerCase(line []byte) batchAnswer {
 	answer.ID = c.ID
 	switch {
 	case c.CEL != nil:
-		answer.Result, answer.ErrorClass, answer.Error = evalCEL(c.CEL)
+		cel := evalCEL(c.CEL)
+		answer.Result, answer.ErrorClass, answer.Error = cel.Result, cel.ErrorClass, cel.Error
+		answer.New, answer.NewError = cel.New, cel.NewError
 	case c.Pod != "":
 		fleet, err := allocateFleet(context.Background(), c.Objects, c.Pod)
 		if err != nil {
@@ -70,24 +81,56 @@ func answerCase(line []byte) batchAnswer {
 	return answer
 }
 
-// evalCEL compiles and runs a selector as the allocator does (cel.Cache `GetOrCompile`, then
-// `DeviceMatches`, with the scheduler's features of this release).
-func evalCEL(c *celCase) (result, class, message string) {
+// evalCEL compiles and runs a selector as the allocator does (cel.Cache `GetOrCompile`: the
+// StoredExpressions environment, no cost estimate; then `DeviceMatches` with what this
+// release's allocator passes), and validates it as the API server validates a new selector.
+func evalCEL(c *celCase) (answer batchAnswer) {
+	answer.New, answer.NewError = validateNew(c.Expression)
 	cache := cel.NewCache(1, celFeatures())
 	compiled := cache.GetOrCompile(c.Expression)
 	if compiled.Error != nil {
-		return "error", "compile", compiled.Error.Error()
+		answer.Result, answer.ErrorClass, answer.Error = "error", "compile", compiled.Error.Error()
+		return answer
 	}
-	matches, _, err := compiled.DeviceMatches(context.Background(), cel.Device{
-		Driver:                   c.Device.Driver,
-		AllowMultipleAllocations: c.Device.AllowMultipleAllocations,
-		Attributes:               c.Device.Attributes,
-		Capacity:                 c.Device.Capacity,
-	})
-	if err != nil {
-		return "error", "runtime", err.Error()
+	device := cel.Device{
+		Driver:     c.Device.Driver,
+		Attributes: c.Device.Attributes,
+		Capacity:   c.Device.Capacity,
 	}
-	return fmt.Sprint(matches), "", ""
+	if celSeesMultipleAllocations {
+		device.AllowMultipleAllocations = c.Device.AllowMultipleAllocations
+	}
+	matches, _, err := compiled.DeviceMatches(context.Background(), device)
+	var cancelled interpreter.EvalCancelledError
+	switch {
+	case errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded:
+		answer.Result, answer.ErrorClass, answer.Error = "error", "cost", err.Error()
+	case err != nil:
+		answer.Result, answer.ErrorClass, answer.Error = "error", "runtime", err.Error()
+	default:
+		answer.Result = fmt.Sprint(matches)
+	}
+	return answer
+}
+
+// validateNew is k8s pkg/apis/resource/validation `validateCELExpression` (v1.37.2; the same
+// checks as 1.34-1.36's `validateCELSelector`) for a new selector: the length limit, then
+// compilation in the NewExpressions environment with the cost estimate, against the limit.
+func validateNew(expression string) (class, message string) {
+	if len(expression) > resourceapi.CELSelectorExpressionMaxLength {
+		return "length", fmt.Sprintf("Too long: may not be more than %d bytes", resourceapi.CELSelectorExpressionMaxLength)
+	}
+	envType := environment.NewExpressions
+	result := cel.GetCompiler(celFeatures()).CompileCELExpression(expression, cel.Options{EnvType: &envType})
+	switch {
+	case result.Error != nil && result.Error.Type == apiservercel.ErrorTypeInvalid:
+		return "compile", result.Error.Error()
+	case result.Error != nil:
+		return "internal", result.Error.Error()
+	case result.MaxCost > resourceapi.CELSelectorExpressionMaxCost:
+		return "cost", fmt.Sprintf("too complex, exceeds cost limit (estimated %d)", result.MaxCost)
+	}
+	return "accepted", ""
 }
 
 // readObjects reads YAML or JSON documents, several per file, with Lists flattened, as why -f

@@ -1001,7 +1001,7 @@ mod tests {
     /// The outcome from files (validated as new) and in the scheduler (stored), each timed.
     fn outcomes(expression: &str) -> (Outcome, Outcome) {
         let device = gpu();
-        let value = DeviceValue::new(&device).unwrap();
+        let value = DeviceValue::new(&device, 36).unwrap();
         let run = |validation| {
             let started = Instant::now();
             let outcome = Selector::compile_as(expression, validation).evaluate(&value);
@@ -1169,7 +1169,7 @@ mod tests {
         // variable, `>` and `x`); the range 10 + 1 for the list; below and above 1,000,000.
         let run = |n: u64| {
             let device = gpu();
-            let value = DeviceValue::new(&device).unwrap();
+            let value = DeviceValue::new(&device, 36).unwrap();
             Selector::compile_as(
                 &format!("lists.range({n}).all(x, x >= 0)"),
                 Validation::Stored,
@@ -1219,7 +1219,7 @@ mod tests {
                 mutated(&mut rng, seed)
             };
             let device = random_device(&mut rng);
-            let Ok(value) = DeviceValue::new(&device) else {
+            let Ok(value) = DeviceValue::new(&device, 36) else {
                 continue;
             };
             let started = Instant::now();
