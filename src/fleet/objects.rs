@@ -1424,15 +1424,12 @@ impl Objects {
         .unwrap_or_else(|| crate::text::elide(error, MAX_PROBLEM_SHOWN).into_owned());
         match known {
             Some(known) => {
-                let field = |f: &str| {
-                    value
-                        .get("metadata")
-                        .and_then(|m| m.get(f))
-                        .and_then(|v| v.as_str())
-                        .unwrap_or_default()
-                        .to_owned()
-                };
-                self.add_unparsed(known, field("namespace"), field("name"), problem);
+                self.add_unparsed(
+                    known,
+                    metadata_str(value, "namespace"),
+                    metadata_str(value, "name"),
+                    problem,
+                );
             }
             None => {
                 let name = object_name(value.get("metadata"));
@@ -1568,15 +1565,10 @@ impl Objects {
         fields.insert("kind".into(), known.name().into());
         fields.insert("apiVersion".into(), known.api_version().into());
         let value = serde_json::Value::Object(fields);
-        let field = |f: &str| {
-            value
-                .get("metadata")
-                .and_then(|m| m.get(f))
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let (namespace, name) = (field("namespace"), field("name"));
+        let (namespace, name) = (
+            metadata_str(&value, "namespace"),
+            metadata_str(&value, "name"),
+        );
         let mut typed = || -> Result<(), String> {
             match known {
                 Kind::DeviceClass => self.classes.push(shaped(&value)?),
@@ -1653,6 +1645,17 @@ pub(crate) fn continue_token(text: &str) -> Result<Option<String>, serde_json::E
         Err(e) if found.is_none() || !e.to_string().starts_with(STOPPED) => Err(e),
         _ => Ok(found.flatten().filter(|t| !t.is_empty())),
     }
+}
+
+/// `metadata.<field>` of an object that may not have its kind's shape, "" where it is not a
+/// string.
+fn metadata_str(value: &serde_json::Value, field: &str) -> String {
+    value
+        .get("metadata")
+        .and_then(|m| m.get(field))
+        .and_then(|v| v.as_str())
+        .unwrap_or_default()
+        .to_owned()
 }
 
 #[cfg(test)]

@@ -39,23 +39,6 @@ fn assert_safe(what: &str, text: &str) {
     }
 }
 
-/// Every object of the YAML files, Lists flattened.
-fn objects(files: &[PathBuf]) -> Vec<Value> {
-    let mut out = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(file).unwrap();
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let value: Value = serde::Deserialize::deserialize(document).unwrap();
-            match value.get("items").and_then(Value::as_array) {
-                Some(items) => out.extend(items.iter().cloned()),
-                None if !value.is_null() => out.push(value),
-                None => {}
-            }
-        }
-    }
-    out
-}
-
 /// The names to poison: every node, device, claim and template name the objects hold.
 fn names(objects: &[Value]) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
@@ -117,7 +100,7 @@ fn poison(value: &mut Value, names: &BTreeSet<String>, key: &str) {
 
 /// `files` poisoned into one List written in `dir`.
 fn poisoned(dir: &Path, files: &[PathBuf]) -> (String, BTreeSet<String>) {
-    let mut objects = objects(files);
+    let mut objects = crate::why::objects(files);
     let names = names(&objects);
     for object in &mut objects {
         poison(object, &names, "");

@@ -80,7 +80,7 @@ fn text(out: &Output, code: i32) -> String {
 }
 
 /// Every object of the YAML files, Lists flattened.
-fn objects(files: &[String]) -> Vec<Value> {
+pub(crate) fn objects(files: &[impl AsRef<std::path::Path>]) -> Vec<Value> {
     let mut out = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(file).unwrap();
