@@ -238,6 +238,12 @@ pub enum AllocError {
         /// The device, `driver/pool/device`.
         device: String,
     },
+    /// The node's search tried [`MAX_SEARCH_STEPS`] devices and calls without an answer: not
+    /// decided (the scheduler would go on until its filter timeout).
+    #[error(
+        "the search for devices on this node tried {steps} combinations without an answer: the scheduler goes on until its filter timeout (DRASchedulerFilterTimeout, 10 s by default, then 'timed out trying to allocate devices'), which this evaluator does not model"
+    )]
+    SearchTooLong { steps: u64 },
     /// 1.34: a request asks for capacity while DRAConsumableCapacity is off.
     #[error(
         "claim {claim}, request {request}: has capacity requests, but the DRAConsumableCapacity feature is disabled"
@@ -473,6 +479,25 @@ struct Search<'s> {
     /// Devices being allocated (exclusive ones only), with the claims they go to.
     allocating: HashMap<usize, Vec<usize>>,
     result: Vec<Vec<(String, usize)>>,
+    /// Calls and candidate devices tried so far (bounded by [`MAX_SEARCH_STEPS`]).
+    steps: u64,
+}
+
+/// How many calls and candidate devices one node's search may try before it is given up as
+/// undecided: the scheduler bounds its search only by time (DRASchedulerFilterTimeout, 10 s),
+/// and claims competing for few exclusive devices can make the search exponential.
+pub(crate) const MAX_SEARCH_STEPS: u64 = 2_000_000;
+
+impl Search<'_> {
+    /// Counts one step of the search; past [`MAX_SEARCH_STEPS`], the search's end.
+    fn step(&mut self) -> Option<Flow> {
+        self.steps += 1;
+        (self.steps > MAX_SEARCH_STEPS).then_some(Flow::Return(Err(Stop::Error(
+            AllocError::SearchTooLong {
+                steps: MAX_SEARCH_STEPS,
+            },
+        ))))
+    }
 }
 
 /// What [`Allocator::gather`] finds for a node.
@@ -705,6 +730,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             constraints: Vec::new(),
             allocating: HashMap::new(),
             result: vec![Vec::new(); claims.len()],
+            steps: 0,
         };
         for claim in claims {
             let mut requests = Vec::new();
@@ -868,6 +894,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             constraints: Vec::new(),
             allocating: HashMap::new(),
             result: Vec::new(),
+            steps: 0,
         };
         let prepared = self.prepare_request(&search, &claim, request)?;
         let data = prepared
@@ -1416,6 +1443,9 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     /// `allocateOne` up to its first call of itself: the call to make next (with the frame to
     /// resume when it returns, if any), or its result.
     fn enter(&mut self, s: &mut Search<'_>, c: Call, stack: &mut Vec<Frame>) -> Flow {
+        if let Some(too_long) = s.step() {
+            return too_long;
+        }
         if c.claim >= s.claims.len() {
             return Flow::Return(Ok(true));
         }
@@ -1565,6 +1595,9 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         stack: &mut Vec<Frame>,
     ) -> Flow {
         for position in from..s.node_devices.len() {
+            if let Some(too_long) = s.step() {
+                return too_long;
+            }
             let d = s.node_devices[position];
             // allocateOne checks a pool's validity before any of its devices: 1.34 fails the
             // attempt on reaching an invalid pool, 1.35+ skips it.
@@ -2293,6 +2326,35 @@ mod tests {
             exclusive.run(Features::default(), "n1", &vec![one; 3000]),
             Ok(NodeVerdict::CannotAllocate)
         );
+    }
+
+    /// One claim more than there are exclusive GPUs: the Go search tries every order of the
+    /// GPUs (12! here) before it fails; this one gives up after its step budget, undecided.
+    #[test]
+    fn an_exponential_search_is_given_up_undecided() {
+        let devices = (0..12)
+            .map(|i| {
+                let mut d = media(
+                    "n1",
+                    &format!("gpu-{i}"),
+                    &format!("0000:{i:02x}:00.0"),
+                    true,
+                );
+                d.allow_multiple_allocations = None;
+                d
+            })
+            .collect();
+        let one = claim(
+            json!({"requests": [{"name": "d", "exactly": {"deviceClassName": "media-gpu"}}]}),
+        );
+        let started = std::time::Instant::now();
+        assert_eq!(
+            World::new(devices).run(Features::default(), "n1", &vec![one; 13]),
+            Err(AllocError::SearchTooLong {
+                steps: MAX_SEARCH_STEPS
+            })
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
     }
 
     #[test]

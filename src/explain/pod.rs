@@ -1908,6 +1908,7 @@ fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
             AllocError::CannotEvaluate(_)
                 | AllocError::Unsupported { .. }
                 | AllocError::CapacityUnmodelled { .. }
+                | AllocError::SearchTooLong { .. }
         );
         if schedulers && allocatable >= to_find {
             attempt.always = false;
@@ -2354,6 +2355,13 @@ fn attempt(error: &AllocError) -> AttemptError {
                 ),
                 None => format!("fix {} selector #{} for the devices it fails on", f.scope, f.index),
             },
+        },
+        AllocError::SearchTooLong { .. } => AttemptError {
+            message: error.to_string(),
+            always: true,
+            undecided: true,
+            consequence: "kubectl media cannot decide this claim on such nodes; nothing about it is guessed".to_owned(),
+            fix: "check the scheduler's events for its verdict; fewer claims competing for the same exclusive devices shorten the search".to_owned(),
         },
         AllocError::CannotEvaluate(_)
         | AllocError::Unsupported { .. }
