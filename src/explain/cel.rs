@@ -194,7 +194,6 @@ impl Selector {
         self.program.as_ref().ok()
     }
 
-
     /// Evaluates the selector on one device.
     pub(crate) fn evaluate(&self, device: &DeviceValue<'_>) -> Outcome {
         let program = match &self.program {
@@ -247,7 +246,10 @@ fn compile_within(expression: &str, validation: Validation) -> Result<Compiled, 
         }
         let message = one_line(&e.to_string(), usize::MAX);
         // cel-go's parser has the same macro and refuses the same argument.
-        if e.errors.iter().any(|e| e.msg.contains("invalid argument to has() macro")) {
+        if e.errors
+            .iter()
+            .any(|e| e.msg.contains("invalid argument to has() macro"))
+        {
             return Failure::Error(format!("compilation failed: {message}"));
         }
         Failure::Gap(format!("the expression does not parse here: {message}"))
@@ -1930,24 +1932,36 @@ mod tests {
         let cost = Outcome::RuntimeError(COST_LIMIT_EXCEEDED.to_owned());
         // The oracle's edge (1.34): 6 per iteration, n + 11 for the range, 1 for the result.
         for minor in [34, 37] {
-            assert_eq!(by("lists.range(142855).exists(i, i < 0)", minor), Outcome::Match(false));
+            assert_eq!(
+                by("lists.range(142855).exists(i, i < 0)", minor),
+                Outcome::Match(false)
+            );
             assert_eq!(by("lists.range(142856).exists(i, i < 0)", minor), cost);
         }
         // Charged before the list is built; only cel-go v0.29 (1.37) caps the size.
         assert_eq!(by("lists.range(1000000000).size() > 0", 36), cost);
-        assert!(matches!(by("lists.range(1000000001).size() > 0", 37), Outcome::RuntimeError(m) if m != COST_LIMIT_EXCEEDED));
+        assert!(
+            matches!(by("lists.range(1000000001).size() > 0", 37), Outcome::RuntimeError(m) if m != COST_LIMIT_EXCEEDED)
+        );
         // Below 0: an empty list in cel-go v0.26, an error in v0.29.
         assert_eq!(by("lists.range(-1).size() == 0", 36), Outcome::Match(true));
-        assert!(matches!(by("lists.range(-1).size() == 0", 37), Outcome::RuntimeError(_)));
+        assert!(matches!(
+            by("lists.range(-1).size() == 0", 37),
+            Outcome::RuntimeError(_)
+        ));
     }
 
     #[test]
     fn cel_go_compile_errors_fail_even_where_skipped() {
         // A literal pattern Go's regexp refuses, behind a false `&&`.
-        assert!(matches!(eval(r#"false && "a".matches("(")"#), Outcome::RuntimeError(m) if m.contains("error parsing regexp")));
+        assert!(
+            matches!(eval(r#"false && "a".matches("(")"#), Outcome::RuntimeError(m) if m.contains("error parsing regexp"))
+        );
         is(r#"false && "a".matches("(a)")"#, false);
         // has() of an index is refused by cel-go's parser.
-        assert!(matches!(eval(r#"has(device.attributes["dra.example.com"]["model"])"#), Outcome::RuntimeError(m) if m.contains("invalid argument to has() macro")));
+        assert!(
+            matches!(eval(r#"has(device.attributes["dra.example.com"]["model"])"#), Outcome::RuntimeError(m) if m.contains("invalid argument to has() macro"))
+        );
     }
 
     #[test]

@@ -78,7 +78,11 @@ pub(crate) fn diagnose(
             return Finding::RuntimeError {
                 clause: Clause {
                     index: 0,
-                    text: selector.expression().split_whitespace().collect::<Vec<_>>().join(" "),
+                    text: selector
+                        .expression()
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(" "),
                     reads: Vec::new(),
                 },
                 message: message.clone(),
