@@ -60,7 +60,17 @@ pub enum Outcome {
 #[derive(Debug)]
 pub(crate) struct Selector {
     expression: String,
-    program: Result<Compiled, String>,
+    program: Result<Compiled, Failure>,
+}
+
+/// Why a selector did not compile here.
+#[derive(Debug)]
+enum Failure {
+    /// This evaluator cannot decide (a gap of its own, or what the API server refuses).
+    Gap(String),
+    /// cel-go fails to compile it as well (a literal regex Go's `regexp` refuses, `has()` of
+    /// an index): the scheduler's attempt fails, as on a runtime error.
+    Error(String),
 }
 
 /// A parsed selector, its equality operators rewritten to cel-go's semantics (see
@@ -99,7 +109,9 @@ impl Metered {
     fn evaluate(&self, device: &DeviceValue<'_>) -> Result<cel::Value, Outcome> {
         let context = device.context();
         let (result, exceeded) = stacker::maybe_grow(self.stack, self.stack, || {
-            bounds::metered(|| cel::Value::resolve(&self.expression, &context))
+            bounds::metered(device.minor, || {
+                cel::Value::resolve(&self.expression, &context)
+            })
         });
         if exceeded {
             return Err(Outcome::RuntimeError(COST_LIMIT_EXCEEDED.to_owned()));
@@ -158,7 +170,7 @@ impl Selector {
                 depth if depth > bounds::MAX_RECURSION_DEPTH => Err(bounds::Refusal::Depth),
                 _ => Ok(()),
             })
-            .map_err(refused)
+            .map_err(|r| Failure::Gap(refused(r)))
             // Within the text limits a chain of 5,000 `+` still parses into as many levels,
             // through the `cel` crate's recursive parser: on a stack for the longest one.
             .and_then(|()| {
@@ -186,7 +198,8 @@ impl Selector {
     pub(crate) fn evaluate(&self, device: &DeviceValue<'_>) -> Outcome {
         let program = match &self.program {
             Ok(program) => program,
-            Err(reason) => return Outcome::CannotEvaluate(reason.clone()),
+            Err(Failure::Gap(reason)) => return Outcome::CannotEvaluate(reason.clone()),
+            Err(Failure::Error(message)) => return Outcome::RuntimeError(message.clone()),
         };
         match program.metered.evaluate(device) {
             Ok(cel::Value::Bool(b)) => Outcome::Match(b),
@@ -218,7 +231,7 @@ fn refused(refusal: bounds::Refusal) -> String {
 /// Parses `expression` (within the text limits) as cel-go would and prepares it: refused when
 /// it nests deeper than cel-go's parser allows or costs more than the API server's estimate
 /// allows. Runs on a stack for the deepest parse; what it returns is within the limits.
-fn compile_within(expression: &str, validation: Validation) -> Result<Compiled, String> {
+fn compile_within(expression: &str, validation: Validation) -> Result<Compiled, Failure> {
     // cel-go counts nested `expr` rules to 250; this parser's knob counts the same rule, one
     // more than it is given.
     let parser = environment()
@@ -229,24 +242,30 @@ fn compile_within(expression: &str, validation: Validation) -> Result<Compiled, 
             .iter()
             .any(|e| e.msg.contains("Recursion limit of"))
         {
-            return refused(bounds::Refusal::Depth);
+            return Failure::Gap(refused(bounds::Refusal::Depth));
         }
-        format!(
-            "the expression does not parse here: {}",
-            one_line(&e.to_string(), usize::MAX)
-        )
+        let message = one_line(&e.to_string(), usize::MAX);
+        // cel-go's parser has the same macro and refuses the same argument.
+        if e.errors
+            .iter()
+            .any(|e| e.msg.contains("invalid argument to has() macro"))
+        {
+            return Failure::Error(format!("compilation failed: {message}"));
+        }
+        Failure::Gap(format!("the expression does not parse here: {message}"))
     })?;
     if bounds::nesting_depth(&expr) > bounds::MAX_RECURSION_DEPTH {
-        return Err(refused(bounds::Refusal::Depth));
+        return Err(Failure::Gap(refused(bounds::Refusal::Depth)));
     }
-    check_device_fields(&expr)?;
-    check_kubernetes_calls(&expr)?;
+    check_device_fields(&expr).map_err(Failure::Gap)?;
+    check_kubernetes_calls(&expr).map_err(Failure::Gap)?;
+    check_literal_regexes(&expr).map_err(Failure::Error)?;
     let mut expression = expr;
     rewrite_equality(&mut expression);
     if validation == Validation::New {
         let estimate = bounds::estimate(&expression);
         if estimate > bounds::MAX_COST {
-            return Err(refused(bounds::Refusal::Cost { estimate }));
+            return Err(Failure::Gap(refused(bounds::Refusal::Cost { estimate })));
         }
     }
     Ok(Compiled {
@@ -275,6 +294,8 @@ pub(crate) struct DeviceValue<'a> {
     attributes: Domains<'a>,
     capacity: Domains<'a>,
     allow_multiple_allocations: CelBool,
+    /// The Kubernetes minor release: `lists.range` is charged and bounded per cel-go version.
+    minor: u32,
 }
 
 impl fmt::Debug for DeviceValue<'_> {
@@ -314,6 +335,7 @@ impl<'a> DeviceValue<'a> {
                 sees_multiple_allocations(minor)
                     && device.allow_multiple_allocations().unwrap_or(false),
             ),
+            minor,
         })
     }
 
@@ -582,6 +604,38 @@ fn check_kubernetes_calls(expr: &IdedExpr) -> Result<(), String> {
         }
     });
     problem.map_or(Ok(()), Err)
+}
+
+/// Refuses a `matches` whose pattern is a literal that Go's `regexp` refuses: cel-go compiles
+/// constant patterns when it plans the program (`interpreter.CompileRegexConstants`), so the
+/// selector fails to compile even where `&&` would skip the call. The `regex` crate's syntax is
+/// close to RE2's but not the same (docs/why-format.md lists the differences).
+fn check_literal_regexes(expr: &IdedExpr) -> Result<(), String> {
+    let mut problem = None;
+    visit(expr, &mut |e| {
+        let Expr::Call(call) = &e.expr else {
+            return;
+        };
+        let pattern = match (call.func_name.as_str(), &call.target, call.args.as_slice()) {
+            ("matches", Some(_), [p]) | ("matches", None, [_, p]) => p,
+            _ => return,
+        };
+        if let Expr::Literal(LiteralValue::String(pattern)) = &pattern.expr
+            && problem.is_none()
+            && let Err(err) = go_regex(pattern.inner())
+        {
+            problem = Some(format!(
+                "program instantiation failed: error parsing regexp: {}",
+                one_line(&err, usize::MAX)
+            ));
+        }
+    });
+    problem.map_or(Ok(()), Err)
+}
+
+/// Parses `pattern` as Go's `regexp` (RE2 syntax) would, as far as the `regex` crate can tell.
+pub(crate) fn go_regex(pattern: &str) -> Result<regex::Regex, String> {
+    regex::Regex::new(pattern).map_err(|e| e.to_string())
 }
 
 /// The functions `==` and `!=` become (names no source can spell).
@@ -1869,6 +1923,45 @@ mod tests {
             true,
         );
         is("cel.bind(x, 2, x * x == 4)", true);
+    }
+
+    #[test]
+    fn lists_range_is_charged_its_size_before_it_is_built() {
+        let device = gpu();
+        let by = |expression: &str, minor| evaluate_one(expression, &device, minor);
+        let cost = Outcome::RuntimeError(COST_LIMIT_EXCEEDED.to_owned());
+        // The oracle's edge (1.34): 6 per iteration, n + 11 for the range, 1 for the result.
+        for minor in [34, 37] {
+            assert_eq!(
+                by("lists.range(142855).exists(i, i < 0)", minor),
+                Outcome::Match(false)
+            );
+            assert_eq!(by("lists.range(142856).exists(i, i < 0)", minor), cost);
+        }
+        // Charged before the list is built; only cel-go v0.29 (1.37) caps the size.
+        assert_eq!(by("lists.range(1000000000).size() > 0", 36), cost);
+        assert!(
+            matches!(by("lists.range(1000000001).size() > 0", 37), Outcome::RuntimeError(m) if m != COST_LIMIT_EXCEEDED)
+        );
+        // Below 0: an empty list in cel-go v0.26, an error in v0.29.
+        assert_eq!(by("lists.range(-1).size() == 0", 36), Outcome::Match(true));
+        assert!(matches!(
+            by("lists.range(-1).size() == 0", 37),
+            Outcome::RuntimeError(_)
+        ));
+    }
+
+    #[test]
+    fn cel_go_compile_errors_fail_even_where_skipped() {
+        // A literal pattern Go's regexp refuses, behind a false `&&`.
+        assert!(
+            matches!(eval(r#"false && "a".matches("(")"#), Outcome::RuntimeError(m) if m.contains("error parsing regexp"))
+        );
+        is(r#"false && "a".matches("(a)")"#, false);
+        // has() of an index is refused by cel-go's parser.
+        assert!(
+            matches!(eval(r#"has(device.attributes["dra.example.com"]["model"])"#), Outcome::RuntimeError(m) if m.contains("invalid argument to has() macro"))
+        );
     }
 
     #[test]

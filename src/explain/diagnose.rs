@@ -73,6 +73,21 @@ pub(crate) fn diagnose(
                 reason: reason.clone(),
             };
         }
+        // cel-go's own compile error: the attempt fails on the whole selector.
+        (Outcome::RuntimeError(message), None) => {
+            return Finding::RuntimeError {
+                clause: Clause {
+                    index: 0,
+                    text: selector
+                        .expression()
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    reads: Vec::new(),
+                },
+                message: message.clone(),
+            };
+        }
         (_, None) => {
             return Finding::CannotEvaluate {
                 reason: "the selector did not compile".to_owned(),

@@ -599,6 +599,7 @@ const CHARGE_SIZE: &str = "@charge_size";
 const CHARGE_ADD: &str = "@charge_add";
 const MATCHES: &str = "@matches";
 const CONTAINS: &str = "@contains";
+const RANGE: &str = "@range";
 
 /// Rewrites `expr` (its equality already rewritten) so that evaluating it charges what cel-go's
 /// cost tracker counts: 1 per variable and non-constant select, 1 per call (size-proportional
@@ -799,6 +800,11 @@ fn instrument_call(expr: &IdedExpr, call: &CallExpr) -> IdedExpr {
         | "quantity" | "isQuantity" | "semver" | "isSemver" => out(charge_first(call, 100)),
         "replace" | "split" => out(charge_first(call, 200)),
         "join" => charge_size(out(call), 200),
+        // Charged from its argument before the list is built (see `range`).
+        "lists.range" if call.args.len() == 1 => {
+            call.args[0] = wrap(RANGE, call.args[0].clone(), None);
+            out(call)
+        }
         _ => charge(out(call), 1),
     }
 }
@@ -845,17 +851,20 @@ struct Meter {
     spent: u64,
     exceeded: bool,
     active: bool,
+    /// The Kubernetes minor release whose cel-go is counted.
+    minor: u32,
 }
 
 thread_local! {
-    static METER: Cell<Meter> = const { Cell::new(Meter { spent: 0, exceeded: false, active: false }) };
+    static METER: Cell<Meter> = const { Cell::new(Meter { spent: 0, exceeded: false, active: false, minor: 0 }) };
 }
 
 /// Runs `evaluate` under a fresh budget of [`MAX_COST`]; the flag says whether it went past
 /// it. Past it, the result is meaningless: `&&` and `||` may have absorbed the error.
-pub(crate) fn metered<T>(evaluate: impl FnOnce() -> T) -> (T, bool) {
+pub(crate) fn metered<T>(minor: u32, evaluate: impl FnOnce() -> T) -> (T, bool) {
     let outer = METER.replace(Meter {
         active: true,
+        minor,
         ..Meter::default()
     });
     let result = evaluate();
@@ -928,13 +937,29 @@ pub(crate) fn library(env: &mut Env) -> Result<(), cel::DeclarationError> {
         // Charged before the regex is built or run: a pattern past the limit costs nothing.
         let string_cost = traversal(text.chars().count() as u64 + 1, 100);
         spend(string_cost.saturating_mul(traversal(pattern.chars().count() as u64, 250)))?;
-        match regex::Regex::new(pattern) {
+        match super::go_regex(pattern) {
             Ok(re) => Ok(CowVal::owned(CelBool::from(re.is_match(text)))),
             Err(err) => Err(ExecutionError::function_error(
                 "matches",
                 format!("'{pattern}' not a valid regex:\n{err}"),
             )),
         }
+    }
+    // ext/lists.go `lists.range(n)`: tracked as n + 1 (the call) + 10 (the list), charged
+    // here before the `cel` crate builds it. cel-go v0.26 (1.34-1.36) builds any size (an
+    // empty list below 0), v0.29 (1.37) refuses below 0 and above 1,000,000 as the crate does.
+    fn range<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        let Some(n) = args[0].downcast_ref::<CelInt>().map(|n| *n.inner()) else {
+            return Ok(first(args));
+        };
+        if METER.get().minor >= 37 {
+            if (0..=1_000_000).contains(&n) {
+                spend(n.unsigned_abs() + 11)?;
+            }
+            return Ok(first(args));
+        }
+        spend(n.max(0).unsigned_abs().saturating_add(11))?;
+        Ok(CowVal::owned(CelInt::from(n.max(0))))
     }
     fn contains<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
         let text = super::string_arg(&args, 0, "contains")?;
@@ -953,6 +978,7 @@ pub(crate) fn library(env: &mut Env) -> Result<(), cel::DeclarationError> {
         charge_size,
     )?;
     env.add_overload(CHARGE_ADD, "charge_add", vec![DYN_TYPE], charge_add)?;
+    env.add_overload(RANGE, "charged_range", vec![DYN_TYPE], range)?;
     env.add_overload(
         MATCHES,
         "costed_matches",
@@ -1179,7 +1205,8 @@ mod tests {
     #[test]
     fn the_limit_is_cel_go_s_count() {
         // Each iteration of `all` costs 5 (the loop condition's call and variable, the step's
-        // variable, `>` and `x`); the range 10 + 1 for the list; below and above 1,000,000.
+        // variable, `>` and `x`); the range n + 10 for the list + 1 for the call; the result 1:
+        // 6n + 12 below and above 1,000,000.
         let run = |n: u64| {
             let device = gpu();
             let value = DeviceValue::new(&device, 36).unwrap();
@@ -1189,8 +1216,8 @@ mod tests {
             )
             .evaluate(&value)
         };
-        assert_eq!(run(199_990), Outcome::Match(true));
-        cost_exceeded(&run(200_010));
+        assert_eq!(run(166_664), Outcome::Match(true));
+        cost_exceeded(&run(166_665));
     }
 
     #[test]

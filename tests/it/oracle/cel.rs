@@ -289,6 +289,7 @@ fn is_type_error(answer: &Value) -> bool {
         "found no matching overload",
         "expected type",
         "undeclared reference",
+        "cannot be range of a comprehension",
         // The planner converts constant arguments (`int("x")`) before any evaluation.
         "program instantiation failed",
     ]
@@ -296,8 +297,9 @@ fn is_type_error(answer: &Value) -> bool {
     .any(|m| error.contains(m))
 }
 
-/// Cases per release: enough for every production of the generator many times over.
-const GENERATED: usize = 3000;
+/// Cases per release: enough for every production of the generator many times over (a tenth
+/// are adversarial, mostly long loops: fewer in an unoptimized build, to stay within seconds).
+const GENERATED: usize = if cfg!(debug_assertions) { 1200 } else { 3000 };
 
 fn generated(release: &str) {
     let minor: u32 = release[2..].parse().expect("a release is 1.NN");
@@ -362,7 +364,7 @@ fn generated(release: &str) {
 /// devices, the scheduler's `cel` package and the API server's validation against why's,
 /// thousands per release through one oracle process each.
 #[test]
-#[ignore = "slow in a debug build (4 cases/s: run with --ignored), and on 1.34 the runtime cost of comprehensions over lists.range and literal regexes still disagree (see docs/why-format.md)"]
+#[ignore = "about 20s a release in a debug build; 1.37's seed finds the Quantity scale gap (`quantity(\"1500m\").add(...)` integral but milli-scaled: isInteger() false in Go, true here, see docs/why-format.md)"]
 fn why_classes_generated_selectors_as_the_scheduler_does() {
     for release in RELEASES {
         generated(release);
