@@ -13,6 +13,8 @@ use serde_json::Value;
 
 use crate::support::controlplane::{self, ControlPlane};
 
+mod product;
+
 /// The namespace liken creates before the install (deploy/kustomization.yaml).
 const NAMESPACE: &str = "liken-system";
 
@@ -31,17 +33,19 @@ fn ok(out: Output) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The shared control plane with deploy/ applied as shipped (once per test process), after
-/// creating the namespace it expects to exist.
+/// The shared control plane with deploy/ installed (once per test process).
 fn installed() -> &'static ControlPlane {
     static INSTALLED: OnceLock<()> = OnceLock::new();
     let cp = controlplane::shared();
-    INSTALLED.get_or_init(|| {
-        ok(cp.kubectl(&["create", "namespace", NAMESPACE]));
-        let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
-        ok(cp.kubectl(&["apply", "-k", deploy.to_str().unwrap()]));
-    });
+    INSTALLED.get_or_init(|| install(cp));
     cp
+}
+
+/// Applies deploy/ as shipped, after creating the namespace it expects to exist.
+fn install(cp: &ControlPlane) {
+    ok(cp.kubectl(&["create", "namespace", NAMESPACE]));
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    ok(cp.kubectl(&["apply", "-k", deploy.to_str().unwrap()]));
 }
 
 #[test]
