@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::support::controlplane::{self, ControlPlane};
 
+mod access;
 mod product;
 
 /// The namespace liken creates before the install (deploy/kustomization.yaml).

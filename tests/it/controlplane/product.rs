@@ -22,7 +22,7 @@ use crate::support::controlplane::{self, ControlPlane};
 use crate::support::examples::{self, EXAMPLE_DIR};
 use media_operator::catalogue::{self, Attribute};
 
-const AGENT_BIN: &str = env!("CARGO_BIN_EXE_media-capabilities");
+pub(super) const AGENT_BIN: &str = env!("CARGO_BIN_EXE_media-capabilities");
 const KUBECTL_MEDIA: &str = env!("CARGO_BIN_EXE_kubectl-media");
 
 /// The GPU that decodes HEVC Main 10 and scales 10-bit frames (the document's own device).
@@ -36,7 +36,7 @@ const PODS: &str = "default";
 const WAIT: Duration = Duration::from_secs(90);
 
 /// The flow's control plane with everything the document's steps start from.
-fn flow() -> &'static ControlPlane {
+pub(super) fn flow() -> &'static ControlPlane {
     static FLOW: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
     FLOW.get_or_init(|| {
         let cp =
@@ -54,7 +54,7 @@ fn flow() -> &'static ControlPlane {
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn reports(node: &str) -> PathBuf {
+pub(super) fn reports(node: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join(EXAMPLE_DIR)
         .join(node)
@@ -175,7 +175,7 @@ fn get(cp: &ControlPlane, args: &[&str]) -> Value {
 }
 
 /// Polls `check` until it gives a value, for at most [`WAIT`].
-fn wait<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> Result<T, String> {
+pub(super) fn wait<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> Result<T, String> {
     let deadline = Instant::now() + WAIT;
     loop {
         if let Some(value) = check() {
@@ -505,6 +505,14 @@ fn step_5_a_pod_asking_what_no_gpu_states_stays_pending_and_the_fallback_is_allo
         (!events.is_empty()).then_some(events)
     })
     .unwrap();
+    // The document says the events name the claim; 1.34's scheduler writes only a count of
+    // nodes: "0/2 nodes are available: 2 cannot allocate all claims. ...".
+    assert!(
+        events
+            .iter()
+            .all(|e| e.starts_with("0/2 nodes are available: 2 cannot allocate all claims.")),
+        "{events:?}"
+    );
     let described = ok(cp.kubectl(&["describe", "pod", "-n", PODS, "step5-film"]));
     for event in &events {
         assert!(
