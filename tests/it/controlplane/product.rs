@@ -310,6 +310,15 @@ fn why(cp: &ControlPlane, pod: &str) -> (i32, Value) {
     (code, diagnosis)
 }
 
+/// The requests of every claim `why` diagnosed.
+fn requests(diagnosis: &Value) -> impl Iterator<Item = &Value> {
+    diagnosis["claims"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|c| c["requests"].as_array().into_iter().flatten())
+}
+
 /// `why` agrees with the scheduler: exit 0 for a placed pod; for a pending one exit 3, blocked,
 /// and the scheduler's events quoted as it wrote them.
 fn why_agrees(cp: &ControlPlane, pod: &str, placed: &Placed) {
@@ -328,6 +337,13 @@ fn why_agrees(cp: &ControlPlane, pod: &str, placed: &Placed) {
                         .collect()
                 })
                 .unwrap_or_default();
+            // Every device of the flow is shareable and the scheduler shares them (step 3):
+            // a reason "taken" would be why's, not the scheduler's.
+            let taken: Vec<&Value> = requests(&diagnosis)
+                .flat_map(|r| r["reasons"].as_array().into_iter().flatten())
+                .filter(|reason| reason["reason"] == "Taken")
+                .collect();
+            assert!(taken.is_empty(), "why {pod}: {diagnosis:#}");
             let events = scheduler_events(cp, pod);
             assert!(
                 !events.is_empty() && events.iter().all(|e| quoted.contains(&e.as_str())),
@@ -523,6 +539,26 @@ fn step_5_a_pod_asking_what_no_gpu_states_stays_pending_and_the_fallback_is_allo
         );
     }
     why_agrees(cp, "step5-film", &pending);
+    // The render node is free to share on both GPUs; the media device is what no GPU states.
+    let (_, diagnosis) = why(cp, "step5-film");
+    let available: Vec<(&str, i64)> = requests(&diagnosis)
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap(),
+                r["available"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(available, [("gpu", 2), ("decodes", 0)], "{diagnosis:#}");
+    // 1.34's defaults have the gate off: why read it from what the server stored.
+    let notes = diagnosis["notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .starts_with("DRAConsumableCapacity taken as on")),
+        "{notes:?}"
+    );
 
     let fallback = placed(cp, "step5-fallback");
     assert!(matches!(fallback, Placed::On(_)), "{fallback:?}");
