@@ -57,11 +57,15 @@ fn agent_kubeconfig(cp: &ControlPlane, node: &str, dir: &Path) -> std::path::Pat
 fn without_a_rule_of_the_cluster_role_the_agent_logs_the_403_in_one_line() {
     let cp = flow();
     let home = tempfile::tempdir().unwrap();
-    // The calls of a first publish: the Node for its uid, the watch's list, the create.
-    for (verb, resource) in [
-        ("get", "nodes"),
-        ("list", "resourceslices"),
-        ("create", "resourceslices"),
+    // The calls of a first publish (the Node for its uid, the watch's list and watch, the
+    // create), an update of its own slice that differs, and the delete of a stray one.
+    for (verb, resource, stored) in [
+        ("get", "nodes", None),
+        ("list", "resourceslices", None),
+        ("watch", "resourceslices", None),
+        ("create", "resourceslices", None),
+        ("update", "resourceslices", Some(catalogue::DRIVER)),
+        ("delete", "resourceslices", Some("stray")),
     ] {
         let mut role = shipped_role();
         let rules = role["rules"].as_array_mut().unwrap();
@@ -81,6 +85,11 @@ fn without_a_rule_of_the_cluster_role_the_agent_logs_the_403_in_one_line() {
 
         let node = format!("rbac-{verb}-{resource}");
         cp.node(&node, &[]);
+        if let Some(suffix) = stored {
+            // The agent's own name with other devices, or another name of its driver and node.
+            let name = format!("{node}-{suffix}");
+            apply_json(cp, &slice(&name, catalogue::DRIVER, &node));
+        }
         let kubeconfig = agent_kubeconfig(cp, &node, home.path());
         // Any node's reports do: the refusal comes before the slice's content matters.
         let agent = AgentProcess::start(AGENT_BIN, &node, &reports("mtl-1"), &kubeconfig, FAST);
