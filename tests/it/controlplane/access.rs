@@ -1,21 +1,36 @@
-//! What the agent may do, on the flow's control plane: the shipped ClusterRole grants each call
+//! What the agent may do, on a control plane of its own: the shipped ClusterRole grants each call
 //! the agent makes (without one rule, the agent says so in one line naming the verb and the
 //! resource), and the admission policy denies its token another driver's slice and a token
 //! not bound to a node any write.
 
 use std::path::Path;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::product::{AGENT_BIN, flow, reports};
-use super::{AGENT, NAMESPACE, ok};
+use super::product::{AGENT_BIN, reports};
+use super::{AGENT, NAMESPACE, install, ok};
 use crate::support::agent::{AgentProcess, FAST};
 use crate::support::controlplane::{self, ControlPlane};
 use media_operator::catalogue;
 
 /// How long the agent may take to meet the refusal and log it.
 const REFUSAL_LOGGED: Duration = Duration::from_secs(30);
+
+/// A control plane of these tests, with deploy/ installed: they change the ClusterRole and
+/// add nodes, which the tests on the other instances must not see.
+fn cluster() -> &'static ControlPlane {
+    static CLUSTER: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
+    CLUSTER
+        .get_or_init(|| {
+            let cp = controlplane::shared_with("access", &[])?;
+            install(&cp);
+            Ok(cp)
+        })
+        .as_ref()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
 
 /// The shipped ClusterRole, as JSON.
 fn shipped_role() -> Value {
@@ -55,17 +70,24 @@ fn agent_kubeconfig(cp: &ControlPlane, node: &str, dir: &Path) -> std::path::Pat
     ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn without_a_rule_of_the_cluster_role_the_agent_logs_the_403_in_one_line() {
-    let cp = flow();
+    let cp = cluster();
     let home = tempfile::tempdir().unwrap();
     // The calls of a first publish (the Node for its uid, the watch's list and watch, the
-    // create), an update of its own slice that differs, and the delete of a stray one.
+    // create); an update of its own slice that differs; the delete of a stray one; the read by
+    // name after its create met another driver's slice of its name (outside its watch).
+    let own = catalogue::DRIVER;
     for (verb, resource, stored) in [
         ("get", "nodes", None),
         ("list", "resourceslices", None),
         ("watch", "resourceslices", None),
         ("create", "resourceslices", None),
-        ("update", "resourceslices", Some(catalogue::DRIVER)),
-        ("delete", "resourceslices", Some("stray")),
+        ("update", "resourceslices", Some((own, own))),
+        ("delete", "resourceslices", Some(("stray", own))),
+        (
+            "get",
+            "resourceslices",
+            Some((own, catalogue::RENDER_DRIVER)),
+        ),
     ] {
         let mut role = shipped_role();
         let rules = role["rules"].as_array_mut().unwrap();
@@ -85,15 +107,13 @@ fn without_a_rule_of_the_cluster_role_the_agent_logs_the_403_in_one_line() {
 
         let node = format!("rbac-{verb}-{resource}");
         cp.node(&node, &[]);
-        if let Some(suffix) = stored {
-            // The agent's own name with other devices, or another name of its driver and node.
-            let name = format!("{node}-{suffix}");
-            apply_json(cp, &slice(&name, catalogue::DRIVER, &node));
+        if let Some((suffix, driver)) = stored {
+            apply_json(cp, &slice(&format!("{node}-{suffix}"), driver, &node));
         }
         let kubeconfig = agent_kubeconfig(cp, &node, home.path());
         // Any node's reports do: the refusal comes before the slice's content matters.
         let agent = AgentProcess::start(AGENT_BIN, &node, &reports("mtl-1"), &kubeconfig, FAST);
-        let line = agent.log.wait_for("403", REFUSAL_LOGGED);
+        let line = agent.log.wait_for("403 Forbidden", REFUSAL_LOGGED);
         let says = format!("cannot {verb} resource \"{resource}\"");
         assert!(line.contains(&says), "{says:?} not in {line:?}");
         assert_eq!(agent.log.count(&says), 1, "{:#?}", agent.log.lines());
@@ -137,12 +157,13 @@ fn create_refused(kubeconfig: &Path, object: &Value) -> String {
     ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn an_agent_token_is_denied_another_drivers_slice_and_an_unbound_token_any_write() {
-    let cp = flow();
+    let cp = cluster();
     let home = tempfile::tempdir().unwrap();
-    let node = "mtl-1";
+    let node = "bound-node";
+    cp.node(node, &[]);
 
     let bound = agent_kubeconfig(cp, node, home.path());
-    let other = slice("mtl-1-not-ours", catalogue::RENDER_DRIVER, node);
+    let other = slice("bound-node-not-ours", catalogue::RENDER_DRIVER, node);
     let refused = create_refused(&bound, &other);
     assert!(
         refused.contains("media-capabilities-node-bound")
@@ -155,7 +176,7 @@ fn an_agent_token_is_denied_another_drivers_slice_and_an_unbound_token_any_write
     let token = ok(cp.kubectl(&["create", "token", AGENT, "-n", NAMESPACE]));
     let unbound = home.path().join("unbound.kubeconfig");
     cp.token_kubeconfig(token.trim(), &unbound);
-    let ours = slice("mtl-1-unbound", catalogue::DRIVER, node);
+    let ours = slice("bound-node-unbound", catalogue::DRIVER, node);
     let refused = create_refused(&unbound, &ours);
     assert!(
         refused.contains("media-capabilities-node-bound")
@@ -165,6 +186,7 @@ fn an_agent_token_is_denied_another_drivers_slice_and_an_unbound_token_any_write
     let file = home.path().join("delete.kubeconfig");
     cp.token_kubeconfig(token.trim(), &file);
     let name = format!("{node}-{}", catalogue::DRIVER);
+    apply_json(cp, &slice(&name, catalogue::DRIVER, node));
     let out = controlplane::kubectl(&file, &["delete", "resourceslice", &name]);
     let refused = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -42,11 +42,39 @@ fn installed() -> &'static ControlPlane {
     cp
 }
 
-/// Applies deploy/ as shipped, after creating the namespace it expects to exist.
+/// Applies deploy/ as shipped, after creating the namespace it expects to exist, and waits
+/// until the API server enforces its admission policy.
 fn install(cp: &ControlPlane) {
     ok(cp.kubectl(&["create", "namespace", NAMESPACE]));
     let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
     ok(cp.kubectl(&["apply", "-k", deploy.to_str().unwrap()]));
+    // The admission plugin learns of a new policy and binding through informers, a moment
+    // after they are stored: until then the agent's writes pass unchecked. A server-side dry
+    // run as the agent (impersonated, so without a node claim) goes through admission.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("slice.json");
+    std::fs::write(&file, slice("policy-probe", "policy-probe")).unwrap();
+    let agent = format!("--as=system:serviceaccount:{NAMESPACE}:{AGENT}");
+    let probe = [
+        "create",
+        "--dry-run=server",
+        &agent,
+        "-f",
+        file.to_str().unwrap(),
+    ];
+    let deadline = Instant::now() + POLICY_CHECKED;
+    loop {
+        let out = cp.kubectl(&probe);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() && stderr.contains("media-capabilities-node-bound") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the policy is not enforced: {stderr}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[test]

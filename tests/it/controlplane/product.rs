@@ -75,6 +75,14 @@ fn publish_with_the_agent(cp: &ControlPlane, node: &str) {
         out.status.success().then_some(())
     })
     .unwrap_or_else(|e| panic!("{e}; agent log:\n{}", agent.log.lines().join("\n")));
+    // The shipped ClusterRole and policy let it do all it tried.
+    let refused: Vec<String> = agent
+        .log
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains("refused"))
+        .collect();
+    assert!(refused.is_empty(), "the agent on {node}: {refused:#?}");
 }
 
 /// liken's slice of `node`'s render nodes (not ours to ship), created as its driver would. The
@@ -322,6 +330,8 @@ fn requests(diagnosis: &Value) -> impl Iterator<Item = &Value> {
 /// `why` agrees with the scheduler: exit 0 for a placed pod; for a pending one exit 3, blocked,
 /// and the scheduler's events quoted as it wrote them.
 fn why_agrees(cp: &ControlPlane, pod: &str, placed: &Placed) {
+    // Read first: the scheduler may add an event while why runs, never remove one.
+    let events = scheduler_events(cp, pod);
     let (code, diagnosis) = why(cp, pod);
     match placed {
         Placed::On(_) => assert_eq!(code, 0, "why {pod} on a placed pod: {diagnosis:#}"),
@@ -344,7 +354,6 @@ fn why_agrees(cp: &ControlPlane, pod: &str, placed: &Placed) {
                 .filter(|reason| reason["reason"] == "Taken")
                 .collect();
             assert!(taken.is_empty(), "why {pod}: {diagnosis:#}");
-            let events = scheduler_events(cp, pod);
             assert!(
                 !events.is_empty() && events.iter().all(|e| quoted.contains(&e.as_str())),
                 "why quotes {quoted:?}, the scheduler wrote {events:?}"
