@@ -38,20 +38,29 @@ const WAIT: Duration = Duration::from_secs(90);
 /// The flow's control plane with everything the document's steps start from.
 pub(super) fn flow() -> &'static ControlPlane {
     static FLOW: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
-    FLOW.get_or_init(|| {
-        let cp =
-            controlplane::shared_with("flow", &["--feature-gates", "DRAConsumableCapacity=true"])?;
-        install(&cp);
-        for node in [QUALIFIES, LACKS] {
-            cp.node(node, &[]);
-            publish_with_the_agent(&cp, node);
-            stand_in_for_liken(&cp, node);
-        }
-        apply_classes(&cp);
-        Ok(cp)
-    })
-    .as_ref()
-    .unwrap_or_else(|e| panic!("{e}"))
+    FLOW.get_or_init(|| prepared("flow", &["--feature-gates", "DRAConsumableCapacity=true"]))
+        .as_ref()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The same on 1.34's default gates, where the API server drops `allowMultipleAllocations`.
+fn flow_without_the_gate() -> &'static ControlPlane {
+    static FLOW: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
+    FLOW.get_or_init(|| prepared("gate-off", &[]))
+        .as_ref()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn prepared(name: &str, flags: &[&str]) -> Result<ControlPlane, String> {
+    let cp = controlplane::shared_with(name, flags)?;
+    install(&cp);
+    for node in [QUALIFIES, LACKS] {
+        cp.node(node, &[]);
+        publish_with_the_agent(&cp, node);
+        stand_in_for_liken(&cp, node);
+    }
+    apply_classes(&cp);
+    Ok(cp)
 }
 
 pub(super) fn reports(node: &str) -> PathBuf {
@@ -85,8 +94,8 @@ fn publish_with_the_agent(cp: &ControlPlane, node: &str) {
     assert!(refused.is_empty(), "the agent on {node}: {refused:#?}");
 }
 
-/// liken's slice of `node`'s render nodes (not ours to ship), created as its driver would. The
-/// example's made-up owner uid is left out: the garbage collector would delete the slice.
+/// liken's slice of `node`'s render nodes (not ours to ship), created as its driver would,
+/// owned by the Node (the example's made-up uid would have the garbage collector delete it).
 fn stand_in_for_liken(cp: &ControlPlane, node: &str) {
     let probed = media_operator::agent::probing::read_records(&reports(node)).unwrap();
     let render_nodes: Vec<(String, String)> = probed
@@ -94,10 +103,8 @@ fn stand_in_for_liken(cp: &ControlPlane, node: &str) {
         .map(|p| (p.render_node.display().to_string(), p.pci.address.clone()))
         .collect();
     let mut slice = examples::liken_slice(node, &render_nodes);
-    slice["metadata"]
-        .as_object_mut()
-        .unwrap()
-        .remove("ownerReferences");
+    slice["metadata"]["ownerReferences"][0]["uid"] =
+        get(cp, &["node", node])["metadata"]["uid"].clone();
     apply(cp, &slice.to_string());
 }
 
@@ -115,7 +122,7 @@ fn class(args: &[&str]) -> String {
 
 /// The classes and templates of the document, as `kubectl media class` writes them.
 fn apply_classes(cp: &ControlPlane) {
-    // Step 2 and 3: decode-10bit with its claim template; gpu-render and media-gpu.
+    // Step 2 and 3: decode-10bit with its claim template.
     apply(
         cp,
         &class(&[
@@ -127,7 +134,8 @@ fn apply_classes(cp: &ControlPlane) {
             "--claim",
         ]),
     );
-    // Step 4: the document's selector on media-gpu, and one that only gen9-1 satisfies.
+    // Step 4: the document's selector on media-gpu (with the classes gpu-render and
+    // media-gpu), and one that only gen9-1 satisfies.
     let vp9 = [
         "--decode",
         "VP9",
@@ -610,4 +618,64 @@ fn caps_prints_the_same_from_the_server_as_from_saved_objects() {
             assert!(live.contains(node), "{node} not in:\n{live}");
         }
     }
+}
+
+#[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
+fn step_3_without_the_gate_on_1_34_a_second_pod_cannot_share_the_gpu_and_why_says_so() {
+    let cp = flow_without_the_gate();
+    let stored = get(
+        cp,
+        &[
+            "resourceslice",
+            &format!("{QUALIFIES}-{}", catalogue::DRIVER),
+        ],
+    );
+    assert!(
+        stored["spec"]["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d.get("allowMultipleAllocations").is_none()),
+        "the server kept allowMultipleAllocations: {stored}"
+    );
+    create_pod(cp, "gate-off-film-a", "decode-10bit", None);
+    assert_eq!(
+        placed(cp, "gate-off-film-a"),
+        Placed::On(QUALIFIES.to_string())
+    );
+    create_pod(cp, "gate-off-film-b", "decode-10bit", None);
+    let pending = placed(cp, "gate-off-film-b");
+    assert!(matches!(pending, Placed::Pending(_)), "{pending:?}");
+
+    let events = scheduler_events(cp, "gate-off-film-b");
+    let (code, diagnosis) = why(cp, "gate-off-film-b");
+    assert_eq!(code, 3, "{diagnosis:#}");
+    let quoted: Vec<&str> = diagnosis["scheduler"]["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["message"].as_str())
+        .collect();
+    assert!(
+        events.iter().all(|e| quoted.contains(&e.as_str())),
+        "{quoted:?} {events:?}"
+    );
+    // The devices are exclusive here, and gate-off-film-a's claim holds mtl-1's.
+    let taken: Vec<&Value> = requests(&diagnosis)
+        .flat_map(|r| r["reasons"].as_array().into_iter().flatten())
+        .filter(|reason| reason["reason"] == "Taken")
+        .collect();
+    assert!(!taken.is_empty(), "{diagnosis:#}");
+    let notes = diagnosis["notes"].as_array().unwrap();
+    assert!(
+        !notes.iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .contains("DRAConsumableCapacity taken as on")),
+        "{notes:?}"
+    );
 }
