@@ -643,10 +643,9 @@ fn step_3_without_the_gate_on_1_34_a_second_pod_cannot_share_the_gpu_and_why_say
         "the server kept allowMultipleAllocations: {stored}"
     );
     create_pod(cp, "gate-off-film-a", "decode-10bit", None);
-    assert_eq!(
-        placed(cp, "gate-off-film-a"),
-        Placed::On(QUALIFIES.to_string())
-    );
+    let first = placed(cp, "gate-off-film-a");
+    assert_eq!(first, Placed::On(QUALIFIES.to_string()));
+    why_agrees(cp, "gate-off-film-a", &first);
     create_pod(cp, "gate-off-film-b", "decode-10bit", None);
     let pending = placed(cp, "gate-off-film-b");
     assert!(matches!(pending, Placed::Pending(_)), "{pending:?}");
