@@ -140,13 +140,22 @@ fn parse_target(text: &str, namespace: &str) -> Result<Target, String> {
     }
 }
 
+/// Whether a slice holds a device with `allowMultipleAllocations` set.
+fn stores_shareable(objects: &Objects) -> bool {
+    objects
+        .slices
+        .iter()
+        .flat_map(|slice| &slice.spec.devices)
+        .any(|device| device.allow_multiple_allocations.is_some())
+}
+
 /// Runs `why`.
 pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<(), Error> {
     // The namespace is settled after reading (see `target_namespace`).
     parse_target(&args.target, "default").map_err(Error::Usage)?;
-    let (objects, unread, mut missing, namespace, minor) = if let Some(sources) =
-        args.input.sources()?
-    {
+    let sources = args.input.sources()?;
+    let from_cluster = sources.is_none();
+    let (objects, unread, mut missing, namespace, minor) = if let Some(sources) = sources {
         let objects = files::read(&sources, io.stdin)?;
         let namespace = target_namespace(&objects, &args.target, &global.kube, true, || {
             context_namespace(&global.kube)
@@ -208,7 +217,15 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
     };
     let target = parse_target(&args.target, &namespace).map_err(Error::Usage)?;
     let minor = args.kubernetes_version.or(minor);
-    let features = Features::for_minor(minor.unwrap_or(DEFAULT_MINOR));
+    let mut features = Features::for_minor(minor.unwrap_or(DEFAULT_MINOR));
+    // The release's defaults are not the cluster's gates: on 1.34 and 1.35, where
+    // DRAConsumableCapacity is off by default, a server that stored allowMultipleAllocations
+    // has it on (with it off, it drops the field: dropDisabledDRAConsumableCapacityFields).
+    let consumable_seen = from_cluster
+        && args.kubernetes_version.is_none()
+        && !features.consumable_capacity
+        && stores_shareable(&objects);
+    features.consumable_capacity |= consumable_seen;
     let input = Input {
         objects: &objects,
         target: &target,
@@ -326,6 +343,11 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
     // A suggested `kubectl media why|caps` reads what this run read: from files, the same files.
     for step in &mut diagnosis.next_steps {
         *step = carry(step, &same);
+    }
+    if consumable_seen {
+        diagnosis.notes.push(
+            "DRAConsumableCapacity taken as on: the API server stored allowMultipleAllocations, which it drops with the gate off".to_owned(),
+        );
     }
     if minor.is_none() {
         diagnosis.notes.push(

@@ -23,7 +23,7 @@ const serviceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
 
 // startAPIServer runs kube-apiserver on listener until ctx ends; its result arrives on the
 // returned channel (nil after a clean stop).
-func startAPIServer(ctx context.Context, listener net.Listener, etcdURL string, f files) (<-chan error, error) {
+func startAPIServer(ctx context.Context, listener net.Listener, etcdURL string, f files, gates string) (<-chan error, error) {
 	s := apiopts.NewServerRunOptions()
 	fs := pflag.NewFlagSet("kube-apiserver", pflag.ContinueOnError)
 	for _, set := range s.Flags().FlagSets {
@@ -55,6 +55,9 @@ func startAPIServer(ctx context.Context, listener net.Listener, etcdURL string, 
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + f.proxyCert,
 		"--proxy-client-key-file=" + f.proxyKey,
+	}
+	if gates != "" {
+		flags = append(flags, "--feature-gates="+gates)
 	}
 	if err := fs.Parse(flags); err != nil {
 		return nil, fmt.Errorf("kube-apiserver flags: %w", err)

@@ -46,17 +46,20 @@ func main() {
 	dir := flag.String("dir", "", "state directory (created; must be new or empty; removed on stop)")
 	port := flag.Int("port", 0, "kube-apiserver port on 127.0.0.1 (0: a free one)")
 	startTimeout := flag.Duration("start-timeout", 3*time.Minute, "how long the start may take")
+	// One registry holds the gates for the whole process: the scheduler and the controllers
+	// see what kube-apiserver's --feature-gates set.
+	gates := flag.String("feature-gates", "", "kube-apiserver's --feature-gates (KEY=BOOL,...), for every component")
 	flag.CommandLine.SetOutput(io.Discard)
 	if err := flag.CommandLine.Parse(os.Args[1:]); err != nil || *dir == "" || flag.NArg() > 0 {
 		if err == nil {
 			err = errors.New("--dir is required and nothing else")
 		}
-		fail(fmt.Errorf("%w (hint: controlplane --dir DIR [--port N] [--start-timeout 3m])", err))
+		fail(fmt.Errorf("%w (hint: controlplane --dir DIR [--port N] [--start-timeout 3m] [--feature-gates KEY=BOOL,...])", err))
 	}
 	if err := prepareDir(*dir); err != nil {
 		fail(err)
 	}
-	os.Exit(serve(*dir, *port, *startTimeout))
+	os.Exit(serve(*dir, *port, *startTimeout, *gates))
 }
 
 // fail reports a start that failed, on both streams: stdout for the tests' protocol, stderr
@@ -82,14 +85,14 @@ func prepareDir(dir string) error {
 }
 
 // serve starts everything, answers commands until stop, EOF or a signal, and stops.
-func serve(dir string, port int, startTimeout time.Duration) int {
+func serve(dir string, port int, startTimeout time.Duration, gates string) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 
 	began := time.Now()
-	c, err := start(ctx, dir, port, startTimeout)
+	c, err := start(ctx, dir, port, startTimeout, gates)
 	if err != nil {
 		if c != nil {
 			c.stop()
@@ -164,7 +167,7 @@ type component struct {
 
 // start brings the control plane up in order, each part waiting for the one it needs. On error
 // the returned cluster (if any) holds what started, for stop.
-func start(ctx context.Context, dir string, port int, timeout time.Duration) (*cluster, error) {
+func start(ctx context.Context, dir string, port int, timeout time.Duration, gates string) (*cluster, error) {
 	deadline := time.Now().Add(timeout)
 	listener, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
@@ -190,7 +193,7 @@ func start(ctx context.Context, dir string, port int, timeout time.Duration) (*c
 	c.stopEtcd = etcd.Close
 
 	ctx, c.cancel = context.WithCancel(ctx)
-	apiDone, err := startAPIServer(ctx, listener, etcdURL, f)
+	apiDone, err := startAPIServer(ctx, listener, etcdURL, f, gates)
 	if err != nil {
 		listener.Close()
 		return c, err

@@ -13,6 +13,9 @@ use serde_json::Value;
 
 use crate::support::controlplane::{self, ControlPlane};
 
+mod access;
+mod product;
+
 /// The namespace liken creates before the install (deploy/kustomization.yaml).
 const NAMESPACE: &str = "liken-system";
 
@@ -31,17 +34,47 @@ fn ok(out: Output) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The shared control plane with deploy/ applied as shipped (once per test process), after
-/// creating the namespace it expects to exist.
+/// The shared control plane with deploy/ installed (once per test process).
 fn installed() -> &'static ControlPlane {
     static INSTALLED: OnceLock<()> = OnceLock::new();
     let cp = controlplane::shared();
-    INSTALLED.get_or_init(|| {
-        ok(cp.kubectl(&["create", "namespace", NAMESPACE]));
-        let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
-        ok(cp.kubectl(&["apply", "-k", deploy.to_str().unwrap()]));
-    });
+    INSTALLED.get_or_init(|| install(cp));
     cp
+}
+
+/// Applies deploy/ as shipped, after creating the namespace it expects to exist, and waits
+/// until the API server enforces its admission policy.
+fn install(cp: &ControlPlane) {
+    ok(cp.kubectl(&["create", "namespace", NAMESPACE]));
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    ok(cp.kubectl(&["apply", "-k", deploy.to_str().unwrap()]));
+    // The admission plugin learns of a new policy and binding through informers, a moment
+    // after they are stored: until then the agent's writes pass unchecked. A server-side dry
+    // run as the agent (impersonated, so without a node claim) goes through admission.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("slice.json");
+    std::fs::write(&file, slice("policy-probe", "policy-probe")).unwrap();
+    let agent = format!("--as=system:serviceaccount:{NAMESPACE}:{AGENT}");
+    let probe = [
+        "create",
+        "--dry-run=server",
+        &agent,
+        "-f",
+        file.to_str().unwrap(),
+    ];
+    let deadline = Instant::now() + POLICY_CHECKED;
+    loop {
+        let out = cp.kubectl(&probe);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() && stderr.contains("media-capabilities-node-bound") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the policy is not enforced: {stderr}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[test]

@@ -204,7 +204,7 @@ pub fn shared() -> &'static ControlPlane {
         remove_stale_runs();
         let run = cache_dir().join(format!("shared-{}", std::process::id()));
         fs::create_dir_all(&run).map_err(|e| format!("create {}: {e}", run.display()))?;
-        let cp = ControlPlane::start_in(RunDir::Kept(run))?;
+        let cp = ControlPlane::start_in(RunDir::Kept(run), &[])?;
         let _ = writeln!(
             std::io::stderr(),
             "control plane {} ready in {:.1?} ({})",
@@ -217,6 +217,26 @@ pub fn shared() -> &'static ControlPlane {
     started.as_ref().unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A second instance for the tests of this process that need `flags` (feature gates are
+/// process-global, so an instance with other gates is another process), or objects of their
+/// own that the tests on [`shared`] must not see. Kept like [`shared`]: the caller holds it in a
+/// `static`, and its run directory `shared-NAME-PID` is removed by a later process.
+pub fn shared_with(name: &str, flags: &[&str]) -> Result<ControlPlane, String> {
+    remove_stale_runs();
+    let run = cache_dir().join(format!("shared-{name}-{}", std::process::id()));
+    fs::create_dir_all(&run).map_err(|e| format!("create {}: {e}", run.display()))?;
+    let cp = ControlPlane::start_in(RunDir::Kept(run), flags)?;
+    let _ = writeln!(
+        std::io::stderr(),
+        "control plane {name} {} ({}) ready in {:.1?} ({})",
+        release(),
+        flags.join(" "),
+        cp.startup,
+        cp.url
+    );
+    Ok(cp)
+}
+
 /// Removes the run directories of shared instances whose test process has exited.
 fn remove_stale_runs() {
     let Ok(entries) = fs::read_dir(cache_dir()) else {
@@ -224,7 +244,11 @@ fn remove_stale_runs() {
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix("shared-") else {
+        // `shared-PID` or `shared-NAME-PID` (see [`shared_with`]).
+        let Some(pid) = name
+            .strip_prefix("shared-")
+            .map(|rest| rest.rsplit('-').next().unwrap_or(rest))
+        else {
             continue;
         };
         if !Path::new("/proc").join(pid).exists() {
@@ -279,12 +303,12 @@ impl ControlPlane {
             .prefix("run-")
             .tempdir_in(dir)
             .expect("create the run directory");
-        Self::start_in(RunDir::Temp(run)).unwrap_or_else(|e| panic!("{e}"))
+        Self::start_in(RunDir::Temp(run), &[]).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn start_in(run: RunDir) -> Result<ControlPlane, String> {
+    fn start_in(run: RunDir, flags: &[&str]) -> Result<ControlPlane, String> {
         let binary = built()?;
-        let (io, url, startup) = Self::spawn(binary, run.path(), &[])?;
+        let (io, url, startup) = Self::spawn(binary, run.path(), flags)?;
         Ok(ControlPlane {
             url,
             startup,
