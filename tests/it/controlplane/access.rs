@@ -7,10 +7,10 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::product::{AGENT_BIN, reports};
-use super::{AGENT, NAMESPACE, install, ok};
+use super::{AGENT, NAMESPACE, install, ok, slice};
 use crate::support::agent::{AgentProcess, FAST};
 use crate::support::controlplane::{self, ControlPlane};
 use media_operator::catalogue;
@@ -138,21 +138,6 @@ fn without_a_rule_of_the_cluster_role_the_agent_logs_the_403_in_one_line() {
         })
         .unwrap();
     }
-}
-
-/// A slice of `driver` on `node`, as JSON for `kubectl create -f`.
-fn slice(name: &str, driver: &str, node: &str) -> Value {
-    json!({
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": name},
-        "spec": {
-            "driver": driver,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": "gpu-0"}],
-        },
-    })
 }
 
 /// `kubectl create -f` of `object` with `kubeconfig`: its error line.

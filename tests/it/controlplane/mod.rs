@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::support::controlplane::{self, ControlPlane};
+use media_operator::catalogue::DRIVER;
 
 mod access;
 mod product;
@@ -53,7 +54,11 @@ fn install(cp: &ControlPlane) {
     // run as the agent (impersonated, so without a node claim) goes through admission.
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("slice.json");
-    std::fs::write(&file, slice("policy-probe", "policy-probe")).unwrap();
+    std::fs::write(
+        &file,
+        slice("policy-probe", DRIVER, "policy-probe").to_string(),
+    )
+    .unwrap();
     let agent = format!("--as=system:serviceaccount:{NAMESPACE}:{AGENT}");
     let probe = [
         "create",
@@ -170,20 +175,19 @@ fn the_install_applies_and_its_policy_type_checks_without_warnings() {
     );
 }
 
-/// A ResourceSlice of the agent's driver on `node`, as JSON for `kubectl create -f`.
-fn slice(name: &str, node: &str) -> String {
+/// A ResourceSlice of `driver` on `node` with one device, as JSON for `kubectl create -f`.
+fn slice(name: &str, driver: &str, node: &str) -> Value {
     serde_json::json!({
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
         "metadata": {"name": name},
         "spec": {
-            "driver": "media.liken.sh",
+            "driver": driver,
             "nodeName": node,
             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
             "devices": [{"name": "gpu-0"}],
         },
     })
-    .to_string()
 }
 
 fn create_as(kubeconfig: &Path, yaml: &str) -> Output {
@@ -206,9 +210,15 @@ fn a_node_bound_agent_token_writes_its_own_nodes_slice_and_no_other() {
     let kubeconfig = home.path().join("agent.kubeconfig");
     cp.token_kubeconfig(&token, &kubeconfig);
 
-    ok(create_as(&kubeconfig, &slice("bound-a-media", "bound-a")));
+    ok(create_as(
+        &kubeconfig,
+        &slice("bound-a-media", DRIVER, "bound-a").to_string(),
+    ));
 
-    let denied = create_as(&kubeconfig, &slice("bound-b-media", "bound-b"));
+    let denied = create_as(
+        &kubeconfig,
+        &slice("bound-b-media", DRIVER, "bound-b").to_string(),
+    );
     let stderr = String::from_utf8_lossy(&denied.stderr);
     assert!(!denied.status.success(), "created another node's slice");
     assert!(
