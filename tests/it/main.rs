@@ -23,6 +23,7 @@ mod generated;
 mod help;
 mod isolation;
 mod kubelet;
+mod kubelet_real;
 mod libva;
 mod oracle;
 mod probe_cli;

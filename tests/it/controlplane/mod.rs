@@ -18,15 +18,15 @@ mod access;
 mod product;
 
 /// The namespace liken creates before the install (deploy/kustomization.yaml).
-const NAMESPACE: &str = "liken-system";
+pub(crate) const NAMESPACE: &str = "liken-system";
 
 /// The agent's service account, which the policy constrains.
-const AGENT: &str = "media-capabilities";
+pub(crate) const AGENT: &str = "media-capabilities";
 
 /// How long the API server may take to type-check a new policy (its controller runs every second).
 const POLICY_CHECKED: Duration = Duration::from_secs(60);
 
-fn ok(out: Output) -> String {
+pub(crate) fn ok(out: Output) -> String {
     assert!(
         out.status.success(),
         "{}",
@@ -36,7 +36,7 @@ fn ok(out: Output) -> String {
 }
 
 /// The shared control plane with deploy/ installed (once per test process).
-fn installed() -> &'static ControlPlane {
+pub(crate) fn installed() -> &'static ControlPlane {
     static INSTALLED: OnceLock<()> = OnceLock::new();
     let cp = controlplane::shared();
     INSTALLED.get_or_init(|| install(cp));

@@ -60,8 +60,34 @@ pub fn binary() -> &'static Path {
 /// The build's result, kept for the process: a failed build is not tried again by every test.
 fn built() -> Result<&'static Path, String> {
     static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BINARY.get_or_init(build).as_deref().map_err(Clone::clone)
+    BINARY
+        .get_or_init(|| build(&CONTROL_PLANE))
+        .as_deref()
+        .map_err(Clone::clone)
 }
+
+/// A main package of the Go module, built under its own name beside the others.
+pub struct Program {
+    /// The package's directory in the module, as `go build` takes it.
+    pub package: &'static str,
+    /// The binary's file name, and what the build messages call it.
+    pub name: &'static str,
+}
+
+/// The control plane (the module's root package).
+pub const CONTROL_PLANE: Program = Program {
+    package: ".",
+    name: "controlplane",
+};
+
+/// The kubelet's plugin manager and DRA manager (see support/kubelet_real.rs).
+pub const KUBELET: Program = Program {
+    package: "./kubelet",
+    name: "kubelet",
+};
+
+/// Every program of the module: their sources make the cache key, their binaries a build.
+const PROGRAMS: [&Program; 2] = [&CONTROL_PLANE, &KUBELET];
 
 fn go_version() -> Result<String, String> {
     let out = Command::new("go")
@@ -79,15 +105,22 @@ fn go_version() -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// SHA-256 of go.mod, go.sum and the Go files, with the Go version: the build's cache key.
+/// SHA-256 of go.mod, go.sum and the Go files (the module's and its programs' one directory
+/// down, such as kubelet/), with the Go version: the build's cache key.
 fn source_key(go: &str) -> String {
     let dir = source_dir();
-    let mut names: Vec<String> = fs::read_dir(&dir)
-        .expect("read tests/controlplane")
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n == "go.mod" || n == "go.sum" || n.ends_with(".go"))
-        .collect();
+    let mut names: Vec<String> = Vec::new();
+    for sub in ["."].into_iter().chain(PROGRAMS.iter().map(|p| p.package)) {
+        let files = fs::read_dir(dir.join(sub)).expect("read tests/controlplane");
+        names.extend(
+            files
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n == "go.mod" || n == "go.sum" || n.ends_with(".go"))
+                .map(|n| format!("{sub}/{n}")),
+        );
+    }
     names.sort();
+    names.dedup();
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     ctx.update(go.as_bytes());
     for name in names {
@@ -104,10 +137,12 @@ fn cache_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("controlplane")
 }
 
-fn build() -> Result<PathBuf, String> {
+/// Builds `program` once per change of the module's sources; Go's build cache shares the
+/// packages the programs have in common.
+pub fn build(program: &Program) -> Result<PathBuf, String> {
     let go = go_version()?;
     let out_dir = cache_dir().join(source_key(&go));
-    let binary = out_dir.join("controlplane");
+    let binary = out_dir.join(program.name);
     fs::create_dir_all(&out_dir).map_err(|e| format!("create {}: {e}", out_dir.display()))?;
     // Another test process may be building the same sources: wait for it, then use its result.
     let lock =
@@ -127,10 +162,11 @@ fn build() -> Result<PathBuf, String> {
     // Not captured by the test harness: a person waiting should know why.
     let _ = writeln!(
         std::io::stderr(),
-        "building the control plane (Kubernetes {release}, {go}) into {}: the first build takes minutes",
+        "building {} (Kubernetes {release}, {go}) into {}: the first build takes minutes",
+        program.name,
         out_dir.display()
     );
-    let partial = out_dir.join("controlplane.partial");
+    let partial = out_dir.join(format!("{}.partial", program.name));
     // -X: /version would say v0.0.0-master; `why` reads it for the release's feature gates.
     let ldflags = format!(
         "-s -w -X k8s.io/component-base/version.gitVersion={release} \
@@ -143,30 +179,34 @@ fn build() -> Result<PathBuf, String> {
         // -buildvcs=false: stamping asks git about the worktree, which a tarball checkout lacks.
         .args(["build", "-mod=readonly", "-buildvcs=false", "-o"])
         .arg(&partial)
-        .args(["-ldflags", &ldflags, "."])
+        .args(["-ldflags", &ldflags, program.package])
         .current_dir(source_dir())
         .output()
-        .map_err(|e| format!("build the control plane: run go: {e}"))?;
+        .map_err(|e| format!("build {}: run go: {e}", program.name))?;
     if !out.status.success() {
         return Err(format!(
-            "build the control plane: go build: {} (hint: a module the proxy does not serve is named above; \
-             cd tests/controlplane && go build . shows everything)",
-            build_error(&out.stderr)
+            "build {}: go build: {} (hint: a module the proxy does not serve is named above; \
+             cd tests/controlplane && go build {} shows everything)",
+            program.name,
+            build_error(&out.stderr),
+            program.package
         ));
     }
     fs::rename(&partial, &binary).map_err(|e| format!("move {}: {e}", partial.display()))?;
     // Builds of older sources are 120 MB each; a process still running one keeps its inode.
     for entry in fs::read_dir(cache_dir()).into_iter().flatten().flatten() {
         let path = entry.path();
-        let is_build =
-            path.join("controlplane").is_file() || path.join("controlplane.partial").is_file();
+        let is_build = PROGRAMS.iter().any(|p| {
+            path.join(p.name).is_file() || path.join(format!("{}.partial", p.name)).is_file()
+        });
         if is_build && path != out_dir {
             let _ = fs::remove_dir_all(path);
         }
     }
     let _ = writeln!(
         std::io::stderr(),
-        "built the control plane in {:.0?}",
+        "built {} in {:.0?}",
+        program.name,
         started.elapsed()
     );
     Ok(binary)

@@ -12,6 +12,7 @@ pub mod examples;
 pub mod generated;
 pub mod grpc_raw;
 pub mod kubelet;
+pub mod kubelet_real;
 pub mod oracle;
 pub mod timing;
 pub mod vadriver;

@@ -1,0 +1,399 @@
+//! The agent against the kubelet's own code (support/kubelet_real.rs: the plugin manager and the
+//! DRA manager of the release the control plane pins) and the real control plane: the kubelet
+//! registers the agent on each DRA API version, prepares and unprepares a claim the real
+//! scheduler allocated, registers the agent again after a restart, and wipes the node's slices at
+//! its start and after the wiping delay, which the agent survives by publishing again.
+//! `cargo test --test it kubelet_real` runs these; the first run builds the Go programs.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::controlplane::{AGENT, NAMESPACE, installed, ok};
+use crate::support::agent::{AgentProcess, FAST, write_fleet};
+use crate::support::controlplane::ControlPlane;
+use crate::support::kubelet_real::Kubelet;
+use media_operator::catalogue::DRIVER;
+
+const AGENT_BIN: &str = env!("CARGO_BIN_EXE_media-capabilities");
+
+/// How long a registration, a publish or a scheduling decision may take (the plugin manager
+/// polls every second; a loaded machine is slow).
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The kubelet's `defaultWipingDelay` (pkg/kubelet/cm/dra/manager.go): it wipes a driver's
+/// slices this long after its last plugin went away.
+const WIPING_DELAY: Duration = Duration::from_secs(30);
+
+/// Where the pods and claims live.
+const PODS: &str = "default";
+
+/// The class every claim here asks for: any device of ours.
+const CLASS: &str = "kubelet-real";
+
+/// One node: its plugin directories, the recorded GPU and the agent's pod-bound kubeconfig.
+struct Node {
+    cp: &'static ControlPlane,
+    name: String,
+    dir: tempfile::TempDir,
+}
+
+impl Node {
+    fn new(name: &str) -> Node {
+        let cp = installed();
+        cp.node(name, &[]);
+        let dir = tempfile::tempdir().unwrap();
+        write_fleet(&dir.path().join("reports"), 1);
+        let token = cp.token(NAMESPACE, AGENT, &format!("{AGENT}-{name}"), name);
+        cp.token_kubeconfig(&token, &dir.path().join("agent.kubeconfig"));
+        Node {
+            cp,
+            name: name.to_string(),
+            dir,
+        }
+    }
+
+    fn registry_dir(&self) -> PathBuf {
+        self.dir.path().join("plugins_registry")
+    }
+
+    fn dra_socket(&self) -> PathBuf {
+        self.dir
+            .path()
+            .join("plugins")
+            .join(DRIVER)
+            .join("dra.sock")
+    }
+
+    /// The agent on this node, at debug level (its prepare and unprepare lines name the API).
+    fn agent(&self) -> AgentProcess {
+        let registry = self.registry_dir();
+        let plugins = self.dir.path().join("plugins").join(DRIVER);
+        let mut extra: Vec<&str> = FAST.to_vec();
+        extra.extend([
+            "--kubelet-registry-dir",
+            registry.to_str().unwrap(),
+            "--kubelet-plugins-dir",
+            plugins.to_str().unwrap(),
+        ]);
+        AgentProcess::start_with(
+            AGENT_BIN,
+            &self.name,
+            &["--reports".into(), self.dir.path().join("reports").into()],
+            &[("RUST_LOG", "debug".into())],
+            &self.dir.path().join("agent.kubeconfig"),
+            &extra,
+        )
+    }
+
+    fn slice_name(&self) -> String {
+        format!("{}-{DRIVER}", self.name)
+    }
+
+    /// The uid of the node's slice, once it is stored and differs from `not` (a slice the
+    /// kubelet wiped must come back as a new object).
+    fn slice_published(&self, not: Option<&str>, agent: &AgentProcess) -> String {
+        let name = self.slice_name();
+        wait(&format!("the agent publishes {name}"), || {
+            let out = self
+                .cp
+                .kubectl(&["get", "resourceslice", &name, "-o", "json"]);
+            let slice: Value = serde_json::from_slice(&out.stdout).ok()?;
+            let uid = slice["metadata"]["uid"].as_str()?.to_string();
+            (Some(uid.as_str()) != not).then_some(uid)
+        })
+        .unwrap_or_else(|e| panic!("{e}; agent log:\n{}", agent.log.lines().join("\n")))
+    }
+
+    fn slice_exists(&self) -> bool {
+        let out = self
+            .cp
+            .kubectl(&["get", "resourceslice", &self.slice_name(), "-o", "name"]);
+        out.status.success()
+    }
+
+    /// A claim for one device of [`CLASS`] and a pod using it, kept to this node; waits until
+    /// the scheduler placed the pod (so the claim is allocated and reserved for it). Returns the
+    /// claim's uid.
+    fn scheduled_pod(&self, pod: &str) -> String {
+        apply(
+            self.cp,
+            &json!({
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": CLASS},
+                "spec": {"selectors": [{"cel": {"expression": format!("device.driver == '{DRIVER}'")}}]},
+            }),
+        );
+        apply(
+            self.cp,
+            &json!({
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": pod, "namespace": PODS},
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": CLASS}}]}},
+            }),
+        );
+        apply(
+            self.cp,
+            &json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": pod, "namespace": PODS},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": self.name},
+                    "resourceClaims": [{"name": "gpu", "resourceClaimName": pod}],
+                    "containers": [{
+                        "name": "worker",
+                        "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"claims": [{"name": "gpu"}]},
+                    }],
+                },
+            }),
+        );
+        wait(
+            &format!("the scheduler places {pod} on {}", self.name),
+            || {
+                let placed = get(self.cp, &["pod", "-n", PODS, pod]);
+                (placed["spec"]["nodeName"] == self.name.as_str()).then_some(())
+            },
+        )
+        .unwrap();
+        let claim = get(self.cp, &["resourceclaim", "-n", PODS, pod]);
+        let results = &claim["status"]["allocation"]["devices"]["results"];
+        assert_eq!(results[0]["driver"], DRIVER, "{claim}");
+        assert_eq!(results[0]["pool"], self.name.as_str(), "{claim}");
+        claim["metadata"]["uid"].as_str().unwrap().to_string()
+    }
+}
+
+fn apply(cp: &ControlPlane, object: &Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("object.json");
+    std::fs::write(&file, object.to_string()).unwrap();
+    ok(cp.kubectl(&["apply", "-f", file.to_str().unwrap()]));
+}
+
+fn get(cp: &ControlPlane, args: &[&str]) -> Value {
+    let mut args = [&["get"], args, &["-o", "json"]].concat();
+    args.retain(|a| !a.is_empty());
+    serde_json::from_str(&ok(cp.kubectl(&args))).unwrap()
+}
+
+/// Polls `check` until it gives a value, for at most [`WAIT`].
+fn wait<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> Result<T, String> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(value) = check() {
+            return Ok(value);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("{what}: not within {WAIT:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The agent's log line for the claim `uid` containing `what`, waiting for it.
+fn agent_line(agent: &AgentProcess, what: &str, uid: &str) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(line) = agent
+            .log
+            .lines()
+            .into_iter()
+            .find(|l| l.contains(what) && l.contains(uid))
+        {
+            return line;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no agent line with {what:?} and {uid}: {:#?}",
+            agent.log.lines()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The agent published before the kubelet started; the kubelet wipes the node's slices at its
+/// start, registers the agent on `service` (the release's choice, or an older kubelet's), and
+/// prepares and unprepares the claim the scheduler allocated on the node, through that API.
+fn registers_and_prepares(node_name: &str, known: Option<&str>, service: &str, api: &str) {
+    let node = Node::new(node_name);
+    let agent = node.agent();
+    let before = node.slice_published(None, &agent);
+
+    let kubelet = Kubelet::start(node.cp, node_name, &node.registry_dir(), known);
+    let wiped = kubelet.event_after(0, "deleted slices ", WAIT);
+    assert_eq!(wiped, format!("deleted slices spec.nodeName={node_name}"));
+    let registered = kubelet.event_after(0, "registered ", WAIT);
+    assert_eq!(
+        registered,
+        format!(
+            "registered {DRIVER} {service} {}",
+            node.dra_socket().display()
+        )
+    );
+    node.slice_published(Some(&before), &agent);
+    agent
+        .log
+        .wait_for("the kubelet registered the media.liken.sh plugin", WAIT);
+
+    let pod = format!("{node_name}-pod");
+    let claim_uid = node.scheduled_pod(&pod);
+    let answer = kubelet
+        .command(&format!("prepare {PODS} {pod}"))
+        .unwrap_or_else(|e| panic!("{e}; {}", kubelet.log_tail()));
+    // One claim, with nothing to deliver: the agent hands nothing into containers.
+    assert_eq!(answer, format!("prepared {PODS}/{pod} {pod}:{claim_uid}:-"));
+    let line = agent_line(&agent, "prepared 1 claim(s)", &claim_uid);
+    assert!(line.contains(&format!("api=\"{api}\"")), "{line}");
+    assert!(
+        line.contains(&format!("{PODS}/{pod} ({claim_uid})")),
+        "{line}"
+    );
+
+    let answer = kubelet.command(&format!("unprepare {PODS} {pod}")).unwrap();
+    assert_eq!(answer, format!("unprepared {PODS}/{pod}"));
+    let line = agent_line(&agent, "unprepared 1 claim(s)", &claim_uid);
+    assert!(line.contains(&format!("api=\"{api}\"")), "{line}");
+
+    let refused: Vec<String> = kubelet
+        .all()
+        .into_iter()
+        .filter(|l| l.starts_with("refused"))
+        .collect();
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(agent.get("/readyz").0, 200);
+}
+
+#[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
+fn the_kubelet_registers_the_agent_on_v1_and_prepares_the_allocated_claim() {
+    registers_and_prepares("kubelet-real-v1", None, "v1.DRAPlugin", "v1");
+}
+
+/// A kubelet that knows only v1beta1 (1.32 and 1.33): the release's own v1beta1 client.
+#[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
+fn a_kubelet_of_v1beta1_registers_the_agent_and_prepares_on_v1beta1() {
+    registers_and_prepares(
+        "kubelet-real-v1beta1",
+        Some("v1beta1.DRAPlugin"),
+        "v1beta1.DRAPlugin",
+        "v1beta1",
+    );
+}
+
+/// A kubelet that knows none of what the agent offers refuses it, and the agent logs the
+/// kubelet's own words.
+#[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
+fn a_kubelet_that_knows_none_of_the_services_refuses_and_the_agent_says_why() {
+    let node = Node::new("kubelet-real-refused");
+    let agent = node.agent();
+    let kubelet = Kubelet::start(
+        node.cp,
+        "kubelet-real-refused",
+        &node.registry_dir(),
+        Some("v9.DRAPlugin"),
+    );
+    let refused = kubelet.event_after(0, "refused ", WAIT);
+    let error = "empty list of supported gRPC services (aka supported versions)";
+    assert!(refused.contains(error), "{refused}");
+    let line = agent.log.wait_for("the kubelet refused to register", WAIT);
+    assert!(line.contains(" WARN ") && line.contains(error), "{line}");
+    let (status, body) = agent.get("/readyz");
+    assert_eq!(status, 503, "{body}");
+}
+
+/// The agent stopped and started again within the wiping delay is registered again and keeps
+/// its slice; stopped for longer, the kubelet wipes the driver's slices of the node, refuses to
+/// prepare while no plugin is there, and the agent started again registers and publishes again.
+#[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
+fn the_agent_restarted_is_registered_again_and_survives_the_wipe_after_the_delay() {
+    let name = "kubelet-real-restart";
+    let node = Node::new(name);
+    let kubelet = Kubelet::start(node.cp, name, &node.registry_dir(), None);
+    kubelet.event_after(0, "deleted slices ", WAIT);
+    let mut agent = node.agent();
+    let registered = kubelet.event_after(0, "registered ", WAIT);
+    let first = node.slice_published(None, &agent);
+    let pod = format!("{name}-pod");
+    let claim_uid = node.scheduled_pod(&pod);
+
+    // A quick restart, as a rolling update of the DaemonSet makes it.
+    let mark = kubelet.mark();
+    stop(&mut agent);
+    kubelet.event_after(mark, "unregistered ", WAIT);
+    let mut agent = node.agent();
+    assert_eq!(kubelet.event_after(mark, "registered ", WAIT), registered);
+    let answer = kubelet
+        .command(&format!("prepare {PODS} {pod}"))
+        .unwrap_or_else(|e| panic!("{e}; {}", kubelet.log_tail()));
+    assert_eq!(answer, format!("prepared {PODS}/{pod} {pod}:{claim_uid}:-"));
+    agent_line(&agent, "prepared 1 claim(s)", &claim_uid);
+
+    // Gone for longer than the wiping delay.
+    let mark = kubelet.mark();
+    stop(&mut agent);
+    kubelet.event_after(mark, "unregistered ", WAIT);
+    let gone = Instant::now();
+    let wiped = kubelet.event_after(mark, "deleted slices ", WIPING_DELAY + WAIT);
+    assert_eq!(
+        wiped,
+        format!("deleted slices spec.driver={DRIVER},spec.nodeName={name}")
+    );
+    let waited = gone.elapsed();
+    assert!(
+        waited + Duration::from_secs(2) >= WIPING_DELAY,
+        "wiped after {waited:?}"
+    );
+    // Only now: a wipe during the quick restart would have come before the unregistration.
+    let wipes = kubelet
+        .all()
+        .iter()
+        .filter(|l| l.starts_with("deleted slices spec.driver="))
+        .count();
+    assert_eq!(wipes, 1, "{:?}", kubelet.all());
+    assert!(!node.slice_exists(), "the kubelet wiped the slice");
+    // The claim is still prepared, but the kubelet will not touch it without the driver.
+    let refusal = kubelet
+        .command(&format!("unprepare {PODS} {pod}"))
+        .unwrap_err();
+    assert!(
+        refusal.ends_with(&format!("DRA driver {DRIVER} is not registered")),
+        "{refusal}"
+    );
+
+    let mark = kubelet.mark();
+    let agent = node.agent();
+    assert_eq!(kubelet.event_after(mark, "registered ", WAIT), registered);
+    node.slice_published(Some(&first), &agent);
+    let answer = kubelet.command(&format!("unprepare {PODS} {pod}")).unwrap();
+    assert_eq!(answer, format!("unprepared {PODS}/{pod}"));
+    agent_line(&agent, "unprepared 1 claim(s)", &claim_uid);
+}
+
+/// SIGTERM, and the agent's clean exit (it removes its sockets, which the plugin manager sees).
+fn stop(agent: &mut AgentProcess) {
+    agent.terminate();
+    let (status, _) = agent
+        .wait_exit(Duration::from_secs(30))
+        .expect("the agent stops");
+    assert!(status.success(), "{status:?}");
+}
