@@ -1,5 +1,6 @@
 // The control-plane harness of the integration tests: etcd, kube-apiserver, kube-scheduler and
-// the controllers the flows need, in one program built from the official modules. Pinned
+// the controllers the flows need, in one program built from the official modules, and the
+// kubelet's plugin manager and DRA manager (kubelet/), a second program. Pinned
 // exactly: k8s.io/kubernetes is not a supported library, and its go.mod requires every staging
 // module at v0.0.0, so each one is replaced by the release that matches.
 module media-operator/tests/controlplane

@@ -1,19 +1,26 @@
-//! The kubelet plugin over real gRPC on unix sockets in a temporary directory: the registration
-//! handshake, NodePrepareResources and NodeUnprepareResources on both API versions, stale and
-//! vanished socket files, shutdown, and what the plugin logs. Two kinds of kubelet play against
-//! it: tonic clients, and the raw HTTP/2 client of `support/grpc_raw.rs`, which sends the header
-//! bytes the real kubelet's grpc-go sends, with each `:authority` form a real client uses (the
-//! percent-encoded socket path, the raw path, `localhost`, none); the last tests drive the real
-//! `media-capabilities` binary with it.
+//! The kubelet plugin as a library and as the agent, over real gRPC on unix sockets, for what the
+//! kubelet's own code cannot produce. The kubelet's code itself (registration on both API
+//! versions, prepare and unprepare of allocated claims, refusal, restart, slice wipes) plays
+//! against the agent in kubelet_real/.
+//!
+//! Here, with tonic clients: concurrent calls on both versions, stale, vanished, taken-over and
+//! re-created socket files, shutdown, the refusal the agent offers again on a new socket (the
+//! kubelet's handler refuses that way only when two plugins claim one endpoint), and what the
+//! plugin logs. With the raw HTTP/2 client of `support/grpc_raw.rs`, the header-level cases: each
+//! `:authority` form a real client sends (the percent-encoded socket path of the kubelet's
+//! grpc-go, the raw path of older grpc-go, `localhost`, none), the HPACK table turning over on a
+//! long-lived connection, h2's own resets that the relay exists for, abusive header blocks, a
+//! kubelet gone with frames unread, and the raw client's encodings; the last tests drive the real
+//! `media-capabilities` binary with it, on the real control plane.
 
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::controlplane::{AGENT, NAMESPACE};
 use crate::support::agent::{AgentProcess, FAST, write_fleet};
-use crate::support::apiserver::TestApiServer;
 use crate::support::grpc_raw::{Authority, CallError, RawGrpc};
 use crate::support::kubelet::{
     channel, claims, prepare_and_unprepare, raw_prepare_and_unprepare, raw_register,
@@ -159,95 +166,6 @@ impl Write for Logs {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
-}
-
-#[tokio::test]
-async fn kubelet_handshake_reports_the_driver_and_records_the_verdict() {
-    let logs = Logs::default();
-    let _guard = logs.capture();
-    let dir = tempfile::tempdir().unwrap();
-    let mut plugin = start(config(dir.path()));
-    assert_eq!(*plugin.registration.borrow(), RegistrationState::Pending);
-
-    let mut client = RegistrationClient::new(channel(&plugin.config.registration_socket()).await);
-    let info = client.get_info(InfoRequest {}).await.unwrap().into_inner();
-    assert_eq!(info.r#type, "DRAPlugin");
-    assert_eq!(info.name, DRIVER);
-    assert_eq!(
-        info.supported_versions,
-        ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
-    );
-    assert_eq!(info.supported_versions, SUPPORTED_VERSIONS);
-    let endpoint = PathBuf::from(&info.endpoint);
-    assert!(
-        endpoint.is_absolute(),
-        "endpoint {endpoint:?} must be absolute"
-    );
-    assert_eq!(endpoint, plugin.config.dra_socket());
-    assert_eq!(info.endpoint, plugin.endpoint);
-    // The kubelet dials the endpoint it was given: it must serve the DRA API.
-    let mut dra = v1::dra_plugin_client::DraPluginClient::new(channel(&endpoint).await);
-    dra.node_prepare_resources(v1::NodePrepareResourcesRequest::default())
-        .await
-        .expect("the endpoint serves DRA v1");
-
-    client
-        .notify_registration_status(RegistrationStatus {
-            plugin_registered: true,
-            error: String::new(),
-        })
-        .await
-        .unwrap();
-    let state = registration_becomes(&mut plugin.registration, |s| {
-        *s != RegistrationState::Pending
-    })
-    .await;
-    assert!(state.is_registered(), "{state:?}");
-
-    let kubelet_error = "plugin media.liken.sh: unsupported versions [v9.DRAPlugin] \"quoted\"";
-    client
-        .notify_registration_status(RegistrationStatus {
-            plugin_registered: false,
-            error: kubelet_error.to_owned(),
-        })
-        .await
-        .unwrap();
-    let state = registration_becomes(&mut plugin.registration, |s| !s.is_registered()).await;
-    assert_eq!(
-        state,
-        RegistrationState::Failed {
-            error: kubelet_error.to_owned()
-        }
-    );
-    eventually("the refusal is logged", || {
-        let text = logs.text();
-        async move { text.contains("the kubelet refused to register") }
-    })
-    .await;
-    let text = logs.text();
-    let line = text
-        .lines()
-        .find(|l| l.contains(kubelet_error) && l.contains("refused"))
-        .unwrap_or_else(|| panic!("kubelet error logged verbatim; logs:\n{text}"));
-    assert!(line.contains(" WARN "), "{line}");
-
-    plugin.stop().await;
-}
-
-/// The claims of one call: `count` claims whose UIDs start with `prefix`.
-#[tokio::test]
-async fn every_claim_is_answered_with_nothing_on_both_versions() {
-    let dir = tempfile::tempdir().unwrap();
-    let plugin = start(config(dir.path()));
-    let dra = channel(&plugin.config.dra_socket()).await;
-
-    prepare_and_unprepare!(v1, dra.clone(), claims("one", 1));
-    prepare_and_unprepare!(v1beta1, dra.clone(), claims("beta-one", 1));
-    prepare_and_unprepare!(v1, dra.clone(), claims("several", 5));
-    prepare_and_unprepare!(v1beta1, dra.clone(), claims("beta-several", 5));
-    prepare_and_unprepare!(v1, dra.clone(), Vec::new());
-
-    plugin.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -872,24 +790,26 @@ async fn prepare_and_unprepare_log_at_debug() {
 
 // --- the real binary ---------------------------------------------------------------------------
 
-/// The `media-capabilities` agent as a process, against the test API server with one recorded
-/// GPU, with `extra` flags.
-fn agent_process(extra: &[&str]) -> (TestApiServer, tempfile::TempDir, AgentProcess) {
-    let server = TestApiServer::start();
-    server
-        .put(serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"}}))
-        .expect("create the Node");
-    let reports = tempfile::tempdir().expect("reports dir");
-    write_fleet(reports.path(), 1);
+/// The `media-capabilities` agent as a process on its own node of the real control plane
+/// (deploy/ installed, a pod-bound token), with one recorded GPU and `extra` flags.
+fn agent_process(node: &str, extra: &[&str]) -> (tempfile::TempDir, AgentProcess) {
+    let cp = crate::controlplane::installed();
+    cp.node(node, &[]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let token = cp.token(NAMESPACE, AGENT, &format!("{AGENT}-{node}"), node);
+    let kubeconfig = dir.path().join("agent.kubeconfig");
+    cp.token_kubeconfig(&token, &kubeconfig);
+    let reports = dir.path().join("reports");
+    write_fleet(&reports, 1);
     let args: Vec<&str> = FAST.iter().chain(extra).copied().collect();
     let agent = AgentProcess::start(
         env!("CARGO_BIN_EXE_media-capabilities"),
-        "gpu-node-1",
-        reports.path(),
-        server.kubeconfig(),
+        node,
+        &reports,
+        &kubeconfig,
         &args,
     );
-    (server, reports, agent)
+    (dir, agent)
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -906,8 +826,15 @@ fn runtime() -> tokio::runtime::Runtime {
 /// versions; a refusal is logged once, the registration once at INFO, and the routine calls not
 /// at all at the default level.
 #[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
 fn the_agent_registers_with_a_kubelet_that_dials_as_the_real_one() {
-    let (_server, _reports, agent) = agent_process(&["--kubelet-registration-warning", "300ms"]);
+    let (_dir, agent) = agent_process(
+        "kubelet-raw-agent",
+        &["--kubelet-registration-warning", "300ms"],
+    );
     let warning = agent.log.wait_for(
         "no kubelet has registered the media.liken.sh plugin within 300ms",
         Duration::from_secs(10),
@@ -972,7 +899,15 @@ fn the_agent_registers_with_a_kubelet_that_dials_as_the_real_one() {
         0,
         "prepare/unprepare log at debug"
     );
-    for line in agent.log.lines() {
+    // The plugin's own lines: the publisher's may say, in prose, that a pod stays Pending.
+    let plugin_lines: Vec<String> = agent
+        .log
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains("agent::kubelet"))
+        .collect();
+    assert!(plugin_lines.len() >= 3, "{plugin_lines:#?}");
+    for line in plugin_lines {
         assert!(
             !line.contains("Pending") && !line.contains("Registered") && !line.contains("Failed {"),
             "no Debug dumps: {line}"

@@ -44,7 +44,7 @@ impl Node {
         let cp = installed();
         cp.node(name, &[]);
         let dir = tempfile::tempdir().unwrap();
-        write_fleet(&dir.path().join("reports"), 1);
+        write_fleet(&dir.path().join("reports"), 2);
         let token = cp.token(NAMESPACE, AGENT, &format!("{AGENT}-{name}"), name);
         cp.token_kubeconfig(&token, &dir.path().join("agent.kubeconfig"));
         Node {
@@ -113,10 +113,10 @@ impl Node {
         out.status.success()
     }
 
-    /// A claim for one device of [`CLASS`] and a pod using it, kept to this node; waits until
-    /// the scheduler placed the pod (so the claim is allocated and reserved for it). Returns the
-    /// claim's uid.
-    fn scheduled_pod(&self, pod: &str) -> String {
+    /// Two claims for one device of [`CLASS`] each and a pod using both, kept to this node (the
+    /// kubelet prepares all of a pod's claims in one call); waits until the scheduler placed the
+    /// pod, so the claims are allocated and reserved for it. Returns the claims' names and uids.
+    fn scheduled_pod(&self, pod: &str) -> [(String, String); 2] {
         apply(
             self.cp,
             &json!({
@@ -126,15 +126,18 @@ impl Node {
                 "spec": {"selectors": [{"cel": {"expression": format!("device.driver == '{DRIVER}'")}}]},
             }),
         );
-        apply(
-            self.cp,
-            &json!({
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaim",
-                "metadata": {"name": pod, "namespace": PODS},
-                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": CLASS}}]}},
-            }),
-        );
+        let names = [format!("{pod}-a"), format!("{pod}-b")];
+        for claim in &names {
+            apply(
+                self.cp,
+                &json!({
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {"name": claim, "namespace": PODS},
+                    "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": CLASS}}]}},
+                }),
+            );
+        }
         apply(
             self.cp,
             &json!({
@@ -143,11 +146,14 @@ impl Node {
                 "metadata": {"name": pod, "namespace": PODS},
                 "spec": {
                     "nodeSelector": {"kubernetes.io/hostname": self.name},
-                    "resourceClaims": [{"name": "gpu", "resourceClaimName": pod}],
+                    "resourceClaims": [
+                        {"name": "a", "resourceClaimName": names[0]},
+                        {"name": "b", "resourceClaimName": names[1]},
+                    ],
                     "containers": [{
                         "name": "worker",
                         "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"claims": [{"name": "gpu"}]},
+                        "resources": {"claims": [{"name": "a"}, {"name": "b"}]},
                     }],
                 },
             }),
@@ -160,11 +166,45 @@ impl Node {
             },
         )
         .unwrap();
-        let claim = get(self.cp, &["resourceclaim", "-n", PODS, pod]);
-        let results = &claim["status"]["allocation"]["devices"]["results"];
-        assert_eq!(results[0]["driver"], DRIVER, "{claim}");
-        assert_eq!(results[0]["pool"], self.name.as_str(), "{claim}");
-        claim["metadata"]["uid"].as_str().unwrap().to_string()
+        names.map(|name| {
+            let claim = get(self.cp, &["resourceclaim", "-n", PODS, &name]);
+            let results = &claim["status"]["allocation"]["devices"]["results"];
+            assert_eq!(results[0]["driver"], DRIVER, "{claim}");
+            assert_eq!(results[0]["pool"], self.name.as_str(), "{claim}");
+            let uid = claim["metadata"]["uid"].as_str().unwrap().to_string();
+            (name, uid)
+        })
+    }
+}
+
+/// The kubelet's answer to a prepare of `pod` with `claims`: each claim once, nothing delivered
+/// (the agent hands nothing into containers).
+fn prepared(pod: &str, claims: &[(String, String); 2]) -> String {
+    let each: Vec<String> = claims
+        .iter()
+        .map(|(name, uid)| format!("{name}:{uid}:-"))
+        .collect();
+    format!("prepared {PODS}/{pod} {}", each.join(" "))
+}
+
+/// The agent's log line of one call for both `claims` containing `what`, waiting for it.
+fn agent_call(agent: &AgentProcess, what: &str, claims: &[(String, String); 2]) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(line) = agent.log.lines().into_iter().find(|l| {
+            l.contains(what)
+                && claims
+                    .iter()
+                    .all(|(name, uid)| l.contains(&format!("{PODS}/{name} ({uid})")))
+        }) {
+            return line;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no agent line with {what:?} and {claims:?}: {:#?}",
+            agent.log.lines()
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -195,27 +235,6 @@ fn wait<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> Result<T, String
     }
 }
 
-/// The agent's log line for the claim `uid` containing `what`, waiting for it.
-fn agent_line(agent: &AgentProcess, what: &str, uid: &str) -> String {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(line) = agent
-            .log
-            .lines()
-            .into_iter()
-            .find(|l| l.contains(what) && l.contains(uid))
-        {
-            return line;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no agent line with {what:?} and {uid}: {:#?}",
-            agent.log.lines()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// The agent published before the kubelet started; the kubelet wipes the node's slices at its
 /// start, registers the agent on `service` (the release's choice, or an older kubelet's), and
 /// prepares and unprepares the claim the scheduler allocated on the node, through that API.
@@ -241,22 +260,17 @@ fn registers_and_prepares(node_name: &str, known: Option<&str>, service: &str, a
         .wait_for("the kubelet registered the media.liken.sh plugin", WAIT);
 
     let pod = format!("{node_name}-pod");
-    let claim_uid = node.scheduled_pod(&pod);
+    let claims = node.scheduled_pod(&pod);
     let answer = kubelet
         .command(&format!("prepare {PODS} {pod}"))
         .unwrap_or_else(|e| panic!("{e}; {}", kubelet.log_tail()));
-    // One claim, with nothing to deliver: the agent hands nothing into containers.
-    assert_eq!(answer, format!("prepared {PODS}/{pod} {pod}:{claim_uid}:-"));
-    let line = agent_line(&agent, "prepared 1 claim(s)", &claim_uid);
+    assert_eq!(answer, prepared(&pod, &claims));
+    let line = agent_call(&agent, "prepared 2 claim(s)", &claims);
     assert!(line.contains(&format!("api=\"{api}\"")), "{line}");
-    assert!(
-        line.contains(&format!("{PODS}/{pod} ({claim_uid})")),
-        "{line}"
-    );
 
     let answer = kubelet.command(&format!("unprepare {PODS} {pod}")).unwrap();
     assert_eq!(answer, format!("unprepared {PODS}/{pod}"));
-    let line = agent_line(&agent, "unprepared 1 claim(s)", &claim_uid);
+    let line = agent_call(&agent, "unprepared 2 claim(s)", &claims);
     assert!(line.contains(&format!("api=\"{api}\"")), "{line}");
 
     let refused: Vec<String> = kubelet
@@ -292,8 +306,8 @@ fn a_kubelet_of_v1beta1_registers_the_agent_and_prepares_on_v1beta1() {
     );
 }
 
-/// A kubelet that knows none of what the agent offers refuses it, and the agent logs the
-/// kubelet's own words.
+/// A kubelet that knows none of what the agent offers refuses it, again at each pass of its
+/// plugin manager; the agent logs the kubelet's own words once and is not ready.
 #[test]
 #[cfg_attr(
     not(all(have_go, have_kubectl)),
@@ -309,10 +323,28 @@ fn a_kubelet_that_knows_none_of_the_services_refuses_and_the_agent_says_why() {
         Some("v9.DRAPlugin"),
     );
     let refused = kubelet.event_after(0, "refused ", WAIT);
-    let error = "empty list of supported gRPC services (aka supported versions)";
-    assert!(refused.contains(error), "{refused}");
+    let error = format!(
+        "invalid supported gRPC versions of DRA driver plugin {DRIVER} at endpoint {}: \
+         empty list of supported gRPC services (aka supported versions)",
+        node.dra_socket().display()
+    );
+    assert_eq!(refused, format!("refused {DRIVER} {error}"));
     let line = agent.log.wait_for("the kubelet refused to register", WAIT);
-    assert!(line.contains(" WARN ") && line.contains(error), "{line}");
+    assert!(
+        line.contains(" WARN ")
+            && line.contains(&format!(
+                "RegisterPlugin error -- plugin validation failed with err: {error}"
+            )),
+        "{line}"
+    );
+    let mark = kubelet.mark();
+    kubelet.event_after(mark, "refused ", WAIT);
+    assert_eq!(
+        agent.log.count("the kubelet refused to register"),
+        1,
+        "{:#?}",
+        agent.log.lines()
+    );
     let (status, body) = agent.get("/readyz");
     assert_eq!(status, 503, "{body}");
 }
@@ -334,7 +366,7 @@ fn the_agent_restarted_is_registered_again_and_survives_the_wipe_after_the_delay
     let registered = kubelet.event_after(0, "registered ", WAIT);
     let first = node.slice_published(None, &agent);
     let pod = format!("{name}-pod");
-    let claim_uid = node.scheduled_pod(&pod);
+    let claims = node.scheduled_pod(&pod);
 
     // A quick restart, as a rolling update of the DaemonSet makes it.
     let mark = kubelet.mark();
@@ -345,8 +377,8 @@ fn the_agent_restarted_is_registered_again_and_survives_the_wipe_after_the_delay
     let answer = kubelet
         .command(&format!("prepare {PODS} {pod}"))
         .unwrap_or_else(|e| panic!("{e}; {}", kubelet.log_tail()));
-    assert_eq!(answer, format!("prepared {PODS}/{pod} {pod}:{claim_uid}:-"));
-    agent_line(&agent, "prepared 1 claim(s)", &claim_uid);
+    assert_eq!(answer, prepared(&pod, &claims));
+    agent_call(&agent, "prepared 2 claim(s)", &claims);
 
     // Gone for longer than the wiping delay.
     let mark = kubelet.mark();
@@ -386,7 +418,7 @@ fn the_agent_restarted_is_registered_again_and_survives_the_wipe_after_the_delay
     node.slice_published(Some(&first), &agent);
     let answer = kubelet.command(&format!("unprepare {PODS} {pod}")).unwrap();
     assert_eq!(answer, format!("unprepared {PODS}/{pod}"));
-    agent_line(&agent, "unprepared 1 claim(s)", &claim_uid);
+    agent_call(&agent, "unprepared 2 claim(s)", &claims);
 }
 
 /// SIGTERM, and the agent's clean exit (it removes its sockets, which the plugin manager sees).

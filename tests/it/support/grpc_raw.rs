@@ -17,6 +17,11 @@
 //! GetInfo then NotifyRegistrationStatus do; a string is Huffman-coded when that is shorter.
 //! It acknowledges the server's SETTINGS and PINGs, and reads until the stream ends, decoding
 //! the response headers and trailers with an HPACK decoder.
+//!
+//! Kept only for the header-level cases the kubelet's own code (support/kubelet_real.rs) cannot be
+//! made to send: the other `:authority` forms (it sends one, its grpc-go's), the HPACK table
+//! turning over after hundreds of calls on one connection, h2's resets pinned, and abusive
+//! header blocks (tests/it/kubelet.rs).
 
 use std::collections::VecDeque;
 use std::path::Path;
