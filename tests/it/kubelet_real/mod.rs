@@ -1,6 +1,6 @@
 //! The agent against the kubelet's own code (support/kubelet_real.rs: the plugin manager and the
 //! DRA manager of the release the control plane pins) and the real control plane: the kubelet
-//! registers the agent on each DRA API version, prepares and unprepares a claim the real
+//! registers the agent on each DRA API version, prepares and unprepares claims the real
 //! scheduler allocated, registers the agent again after a restart, and wipes the node's slices at
 //! its start and after the wiping delay, which the agent survives by publishing again.
 //! `cargo test --test it kubelet_real` runs these; the first run builds the Go programs.
@@ -237,7 +237,7 @@ fn wait<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> Result<T, String
 
 /// The agent published before the kubelet started; the kubelet wipes the node's slices at its
 /// start, registers the agent on `service` (the release's choice, or an older kubelet's), and
-/// prepares and unprepares the claim the scheduler allocated on the node, through that API.
+/// prepares and unprepares the two claims the scheduler allocated on the node, through that API.
 fn registers_and_prepares(node_name: &str, known: Option<&str>, service: &str, api: &str) {
     let node = Node::new(node_name);
     let agent = node.agent();
