@@ -429,3 +429,49 @@ fn stop(agent: &mut AgentProcess) {
         .expect("the agent stops");
     assert!(status.success(), "{status:?}");
 }
+
+/// The program's own interface: a bad start is one `error` line with the usage and exit 1; a
+/// bad command, or a pod that does not exist, one `error` answer, after which it carries on.
+#[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
+fn the_kubelet_program_answers_bad_input_with_one_error_line() {
+    let out = std::process::Command::new(crate::support::kubelet_real::binary())
+        .args(["--node", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "error --kubeconfig, --node, --registry-dir and --state-dir are required, and nothing else \
+         (hint: kubelet --kubeconfig FILE --node NAME --registry-dir DIR --state-dir DIR [--services v1beta1.DRAPlugin])\n"
+    );
+
+    let name = "kubelet-real-commands";
+    let node = Node::new(name);
+    let kubelet = Kubelet::start(node.cp, name, &node.registry_dir(), None);
+    assert_eq!(
+        kubelet.command("prepare default").unwrap_err(),
+        "\"prepare default\": unknown command (hint: prepare NAMESPACE POD | unprepare NAMESPACE POD | stop)"
+    );
+    assert_eq!(
+        kubelet.command("prepare default no-such-pod").unwrap_err(),
+        "prepare: get pod default/no-such-pod: pods \"no-such-pod\" not found"
+    );
+    // Still serving: a pod without claims has nothing to prepare.
+    apply(
+        node.cp,
+        &json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": PODS},
+            "spec": {"nodeName": name, "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+        }),
+    );
+    assert_eq!(
+        kubelet.command(&format!("prepare {PODS} {name}")),
+        Ok(format!("prepared {PODS}/{name}"))
+    );
+}
