@@ -218,7 +218,11 @@ fn caps_explains_what_the_cluster_refuses() {
         )
     );
 
-    proxy.fail_next(1, Fault::Delay(Duration::from_millis(1500)), "resourceslices");
+    proxy.fail_next(
+        1,
+        Fault::Delay(Duration::from_millis(1500)),
+        "resourceslices",
+    );
     let line = error_line(kubectl_media(
         &["caps", "--request-timeout", "200ms"],
         proxy.kubeconfig(),

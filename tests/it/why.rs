@@ -159,10 +159,7 @@ fn reader_without(
     without: &[&str],
     in_media: &[&str],
 ) -> PathBuf {
-    let granted: Vec<&str> = READS
-        .into_iter()
-        .filter(|r| !without.contains(r))
-        .collect();
+    let granted: Vec<&str> = READS.into_iter().filter(|r| !without.contains(r)).collect();
     let namespaced: &[(&str, &[&str])] = &[("media", in_media)];
     objects::reader(
         cluster_of(scenario),
@@ -412,7 +409,9 @@ fn the_real_server_gives_the_answer_the_files_give() {
         Some(cluster_of("no-gpu-qualifies").kubeconfig()),
     );
     assert!(
-        text(&out, 3).contains("DRAConsumableCapacity taken as on: the API server stored allowMultipleAllocations"),
+        text(&out, 3).contains(
+            "DRAConsumableCapacity taken as on: the API server stored allowMultipleAllocations"
+        ),
         "{out:?}"
     );
 }
@@ -435,7 +434,10 @@ fn a_kind_we_may_not_list_is_said_not_fatal() {
     );
     assert!(explanation.contains("the scheduler's and the kubelet's messages are not shown"));
     // The pod's own condition is still read; the events are not.
-    assert!(explanation.contains("PodScheduled=False Unschedulable"), "{explanation}");
+    assert!(
+        explanation.contains("PodScheduled=False Unschedulable"),
+        "{explanation}"
+    );
     assert!(!explanation.contains("FailedScheduling"), "{explanation}");
     // The pod itself is another matter: without it there is nothing to explain.
     let no_pods = reader_without("all-taken", dir.path(), "why-no-pods", &["pods"], &[]);
@@ -1286,10 +1288,7 @@ fn claims_readable_in_the_namespace_only() {
         &[claims],
         &[claims],
     );
-    let explanation = text(
-        &run(&["why", "archive-0", "-n", "media"], Some(&reader)),
-        3,
-    );
+    let explanation = text(&run(&["why", "archive-0", "-n", "media"], Some(&reader)), 3);
     let (_, notes) = verdict_and_notes(&explanation);
     let about_claims: Vec<&String> = notes
         .iter()
@@ -1605,7 +1604,15 @@ fn all_namespaces_from_the_cluster_never_chooses_for_the_user() {
     let cp = cluster_of("no-gpu-qualifies");
     // In one namespace: -A finds it there, whatever -n says.
     let out = run(
-        &["why", "archive-0", "-A", "-n", "other", "--kubernetes-version", "1.36"],
+        &[
+            "why",
+            "archive-0",
+            "-A",
+            "-n",
+            "other",
+            "--kubernetes-version",
+            "1.36",
+        ],
         Some(cp.kubeconfig()),
     );
     assert!(

@@ -1,12 +1,14 @@
 //! A fault proxy in front of the real control plane: plain HTTP on loopback, forwarding each
 //! request to kube-apiserver as its admin (kube-rs's client: TLS, client certificate), except
-//! that the next N requests matching a rule get an injected answer instead.
+//! that the next N lists matching a rule get an injected answer instead.
 //!
-//! It injects what the real server cannot be made to give on cue: a 500 (`errors.NewInternalError`),
-//! priority and fairness' 429 with `Retry-After`, a load balancer's HTML page, a 404 on a path
-//! the server serves, and a slow answer. Everything else (403 from RBAC, 401, paging, field and
-//! label selectors) comes from the real server through it. It also records what it was asked,
-//! for the tests of how a client pages and retries.
+//! What it injects, and why the real server cannot be made to give it on cue: a 500 (a healthy
+//! kube-apiserver fails internally on no request), priority and fairness' 429 with Retry-After
+//! (only real overload throttles), a load balancer's HTML page and a 404 on a path the server
+//! serves (both come from something in front of the server, never from it), and a slow answer
+//! (it answers a list at once). A 403 (RBAC), a 401 (an unknown token), paging and selectors
+//! come from the real server through it. It records what it was asked, for the tests of how a
+//! client pages and retries.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -124,11 +126,6 @@ impl FaultProxy {
             remaining: n,
             resource: resource.to_string(),
         });
-    }
-
-    /// Drops the rules not used up.
-    pub fn clear_faults(&self) {
-        lock(&self.state).rules.clear();
     }
 
     /// How many requests were answered so far, for [`FaultProxy::requests_since`].
@@ -250,13 +247,21 @@ fn injected(fault: Fault) -> Response<Full<Bytes>> {
         Fault::InternalError => (
             500,
             "application/json",
-            status_json(500, "InternalError", "Internal error occurred: injected fault"),
+            status_json(
+                500,
+                "InternalError",
+                "Internal error occurred: injected fault",
+            ),
             None,
         ),
         Fault::NotFound => (
             404,
             "application/json",
-            status_json(404, "NotFound", "the server could not find the requested resource"),
+            status_json(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            ),
             None,
         ),
         Fault::TooManyRequests {
@@ -324,7 +329,9 @@ async fn forward(
             request = request.header(name, value);
         }
     }
-    let request = request.body(kube::client::Body::from(body.to_vec())).unwrap();
+    let request = request
+        .body(kube::client::Body::from(body.to_vec()))
+        .unwrap();
     let upstream = match client.send(request).await {
         Ok(upstream) => upstream,
         Err(e) => return bad_gateway(&e.to_string()),

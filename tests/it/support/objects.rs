@@ -75,18 +75,14 @@ pub fn create(cp: &ControlPlane, objects: &[Value]) {
     let mut objects = objects.to_vec();
     objects.sort_by_key(|o| o["kind"] == "ResourceClaimTemplate");
     let objects = &objects[..];
-    let mut uids: HashMap<(String, String), Value> = HashMap::new();
+    let mut uids = HashMap::new();
     let mut stored = Vec::new();
     let owners: Vec<Value> = objects.iter().filter(|o| first(o)).map(clean).collect();
     for object in kubectl_list(cp, &["create"], &owners) {
         if object["kind"] == "Node" {
             untaint(cp, objects, &object);
         }
-        let key = (
-            object["kind"].as_str().unwrap().to_string(),
-            object["metadata"]["name"].as_str().unwrap().to_string(),
-        );
-        uids.insert(key, object["metadata"]["uid"].clone());
+        uids.insert(key(&object), object["metadata"]["uid"].clone());
         stored.push(object);
     }
     let rest: Vec<Value> = objects
@@ -94,28 +90,7 @@ pub fn create(cp: &ControlPlane, objects: &[Value]) {
         .filter(|o| !first(o))
         .map(|o| {
             let mut object = clean(o);
-            for pointer in ["/metadata/ownerReferences", "/status/reservedFor"] {
-                if let Some(list) = object.pointer_mut(pointer).and_then(Value::as_array_mut) {
-                    list.retain_mut(|reference| {
-                        let kind = reference["kind"]
-                            .as_str()
-                            .or(reference["resource"].as_str().map(|r| match r {
-                                "pods" => "Pod",
-                                _ => r,
-                            }))
-                            .unwrap_or("")
-                            .to_string();
-                        let name = reference["name"].as_str().unwrap_or("").to_string();
-                        match uids.get(&(kind, name)) {
-                            Some(uid) => {
-                                reference["uid"] = uid.clone();
-                                true
-                            }
-                            None => false,
-                        }
-                    });
-                }
-            }
+            point_at_stored(&mut object, &uids);
             object
         })
         .collect();
@@ -159,7 +134,10 @@ fn forget_complaints(cp: &ControlPlane) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut quiet_since = Instant::now();
     while quiet_since.elapsed() < Duration::from_secs(1) {
-        assert!(Instant::now() < deadline, "the controller keeps complaining");
+        assert!(
+            Instant::now() < deadline,
+            "the controller keeps complaining"
+        );
         let listed = ok(
             cp.kubectl(&["get", "events", "-A", selector, "-o", "name"]),
             "list the controller's events",
@@ -172,6 +150,37 @@ fn forget_complaints(cp: &ControlPlane) {
             quiet_since = Instant::now();
         }
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Points the owner references and reservations of `object` at the uids the server gave
+/// (`uids` by kind, namespace and name), dropping those that name no stored object.
+fn point_at_stored(object: &mut Value, uids: &HashMap<(String, String, String), Value>) {
+    // References name objects of the referrer's namespace (none for cluster-scoped ones).
+    let namespace = object["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    for pointer in ["/metadata/ownerReferences", "/status/reservedFor"] {
+        let Some(list) = object.pointer_mut(pointer).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        list.retain_mut(|reference| {
+            // reservedFor names a resource (`pods`), ownerReferences a kind.
+            let kind = match (reference["kind"].as_str(), reference["resource"].as_str()) {
+                (Some(kind), _) => kind,
+                (None, Some("pods")) => "Pod",
+                _ => return false,
+            };
+            let name = reference["name"].as_str().unwrap_or("");
+            match uids.get(&(kind.to_string(), namespace.clone(), name.to_string())) {
+                Some(uid) => {
+                    reference["uid"] = uid.clone();
+                    true
+                }
+                None => false,
+            }
+        });
     }
 }
 
@@ -275,9 +284,11 @@ pub fn reader(
                "subjects": subject}),
     ];
     for (namespace, resources) in in_namespace {
-        objects.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        objects.push(
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": format!("reader-{name}"), "namespace": namespace},
-            "rules": rule(resources)}));
+            "rules": rule(resources)}),
+        );
         objects.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
             "metadata": {"name": format!("reader-{name}"), "namespace": namespace},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": format!("reader-{name}")},
