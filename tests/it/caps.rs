@@ -773,6 +773,20 @@ fn agent_labels() -> Value {
     json!({"app.kubernetes.io/name": "media-capabilities"})
 }
 
+/// The pods in liken-system of the fleet's control plane: amd-2's agent (its probe failed),
+/// another node's agent, and another program's pod on amd-2 (neither is the one).
+pub(crate) fn fleet_pods() -> Vec<Value> {
+    vec![
+        agent_pod("media-capabilities-7xk2p", "amd-2", agent_labels()),
+        agent_pod("media-capabilities-q9d4w", "amd-1", agent_labels()),
+        agent_pod(
+            "liken-plugin-h2m8c",
+            "amd-2",
+            json!({"app.kubernetes.io/name": "liken"}),
+        ),
+    ]
+}
+
 /// The note of a failed probe names the node and the command that shows that node's agent log:
 /// the pod itself when `caps` may list pods in liken-system (found by the DaemonSet's labels and
 /// `spec.nodeName`), else the command that finds it. A 403 on pods is a reader's normal role and
@@ -783,20 +797,8 @@ fn agent_labels() -> Value {
     ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn a_failed_probe_points_to_its_nodes_agent_log() {
+    // The fleet's control plane holds [`fleet_pods`].
     let cp = crate::cluster::fleet_cluster();
-    // Another node's agent, and another program's pod on amd-2: neither is the one.
-    objects::create(
-        cp,
-        &[
-            agent_pod("media-capabilities-7xk2p", "amd-2", agent_labels()),
-            agent_pod("media-capabilities-q9d4w", "amd-1", agent_labels()),
-            agent_pod(
-                "liken-plugin-h2m8c",
-                "amd-2",
-                json!({"app.kubernetes.io/name": "liken"}),
-            ),
-        ],
-    );
     let proxy = FaultProxy::start(cp);
     let server = &proxy;
     let caps = |args: &[&str]| crate::kubectl_media(args, server.kubeconfig());

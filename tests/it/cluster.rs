@@ -41,8 +41,8 @@ pub(crate) fn example_fleet() -> Vec<Value> {
 /// add no device, so each reads as it does alone.
 pub(crate) const FLEET_SCENARIOS: [&str; 2] = ["no-gpu-qualifies", "class-typo"];
 
-/// A control plane holding the example fleet, the product document's classes and the pending
-/// pods of [`FLEET_SCENARIOS`], shared by the tests of this process that read them (they write
+/// A control plane holding the example fleet, its agents' pods ([`crate::caps::fleet_pods`]),
+/// the product document's classes and the pending pods of [`FLEET_SCENARIOS`], shared by the tests of this process that read them (they write
 /// only in namespaces of their own). The fleet's devices allow multiple allocations: without
 /// DRAConsumableCapacity 1.34 drops that field.
 pub(crate) fn fleet_cluster() -> &'static ControlPlane {
@@ -54,6 +54,7 @@ pub(crate) fn fleet_cluster() -> &'static ControlPlane {
                 &["--feature-gates", "DRAConsumableCapacity=true"],
             )?;
             let mut loaded = example_fleet();
+            loaded.extend(crate::caps::fleet_pods());
             loaded.extend(crate::why::scenario_objects(&FLEET_SCENARIOS));
             objects::create(&cp, &loaded);
             Ok(cp)
@@ -71,10 +72,24 @@ fn caps_from_a_cluster_matches_caps_from_a_file() {
     // Through the proxy, which only forwards, to see what was asked.
     let proxy = FaultProxy::start(fleet_cluster());
     let fleet = root().join("docs/examples/fleet.yaml");
+    // The agents' pods too, which name the failed probe's log in the notes.
+    let dir = tempfile::tempdir().unwrap();
+    let pods = dir.path().join("pods.json");
+    let list =
+        serde_json::json!({"apiVersion": "v1", "kind": "List", "items": crate::caps::fleet_pods()});
+    std::fs::write(&pods, list.to_string()).unwrap();
     for format in ["json", "yaml", "wide"] {
         let from_cluster = stdout(kubectl_media(&["caps", "-o", format], proxy.kubeconfig()));
         let from_file = stdout(kubectl_media(
-            &["caps", "-o", format, "-f", fleet.to_str().unwrap()],
+            &[
+                "caps",
+                "-o",
+                format,
+                "-f",
+                fleet.to_str().unwrap(),
+                "-f",
+                pods.to_str().unwrap(),
+            ],
             proxy.kubeconfig(),
         ));
         assert_eq!(from_cluster, from_file, "-o {format}");
