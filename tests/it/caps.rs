@@ -3,7 +3,7 @@
 //! and 80 columns (a pty from util-linux's `script`, sized with `stty`, since the width comes
 //! from the terminal as kubectl's does, never from `COLUMNS`). Outputs are snapshotted; bad input
 //! and odd content are checked for one clear line and no crash. The agent-log hints are tested
-//! against the test API server, with and without the right to list pods. (The rest of `caps`
+//! against the real control plane, with and without the right to list pods. (The rest of `caps`
 //! against a cluster is in `tests/it/cluster.rs`.)
 
 use std::io::Write;
@@ -12,7 +12,8 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
 
-use crate::support::apiserver::{Fault, TestApiServer};
+use crate::support::faultproxy::{Fault, FaultProxy};
+use crate::support::objects;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -772,40 +773,34 @@ fn agent_labels() -> Value {
     json!({"app.kubernetes.io/name": "media-capabilities"})
 }
 
+/// The pods in liken-system of the fleet's control plane: amd-2's agent (its probe failed),
+/// another node's agent, and another program's pod on amd-2 (neither is the one).
+pub(crate) fn fleet_pods() -> Vec<Value> {
+    vec![
+        agent_pod("media-capabilities-7xk2p", "amd-2", agent_labels()),
+        agent_pod("media-capabilities-q9d4w", "amd-1", agent_labels()),
+        agent_pod(
+            "liken-plugin-h2m8c",
+            "amd-2",
+            json!({"app.kubernetes.io/name": "liken"}),
+        ),
+    ]
+}
+
 /// The note of a failed probe names the node and the command that shows that node's agent log:
 /// the pod itself when `caps` may list pods in liken-system (found by the DaemonSet's labels and
 /// `spec.nodeName`), else the command that finds it. A 403 on pods is a reader's normal role and
 /// changes nothing else; any other failure of the lookup is one warning, never a failed `caps`.
 #[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
 fn a_failed_probe_points_to_its_nodes_agent_log() {
-    let server = TestApiServer::start();
-    let text = std::fs::read_to_string(fleet()).unwrap();
-    let list: Value = serde_yaml::from_str(&text).unwrap();
-    for item in list["items"].as_array().unwrap() {
-        server.put(item.clone()).unwrap();
-    }
-    server
-        .put(agent_pod(
-            "media-capabilities-7xk2p",
-            "amd-2",
-            agent_labels(),
-        ))
-        .unwrap();
-    // Another node's agent, and another program's pod on amd-2: neither is the one.
-    server
-        .put(agent_pod(
-            "media-capabilities-q9d4w",
-            "amd-1",
-            agent_labels(),
-        ))
-        .unwrap();
-    server
-        .put(agent_pod(
-            "liken-plugin-h2m8c",
-            "amd-2",
-            json!({"app.kubernetes.io/name": "liken"}),
-        ))
-        .unwrap();
+    // The fleet's control plane holds [`fleet_pods`].
+    let cp = crate::cluster::fleet_cluster();
+    let proxy = FaultProxy::start(cp);
+    let server = &proxy;
     let caps = |args: &[&str]| crate::kubectl_media(args, server.kubeconfig());
     let note = |out: &Output| {
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -824,21 +819,16 @@ fn a_failed_probe_points_to_its_nodes_agent_log() {
                     app.kubernetes.io/name=media-capabilities --field-selector \
                     spec.nodeName=amd-2, then kubectl logs -n liken-system POD)";
 
-    let mark = server.request_mark();
+    let mark = server.mark();
     let out = caps(&["caps"]);
     assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
     assert_eq!(note(&out), found);
-    let pod_lists: Vec<_> = server
-        .requests_since(mark)
-        .into_iter()
-        .filter(|r| r.resource.as_deref() == Some("pods"))
-        .collect();
+    let pod_lists = server.lists_since(mark, "pods");
     assert_eq!(
         pod_lists.len(),
         1,
         "one listing for the one failed node: {pod_lists:?}"
     );
-    assert_eq!(pod_lists[0].verb, "list");
     assert!(
         pod_lists[0].path.contains("/namespaces/liken-system/pods"),
         "{pod_lists:?}"
@@ -853,9 +843,17 @@ fn a_failed_probe_points_to_its_nodes_agent_log() {
         "{pod_lists:?}"
     );
 
-    // No right to list pods: the command that finds the pod, and nothing else changes.
-    server.fail_next_matching(1, Fault::Forbidden, Some("list"), Some("pods"));
-    let out = caps(&["caps"]);
+    // No right to list pods (the real server's RBAC): the command that finds the pod, and
+    // nothing else changes.
+    let dir = tempfile::tempdir().unwrap();
+    let reader = objects::reader(
+        cp,
+        dir.path(),
+        "caps-no-pods",
+        &["resourceslices.resource.k8s.io"],
+        &[],
+    );
+    let out = crate::kubectl_media(&["caps"], &reader);
     assert!(out.status.success(), "{out:?}");
     assert!(
         out.stderr.is_empty(),
@@ -865,7 +863,7 @@ fn a_failed_probe_points_to_its_nodes_agent_log() {
     assert_eq!(note(&out), fallback);
 
     // Any other failure: the same, with one warning saying why.
-    server.fail_next_matching(1, Fault::InternalError, Some("list"), Some("pods"));
+    server.fail_next(1, Fault::InternalError, "pods");
     let out = caps(&["caps"]);
     assert!(out.status.success(), "{out:?}");
     let stderr = String::from_utf8(out.stderr.clone()).unwrap();
@@ -877,17 +875,14 @@ fn a_failed_probe_points_to_its_nodes_agent_log() {
     assert_eq!(note(&out), fallback);
 
     // JSON and YAML look nothing up: they carry no notes.
-    let mark = server.request_mark();
+    let mark = server.mark();
     assert!(caps(&["caps", "-o", "json"]).status.success());
-    assert!(
-        server
-            .requests_since(mark)
-            .iter()
-            .all(|r| r.resource.as_deref() != Some("pods"))
-    );
+    assert!(server.lists_since(mark, "pods").is_empty());
 
     // From a dump that holds the pods (kubectl get pods,resourceslices -A -o yaml), the file's
     // pod is named; from one without, the command that finds it.
+    let text = std::fs::read_to_string(fleet()).unwrap();
+    let list: Value = serde_yaml::from_str(&text).unwrap();
     let mut items = list["items"].as_array().unwrap().clone();
     items.push(agent_pod(
         "media-capabilities-dump1",

@@ -703,15 +703,19 @@ fn the_agents_rbac_is_bound_to_the_daemonsets_service_account() {
 /// agent must exit (so the kubelet restarts the container with the directory then at that path)
 /// rather than retry forever. `/proc/<pid>/fd/N` of an open handle resolves as such a mount does.
 #[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
 fn the_agent_exits_when_a_mounted_kubelet_directory_is_deleted() {
     use crate::support::agent::{AgentProcess, FAST, write_fleet};
-    use crate::support::apiserver::TestApiServer;
+    use crate::support::controlplane;
     use std::os::fd::AsRawFd;
 
-    let server = TestApiServer::start();
-    server
-        .put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"}}))
-        .expect("create the Node");
+    // The shared control plane, on a node of this test's own.
+    let cp = controlplane::shared();
+    let node = "deploy-mounted-dir";
+    cp.node(node, &[]);
     let reports = tempfile::tempdir().unwrap();
     write_fleet(reports.path(), 1);
     for (flag, dir, socket, role) in [
@@ -736,9 +740,9 @@ fn the_agent_exits_when_a_mounted_kubelet_directory_is_deleted() {
         let args: Vec<&str> = FAST.iter().copied().chain([flag, &mounted]).collect();
         let mut agent = AgentProcess::start(
             env!("CARGO_BIN_EXE_media-capabilities"),
-            "gpu-node-1",
+            node,
             reports.path(),
-            server.kubeconfig(),
+            cp.kubeconfig(),
             &args,
         );
         agent

@@ -1,14 +1,16 @@
 //! `kubectl media why` as a user runs it: the real binary with a scrubbed environment, on the
 //! pending-pod scenarios of docs/examples/why/ built on the example fleet. The explanations are
-//! snapshotted; exit codes, the JSON schema, the same answer from the test API server as from
-//! the files, missing permissions and bad input are checked.
+//! snapshotted; exit codes, the JSON schema, the same answer from the real control plane as from
+//! the files, missing permissions (the real server's RBAC) and bad input are checked.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Output;
+use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 
-use crate::support::apiserver::{Fault, TestApiServer};
+use crate::support::controlplane::{self, ControlPlane};
+use crate::support::objects;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -96,40 +98,76 @@ pub(crate) fn objects(files: &[impl AsRef<std::path::Path>]) -> Vec<Value> {
     out
 }
 
-/// A test API server holding the fleet and a scenario.
-fn server_with(scenario: &str, consumable_capacity: bool) -> TestApiServer {
-    let server = TestApiServer::start();
-    server.set_consumable_capacity(consumable_capacity);
-    let mut files = fleet_files();
-    files.push(example(&format!("why/{scenario}.yaml")));
-    // The server gives each object its own uid, as kube-apiserver does: pods go first, and the
-    // claims' owner references and reservations are pointed at the uids it gave them.
-    let (pods, others): (Vec<Value>, Vec<Value>) = objects(&files)
-        .into_iter()
-        .partition(|o| o["kind"] == "Pod");
-    let mut uids = std::collections::HashMap::new();
-    for pod in pods {
-        let stored = server.put(pod).expect("the test server takes the pod");
-        uids.insert(
-            stored["metadata"]["name"].as_str().unwrap().to_owned(),
-            stored["metadata"]["uid"].clone(),
-        );
-    }
-    for mut object in others {
-        for pointer in ["/metadata/ownerReferences", "/status/reservedFor"] {
-            if let Some(list) = object.pointer_mut(pointer).and_then(Value::as_array_mut) {
-                for reference in list {
-                    if let Some(uid) = reference["name"].as_str().and_then(|n| uids.get(n)) {
-                        reference["uid"] = uid.clone();
-                    }
-                }
-            }
+/// The product document's classes and the objects of `scenarios`, to load into a control plane.
+/// The pods are kept from the real scheduler (`schedulerName`): a scenario is a recorded state,
+/// which the scheduler would decide anew, writing its own events and conditions (the flow tests
+/// in tests/it/controlplane/product.rs have it decide). `why` does not read the field.
+pub(crate) fn scenario_objects(scenarios: &[&str]) -> Vec<Value> {
+    let mut files = vec![root().join("deploy/examples/classes.yaml")];
+    files.extend(
+        scenarios
+            .iter()
+            .map(|s| root().join(format!("docs/examples/why/{s}.yaml"))),
+    );
+    let mut loaded = objects(&files);
+    for object in &mut loaded {
+        if object["kind"] == "Pod" {
+            object["spec"]["schedulerName"] = "recorded-scenario".into();
         }
-        server
-            .put(object)
-            .expect("the test server takes the scenario");
     }
-    server
+    loaded
+}
+
+/// The control plane holding the example fleet and `scenario` (see [`scenario_objects`]).
+/// all-taken allocates every GPU to the agents' claims, so it has one of its own, on 1.34's
+/// default gates; the others share the fleet's ([`crate::cluster::fleet_cluster`]).
+fn cluster_of(scenario: &str) -> &'static ControlPlane {
+    static ALL_TAKEN: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
+    match scenario {
+        "all-taken" => ALL_TAKEN
+            .get_or_init(|| {
+                let cp = controlplane::shared_with("all-taken", &[])?;
+                let mut loaded = crate::cluster::example_fleet();
+                loaded.extend(scenario_objects(&["all-taken"]));
+                objects::create(&cp, &loaded);
+                Ok(cp)
+            })
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{e}")),
+        s if crate::cluster::FLEET_SCENARIOS.contains(&s) => crate::cluster::fleet_cluster(),
+        s => panic!("no control plane holds the scenario {s}"),
+    }
+}
+
+/// What `why` reads, each as `plural.group` for [`objects::reader`].
+const READS: [&str; 7] = [
+    "pods",
+    "events",
+    "nodes",
+    "resourceslices.resource.k8s.io",
+    "deviceclasses.resource.k8s.io",
+    "resourceclaims.resource.k8s.io",
+    "resourceclaimtemplates.resource.k8s.io",
+];
+
+/// A kubeconfig of a reader of `scenario`'s control plane who may list all that `why` reads
+/// but `without`, and `in_media` in the namespace media only.
+fn reader_without(
+    scenario: &str,
+    dir: &Path,
+    name: &str,
+    without: &[&str],
+    in_media: &[&str],
+) -> PathBuf {
+    let granted: Vec<&str> = READS.into_iter().filter(|r| !without.contains(r)).collect();
+    let namespaced: &[(&str, &[&str])] = &[("media", in_media)];
+    objects::reader(
+        cluster_of(scenario),
+        dir,
+        name,
+        &granted,
+        if in_media.is_empty() { &[] } else { namespaced },
+    )
 }
 
 #[test]
@@ -325,16 +363,28 @@ fn json_and_yaml_follow_the_documented_schema() {
     assert_eq!(yaml, record);
 }
 
+/// The lister and the reader agree on what the real server stores: the scenario loaded into
+/// the control plane explains as its files do. all-taken's control plane is 1.34 on its default
+/// gates, read at that release; the fleet's has DRAConsumableCapacity on, and is read as 1.36,
+/// the release the files are read at.
 #[test]
-fn the_test_api_server_gives_the_answer_the_files_give() {
-    for (scenario, pod, consumable_capacity, version) in [
-        ("all-taken", "film-0", false, "1.34"),
-        ("never-one-gpu", "proxy-0", true, "1.36"),
-        ("class-typo", "review-0", true, "1.36"),
-        ("all-taken", "claim/film-0-gpu-m4d8r", false, "1.34"),
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
+fn the_real_server_gives_the_answer_the_files_give() {
+    for (scenario, pod, version) in [
+        ("all-taken", "film-0", "1.34"),
+        ("no-gpu-qualifies", "archive-0", "1.36"),
+        ("class-typo", "review-0", "1.36"),
+        ("all-taken", "claim/film-0-gpu-m4d8r", "1.34"),
     ] {
-        let server = server_with(scenario, consumable_capacity);
-        let from_server = run(&["why", pod, "-n", "media"], Some(server.kubeconfig()));
+        let cp = cluster_of(scenario);
+        let mut args = vec!["why", pod, "-n", "media"];
+        if version != "1.34" {
+            args.extend(["--kubernetes-version", version]);
+        }
+        let from_server = run(&args, Some(cp.kubeconfig()));
         let from_files = why_files(
             pod,
             scenario,
@@ -342,26 +392,39 @@ fn the_test_api_server_gives_the_answer_the_files_give() {
         );
         // The same, but that a suggested `why` reads the files too (at the version given).
         let mut carried: String = fleet_files().iter().map(|f| format!(" -f {f}")).collect();
-        carried.push_str(&format!(
-            " -f {} --kubernetes-version {version}",
-            example(&format!("why/{scenario}.yaml"))
-        ));
+        carried.push_str(&format!(" -f {}", example(&format!("why/{scenario}.yaml"))));
+        let mut from_files = text(&from_files, 3).replace(&carried, "");
+        if version == "1.34" {
+            from_files = from_files.replace(" --kubernetes-version 1.34", "");
+        }
         assert_eq!(
             text(&from_server, 3),
-            text(&from_files, 3).replace(&carried, ""),
+            from_files,
             "{scenario}: the server (Kubernetes {version}) and the files disagree"
         );
     }
+    // Read at its own release, the fleet's server says why it takes DRAConsumableCapacity as on.
+    let out = run(
+        &["why", "archive-0", "-n", "media"],
+        Some(cluster_of("no-gpu-qualifies").kubeconfig()),
+    );
+    assert!(
+        text(&out, 3).contains(
+            "DRAConsumableCapacity taken as on: the API server stored allowMultipleAllocations"
+        ),
+        "{out:?}"
+    );
 }
 
 #[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
 fn a_kind_we_may_not_list_is_said_not_fatal() {
-    let server = server_with("never-one-gpu", true);
-    server.fail_next_matching(1, Fault::Forbidden, Some("list"), Some("events"));
-    let out = run(
-        &["why", "proxy-0", "-n", "media"],
-        Some(server.kubeconfig()),
-    );
+    let dir = tempfile::tempdir().unwrap();
+    let no_events = reader_without("all-taken", dir.path(), "why-no-events", &["events"], &[]);
+    let out = run(&["why", "film-0", "-n", "media"], Some(&no_events));
     let explanation = text(&out, 3);
     assert!(
         explanation.contains(
@@ -371,14 +434,14 @@ fn a_kind_we_may_not_list_is_said_not_fatal() {
     );
     assert!(explanation.contains("the scheduler's and the kubelet's messages are not shown"));
     // The pod's own condition is still read; the events are not.
-    assert!(explanation.contains("PodScheduled=False Unschedulable"));
-    assert!(!explanation.contains("FailedScheduling"));
-    // The pod itself is another matter: without it there is nothing to explain.
-    server.fail_next_matching(1, Fault::Forbidden, Some("list"), Some("pods"));
-    let out = run(
-        &["why", "proxy-0", "-n", "media"],
-        Some(server.kubeconfig()),
+    assert!(
+        explanation.contains("PodScheduled=False Unschedulable"),
+        "{explanation}"
     );
+    assert!(!explanation.contains("FailedScheduling"), "{explanation}");
+    // The pod itself is another matter: without it there is nothing to explain.
+    let no_pods = reader_without("all-taken", dir.path(), "why-no-pods", &["pods"], &[]);
+    let out = run(&["why", "film-0", "-n", "media"], Some(&no_pods));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
@@ -727,16 +790,19 @@ fn a_claim_on_its_own() {
         "{pod}"
     );
     // From the cluster, it reads the cluster (no -f).
-    let server = server_with("all-taken", true);
-    let out = run(
-        &["why", "claim/film-0-gpu-m4d8r", "-n", "media"],
-        Some(server.kubeconfig()),
-    );
-    let explanation = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        explanation.contains("; for all of the pod's claims: kubectl media why film-0 -n media\n"),
-        "{explanation}"
-    );
+    #[cfg(all(have_go, have_kubectl))]
+    {
+        let out = run(
+            &["why", "claim/film-0-gpu-m4d8r", "-n", "media"],
+            Some(cluster_of("all-taken").kubeconfig()),
+        );
+        let explanation = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            explanation
+                .contains("; for all of the pod's claims: kubectl media why film-0 -n media\n"),
+            "{explanation}"
+        );
+    }
 }
 
 /// `scenario` with its documents of `kind` left out, written to a file in `dir`.
@@ -1040,25 +1106,41 @@ fn without_nodes_the_node_side_is_unchecked_never_fine() {
         "{notes:#?}"
     );
 
-    // From the cluster, nodes forbidden: the same verdict and one note, with no -f hint.
-    let server = server_with("no-gpu-qualifies", true);
-    server.fail_next_matching(1, Fault::Forbidden, Some("list"), Some("nodes"));
-    let explanation = text(
-        &run(
-            &["why", "archive-0", "-n", "media"],
-            Some(server.kubeconfig()),
-        ),
-        4,
-    );
-    let (from_cluster, notes) = verdict_and_notes(&explanation);
-    assert_eq!(from_cluster, verdict);
-    let about_nodes: Vec<&String> = notes.iter().filter(|n| n.contains("node")).collect();
-    assert_eq!(about_nodes.len(), 1, "{notes:#?}");
-    assert!(
-        about_nodes[0].starts_with("note: nodes were not read (forbidden: cannot list nodes"),
-        "{notes:#?}"
-    );
-    assert!(!about_nodes[0].contains("-f"), "{notes:#?}");
+    // From the cluster, nodes forbidden by RBAC: the same verdict and one note, with no -f hint.
+    #[cfg(all(have_go, have_kubectl))]
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let reader = reader_without(
+            "no-gpu-qualifies",
+            dir.path(),
+            "why-no-nodes",
+            &["nodes"],
+            &[],
+        );
+        let explanation = text(
+            &run(
+                &[
+                    "why",
+                    "archive-0",
+                    "-n",
+                    "media",
+                    "--kubernetes-version",
+                    "1.36",
+                ],
+                Some(&reader),
+            ),
+            4,
+        );
+        let (from_cluster, notes) = verdict_and_notes(&explanation);
+        assert_eq!(from_cluster, verdict);
+        let about_nodes: Vec<&String> = notes.iter().filter(|n| n.contains("node")).collect();
+        assert_eq!(about_nodes.len(), 1, "{notes:#?}");
+        assert!(
+            about_nodes[0].starts_with("note: nodes were not read (forbidden: cannot list nodes"),
+            "{notes:#?}"
+        );
+        assert!(!about_nodes[0].contains("-f"), "{notes:#?}");
+    }
 
     // JSON says what was not checked, and blocked stays false.
     let mut json_args = args.clone();
@@ -1070,17 +1152,21 @@ fn without_nodes_the_node_side_is_unchecked_never_fine() {
 
 #[test]
 fn without_slices_or_classes_one_error_line() {
-    // From the cluster: the permission, and how to check it.
+    // From the cluster, refused by RBAC: the permission, and how to check it.
+    #[cfg(all(have_go, have_kubectl))]
     for (resource, plural) in [
         ("resourceslices", "resourceslices.resource.k8s.io"),
         ("deviceclasses", "deviceclasses.resource.k8s.io"),
     ] {
-        let server = server_with("all-taken", true);
-        server.fail_next_matching(1, Fault::Forbidden, Some("list"), Some(resource));
-        let e = crate::one_error_line(
-            run(&["why", "film-0", "-n", "media"], Some(server.kubeconfig())),
-            1,
+        let dir = tempfile::tempdir().unwrap();
+        let reader = reader_without(
+            "all-taken",
+            dir.path(),
+            &format!("why-no-{resource}"),
+            &[plural],
+            &[],
         );
+        let e = crate::one_error_line(run(&["why", "film-0", "-n", "media"], Some(&reader)), 1);
         assert!(
             e.starts_with(&format!(
                 "error: cannot explain pod media/film-0 without {resource}: they may not be listed: "
@@ -1188,16 +1274,21 @@ fn claims_not_in_the_files_are_not_said_missing() {
 }
 
 #[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
 fn claims_readable_in_the_namespace_only() {
-    let server = server_with("no-gpu-qualifies", true);
-    server.fail_next_matching(1, Fault::Forbidden, Some("list"), Some("resourceclaims"));
-    let explanation = text(
-        &run(
-            &["why", "archive-0", "-n", "media"],
-            Some(server.kubeconfig()),
-        ),
-        3,
+    let dir = tempfile::tempdir().unwrap();
+    let claims = "resourceclaims.resource.k8s.io";
+    let reader = reader_without(
+        "no-gpu-qualifies",
+        dir.path(),
+        "why-claims-in-media",
+        &[claims],
+        &[claims],
     );
+    let explanation = text(&run(&["why", "archive-0", "-n", "media"], Some(&reader)), 3);
     let (_, notes) = verdict_and_notes(&explanation);
     let about_claims: Vec<&String> = notes
         .iter()
@@ -1315,9 +1406,13 @@ fn the_help_s_examples_copy_as_they_read() {
     }
 }
 
-/// The help's saved-objects recipe, run as written with the real kubectl against the test API
-/// server: what it saves explains the pod as the cluster does.
+/// The help's saved-objects recipe, run as written with the real kubectl against the real
+/// control plane: what it saves explains the pod as the cluster does.
 #[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
 fn the_help_s_recipe_saves_what_why_needs() {
     let help = String::from_utf8(run(&["why", "--help"], None).stdout).unwrap();
     let recipe: Vec<&str> = help
@@ -1331,7 +1426,7 @@ fn the_help_s_recipe_saves_what_why_needs() {
         "kubectl media why transcode-0",
         &format!("{} why film-0", env!("CARGO_BIN_EXE_kubectl-media")),
     );
-    let server = server_with("all-taken", false);
+    let server = cluster_of("all-taken");
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new("sh")
         .args(["-c", &script])
@@ -1501,63 +1596,71 @@ fn namespaces_from_files_as_kubectl_s_flags_mean_them() {
 }
 
 #[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
 fn all_namespaces_from_the_cluster_never_chooses_for_the_user() {
-    let server = server_with("no-gpu-qualifies", true);
+    let cp = cluster_of("no-gpu-qualifies");
     // In one namespace: -A finds it there, whatever -n says.
     let out = run(
-        &["why", "archive-0", "-A", "-n", "other"],
-        Some(server.kubeconfig()),
+        &[
+            "why",
+            "archive-0",
+            "-A",
+            "-n",
+            "other",
+            "--kubernetes-version",
+            "1.36",
+        ],
+        Some(cp.kubeconfig()),
     );
     assert!(
         first_line(&out).starts_with("No node can allocate the claims of pod media/archive-0:"),
         "{out:?}"
     );
-    // In two: an error naming both, as from files.
-    server
-        .put(archive_0_in("other"))
-        .expect("the server takes the pod");
+    // In two: an error naming both, as from files. (Only this test uses the namespace other.)
+    let mut pod = archive_0_in("other");
+    pod["spec"]["schedulerName"] = "recorded-scenario".into();
+    objects::create(cp, &[pod]);
     assert_eq!(
-        crate::one_error_line(
-            run(&["why", "archive-0", "-A"], Some(server.kubeconfig())),
-            1
-        ),
+        crate::one_error_line(run(&["why", "archive-0", "-A"], Some(cp.kubeconfig())), 1),
         "error: pod archive-0 is in 2 namespaces: media, other (hint: choose one with -n, without -A)\n"
     );
 }
 
-/// From a 1.37 API server `why` lists DeviceTaintRules and applies them as that release's
-/// scheduler does; one it may not list is a note. From 1.36 none is listed.
+/// At 1.37 `why` applies DeviceTaintRules as that release's scheduler does; at 1.36 it does not.
+/// (From a cluster it lists them only from a 1.37 server, which the control plane, pinned at
+/// 1.34, is not.)
 #[test]
-fn device_taint_rules_from_a_1_37_cluster() {
-    let server = server_with("never-one-gpu", true);
-    server
-        .put(
-            serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+fn device_taint_rules_at_1_37() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = dir.path().join("rule.json");
+    std::fs::write(
+        &rule,
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
             "metadata": {"name": "maintenance"},
             "spec": {"deviceSelector": {"driver": "media.liken.sh"},
-                     "taint": {"key": "maintenance", "effect": "NoSchedule"}}}),
+                     "taint": {"key": "maintenance", "effect": "NoSchedule"}}})
+        .to_string(),
+    )
+    .unwrap();
+    let rule = rule.display().to_string();
+    let why = |version: &str| {
+        text(
+            &why_files(
+                "proxy-0",
+                "never-one-gpu",
+                &["-n", "media", "-f", &rule, "--kubernetes-version", version],
+            ),
+            3,
         )
-        .expect("the test server takes the rule");
-    let why = || {
-        let out = run(
-            &["why", "proxy-0", "-n", "media"],
-            Some(server.kubeconfig()),
-        );
-        text(&out, 3)
     };
-    let before = why();
+    let before = why("1.36");
     assert!(!before.contains("taint maintenance"), "{before}");
-    server.set_kubernetes_1_37(true);
-    let tainted = why();
+    let tainted = why("1.37");
     assert!(
         tainted.contains("taint maintenance:NoSchedule is not tolerated"),
         "{tainted}"
     );
-    server.fail_next_matching(1, Fault::Forbidden, Some("list"), Some("devicetaintrules"));
-    let forbidden = why();
-    assert!(
-        forbidden.contains("note: devicetaintrules were not read (forbidden: cannot list"),
-        "{forbidden}"
-    );
-    assert!(!forbidden.contains("taint maintenance"), "{forbidden}");
 }
