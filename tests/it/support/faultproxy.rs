@@ -1,0 +1,375 @@
+//! A fault-injecting proxy in front of the real kube-apiserver, for the answers the real server
+//! cannot be made to give on demand: a 500 or 503 `Status`, a 409 at a chosen moment, a load
+//! balancer's HTML page, a 429 with a chosen Retry-After, a connection dropped after the request,
+//! and a watch cut mid-stream. Everything else is forwarded untouched to the real server.
+//!
+//! It terminates TLS (with the API server's own serving certificate, which the cluster's CA signs
+//! for 127.0.0.1), because a TCP-level proxy sees neither the method nor the path inside TLS and
+//! cannot answer with a status of its own. Clients must authenticate with a bearer token (it
+//! passes through as a header; a client certificate would end at the proxy). Each forwarded
+//! request gets `Connection: close`, so every request arrives on a connection of its own and the
+//! proxy reads each request's head without parsing HTTP/1.1 keep-alive streams.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::rustls::{self, pki_types};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+/// A request head longer than this is refused: the API server's clients send a few hundred bytes.
+const MAX_HEAD: usize = 64 * 1024;
+/// A body the proxy reads before answering in place of the server (so the client is not reset
+/// mid-send); the agent's slices are well under this.
+const MAX_BODY: usize = 16 * 1024 * 1024;
+
+/// An answer the proxy gives instead of the server's.
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// A `Status` as kube-apiserver writes one: `code`, `reason` and `message`.
+    Status {
+        code: u16,
+        reason: &'static str,
+        message: String,
+    },
+    /// 429 as priority and fairness words it: plain text and `Retry-After` (the real server's
+    /// value grows with its own drop rate; this one is chosen).
+    TooManyRequests { retry_after_seconds: u64 },
+    /// A load balancer's HTML page with this code, no `Status`.
+    GatewayPage { code: u16 },
+    /// The request is read, then the connection closed without an answer.
+    Drop,
+}
+
+impl Fault {
+    /// 500 InternalError, worded as kube-apiserver wraps an internal error.
+    pub fn internal() -> Fault {
+        Fault::Status {
+            code: 500,
+            reason: "InternalError",
+            message: "Internal error occurred: injected fault".into(),
+        }
+    }
+
+    /// 503 ServiceUnavailable.
+    pub fn unavailable() -> Fault {
+        Fault::Status {
+            code: 503,
+            reason: "ServiceUnavailable",
+            message: "the server is currently unable to handle the request".into(),
+        }
+    }
+
+    /// 409 Conflict on `resource` `name`, worded as for a stale resourceVersion.
+    pub fn conflict(resource: &str, name: &str) -> Fault {
+        Fault::Status {
+            code: 409,
+            reason: "Conflict",
+            message: format!(
+                "Operation cannot be fulfilled on {resource} \"{name}\": the object has been \
+                 modified; please apply your changes to the latest version and try again"
+            ),
+        }
+    }
+
+    fn response(&self) -> Vec<u8> {
+        let (code, content_type, extra, body) = match self {
+            Fault::Status {
+                code,
+                reason,
+                message,
+            } => {
+                let status = serde_json::json!({
+                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": message, "reason": reason, "code": code,
+                });
+                (*code, "application/json", String::new(), status.to_string())
+            }
+            Fault::TooManyRequests {
+                retry_after_seconds,
+            } => (
+                429,
+                "text/plain; charset=utf-8",
+                format!("Retry-After: {retry_after_seconds}\r\nX-Content-Type-Options: nosniff\r\n"),
+                "Too many requests, please try again later.\n".to_string(),
+            ),
+            Fault::GatewayPage { code } => {
+                let reason = reason_phrase(*code);
+                let page = format!(
+                    "<html>\r\n<head><title>{code} {reason}</title></head>\r\n<body>\r\n\
+                     <center><h1>{code} {reason}</h1></center>\r\n</body>\r\n</html>\r\n"
+                );
+                (*code, "text/html", String::new(), page)
+            }
+            Fault::Drop => unreachable!("a dropped connection has no response"),
+        };
+        format!(
+            "HTTP/1.1 {code} {}\r\nContent-Type: {content_type}\r\n{extra}Content-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            reason_phrase(code),
+            body.len()
+        )
+        .into_bytes()
+    }
+}
+
+fn reason_phrase(code: u16) -> &'static str {
+    http::StatusCode::from_u16(code)
+        .ok()
+        .and_then(|c| c.canonical_reason())
+        .unwrap_or("Error")
+}
+
+/// Which requests a fault is for, and how many more times.
+struct Rule {
+    method: Option<&'static str>,
+    /// A substring of the request target (path and query).
+    target: Option<String>,
+    remaining: usize,
+    fault: Fault,
+}
+
+/// What the proxy did with one request.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub method: String,
+    pub target: String,
+    /// The fault it answered with, or None when forwarded.
+    pub fault: Option<String>,
+    pub at: Instant,
+}
+
+#[derive(Default)]
+struct Shared {
+    rules: Mutex<Vec<Rule>>,
+    answers: Mutex<Vec<Answer>>,
+    live_watches: AtomicUsize,
+    cut: tokio::sync::Notify,
+}
+
+/// A running proxy; it stops when dropped.
+pub struct FaultProxy {
+    /// `https://127.0.0.1:PORT`.
+    pub url: String,
+    shared: Arc<Shared>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl FaultProxy {
+    /// Starts a proxy to `upstream` (`https://127.0.0.1:PORT`), presenting `cert` and `key` and
+    /// trusting `ca` for the upstream (see [`super::controlplane::ControlPlane::serving_pem`]).
+    pub fn start(upstream: &str, cert: &Path, key: &Path, ca: &Path) -> FaultProxy {
+        use pki_types::pem::PemObject;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let chain: Vec<pki_types::CertificateDer<'static>> =
+            pki_types::CertificateDer::pem_file_iter(cert)
+                .expect("read the serving certificate")
+                .map(|c| c.expect("a certificate"))
+                .collect();
+        let key = pki_types::PrivateKeyDer::from_pem_file(key).expect("read the serving key");
+        let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .expect("a TLS server configuration");
+        server.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let mut roots = rustls::RootCertStore::empty();
+        for c in pki_types::CertificateDer::pem_file_iter(ca).expect("read the CA") {
+            roots.add(c.expect("a CA certificate")).unwrap();
+        }
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let upstream = upstream
+            .strip_prefix("https://")
+            .expect("an https:// upstream")
+            .to_string();
+
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let listener = runtime
+            .block_on(TcpListener::bind("127.0.0.1:0"))
+            .expect("bind the proxy");
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        let shared = Arc::new(Shared::default());
+        let acceptor = TlsAcceptor::from(Arc::new(server));
+        let connector = TlsConnector::from(Arc::new(client));
+        let state = Arc::clone(&shared);
+        runtime.spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, connector) = (acceptor.clone(), connector.clone());
+                let (state, upstream) = (Arc::clone(&state), upstream.clone());
+                tokio::spawn(async move {
+                    if let Ok(tls) = acceptor.accept(tcp).await {
+                        // A broken client or upstream connection ends only its own request.
+                        let _ = serve(tls, &state, &connector, &upstream).await;
+                    }
+                });
+            }
+        });
+        FaultProxy {
+            url,
+            shared,
+            _runtime: runtime,
+        }
+    }
+
+    /// Answers the next `n` requests with `method` (any if None) whose target contains
+    /// `target` (any if None) with `fault`. Rules are tried in the order they were added.
+    pub fn fail_next(&self, n: usize, fault: Fault, method: Option<&'static str>, target: Option<&str>) {
+        self.shared.rules.lock().unwrap().push(Rule {
+            method,
+            target: target.map(str::to_string),
+            remaining: n,
+            fault,
+        });
+    }
+
+    /// Forwards everything from now on.
+    pub fn clear_faults(&self) {
+        self.shared.rules.lock().unwrap().clear();
+    }
+
+    /// Every request so far and what was done with it.
+    pub fn answers(&self) -> Vec<Answer> {
+        self.shared.answers.lock().unwrap().clone()
+    }
+
+    /// How many watches are being forwarded now.
+    pub fn live_watches(&self) -> usize {
+        self.shared.live_watches.load(Ordering::SeqCst)
+    }
+
+    /// Cuts every watch being forwarded (both connections closed mid-stream); returns how many.
+    pub fn cut_watches(&self) -> usize {
+        let n = self.live_watches();
+        self.shared.cut.notify_waiters();
+        n
+    }
+}
+
+/// Reads until the end of the request head; returns the head (with its blank line) and what
+/// was read past it.
+async fn read_head(stream: &mut (impl AsyncRead + Unpin)) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = buf.split_off(end + 4);
+            return Ok((buf, rest));
+        }
+        if buf.len() > MAX_HEAD {
+            return Err(std::io::Error::other("request head too long"));
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+async fn serve(
+    mut client: tokio_rustls::server::TlsStream<TcpStream>,
+    shared: &Shared,
+    connector: &TlsConnector,
+    upstream: &str,
+) -> std::io::Result<()> {
+    let (head, rest) = read_head(&mut client).await?;
+    let text = String::from_utf8_lossy(&head).into_owned();
+    let mut lines = text.split("\r\n");
+    let mut request_line = lines.next().unwrap_or_default().split(' ');
+    let method = request_line.next().unwrap_or_default().to_string();
+    let target = request_line.next().unwrap_or_default().to_string();
+    let headers: Vec<&str> = lines.filter(|l| !l.is_empty()).collect();
+    let length = headers
+        .iter()
+        .find_map(|h| {
+            let (name, value) = h.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse::<usize>().ok())?
+        })
+        .unwrap_or(0);
+
+    let fault = {
+        let mut rules = shared.rules.lock().unwrap();
+        let hit = rules.iter_mut().find(|r| {
+            r.remaining > 0
+                && r.method.is_none_or(|m| m == method)
+                && r.target.as_deref().is_none_or(|t| target.contains(t))
+        });
+        hit.map(|r| {
+            r.remaining -= 1;
+            r.fault.clone()
+        })
+    };
+    shared.answers.lock().unwrap().push(Answer {
+        method: method.clone(),
+        target: target.clone(),
+        fault: fault.as_ref().map(|f| format!("{f:?}")),
+        at: Instant::now(),
+    });
+
+    if let Some(fault) = fault {
+        // The whole request is read first, as the server would, so the client is not reset
+        // while it still sends.
+        let mut left = length.min(MAX_BODY).saturating_sub(rest.len());
+        let mut sink = [0u8; 8192];
+        while left > 0 {
+            let n = client.read(&mut sink[..left.min(8192)]).await?;
+            if n == 0 {
+                break;
+            }
+            left -= n;
+        }
+        if !matches!(fault, Fault::Drop) {
+            client.write_all(&fault.response()).await?;
+            client.shutdown().await?;
+        }
+        return Ok(());
+    }
+
+    let tcp = TcpStream::connect(upstream).await?;
+    let name = pki_types::ServerName::IpAddress(
+        upstream
+            .rsplit_once(':')
+            .and_then(|(host, _)| host.parse::<std::net::IpAddr>().ok())
+            .expect("an IP upstream")
+            .into(),
+    );
+    let mut server = connector.connect(name, tcp).await?;
+    let mut forwarded = format!("{method} {target} HTTP/1.1\r\n");
+    for h in &headers {
+        let name = h.split(':').next().unwrap_or_default();
+        if !name.eq_ignore_ascii_case("connection") && !name.eq_ignore_ascii_case("keep-alive") {
+            forwarded.push_str(h);
+            forwarded.push_str("\r\n");
+        }
+    }
+    forwarded.push_str("Connection: close\r\n\r\n");
+    server.write_all(forwarded.as_bytes()).await?;
+    server.write_all(&rest).await?;
+
+    let watch = target.contains("watch=true") || target.contains("watch=1");
+    if !watch {
+        tokio::io::copy_bidirectional(&mut client, &mut server).await?;
+        return Ok(());
+    }
+    shared.live_watches.fetch_add(1, Ordering::SeqCst);
+    let cut = shared.cut.notified();
+    let result = tokio::select! {
+        copied = tokio::io::copy_bidirectional(&mut client, &mut server) => copied.map(|_| ()),
+        () = cut => Ok(()),
+    };
+    shared.live_watches.fetch_sub(1, Ordering::SeqCst);
+    result
+}
