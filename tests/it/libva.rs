@@ -6,8 +6,8 @@
 //! words. These tests need libva (`apt-get install libva2 libva-drm2`); without it they are
 //! reported as ignored, with that command.
 
-use crate::support::agent::{AgentProcess, FAST};
 use crate::agent::{Setup, setup};
+use crate::support::agent::{AgentProcess, FAST};
 use crate::support::vadriver::{
     FakeGpu, FakeNode, KERNEL_NO_FILE, KERNEL_NO_INIT, scenario_from_report,
 };
@@ -560,14 +560,18 @@ fn wait_reaped(pids: &[i32]) {
 /// A node name of its own for each agent of these tests.
 fn next_node() -> String {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    format!("libva-{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
+    format!(
+        "libva-{}",
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    )
 }
 
 /// The agent on `node` (with `args`), on a node of its own of the agent tests' control plane;
 /// and its log line for the GPU at 0000:03:00.0 once that was probed.
 fn agent_probing(node: &FakeNode, args: &[&str]) -> (Setup<'static>, AgentProcess, String) {
     let s = setup(&next_node(), 0);
-    let agent = AgentProcess::start_with(BIN, &s.node, &node.args(), &node.env(), &s.kubeconfig, args);
+    let agent =
+        AgentProcess::start_with(BIN, &s.node, &node.args(), &node.env(), &s.kubeconfig, args);
     let line = agent
         .log
         .wait_for("pci-0000-03-00-0 (", Duration::from_secs(30));

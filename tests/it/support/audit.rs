@@ -162,7 +162,11 @@ impl Audit {
     }
 
     /// Polls until `cond` holds on the events so far.
-    pub fn wait_until(&self, timeout: Duration, mut cond: impl FnMut(&[Event]) -> bool) -> Result<(), String> {
+    pub fn wait_until(
+        &self,
+        timeout: Duration,
+        mut cond: impl FnMut(&[Event]) -> bool,
+    ) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
         loop {
             if cond(&self.events()) {
@@ -180,8 +184,14 @@ impl Audit {
 mod tests {
     #[test]
     fn timestamps_and_queries_read_as_the_server_writes_them() {
-        assert_eq!(super::epoch_seconds("1970-01-02T00:00:01.500000Z"), 86_401.5);
-        assert_eq!(super::epoch_seconds("2026-12-02T00:00:39.000000Z"), 1_796_169_639.0);
+        assert_eq!(
+            super::epoch_seconds("1970-01-02T00:00:01.500000Z"),
+            86_401.5
+        );
+        assert_eq!(
+            super::epoch_seconds("2026-12-02T00:00:39.000000Z"),
+            1_796_169_639.0
+        );
         assert_eq!(
             super::decode("spec.nodeName%3Dn1%2Cspec.driver%3Dmedia.liken.sh"),
             "spec.nodeName=n1,spec.driver=media.liken.sh"

@@ -93,7 +93,9 @@ impl Fault {
             } => (
                 429,
                 "text/plain; charset=utf-8",
-                format!("Retry-After: {retry_after_seconds}\r\nX-Content-Type-Options: nosniff\r\n"),
+                format!(
+                    "Retry-After: {retry_after_seconds}\r\nX-Content-Type-Options: nosniff\r\n"
+                ),
                 "Too many requests, please try again later.\n".to_string(),
             ),
             Fault::GatewayPage { code } => {
@@ -140,6 +142,8 @@ pub struct Answer {
     /// The fault it answered with, or None when forwarded.
     pub fault: Option<String>,
     pub at: Instant,
+    /// The same moment in seconds since the Unix epoch, to compare with the audit log's.
+    pub wall: f64,
 }
 
 #[derive(Default)]
@@ -225,7 +229,13 @@ impl FaultProxy {
 
     /// Answers the next `n` requests with `method` (any if None) whose target contains
     /// `target` (any if None) with `fault`. Rules are tried in the order they were added.
-    pub fn fail_next(&self, n: usize, fault: Fault, method: Option<&'static str>, target: Option<&str>) {
+    pub fn fail_next(
+        &self,
+        n: usize,
+        fault: Fault,
+        method: Option<&'static str>,
+        target: Option<&str>,
+    ) {
         self.shared.rules.lock().unwrap().push(Rule {
             method,
             target: target.map(str::to_string),
@@ -317,6 +327,10 @@ async fn serve(
         target: target.clone(),
         fault: fault.as_ref().map(|f| format!("{f:?}")),
         at: Instant::now(),
+        wall: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64(),
     });
 
     if let Some(fault) = fault {

@@ -38,7 +38,8 @@ impl Kube {
             .build()
             .expect("tokio runtime");
         let client = runtime.block_on(async {
-            let file = kube::config::Kubeconfig::read_from(kubeconfig).expect("read the kubeconfig");
+            let file =
+                kube::config::Kubeconfig::read_from(kubeconfig).expect("read the kubeconfig");
             let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
                 .await
                 .expect("a client configuration");
@@ -47,7 +48,12 @@ impl Kube {
         Kube { client, runtime }
     }
 
-    fn call(&self, method: &str, path: &str, body: Option<(&str, &Value)>) -> Result<Value, kube::Error> {
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<(&str, &Value)>,
+    ) -> Result<Value, kube::Error> {
         let mut request = http::Request::builder().method(method).uri(path);
         let bytes = match body {
             Some((content_type, body)) => {
@@ -111,7 +117,8 @@ impl Kube {
         match self.get(&at) {
             Some(stored) => {
                 let mut object = object.clone();
-                object["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"].clone();
+                object["metadata"]["resourceVersion"] =
+                    stored["metadata"]["resourceVersion"].clone();
                 self.replace(&at, &object)
             }
             None => self.create(collection, object),
