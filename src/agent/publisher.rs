@@ -852,6 +852,8 @@ impl Publisher {
                         {
                             delay = delay.max(asked);
                             not_before = Some(Instant::now() + asked);
+                            // Nor a read: the resync waits as long.
+                            resync.reset_at(Instant::now() + asked);
                         }
                         retry_at = Some(Instant::now() + delay);
                     }
@@ -935,6 +937,15 @@ impl Publisher {
                             }
                         }
                         Err(e) => {
+                            // A throttled read waits as asked too: the next read and any write.
+                            if let PublishError::Api { cause, .. } = &e
+                                && let Some(asked) = cause.retry_after()
+                            {
+                                let at = Instant::now() + asked;
+                                not_before = Some(at);
+                                retry_at = Some(retry_at.map_or(at, |r| r.max(at)));
+                                resync.reset_at(at);
+                            }
                             let outage = matches!(&e, PublishError::Api { cause, .. }
                                 if api_unanswered(&self.health, &self.config.api_url, cause));
                             if !outage {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 
 	"github.com/spf13/pflag"
@@ -21,9 +22,31 @@ import (
 // serviceAccountIssuer is the issuer kubeadm sets (`--service-account-issuer`).
 const serviceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
 
+// auditPolicy records who called what on DRA's objects and Nodes, at Metadata level (no
+// bodies): the tests count an agent's requests there, by verb and answer, rather than trusting
+// the agent's own counters. Other resources are left out to keep the log small.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  resources:
+  - group: resource.k8s.io
+  - group: ""
+    resources: [nodes]
+- level: None
+`
+
+func writeAuditPolicy(f files) error {
+	if err := os.WriteFile(f.auditPolicy, []byte(auditPolicy), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", f.auditPolicy, err)
+	}
+	return nil
+}
+
 // startAPIServer runs kube-apiserver on listener until ctx ends; its result arrives on the
 // returned channel (nil after a clean stop).
-func startAPIServer(ctx context.Context, listener net.Listener, etcdURL string, f files, gates string) (<-chan error, error) {
+func startAPIServer(ctx context.Context, listener net.Listener, etcdURL string, f files, gates, runtimeConfig string) (<-chan error, error) {
 	s := apiopts.NewServerRunOptions()
 	fs := pflag.NewFlagSet("kube-apiserver", pflag.ContinueOnError)
 	for _, set := range s.Flags().FlagSets {
@@ -55,9 +78,22 @@ func startAPIServer(ctx context.Context, listener net.Listener, etcdURL string, 
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + f.proxyCert,
 		"--proxy-client-key-file=" + f.proxyKey,
+		// A stop waits for in-flight requests, then gives the HTTP server 2 s (answering 429
+		// meanwhile) instead of the request timeout, 60 s, that open watches would take.
+		"--shutdown-send-retry-after=true",
+		"--audit-policy-file=" + f.auditPolicy,
+		"--audit-log-path=" + f.auditLog,
+		// blocking: each event is written before the request's answer completes, so a test
+		// that saw an answer finds its event (batch mode would hold it back up to a second).
+		"--audit-log-mode=blocking",
+		"--audit-log-format=json",
+		"--audit-log-maxbackup=0",
 	}
 	if gates != "" {
 		flags = append(flags, "--feature-gates="+gates)
+	}
+	if runtimeConfig != "" {
+		flags = append(flags, "--runtime-config="+runtimeConfig)
 	}
 	if err := fs.Parse(flags); err != nil {
 		return nil, fmt.Errorf("kube-apiserver flags: %w", err)

@@ -5,6 +5,7 @@ package main
 //	node NAME [KEY=VALUE...]   -> "node NAME"    a Ready node with these labels
 //	token NS SA POD NODE       -> "token JWT"    a token of SA bound to pod POD on node NODE
 //	stop                       -> "stopped"      (after a clean shutdown; also on EOF, SIGTERM)
+//	apiserver stop|start       -> "apiserver stopped|started"   (restart.go)
 //
 // A failed command answers "error MESSAGE" and the harness carries on.
 

@@ -4,10 +4,10 @@
 //
 //	controlplane --dir DIR [--port N] [--start-timeout D]
 //
-// DIR (created; must be new or empty) receives admin.kubeconfig, the keys and etcd's data, and
-// is removed on stop. stdout carries one line per event: "ready URL" once /readyz is ok, the
+// DIR (created; must be new or empty) receives admin.kubeconfig, the keys, etcd's data and
+// kube-apiserver's audit log (audit.log, see apiserver.go), and is removed on stop. stdout carries one line per event: "ready URL" once /readyz is ok, the
 // scheduler's informers have synced and the controllers run; then the answers to the commands of
-// commands.go. A start that fails prints "error MESSAGE" and exits 1. The components' logs go
+// commands.go and restart.go. A start that fails prints "error MESSAGE" and exits 1. The components' logs go
 // to stderr.
 package main
 
@@ -49,17 +49,18 @@ func main() {
 	// One registry holds the gates for the whole process: the scheduler and the controllers
 	// see what kube-apiserver's --feature-gates set.
 	gates := flag.String("feature-gates", "", "kube-apiserver's --feature-gates (KEY=BOOL,...), for every component")
+	runtimeConfig := flag.String("runtime-config", "", "kube-apiserver's --runtime-config (GROUP/VERSION=BOOL,...): API versions off by default")
 	flag.CommandLine.SetOutput(io.Discard)
 	if err := flag.CommandLine.Parse(os.Args[1:]); err != nil || *dir == "" || flag.NArg() > 0 {
 		if err == nil {
 			err = errors.New("--dir is required and nothing else")
 		}
-		fail(fmt.Errorf("%w (hint: controlplane --dir DIR [--port N] [--start-timeout 3m] [--feature-gates KEY=BOOL,...])", err))
+		fail(fmt.Errorf("%w (hint: controlplane --dir DIR [--port N] [--start-timeout 3m] [--feature-gates KEY=BOOL,...] [--runtime-config GROUP/VERSION=BOOL,...])", err))
 	}
 	if err := prepareDir(*dir); err != nil {
 		fail(err)
 	}
-	os.Exit(serve(*dir, *port, *startTimeout, *gates))
+	os.Exit(serve(*dir, *port, *startTimeout, *gates, *runtimeConfig))
 }
 
 // fail reports a start that failed, on both streams: stdout for the tests' protocol, stderr
@@ -85,14 +86,14 @@ func prepareDir(dir string) error {
 }
 
 // serve starts everything, answers commands until stop, EOF or a signal, and stops.
-func serve(dir string, port int, startTimeout time.Duration, gates string) int {
+func serve(dir string, port int, startTimeout time.Duration, gates, runtimeConfig string) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 
 	began := time.Now()
-	c, err := start(ctx, dir, port, startTimeout, gates)
+	c, err := start(ctx, dir, port, startTimeout, gates, runtimeConfig)
 	if err != nil {
 		if c != nil {
 			c.stop()
@@ -112,6 +113,10 @@ loop:
 		case line, ok := <-lines:
 			if !ok || line == "stop" {
 				break loop
+			}
+			if answer, ok := c.apiserverCommand(line); ok {
+				fmt.Println(answer)
+				continue
 			}
 			fmt.Println(run(ctx, c.client, line))
 		case sig := <-signals:
@@ -158,6 +163,10 @@ type cluster struct {
 	stopEtcd  func()
 	client    kubernetes.Interface
 	serverURL string
+	// api is kube-apiserver's current run, apart from running: the apiserver commands stop it
+	// and start it again (restart.go).
+	api      *apiRun
+	apiStart apiStart
 }
 
 type component struct {
@@ -167,7 +176,7 @@ type component struct {
 
 // start brings the control plane up in order, each part waiting for the one it needs. On error
 // the returned cluster (if any) holds what started, for stop.
-func start(ctx context.Context, dir string, port int, timeout time.Duration, gates string) (*cluster, error) {
+func start(ctx context.Context, dir string, port int, timeout time.Duration, gates, runtimeConfig string) (*cluster, error) {
 	deadline := time.Now().Add(timeout)
 	listener, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
@@ -193,14 +202,15 @@ func start(ctx context.Context, dir string, port int, timeout time.Duration, gat
 	c.stopEtcd = etcd.Close
 
 	ctx, c.cancel = context.WithCancel(ctx)
-	apiDone, err := startAPIServer(ctx, listener, etcdURL, f, gates)
-	if err != nil {
+	c.apiStart = apiStart{ctx: ctx, port: port, etcdURL: etcdURL, f: f, gates: gates, runtimeConfig: runtimeConfig, timeout: timeout}
+	if err := writeAuditPolicy(f); err != nil {
 		listener.Close()
 		return c, err
 	}
-	api := component{"kube-apiserver", make(chan error, 1)}
-	c.running = append(c.running, api)
-	go forward(apiDone, api.done)
+	if c.api, err = c.apiStart.run(listener, c.died); err != nil {
+		listener.Close()
+		return c, err
+	}
 
 	config, err := clientcmd.BuildConfigFromFlags("", f.adminKubeconfig)
 	if err != nil {
@@ -243,9 +253,6 @@ func start(ctx context.Context, dir string, port int, timeout time.Duration, gat
 	return c, nil
 }
 
-// forward turns a result channel into a component's.
-func forward(from <-chan error, to chan<- error) { to <- <-from }
-
 // watchDeath reports a component that stops on its own.
 func watchDeath(comp component, died chan<- error) {
 	err := <-comp.done
@@ -259,6 +266,11 @@ func watchDeath(comp component, died chan<- error) {
 // await polls ready until it holds, a component stops, or the deadline passes.
 func (c *cluster) await(ctx context.Context, deadline time.Time, what string, ready func(context.Context) bool) error {
 	for {
+		select {
+		case <-c.api.exited:
+			return fmt.Errorf("kube-apiserver stopped while waiting for %s: %v", what, c.api.err)
+		default:
+		}
 		for _, comp := range c.running {
 			select {
 			case err := <-comp.done:
@@ -305,6 +317,9 @@ func (c *cluster) stop() error {
 		case <-deadline:
 			late = append(late, c.running[i].name)
 		}
+	}
+	if c.api != nil && !c.api.stop(deadline) {
+		late = append(late, "kube-apiserver")
 	}
 	if c.stopEtcd != nil {
 		c.stopEtcd()

@@ -106,6 +106,7 @@ func (p *pki) issue(serial int64, subject pkix.Name, hosts []string) (certPEM, k
 type files struct {
 	caCert, servingCert, servingKey, saKey, adminKubeconfig string
 	proxyCert, proxyKey                                     string
+	auditPolicy, auditLog                                   string
 }
 
 // writePKI writes every key and certificate into dir, and the admin kubeconfig for serverURL.
@@ -118,6 +119,8 @@ func writePKI(dir, serverURL string) (files, error) {
 		adminKubeconfig: filepath.Join(dir, "admin.kubeconfig"),
 		proxyCert:       filepath.Join(dir, "front-proxy-client.crt"),
 		proxyKey:        filepath.Join(dir, "front-proxy-client.key"),
+		auditPolicy:     filepath.Join(dir, "audit-policy.yaml"),
+		auditLog:        filepath.Join(dir, "audit.log"),
 	}
 	p, err := newPKI()
 	if err != nil {

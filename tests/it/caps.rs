@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
 
-use crate::support::faultproxy::{Fault, FaultProxy};
+use crate::support::listproxy::{Fault, FaultProxy};
 use crate::support::objects;
 
 fn root() -> PathBuf {

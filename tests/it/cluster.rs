@@ -1,5 +1,5 @@
 //! `kubectl media` against a cluster: the real binary talking to the real control plane
-//! (tests/it/support/controlplane.rs), through the fault proxy (tests/it/support/faultproxy.rs)
+//! (tests/it/support/controlplane.rs), through the fault proxy (tests/it/support/listproxy.rs)
 //! where a test needs an answer the real server does not give on cue, and kubectl applying what
 //! `class` writes.
 
@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::support::controlplane::{self, ControlPlane};
-use crate::support::faultproxy::{Fault, FaultProxy};
+use crate::support::listproxy::{Fault, FaultProxy};
 use crate::support::objects;
 use crate::{error_line, kubectl_media};
 use serde_json::Value;

@@ -6,8 +6,8 @@
 //! words. These tests need libva (`apt-get install libva2 libva-drm2`); without it they are
 //! reported as ignored, with that command.
 
+use crate::agent::{Setup, setup};
 use crate::support::agent::{AgentProcess, FAST};
-use crate::support::apiserver::TestApiServer;
 use crate::support::vadriver::{
     FakeGpu, FakeNode, KERNEL_NO_FILE, KERNEL_NO_INIT, scenario_from_report,
 };
@@ -296,8 +296,8 @@ fn every_recorded_report_round_trips_through_the_real_libva() {
 
 #[test]
 #[cfg_attr(
-    not(have_libva),
-    ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2"
+    not(all(have_libva, have_go, have_kubectl)),
+    ignore = "needs libva2 and libva-drm2 (apt-get install libva2 libva-drm2), kubectl and Go 1.26 or newer for the control plane"
 )]
 fn the_agent_publishes_the_same_slice_live_as_from_reports() {
     let mut records = recorded();
@@ -310,23 +310,14 @@ fn the_agent_publishes_the_same_slice_live_as_from_reports() {
         )
         .unwrap();
     }
+    // Each agent on a node of its own; the slices compare without the node's name.
     let slice = |source: &[std::ffi::OsString], env: &[(&str, std::ffi::OsString)]| {
-        let server = TestApiServer::start();
-        server
-            .put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"}}))
-            .expect("create the Node");
-        let _agent =
-            AgentProcess::start_with(BIN, "gpu-node-1", source, env, server.kubeconfig(), FAST);
-        server
-            .wait_until(Duration::from_secs(30), |s| {
-                s.get("resourceslices", "", "gpu-node-1-media.liken.sh")
-                    .is_some()
-            })
-            .expect("the agent publishes its slice");
-        let slice = server
-            .get("resourceslices", "", "gpu-node-1-media.liken.sh")
-            .unwrap();
-        slice["spec"].clone()
+        let s = setup(&next_node(), 0);
+        let _agent = AgentProcess::start_with(BIN, &s.node, source, env, &s.kubeconfig, FAST);
+        let mut spec = s.wait_slice("the agent publishes its slice", |_| true)["spec"].clone();
+        spec["nodeName"] = json!("NODE");
+        spec["pool"]["name"] = json!("NODE");
+        spec
     };
     let live = slice(&node.args(), &node.env());
     let recorded = slice(&["--reports".into(), reports.path().into()], &[]);
@@ -566,25 +557,25 @@ fn wait_reaped(pids: &[i32]) {
     }
 }
 
-/// The agent on `node` (as node `gpu-node-1`, with `args`) against a fresh test API server that
-/// holds its Node; and its log line for the GPU at 0000:03:00.0 once that was probed.
-fn agent_probing(node: &FakeNode, args: &[&str]) -> (TestApiServer, AgentProcess, String) {
-    let server = TestApiServer::start();
-    server
-        .put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"}}))
-        .expect("create the Node");
-    let agent = AgentProcess::start_with(
-        BIN,
-        "gpu-node-1",
-        &node.args(),
-        &node.env(),
-        server.kubeconfig(),
-        args,
-    );
+/// A node name of its own for each agent of these tests.
+fn next_node() -> String {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    format!(
+        "libva-{}",
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    )
+}
+
+/// The agent on `node` (with `args`), on a node of its own of the agent tests' control plane;
+/// and its log line for the GPU at 0000:03:00.0 once that was probed.
+fn agent_probing(node: &FakeNode, args: &[&str]) -> (Setup<'static>, AgentProcess, String) {
+    let s = setup(&next_node(), 0);
+    let agent =
+        AgentProcess::start_with(BIN, &s.node, &node.args(), &node.env(), &s.kubeconfig, args);
     let line = agent
         .log
         .wait_for("pci-0000-03-00-0 (", Duration::from_secs(30));
-    (server, agent, line)
+    (s, agent, line)
 }
 
 #[test]
@@ -681,8 +672,8 @@ fn long_and_invalid_utf8_vendor_strings_are_published_sanitised() {
 
 #[test]
 #[cfg_attr(
-    not(have_libva),
-    ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2"
+    not(all(have_libva, have_go, have_kubectl)),
+    ignore = "needs libva2 and libva-drm2 (apt-get install libva2 libva-drm2), kubectl and Go 1.26 or newer for the control plane"
 )]
 fn the_agent_stays_small_while_a_driver_floods_stderr() {
     let good = healthy();
@@ -698,16 +689,8 @@ fn the_agent_stays_small_while_a_driver_floods_stderr() {
             scenario: format!("spew {}\nact init segv\n", 64 << 20),
         },
     ]);
-    let (server, agent, line) = agent_probing(&node, FAST);
-    server
-        .wait_until(Duration::from_secs(30), |s| {
-            s.get("resourceslices", "", "gpu-node-1-media.liken.sh")
-                .is_some()
-        })
-        .expect("the agent publishes its slice");
-    let slice = server
-        .get("resourceslices", "", "gpu-node-1-media.liken.sh")
-        .unwrap();
+    let (s, agent, line) = agent_probing(&node, FAST);
+    let slice = s.wait_slice("the agent publishes its slice", |_| true);
     let devices = slice["spec"]["devices"].as_array().unwrap();
     assert_eq!(devices.len(), 2, "both GPUs are published");
     let peak = vm_hwm(agent.pid()).expect("the agent runs");
@@ -766,8 +749,8 @@ fn ctrl_c_and_sigterm_end_probe_and_every_probe_child_with_it() {
 
 #[test]
 #[cfg_attr(
-    not(have_libva),
-    ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2"
+    not(all(have_libva, have_go, have_kubectl)),
+    ignore = "needs libva2 and libva-drm2 (apt-get install libva2 libva-drm2), kubectl and Go 1.26 or newer for the control plane"
 )]
 fn the_agent_reaps_what_a_killed_probe_leaves_behind() {
     let node = FakeNode::new(vec![FakeGpu {
@@ -777,7 +760,7 @@ fn the_agent_reaps_what_a_killed_probe_leaves_behind() {
     }]);
     let mut args: Vec<&str> = FAST.to_vec();
     args.extend(["--probe-timeout", "1s"]);
-    let (_server, _agent, line) = agent_probing(&node, &args);
+    let (_node, _agent, line) = agent_probing(&node, &args);
     assert!(
         line.contains("timed out after 1.0s and was killed with its process group"),
         "{line}"
@@ -791,8 +774,8 @@ fn the_agent_reaps_what_a_killed_probe_leaves_behind() {
 
 #[test]
 #[cfg_attr(
-    not(have_libva),
-    ignore = "needs libva2 and libva-drm2: apt-get install libva2 libva-drm2"
+    not(all(have_libva, have_go, have_kubectl)),
+    ignore = "needs libva2 and libva-drm2 (apt-get install libva2 libva-drm2), kubectl and Go 1.26 or newer for the control plane"
 )]
 fn the_agent_reaps_a_helper_that_left_the_probes_process_group() {
     let node = FakeNode::new(vec![FakeGpu {
@@ -800,7 +783,7 @@ fn the_agent_reaps_a_helper_that_left_the_probes_process_group() {
         pci: pci("0000:03:00.0", "1002", "744c", "amdgpu"),
         scenario: acting("vaQueryConfigProfiles escape-then-segv"),
     }]);
-    let (_server, _agent, line) = agent_probing(&node, FAST);
+    let (_node, _agent, line) = agent_probing(&node, FAST);
     assert!(line.contains("killed by SIGSEGV"), "{line}");
     let escapee: i32 = std::fs::read_to_string(node.scenarios().join("renderD128.pids"))
         .unwrap()

@@ -1,4 +1,4 @@
-//! Running the real `media-capabilities` agent against the test API server: recorded reports
+//! Running the real `media-capabilities` agent against an API server: recorded reports
 //! for any number of GPUs, the process with its log captured line by line (so tests wait for a
 //! line instead of sleeping), its health port, and SIGTERM.
 
@@ -121,7 +121,7 @@ pub const FAST: &[&str] = &[
 ];
 
 impl AgentProcess {
-    /// Starts `media-capabilities` for `node` with recorded `reports`, the test server's
+    /// Starts `media-capabilities` for `node` with recorded `reports`, the server's
     /// `kubeconfig`, kubelet sockets in a temp dir, the health port on an ephemeral port, and
     /// `extra` flags; waits until it logged its health address.
     pub fn start(

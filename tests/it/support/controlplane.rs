@@ -324,7 +324,7 @@ pub struct ControlPlane {
     log: PathBuf,
     io: Mutex<Io>,
     // Holds the log beside the state directory (which the program removes itself).
-    _run: RunDir,
+    run: RunDir,
 }
 
 /// The running program's pipes.
@@ -355,7 +355,7 @@ impl ControlPlane {
             kubeconfig: run.path().join("state/admin.kubeconfig"),
             log: run.path().join("controlplane.log"),
             io: Mutex::new(io),
-            _run: run,
+            run,
         })
     }
 
@@ -437,12 +437,16 @@ impl ControlPlane {
 
     /// Sends one command line and returns its answer, panicking on an `error` answer.
     fn command(&self, line: &str) -> String {
+        self.command_within(line, COMMAND_TIMEOUT)
+    }
+
+    fn command_within(&self, line: &str, timeout: Duration) -> String {
         let mut io = self.io.lock().unwrap_or_else(|e| e.into_inner());
         let stdin = io.stdin.as_mut().expect("the control plane is running");
         writeln!(stdin, "{line}").unwrap_or_else(|e| panic!("send {line:?}: {e}"));
         let answer = io
             .lines
-            .recv_timeout(COMMAND_TIMEOUT)
+            .recv_timeout(timeout)
             .unwrap_or_else(|e| panic!("{line:?}: no answer ({e}); log: {}", self.log_tail()));
         if let Some(error) = answer.strip_prefix("error ") {
             panic!("{line:?}: {error}");
@@ -464,6 +468,36 @@ impl ControlPlane {
             .strip_prefix("token ")
             .unwrap_or_else(|| panic!("unexpected answer {answer:?}"))
             .to_string()
+    }
+
+    /// Stops kube-apiserver (connections to [`Self::url`] are refused); etcd and the other
+    /// components keep running. Only on an instance of the test's own ([`Self::start`]).
+    pub fn stop_apiserver(&self) {
+        assert_eq!(self.command("apiserver stop"), "apiserver stopped");
+    }
+
+    /// Starts kube-apiserver again on the same port and etcd; returns once its /readyz is ok.
+    pub fn start_apiserver(&self) {
+        assert_eq!(
+            self.command_within("apiserver start", START_TIMEOUT),
+            "apiserver started"
+        );
+    }
+
+    /// kube-apiserver's audit log (JSON lines, Metadata level, for DRA's objects and Nodes).
+    pub fn audit_log(&self) -> PathBuf {
+        self.run.path().join("state/audit.log")
+    }
+
+    /// The API server's serving certificate and key (PEM), valid for 127.0.0.1 and signed by
+    /// the cluster's CA, and that CA: what a proxy in front of the server can present.
+    pub fn serving_pem(&self) -> (PathBuf, PathBuf, PathBuf) {
+        let state = self.run.path().join("state");
+        (
+            state.join("apiserver.crt"),
+            state.join("apiserver.key"),
+            state.join("ca.crt"),
+        )
     }
 
     /// A kubeconfig at `path` for this cluster that authenticates with `token` only.

@@ -1,360 +1,389 @@
-//! A fault proxy in front of the real control plane: plain HTTP on loopback, forwarding each
-//! request to kube-apiserver as its admin (kube-rs's client: TLS, client certificate), except
-//! that the next N lists matching a rule get an injected answer instead.
+//! A fault-injecting proxy in front of the real kube-apiserver, for the answers the real server
+//! cannot be made to give on demand: a 500 or 503 `Status`, a 409 at a chosen moment, a load
+//! balancer's HTML page, a 429 with a chosen Retry-After, a connection dropped after the request,
+//! and a watch cut mid-stream. Everything else is forwarded untouched to the real server.
 //!
-//! What it injects, and why the real server cannot be made to give it on cue: a 500 (a healthy
-//! kube-apiserver fails internally on no request), priority and fairness' 429 with Retry-After
-//! (only real overload throttles), a load balancer's HTML page and a 404 on a path the server
-//! serves (both come from something in front of the server, never from it), and a slow answer
-//! (it answers a list at once). A 403 (RBAC), a 401 (an unknown token), paging and selectors
-//! come from the real server through it. It records what it was asked, for the tests of how a
-//! client pages and retries.
+//! It terminates TLS (with the API server's own serving certificate, which the cluster's CA signs
+//! for 127.0.0.1), because a TCP-level proxy sees neither the method nor the path inside TLS and
+//! cannot answer with a status of its own. Clients must authenticate with a bearer token (it
+//! passes through as a header; a client certificate would end at the proxy). Each forwarded
+//! request gets `Connection: close`, so every request arrives on a connection of its own and the
+//! proxy reads each request's head without parsing HTTP/1.1 keep-alive streams.
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Bytes, Incoming};
-use hyper::{Request, Response, StatusCode, header};
-use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::rustls::{self, pki_types};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use super::controlplane::ControlPlane;
+/// A request head longer than this is refused: the API server's clients send a few hundred bytes.
+const MAX_HEAD: usize = 64 * 1024;
+/// A body the proxy reads before answering in place of the server (so the client is not reset
+/// mid-send); the agent's slices are well under this.
+const MAX_BODY: usize = 16 * 1024 * 1024;
 
-/// What the proxy answers in place of the server.
-#[derive(Debug, Clone, Copy)]
-pub enum Fault {
-    /// 500 as kube-apiserver words an internal error, with the cause "injected fault".
-    InternalError,
-    /// 429 as priority and fairness answers it: Go's `http.Error`, plain text, `Retry-After`
-    /// (k8s.io/apiserver `pkg/server/filters`, `tooManyRequests`).
-    TooManyRequests { retry_after_seconds: u64 },
-    /// A load balancer's HTML error page (nginx's wording) with this status.
-    GatewayPage { code: u16 },
-    /// 404 as kube-apiserver answers a path no handler serves (a proxy that drops a resource).
-    NotFound,
-    /// The real answer, sent this much later.
-    Delay(Duration),
-}
-
-/// One request the proxy answered.
+/// An answer the proxy gives instead of the server's.
 #[derive(Debug, Clone)]
-pub struct Seen {
-    pub method: String,
-    pub path: String,
-    pub query: String,
-    pub status: u16,
-    pub answered_at: Instant,
+pub enum Fault {
+    /// A `Status` as kube-apiserver writes one: `code`, `reason` and `message`.
+    Status {
+        code: u16,
+        reason: &'static str,
+        message: String,
+    },
+    /// 429 as priority and fairness words it: plain text and `Retry-After` (the real server's
+    /// value grows with its own drop rate; this one is chosen).
+    TooManyRequests { retry_after_seconds: u64 },
+    /// A load balancer's HTML page with this code, no `Status`.
+    GatewayPage { code: u16 },
+    /// The request is read, then the connection closed without an answer.
+    Drop,
 }
 
+impl Fault {
+    /// 500 InternalError, worded as kube-apiserver wraps an internal error.
+    pub fn internal() -> Fault {
+        Fault::Status {
+            code: 500,
+            reason: "InternalError",
+            message: "Internal error occurred: injected fault".into(),
+        }
+    }
+
+    /// 503 ServiceUnavailable.
+    pub fn unavailable() -> Fault {
+        Fault::Status {
+            code: 503,
+            reason: "ServiceUnavailable",
+            message: "the server is currently unable to handle the request".into(),
+        }
+    }
+
+    /// 409 Conflict on `resource` `name`, worded as for a stale resourceVersion.
+    pub fn conflict(resource: &str, name: &str) -> Fault {
+        Fault::Status {
+            code: 409,
+            reason: "Conflict",
+            message: format!(
+                "Operation cannot be fulfilled on {resource} \"{name}\": the object has been \
+                 modified; please apply your changes to the latest version and try again"
+            ),
+        }
+    }
+
+    fn response(&self) -> Vec<u8> {
+        let (code, content_type, extra, body) = match self {
+            Fault::Status {
+                code,
+                reason,
+                message,
+            } => {
+                let status = serde_json::json!({
+                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": message, "reason": reason, "code": code,
+                });
+                (*code, "application/json", String::new(), status.to_string())
+            }
+            Fault::TooManyRequests {
+                retry_after_seconds,
+            } => (
+                429,
+                "text/plain; charset=utf-8",
+                format!(
+                    "Retry-After: {retry_after_seconds}\r\nX-Content-Type-Options: nosniff\r\n"
+                ),
+                "Too many requests, please try again later.\n".to_string(),
+            ),
+            Fault::GatewayPage { code } => {
+                let reason = reason_phrase(*code);
+                let page = format!(
+                    "<html>\r\n<head><title>{code} {reason}</title></head>\r\n<body>\r\n\
+                     <center><h1>{code} {reason}</h1></center>\r\n</body>\r\n</html>\r\n"
+                );
+                (*code, "text/html", String::new(), page)
+            }
+            Fault::Drop => unreachable!("a dropped connection has no response"),
+        };
+        format!(
+            "HTTP/1.1 {code} {}\r\nContent-Type: {content_type}\r\n{extra}Content-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            reason_phrase(code),
+            body.len()
+        )
+        .into_bytes()
+    }
+}
+
+fn reason_phrase(code: u16) -> &'static str {
+    http::StatusCode::from_u16(code)
+        .ok()
+        .and_then(|c| c.canonical_reason())
+        .unwrap_or("Error")
+}
+
+/// Which requests a fault is for, and how many more times.
 struct Rule {
-    fault: Fault,
+    method: Option<&'static str>,
+    /// A substring of the request target (path and query).
+    target: Option<String>,
     remaining: usize,
-    /// The last segment of a GET's path: the resource a list reads (`pods`, `resourceslices`).
-    resource: String,
+    fault: Fault,
+}
+
+/// What the proxy did with one request.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub method: String,
+    pub target: String,
+    /// The fault it answered with, or None when forwarded.
+    pub fault: Option<String>,
+    pub at: Instant,
+    /// The same moment in seconds since the Unix epoch, to compare with the audit log's.
+    pub wall: f64,
 }
 
 #[derive(Default)]
-struct State {
-    rules: Vec<Rule>,
-    seen: Vec<Seen>,
+struct Shared {
+    rules: Mutex<Vec<Rule>>,
+    answers: Mutex<Vec<Answer>>,
+    live_watches: AtomicUsize,
+    cut: tokio::sync::Notify,
 }
 
-/// A running proxy; it stops when dropped or on [`FaultProxy::stop`].
+/// A running proxy; it stops when dropped.
 pub struct FaultProxy {
-    /// `http://127.0.0.1:PORT`.
+    /// `https://127.0.0.1:PORT`.
     pub url: String,
-    state: Arc<Mutex<State>>,
-    stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
-    kubeconfig: PathBuf,
-    _dir: tempfile::TempDir,
+    shared: Arc<Shared>,
+    _runtime: tokio::runtime::Runtime,
 }
 
 impl FaultProxy {
-    /// A proxy in front of `cp`, with a kubeconfig of its own that reaches the server through it.
-    pub fn start(cp: &ControlPlane) -> FaultProxy {
-        let runtime = tokio::runtime::Builder::new_current_thread()
+    /// Starts a proxy to `upstream` (`https://127.0.0.1:PORT`), presenting `cert` and `key` and
+    /// trusting `ca` for the upstream (see [`super::controlplane::ControlPlane::serving_pem`]).
+    pub fn start(upstream: &str, cert: &Path, key: &Path, ca: &Path) -> FaultProxy {
+        use pki_types::pem::PemObject;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let chain: Vec<pki_types::CertificateDer<'static>> =
+            pki_types::CertificateDer::pem_file_iter(cert)
+                .expect("read the serving certificate")
+                .map(|c| c.expect("a certificate"))
+                .collect();
+        let key = pki_types::PrivateKeyDer::from_pem_file(key).expect("read the serving key");
+        let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .expect("a TLS server configuration");
+        server.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let mut roots = rustls::RootCertStore::empty();
+        for c in pki_types::CertificateDer::pem_file_iter(ca).expect("read the CA") {
+            roots.add(c.expect("a CA certificate")).unwrap();
+        }
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let upstream = upstream
+            .strip_prefix("https://")
+            .expect("an https:// upstream")
+            .to_string();
+
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
             .enable_all()
             .build()
-            .unwrap();
-        let admin = kube::config::Kubeconfig::read_from(cp.kubeconfig()).expect("admin kubeconfig");
-        let client = runtime.block_on(async {
-            let config = kube::Config::from_custom_kubeconfig(admin, &Default::default())
-                .await
-                .expect("admin kubeconfig");
-            kube::Client::try_from(config).expect("a client of the control plane")
+            .expect("tokio runtime");
+        let listener = runtime
+            .block_on(TcpListener::bind("127.0.0.1:0"))
+            .expect("bind the proxy");
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        let shared = Arc::new(Shared::default());
+        let acceptor = TlsAcceptor::from(Arc::new(server));
+        let connector = TlsConnector::from(Arc::new(client));
+        let state = Arc::clone(&shared);
+        runtime.spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, connector) = (acceptor.clone(), connector.clone());
+                let (state, upstream) = (Arc::clone(&state), upstream.clone());
+                tokio::spawn(async move {
+                    if let Ok(tls) = acceptor.accept(tcp).await {
+                        // A broken client or upstream connection ends only its own request.
+                        let _ = serve(tls, &state, &connector, &upstream).await;
+                    }
+                });
+            }
         });
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let addr: SocketAddr = listener.local_addr().unwrap();
-        let state = Arc::new(Mutex::new(State::default()));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let shared = state.clone();
-        std::thread::spawn(move || {
-            runtime.block_on(serve(listener, client, shared, stopped));
-        });
-        let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: media-test\n  cluster: {{server: 'http://{addr}'}}\n\
-                 contexts:\n- name: media-test\n  context: {{cluster: media-test, user: media-test}}\n\
-                 current-context: media-test\nusers:\n- name: media-test\n  user: {{}}\n"
-            ),
-        )
-        .unwrap();
         FaultProxy {
-            url: format!("http://{addr}"),
-            state,
-            stop: Mutex::new(Some(stop)),
-            kubeconfig,
-            _dir: dir,
+            url,
+            shared,
+            _runtime: runtime,
         }
     }
 
-    /// The kubeconfig whose only context reaches the server through the proxy, as its admin.
-    pub fn kubeconfig(&self) -> &Path {
-        &self.kubeconfig
-    }
-
-    /// Answers the next `n` GETs of `resource` (a list of it) with `fault`.
-    pub fn fail_next(&self, n: usize, fault: Fault, resource: &str) {
-        lock(&self.state).rules.push(Rule {
-            fault,
+    /// Answers the next `n` requests with `method` (any if None) whose target contains
+    /// `target` (any if None) with `fault`. Rules are tried in the order they were added.
+    pub fn fail_next(
+        &self,
+        n: usize,
+        fault: Fault,
+        method: Option<&'static str>,
+        target: Option<&str>,
+    ) {
+        self.shared.rules.lock().unwrap().push(Rule {
+            method,
+            target: target.map(str::to_string),
             remaining: n,
-            resource: resource.to_string(),
+            fault,
         });
     }
 
-    /// How many requests were answered so far, for [`FaultProxy::requests_since`].
-    pub fn mark(&self) -> usize {
-        lock(&self.state).seen.len()
+    /// Forwards everything from now on.
+    pub fn clear_faults(&self) {
+        self.shared.rules.lock().unwrap().clear();
     }
 
-    /// The requests answered since `mark`.
-    pub fn requests_since(&self, mark: usize) -> Vec<Seen> {
-        lock(&self.state).seen[mark..].to_vec()
+    /// Every request so far and what was done with it.
+    pub fn answers(&self) -> Vec<Answer> {
+        self.shared.answers.lock().unwrap().clone()
     }
 
-    /// The GETs of `resource` answered since `mark`.
-    pub fn lists_since(&self, mark: usize, resource: &str) -> Vec<Seen> {
-        self.requests_since(mark)
-            .into_iter()
-            .filter(|s| s.method == "GET" && last_segment(&s.path) == resource)
-            .collect()
+    /// How many watches are being forwarded now.
+    pub fn live_watches(&self) -> usize {
+        self.shared.live_watches.load(Ordering::SeqCst)
     }
 
-    /// Closes the listening socket: connections are refused from then on.
-    pub fn stop(&self) {
-        if let Some(stop) = lock(&self.stop).take() {
-            let _ = stop.send(());
-        }
-        // The accept loop drops the listener when it sees the signal.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while std::net::TcpStream::connect(self.url.trim_start_matches("http://")).is_ok() {
-            assert!(Instant::now() < deadline, "the proxy still listens");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    /// Cuts every watch being forwarded (both connections closed mid-stream); returns how many.
+    pub fn cut_watches(&self) -> usize {
+        let n = self.live_watches();
+        self.shared.cut.notify_waiters();
+        n
     }
 }
 
-impl Drop for FaultProxy {
-    fn drop(&mut self) {
-        if let Some(stop) = lock(&self.stop).take() {
-            let _ = stop.send(());
+/// Reads until the end of the request head; returns the head (with its blank line) and what
+/// was read past it.
+async fn read_head(stream: &mut (impl AsyncRead + Unpin)) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = buf.split_off(end + 4);
+            return Ok((buf, rest));
         }
+        if buf.len() > MAX_HEAD {
+            return Err(std::io::Error::other("request head too long"));
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn last_segment(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or("")
 }
 
 async fn serve(
-    listener: std::net::TcpListener,
-    client: kube::Client,
-    state: Arc<Mutex<State>>,
-    mut stopped: tokio::sync::oneshot::Receiver<()>,
-) {
-    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-    loop {
-        let stream = tokio::select! {
-            _ = &mut stopped => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(_) => continue,
-            },
-        };
-        let (client, state) = (client.clone(), state.clone());
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                answer(request, client.clone(), state.clone())
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
-}
+    mut client: tokio_rustls::server::TlsStream<TcpStream>,
+    shared: &Shared,
+    connector: &TlsConnector,
+    upstream: &str,
+) -> std::io::Result<()> {
+    let (head, rest) = read_head(&mut client).await?;
+    let text = String::from_utf8_lossy(&head).into_owned();
+    let mut lines = text.split("\r\n");
+    let mut request_line = lines.next().unwrap_or_default().split(' ');
+    let method = request_line.next().unwrap_or_default().to_string();
+    let target = request_line.next().unwrap_or_default().to_string();
+    let headers: Vec<&str> = lines.filter(|l| !l.is_empty()).collect();
+    let length = headers
+        .iter()
+        .find_map(|h| {
+            let (name, value) = h.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse::<usize>().ok())?
+        })
+        .unwrap_or(0);
 
-async fn answer(
-    request: Request<Incoming>,
-    client: kube::Client,
-    state: Arc<Mutex<State>>,
-) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
-    let (parts, body) = request.into_parts();
-    let method = parts.method.to_string();
-    let path = parts.uri.path().to_string();
-    let query = parts.uri.query().unwrap_or("").to_string();
     let fault = {
-        let mut state = lock(&state);
-        let is_get = parts.method == hyper::Method::GET;
-        state
-            .rules
-            .iter_mut()
-            .find(|r| r.remaining > 0 && is_get && last_segment(&path) == r.resource)
-            .map(|r| {
-                r.remaining -= 1;
-                r.fault
-            })
+        let mut rules = shared.rules.lock().unwrap();
+        let hit = rules.iter_mut().find(|r| {
+            r.remaining > 0
+                && r.method.is_none_or(|m| m == method)
+                && r.target.as_deref().is_none_or(|t| target.contains(t))
+        });
+        hit.map(|r| {
+            r.remaining -= 1;
+            r.fault.clone()
+        })
     };
-    let response = match fault {
-        Some(Fault::Delay(delay)) => {
-            tokio::time::sleep(delay).await;
-            forward(parts, body, &client).await
-        }
-        Some(fault) => injected(fault),
-        None => forward(parts, body, &client).await,
-    };
-    lock(&state).seen.push(Seen {
-        method,
-        path,
-        query,
-        status: response.status().as_u16(),
-        answered_at: Instant::now(),
+    shared.answers.lock().unwrap().push(Answer {
+        method: method.clone(),
+        target: target.clone(),
+        fault: fault.as_ref().map(|f| format!("{f:?}")),
+        at: Instant::now(),
+        wall: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64(),
     });
-    Ok(response)
-}
 
-fn injected(fault: Fault) -> Response<Full<Bytes>> {
-    let (code, content_type, body, retry_after) = match fault {
-        Fault::InternalError => (
-            500,
-            "application/json",
-            status_json(
-                500,
-                "InternalError",
-                "Internal error occurred: injected fault",
-            ),
-            None,
-        ),
-        Fault::NotFound => (
-            404,
-            "application/json",
-            status_json(
-                404,
-                "NotFound",
-                "the server could not find the requested resource",
-            ),
-            None,
-        ),
-        Fault::TooManyRequests {
-            retry_after_seconds,
-        } => (
-            429,
-            "text/plain; charset=utf-8",
-            "Too many requests, please try again later.\n".to_string(),
-            Some(retry_after_seconds),
-        ),
-        Fault::GatewayPage { code } => {
-            let reason = StatusCode::from_u16(code)
-                .ok()
-                .and_then(|c| c.canonical_reason())
-                .unwrap_or("Error");
-            let page = format!(
-                "<html>\r\n<head><title>{code} {reason}</title></head>\r\n<body>\r\n\
-                 <center><h1>{code} {reason}</h1></center>\r\n</body>\r\n</html>\r\n"
-            );
-            (code, "text/html", page, None)
+    if let Some(fault) = fault {
+        // The whole request is read first, as the server would, so the client is not reset
+        // while it still sends.
+        let mut left = length.min(MAX_BODY).saturating_sub(rest.len());
+        let mut sink = [0u8; 8192];
+        while left > 0 {
+            let n = client.read(&mut sink[..left.min(8192)]).await?;
+            if n == 0 {
+                break;
+            }
+            left -= n;
         }
-        Fault::Delay(_) => unreachable!("a delay forwards"),
-    };
-    let mut response = Response::builder()
-        .status(code)
-        .header(header::CONTENT_TYPE, content_type);
-    if let Some(seconds) = retry_after {
-        response = response
-            .header(header::RETRY_AFTER, seconds)
-            .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff");
+        if !matches!(fault, Fault::Drop) {
+            client.write_all(&fault.response()).await?;
+            client.shutdown().await?;
+        }
+        return Ok(());
     }
-    response.body(Full::new(Bytes::from(body))).unwrap()
-}
 
-/// A `Status` as kube-apiserver writes one (`details.causes` as `errors.NewInternalError` has them).
-fn status_json(code: u16, reason: &str, message: &str) -> String {
-    let mut status = serde_json::json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason, "code": code,
-    });
-    if code == 500 {
-        status["details"] = serde_json::json!({"causes": [{"message": "injected fault"}]});
-    }
-    status.to_string()
-}
-
-async fn forward(
-    parts: hyper::http::request::Parts,
-    body: Incoming,
-    client: &kube::Client,
-) -> Response<Full<Bytes>> {
-    let body = match body.collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) => return bad_gateway(&format!("read the request: {e}")),
-    };
-    let mut request = Request::builder().method(parts.method).uri(
-        parts
-            .uri
-            .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/"),
+    let tcp = TcpStream::connect(upstream).await?;
+    let name = pki_types::ServerName::IpAddress(
+        upstream
+            .rsplit_once(':')
+            .and_then(|(host, _)| host.parse::<std::net::IpAddr>().ok())
+            .expect("an IP upstream")
+            .into(),
     );
-    for (name, value) in &parts.headers {
-        if name != header::HOST && name != header::AUTHORIZATION {
-            request = request.header(name, value);
+    let mut server = connector.connect(name, tcp).await?;
+    let mut forwarded = format!("{method} {target} HTTP/1.1\r\n");
+    for h in &headers {
+        let name = h.split(':').next().unwrap_or_default();
+        if !name.eq_ignore_ascii_case("connection") && !name.eq_ignore_ascii_case("keep-alive") {
+            forwarded.push_str(h);
+            forwarded.push_str("\r\n");
         }
     }
-    let request = request
-        .body(kube::client::Body::from(body.to_vec()))
-        .unwrap();
-    let upstream = match client.send(request).await {
-        Ok(upstream) => upstream,
-        Err(e) => return bad_gateway(&e.to_string()),
-    };
-    let (head, body) = upstream.into_parts();
-    let bytes = match body.collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) => return bad_gateway(&format!("read the answer: {e}")),
-    };
-    let mut response = Response::builder().status(head.status);
-    for (name, value) in &head.headers {
-        // hyper sets the framing of the whole body it sends.
-        if name != header::CONTENT_LENGTH && name != header::TRANSFER_ENCODING {
-            response = response.header(name, value);
-        }
-    }
-    response.body(Full::new(bytes)).unwrap()
-}
+    forwarded.push_str("Connection: close\r\n\r\n");
+    server.write_all(forwarded.as_bytes()).await?;
+    server.write_all(&rest).await?;
 
-fn bad_gateway(why: &str) -> Response<Full<Bytes>> {
-    Response::builder()
-        .status(502)
-        .header(header::CONTENT_TYPE, "text/plain")
-        .body(Full::new(Bytes::from(format!("fault proxy: {why}\n"))))
-        .unwrap()
+    let watch = target.contains("watch=true") || target.contains("watch=1");
+    if !watch {
+        tokio::io::copy_bidirectional(&mut client, &mut server).await?;
+        return Ok(());
+    }
+    shared.live_watches.fetch_add(1, Ordering::SeqCst);
+    let cut = shared.cut.notified();
+    let result = tokio::select! {
+        copied = tokio::io::copy_bidirectional(&mut client, &mut server) => copied.map(|_| ()),
+        () = cut => Ok(()),
+    };
+    shared.live_watches.fetch_sub(1, Ordering::SeqCst);
+    result
 }

@@ -7,13 +7,16 @@
 
 pub mod agent;
 pub mod apiserver;
+pub mod audit;
 pub mod controlplane;
 pub mod examples;
 pub mod faultproxy;
 pub mod generated;
 pub mod grpc_raw;
+pub mod kube;
 pub mod kubelet;
 pub mod kubelet_real;
+pub mod listproxy;
 pub mod objects;
 pub mod oracle;
 pub mod timing;
