@@ -40,6 +40,8 @@ const ROUNDS: usize = 7;
 const WALKS: usize = 5;
 const SLICES: &str = "/apis/resource.k8s.io/v1/resourceslices";
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+/// kubectl's page size, which caps uses too.
+const PAGE: usize = 500;
 
 /// Two commands run by turns (a, b, a, b...), `rounds` times each.
 fn interleaved(
@@ -170,23 +172,27 @@ fn main() {
 
     // Where the time goes: the pages caps asks for, fetched by curl.
     let credentials = cluster::credentials(&cp, dir.path());
-    let (mut json_walks, mut proto_walks) = (Vec::new(), Vec::new());
-    for _ in 0..walks {
-        let mut tokens = Vec::new();
-        json_walks.push(cluster::curl_pages(
-            &cp,
-            &credentials,
-            SLICES,
-            "application/json",
-            &mut tokens,
-        ));
-        proto_walks.push(cluster::curl_pages(
-            &cp,
-            &credentials,
-            SLICES,
-            PROTOBUF,
-            &mut tokens,
-        ));
+    // As caps pages (500), and in one response; the two encodings of each walk by turns.
+    let mut walked = Vec::new();
+    for limit in [Some(PAGE), None] {
+        let (mut json_walks, mut proto_walks) = (Vec::new(), Vec::new());
+        for _ in 0..walks {
+            let mut tokens = Vec::new();
+            for (accept, into) in [
+                ("application/json", &mut json_walks),
+                (PROTOBUF, &mut proto_walks),
+            ] {
+                into.push(cluster::curl_pages(
+                    &cp,
+                    &credentials,
+                    SLICES,
+                    accept,
+                    limit,
+                    &mut tokens,
+                ));
+            }
+        }
+        walked.push((limit, json_walks, proto_walks));
     }
     let whole_list = sample(rounds, &[0], || kubectl(&["get", "--raw", SLICES]));
     let loopback = cluster::loopback_bytes_per_second();
@@ -224,23 +230,31 @@ fn main() {
             walks[0].bytes,
         )
     };
-    let (json_first, json_transfer, json_bytes) = summed(&json_walks);
-    let (proto_first, proto_transfer, proto_bytes) = summed(&proto_walks);
     let mib = |bytes: usize| bytes as f64 / (1024.0 * 1024.0);
     println!(
-        "where caps's time goes (caps's pages fetched by curl, each page's times summed, median of {walks} walks):"
+        "where caps's time goes (the slices fetched by curl, each page's times summed, median of {walks} walks):"
     );
-    for (label, first, transfer, bytes) in [
-        ("JSON", json_first, json_transfer, json_bytes),
-        ("protobuf", proto_first, proto_transfer, proto_bytes),
-    ] {
-        println!(
-            "  {label:<9} server to first byte {:>6.0} ms, first to last byte {:>6.0} ms, total {:>6.0} ms, {:>6.1} MiB",
-            ms(first),
-            ms(transfer),
-            ms(first + transfer),
-            mib(bytes)
-        );
+    let mut server_json = Duration::ZERO;
+    let mut json_bytes = 0;
+    for (limit, json_walks, proto_walks) in &walked {
+        for (encoding, walks) in [("JSON", json_walks), ("protobuf", proto_walks)] {
+            let (first, transfer, bytes) = summed(walks);
+            let paging = match limit {
+                Some(limit) => format!("pages of {limit}"),
+                None => "one response".to_owned(),
+            };
+            println!(
+                "  {encoding:<9} {paging:<13} server to first byte {:>6.0} ms, first to last byte {:>6.0} ms, total {:>6.0} ms, {:>6.1} MiB",
+                ms(first),
+                ms(transfer),
+                ms(first + transfer),
+                mib(bytes)
+            );
+            if encoding == "JSON" && *limit == Some(PAGE) {
+                server_json = first + transfer;
+                json_bytes = bytes;
+            }
+        }
     }
     println!(
         "  the loopback alone moves the JSON in {:.0} ms ({:.1} GiB/s): the rest of the transfer is the server encoding as it streams",
@@ -248,19 +262,19 @@ fn main() {
         loopback / (1u64 << 30) as f64
     );
     println!(
-        "  the whole list in one response (kubectl get --raw, no paging): median {:.0} ms",
+        "  the whole list in one response by kubectl get --raw: median {:.0} ms",
         ms(whole_list.median)
     );
     if let Some((_, cpu)) = server_rss {
         println!(
             "  the caps process: {cpu:.0} ms of CPU (start-up, TLS, parsing, rendering) in a {:.0} ms run; the server's JSON pages take {:.0} ms on their own",
             ms(caps.median),
-            ms(json_first + json_transfer)
+            ms(server_json)
         );
     }
     println!(
         "  caps from the server takes {:.2}x the server's own time for its pages; caps -f (no server) {:.0} ms",
-        caps.median.as_secs_f64() / (json_first + json_transfer).as_secs_f64(),
+        caps.median.as_secs_f64() / server_json.as_secs_f64(),
         ms(from_file.median)
     );
     match (file_rss, server_rss) {

@@ -279,14 +279,16 @@ impl std::ops::AddAssign for Fetch {
     }
 }
 
-/// Lists `path` page by page as `caps` does (`limit=500`, continue tokens) with curl, asking
-/// for `accept`; the pages' times summed. Protobuf pages carry their continue token in the
-/// binary list metadata, so they are walked with the tokens of the JSON walk (`tokens`).
+/// Lists `path` with curl asking for `accept`, page by page with `limit` as `caps` does (or in
+/// one response without one), and sums the pages' times. Protobuf pages carry their continue
+/// token in the binary list metadata, so they are walked with the tokens of a JSON walk of the
+/// same limit (`tokens`, filled by the walk that finds it empty).
 pub fn curl_pages(
     cp: &ControlPlane,
     credentials: &Credentials,
     path: &str,
     accept: &str,
+    limit: Option<usize>,
     tokens: &mut Vec<Option<String>>,
 ) -> Fetch {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -298,7 +300,10 @@ pub fn curl_pages(
     let mut total = Fetch::default();
     let mut page = 0;
     while page < tokens.len() {
-        let mut url = format!("{}{path}?limit=500", cp.url);
+        let mut url = format!("{}{path}", cp.url);
+        if let Some(limit) = limit {
+            url.push_str(&format!("?limit={limit}"));
+        }
         if let Some(token) = &tokens[page] {
             url.push_str("&continue=");
             url.push_str(token);

@@ -25,7 +25,6 @@ mod cluster;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::resource::v1::{DeviceClassSpec, ResourceClaimSpec};
