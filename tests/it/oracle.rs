@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::support::oracle::{Oracle, RELEASES, Verdict};
 
 mod cel;
-mod fleets;
+pub(crate) mod fleets;
 mod selectors;
 
 fn root() -> PathBuf {

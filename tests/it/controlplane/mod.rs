@@ -16,6 +16,7 @@ use media_operator::catalogue::DRIVER;
 
 mod access;
 mod product;
+mod random;
 
 /// The namespace liken creates before the install (deploy/kustomization.yaml).
 pub(crate) const NAMESPACE: &str = "liken-system";

@@ -417,7 +417,7 @@ impl Gen {
     }
 }
 
-fn generate(seed: u64) -> Vec<Value> {
+pub(crate) fn generate(seed: u64) -> Vec<Value> {
     let mut g = Gen {
         rng: fastrand::Rng::with_seed(seed),
         objects: Vec::new(),
