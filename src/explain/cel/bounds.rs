@@ -236,8 +236,8 @@ fn counts(call: &CallExpr) -> bool {
             OPT_SELECT,
         ]
         .contains(&call.func_name.as_str())
-        || call.func_name == super::EQUALS
-        || call.func_name == super::NOT_EQUALS
+        || call.func_name == super::env::EQUALS
+        || call.func_name == super::env::NOT_EQUALS
 }
 
 /// The deepest path of `expr` in nodes (what the evaluator's recursion follows).
@@ -506,8 +506,8 @@ fn estimate_call(call: &CallExpr, scope: &mut Vec<(String, Bound)>) -> Bound {
         }
         operators::EQUALS
         | operators::NOT_EQUALS
-        | super::EQUALS
-        | super::NOT_EQUALS
+        | super::env::EQUALS
+        | super::env::NOT_EQUALS
         | operators::LESS
         | operators::LESS_EQUALS
         | operators::GREATER
@@ -774,8 +774,8 @@ fn instrument_call(expr: &IdedExpr, call: &CallExpr) -> IdedExpr {
     match name {
         operators::LOGICAL_AND | operators::LOGICAL_OR | operators::CONDITIONAL => out(call),
         // Charged by their own implementations, from their arguments.
-        super::EQUALS
-        | super::NOT_EQUALS
+        super::env::EQUALS
+        | super::env::NOT_EQUALS
         | "sets.contains"
         | "sets.intersects"
         | "sets.equivalent"
@@ -932,12 +932,12 @@ pub(crate) fn library(env: &mut Env) -> Result<(), cel::DeclarationError> {
         Ok(first(args))
     }
     fn matches<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        let text = super::string_arg(&args, 0, "matches")?;
-        let pattern = super::string_arg(&args, 1, "matches")?;
+        let text = super::env::string_arg(&args, 0, "matches")?;
+        let pattern = super::env::string_arg(&args, 1, "matches")?;
         // Charged before the regex is built or run: a pattern past the limit costs nothing.
         let string_cost = traversal(text.chars().count() as u64 + 1, 100);
         spend(string_cost.saturating_mul(traversal(pattern.chars().count() as u64, 250)))?;
-        match super::go_regex(pattern) {
+        match super::strings::go_regex(pattern) {
             Ok(re) => Ok(CowVal::owned(CelBool::from(re.is_match(text)))),
             Err(err) => Err(ExecutionError::function_error(
                 "matches",
@@ -962,8 +962,8 @@ pub(crate) fn library(env: &mut Env) -> Result<(), cel::DeclarationError> {
         Ok(CowVal::owned(CelInt::from(n.max(0))))
     }
     fn contains<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        let text = super::string_arg(&args, 0, "contains")?;
-        let needle = super::string_arg(&args, 1, "contains")?;
+        let text = super::env::string_arg(&args, 0, "contains")?;
+        let needle = super::env::string_arg(&args, 1, "contains")?;
         spend(
             traversal(text.chars().count() as u64, 100)
                 .saturating_mul(traversal(needle.chars().count() as u64, 100)),
@@ -1135,7 +1135,7 @@ mod tests {
 
     fn nesting_depth_of(expression: &str) -> usize {
         let expr = stacker::grow(64 << 20, || {
-            super::super::environment()
+            super::super::env::environment()
                 .parser()
                 .max_recursion_depth(u16::MAX)
                 .parse(expression)
