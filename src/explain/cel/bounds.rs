@@ -859,6 +859,11 @@ thread_local! {
     static METER: Cell<Meter> = const { Cell::new(Meter { spent: 0, exceeded: false, active: false, minor: 0 }) };
 }
 
+/// The Kubernetes minor release of the evaluation under way (0 outside one).
+pub(crate) fn minor() -> u32 {
+    METER.get().minor
+}
+
 /// Runs `evaluate` under a fresh budget of [`MAX_COST`]; the flag says whether it went past
 /// it. Past it, the result is meaningless: `&&` and `||` may have absorbed the error.
 pub(crate) fn metered<T>(minor: u32, evaluate: impl FnOnce() -> T) -> (T, bool) {

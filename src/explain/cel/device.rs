@@ -53,7 +53,11 @@ impl<'a> DeviceValue<'a> {
             }
         }
         for (name, quantity) in device.capacities() {
-            Quantity::parse(quantity).map_err(|e| format!("capacity {name}: {e}"))?;
+            // One past what this evaluator holds is undecided where a selector reads it.
+            match Quantity::parse(quantity) {
+                Err(e) if !e.is_gap() => return Err(format!("capacity {name}: {e}")),
+                _ => {}
+            }
         }
         let domains = |capacity| Domains {
             device,
@@ -232,7 +236,13 @@ impl<'a> Domain<'a> {
             return Some(
                 Quantity::parse(quantity)
                     .map(|q| Box::new(q) as Box<dyn Val>)
-                    .map_err(|e| ExecutionError::function_error("capacity", e)),
+                    .map_err(|e| {
+                        if e.is_gap() {
+                            super::gap(e.to_string())
+                        } else {
+                            ExecutionError::function_error("capacity", e)
+                        }
+                    }),
             );
         }
         let (_, value) = self.device.attributes().find(|(name, _)| matches(name))?;

@@ -308,8 +308,10 @@ pub(super) fn cel_go_equal(l: &dyn Val, r: &dyn Val) -> Result<bool, ExecutionEr
             .ok_or_else(no_such_overload);
     }
     if let Some(a) = l.downcast_ref::<Quantity>() {
+        // An `add` or `sub` result is a `*Quantity` in cel-go, which `Equal` refuses.
         return r
             .downcast_ref::<Quantity>()
+            .filter(|b| b.comparable_on_the_right())
             .map(|b| a == b)
             .ok_or_else(no_such_overload);
     }

@@ -341,6 +341,18 @@ fn children<'e>(expr: &'e IdedExpr, f: &mut dyn FnMut(&'e IdedExpr)) {
     }
 }
 
+/// The function name that marks an evaluation error as this evaluator's gap (no source can
+/// spell it): [`runtime_outcome`] makes it [`Outcome::CannotEvaluate`].
+const GAP: &str = "@gap";
+
+/// An error for what this evaluator cannot decide at run time, with the reason.
+pub(super) fn gap(reason: impl Into<String>) -> ExecutionError {
+    ExecutionError::FunctionError {
+        function: GAP.to_owned(),
+        message: reason.into(),
+    }
+}
+
 /// cel-go's words for a runtime error, or "cannot evaluate" when the error is this
 /// evaluator's gap (an undeclared function) rather than the expression's.
 fn runtime_outcome(error: ExecutionError) -> Outcome {
@@ -358,6 +370,9 @@ fn runtime_outcome(error: ExecutionError) -> Outcome {
         E::RemainderByZero(_) => "modulus by zero".to_owned(),
         E::Overflow(..) => "integer overflow".to_owned(),
         E::IndexOutOfBounds(index) => format!("index out of bounds: {}", value_text(index)),
+        E::FunctionError { function, message } if function == GAP => {
+            return Outcome::CannotEvaluate(message.clone());
+        }
         E::FunctionError { message, .. } => message.clone(),
         E::UndeclaredReference(name) => {
             return Outcome::CannotEvaluate(format!(
