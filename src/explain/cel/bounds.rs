@@ -776,6 +776,7 @@ fn instrument_call(expr: &IdedExpr, call: &CallExpr) -> IdedExpr {
         // Charged by their own implementations, from their arguments.
         super::env::EQUALS
         | super::env::NOT_EQUALS
+        | super::lists::HASHED
         | "sets.contains"
         | "sets.intersects"
         | "sets.equivalent"

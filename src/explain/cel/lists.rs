@@ -4,12 +4,100 @@
 
 use std::cmp::Ordering;
 
-use cel::common::types::{CelBool, CelDouble, CelInt, CelString};
+use cel::common::ast::{CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue, operators};
+use cel::common::types::{CelBool, CelDouble, CelInt, CelString, DYN_TYPE};
 use cel::common::value::{CowVal, Val};
 use cel::{Env, ExecutionError};
 
 use super::bounds;
 use super::env::owned;
+use super::semver::Semver;
+
+/// The function the left of `in` a constant list passes through (no source can spell it).
+pub(super) const HASHED: &str = "@hashed";
+
+/// Marks the left side of each `x in [constants]`: cel-go's planner makes that a Go map
+/// lookup when the list is constant, non-empty and of primitives (interpreter decorators.go
+/// `maybeOptimizeSetMembership`), and hashing a Semver there panics, which cel-go reports as
+/// the runtime error "hash of unhashable type" (its struct holds slices).
+pub(super) fn mark_set_membership(expr: &mut IdedExpr) {
+    let mut stack = vec![expr];
+    while let Some(e) = stack.pop() {
+        if let Expr::Call(call) = &mut e.expr
+            && call.func_name == operators::IN
+            && call.target.is_none()
+            && call.args.len() == 2
+            && constant_primitives(&call.args[1])
+        {
+            let x = std::mem::take(&mut call.args[0]);
+            call.args[0] = IdedExpr {
+                id: x.id,
+                expr: Expr::Call(CallExpr {
+                    func_name: HASHED.to_owned(),
+                    target: None,
+                    args: vec![x],
+                }),
+            };
+        }
+        match &mut e.expr {
+            Expr::Call(call) => {
+                if let Some(t) = call.target.as_deref_mut() {
+                    stack.push(t);
+                }
+                stack.extend(call.args.iter_mut());
+            }
+            Expr::Comprehension(c) => {
+                let c = &mut **c;
+                stack.extend([
+                    &mut c.iter_range,
+                    &mut c.accu_init,
+                    &mut c.loop_cond,
+                    &mut c.loop_step,
+                    &mut c.result,
+                ]);
+            }
+            Expr::List(list) => stack.extend(list.elements.iter_mut()),
+            Expr::Map(map) => {
+                for entry in &mut map.entries {
+                    if let EntryExpr::MapEntry(m) = &mut entry.expr {
+                        stack.push(&mut m.key);
+                        stack.push(&mut m.value);
+                    }
+                }
+            }
+            Expr::Struct(st) => {
+                for entry in &mut st.entries {
+                    if let EntryExpr::StructField(field) = &mut entry.expr {
+                        stack.push(&mut field.value);
+                    }
+                }
+            }
+            Expr::Select(select) => stack.push(&mut select.operand),
+            _ => {}
+        }
+    }
+}
+
+/// A list literal of primitive literals (not bytes, not null), non-empty.
+fn constant_primitives(list: &IdedExpr) -> bool {
+    let Expr::List(list) = &list.expr else {
+        return false;
+    };
+    !list.elements.is_empty()
+        && list.optional_indices.is_empty()
+        && list.elements.iter().all(|e| {
+            matches!(
+                &e.expr,
+                Expr::Literal(
+                    LiteralValue::Boolean(_)
+                        | LiteralValue::Int(_)
+                        | LiteralValue::UInt(_)
+                        | LiteralValue::Double(_)
+                        | LiteralValue::String(_)
+                )
+            )
+        })
+}
 
 /// The elements of a list argument.
 pub(super) fn elements<'b>(
@@ -147,6 +235,16 @@ pub(super) fn kubernetes_lists_library(env: &mut Env) -> Result<(), cel::Declara
             .map_or(-1, |p| p as i64);
         owned(CelInt::from(at))
     }
+    fn hashed<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+        if args[0].downcast_ref::<Semver>().is_some() {
+            return Err(ExecutionError::function_error(
+                "@in",
+                "internal error: runtime error: hash of unhashable type cel.Semver",
+            ));
+        }
+        Ok(args.into_iter().next().expect("one argument"))
+    }
+    env.add_overload(HASHED, "hashed", vec![DYN_TYPE], hashed)?;
     let list = || cel::common::types::LIST_TYPE;
     let any = || cel::common::types::DYN_TYPE;
     env.add_member_overload("isSorted", "list_is_sorted", list(), vec![], is_sorted)?;
@@ -219,6 +317,22 @@ pub(super) fn sets_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
 mod tests {
     use super::super::tests::*;
     use super::super::*;
+
+    // The differential test's finding (1.35 and 1.36 seeds): a Semver in a constant list.
+    #[test]
+    fn a_semver_in_a_constant_list_fails_as_cel_go_s_map_lookup() {
+        let unhashable = "internal error: runtime error: hash of unhashable type cel.Semver";
+        let optional = r#"device.attributes["media.liken.sh"].?none.orValue(semver("1.0.0"))"#;
+        error(&format!(r#"{optional} in ["arc", "tgl"]"#), unhashable);
+        error(&format!(r#"{optional} in [1, 2]"#), unhashable);
+        is(&format!(r#"{optional} in []"#), false);
+        is(&format!(r#"{optional} in ["arc", device.driver]"#), false);
+        is(r#"semver("1.0.0") in [semver("1.0.0")]"#, true);
+        is(
+            r#"device.attributes["media.liken.sh"].cores in [8, 9]"#,
+            true,
+        );
+    }
 
     #[test]
     fn kubernetes_lists_and_sets() {

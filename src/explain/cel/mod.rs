@@ -91,7 +91,10 @@ struct Metered {
 
 impl Metered {
     fn new(expression: &IdedExpr) -> Metered {
-        let expression = bounds::instrument(expression);
+        // Marked here, not in what the diagnosis walks.
+        let mut marked = expression.clone();
+        lists::mark_set_membership(&mut marked);
+        let expression = bounds::instrument(&marked);
         let stack = bounds::tree_depth(&expression).saturating_mul(STACK_PER_LEVEL);
         Metered { expression, stack }
     }
