@@ -714,6 +714,36 @@ fn instrument_step(step: &IdedExpr, accu: &str) -> (IdedExpr, bool) {
         };
         return (step, true);
     }
+    // `accu && p` / `accu || p` (`all`, `exists`) keeps its accumulator bare, so that the
+    // crate still defers a step's error until a later element absorbs it, as cel-go does; the
+    // read of `accu` is charged beside `p` (`true && p` is `p`, and so is `false || p`).
+    if let Expr::Call(call) = &step.expr
+        && (call.func_name == operators::LOGICAL_AND || call.func_name == operators::LOGICAL_OR)
+        && call.target.is_none()
+        && let [first, p] = call.args.as_slice()
+        && is_accu(first)
+    {
+        let neutral = call.func_name == operators::LOGICAL_AND;
+        let read = charge(
+            IdedExpr {
+                id: first.id,
+                expr: Expr::Literal(LiteralValue::Boolean(neutral.into())),
+            },
+            1,
+        );
+        let mut charged = call.clone();
+        charged.args = vec![read, instrument(p)];
+        let mut call = call.clone();
+        call.args[1] = IdedExpr {
+            id: p.id,
+            expr: Expr::Call(charged),
+        };
+        let step = IdedExpr {
+            id: step.id,
+            expr: Expr::Call(call),
+        };
+        return (step, false);
+    }
     match append(step) {
         Some(step) => (step, true),
         None => (instrument(step), false),

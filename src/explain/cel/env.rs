@@ -549,6 +549,25 @@ mod tests {
         is(r#"device.attributes[?"liken.sh"].hasValue()"#, true);
     }
 
+    // The differential test's finding (1.36, ORACLE_SEED=0): an element's error in `all`
+    // is absorbed by a later element's `false`, whatever the cost charging adds.
+    #[test]
+    fn all_and_exists_absorb_an_element_s_error_as_cel_go_does() {
+        let bad = r#"semver("bad").major() == 1"#;
+        is(&format!(r#"["a", "b"].all(v, {bad} && v == "a")"#), false);
+        is(&format!(r#"["a", "b"].exists(v, {bad} || v == "b")"#), true);
+        is(
+            &format!(
+                r#"device.attributes["media.liken.sh"].all(k, k.contains(k.lowerAscii()) && {bad})"#
+            ),
+            false,
+        );
+        error(
+            &format!(r#"["a", "b"].all(v, {bad} && v != "c")"#),
+            "unexpected character 'b' while parsing major version number",
+        );
+    }
+
     #[test]
     fn error_absorbing_logic() {
         let missing = r#"device.attributes["media.liken.sh"].decodeAV2"#;
