@@ -236,8 +236,8 @@ fn counts(call: &CallExpr) -> bool {
             OPT_SELECT,
         ]
         .contains(&call.func_name.as_str())
-        || call.func_name == super::EQUALS
-        || call.func_name == super::NOT_EQUALS
+        || call.func_name == super::env::EQUALS
+        || call.func_name == super::env::NOT_EQUALS
 }
 
 /// The deepest path of `expr` in nodes (what the evaluator's recursion follows).
@@ -506,8 +506,8 @@ fn estimate_call(call: &CallExpr, scope: &mut Vec<(String, Bound)>) -> Bound {
         }
         operators::EQUALS
         | operators::NOT_EQUALS
-        | super::EQUALS
-        | super::NOT_EQUALS
+        | super::env::EQUALS
+        | super::env::NOT_EQUALS
         | operators::LESS
         | operators::LESS_EQUALS
         | operators::GREATER
@@ -714,6 +714,36 @@ fn instrument_step(step: &IdedExpr, accu: &str) -> (IdedExpr, bool) {
         };
         return (step, true);
     }
+    // `accu && p` / `accu || p` (`all`, `exists`) keeps its accumulator bare, so that the
+    // crate still defers a step's error until a later element absorbs it, as cel-go does; the
+    // read of `accu` is charged beside `p` (`true && p` is `p`, and so is `false || p`).
+    if let Expr::Call(call) = &step.expr
+        && (call.func_name == operators::LOGICAL_AND || call.func_name == operators::LOGICAL_OR)
+        && call.target.is_none()
+        && let [first, p] = call.args.as_slice()
+        && is_accu(first)
+    {
+        let neutral = call.func_name == operators::LOGICAL_AND;
+        let read = charge(
+            IdedExpr {
+                id: first.id,
+                expr: Expr::Literal(LiteralValue::Boolean(neutral.into())),
+            },
+            1,
+        );
+        let mut charged = call.clone();
+        charged.args = vec![read, instrument(p)];
+        let mut call = call.clone();
+        call.args[1] = IdedExpr {
+            id: p.id,
+            expr: Expr::Call(charged),
+        };
+        let step = IdedExpr {
+            id: step.id,
+            expr: Expr::Call(call),
+        };
+        return (step, false);
+    }
     match append(step) {
         Some(step) => (step, true),
         None => (instrument(step), false),
@@ -774,8 +804,9 @@ fn instrument_call(expr: &IdedExpr, call: &CallExpr) -> IdedExpr {
     match name {
         operators::LOGICAL_AND | operators::LOGICAL_OR | operators::CONDITIONAL => out(call),
         // Charged by their own implementations, from their arguments.
-        super::EQUALS
-        | super::NOT_EQUALS
+        super::env::EQUALS
+        | super::env::NOT_EQUALS
+        | super::lists::HASHED
         | "sets.contains"
         | "sets.intersects"
         | "sets.equivalent"
@@ -859,6 +890,11 @@ thread_local! {
     static METER: Cell<Meter> = const { Cell::new(Meter { spent: 0, exceeded: false, active: false, minor: 0 }) };
 }
 
+/// The Kubernetes minor release of the evaluation under way (0 outside one).
+pub(crate) fn minor() -> u32 {
+    METER.get().minor
+}
+
 /// Runs `evaluate` under a fresh budget of [`MAX_COST`]; the flag says whether it went past
 /// it. Past it, the result is meaningless: `&&` and `||` may have absorbed the error.
 pub(crate) fn metered<T>(minor: u32, evaluate: impl FnOnce() -> T) -> (T, bool) {
@@ -932,12 +968,12 @@ pub(crate) fn library(env: &mut Env) -> Result<(), cel::DeclarationError> {
         Ok(first(args))
     }
     fn matches<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        let text = super::string_arg(&args, 0, "matches")?;
-        let pattern = super::string_arg(&args, 1, "matches")?;
+        let text = super::env::string_arg(&args, 0, "matches")?;
+        let pattern = super::env::string_arg(&args, 1, "matches")?;
         // Charged before the regex is built or run: a pattern past the limit costs nothing.
         let string_cost = traversal(text.chars().count() as u64 + 1, 100);
         spend(string_cost.saturating_mul(traversal(pattern.chars().count() as u64, 250)))?;
-        match super::go_regex(pattern) {
+        match super::strings::go_regex(pattern) {
             Ok(re) => Ok(CowVal::owned(CelBool::from(re.is_match(text)))),
             Err(err) => Err(ExecutionError::function_error(
                 "matches",
@@ -962,8 +998,8 @@ pub(crate) fn library(env: &mut Env) -> Result<(), cel::DeclarationError> {
         Ok(CowVal::owned(CelInt::from(n.max(0))))
     }
     fn contains<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        let text = super::string_arg(&args, 0, "contains")?;
-        let needle = super::string_arg(&args, 1, "contains")?;
+        let text = super::env::string_arg(&args, 0, "contains")?;
+        let needle = super::env::string_arg(&args, 1, "contains")?;
         spend(
             traversal(text.chars().count() as u64, 100)
                 .saturating_mul(traversal(needle.chars().count() as u64, 100)),
@@ -1135,7 +1171,7 @@ mod tests {
 
     fn nesting_depth_of(expression: &str) -> usize {
         let expr = stacker::grow(64 << 20, || {
-            super::super::environment()
+            super::super::env::environment()
                 .parser()
                 .max_recursion_depth(u16::MAX)
                 .parse(expression)

@@ -30,7 +30,19 @@ const INT_VALUES: [i64; 8] = [
 ];
 const STRING_VALUES: [&str; 7] = ["arc", "tgl", "AMD", "42", "", "0000:03:00.0", "a,b,c"];
 const VERSION_VALUES: [&str; 5] = ["22.3.1", "24.2.4", "26.1.2-rc.1", "1.0.0+build.5", "0.0.1"];
-const QUANTITIES: [&str; 6] = ["8Gi", "4G", "512Mi", "1", "0", "1500m"];
+/// Each form `resource.Quantity` keeps: int64 at a negative, zero or positive scale, and a Dec.
+const QUANTITIES: [&str; 10] = [
+    "8Gi",
+    "4G",
+    "512Mi",
+    "1",
+    "0",
+    "1500m",
+    "1.5",
+    "3e-1",
+    "2k",
+    "1234567890123456789",
+];
 
 /// A generated device: as the oracle reads it and as `why` does.
 pub struct Device {
@@ -206,7 +218,7 @@ impl Selectors {
         }
         let d = depth - 1;
         match ty {
-            Ty::Bool => match self.rng.u8(0..22) {
+            Ty::Bool => match self.rng.u8(0..24) {
                 0 => format!("{} && {}", self.expr(Ty::Bool, d), self.expr(Ty::Bool, d)),
                 1 => format!("({} || {})", self.expr(Ty::Bool, d), self.expr(Ty::Bool, d)),
                 2 => format!("!{}", self.expr(Ty::Bool, d)),
@@ -263,9 +275,14 @@ impl Selectors {
                 11 => {
                     let f = pick(
                         &mut self.rng,
-                        &["isGreaterThan", "isLessThan", "isInteger()"],
+                        &[
+                            "isGreaterThan",
+                            "isLessThan",
+                            "isInteger()",
+                            "asApproximateFloat() > 0.3",
+                        ],
                     );
-                    if f.ends_with(')') {
+                    if f.contains('(') {
                         format!("{}.{f}", self.expr(Ty::Quantity, d))
                     } else {
                         format!(
@@ -346,6 +363,13 @@ impl Selectors {
                     self.expr(Ty::Version, d)
                 ),
                 20 => format!("{} == {}", self.expr(Ty::Str, d), self.expr(Ty::Str, d)),
+                // Equality of quantities: an `add` result on the right is no overload.
+                21 => format!(
+                    "{} == {}",
+                    self.expr(Ty::Quantity, d),
+                    self.expr(Ty::Quantity, d)
+                ),
+                22 => format!("sign({}) >= 0", self.expr(Ty::Quantity, d)),
                 _ => self.leaf(Ty::Bool),
             },
             Ty::Int => match self.rng.u8(0..12) {
@@ -403,8 +427,9 @@ impl Selectors {
             Ty::IntList => match self.rng.u8(0..5) {
                 0 => format!("lists.range({})", self.rng.u8(0..6)),
                 1 => {
-                    let var = self.fresh(Ty::Int);
+                    // The list first: the variable is not in scope there.
                     let list = self.expr(Ty::IntList, d);
+                    let var = self.fresh(Ty::Int);
                     let body = self.expr(Ty::Int, d);
                     self.vars.pop();
                     format!("{list}.map({var}, {body})")
