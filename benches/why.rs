@@ -14,8 +14,11 @@
 //! - the time per device evaluation: the allocator alone, in process, over the same devices,
 //!   with each selector compiled once (node by node, as the scheduler's Filter runs).
 //!
-//! Goal: ≤ 1 s from a file and from the API. Run: `cargo bench --bench why`
-//! (`WHY_BENCH_NODES=500` for a quicker look; `WHY_BENCH_FLEET_OUT=fleet.json` keeps the fleet).
+//! Goals (issue 22): `why -f` at most 1.5× `caps -f` on the same file (median against median,
+//! the two run by turns so that the load of a shared machine weighs on both alike), and at most
+//! 1 s from a file and from the API; the benchmark says whether each is met.
+//! Run: `cargo bench --bench why` (`WHY_BENCH_NODES=500` for a quicker look;
+//! `WHY_BENCH_FLEET_OUT=fleet.json` keeps the fleet).
 
 #[path = "../tests/it/support/mod.rs"]
 mod support;
@@ -31,13 +34,17 @@ use k8s_openapi::api::resource::v1::{DeviceClassSpec, ResourceClaimSpec};
 use media_operator::explain::allocate::{Allocator, Claim, Features, Fleet};
 use media_operator::explain::{DeviceRecord, NodeInfo, OwnedAttribute, OwnedPlacement};
 use serde_json::{Value, json};
-use support::timing::{Timing, plugin, sample};
+use support::timing::{Timing, plugin, sample, summarise, timed};
 
 const GPUS_PER_NODE: usize = 8;
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 7;
 /// Exit codes a measured run may end with: `why` exits 3 when it finds the claim cannot be
 /// allocated, which is the benchmark's scenario.
 const WHY_EXITS: &[i32] = &[0, 3];
+/// `why -f` may take at most this many times what `caps -f` takes on the same file...
+const MAX_RATIO: f64 = 1.5;
+/// ... and at most this long, from a file and from the API.
+const MAX_WHY: Duration = Duration::from_secs(1);
 
 const DECODE_10BIT: &str = "device.driver == \"media.liken.sh\" &&\ndevice.attributes[\"media.liken.sh\"].decodeHEVCMain10 &&\ndevice.attributes[\"media.liken.sh\"].scale10bit\n";
 const GPU_RENDER: &str =
@@ -184,10 +191,16 @@ fn main() {
 
     let command = |args: &[&str]| plugin(binary, args, dir.path());
     let file_arg = file.to_str().expect("utf-8 path").to_owned();
-    let caps = sample(ROUNDS, WHY_EXITS, || command(&["caps", "-f", &file_arg]));
-    let from_file = sample(ROUNDS, WHY_EXITS, || {
-        command(&["why", "film-0", "-n", "media", "-f", &file_arg])
-    });
+    // By turns (caps, why, caps, why...): a change in the machine's load weighs on both.
+    let (mut caps_runs, mut why_runs) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        caps_runs.push(timed(command(&["caps", "-f", &file_arg]), &[0]));
+        why_runs.push(timed(
+            command(&["why", "film-0", "-n", "media", "-f", &file_arg]),
+            WHY_EXITS,
+        ));
+    }
+    let (caps, from_file) = (summarise(caps_runs), summarise(why_runs));
 
     let cp = cluster::start();
     // First: the namespace's default service account, which a pod needs, comes a moment later.
@@ -289,17 +302,22 @@ fn main() {
     line("why film-0 -f fleet.json", from_file);
     line("caps (kube-apiserver: the read)", caps_server);
     line("why film-0 (kube-apiserver)", from_server);
+    let ratio = from_file.median.as_secs_f64() / caps.median.as_secs_f64();
+    let verdict = |met: bool| if met { "met" } else { "NOT met" };
     println!(
-        "  why -f takes {:.2}x the time of caps -f on the same file, why from the server {:.2}x caps from the server (median/median)",
-        from_file.median.as_secs_f64() / caps.median.as_secs_f64(),
+        "  why -f takes {ratio:.2}x the time of caps -f on the same file (median against median, run by turns): goal <= {MAX_RATIO}x {}",
+        verdict(ratio <= MAX_RATIO)
+    );
+    println!(
+        "  why from the server takes {:.2}x caps from the server (median/median)",
         from_server.median.as_secs_f64() / caps_server.median.as_secs_f64()
     );
-    let goal = Duration::from_secs(1);
-    let met = |t: Timing| if t.median <= goal { "met" } else { "NOT met" };
     println!(
-        "  goal <= 1 s (median): from a file {}, from kube-apiserver {}",
-        met(from_file),
-        met(from_server)
+        "  why median {:.0} ms from the file, {:.0} ms from kube-apiserver: goal <= {:.0} ms {}",
+        ms(from_file.median),
+        ms(from_server.median),
+        ms(MAX_WHY),
+        verdict(from_file.median <= MAX_WHY && from_server.median <= MAX_WHY)
     );
     println!(
         "allocator alone, in process: {nodes} nodes, {} devices in {:.0} ms = {:.2} us per device evaluation (selectors compiled once)",

@@ -42,6 +42,10 @@
 //! [`AllocError::CapacityUnmodelled`]: nothing is guessed.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
+
+use foldhash::fast::RandomState as Fast;
+use ustr::Ustr;
 
 use k8s_openapi::api::resource::v1::{
     CapacityRequirements, DeviceClassSpec, DeviceConstraint, DeviceRequest, DeviceTaint,
@@ -327,7 +331,7 @@ pub(crate) enum DeviceStatus {
     /// Selected and usable.
     Available,
     /// A selector is false: the class's (`class: Some`) or the request's, by index.
-    NotSelected { class: Option<String>, index: usize },
+    NotSelected { class: Option<Ustr>, index: usize },
     /// The selector could not be evaluated on it (runtime error or cannot evaluate).
     Failed(AllocError),
     /// Selected, but allocated to other claims and not shareable.
@@ -364,7 +368,7 @@ pub struct Allocator<'a, D: DeviceView> {
     rank: Vec<usize>,
     /// Devices published for one node, by node name, so that a node's candidates are found
     /// without scanning the fleet (40,000 GPUs, as many nodes).
-    by_node: HashMap<String, Vec<usize>>,
+    by_node: HashMap<String, Vec<usize>, Fast>,
     /// Devices published with a node selector or for all nodes.
     elsewhere: Vec<usize>,
     /// The devices of each slice with `perDeviceNodeSelection`, in slice order.
@@ -378,14 +382,15 @@ pub struct Allocator<'a, D: DeviceView> {
     class_of: Vec<usize>,
     /// Per class: the CEL value, built from the class's first device.
     values: Vec<Option<Result<DeviceValue<'a>, String>>>,
-    outcomes: HashMap<(usize, usize), Outcome>,
+    outcomes: HashMap<(usize, usize), Outcome, Fast>,
 }
 
 /// One request or sub-request, prepared.
 struct RequestData<'s> {
     base: &'s str,
     sub: Option<&'s str>,
-    class_name: &'s str,
+    /// The class's name, interned once: every device a class selector rules out names it.
+    class_interned: Ustr,
     class_selectors: Vec<usize>,
     request_selectors: Vec<usize>,
     tolerations: &'s [DeviceToleration],
@@ -466,13 +471,8 @@ impl Constraint<'_> {
 /// One allocation attempt on one node.
 struct Search<'s> {
     claims: &'s [Claim<'s>],
-    /// The devices gathered for the node, in the scheduler's order.
-    node_devices: Vec<usize>,
-    /// Gathered devices that are for other nodes (see [`Allocator::gather`]).
-    off_node: HashSet<usize>,
-    /// The node's invalid pools, and the devices in them (index into `invalid`).
-    invalid: Vec<InvalidPool>,
-    invalid_of: HashMap<usize, usize>,
+    /// The node's devices, gathered once for the attempt and the diagnosis's surveys.
+    gathered: &'s Gathered,
     /// Per claim, per request: the request, or its sub-requests in order.
     requests: Vec<Vec<Vec<RequestData<'s>>>>,
     constraints: Vec<Vec<Constraint<'s>>>,
@@ -502,8 +502,11 @@ impl Search<'_> {
 
 /// What [`Allocator::gather`] finds for a node.
 struct Gathered {
+    /// The devices gathered for the node, in the scheduler's order.
     devices: Vec<usize>,
+    /// Gathered devices that are for other nodes (see [`Allocator::gather`]).
     off_node: HashSet<usize>,
+    /// The node's invalid pools, and the devices in them (index into `invalid`).
     invalid: Vec<InvalidPool>,
     invalid_of: HashMap<usize, usize>,
 }
@@ -576,7 +579,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         for (position, &d) in order.iter().enumerate() {
             rank[d] = position;
         }
-        let mut by_node: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut by_node: HashMap<String, Vec<usize>, Fast> = HashMap::default();
         let mut elsewhere = Vec::new();
         let mut per_device: Vec<Vec<usize>> = Vec::new();
         let mut per_device_slot: HashMap<usize, usize> = HashMap::new();
@@ -594,15 +597,19 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 _ => elsewhere.push(d),
             }
         }
-        let mut classes_seen: HashMap<(u64, u64), usize> = HashMap::new();
+        let mut classes_seen: HashMap<(u64, u64), usize, Fast> = HashMap::default();
         let mut representatives = Vec::new();
+        let seeds = (
+            foldhash::quality::RandomState::default(),
+            foldhash::quality::RandomState::default(),
+        );
         let class_of: Vec<usize> = fleet
             .devices
             .iter()
             .enumerate()
             .map(|(d, device)| {
                 *classes_seen
-                    .entry(cel_inputs_hash(device))
+                    .entry(cel_inputs_hash(device, &seeds))
                     .or_insert_with(|| {
                         representatives.push(d);
                         representatives.len() - 1
@@ -634,7 +641,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             selector_ids: HashMap::new(),
             selectors: Vec::new(),
             values,
-            outcomes: HashMap::new(),
+            outcomes: HashMap::default(),
         }
     }
 
@@ -680,9 +687,9 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     /// updated is never validated (GatherPools returns it as incomplete only); 1.34 marks both.
     /// (Shared counters, which 1.36 validates too, are not read by the fleet model.)
     fn invalid_pools(&self, devices: &[usize]) -> (Vec<InvalidPool>, HashMap<usize, usize>) {
-        let mut names: HashMap<(&str, &str), HashSet<&str>> = HashMap::new();
+        let mut names: HashMap<(&str, &str), HashSet<&str, Fast>, Fast> = HashMap::default();
         let mut invalid: Vec<InvalidPool> = Vec::new();
-        let mut invalid_pool: HashMap<(&str, &str), usize> = HashMap::new();
+        let mut invalid_pool: HashMap<(&str, &str), usize, Fast> = HashMap::default();
         for &d in devices {
             let device = &self.fleet.devices[d];
             let key = (device.driver(), device.pool());
@@ -720,12 +727,20 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         claims: &[Claim<'_>],
     ) -> Result<NodeVerdict, AllocError> {
         let gathered = self.gather(node);
+        self.allocate_gathered(&gathered, claims, true)
+    }
+
+    /// [`Self::allocate`] on devices already gathered; without `constrained`, as if the claims
+    /// had no constraints (for the diagnosis: whether they are what blocks the claims).
+    fn allocate_gathered(
+        &mut self,
+        gathered: &Gathered,
+        claims: &[Claim<'_>],
+        constrained: bool,
+    ) -> Result<NodeVerdict, AllocError> {
         let mut search = Search {
             claims,
-            node_devices: gathered.devices,
-            off_node: gathered.off_node,
-            invalid: gathered.invalid,
-            invalid_of: gathered.invalid_of,
+            gathered,
             requests: Vec::new(),
             constraints: Vec::new(),
             allocating: HashMap::new(),
@@ -764,6 +779,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 .devices
                 .as_ref()
                 .and_then(|d| d.constraints.as_deref())
+                .filter(|_| constrained)
                 .unwrap_or_default();
             search.constraints.push(prepare_constraints(
                 claim,
@@ -801,9 +817,9 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             // allocator_incubating.go `Allocate` (1.35+): when nothing is found and the node
             // has invalid pools, the node's reason says so.
             Ok(false) | Err(Stop::MaxSize)
-                if self.features.release >= 35 && !search.invalid.is_empty() =>
+                if self.features.release >= 35 && !gathered.invalid.is_empty() =>
             {
-                Ok(NodeVerdict::InvalidPools(search.invalid))
+                Ok(NodeVerdict::InvalidPools(gathered.invalid.clone()))
             }
             Ok(false) | Err(Stop::MaxSize) => Ok(NodeVerdict::CannotAllocate),
             Err(Stop::Error(e)) => Err(e),
@@ -818,7 +834,8 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         node: &NodeInfo,
         claims: &[Claim<'_>],
     ) -> Result<NodeReport, AllocError> {
-        let verdict = self.allocate(node, claims)?;
+        let gathered = self.gather(node);
+        let verdict = self.allocate_gathered(&gathered, claims, true)?;
         let mut requests = Vec::new();
         for claim in claims {
             for request in claim
@@ -840,7 +857,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                             ),
                             None => request.name.clone(),
                         },
-                        devices: self.survey(node, *claim, request, sub)?,
+                        devices: self.survey_gathered(&gathered, *claim, request, sub)?,
                     });
                 }
             }
@@ -848,24 +865,10 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         let constraints_block = matches!(
             verdict,
             NodeVerdict::CannotAllocate | NodeVerdict::InvalidPools(_)
-        ) && {
-            let unconstrained: Vec<ResourceClaimSpec> = claims
-                .iter()
-                .map(|c| {
-                    let mut spec = c.spec.clone();
-                    if let Some(devices) = spec.devices.as_mut() {
-                        devices.constraints = None;
-                    }
-                    spec
-                })
-                .collect();
-            let claims: Vec<Claim<'_>> = claims
-                .iter()
-                .zip(&unconstrained)
-                .map(|(c, spec)| Claim { name: c.name, spec })
-                .collect();
-            matches!(self.allocate(node, &claims), Ok(NodeVerdict::Allocated(_)))
-        };
+        ) && matches!(
+            self.allocate_gathered(&gathered, claims, false),
+            Ok(NodeVerdict::Allocated(_))
+        );
         Ok(NodeReport {
             verdict,
             requests,
@@ -882,14 +885,22 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         request: &DeviceRequest,
         sub_request: Option<usize>,
     ) -> Result<Vec<(usize, DeviceStatus)>, AllocError> {
-        let claims = [claim];
         let gathered = self.gather(node);
+        self.survey_gathered(&gathered, claim, request, sub_request)
+    }
+
+    /// [`Self::survey`] on devices already gathered.
+    fn survey_gathered(
+        &mut self,
+        gathered: &Gathered,
+        claim: Claim<'_>,
+        request: &DeviceRequest,
+        sub_request: Option<usize>,
+    ) -> Result<Vec<(usize, DeviceStatus)>, AllocError> {
+        let claims = [claim];
         let search = Search {
             claims: &claims,
-            node_devices: gathered.devices,
-            off_node: gathered.off_node,
-            invalid: gathered.invalid,
-            invalid_of: gathered.invalid_of,
+            gathered,
             requests: Vec::new(),
             constraints: Vec::new(),
             allocating: HashMap::new(),
@@ -901,11 +912,11 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             .get(sub_request.unwrap_or(0))
             .ok_or_else(|| unsupported(&claim, &request.name, "no such sub-request"))?;
         let mut statuses = Vec::new();
-        for &d in &search.node_devices {
+        for &d in &search.gathered.devices {
             // The scheduler never evaluates a device of an invalid pool: it skips the pool
             // (1.35+) or fails on reaching it (1.34, and allocationMode All).
-            if let Some(&i) = search.invalid_of.get(&d) {
-                let pool = &search.invalid[i];
+            if let Some(&i) = search.gathered.invalid_of.get(&d) {
+                let pool = &search.gathered.invalid[i];
                 statuses.push((
                     d,
                     DeviceStatus::PoolInvalid {
@@ -928,7 +939,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             let status = match self.selector_verdict(claim.name, data, d) {
                 Err(e) => DeviceStatus::Failed(e),
                 // Another node's device serves nothing here; only an error shows.
-                Ok(_) if search.off_node.contains(&d) => continue,
+                Ok(_) if search.gathered.off_node.contains(&d) => continue,
                 Ok(Some(failed)) => failed,
                 // Taken or untainted is decided first; only a device that would otherwise be
                 // free is undecided for its capacity.
@@ -1144,7 +1155,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         let mut data = RequestData {
             base,
             sub,
-            class_name: spec.class,
+            class_interned: Ustr::from(spec.class),
             class_selectors: class_selectors
                 .iter()
                 .map(|e| self.selector_id(e))
@@ -1165,7 +1176,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             "All" => {
                 let mut all = Vec::new();
                 let mut pools_checked = HashSet::new();
-                for &d in &search.node_devices {
+                for &d in &search.gathered.devices {
                     let device = &self.fleet.devices[d];
                     let pool = (device.driver().to_owned(), device.pool().to_owned());
                     // validateDeviceRequest, pool by pool: being updated, then invalid.
@@ -1177,17 +1188,17 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                                 pool: format!("{}/{}", pool.0, pool.1),
                             });
                         }
-                        if let Some(&i) = search.invalid_of.get(&d) {
+                        if let Some(&i) = search.gathered.invalid_of.get(&d) {
                             return Err(AllocError::PoolInvalidAll {
                                 claim: claim.name.to_owned(),
                                 request: name,
-                                pool: search.invalid[i].pool.clone(),
-                                reason: search.invalid[i].reason.clone(),
+                                pool: search.gathered.invalid[i].pool.clone(),
+                                reason: search.gathered.invalid[i].reason.clone(),
                             });
                         }
                     }
                     if self.selector_verdict(claim.name, &data, d)?.is_none()
-                        && !search.off_node.contains(&d)
+                        && !search.gathered.off_node.contains(&d)
                     {
                         if let Some(e) = self.capacity_unmodelled(claim.name, &data, d) {
                             return Err(e);
@@ -1217,7 +1228,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         d: usize,
     ) -> Result<Option<DeviceStatus>, AllocError> {
         let groups = [
-            (Some(data.class_name), &data.class_selectors),
+            (Some(data.class_interned), &data.class_selectors),
             (None, &data.request_selectors),
         ];
         for (class, selectors) in groups {
@@ -1229,10 +1240,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 match self.outcome(selector, d) {
                     Outcome::Match(true) => {}
                     Outcome::Match(false) => {
-                        return Ok(Some(DeviceStatus::NotSelected {
-                            class: class.map(str::to_owned),
-                            index,
-                        }));
+                        return Ok(Some(DeviceStatus::NotSelected { class, index }));
                     }
                     failed => {
                         let (runtime, message) = match failed {
@@ -1594,20 +1602,20 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         from: usize,
         stack: &mut Vec<Frame>,
     ) -> Flow {
-        for position in from..s.node_devices.len() {
+        for position in from..s.gathered.devices.len() {
             if let Some(too_long) = s.step() {
                 return too_long;
             }
-            let d = s.node_devices[position];
+            let d = s.gathered.devices[position];
             // allocateOne checks a pool's validity before any of its devices: 1.34 fails the
             // attempt on reaching an invalid pool, 1.35+ skips it.
-            if let Some(&i) = s.invalid_of.get(&d) {
+            if let Some(&i) = s.gathered.invalid_of.get(&d) {
                 if self.features.release < 35 {
                     let device = &self.fleet.devices[d];
                     return Flow::Return(Err(Stop::Error(AllocError::PoolInvalid {
                         driver: device.driver().to_owned(),
                         pool: device.pool().to_owned(),
-                        reason: s.invalid[i].reason.clone(),
+                        reason: s.gathered.invalid[i].reason.clone(),
                     })));
                 }
                 continue;
@@ -1633,7 +1641,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             };
             // isSelectable: a device's own node (perDeviceNodeSelection) only after its
             // selectors.
-            if !selected || s.off_node.contains(&d) {
+            if !selected || s.gathered.off_node.contains(&d) {
                 continue;
             }
             // A shareable device with capacities is assumed to have room (the most the
@@ -1801,13 +1809,19 @@ fn prepare_constraints<'s>(
 }
 
 /// A 128-bit hash of what CEL sees of a device: its driver, attributes, capacities and
-/// `allowMultipleAllocations` (two SipHash passes with different prefixes; a collision, which
-/// would merge two devices' outcomes, is out of reach at fleet sizes).
-fn cel_inputs_hash<D: DeviceView>(device: &D) -> (u64, u64) {
+/// `allowMultipleAllocations` (two passes with independently seeded hashers, the same for every
+/// device of the fleet; a collision, which would merge two devices' outcomes, is out of reach
+/// at fleet sizes).
+fn cel_inputs_hash<D: DeviceView>(
+    device: &D,
+    seeds: &(
+        foldhash::quality::RandomState,
+        foldhash::quality::RandomState,
+    ),
+) -> (u64, u64) {
     use std::hash::{Hash, Hasher};
-    let hash = |salt: u8| {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        salt.hash(&mut h);
+    let hash = |seed: &foldhash::quality::RandomState| {
+        let mut h = seed.build_hasher();
         device.driver().hash(&mut h);
         for (name, value) in device.attributes() {
             name.hash(&mut h);
@@ -1822,7 +1836,7 @@ fn cel_inputs_hash<D: DeviceView>(device: &D) -> (u64, u64) {
         device.unsupported_attribute().hash(&mut h);
         h.finish()
     };
-    (hash(1), hash(2))
+    (hash(&seeds.0), hash(&seeds.1))
 }
 
 /// allocator.go `lookupAttribute`: the fully qualified name, or, in the driver's own domain,
@@ -2701,7 +2715,7 @@ mod tests {
             survey.into_iter().map(|(_, s)| s).collect::<Vec<_>>(),
             vec![
                 DeviceStatus::NotSelected {
-                    class: Some("decode-10bit".into()),
+                    class: Some(Ustr::from("decode-10bit")),
                     index: 0
                 },
                 DeviceStatus::Available,
