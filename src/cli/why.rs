@@ -19,7 +19,9 @@ use crate::cli::style::Styles;
 use crate::cli::table::{Cell, Grid, TableStyle, Width, pieces};
 use crate::cli::{Error, FileArgs, Global, Io};
 use crate::explain::allocate::{DEFAULT_MINOR, Features};
-use crate::explain::pod::{self, ClaimState, Diagnosis, Input, ReasonKind, Target};
+use crate::explain::findings::{self, ClaimState, Diagnosis, ReasonKind, RequestReport};
+use crate::explain::pod::{self, Input, Target};
+use crate::explain::target;
 use crate::fleet::cluster::{Cluster, ClusterError, ListRequest, Namespaces};
 use crate::fleet::files;
 use crate::fleet::objects::{Kind, Kinds, Objects};
@@ -466,7 +468,7 @@ fn carry(text: &str, same: &SameInput) -> String {
 fn in_no_namespace(what: &str, prefix: &str, name: &str, close: &[String]) -> String {
     let hint = match close.first().and_then(|c| c.split_once('/')) {
         Some((namespace, candidate)) => {
-            pod::similar_names_hint(close, prefix, candidate, namespace)
+            target::similar_names_hint(close, prefix, candidate, namespace)
         }
         None => format!("check the name, or list them with kubectl get {what}s -A"),
     };
@@ -487,7 +489,7 @@ fn shown_target(kube: &crate::cli::KubeArgs, namespace: &str, name: &str) -> Str
 fn not_in_files(what: &str, prefix: &str, asked: &str, close: &[String]) -> String {
     let hint = match close.first().and_then(|c| c.split_once('/')) {
         Some((namespace, candidate)) => {
-            pod::similar_names_hint(close, prefix, candidate, namespace)
+            target::similar_names_hint(close, prefix, candidate, namespace)
         }
         None => format!(
             "no {what} in the files has a similar name: check the name, or add the file that \
@@ -755,7 +757,7 @@ fn gather_cluster(args: &WhyArgs, global: &Global) -> Result<Gathered, Error> {
                     c.metadata.name.as_deref() == Some(name)
                         && c.metadata.namespace.as_deref() == Some(namespace)
                 })
-                .and_then(|claim| pod::claim_users(claim, &objects).0.into_iter().next());
+                .and_then(|claim| crate::explain::claims::claim_users(claim, &objects).0.into_iter().next());
             if let Some(user) = user {
                 let pod_name = user.split_once('/').map_or(user.as_str(), |(_, n)| n);
                 let selector = format!("involvedObject.kind=Pod,involvedObject.name={pod_name}");
@@ -881,7 +883,7 @@ fn render(d: &Diagnosis, styles: &Styles, limit: Option<usize>) -> String {
                 "{:>6}  {}: {}",
                 outcome.count,
                 outcome.detail,
-                pod::shorten(outcome.nodes.clone())
+                findings::shorten(outcome.nodes.clone())
             );
             page.line(2, 8, &[(&text, plain)]);
         }
@@ -934,7 +936,7 @@ fn render(d: &Diagnosis, styles: &Styles, limit: Option<usize>) -> String {
 
 /// One request of a claim still to allocate: how many devices qualify, why the others do not,
 /// and with `-o wide` every device.
-fn render_request(page: &mut Page, request: &pod::RequestReport, styles: &Styles) {
+fn render_request(page: &mut Page, request: &RequestReport, styles: &Styles) {
     let plain = Style::new();
     let count = if request.allocation_mode == "All" {
         "all matching devices".to_owned()
@@ -973,11 +975,11 @@ fn render_request(page: &mut Page, request: &pod::RequestReport, styles: &Styles
     page.line(4, 2, &[(&qualify, qualify_style)]);
     let mut last_key = None;
     for reason in &request.reasons {
-        let key = pod::reason_key(reason);
+        let key = findings::reason_key(reason);
         let heading_changed = last_key.as_ref() != Some(&key);
         last_key = Some(key);
-        let devices = pod::count(reason.devices, "device", "devices");
-        let nodes = pod::count(reason.nodes, "node", "nodes");
+        let devices = findings::count(reason.devices, "device", "devices");
+        let nodes = findings::count(reason.nodes, "node", "nodes");
         match reason.reason {
             ReasonKind::OtherDriver => {
                 // `liken.sh devices, where class media-gpu selector #0 wants device.driver ==
@@ -1011,7 +1013,7 @@ fn render_request(page: &mut Page, request: &pod::RequestReport, styles: &Styles
         let held = if reason.claims.is_empty() {
             String::new()
         } else {
-            format!(", held by {}", pod::shorten(reason.claims.clone()))
+            format!(", held by {}", findings::shorten(reason.claims.clone()))
         };
         page.line(
             8,
