@@ -1,17 +1,21 @@
 //! The pod's claims, found as the kubelet and the scheduler find them (never a guessed name),
 //! with where each stands and what is wrong with it when something is.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::core::v1::{NodeSelector, Pod};
-use k8s_openapi::api::resource::v1::{DeviceRequest, ResourceClaim, ResourceClaimSpec};
+use k8s_openapi::api::resource::v1::{
+    DeviceClassSpec, DeviceRequest, ResourceClaim, ResourceClaimSpec,
+};
 
 use super::DeviceView;
-use super::findings::{AllocatedDevice, Allocation, ClaimState, Problem};
+use super::findings::{
+    AllocatedDevice, Allocation, ClaimProblem, ClaimReport, ClaimState, Constraint,
+};
 use super::model::FleetModel;
-use super::requests::PCI_BUS_ID;
+use super::requests::{PCI_BUS_ID, nearest};
 use super::target::meta_is;
-use crate::fleet::objects::{Kind, Objects};
+use crate::fleet::objects::Objects;
 
 /// liken's render node attribute.
 const RENDER_NODE: &str = "liken.sh/renderNode";
@@ -24,7 +28,7 @@ pub(super) struct Entry<'o> {
     pub template: Option<String>,
     pub spec: Option<&'o ResourceClaimSpec>,
     pub state: ClaimState,
-    pub problem: Option<Problem>,
+    pub problem: Option<ClaimProblem>,
 }
 
 impl Entry<'_> {
@@ -80,14 +84,10 @@ pub(super) fn pod_claims<'o>(pod: &'o Pod, objects: &'o Objects) -> Vec<Entry<'o
                         found.state = claim_state(claim, Some(pod), false);
                     }
                     None => {
-                        found.problem = Some(Problem {
-                            message: format!(
-                                "the pod names ResourceClaim {namespace}/{claim_name}, which does not exist; the scheduler waits for it without an event"
-                            ),
-                            fix: format!(
-                                "create the claim {claim_name} in {namespace}, or fix spec.resourceClaims[{}].resourceClaimName",
-                                entry.name
-                            ),
+                        found.problem = Some(ClaimProblem::ClaimMissing {
+                            namespace: namespace.to_owned(),
+                            claim: claim_name.clone(),
+                            entry: entry.name.clone(),
                         });
                     }
                 }
@@ -103,19 +103,13 @@ pub(super) fn pod_claims<'o>(pod: &'o Pod, objects: &'o Objects) -> Vec<Entry<'o
                         found.state = ClaimState::NotCreated;
                         found.spec = template.map(|t| &t.spec.spec);
                         found.problem = Some(match template {
-                            Some(_) => Problem {
-                                message: format!(
-                                    "the claim for {} is not created yet (pod.status.resourceClaimStatuses has no entry); the scheduler waits without an event",
-                                    entry.name
-                                ),
-                                fix: "wait for the resource claim controller; if it stays so, look for FailedResourceClaimCreation events and the controller manager's log".to_owned(),
+                            Some(_) => ClaimProblem::NotCreated {
+                                entry: entry.name.clone(),
                             },
-                            None => Problem {
-                                message: format!(
-                                    "ResourceClaimTemplate {namespace}/{template_name} does not exist, so no claim can be made for {}",
-                                    entry.name
-                                ),
-                                fix: format!("create the template {template_name} in {namespace} (kubectl media class --claim ...), or fix spec.resourceClaims[{}].resourceClaimTemplateName", entry.name),
+                            None => ClaimProblem::TemplateMissing {
+                                namespace: namespace.to_owned(),
+                                template: template_name.clone(),
+                                entry: entry.name.clone(),
                             },
                         });
                     }
@@ -129,22 +123,17 @@ pub(super) fn pod_claims<'o>(pod: &'o Pod, objects: &'o Objects) -> Vec<Entry<'o
                                     found.spec = Some(&claim.spec);
                                     found.state = claim_state(claim, Some(pod), true);
                                     if found.state == ClaimState::NotOwned {
-                                        found.problem = Some(Problem {
-                                            message: format!(
-                                                "ResourceClaim {namespace}/{claim_name} was not created for pod {namespace}/{} (the pod is not its owner); the scheduler waits without an event",
-                                                pod.metadata.name.as_deref().unwrap_or_default()
-                                            ),
-                                            fix: "delete the claim so that the controller makes the pod's own, or recreate the pod".to_owned(),
+                                        found.problem = Some(ClaimProblem::NotOwned {
+                                            namespace: namespace.to_owned(),
+                                            claim: claim_name.clone(),
+                                            pod: pod.metadata.name.clone().unwrap_or_default(),
                                         });
                                     }
                                 }
                                 None => {
-                                    found.problem = Some(Problem {
-                                        message: format!(
-                                            "the pod's status names ResourceClaim {namespace}/{claim_name}, which does not exist (deleted?); the scheduler waits without an event"
-                                        ),
-                                        fix: "recreate the pod, so that its claim is made again"
-                                            .to_owned(),
+                                    found.problem = Some(ClaimProblem::StatusClaimMissing {
+                                        namespace: namespace.to_owned(),
+                                        claim: claim_name.clone(),
                                     });
                                 }
                             }
@@ -153,22 +142,14 @@ pub(super) fn pod_claims<'o>(pod: &'o Pod, objects: &'o Objects) -> Vec<Entry<'o
                 }
             }
             (None, None) => {
-                found.problem = Some(Problem {
-                    message: format!(
-                        "spec.resourceClaims[{}] names neither a claim nor a template",
-                        entry.name
-                    ),
-                    fix: "set resourceClaimName or resourceClaimTemplateName".to_owned(),
+                found.problem = Some(ClaimProblem::NoSource {
+                    entry: entry.name.clone(),
                 });
             }
         }
         if found.state == ClaimState::BeingDeleted && found.problem.is_none() {
-            found.problem = Some(Problem {
-                message: format!(
-                    "resourceclaim {} is being deleted",
-                    found.claim_name.clone().unwrap_or_default()
-                ),
-                fix: "wait for the deletion to finish (finalizers), then recreate the pod or the claim".to_owned(),
+            found.problem = Some(ClaimProblem::BeingDeleted {
+                claim: found.claim_name.clone().unwrap_or_default(),
             });
         }
         out.push(found);
@@ -317,21 +298,6 @@ pub(super) fn owned_by(claim: &ResourceClaim, pod: &Pod) -> bool {
         })
 }
 
-/// What the analysis cannot say without a kind.
-pub(super) fn lacks(kind: Kind) -> &'static str {
-    match kind {
-        Kind::ResourceSlice => "no device can be evaluated",
-        Kind::DeviceClass => "no selector can be evaluated",
-        // Never said: see the note for claims in `explain`.
-        Kind::ResourceClaim => "devices held by other namespaces' claims are not known to be taken",
-        Kind::ResourceClaimTemplate => "claims not created yet cannot be evaluated",
-        Kind::Pod => "the pod cannot be found",
-        Kind::Node => "the pod's nodeSelector, affinity and node taints are not checked",
-        Kind::Event => "the scheduler's and the kubelet's messages are not shown",
-        Kind::DeviceTaintRule => "the taints DeviceTaintRules add to devices are not applied",
-    }
-}
-
 /// (request name, class name) of every request and sub-request.
 pub(super) fn request_classes(spec: &ResourceClaimSpec) -> Vec<(String, &str)> {
     let mut out = Vec::new();
@@ -398,4 +364,111 @@ pub(super) fn node_of_selector(selector: &NodeSelector) -> Option<String> {
             .find(|r| r.key == "metadata.name" && r.operator == "In")
             .and_then(|r| r.values.as_ref()?.first().cloned())
     })
+}
+
+/// The claims sorted for the analysis: their reports, their problems, the ones still to
+/// allocate and the nodes the allocated ones are bound to.
+pub(super) struct Sorted<'o> {
+    pub reports: Vec<ClaimReport>,
+    pub problems: Vec<ClaimProblem>,
+    /// The claims the allocator works on: (index in `reports`, `namespace/name`, spec):
+    /// pending ones, and those made from a template that does not exist yet (the template's
+    /// spec is what the claim will ask for).
+    pub pending: Vec<(usize, String, &'o ResourceClaimSpec)>,
+    /// The node selectors of the claims already allocated.
+    pub bound_nodes: Vec<&'o NodeSelector>,
+}
+
+/// Each claim's report, and where it goes next.
+pub(super) fn sort<'o>(
+    entries: &[Entry<'o>],
+    namespace: &str,
+    model: &FleetModel<'_>,
+) -> Sorted<'o> {
+    let mut sorted = Sorted {
+        reports: Vec::new(),
+        problems: Vec::new(),
+        pending: Vec::new(),
+        bound_nodes: Vec::new(),
+    };
+    for entry in entries {
+        let mut report = ClaimReport {
+            name: entry.name.clone(),
+            claim: entry.claim_name.clone(),
+            template: entry.template.clone(),
+            state: entry.state,
+            reserved_for: entry.claim.map(reserved_for).unwrap_or_default(),
+            problem: entry.problem.clone(),
+            allocation: None,
+            requests: Vec::new(),
+            constraints: entry.spec.map(constraints).unwrap_or_default(),
+        };
+        if let Some(problem) = &entry.problem {
+            sorted.problems.push(problem.clone());
+        }
+        match (entry.state, entry.claim) {
+            (ClaimState::Reserved | ClaimState::Allocated, Some(claim)) => {
+                let allocation = claim.status.as_ref().and_then(|s| s.allocation.as_ref());
+                if let Some(selector) = allocation.and_then(|a| a.node_selector.as_ref()) {
+                    sorted.bound_nodes.push(selector);
+                }
+                report.allocation = Some(allocated(claim, model));
+            }
+            (ClaimState::Pending | ClaimState::NotCreated, _) => {
+                if let Some(spec) = entry.spec {
+                    let index = sorted.reports.len();
+                    sorted
+                        .pending
+                        .push((index, entry.claim_label(namespace), spec));
+                }
+            }
+            _ => {}
+        }
+        sorted.reports.push(report);
+    }
+    sorted
+}
+
+fn constraints(spec: &ResourceClaimSpec) -> Vec<Constraint> {
+    spec.devices
+        .as_ref()
+        .and_then(|d| d.constraints.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            let requests = c.requests.clone().unwrap_or_default();
+            match (&c.match_attribute, &c.distinct_attribute) {
+                (Some(a), _) => Constraint::MatchAttribute {
+                    attribute: a.clone(),
+                    requests,
+                },
+                (None, Some(a)) => Constraint::DistinctAttribute {
+                    attribute: a.clone(),
+                    requests,
+                },
+                (None, None) => Constraint::Empty { requests },
+            }
+        })
+        .collect()
+}
+
+/// Classes that do not exist: the scheduler fails the pod with "request %s: device class %s
+/// does not exist" before looking at a device.
+pub(super) fn check_classes(sorted: &mut Sorted<'_>, classes: &BTreeMap<String, DeviceClassSpec>) {
+    for (index, label, spec) in &sorted.pending {
+        for (request, class) in request_classes(spec) {
+            if !classes.contains_key(class) {
+                let problem = ClaimProblem::ClassMissing {
+                    claim: label.clone(),
+                    request,
+                    class: class.to_owned(),
+                    nearest: nearest(class, classes.keys().map(String::as_str)),
+                };
+                if sorted.reports[*index].problem.is_none() {
+                    sorted.reports[*index].problem = Some(problem.clone());
+                }
+                sorted.problems.push(problem);
+            }
+        }
+    }
 }

@@ -14,11 +14,12 @@ use super::claims::requests;
 use super::diagnose::Finding;
 use super::filters::pod_filter;
 use super::findings::{
-    AttemptError, Diagnosis, NodeOutcome, NodePicks, NodeSummary, OutcomeKind, PickedDevice, count,
+    AttemptCode, AttemptError, Diagnosis, ErrorSummary, NodeFinding, NodeOutcome, NodePicks,
+    NodeSummary, Note, Odds, PickedDevice, PoolReason, RequestGpus, Unsatisfied,
 };
 use super::model::{FleetModel, SliceDevice};
-use super::pod::Input;
-use super::requests::{self as request_report, PCI_BUS_ID};
+use super::requests::{self as request_report, PCI_BUS_ID, scope_ref};
+use super::target::Input;
 
 /// What the allocator's part works on.
 pub(super) struct Work<'w, 'o> {
@@ -36,7 +37,7 @@ pub(super) struct Work<'w, 'o> {
 
 /// What the pass over the nodes found.
 pub(super) struct NodePass {
-    outcomes: BTreeMap<(OutcomeKind, String), Vec<String>>,
+    outcomes: BTreeMap<NodeFinding, Vec<String>>,
     /// Per (claim, request): device index → status, each device once.
     statuses: Vec<BTreeMap<usize, DeviceStatus>>,
     request_keys: Vec<(String, String)>,
@@ -152,7 +153,9 @@ pub(super) fn nodes(
                     Some(filtered) => filtered.clone(),
                     None => {
                         pass.erring += 1;
-                        (OutcomeKind::Error, error_summary(&e))
+                        NodeFinding::Error {
+                            error: error_summary(&e),
+                        }
                     }
                 };
                 if filtered.is_none() {
@@ -224,12 +227,9 @@ pub(super) fn node_outcome(
     report: &NodeReport,
     distinct: bool,
     pass: &mut NodePass,
-) -> (OutcomeKind, String) {
+) -> NodeFinding {
     if work.bound_nodes.iter().any(|s| !node.matches(s)) {
-        return (
-            OutcomeKind::ClaimElsewhere,
-            "another claim of the pod is allocated on a different node".to_owned(),
-        );
+        return NodeFinding::ClaimElsewhere;
     }
     match &report.verdict {
         NodeVerdict::Allocated(results) => {
@@ -250,25 +250,20 @@ pub(super) fn node_outcome(
                     })
                     .collect(),
             });
-            let detail = if work.model.nodes_known {
-                "every claim can be allocated now"
-            } else {
-                "the devices allow every claim (the node's own filters unchecked)"
-            };
-            (OutcomeKind::Allocatable, detail.to_owned())
+            NodeFinding::Allocatable {
+                checked: work.model.nodes_known,
+            }
         }
         NodeVerdict::CannotAllocate => why_not_on_node(allocator, report, distinct),
-        NodeVerdict::InvalidPools(pools) => (
-            OutcomeKind::InvalidPools,
-            format!(
-                "invalid resource pools were encountered: {}",
-                pools
-                    .iter()
-                    .map(|p| format!("pool {} ({})", p.pool, p.reason))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        ),
+        NodeVerdict::InvalidPools(pools) => NodeFinding::InvalidPools {
+            pools: pools
+                .iter()
+                .map(|p| PoolReason {
+                    pool: p.pool.clone(),
+                    reason: p.reason.clone(),
+                })
+                .collect(),
+        },
     }
 }
 
@@ -292,8 +287,8 @@ pub(super) fn summarise(
 
     let mut node_outcomes: Vec<NodeOutcome> = outcomes
         .into_iter()
-        .map(|((outcome, detail), nodes)| NodeOutcome {
-            outcome,
+        .map(|(detail, nodes)| NodeOutcome {
+            outcome: detail.kind(),
             detail,
             count: nodes.len(),
             nodes,
@@ -315,17 +310,12 @@ pub(super) fn summarise(
         diagnosis.notes.push(note);
     }
     if let Some(error) = attempt_error {
-        if input.features.release < 36 && matches!(error, AllocError::Runtime(_)) {
-            diagnosis.notes.push(format!(
-                "Kubernetes 1.{} tries a node's resource pools in no fixed order (pools_incubating.go GatherPools builds them from a map; 1.36 sorts them): on a node where a selector fails on one device and other devices could serve, an attempt may meet either first; why tries pools by driver and pool name",
-                input.features.release
-            ));
+        let release = input.features.release;
+        if release < 36 && matches!(error, AllocError::Runtime(_)) {
+            diagnosis.notes.push(Note::RuntimeErrorOrder { release });
         }
         if matches!(error, AllocError::PoolInvalid { .. }) {
-            diagnosis.notes.push(format!(
-                "Kubernetes 1.{} tries a node's resource pools in no fixed order and fails the attempt when it reaches an invalid one: on a node where a valid pool could serve, an attempt may reach that first and succeed; why tries pools by driver and pool name",
-                input.features.release
-            ));
+            diagnosis.notes.push(Note::InvalidPoolOrder { release });
         }
         let mut attempt = attempt(&error);
         // The scheduler filters nodes until it has found numFeasibleNodesToFind feasible ones
@@ -343,10 +333,11 @@ pub(super) fn summarise(
         );
         if schedulers && allocatable >= to_find {
             attempt.always = false;
-            attempt.consequence = format!(
-                "the scheduler fails the scheduling attempt (PodScheduled reason SchedulerError) when it checks one of the {} where this error occurs; with {allocatable} nodes that can take the pod it may stop after finding {to_find} of them first (numFeasibleNodesToFind, with the default percentageOfNodesToScore), so an attempt may succeed",
-                count(erring, "node", "nodes")
-            );
+            attempt.odds = Some(Odds {
+                erring,
+                allocatable,
+                to_find,
+            });
         }
         diagnosis.attempt_error = Some(attempt);
     }
@@ -357,7 +348,7 @@ pub(super) fn summarise(
 /// error) or one in use first (no error), and, for an `All` sub-request after the first,
 /// which single device it takes (allocator_incubating.go v0.35.10 drops the sub-request). The
 /// differential test against the real allocator found both (tests/it/oracle/fleets.rs).
-pub(super) fn all_mode_order_note(release: u32, claims: &[Claim<'_>]) -> Option<String> {
+pub(super) fn all_mode_order_note(release: u32, claims: &[Claim<'_>]) -> Option<Note> {
     let all = |mode: &Option<String>| mode.as_deref() == Some("All");
     let any_all = claims.iter().any(|c| {
         c.spec.devices.as_ref().is_some_and(|d| {
@@ -371,17 +362,12 @@ pub(super) fn all_mode_order_note(release: u32, claims: &[Claim<'_>]) -> Option<
             })
         })
     });
-    (release < 36 && any_all).then(|| {
-        format!(
-            "Kubernetes 1.{release} tries a node's resource pools in no fixed order (pools_incubating.go GatherPools builds them from a map; 1.36 sorts them): with allocationMode All, the order can decide whether an attempt meets a device that breaks a constraint (an error) or one in use first, and which device an All sub-request after the first takes; why tries pools by driver and pool name"
-        )
-    })
+    (release < 36 && any_all).then_some(Note::AllModeOrder { release })
 }
 
 /// k/k pkg/scheduler/schedule_one.go `numFeasibleNodesToFind` with the default
 /// percentageOfNodesToScore (0: adaptive): how many feasible nodes the scheduler looks for
 /// before it stops filtering.
-
 pub(super) fn num_feasible_nodes_to_find(all: usize) -> usize {
     const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
     const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: usize = 5;
@@ -395,66 +381,58 @@ pub(super) fn num_feasible_nodes_to_find(all: usize) -> usize {
 }
 
 /// An attempt error without the device it was met on, so that nodes group by it.
-pub(super) fn error_summary(error: &AllocError) -> String {
+pub(super) fn error_summary(error: &AllocError) -> ErrorSummary {
     match error {
-        AllocError::Runtime(f) => format!(
-            "{} selector #{}: CEL runtime error: {}",
-            f.scope, f.index, f.message
-        ),
-        AllocError::CannotEvaluate(f) => format!(
-            "{} selector #{}: cannot evaluate: {}",
-            f.scope, f.index, f.message
-        ),
+        AllocError::Runtime(f) => ErrorSummary::RuntimeError {
+            selector: scope_ref(f),
+            message: f.message.clone(),
+        },
+        AllocError::CannotEvaluate(f) => ErrorSummary::CannotEvaluate {
+            selector: scope_ref(f),
+            message: f.message.clone(),
+        },
         // One line for every node where only such devices would serve.
-        AllocError::CapacityUnmodelled { claim, request, .. } => format!(
-            "claim {claim}, request {request}: only shareable devices with capacities would serve it, and whether they have room (DRAConsumableCapacity) is not modelled"
-        ),
-        other => other.to_string(),
+        AllocError::CapacityUnmodelled { claim, request, .. } => ErrorSummary::CapacityUnmodelled {
+            claim: claim.clone(),
+            request: request.clone(),
+        },
+        other => ErrorSummary::Other {
+            message: other.to_string(),
+        },
     }
 }
 
 /// Why the claims cannot be allocated on a node whose verdict is "cannot allocate".
 pub(super) fn why_not_on_node(
     allocator: &Allocator<'_, SliceDevice<'_>>,
-    report: &super::allocate::NodeReport,
+    report: &NodeReport,
     distinct: bool,
-) -> (OutcomeKind, String) {
+) -> NodeFinding {
     if report.constraints_block {
         // Each request is served alone; show the addresses each could use.
-        let parts: Vec<String> = report
+        let requests = report
             .requests
             .iter()
             .map(|r| {
-                let mut addresses: Vec<&str> = r
+                let mut gpus: Vec<Option<String>> = r
                     .devices
                     .iter()
                     .filter(|(_, s)| *s == DeviceStatus::Available)
-                    .map(|(d, _)| {
-                        allocator
-                            .device(*d)
-                            .string(PCI_BUS_ID)
-                            .unwrap_or("(no pciBusID)")
-                    })
+                    .map(|(d, _)| allocator.device(*d).string(PCI_BUS_ID).map(str::to_owned))
                     .collect();
-                addresses.sort_unstable();
-                addresses.dedup();
-                // `request decodes on GPU ...`: a request's name alone reads as a verb.
-                let gpus = if addresses.len() == 1 { "GPU" } else { "GPUs" };
-                format!("request {} on {gpus} {}", r.request, addresses.join(", "))
+                // Sorted as the words sort: a device without an address reads `(no pciBusID)`.
+                gpus.sort_unstable_by(|a, b| {
+                    let key = |g: &Option<String>| g.clone().unwrap_or_else(|| "(".to_owned());
+                    key(a).cmp(&key(b))
+                });
+                gpus.dedup();
+                RequestGpus {
+                    request: r.request.clone(),
+                    gpus,
+                }
             })
             .collect();
-        return (
-            OutcomeKind::Constraint,
-            format!(
-                "each request can be served, never {} ({})",
-                if distinct {
-                    "together under the claim's constraints"
-                } else {
-                    "on one GPU"
-                },
-                parts.join("; ")
-            ),
-        );
+        return NodeFinding::Constraint { distinct, requests };
     }
     for r in &report.requests {
         // firstAvailable: the request fails only if every sub-request does; the first
@@ -490,20 +468,14 @@ pub(super) fn why_not_on_node(
                 )
             })
             .count();
-        let detail = if r.devices.is_empty() {
-            format!("request {}: the node has no devices", r.request)
+        let why = if r.devices.is_empty() {
+            Unsatisfied::NoDevices
         } else if pooled == r.devices.len() {
-            format!(
-                "request {}: every device of the node is in a resource pool being updated or invalid",
-                r.request
-            )
+            Unsatisfied::PoolsUnusable
         } else if passing == 0 {
-            format!("request {}: no device passes the selectors", r.request)
+            Unsatisfied::NonePass
         } else {
-            format!(
-                "request {}: every device that passes the selectors is taken or tainted",
-                r.request
-            )
+            Unsatisfied::TakenOrTainted
         };
         if r.request.contains('/')
             && report.requests.iter().any(|o| {
@@ -513,123 +485,64 @@ pub(super) fn why_not_on_node(
         {
             continue;
         }
-        return (OutcomeKind::RequestUnsatisfied, detail);
+        return NodeFinding::RequestUnsatisfied {
+            request: r.request.clone(),
+            why,
+        };
     }
-    (
-        OutcomeKind::CannotAllocate,
-        "the devices do not add up: counts, or exclusive devices wanted by several requests"
-            .to_owned(),
-    )
+    NodeFinding::CannotAllocate
 }
 
+/// The attempt error as data: which, in the scheduler's words, and whether it is this
+/// evaluator's limit rather than the scheduler's error.
 pub(super) fn attempt(error: &AllocError) -> AttemptError {
-    match error {
-        AllocError::Runtime(f) => AttemptError {
-            message: error.to_string(),
-            always: true,
-            undecided: false,
-            consequence: "the scheduler fails the whole scheduling attempt (PodScheduled reason SchedulerError), on every node, not just this device".to_owned(),
-            fix: match f.message.strip_prefix("no such key: ") {
-                Some(key) => format!(
-                    "if the name is right and only some devices have it, guard the read in {} selector #{}: has(device.attributes[...].{key}) && ..., or device.attributes[...].?{key}.orValue(false)",
-                    f.scope, f.index
-                ),
-                None => format!("fix {} selector #{} for the devices it fails on", f.scope, f.index),
+    let (code, undecided) = match error {
+        AllocError::Runtime(f) => (
+            AttemptCode::RuntimeError {
+                selector: scope_ref(f),
+                missing_key: f.message.strip_prefix("no such key: ").map(str::to_owned),
             },
-        },
-        AllocError::SearchTooLong { .. } => AttemptError {
-            message: error.to_string(),
-            always: true,
-            undecided: true,
-            consequence: "kubectl media cannot decide this claim on such nodes; nothing about it is guessed".to_owned(),
-            fix: "check the scheduler's events for its verdict; fewer claims competing for the same exclusive devices shorten the search".to_owned(),
-        },
-        AllocError::CannotEvaluate(_)
-        | AllocError::Unsupported { .. }
-        | AllocError::CapacityUnmodelled { .. } => AttemptError {
-            message: error.to_string(),
-            always: true,
-            undecided: true,
-            consequence: "kubectl media cannot decide this claim; nothing about it is guessed".to_owned(),
-            fix: "check the scheduler's events for its verdict".to_owned(),
-        },
-        AllocError::PoolIncomplete { .. } => AttemptError {
-            message: error.to_string(),
-            always: true,
-            undecided: false,
-            consequence: "the scheduler does not allocate allocationMode All while a pool's slices are being updated".to_owned(),
-            fix: "wait for the driver to finish publishing the pool".to_owned(),
-        },
-        AllocError::PoolInvalidAll { pool, reason, .. } => AttemptError {
-            message: error.to_string(),
-            always: true,
-            undecided: false,
-            consequence: format!(
-                "the scheduler fails the scheduling attempt (PodScheduled reason SchedulerError): allocationMode All is not allocated while a pool of the node is invalid ({pool}: {reason})"
-            ),
-            fix: pool_fix(pool, reason),
-        },
+            false,
+        ),
+        AllocError::SearchTooLong { .. } => (AttemptCode::SearchTooLong, true),
+        AllocError::CannotEvaluate(_) => (AttemptCode::CannotEvaluate, true),
+        AllocError::Unsupported { .. } => (AttemptCode::Unsupported, true),
+        AllocError::CapacityUnmodelled { .. } => (AttemptCode::CapacityUnmodelled, true),
+        AllocError::PoolIncomplete { .. } => (AttemptCode::PoolIncomplete, false),
+        AllocError::PoolInvalidAll { pool, reason, .. } => (
+            AttemptCode::PoolInvalidAll {
+                pool: pool.clone(),
+                reason: reason.clone(),
+            },
+            false,
+        ),
         AllocError::PoolInvalid {
             driver,
             pool,
             reason,
-        } => AttemptError {
-            message: error.to_string(),
-            always: true,
-            undecided: false,
-            consequence: format!(
-                "the scheduler fails the scheduling attempt (PodScheduled reason SchedulerError) when its search reaches the invalid pool {driver}/{pool} ({reason}); Kubernetes 1.35 skips such pools instead"
-            ),
-            fix: pool_fix(&format!("{driver}/{pool}"), reason),
-        },
-        AllocError::ConstraintAll { .. } => AttemptError {
-            message: error.to_string(),
-            always: true,
-            undecided: false,
-            consequence: "the scheduler fails the attempt: allocationMode All takes every matching device, and one breaks the constraint".to_owned(),
-            fix: "narrow the request's selectors to devices that share the attribute, or drop the constraint".to_owned(),
-        },
-        AllocError::TooManyDevices { .. } => AttemptError {
-            message: error.to_string(),
-            always: true,
-            undecided: false,
-            consequence: "the scheduler fails the whole scheduling attempt (PodScheduled reason SchedulerError): a claim holds at most 32 devices".to_owned(),
-            fix: "ask for at most 32 devices per claim: lower the counts, or split the requests over several claims".to_owned(),
-        },
-        AllocError::EmptyConstraint { distinct, .. } => AttemptError {
-            message: error.to_string(),
-            always: true,
-            undecided: false,
-            consequence: "the scheduler fails the whole scheduling attempt (PodScheduled reason SchedulerError): its allocator does not know the constraint".to_owned(),
-            fix: if *distinct {
-                "Kubernetes 1.35's scheduler knows distinctAttribute only with the DRAConsumableCapacity feature gate on (1.36 on by default): turn it on, or drop the constraint".to_owned()
-            } else {
-                "give the constraint matchAttribute (or distinctAttribute)".to_owned()
+        } => (
+            AttemptCode::PoolInvalid {
+                pool: format!("{driver}/{pool}"),
+                reason: reason.clone(),
             },
-        },
-        AllocError::CapacityDisabled { .. } => AttemptError {
-            message: error.to_string(),
-            always: true,
-            undecided: false,
-            consequence: "the scheduler fails the whole scheduling attempt (PodScheduled reason SchedulerError)".to_owned(),
-            fix: "turn the DRAConsumableCapacity feature gate on (on by default from Kubernetes 1.36), or drop the request's capacity".to_owned(),
-        },
-        AllocError::ClassNotFound { .. } => AttemptError {
-            message: error.to_string(),
-            always: true,
-            undecided: false,
-            consequence: "the scheduler fails the pod".to_owned(),
-            fix: "create the class or fix deviceClassName".to_owned(),
-        },
-    }
-}
-
-/// What fixes an invalid pool: only its driver (or whoever publishes the slices) can.
-pub(super) fn pool_fix(pool: &str, reason: &str) -> String {
-    match reason.strip_prefix("duplicate device name ") {
-        Some(device) => format!(
-            "the slices of pool {pool} for the node must name device {device} once: the driver publishes it twice (two slices of one generation, or two publishers of one pool name); fix the driver or delete the stray slice"
+            false,
         ),
-        None => format!("fix the slices of pool {pool}: {reason}"),
+        AllocError::ConstraintAll { .. } => (AttemptCode::ConstraintAll, false),
+        AllocError::TooManyDevices { .. } => (AttemptCode::TooManyDevices, false),
+        AllocError::EmptyConstraint { distinct, .. } => (
+            AttemptCode::EmptyConstraint {
+                distinct: *distinct,
+            },
+            false,
+        ),
+        AllocError::CapacityDisabled { .. } => (AttemptCode::CapacityDisabled, false),
+        AllocError::ClassNotFound { .. } => (AttemptCode::ClassNotFound, false),
+    };
+    AttemptError {
+        error: code,
+        message: error.to_string(),
+        always: true,
+        undecided,
+        odds: None,
     }
 }

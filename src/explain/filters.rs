@@ -6,11 +6,11 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::NodeInfo;
-use super::findings::OutcomeKind;
+use super::findings::{Label, NodeFinding};
 
 /// The pod's own node filters on one node, in the scheduler's plugin order: NodeUnschedulable,
 /// nodeSelector and required node affinity (NodeAffinity), taints (TaintToleration).
-pub(super) fn pod_filter(pod: &Pod, info: &NodeInfo, node: &Node) -> Option<(OutcomeKind, String)> {
+pub(super) fn pod_filter(pod: &Pod, info: &NodeInfo, node: &Node) -> Option<NodeFinding> {
     let spec = pod.spec.as_ref()?;
     // NodeUnschedulable: a cordoned node, unless the pod tolerates the unschedulable taint.
     let cordoned = Taint {
@@ -26,22 +26,19 @@ pub(super) fn pod_filter(pod: &Pod, info: &NodeInfo, node: &Node) -> Option<(Out
             .iter()
             .any(|tol| pod_tolerates(tol, &cordoned))
     {
-        return Some((
-            OutcomeKind::NodeTaint,
-            "the node is cordoned (spec.unschedulable)".to_owned(),
-        ));
+        return Some(NodeFinding::Cordoned);
     }
     if let Some(selector) = &spec.node_selector {
-        let missing: Vec<String> = selector
+        let wants: Vec<Label> = selector
             .iter()
             .filter(|(k, v)| info.labels.get(*k) != Some(v))
-            .map(|(k, v)| format!("{k}={v}"))
+            .map(|(k, v)| Label {
+                key: k.clone(),
+                value: v.clone(),
+            })
             .collect();
-        if !missing.is_empty() {
-            return Some((
-                OutcomeKind::NodeSelector,
-                format!("the pod's nodeSelector wants {}", missing.join(", ")),
-            ));
+        if !wants.is_empty() {
+            return Some(NodeFinding::NodeSelector { wants });
         }
     }
     if let Some(required) = spec
@@ -54,10 +51,7 @@ pub(super) fn pod_filter(pod: &Pod, info: &NodeInfo, node: &Node) -> Option<(Out
         })
         && !info.matches(required)
     {
-        return Some((
-            OutcomeKind::NodeAffinity,
-            "the pod's required node affinity does not match".to_owned(),
-        ));
+        return Some(NodeFinding::NodeAffinity);
     }
     let tolerations = spec.tolerations.as_deref().unwrap_or_default();
     let taints = node
@@ -69,14 +63,10 @@ pub(super) fn pod_filter(pod: &Pod, info: &NodeInfo, node: &Node) -> Option<(Out
         matches!(t.effect.as_str(), "NoSchedule" | "NoExecute")
             && !tolerations.iter().any(|tol| pod_tolerates(tol, t))
     }) {
-        return Some((
-            OutcomeKind::NodeTaint,
-            format!(
-                "untolerated taint {{{}: {}}}",
-                taint.key,
-                taint.value.as_deref().unwrap_or_default()
-            ),
-        ));
+        return Some(NodeFinding::NodeTaint {
+            key: taint.key.clone(),
+            value: taint.value.clone(),
+        });
     }
     None
 }

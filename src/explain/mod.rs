@@ -1,8 +1,9 @@
 //! `why`: the pure core that decides, the way the scheduler decides, whether a pod's claims can
 //! be allocated on a node, and why not. [`cel`] evaluates device selectors with Kubernetes
 //! semantics, [`allocate`] applies the scheduler's allocation rules, [`diagnose`] names the first
-//! false clause of a selector with the values it read. Gathering the objects (from a cluster or
-//! files) is `fleet`'s job and rendering is `cli`'s; nothing here does I/O.
+//! false clause of a selector with the values it read, and [`pod`] runs the explanation through
+//! its rooms into [`findings`]. Gathering the objects (from a cluster or files) is `fleet`'s
+//! job and wording and rendering are `cli`'s; nothing here does I/O or words a sentence.
 //!
 //! The inputs are deliberately small: a device is anything implementing [`DeviceView`], so the
 //! fleet model can be read in place (no copy of 40,000 devices), and claims and classes are the

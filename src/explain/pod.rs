@@ -1,28 +1,18 @@
-//! Why a pod's (or one claim's) devices are not allocated: the explanation `kubectl media why`
-//! prints, built from the objects alone. Pure: the objects come in (from files or the cluster,
-//! read by `fleet`), a [`Diagnosis`] comes out, and `cli::why` renders it; the [`Diagnosis`] is
-//! also the documented `-o json|yaml` schema (docs/why-format.md).
-//!
-//! The order follows the way a pod meets DRA: the pod's claims are found the way the kubelet
-//! and the scheduler find them (`status.resourceClaimStatuses` for claims made from templates,
-//! never a guessed name), the cases the scheduler is silent about are named (a claim not created
-//! yet, missing, being deleted, not owned by the pod; a class that does not exist), claims
-//! already allocated are shown with their devices, and the claims still to allocate go to the
-//! allocator ([`super::allocate`]), node by node, as the scheduler's Filter does. Then, per
-//! request, every device of the fleet is accounted for: how many pass the class's and the
-//! request's selectors, and for the others the first clause that is false with the value it
-//! read, grouped by reason and GPU model so that a large fleet reads as a few lines.
+//! Why a pod's (or one claim's) devices are not allocated, from the objects alone: the
+//! objects come in (read by `fleet`), a [`Diagnosis`] of typed findings comes out, and
+//! `cli::why` words it. The order follows the way a pod meets DRA: the target and its claims
+//! ([`super::target`], [`super::claims`]), the allocator node by node ([`super::evaluate`]),
+//! every device per request ([`super::requests`]), then the verdict and next steps.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::NodeSelector;
-use k8s_openapi::api::resource::v1::{DeviceClassSpec, ResourceClaimSpec};
+use k8s_openapi::api::resource::v1::DeviceClassSpec;
 
-use super::claims::{allocated, lacks, request_classes, reserved_for};
+use super::claims::{self, Entry, Sorted};
 use super::evaluate::{Work, evaluate};
-use super::findings::{ClaimReport, ClaimState, Diagnosis, Problem};
-use super::model;
-use super::requests::{gpu_models, nearest};
+use super::findings::{ClaimProblem, ClaimState, Diagnosis, Note, Unchecked, Verdict};
+use super::model::{self, FleetModel};
+use super::requests::gpu_models;
 use super::target::{self, Found};
 pub(crate) use super::target::{Input, Target, TargetError, similar};
 use super::verdict::{conclude, scheduler_words};
@@ -32,7 +22,6 @@ use crate::fleet::objects::Kind;
 pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
     let objects = input.objects;
     let namespace = input.target.namespace();
-    let found = target::resolve(input)?;
     let Found {
         kind,
         name,
@@ -40,38 +29,12 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
         entries,
         used_by,
         unread_user,
-    } = found;
-    // Templates matter only for claims not created yet.
-    let not_created = entries.iter().any(|e| e.state == ClaimState::NotCreated);
-    let notes: Vec<String> = input
-        .unread
-        .iter()
-        .filter(|(kind, _)| *kind != Kind::ResourceClaimTemplate || not_created)
-        .map(|(kind, why)| match kind {
-            // Claims are only ever unread outside the namespace (`cli::why` falls back to it;
-            // without the pod's own claims there is nothing to explain).
-            Kind::ResourceClaim if objects.claims.is_empty() => format!(
-                "resourceclaims were not read ({why}): devices other claims hold are not known to be taken"
-            ),
-            Kind::ResourceClaim => format!(
-                "resourceclaims outside the namespace {namespace} were not read ({why}): devices they hold are not known to be taken; the namespace's own claims were read"
-            ),
-            _ => format!("{} were not read ({why}): {}", kind.plural(), lacks(*kind)),
-        })
-        .collect();
-    let full_name = format!("{namespace}/{name}");
-
+    } = target::resolve(input)?;
     let classes: BTreeMap<String, DeviceClassSpec> = objects
         .classes
         .iter()
         .map(|c| (c.metadata.name.clone().unwrap_or_default(), c.spec.clone()))
         .collect();
-    let mut claims: Vec<ClaimReport> = Vec::new();
-    let mut problems: Vec<Problem> = Vec::new();
-    // The claims the allocator works on: pending ones, and those made from a template that
-    // does not exist yet (the template's spec is what the claim will ask for).
-    let mut pending: Vec<(usize, String, &ResourceClaimSpec)> = Vec::new();
-    let mut bound_nodes: Vec<&NodeSelector> = Vec::new();
     let model = model::build(
         &objects.slices,
         &objects.claims,
@@ -80,150 +43,44 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
         input.features,
     );
     let models = gpu_models(&model);
-
-    for entry in &entries {
-        let mut report = ClaimReport {
-            name: entry.name.clone(),
-            claim: entry.claim_name.clone(),
-            template: entry.template.clone(),
-            state: entry.state,
-            reserved_for: entry.claim.map(reserved_for).unwrap_or_default(),
-            problem: entry.problem.clone(),
-            allocation: None,
-            requests: Vec::new(),
-            constraints: Vec::new(),
-        };
-        if let Some(problem) = &entry.problem {
-            problems.push(problem.clone());
-        }
-        if let Some(spec) = entry.spec {
-            report.constraints = spec
-                .devices
-                .as_ref()
-                .and_then(|d| d.constraints.as_deref())
-                .unwrap_or_default()
-                .iter()
-                .map(|c| {
-                    let requests = c.requests.as_deref().unwrap_or_default();
-                    let over = if requests.is_empty() {
-                        "all requests".to_owned()
-                    } else {
-                        requests.join(", ")
-                    };
-                    match (&c.match_attribute, &c.distinct_attribute) {
-                        (Some(a), _) => format!("matchAttribute {a} over {over}"),
-                        (None, Some(a)) => format!("distinctAttribute {a} over {over}"),
-                        (None, None) => format!("a constraint over {over}"),
-                    }
-                })
-                .collect();
-        }
-        match (entry.state, entry.claim) {
-            (ClaimState::Reserved | ClaimState::Allocated, Some(claim)) => {
-                let allocation = claim.status.as_ref().and_then(|s| s.allocation.as_ref());
-                if let Some(selector) = allocation.and_then(|a| a.node_selector.as_ref()) {
-                    bound_nodes.push(selector);
-                }
-                report.allocation = Some(allocated(claim, &model));
-            }
-            (ClaimState::Pending | ClaimState::NotCreated, _) => {
-                if let Some(spec) = entry.spec {
-                    pending.push((claims.len(), entry.claim_label(namespace), spec));
-                }
-            }
-            _ => {}
-        }
-        claims.push(report);
-    }
-
-    // Classes that do not exist: the scheduler fails the pod with "request %s: device class %s
-    // does not exist" before looking at a device.
-    for (index, label, spec) in &pending {
-        for (request, class) in request_classes(spec) {
-            if !classes.contains_key(class) {
-                let nearest = nearest(class, classes.keys().map(String::as_str));
-                let problem = Problem {
-                    message: format!(
-                        "claim {label}: request {request}: device class {class} does not exist"
-                    ),
-                    fix: match nearest {
-                        Some(n) => format!(
-                            "did you mean {n}? fix deviceClassName, or create the class (kubectl media class ... | kubectl apply -f -)"
-                        ),
-                        None => "create the DeviceClass (kubectl media class ... | kubectl apply -f -), or fix deviceClassName".to_owned(),
-                    },
-                };
-                if claims[*index].problem.is_none() {
-                    claims[*index].problem = Some(problem.clone());
-                }
-                problems.push(problem);
-            }
-        }
-    }
+    let mut sorted = claims::sort(&entries, namespace, &model);
+    claims::check_classes(&mut sorted, &classes);
     if input.unread.iter().any(|(k, _)| *k == Kind::DeviceClass) {
         // Without the classes nothing can be evaluated; the note says so.
-        problems.retain(|p| !p.message.contains("does not exist"));
-        for report in &mut claims {
-            report.problem = report
-                .problem
-                .take()
-                .filter(|p| !p.message.contains("does not exist"));
+        sorted.problems.retain(|p| !p.names_missing_object());
+        for report in &mut sorted.reports {
+            report.problem = report.problem.take().filter(|p| !p.names_missing_object());
         }
     }
+    let Sorted {
+        reports,
+        problems,
+        pending,
+        bound_nodes,
+    } = sorted;
 
     let mut diagnosis = Diagnosis {
         kind,
-        name: full_name.clone(),
+        name: format!("{namespace}/{name}"),
         blocked: false,
-        verdict: String::new(),
-        claims,
+        // Decided by `conclude`.
+        verdict: Verdict::Allocatable {
+            allocatable: 0,
+            total: 0,
+        },
+        claims: reports,
         nodes: None,
         attempt_error: None,
         scheduler: scheduler_words(pod, &objects.events),
         used_by,
         next_steps: Vec::new(),
         unchecked: Vec::new(),
-        notes,
+        notes: unread_notes(input, &entries),
     };
-    if !model.nodes_known && !pending.is_empty() {
-        diagnosis.unchecked.push(
-            "the nodes' own filters (the pod's nodeSelector, affinity and tolerations of node taints), as no Node objects were read".to_owned(),
-        );
-        // Nodes that could not be read have their note already; a list that came back empty
-        // is said here.
-        if !input.unread.iter().any(|(k, _)| *k == Kind::Node) {
-            diagnosis.notes.push(
-                "no Node objects were read: the nodes are the ones the slices name, and the pod's nodeSelector, affinity and node taints were not checked".to_owned(),
-            );
-        }
+    if !pending.is_empty() {
+        unchecked(input, &model, unread_user, &mut diagnosis);
     }
-    if let Some(user) = unread_user.filter(|_| !pending.is_empty()) {
-        diagnosis.notes.push(format!("not checked: {user}"));
-        diagnosis.unchecked.push(user);
-    }
-    if !model.ignored_slices.is_empty() && !pending.is_empty() {
-        diagnosis.notes.push(format!(
-            "Kubernetes 1.{} skips {} {}: {} perDeviceNodeSelection, which its scheduler reads only with the DRAPartitionableDevices feature gate (off by default before 1.36), so none of {} devices is allocated",
-            input.features.release,
-            if model.ignored_slices.len() == 1 { "ResourceSlice" } else { "ResourceSlices" },
-            model.ignored_slices.join(", "),
-            if model.ignored_slices.len() == 1 { "it sets" } else { "they set" },
-            if model.ignored_slices.len() == 1 { "its" } else { "their" },
-        ));
-    }
-    if input.unread.iter().any(|(k, _)| *k == Kind::ResourceClaim) && !pending.is_empty() {
-        diagnosis.unchecked.push(if objects.claims.is_empty() {
-            "devices held by other claims, as no resourceclaims were read".to_owned()
-        } else {
-            format!(
-                "devices held by claims outside the namespace {namespace}, as those claims were not read"
-            )
-        });
-    }
-
-    let class_problem = problems
-        .iter()
-        .any(|p| p.message.contains("does not exist"));
+    let class_problem = problems.iter().any(ClaimProblem::names_missing_object);
     let can_evaluate = !pending.is_empty()
         && !class_problem
         && !input.unread.iter().any(|(k, _)| *k == Kind::DeviceClass);
@@ -243,13 +100,90 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
     Ok(diagnosis)
 }
 
+/// The kinds that could not be read, as notes (templates only for claims not created yet).
+fn unread_notes(input: &Input<'_>, entries: &[Entry<'_>]) -> Vec<Note> {
+    let not_created = entries.iter().any(|e| e.state == ClaimState::NotCreated);
+    input
+        .unread
+        .iter()
+        .filter(|(kind, _)| *kind != Kind::ResourceClaimTemplate || not_created)
+        .map(|(kind, why)| match kind {
+            // Claims are only ever unread outside the namespace (`cli::why` falls back to it;
+            // without the pod's own claims there is nothing to explain).
+            Kind::ResourceClaim if input.objects.claims.is_empty() => {
+                Note::ClaimsUnread { why: why.clone() }
+            }
+            Kind::ResourceClaim => Note::ClaimsOutsideUnread {
+                namespace: input.target.namespace().to_owned(),
+                why: why.clone(),
+            },
+            _ => Note::Unread {
+                kind: *kind,
+                why: why.clone(),
+            },
+        })
+        .collect()
+}
+
+/// What was not read and could still block the claims still to allocate.
+fn unchecked(
+    input: &Input<'_>,
+    model: &FleetModel<'_>,
+    unread_user: Option<Unchecked>,
+    diagnosis: &mut Diagnosis,
+) {
+    if !model.nodes_known {
+        diagnosis.unchecked.push(Unchecked::NodeFilters);
+        // Nodes that could not be read have their note already; a list that came back empty
+        // is said here.
+        if !input.unread.iter().any(|(k, _)| *k == Kind::Node) {
+            diagnosis.notes.push(Note::NoNodes);
+        }
+    }
+    if let Some(user) = unread_user {
+        diagnosis.notes.push(Note::NotChecked {
+            unchecked: user.clone(),
+        });
+        diagnosis.unchecked.push(user);
+    }
+    if !model.ignored_slices.is_empty() {
+        diagnosis.notes.push(Note::SlicesSkipped {
+            release: input.features.release,
+            slices: model.ignored_slices.clone(),
+        });
+    }
+    if input.unread.iter().any(|(k, _)| *k == Kind::ResourceClaim) {
+        diagnosis
+            .unchecked
+            .push(if input.objects.claims.is_empty() {
+                Unchecked::OtherClaims
+            } else {
+                Unchecked::ClaimsOutside {
+                    namespace: input.target.namespace().to_owned(),
+                }
+            });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::why::words;
     use crate::explain::allocate::Features;
     use crate::explain::evaluate::num_feasible_nodes_to_find;
     use crate::explain::findings::{OutcomeKind, ReasonKind};
     use crate::explain::model::tests::objects;
+
+    // The tests read the diagnosis as `why` words it: the sentences are what a person checks.
+    fn steps(d: &Diagnosis) -> Vec<String> {
+        d.next_steps.iter().map(words::step).collect()
+    }
+    fn notes(d: &Diagnosis) -> Vec<String> {
+        d.notes.iter().map(words::note).collect()
+    }
+    fn unchecked(d: &Diagnosis) -> Vec<String> {
+        d.unchecked.iter().map(words::unchecked).collect()
+    }
 
     /// Two nodes, a GPU each with its render node: n1's decodes and scales 10-bit, n2's only
     /// decodes.
@@ -437,10 +371,10 @@ spec:
             .iter()
             .find(|r| r.reason == ReasonKind::SelectorFalse)
             .expect("a false clause");
-        assert_eq!(reason.detail, "scale10bit is false");
+        assert_eq!(words::detail(&reason.detail), "scale10bit is false");
         assert_eq!(reason.model, "UHD 630");
         assert_eq!(
-            reason.clause.as_deref(),
+            reason.at.as_ref().and_then(|at| at.clause.as_deref()),
             Some(r#"device.attributes["media.liken.sh"].scale10bit"#)
         );
         assert_eq!(
@@ -471,35 +405,34 @@ message: "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/se
         );
         let d = explain_pod(&text).unwrap();
         assert!(!d.blocked);
-        assert_eq!(d.unchecked.len(), 1, "{:?}", d.unchecked);
+        assert_eq!(unchecked(&d).len(), 1, "{:?}", unchecked(&d));
         assert!(
-            d.verdict.starts_with(
+            words::verdict(&d).starts_with(
                 "undecided for pod media/p: the devices allow its claims on 1 of 2 nodes (n1)"
             ),
             "{}",
-            d.verdict
+            words::verdict(&d)
         );
         assert!(
-            d.next_steps[0].starts_with(
+            steps(&d)[0].starts_with(
                 "the scheduler says \"1 node(s) didn't match Pod's node affinity/selector\""
             ),
             "{:?}",
-            d.next_steps
+            steps(&d)
         );
         // With the nodes: allocatable, and the disagreement with the scheduler is said.
         let nodes = "\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n1}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n2}\n";
         let d = explain_pod(&format!("{text}{nodes}")).unwrap();
-        assert!(d.unchecked.is_empty(), "{:?}", d.unchecked);
+        assert!(unchecked(&d).is_empty(), "{:?}", unchecked(&d));
         assert!(
-            d.verdict
-                .starts_with("nothing in the fleet blocks pod media/p"),
+            words::verdict(&d).starts_with("nothing in the fleet blocks pod media/p"),
             "{}",
-            d.verdict
+            words::verdict(&d)
         );
         assert!(
-            d.next_steps[0].starts_with("this is not what the scheduler last said"),
+            steps(&d)[0].starts_with("this is not what the scheduler last said"),
             "{:?}",
-            d.next_steps
+            steps(&d)
         );
         // Claims of other namespaces not read: a device they hold may be taken. Undecided.
         let objects = objects(&format!("{text}{nodes}"));
@@ -516,13 +449,13 @@ message: "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/se
         .unwrap();
         assert!(!d.blocked);
         assert_eq!(
-            d.unchecked,
+            unchecked(&d),
             ["devices held by claims outside the namespace media, as those claims were not read"]
         );
         assert!(
-            d.verdict.starts_with("undecided for pod media/p"),
+            words::verdict(&d).starts_with("undecided for pod media/p"),
             "{}",
-            d.verdict
+            words::verdict(&d)
         );
     }
 
@@ -552,22 +485,25 @@ message: "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/se
         // Read, and not there: it does not exist.
         let d = explain_with(&[]);
         assert!(
-            d.verdict
-                .contains("ResourceClaimTemplate media/t does not exist"),
+            words::verdict(&d).contains("ResourceClaimTemplate media/t does not exist"),
             "{}",
-            d.verdict
+            words::verdict(&d)
         );
         // Not read: the claim is not created yet, and what it asks for is not evaluated.
         let d = explain_with(&[(Kind::ResourceClaimTemplate, "forbidden".to_owned())]);
         assert!(d.blocked);
-        assert!(!d.verdict.contains("does not exist"), "{}", d.verdict);
         assert!(
-            d.verdict.contains("its template media/t was not read"),
+            !words::verdict(&d).contains("does not exist"),
             "{}",
-            d.verdict
+            words::verdict(&d)
+        );
+        assert!(
+            words::verdict(&d).contains("its template media/t was not read"),
+            "{}",
+            words::verdict(&d)
         );
         assert_eq!(
-            d.notes[0],
+            notes(&d)[0],
             "resourceclaimtemplates were not read (forbidden): claims not created yet cannot be evaluated"
         );
         // A claim that exists needs no template: no note.
@@ -585,9 +521,11 @@ message: "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/se
         })
         .unwrap();
         assert!(
-            !d.notes.iter().any(|n| n.contains("resourceclaimtemplates")),
+            !notes(&d)
+                .iter()
+                .any(|n| n.contains("resourceclaimtemplates")),
             "{:?}",
-            d.notes
+            notes(&d)
         );
     }
 
@@ -597,7 +535,11 @@ message: "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/se
         let d = explain_pod(&format!("{FLEET}{}", pod(""))).unwrap();
         assert_eq!(d.claims[0].state, ClaimState::NotCreated);
         assert!(d.blocked);
-        assert!(d.verdict.contains("not created yet"), "{}", d.verdict);
+        assert!(
+            words::verdict(&d).contains("not created yet"),
+            "{}",
+            words::verdict(&d)
+        );
         assert_eq!(d.claims[0].requests.len(), 2);
 
         // ... and the claim controller's complaint, when there is one, leads the steps.
@@ -612,15 +554,19 @@ message: 'PodResourceClaim gpu: resourceclaims.resource.k8s.io is forbidden: exc
 "#;
         let d = explain_pod(&format!("{FLEET}{}{event}", pod(""))).unwrap();
         assert!(
-            d.next_steps[0].contains("the resource claim controller says: PodResourceClaim gpu:"),
+            steps(&d)[0].contains("the resource claim controller says: PodResourceClaim gpu:"),
             "{:?}",
-            d.next_steps
+            steps(&d)
         );
 
         // The status names a claim that does not exist.
         let d = explain_pod(&format!("{FLEET}{}", pod(STATUS))).unwrap();
         assert_eq!(d.claims[0].state, ClaimState::Missing);
-        assert!(d.verdict.contains("does not exist"), "{}", d.verdict);
+        assert!(
+            words::verdict(&d).contains("does not exist"),
+            "{}",
+            words::verdict(&d)
+        );
 
         // Being deleted.
         let deleting = "  deletionTimestamp: 2026-11-02T09:00:00Z";
@@ -631,13 +577,21 @@ message: 'PodResourceClaim gpu: resourceclaims.resource.k8s.io is forbidden: exc
         ))
         .unwrap();
         assert_eq!(d.claims[0].state, ClaimState::BeingDeleted);
-        assert!(d.verdict.contains("being deleted"), "{}", d.verdict);
+        assert!(
+            words::verdict(&d).contains("being deleted"),
+            "{}",
+            words::verdict(&d)
+        );
 
         // Not owned by the pod (another pod's uid).
         let other = claim("p-gpu-x", SPEC, "").replace("uid: pod-uid", "uid: other-uid");
         let d = explain_pod(&format!("{FLEET}{}{other}", pod(STATUS))).unwrap();
         assert_eq!(d.claims[0].state, ClaimState::NotOwned);
-        assert!(d.verdict.contains("not created for pod"), "{}", d.verdict);
+        assert!(
+            words::verdict(&d).contains("not created for pod"),
+            "{}",
+            words::verdict(&d)
+        );
 
         // The template does not exist.
         let text = format!("{FLEET}{}", pod("")).replace(
@@ -646,10 +600,9 @@ message: 'PodResourceClaim gpu: resourceclaims.resource.k8s.io is forbidden: exc
         );
         let d = explain_pod(&text).unwrap();
         assert!(
-            d.verdict
-                .contains("ResourceClaimTemplate media/t2 does not exist"),
+            words::verdict(&d).contains("ResourceClaimTemplate media/t2 does not exist"),
             "{}",
-            d.verdict
+            words::verdict(&d)
         );
     }
 
@@ -667,13 +620,13 @@ message: 'PodResourceClaim gpu: resourceclaims.resource.k8s.io is forbidden: exc
         .unwrap();
         assert!(d.blocked);
         assert_eq!(
-            d.verdict,
+            words::verdict(&d),
             "pod media/p waits: claim media/p-gpu-x: request decodes: device class decode-10bits does not exist."
         );
         assert!(
-            d.next_steps[0].contains("did you mean decode-10bit?"),
+            steps(&d)[0].contains("did you mean decode-10bit?"),
             "{:?}",
-            d.next_steps
+            steps(&d)
         );
     }
 
@@ -719,11 +672,15 @@ count: 3
         let d = explain_pod(&(text + event)).unwrap();
         assert!(!d.blocked);
         assert!(
-            d.verdict.contains("the kubelet there cannot prepare them"),
+            words::verdict(&d).contains("the kubelet there cannot prepare them"),
             "{}",
-            d.verdict
+            words::verdict(&d)
         );
-        assert!(d.verdict.contains("not registered"), "{}", d.verdict);
+        assert!(
+            words::verdict(&d).contains("not registered"),
+            "{}",
+            words::verdict(&d)
+        );
     }
 
     #[test]
@@ -890,13 +847,13 @@ spec: {}
             "media.liken.sh/decodeAv1Main"
         );
         assert!(
-            d.next_steps[0].contains("no device in the fleet has media.liken.sh/decodeAv1Main"),
+            steps(&d)[0].contains("no device in the fleet has media.liken.sh/decodeAv1Main"),
             "{:?}",
-            d.next_steps
+            steps(&d)
         );
         // Dropping the request's clause lets gpu-a qualify.
         let relaxation = &decodes.relaxations[0];
-        assert_eq!(relaxation.selector, "request selector #0");
+        assert_eq!(words::selector(&relaxation.selector), "request selector #0");
         assert_eq!((relaxation.qualifying, relaxation.available), (1, 1));
     }
 
@@ -919,9 +876,9 @@ spec: {}
             "class decode-10bit: selector #0: CEL runtime error: no such key: scale10Bit"
         );
         assert!(
-            d.next_steps[0].contains("did you mean media.liken.sh/scale10bit?"),
+            steps(&d)[0].contains("did you mean media.liken.sh/scale10bit?"),
             "{:?}",
-            d.next_steps
+            steps(&d)
         );
     }
 
@@ -996,7 +953,7 @@ spec: {}
         );
         let d = explain_pod(&text).unwrap();
         assert!(d.attempt_error.is_none(), "{:?}", d.attempt_error);
-        assert!(!d.blocked, "{}", d.verdict);
+        assert!(!d.blocked, "{}", words::verdict(&d));
         assert_eq!(
             outcome_kinds(&d),
             [
@@ -1024,9 +981,9 @@ spec: {}
         let error = d.attempt_error.as_ref().expect("the attempt fails");
         assert!(error.always);
         assert!(
-            d.verdict.starts_with("every scheduling attempt"),
+            words::verdict(&d).starts_with("every scheduling attempt"),
             "{}",
-            d.verdict
+            words::verdict(&d)
         );
     }
 
@@ -1050,13 +1007,12 @@ spec: {}
         let old = explain_for(35);
         assert!(old.attempt_error.is_some());
         assert!(
-            old.notes.iter().any(|n| n.contains("in no fixed order")),
+            notes(&old).iter().any(|n| n.contains("in no fixed order")),
             "{:?}",
-            old.notes
+            notes(&old)
         );
         assert!(
-            !explain_for(36)
-                .notes
+            !notes(&explain_for(36))
                 .iter()
                 .any(|n| n.contains("in no fixed order"))
         );
@@ -1134,12 +1090,12 @@ spec:
             let d = explain_for(&text, minor);
             assert!(d.attempt_error.is_none(), "{:?}", d.attempt_error);
             assert!(
-                d.notes
+                notes(&d)
                     .iter()
                     .any(|n| n.contains("skips ResourceSlice shared")
                         && n.contains("DRAPartitionableDevices")),
                 "{:?}",
-                d.notes
+                notes(&d)
             );
             assert!(
                 d.nodes.as_ref().is_none_or(|n| n.allocatable == 0),
@@ -1149,7 +1105,7 @@ spec:
         }
         let d = explain_for(&text, 36);
         assert!(
-            !d.notes
+            !notes(&d)
                 .iter()
                 .any(|n| n.contains("DRAPartitionableDevices"))
         );
@@ -1187,20 +1143,20 @@ spec:
         for minor in [35, 36] {
             let d = explain_for(&text, minor);
             assert!(d.attempt_error.is_none(), "{:?}", d.attempt_error);
-            assert!(d.blocked, "{}", d.verdict);
+            assert!(d.blocked, "{}", words::verdict(&d));
             let nodes = d.nodes.as_ref().expect("nodes");
             assert_eq!(nodes.outcomes.len(), 1, "{:?}", nodes.outcomes);
             assert_eq!(nodes.outcomes[0].outcome, OutcomeKind::InvalidPools);
             assert_eq!(
-                nodes.outcomes[0].detail,
+                words::node_finding(&nodes.outcomes[0].detail),
                 "invalid resource pools were encountered: pool media.liken.sh/n1 (duplicate device name gpu0)"
             );
             let request = &d.claims[0].requests[0];
             assert_eq!(request.reasons[0].reason, ReasonKind::PoolInvalid);
             assert!(
-                d.next_steps.iter().any(|s| s.contains("invalid pool")),
+                steps(&d).iter().any(|s| s.contains("invalid pool")),
                 "{:?}",
-                d.next_steps
+                steps(&d)
             );
         }
         // 1.34 fails the attempt when the search reaches the pool, naming it without its driver.
@@ -1263,9 +1219,9 @@ spec:
         let d = explain_for(&text, 34);
         assert!(d.attempt_error.is_some());
         assert!(
-            d.notes.iter().any(|n| n.contains("no fixed order")),
+            notes(&d).iter().any(|n| n.contains("no fixed order")),
             "{:?}",
-            d.notes
+            notes(&d)
         );
     }
 
@@ -1291,15 +1247,13 @@ spec:
             let request = &d.claims[0].requests[0];
             assert_eq!(request.reasons[0].reason, ReasonKind::PoolUpdating);
             assert_eq!(
-                d.nodes.as_ref().expect("nodes").outcomes[0].detail,
+                words::node_finding(&d.nodes.as_ref().expect("nodes").outcomes[0].detail),
                 "request r: every device of the node is in a resource pool being updated or invalid"
             );
             assert!(
-                d.next_steps
-                    .iter()
-                    .any(|s| s.contains("resourceSliceCount")),
+                steps(&d).iter().any(|s| s.contains("resourceSliceCount")),
                 "{:?}",
-                d.next_steps
+                steps(&d)
             );
         }
     }
@@ -1315,10 +1269,9 @@ spec:
         let error = d.attempt_error.as_ref().expect("n0 errs");
         assert!(!error.always, "{error:?}");
         assert!(
-            d.verdict
-                .starts_with("scheduling attempts for pod media/p may fail"),
+            words::verdict(&d).starts_with("scheduling attempts for pod media/p may fail"),
             "{}",
-            d.verdict
+            words::verdict(&d)
         );
         // What this evaluator cannot decide is no scheduler error: no "may" for it.
         let undecided = text.replace(
@@ -1331,13 +1284,17 @@ spec:
         assert!(error.always, "{error:?}");
         // ...and no verdict either way: undecided, with what was not decided.
         assert!(error.undecided, "{error:?}");
-        assert!(!d.blocked, "{}", d.verdict);
+        assert!(!d.blocked, "{}", words::verdict(&d));
         assert!(
-            d.verdict.starts_with("undecided for pod media/p: "),
+            words::verdict(&d).starts_with("undecided for pod media/p: "),
             "{}",
-            d.verdict
+            words::verdict(&d)
         );
-        assert!(d.unchecked.contains(&error.message), "{:?}", d.unchecked);
+        assert!(
+            unchecked(&d).contains(&error.message),
+            "{:?}",
+            unchecked(&d)
+        );
         // With one feasible node fewer, the scheduler checks them all: every attempt fails.
         let text = text.replacen(
             "devices: [{name: gpu0, attributes: {decode: {bool: true}}}]",
@@ -1442,15 +1399,15 @@ spec:
             .find(|r| r.reason == ReasonKind::Untolerated)
             .unwrap();
         assert_eq!(
-            reason.detail,
+            words::detail(&reason.detail),
             "taint maintenance=firmware:NoSchedule is not tolerated"
         );
         assert!(
-            d.next_steps
+            steps(&d)
                 .iter()
                 .any(|s| s.contains("tolerate the devices' taint")),
             "{:?}",
-            d.next_steps
+            steps(&d)
         );
     }
 

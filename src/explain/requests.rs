@@ -6,30 +6,21 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use k8s_openapi::api::resource::v1::ResourceClaimSpec;
 
 use super::DeviceView;
-use super::allocate::{AllocError, Allocator, DeviceStatus, cel_expressions};
+use super::allocate::{AllocError, Allocator, DeviceStatus, SelectorFailure, cel_expressions};
 use super::claims::requests;
-use super::diagnose::{self, Finding};
+use super::diagnose::{self, Finding, Read};
 use super::evaluate::Work;
 use super::findings::{
-    DeviceLine, Reason, ReasonKey, ReasonKind, Relaxation, RequestReport, UnknownAttribute,
-    reason_key,
+    Detail, DeviceLine, DeviceReason, Place, ReadValue, Reason, ReasonKey, ReasonKind, Relaxation,
+    RequestAccount, SelectorRef, UnknownAttribute, reason_key,
 };
 use super::model::{FleetModel, SliceDevice};
 use crate::fleet::objects::Ustr;
 
 /// The PCI attribute the product's claims constrain on.
 pub(super) const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
-/// A `Taken` device that allows one allocation at a time.
-pub(super) const NOT_SHAREABLE: &str = "allocated to other claims, and not shareable";
-/// Why a shareable device with capacities is not decided (a device's reason, and the nodes').
-const CAPACITY_UNMODELLED: &str = "passes the selectors and is held by no exclusive allocation, but allows multiple allocations and has capacities: whether what one more allocation consumes fits (DRAConsumableCapacity, by requestPolicy) is not modelled by this evaluator, so the search assumes it does";
-/// A `Taken` device that allows multiple allocations, held by allocations made without sharing.
-pub(super) const HELD_EXCLUSIVELY: &str =
-    "shareable, but held exclusively (the holders' allocations have no shareID)";
-
-/// A group of devices that fail a request the same way: (reason, selector, clause, detail,
-/// model).
-type GroupKey = (ReasonKind, String, String, String, String);
+/// A group of devices that fail a request the same way: (reason, where, detail, model).
+type GroupKey = (ReasonKind, Option<Place>, Detail, String);
 
 /// What a group counts.
 #[derive(Default)]
@@ -40,14 +31,8 @@ pub(super) struct Group {
     claims: BTreeSet<String>,
 }
 
-/// Why a device does not serve: (reason, selector, clause, detail, claims holding it).
-type Said = (
-    ReasonKind,
-    Option<String>,
-    Option<String>,
-    String,
-    Vec<String>,
-);
+/// Why a device does not serve: (reason, where, detail, claims holding it).
+type Said = (ReasonKind, Option<Place>, Detail, Vec<String>);
 
 /// One device's status for a request.
 pub(super) struct Accounted {
@@ -76,7 +61,7 @@ pub(super) fn account(
     statuses: &BTreeMap<usize, DeviceStatus>,
     diagnoses: &mut HashMap<(String, usize), Finding>,
     known: &mut Option<HashSet<(String, String)>>,
-) -> Option<(usize, RequestReport)> {
+) -> Option<(usize, RequestAccount)> {
     let &(claim_index, _, spec) = work.pending.iter().find(|(_, l, _)| l == claim_label)?;
     let (class_name, request_selectors, mode, count) = request_shape(spec, request_name)?;
     let selectors = Selectors {
@@ -87,7 +72,7 @@ pub(super) fn account(
             .unwrap_or_default(),
         request: request_selectors,
     };
-    let mut report = RequestReport {
+    let mut report = RequestAccount {
         name: request_name.clone(),
         class: class_name.to_owned(),
         allocation_mode: mode.to_owned(),
@@ -117,40 +102,31 @@ pub(super) fn account(
         if accounted.failing {
             failing.push(d);
         }
-        let Some((kind, selector, clause, detail, claims_holding)) = accounted.said else {
+        let Some((kind, at, detail, claims_holding)) = accounted.said else {
             if work.input.every_device {
-                report.devices.push(device_line(
-                    allocator.device(d),
-                    &work.models[d],
-                    "Available".to_owned(),
-                ));
+                report
+                    .devices
+                    .push(device_line(allocator.device(d), &work.models[d], None));
             }
             continue;
         };
         if work.input.every_device {
-            let text = match (&selector, &clause) {
-                (Some(s), Some(c)) => format!("{s}: {c}: {detail}"),
-                (Some(s), None) => format!("{s}: {detail}"),
-                _ => detail.clone(),
+            let status = DeviceReason {
+                at: at.clone(),
+                detail: detail.clone(),
             };
-            report
-                .devices
-                .push(device_line(allocator.device(d), &work.models[d], text));
+            report.devices.push(device_line(
+                allocator.device(d),
+                &work.models[d],
+                Some(status),
+            ));
         }
         let model = if kind == ReasonKind::OtherDriver {
             format!("{} devices", allocator.device(d).driver())
         } else {
             work.models[d].clone()
         };
-        let entry = groups
-            .entry((
-                kind,
-                selector.unwrap_or_default(),
-                clause.unwrap_or_default(),
-                detail,
-                model,
-            ))
-            .or_default();
+        let entry = groups.entry((kind, at, detail, model)).or_default();
         entry.devices += 1;
         entry.nodes.insert(node_name);
         entry.claims.extend(claims_holding);
@@ -162,17 +138,20 @@ pub(super) fn account(
 
     // Names no device has (the fleet's names, gathered once for every request).
     let known = known.get_or_insert_with(|| known_attributes(work.model));
-    let scoped: Vec<(String, &str)> = selectors
+    let scoped: Vec<(SelectorRef, &str)> = selectors
         .class
         .iter()
         .enumerate()
-        .map(|(i, e)| (format!("class {class_name} selector #{i}"), *e))
+        .map(|(index, e)| {
+            let class = class_name.to_owned();
+            (SelectorRef::Class { class, index }, *e)
+        })
         .chain(
             selectors
                 .request
                 .iter()
                 .enumerate()
-                .map(|(i, e)| (format!("request selector #{i}"), *e)),
+                .map(|(index, e)| (SelectorRef::Request { index }, *e)),
         )
         .collect();
     report.unknown_attributes = unknown_attributes(allocator, &scoped, known);
@@ -199,16 +178,10 @@ pub(super) fn device_status(
             // allocation made while the gate was off is).
             let shareable = work.input.features.consumable_capacity
                 && allocator.device(d).allow_multiple_allocations() == Some(true);
-            let detail = if shareable {
-                HELD_EXCLUSIVELY
-            } else {
-                NOT_SHAREABLE
-            };
             let said = (
                 ReasonKind::Taken,
                 None,
-                None,
-                detail.to_owned(),
+                Detail::Taken { shareable },
                 claims.clone(),
             );
             (true, false, Some(said))
@@ -220,8 +193,7 @@ pub(super) fn device_status(
             Some((
                 ReasonKind::CannotEvaluate,
                 None,
-                None,
-                CAPACITY_UNMODELLED.to_owned(),
+                Detail::CapacityUnmodelled,
                 Vec::new(),
             )),
         ),
@@ -235,12 +207,10 @@ pub(super) fn device_status(
             Some((
                 ReasonKind::CapacityShort,
                 None,
-                None,
-                match has {
-                    Some(has) => {
-                        format!("capacity {capacity} is {has}, less than the {asked} asked")
-                    }
-                    None => format!("no capacity {capacity} (the request asks for {asked})"),
+                Detail::CapacityShort {
+                    capacity: capacity.clone(),
+                    asked: asked.clone(),
+                    has: has.clone(),
                 },
                 Vec::new(),
             )),
@@ -251,10 +221,10 @@ pub(super) fn device_status(
             Some((
                 ReasonKind::PoolInvalid,
                 None,
-                None,
-                format!(
-                    "resource pool {pool} is invalid on the node ({reason}): the scheduler allocates nothing from it"
-                ),
+                Detail::PoolInvalid {
+                    pool: pool.clone(),
+                    reason: reason.clone(),
+                },
                 Vec::new(),
             )),
         ),
@@ -264,10 +234,7 @@ pub(super) fn device_status(
             Some((
                 ReasonKind::PoolUpdating,
                 None,
-                None,
-                format!(
-                    "resource pool {pool} is being updated (not all its slices are published): the scheduler allocates nothing from it until it is complete"
-                ),
+                Detail::PoolUpdating { pool: pool.clone() },
                 Vec::new(),
             )),
         ),
@@ -277,17 +244,11 @@ pub(super) fn device_status(
             Some((
                 ReasonKind::Untolerated,
                 None,
-                None,
-                format!(
-                    "taint {}{}:{} is not tolerated",
-                    taint.key,
-                    taint
-                        .value
-                        .as_deref()
-                        .map(|v| format!("={v}"))
-                        .unwrap_or_default(),
-                    taint.effect
-                ),
+                Detail::Untolerated {
+                    key: taint.key.clone(),
+                    value: taint.value.clone(),
+                    effect: taint.effect.clone(),
+                },
                 Vec::new(),
             )),
         ),
@@ -322,13 +283,16 @@ pub(super) fn not_selected(
     let device_signature = allocator.cel_class(d);
     let class_selectors = &selectors.class;
     let request_selectors = &selectors.request;
-    let (scope, expression) = match class {
+    let (selector, expression) = match class {
         Some(class) => (
-            format!("class {class} selector #{index}"),
+            SelectorRef::Class {
+                class: class.to_owned(),
+                index,
+            },
             class_selectors.get(index).copied(),
         ),
         None => (
-            format!("request selector #{index}"),
+            SelectorRef::Request { index },
             request_selectors.get(index).copied(),
         ),
     };
@@ -337,57 +301,53 @@ pub(super) fn not_selected(
         .entry((expression.to_owned(), device_signature))
         .or_insert_with(|| allocator.diagnose(expression, d))
         .clone();
+    let at = |clause: Option<String>| Some(Place { selector, clause });
+    let reads = |reads: Vec<Read>| Detail::Reads {
+        reads: reads
+            .into_iter()
+            .map(|r| ReadValue {
+                name: r.name,
+                value: r.value,
+            })
+            .collect(),
+    };
     match finding {
         Finding::False { clause }
             if clause.reads.len() == 1 && clause.reads[0].domain.is_none() =>
         {
-            let detail = clause.reads[0].to_string();
+            let detail = reads(clause.reads);
             (
                 ReasonKind::OtherDriver,
-                Some(scope),
-                Some(clause.text),
+                at(Some(clause.text)),
                 detail,
                 Vec::new(),
             )
         }
         Finding::False { clause } => {
-            let detail = if clause.reads.is_empty() {
-                "is false".to_owned()
-            } else {
-                clause
-                    .reads
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
+            let detail = reads(clause.reads);
             (
                 ReasonKind::SelectorFalse,
-                Some(scope),
-                Some(clause.text),
+                at(Some(clause.text)),
                 detail,
                 Vec::new(),
             )
         }
         Finding::RuntimeError { clause, message } => (
             ReasonKind::RuntimeError,
-            Some(scope),
-            Some(clause.text),
-            format!("CEL runtime error: {message}"),
+            at(Some(clause.text)),
+            Detail::RuntimeError { message },
             Vec::new(),
         ),
         Finding::CannotEvaluate { reason } => (
             ReasonKind::CannotEvaluate,
-            Some(scope),
-            None,
-            format!("cannot evaluate: {reason}"),
+            at(None),
+            Detail::CannotEvaluate { message: reason },
             Vec::new(),
         ),
         Finding::Selected => (
             ReasonKind::SelectorFalse,
-            Some(scope),
-            None,
-            "is false".to_owned(),
+            at(None),
+            reads(Vec::new()),
             Vec::new(),
         ),
     }
@@ -398,21 +358,39 @@ pub(super) fn failed(e: &AllocError) -> Said {
     let (kind, detail) = match e {
         AllocError::Runtime(f) => (
             ReasonKind::RuntimeError,
-            format!("CEL runtime error: {}", f.message),
+            Detail::RuntimeError {
+                message: f.message.clone(),
+            },
         ),
         AllocError::CannotEvaluate(f) => (
             ReasonKind::CannotEvaluate,
-            format!("cannot evaluate: {}", f.message),
+            Detail::CannotEvaluate {
+                message: f.message.clone(),
+            },
         ),
-        other => (ReasonKind::CannotEvaluate, other.to_string()),
+        other => (
+            ReasonKind::CannotEvaluate,
+            Detail::Failed {
+                message: other.to_string(),
+            },
+        ),
     };
-    let selector = match e {
-        AllocError::Runtime(f) | AllocError::CannotEvaluate(f) => {
-            Some(format!("{} selector #{}", f.scope, f.index))
-        }
+    let at = match e {
+        AllocError::Runtime(f) | AllocError::CannotEvaluate(f) => Some(Place {
+            selector: scope_ref(f),
+            clause: None,
+        }),
         _ => None,
     };
-    (kind, selector, None, detail, Vec::new())
+    (kind, at, detail, Vec::new())
+}
+
+/// A selector as the allocator names it.
+pub(super) fn scope_ref(f: &SelectorFailure) -> SelectorRef {
+    SelectorRef::Scope {
+        scope: f.scope.clone(),
+        index: f.index,
+    }
 }
 
 /// The groups as reasons: grouped by reason (the most devices first), models within; other
@@ -420,18 +398,15 @@ pub(super) fn failed(e: &AllocError) -> Said {
 pub(super) fn reasons(groups: BTreeMap<GroupKey, Group>) -> Vec<Reason> {
     let mut reasons: Vec<Reason> = groups
         .into_iter()
-        .map(
-            |((reason, selector, clause, detail, model), group)| Reason {
-                reason,
-                selector: (!selector.is_empty()).then_some(selector),
-                clause: (!clause.is_empty()).then_some(clause),
-                detail,
-                model,
-                devices: group.devices,
-                nodes: group.nodes.len(),
-                claims: group.claims.into_iter().collect(),
-            },
-        )
+        .map(|((reason, at, detail, model), group)| Reason {
+            reason,
+            at,
+            detail,
+            model,
+            devices: group.devices,
+            nodes: group.nodes.len(),
+            claims: group.claims.into_iter().collect(),
+        })
         .collect();
     let mut totals: HashMap<ReasonKey, usize> = HashMap::new();
     for r in &reasons {
@@ -452,7 +427,7 @@ pub(super) fn reasons(groups: BTreeMap<GroupKey, Group>) -> Vec<Reason> {
 /// The attribute names the selectors read that no device of the fleet has.
 pub(super) fn unknown_attributes(
     allocator: &mut Allocator<'_, SliceDevice<'_>>,
-    selectors: &[(String, &str)],
+    selectors: &[(SelectorRef, &str)],
     known: &HashSet<(String, String)>,
 ) -> Vec<UnknownAttribute> {
     let mut out = Vec::new();
@@ -549,7 +524,11 @@ pub(super) fn request_shape<'s>(
     }
 }
 
-pub(super) fn device_line(device: &SliceDevice<'_>, model: &str, status: String) -> DeviceLine {
+pub(super) fn device_line(
+    device: &SliceDevice<'_>,
+    model: &str,
+    status: Option<DeviceReason>,
+) -> DeviceLine {
     DeviceLine {
         node: device
             .node()
@@ -596,7 +575,7 @@ pub(super) fn nearest<'c>(
 /// that one clause dropped (every other clause true).
 pub(super) fn relaxations(
     allocator: &mut Allocator<'_, SliceDevice<'_>>,
-    selectors: &[(String, &str)],
+    selectors: &[(SelectorRef, &str)],
     failing: &[usize],
     model: &FleetModel<'_>,
 ) -> Vec<Relaxation> {

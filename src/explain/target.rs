@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::allocate::Features;
 use super::claims::{Entry, claim_state, claim_users, pod_claims};
-use super::findings::{ClaimState, Problem};
+use super::findings::{ClaimProblem, ClaimState, TargetKind, Unchecked};
 use super::model;
 use crate::fleet::objects::{Kind, Objects, Unparsed};
 
@@ -178,8 +178,7 @@ pub(super) fn elsewhere<'m>(
 
 /// The target, found: its kind, the pod (when there is one) and the claims to explain.
 pub(super) struct Found<'o> {
-    /// `Pod` or `ResourceClaim`.
-    pub kind: &'static str,
+    pub kind: TargetKind,
     pub name: &'o str,
     pub pod: Option<&'o Pod>,
     /// The claims to explain, each with where it stands.
@@ -187,7 +186,7 @@ pub(super) struct Found<'o> {
     /// For `why claim/NAME`: the pods that use the claim.
     pub used_by: Vec<String>,
     /// For `why claim/NAME`: what of the pod that uses the claim could not be read.
-    pub unread_user: Option<String>,
+    pub unread_user: Option<Unchecked>,
 }
 
 /// Finds the target among the objects, or says why it cannot be explained.
@@ -270,13 +269,10 @@ pub(super) fn resolve_pod<'o>(
         for entry in entries.iter_mut().filter(|e| {
             e.state == ClaimState::NotCreated && e.spec.is_none() && e.template.is_some()
         }) {
-            entry.problem = Some(Problem {
-                message: format!(
-                    "the claim for {} is not created yet (pod.status.resourceClaimStatuses has no entry), and its template {namespace}/{} was not read, so what it asks for is not evaluated",
-                    entry.name,
-                    entry.template.as_deref().unwrap_or_default()
-                ),
-                fix: "wait for the resource claim controller; if it stays so, look for FailedResourceClaimCreation events; read the templates too (see the note) to evaluate the claim".to_owned(),
+            entry.problem = Some(ClaimProblem::NotCreatedTemplateUnread {
+                entry: entry.name.clone(),
+                namespace: namespace.to_owned(),
+                template: entry.template.clone().unwrap_or_default(),
             });
         }
     }
@@ -287,7 +283,7 @@ pub(super) fn resolve_pod<'o>(
         });
     }
     Ok(Found {
-        kind: "Pod",
+        kind: TargetKind::Pod,
         name,
         pod: Some(pod),
         entries,
@@ -342,31 +338,19 @@ pub(super) fn resolve_claim<'o>(
     match (users.0.first(), users.1) {
         (Some(_), Some(_)) => {}
         // Named, but not read: its node filters are not known.
-        (Some(user), None) => {
-            unread_user = Some(format!(
-                "the node filters of pod {user}, which uses the claim (its nodeSelector, affinity and tolerations), as it was not read"
-            ))
-        }
-        (None, _) if !pods_read => {
-            unread_user = Some(
-                "the pod that uses the claim and its node filters, as no pods were read".to_owned(),
-            )
-        }
+        (Some(user), None) => unread_user = Some(Unchecked::UserUnread { pod: user.clone() }),
+        (None, _) if !pods_read => unread_user = Some(Unchecked::NoPods),
         // Nothing uses it: the scheduler allocates a claim only for a pod it schedules.
         (None, _) if !allocated => {
-            entry.problem = Some(Problem {
-                message: format!(
-                    "no pod uses it (none in {namespace} names it in spec.resourceClaims, none owns it, and status.reservedFor is empty), and the scheduler allocates a claim only while it schedules a pod that uses it"
-                ),
-                fix: format!(
-                    "name it in a pod's spec.resourceClaims (resourceClaimName: {name}); if the pod it was made for is gone, delete the claim"
-                ),
+            entry.problem = Some(ClaimProblem::Unused {
+                namespace: namespace.to_owned(),
+                name: name.clone(),
             });
         }
         (None, _) => {}
     }
     Ok(Found {
-        kind: "ResourceClaim",
+        kind: TargetKind::ResourceClaim,
         name,
         pod: users.1,
         entries: vec![entry],
