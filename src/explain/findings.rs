@@ -363,16 +363,26 @@ pub(crate) enum Verdict {
     /// Scheduling attempts fail with an error, every one or some.
     AttemptsFail { always: bool, message: String },
     /// `why claim/NAME`: the claim is allocated.
-    ClaimAllocated { node: Option<String> },
+    ClaimAllocated {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
+    },
     /// The pod runs with its claims allocated.
-    PodRunning { node: Option<String> },
+    PodRunning {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
+    },
     /// The claims are allocated, and the kubelet cannot prepare them.
     CannotPrepare {
+        #[serde(skip_serializing_if = "Option::is_none")]
         node: Option<String>,
         message: String,
     },
     /// The claims are allocated; the pod waits for something else.
-    WaitsForOther { node: Option<String> },
+    WaitsForOther {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
+    },
     /// The devices allow the claims on some nodes, but what was not read may still block them.
     UncheckedMayBlock {
         allocatable: usize,
@@ -384,6 +394,7 @@ pub(crate) enum Verdict {
     Allocatable { allocatable: usize, total: usize },
     /// No node can allocate the claims: the most telling outcome, with how many nodes it has.
     NoNode {
+        #[serde(skip_serializing_if = "Option::is_none")]
         outcome: Option<NodeFinding>,
         count: usize,
         total: usize,
