@@ -1,25 +1,26 @@
 //! `kubectl media why`: why a pod's claims stay Pending, device by device. Gathers the pod,
 //! its claims, their templates and classes, every ResourceSlice, the other claims'
 //! allocations, the nodes and the pod's events (from the cluster, or `-f` files), hands them to
-//! [`crate::explain::pod`], and renders the [`Diagnosis`] as text, or as JSON/YAML in the
-//! schema docs/why-format.md documents.
+//! [`crate::explain::pod`], and renders the [`Diagnosis`] ([`render`], in the words of
+//! [`words`]) as text, or as JSON/YAML in the schema docs/why-format.md documents.
 //!
 //! Exit codes: 0 when nothing in the fleet blocks the claims (allocated, or allocatable now), 3
 //! when some claim cannot be allocated, 4 when the devices allow them but what could still rule
 //! the nodes out was not read (no verdict is built on data we lack), 1 for errors (ResourceSlices
 //! or DeviceClasses that cannot be read among them), 2 for usage errors.
 
-use std::fmt::Write as _;
+mod render;
+pub(crate) mod words;
 
 use clap::Args;
-use owo_colors::{OwoColorize, Style};
 
 use crate::cli::output::{self, RenderError};
-use crate::cli::style::Styles;
-use crate::cli::table::{Cell, Grid, TableStyle, Width, pieces};
+use crate::cli::table::Width;
 use crate::cli::{Error, FileArgs, Global, Io};
 use crate::explain::allocate::{DEFAULT_MINOR, Features};
-use crate::explain::pod::{self, ClaimState, Diagnosis, Input, ReasonKind, Target};
+use crate::explain::findings::{ClaimState, Diagnosis, Note, TargetKind};
+use crate::explain::pod::{self, Input, Target};
+use crate::explain::target;
 use crate::fleet::cluster::{Cluster, ClusterError, ListRequest, Namespaces};
 use crate::fleet::files;
 use crate::fleet::objects::{Kind, Kinds, Objects};
@@ -58,7 +59,7 @@ Exit status:
   2  a usage error";
 
 /// The version of the JSON and YAML schema (docs/why-format.md).
-const SCHEMA: &str = "kubectl-media/why/v1";
+const SCHEMA: &str = "kubectl-media/why/v2";
 
 /// Explain, device by device, why a pod's (or a claim's) devices are not allocated.
 #[derive(Debug, Clone, Args)]
@@ -155,65 +156,9 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
     parse_target(&args.target, "default").map_err(Error::Usage)?;
     let sources = args.input.sources()?;
     let from_cluster = sources.is_none();
-    let (objects, unread, mut missing, namespace, minor) = if let Some(sources) = sources {
-        let objects = files::read(&sources, io.stdin)?;
-        let namespace = target_namespace(&objects, &args.target, &global.kube, true, || {
-            context_namespace(&global.kube)
-        })?;
-        // Files hold what the user saved: a kind with no object may simply not have been saved.
-        let missing: Vec<Missing> = [
-            (Kind::ResourceClaim, objects.claims.is_empty()),
-            (Kind::ResourceSlice, objects.slices.is_empty()),
-            (Kind::DeviceClass, objects.classes.is_empty()),
-        ]
-        .into_iter()
-        .filter(|(_, none)| *none)
-        .map(|(kind, _)| Missing {
-            kind,
-            why: "the files hold none".to_owned(),
-            hint: format!(
-                "save them too: kubectl get {}{} -o yaml > {}.yaml, and add -f {}.yaml",
-                kind.plural(),
-                if kind.namespaced() { " -A" } else { "" },
-                kind.plural(),
-                kind.plural()
-            ),
-        })
-        .collect();
-        let mut unread = Vec::new();
-        if objects.claim_templates.is_empty() {
-            unread.push((
-                Kind::ResourceClaimTemplate,
-                "the files hold none; add them with -f, saved with kubectl get resourceclaimtemplates -A -o yaml"
-                    .to_owned(),
-            ));
-        }
-        if objects.claims.is_empty() {
-            // Other claims may hold the devices: what they hold is not known.
-            unread.push((
-                Kind::ResourceClaim,
-                "the files hold none; add them with -f, saved with kubectl get resourceclaims -A -o yaml"
-                    .to_owned(),
-            ));
-        }
-        if objects.nodes.is_empty() {
-            unread.push((
-                Kind::Node,
-                "the files hold none; add them with -f, saved with kubectl get nodes -o yaml"
-                    .to_owned(),
-            ));
-        }
-        let release = args.kubernetes_version.unwrap_or(DEFAULT_MINOR);
-        if objects.taint_rules.is_empty() && Features::for_minor(release).device_taint_rules {
-            unread.push((
-                Kind::DeviceTaintRule,
-                "the files hold none; add them with -f, saved with kubectl get devicetaintrules -o yaml"
-                    .to_owned(),
-            ));
-        }
-        (objects, unread, missing, namespace, args.kubernetes_version)
-    } else {
-        gather_cluster(args, global)?
+    let (objects, unread, mut missing, namespace, minor) = match sources {
+        Some(sources) => read_files(args, global, io, &sources)?,
+        None => gather_cluster(args, global)?,
     };
     let target = parse_target(&args.target, &namespace).map_err(Error::Usage)?;
     let minor = args.kubernetes_version.or(minor);
@@ -235,16 +180,6 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
     };
     let same = same_input(args, &global.kube);
     let from_files = !same.files.is_empty();
-    // From files without -n the namespace was not the user's choice: close names come from
-    // every namespace the files hold, as with -A; so do they with -n when that namespace has
-    // none. (The name itself in another namespace keeps its `add -n` hint.) The files are all
-    // there is: no hint points at the cluster.
-    let in_files = |similar: &[String], elsewhere: &[String]| {
-        from_files
-            && !global.kube.all_namespaces
-            && elsewhere.is_empty()
-            && (global.kube.namespace.is_none() || similar.is_empty())
-    };
     let explained = pod::explain(&input);
     // As in caps: objects that could not be read are warnings, before anything else; when the
     // one asked about is among them, the error says so, once.
@@ -254,52 +189,8 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
             crate::cli::warn(io.stderr, &warn, note);
         }
     }
-    let mut diagnosis = explained.map_err(|e| match e {
-        pod::TargetError::PodNotFound {
-            name,
-            similar,
-            elsewhere,
-            ..
-        } if in_files(&similar, &elsewhere) => {
-            let metas = objects.pods.iter().map(|p| &p.metadata);
-            let close = pod::similar(metas, None, &name);
-            let asked = shown_target(&global.kube, &namespace, &name);
-            Error::NotFound(carry(&not_in_files("pod", "", &asked, &close), &same))
-        }
-        pod::TargetError::ClaimNotFound {
-            name,
-            similar,
-            elsewhere,
-            ..
-        } if in_files(&similar, &elsewhere) => {
-            let metas = objects.claims.iter().map(|c| &c.metadata);
-            let close = pod::similar(metas, None, &name);
-            let asked = shown_target(&global.kube, &namespace, &name);
-            Error::NotFound(carry(
-                &not_in_files("resourceclaim", "claim/", &asked, &close),
-                &same,
-            ))
-        }
-        // With -A the name is in no namespace at all: said so, with close names from all.
-        pod::TargetError::PodNotFound { name, .. } if global.kube.all_namespaces => {
-            let metas = objects.pods.iter().map(|p| &p.metadata);
-            let close = pod::similar(metas, None, &name);
-            Error::NotFound(carry(&in_no_namespace("pod", "", &name, &close), &same))
-        }
-        pod::TargetError::ClaimNotFound { name, .. } if global.kube.all_namespaces => {
-            let metas = objects.claims.iter().map(|c| &c.metadata);
-            let close = pod::similar(metas, None, &name);
-            Error::NotFound(carry(
-                &in_no_namespace("resourceclaim", "claim/", &name, &close),
-                &same,
-            ))
-        }
-        // The hint's command reads what this run read, as the next steps' do.
-        pod::TargetError::PodNotFound { .. } | pod::TargetError::ClaimNotFound { .. } => {
-            Error::NotFound(carry(&e.to_string(), &same))
-        }
-        e => Error::Why(Box::new(e)),
-    })?;
+    let mut diagnosis =
+        explained.map_err(|e| not_found(e, &objects, global, &namespace, &same, from_files))?;
     // Without devices or classes no claim can be evaluated, and without claims a claim the pod
     // names is not known to be missing: one line, not a verdict built on what was not read.
     // (The pod, and whether it has claims, are said first.)
@@ -321,7 +212,7 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
         return Err(Error::Why(Box::new(pod::TargetError::Unreadable {
             target: format!(
                 "{} {}",
-                if diagnosis.kind == "Pod" {
+                if diagnosis.kind == TargetKind::Pod {
                     "pod"
                 } else {
                     "claim"
@@ -335,37 +226,29 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
     }
     // Not needed for this diagnosis, but the slices would have shown more.
     for m in missing.iter().filter(|m| m.kind == Kind::ResourceSlice) {
-        diagnosis.notes.push(format!(
-            "resourceslices were not read ({}): the allocated devices' GPU addresses and render nodes are not shown",
-            m.why
-        ));
-    }
-    // A suggested `kubectl media why|caps` reads what this run read: from files, the same files.
-    for step in &mut diagnosis.next_steps {
-        *step = carry(step, &same);
+        diagnosis
+            .notes
+            .push(Note::SlicesUnread { why: m.why.clone() });
     }
     if consumable_seen {
-        diagnosis.notes.push(
-            "DRAConsumableCapacity taken as on: the API server stored allowMultipleAllocations, which it drops with the gate off".to_owned(),
-        );
+        diagnosis.notes.push(Note::ConsumableCapacityAssumed);
     }
     if minor.is_none() {
-        diagnosis.notes.push(
-            "feature gates as in Kubernetes 1.36 (DRAConsumableCapacity, DRADeviceTaints and DRAPartitionableDevices on); pass --kubernetes-version for another release".to_owned(),
-        );
+        diagnosis.notes.push(Note::DefaultGates);
     }
     let text = match args.output {
         Some(WhyFormat::Json) => {
-            let mut text =
-                serde_json::to_string_pretty(&record(&diagnosis)?).map_err(RenderError::from)?;
+            let mut text = serde_json::to_string_pretty(&render::record(&diagnosis, &same)?)
+                .map_err(RenderError::from)?;
             text.push('\n');
             text
         }
         // kubectl's YAML quoting (PCI addresses such as "0000:00:02.0" stay strings for YAML
         // 1.1 readers), as caps writes it.
-        Some(WhyFormat::Yaml) => crate::cli::yaml::to_string(&record(&diagnosis)?),
-        _ => render(
+        Some(WhyFormat::Yaml) => crate::cli::yaml::to_string(&render::record(&diagnosis, &same)?),
+        _ => render::render(
             &diagnosis,
+            &same,
             &global.color.for_stdout(),
             Width::of_stdout().limit(),
         ),
@@ -378,6 +261,140 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
         return Err(Error::Undecided);
     }
     Ok(())
+}
+
+/// Reads the objects from files: what they lack is noted (or, for what `why` cannot do
+/// without, reported when needed), never fetched from a cluster.
+fn read_files(
+    args: &WhyArgs,
+    global: &Global,
+    io: &mut Io<'_>,
+    sources: &[files::Source],
+) -> Result<Gathered, Error> {
+    let objects = files::read(sources, io.stdin)?;
+    let namespace = target_namespace(&objects, &args.target, &global.kube, true, || {
+        context_namespace(&global.kube)
+    })?;
+    // Files hold what the user saved: a kind with no object may simply not have been saved.
+    let missing: Vec<Missing> = [
+        (Kind::ResourceClaim, objects.claims.is_empty()),
+        (Kind::ResourceSlice, objects.slices.is_empty()),
+        (Kind::DeviceClass, objects.classes.is_empty()),
+    ]
+    .into_iter()
+    .filter(|(_, none)| *none)
+    .map(|(kind, _)| Missing {
+        kind,
+        why: "the files hold none".to_owned(),
+        hint: format!(
+            "save them too: kubectl get {}{} -o yaml > {}.yaml, and add -f {}.yaml",
+            kind.plural(),
+            if kind.namespaced() { " -A" } else { "" },
+            kind.plural(),
+            kind.plural()
+        ),
+    })
+    .collect();
+    let mut unread = Vec::new();
+    if objects.claim_templates.is_empty() {
+        unread.push((
+            Kind::ResourceClaimTemplate,
+            "the files hold none; add them with -f, saved with kubectl get resourceclaimtemplates -A -o yaml"
+                .to_owned(),
+        ));
+    }
+    if objects.claims.is_empty() {
+        // Other claims may hold the devices: what they hold is not known.
+        unread.push((
+            Kind::ResourceClaim,
+            "the files hold none; add them with -f, saved with kubectl get resourceclaims -A -o yaml"
+                .to_owned(),
+        ));
+    }
+    if objects.nodes.is_empty() {
+        unread.push((
+            Kind::Node,
+            "the files hold none; add them with -f, saved with kubectl get nodes -o yaml"
+                .to_owned(),
+        ));
+    }
+    let release = args.kubernetes_version.unwrap_or(DEFAULT_MINOR);
+    if objects.taint_rules.is_empty() && Features::for_minor(release).device_taint_rules {
+        unread.push((
+            Kind::DeviceTaintRule,
+            "the files hold none; add them with -f, saved with kubectl get devicetaintrules -o yaml"
+                .to_owned(),
+        ));
+    }
+    Ok((objects, unread, missing, namespace, args.kubernetes_version))
+}
+
+/// A target that is not found, as the error says it: close names from where they can be, and a
+/// hint whose command reads what this run read.
+fn not_found(
+    e: pod::TargetError,
+    objects: &Objects,
+    global: &Global,
+    namespace: &str,
+    same: &SameInput,
+    from_files: bool,
+) -> Error {
+    // From files without -n the namespace was not the user's choice: close names come from
+    // every namespace the files hold, as with -A; so do they with -n when that namespace has
+    // none. (The name itself in another namespace keeps its `add -n` hint.) The files are all
+    // there is: no hint points at the cluster.
+    let in_files = |similar: &[String], elsewhere: &[String]| {
+        from_files
+            && !global.kube.all_namespaces
+            && elsewhere.is_empty()
+            && (global.kube.namespace.is_none() || similar.is_empty())
+    };
+    match e {
+        pod::TargetError::PodNotFound {
+            name,
+            similar,
+            elsewhere,
+            ..
+        } if in_files(&similar, &elsewhere) => {
+            let metas = objects.pods.iter().map(|p| &p.metadata);
+            let close = pod::similar(metas, None, &name);
+            let asked = shown_target(&global.kube, namespace, &name);
+            Error::NotFound(carry(&not_in_files("pod", "", &asked, &close), same))
+        }
+        pod::TargetError::ClaimNotFound {
+            name,
+            similar,
+            elsewhere,
+            ..
+        } if in_files(&similar, &elsewhere) => {
+            let metas = objects.claims.iter().map(|c| &c.metadata);
+            let close = pod::similar(metas, None, &name);
+            let asked = shown_target(&global.kube, namespace, &name);
+            Error::NotFound(carry(
+                &not_in_files("resourceclaim", "claim/", &asked, &close),
+                same,
+            ))
+        }
+        // With -A the name is in no namespace at all: said so, with close names from all.
+        pod::TargetError::PodNotFound { name, .. } if global.kube.all_namespaces => {
+            let metas = objects.pods.iter().map(|p| &p.metadata);
+            let close = pod::similar(metas, None, &name);
+            Error::NotFound(carry(&in_no_namespace("pod", "", &name, &close), same))
+        }
+        pod::TargetError::ClaimNotFound { name, .. } if global.kube.all_namespaces => {
+            let metas = objects.claims.iter().map(|c| &c.metadata);
+            let close = pod::similar(metas, None, &name);
+            Error::NotFound(carry(
+                &in_no_namespace("resourceclaim", "claim/", &name, &close),
+                same,
+            ))
+        }
+        // The hint's command reads what this run read, as the next steps' do.
+        pod::TargetError::PodNotFound { .. } | pod::TargetError::ClaimNotFound { .. } => {
+            Error::NotFound(carry(&e.to_string(), same))
+        }
+        e => Error::Why(Box::new(e)),
+    }
 }
 
 /// Whether the devices allow the claims but something that could still block them was not
@@ -466,7 +483,7 @@ fn carry(text: &str, same: &SameInput) -> String {
 fn in_no_namespace(what: &str, prefix: &str, name: &str, close: &[String]) -> String {
     let hint = match close.first().and_then(|c| c.split_once('/')) {
         Some((namespace, candidate)) => {
-            pod::similar_names_hint(close, prefix, candidate, namespace)
+            target::similar_names_hint(close, prefix, candidate, namespace)
         }
         None => format!("check the name, or list them with kubectl get {what}s -A"),
     };
@@ -487,7 +504,7 @@ fn shown_target(kube: &crate::cli::KubeArgs, namespace: &str, name: &str) -> Str
 fn not_in_files(what: &str, prefix: &str, asked: &str, close: &[String]) -> String {
     let hint = match close.first().and_then(|c| c.split_once('/')) {
         Some((namespace, candidate)) => {
-            pod::similar_names_hint(close, prefix, candidate, namespace)
+            target::similar_names_hint(close, prefix, candidate, namespace)
         }
         None => format!(
             "no {what} in the files has a similar name: check the name, or add the file that \
@@ -503,14 +520,6 @@ struct Missing {
     /// Why not: the API server's refusal, or that the files hold none.
     why: String,
     hint: String,
-}
-
-fn record(diagnosis: &Diagnosis) -> Result<serde_json::Value, RenderError> {
-    let mut value = serde_json::to_value(diagnosis)?;
-    if let Some(map) = value.as_object_mut() {
-        map.insert("schema".into(), SCHEMA.into());
-    }
-    Ok(value)
 }
 
 /// The namespaces that hold an object of the target's kind and name, sorted.
@@ -755,7 +764,7 @@ fn gather_cluster(args: &WhyArgs, global: &Global) -> Result<Gathered, Error> {
                     c.metadata.name.as_deref() == Some(name)
                         && c.metadata.namespace.as_deref() == Some(namespace)
                 })
-                .and_then(|claim| pod::claim_users(claim, &objects).0.into_iter().next());
+                .and_then(|claim| crate::explain::claims::claim_users(claim, &objects).0.into_iter().next());
             if let Some(user) = user {
                 let pod_name = user.split_once('/').map_or(user.as_str(), |(_, n)| n);
                 let selector = format!("involvedObject.kind=Pod,involvedObject.name={pod_name}");
@@ -774,370 +783,6 @@ fn gather_cluster(args: &WhyArgs, global: &Global) -> Result<Gathered, Error> {
 fn target_name(target: &Target) -> &str {
     match target {
         Target::Pod { name, .. } | Target::Claim { name, .. } => name,
-    }
-}
-
-/// The explanation as text, each line wrapped at `limit` columns (the terminal's; none into a
-/// pipe) with a hanging indent under its own indentation, as caps wraps its notes.
-fn render(d: &Diagnosis, styles: &Styles, limit: Option<usize>) -> String {
-    let mut page = Page {
-        out: String::new(),
-        limit,
-    };
-    let plain = Style::new();
-    let verdict_style = if d.blocked {
-        styles.no
-    } else if undecided(d) {
-        styles.warning
-    } else {
-        styles.yes
-    };
-    page.line(0, 2, &[(&capitalise(&d.verdict), verdict_style)]);
-    for claim in &d.claims {
-        page.blank();
-        let source = match (&claim.claim, &claim.template) {
-            (Some(c), Some(t)) => format!(": {c} (from template {t})"),
-            (Some(c), None) => format!(": {c}"),
-            (None, Some(t)) => format!(" (from template {t})"),
-            (None, None) => String::new(),
-        };
-        let state = match (d.kind, claim.state) {
-            ("Pod", state) => state_words(state).to_owned(),
-            (_, ClaimState::Reserved) => {
-                format!(
-                    "allocated and reserved for {}",
-                    claim.reserved_for.join(", ")
-                )
-            }
-            (_, ClaimState::Allocated) => "allocated, not reserved for any pod yet".to_owned(),
-            (_, state) => state_words(state).to_owned(),
-        };
-        let title = if d.kind == "Pod" {
-            format!("Claim {}{source}: {state}", claim.name)
-        } else {
-            // `why claim/NAME`: the claim's name is all there is to say of it.
-            format!("Claim {}: {state}", d.name)
-        };
-        page.line(0, 2, &[(&title, styles.header)]);
-        if let Some(problem) = &claim.problem {
-            page.line(2, 2, &[(&problem.message, styles.no)]);
-        }
-        if let Some(allocation) = &claim.allocation {
-            if let Some(node) = &allocation.node {
-                page.line(2, 2, &[(&format!("node {node}"), plain)]);
-            }
-            for device in &allocation.devices {
-                let mut line = format!(
-                    "request {}: {}/{}/{}",
-                    device.request, device.driver, device.pool, device.device
-                );
-                if let Some(pci) = &device.pci_bus_id {
-                    let _ = write!(line, ", GPU {pci}");
-                }
-                if let Some(render) = &device.render_node {
-                    let _ = write!(line, ", {render}");
-                }
-                page.line(2, 4, &[(&line, plain)]);
-            }
-        }
-        for request in &claim.requests {
-            render_request(&mut page, request, styles);
-        }
-        for constraint in &claim.constraints {
-            page.line(2, 4, &[(&format!("Constraint: {constraint}"), plain)]);
-        }
-    }
-    if let Some(error) = &d.attempt_error {
-        page.blank();
-        let heading = if error.undecided {
-            "Not decided:"
-        } else if error.always {
-            "Every scheduling attempt fails:"
-        } else {
-            "Scheduling attempts may fail:"
-        };
-        page.line(0, 2, &[(heading, styles.header)]);
-        page.line(2, 2, &[(&error.message, styles.no)]);
-        page.line(2, 2, &[(&error.consequence, plain)]);
-    }
-    if let Some(nodes) = &d.nodes {
-        page.blank();
-        let it = if d.kind == "Pod" { "the claims" } else { "it" };
-        let heading = if d.unchecked.is_empty() {
-            format!(
-                "Nodes: {} of {} can allocate {it}",
-                nodes.allocatable, nodes.total
-            )
-        } else {
-            format!(
-                "Nodes: the devices allow {it} on {} of {} (not everything was checked)",
-                nodes.allocatable, nodes.total
-            )
-        };
-        page.line(0, 2, &[(&heading, styles.header)]);
-        for outcome in &nodes.outcomes {
-            // Continuations line up with the detail, right of the count.
-            let text = format!(
-                "{:>6}  {}: {}",
-                outcome.count,
-                outcome.detail,
-                pod::shorten(outcome.nodes.clone())
-            );
-            page.line(2, 8, &[(&text, plain)]);
-        }
-    }
-    if d.scheduler.condition.is_some() || !d.scheduler.events.is_empty() {
-        page.blank();
-        let heading = match d.used_by.first().filter(|_| d.kind != "Pod") {
-            Some(user) => format!("The scheduler says, of pod {user}:"),
-            None => "The scheduler says:".to_owned(),
-        };
-        page.line(0, 2, &[(&heading, styles.header)]);
-        if let Some(c) = &d.scheduler.condition {
-            let text = format!(
-                "PodScheduled={} {}: {}",
-                c.status,
-                c.reason.as_deref().unwrap_or_default(),
-                c.message.as_deref().unwrap_or_default()
-            );
-            page.line(2, 4, &[(&text, plain)]);
-        }
-        for e in &d.scheduler.events {
-            let times = if e.count > 1 {
-                format!(" (×{})", e.count)
-            } else {
-                String::new()
-            };
-            page.line(
-                2,
-                4,
-                &[(&format!("{}{times}: {}", e.reason, e.message), plain)],
-            );
-        }
-    }
-    if !d.next_steps.is_empty() {
-        page.blank();
-        page.line(0, 2, &[("Next steps:", styles.header)]);
-        for step in &d.next_steps {
-            // Continuations line up with the text, right of the dash.
-            page.line(2, 2, &[(&format!("- {step}"), plain)]);
-        }
-    }
-    if !d.notes.is_empty() {
-        page.blank();
-        for note in &d.notes {
-            page.line(0, 2, &[("note:", styles.dim), (&format!(" {note}"), plain)]);
-        }
-    }
-    page.out
-}
-
-/// One request of a claim still to allocate: how many devices qualify, why the others do not,
-/// and with `-o wide` every device.
-fn render_request(page: &mut Page, request: &pod::RequestReport, styles: &Styles) {
-    let plain = Style::new();
-    let count = if request.allocation_mode == "All" {
-        "all matching devices".to_owned()
-    } else if request.count == 1 {
-        "1 device".to_owned()
-    } else {
-        format!("{} devices", request.count)
-    };
-    page.line(
-        2,
-        2,
-        &[(
-            &format!(
-                "Request {} (class {}, {count}):",
-                request.name, request.class
-            ),
-            plain,
-        )],
-    );
-    let qualify = format!(
-        "{} of {} devices pass the selectors, {} free{}",
-        request.qualifying,
-        request.total,
-        request.available,
-        if request.qualifying > 0 && request.qualifying_nodes.len() <= 3 {
-            format!(" (on {})", request.qualifying_nodes.join(", "))
-        } else {
-            String::new()
-        }
-    );
-    let qualify_style = if request.available == 0 {
-        styles.no
-    } else {
-        styles.yes
-    };
-    page.line(4, 2, &[(&qualify, qualify_style)]);
-    let mut last_key = None;
-    for reason in &request.reasons {
-        let key = pod::reason_key(reason);
-        let heading_changed = last_key.as_ref() != Some(&key);
-        last_key = Some(key);
-        let devices = pod::count(reason.devices, "device", "devices");
-        let nodes = pod::count(reason.nodes, "node", "nodes");
-        match reason.reason {
-            ReasonKind::OtherDriver => {
-                // `liken.sh devices, where class media-gpu selector #0 wants device.driver ==
-                // "media.liken.sh"`: the devices' driver is in the model; the clause says the
-                // one wanted.
-                let wants = match (&reason.selector, &reason.clause) {
-                    (Some(selector), Some(clause)) => format!(", where {selector} wants {clause}"),
-                    (None, Some(clause)) => format!(", where the request wants {clause}"),
-                    (_, None) => " (another driver)".to_owned(),
-                };
-                let text = format!("{}{wants}: {devices} on {nodes}", reason.model);
-                page.line(4, 2, &[(&text, styles.dim)]);
-                continue;
-            }
-            _ if !heading_changed => {}
-            // A reason that comes from a selector: the selector, then what it found.
-            ReasonKind::SelectorFalse | ReasonKind::RuntimeError | ReasonKind::CannotEvaluate
-                if reason.selector.is_some() || reason.clause.is_some() =>
-            {
-                let mut text = reason.selector.clone().unwrap_or_default();
-                if let Some(clause) = &reason.clause {
-                    let _ = write!(text, ": {clause}");
-                }
-                page.line(4, 2, &[(&text, plain)]);
-                page.line(6, 2, &[(&reason.detail, styles.no), (":", plain)]);
-            }
-            _ => {
-                page.line(4, 2, &[(&reason.detail, styles.no), (":", plain)]);
-            }
-        }
-        let held = if reason.claims.is_empty() {
-            String::new()
-        } else {
-            format!(", held by {}", pod::shorten(reason.claims.clone()))
-        };
-        page.line(
-            8,
-            2,
-            &[(
-                &format!("{devices} on {nodes}: {}{held}", reason.model),
-                plain,
-            )],
-        );
-    }
-    for unknown in &request.unknown_attributes {
-        let text = match &unknown.nearest {
-            Some(n) => format!(
-                "no device has {} ({}); did you mean {n}?",
-                unknown.attribute, unknown.selector
-            ),
-            None => format!("no device has {} ({})", unknown.attribute, unknown.selector),
-        };
-        page.line(4, 2, &[(&text, styles.warning)]);
-    }
-    if !request.devices.is_empty() {
-        page.line(4, 2, &[("Devices:", plain)]);
-        // Aligned as kubectl aligns -o wide: the columns as wide as their widest cell, never
-        // cut or wrapped (the last, the verdict, runs past the edge as kubectl's wide rows do).
-        let grid = Grid {
-            header: ["NODE", "DEVICE", "PCI", "MODEL", "VERDICT"]
-                .map(str::to_owned)
-                .to_vec(),
-            rows: request
-                .devices
-                .iter()
-                .map(|device| {
-                    vec![
-                        Cell::plain(device.node.clone()),
-                        Cell::plain(device.device.clone()),
-                        Cell::plain(device.pci_bus_id.clone().unwrap_or_else(|| "-".into())),
-                        Cell::plain(device.model.clone()),
-                        Cell::plain(device.status.clone()),
-                    ]
-                })
-                .collect(),
-            fits: Vec::new(),
-        };
-        let table = grid.render(&TableStyle {
-            colored: styles.colored,
-            width: Width::Unlimited,
-            notes_width: Width::Unlimited,
-            no_headers: false,
-        });
-        for line in table.lines() {
-            page.out.push_str("      ");
-            page.out.push_str(line);
-            page.out.push('\n');
-        }
-    }
-}
-
-/// Text being rendered: lines wrapped at `limit`.
-struct Page {
-    out: String,
-    limit: Option<usize>,
-}
-
-impl Page {
-    fn blank(&mut self) {
-        self.out.push('\n');
-    }
-
-    /// One line: `indent` spaces, then the segments (made terminal-safe), each in its style;
-    /// wrapped at the limit between words, continuation lines indented by `indent + hang`. The
-    /// plain text is wrapped and the pieces coloured, so that escapes never count as columns nor
-    /// span a line break.
-    fn line(&mut self, indent: usize, hang: usize, segments: &[(&str, Style)]) {
-        let mut text = " ".repeat(indent);
-        let mut spans = Vec::with_capacity(segments.len());
-        for (segment, style) in segments {
-            // Every line of `why` passes here: names and messages from the cluster are shown,
-            // never acted on by the terminal.
-            let segment = crate::text::terminal_safe(segment);
-            spans.push((text.len(), text.len() + segment.len(), *style));
-            text.push_str(&segment);
-        }
-        let pieces = match self.limit {
-            Some(limit) => pieces(&text, indent + hang, limit),
-            None => vec![(0, text.len(), 0)],
-        };
-        for (n, (from, to, continued)) in pieces.into_iter().enumerate() {
-            if n > 0 {
-                self.out.push('\n');
-                self.out.push_str(&" ".repeat(continued));
-            }
-            // The indentation before the first segment, uncoloured.
-            if let Some(&(first, _, _)) = spans.first()
-                && from < first
-            {
-                self.out.push_str(&text[from..first.min(to)]);
-            }
-            for &(start, end, style) in &spans {
-                let (a, b) = (start.max(from), end.min(to));
-                if a < b {
-                    let _ = write!(self.out, "{}", (&text[a..b]).style(style));
-                }
-            }
-        }
-        self.out.push('\n');
-    }
-}
-
-fn state_words(state: ClaimState) -> &'static str {
-    match state {
-        ClaimState::Reserved => "allocated and reserved for the pod",
-        ClaimState::Allocated => "allocated, not yet reserved for the pod",
-        ClaimState::Pending => "not allocated",
-        ClaimState::NotCreated => "not created yet",
-        ClaimState::Missing => "missing",
-        ClaimState::BeingDeleted => "being deleted",
-        ClaimState::NotOwned => "not owned by the pod",
-        ClaimState::NotNeeded => "not needed (the claim controller made none)",
-    }
-}
-
-fn capitalise(text: &str) -> String {
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_uppercase().chain(chars).collect(),
-        None => String::new(),
     }
 }
 

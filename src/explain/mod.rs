@@ -1,8 +1,9 @@
 //! `why`: the pure core that decides, the way the scheduler decides, whether a pod's claims can
 //! be allocated on a node, and why not. [`cel`] evaluates device selectors with Kubernetes
 //! semantics, [`allocate`] applies the scheduler's allocation rules, [`diagnose`] names the first
-//! false clause of a selector with the values it read. Gathering the objects (from a cluster or
-//! files) is `fleet`'s job and rendering is `cli`'s; nothing here does I/O.
+//! false clause of a selector with the values it read, and [`pod`] runs the explanation through
+//! its rooms into [`findings`]. Gathering the objects (from a cluster or files) is `fleet`'s
+//! job and wording and rendering are `cli`'s; nothing here does I/O or words a sentence.
 //!
 //! The inputs are deliberately small: a device is anything implementing [`DeviceView`], so the
 //! fleet model can be read in place (no copy of 40,000 devices), and claims and classes are the
@@ -10,13 +11,21 @@
 
 pub mod allocate;
 pub mod cel;
+pub(crate) mod claims;
 pub mod diagnose;
+mod evaluate;
+mod filters;
+pub(crate) mod findings;
 pub(crate) mod model;
+mod next_steps;
 pub(crate) mod pod;
+mod requests;
+pub(crate) mod target;
+mod verdict;
 
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement};
+use k8s_openapi::api::core::v1::NodeSelector;
 use k8s_openapi::api::resource::v1::DeviceTaint;
 
 /// One typed attribute value, as a ResourceSlice states it (`bool`, `int`, `string`, `version`).
@@ -148,52 +157,6 @@ impl NodeInfo {
             Placement::Selector(selector) => self.matches(selector),
         }
     }
-
-    /// A `NodeSelector` as the scheduler applies it (k8s.io/component-helpers
-    /// `nodeaffinity`): the terms are ORed, the requirements of a term ANDed, an empty term
-    /// matches nothing.
-    pub(crate) fn matches(&self, selector: &NodeSelector) -> bool {
-        selector.node_selector_terms.iter().any(|term| {
-            let expressions = term.match_expressions.as_deref().unwrap_or_default();
-            let fields = term.match_fields.as_deref().unwrap_or_default();
-            if expressions.is_empty() && fields.is_empty() {
-                return false;
-            }
-            expressions
-                .iter()
-                .all(|r| requirement_matches(r, self.labels.get(&r.key).map(String::as_str)))
-                && fields.iter().all(|r| {
-                    // metadata.name is the only field the scheduler supports for nodes.
-                    let value = (r.key == "metadata.name").then_some(self.name.as_str());
-                    requirement_matches(r, value)
-                })
-        })
-    }
-}
-
-fn requirement_matches(requirement: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    let values = requirement.values.as_deref().unwrap_or_default();
-    let number = |s: &str| s.parse::<i64>().ok();
-    match requirement.operator.as_str() {
-        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
-        "NotIn" => value.is_none_or(|v| values.iter().all(|x| x != v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(have), Some(want)) = (
-                value.and_then(number),
-                values.first().and_then(|v| number(v)),
-            ) else {
-                return false;
-            };
-            if requirement.operator == "Gt" {
-                have > want
-            } else {
-                have < want
-            }
-        }
-        _ => false,
-    }
 }
 
 /// A device as plain owned data: the form fixtures, tests and the benchmark build, and what a
@@ -281,70 +244,6 @@ impl DeviceView for DeviceRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::NodeSelectorTerm;
-
-    fn node() -> NodeInfo {
-        NodeInfo {
-            name: "gpu-1".into(),
-            labels: [
-                ("zone".to_owned(), "a".to_owned()),
-                ("gen".to_owned(), "12".to_owned()),
-            ]
-            .into_iter()
-            .collect(),
-        }
-    }
-
-    fn req(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement {
-        NodeSelectorRequirement {
-            key: key.into(),
-            operator: op.into(),
-            values: Some(values.iter().map(|v| v.to_string()).collect()),
-        }
-    }
-
-    fn selector(
-        terms: Vec<(Vec<NodeSelectorRequirement>, Vec<NodeSelectorRequirement>)>,
-    ) -> NodeSelector {
-        NodeSelector {
-            node_selector_terms: terms
-                .into_iter()
-                .map(|(e, f)| NodeSelectorTerm {
-                    match_expressions: Some(e),
-                    match_fields: Some(f),
-                })
-                .collect(),
-        }
-    }
-
-    #[test]
-    fn node_selectors_follow_the_scheduler() {
-        let n = node();
-        assert!(n.matches(&selector(vec![(
-            vec![req("zone", "In", &["a", "b"])],
-            vec![]
-        )])));
-        assert!(!n.matches(&selector(vec![(
-            vec![req("zone", "NotIn", &["a"])],
-            vec![]
-        )])));
-        assert!(n.matches(&selector(vec![(
-            vec![req("rack", "NotIn", &["x"])],
-            vec![]
-        )])));
-        assert!(n.matches(&selector(vec![(vec![req("gen", "Gt", &["11"])], vec![])])));
-        assert!(!n.matches(&selector(vec![(vec![req("gen", "Lt", &["11"])], vec![])])));
-        assert!(n.matches(&selector(vec![(
-            vec![],
-            vec![req("metadata.name", "In", &["gpu-1"])]
-        )])));
-        // An empty term matches nothing; terms are ORed.
-        assert!(!n.matches(&selector(vec![(vec![], vec![])])));
-        assert!(n.matches(&selector(vec![
-            (vec![req("zone", "In", &["z"])], vec![]),
-            (vec![req("zone", "Exists", &[])], vec![]),
-        ])));
-    }
 
     #[test]
     fn unqualified_names_belong_to_the_driver() {

@@ -289,9 +289,22 @@ pub(crate) fn build<'a>(
             });
         }
     }
-    // The scheduler's allocated devices (k/k dynamicresources allocateddevices.go
-    // `foreachAllocatedDevice`): every allocated claim's, the pod's own included. The claims
-    // `why` explains are pending, without an allocation, so nothing of theirs is skipped here.
+    let taken = taken(claims, consumable_capacity);
+    let (nodes, nodes_known) = candidate_nodes(nodes, &devices);
+    FleetModel {
+        devices,
+        taken,
+        incomplete_pools,
+        nodes,
+        nodes_known,
+        ignored_slices,
+    }
+}
+
+/// The scheduler's allocated devices (k/k dynamicresources allocateddevices.go
+/// `foreachAllocatedDevice`): every allocated claim's, the pod's own included. The claims `why`
+/// explains are pending, without an allocation, so nothing of theirs is skipped here.
+fn taken(claims: &[ResourceClaim], consumable_capacity: bool) -> HashMap<DeviceId, Vec<String>> {
     let mut taken: HashMap<DeviceId, Vec<String>> = HashMap::new();
     for claim in claims {
         let name = claim_name(claim);
@@ -321,6 +334,15 @@ pub(crate) fn build<'a>(
                 .push(name.clone());
         }
     }
+    taken
+}
+
+/// The candidate nodes, in natural order: the Node objects, or without them the nodes the
+/// devices name (then `false`: the nodes' own filters are not known).
+fn candidate_nodes<'a>(
+    nodes: &'a [Node],
+    devices: &[SliceDevice<'a>],
+) -> (Vec<CandidateNode<'a>>, bool) {
     let (nodes, nodes_known) = if nodes.is_empty() {
         let mut names: Vec<Ustr> = devices.iter().filter_map(|d| d.node).collect();
         names.sort();
@@ -353,14 +375,7 @@ pub(crate) fn build<'a>(
     // API server's (by name) then give the same explanation.
     let mut nodes: Vec<CandidateNode<'a>> = nodes;
     nodes.sort_by(|a, b| crate::fleet::inventory::natural_cmp(&a.info.name, &b.info.name));
-    FleetModel {
-        devices,
-        taken,
-        incomplete_pools,
-        nodes,
-        nodes_known,
-        ignored_slices,
-    }
+    (nodes, nodes_known)
 }
 
 /// `namespace/name` of a claim, as the scheduler's messages print it.

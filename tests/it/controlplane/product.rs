@@ -570,10 +570,13 @@ fn step_5_a_pod_asking_what_no_gpu_states_stays_pending_and_the_fallback_is_allo
     // 1.34's defaults have the gate off: why read it from what the server stored.
     let notes = diagnosis["notes"].as_array().unwrap();
     assert!(
-        notes.iter().any(|n| n
-            .as_str()
-            .unwrap()
-            .starts_with("DRAConsumableCapacity taken as on")),
+        notes
+            .iter()
+            .any(|n| n["code"] == "ConsumableCapacityAssumed"
+                && n["sentence"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("DRAConsumableCapacity taken as on")),
         "{notes:?}"
     );
 
@@ -671,10 +674,9 @@ fn step_3_without_the_gate_on_1_34_a_second_pod_cannot_share_the_gpu_and_why_say
     assert!(!taken.is_empty(), "{diagnosis:#}");
     let notes = diagnosis["notes"].as_array().unwrap();
     assert!(
-        !notes.iter().any(|n| n
-            .as_str()
-            .unwrap()
-            .contains("DRAConsumableCapacity taken as on")),
+        !notes
+            .iter()
+            .any(|n| n["code"] == "ConsumableCapacityAssumed"),
         "{notes:?}"
     );
 }

@@ -550,9 +550,11 @@ fn one_of_the_orders(
 
 fn notes_the_order(record: &Value) -> bool {
     record["notes"].as_array().is_some_and(|notes| {
-        notes
-            .iter()
-            .any(|n| n.as_str().is_some_and(|n| n.contains("no fixed order")))
+        notes.iter().any(|n| {
+            n["sentence"]
+                .as_str()
+                .is_some_and(|n| n.contains("no fixed order"))
+        })
     })
 }
 

@@ -1,0 +1,548 @@
+//! The allocator's part: node by node, the pod's node filters and the allocation the
+//! scheduler's Filter would make; then the attempt error that fails every attempt.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use k8s_openapi::api::core::v1::{NodeSelector, Pod};
+use k8s_openapi::api::resource::v1::{DeviceClassSpec, ResourceClaimSpec};
+
+use super::NodeInfo;
+use super::allocate::{
+    self, AllocError, Allocator, Claim, DeviceStatus, Fleet, NodeReport, NodeVerdict,
+};
+use super::claims::requests;
+use super::diagnose::Finding;
+use super::filters::pod_filter;
+use super::findings::{
+    AttemptCode, AttemptError, Diagnosis, ErrorSummary, NodeFinding, NodeOutcome, NodePicks,
+    NodeSummary, Note, Odds, PickedDevice, PoolReason, RequestGpus, Unsatisfied,
+};
+use super::model::{FleetModel, SliceDevice};
+use super::requests::{self as request_report, PCI_BUS_ID, scope_ref};
+use super::target::Input;
+
+/// What the allocator's part works on.
+pub(super) struct Work<'w, 'o> {
+    pub input: &'w Input<'o>,
+    pub model: &'w FleetModel<'o>,
+    /// Each device's GPU model, by fleet index.
+    pub models: &'w [String],
+    pub classes: &'w BTreeMap<String, DeviceClassSpec>,
+    pub pod: Option<&'o Pod>,
+    /// The claims to allocate: (index in the diagnosis, `namespace/name`, spec).
+    pub pending: &'w [(usize, String, &'o ResourceClaimSpec)],
+    /// The node selectors of the pod's claims already allocated.
+    pub bound_nodes: &'w [&'o NodeSelector],
+}
+
+/// What the pass over the nodes found.
+pub(super) struct NodePass {
+    outcomes: BTreeMap<NodeFinding, Vec<String>>,
+    /// Per (claim, request): device index → status, each device once.
+    statuses: Vec<BTreeMap<usize, DeviceStatus>>,
+    request_keys: Vec<(String, String)>,
+    /// Where each key is in `request_keys`: a claim may have thousands of requests, and a scan
+    /// per request and node made that minutes.
+    request_slots: HashMap<(String, String), usize>,
+    attempt_error: Option<AllocError>,
+    picks: Vec<NodePicks>,
+    /// Nodes the scheduler filters on whose allocation fails with an error.
+    erring: usize,
+    allocatable: usize,
+}
+
+impl NodePass {
+    /// Each request's devices, each device with the first status a node gave it.
+    fn record(&mut self, report: &NodeReport) {
+        for request in &report.requests {
+            let key = (request.claim.clone(), request.request.clone());
+            let slot = *self.request_slots.entry(key).or_insert_with_key(|key| {
+                self.request_keys.push(key.clone());
+                self.statuses.push(BTreeMap::new());
+                self.statuses.len() - 1
+            });
+            for (d, status) in &request.devices {
+                self.statuses[slot]
+                    .entry(*d)
+                    .or_insert_with(|| status.clone());
+            }
+        }
+    }
+}
+
+/// The allocator's part: node by node, then request by request.
+pub(super) fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
+    let model = work.model;
+    let fleet = Fleet {
+        devices: &model.devices,
+        taken: &model.taken,
+        incomplete_pools: &model.incomplete_pools,
+    };
+    let mut allocator = Allocator::new(fleet, work.classes, work.input.features);
+    let claims: Vec<Claim<'_>> = work
+        .pending
+        .iter()
+        .map(|(_, label, spec)| Claim { name: label, spec })
+        .collect();
+    let pass = nodes(work, &mut allocator, &claims);
+
+    // Per request, against the fleet.
+    // Devices of one CEL class (see Allocator::cel_class) fail a selector the same way: each
+    // is diagnosed once per class, not once per device.
+    let mut diagnoses: HashMap<(String, usize), Finding> = HashMap::new();
+    let mut known: Option<HashSet<(String, String)>> = None;
+    for (slot, key) in pass.request_keys.iter().enumerate() {
+        let statuses = &pass.statuses[slot];
+        if let Some((claim_index, report)) = request_report::account(
+            work,
+            &mut allocator,
+            key,
+            statuses,
+            &mut diagnoses,
+            &mut known,
+        ) {
+            diagnosis.claims[claim_index].requests.push(report);
+        }
+    }
+    summarise(work, &claims, pass, diagnosis);
+}
+
+/// Node by node: the pod's filters, then the allocation.
+pub(super) fn nodes(
+    work: &Work<'_, '_>,
+    allocator: &mut Allocator<'_, SliceDevice<'_>>,
+    claims: &[Claim<'_>],
+) -> NodePass {
+    let mut pass = NodePass {
+        outcomes: BTreeMap::new(),
+        statuses: Vec::new(),
+        request_keys: Vec::new(),
+        request_slots: HashMap::new(),
+        attempt_error: None,
+        picks: Vec::new(),
+        erring: 0,
+        allocatable: 0,
+    };
+    // A distinctAttribute constraint keeps requests apart rather than on one GPU.
+    let distinct = claims.iter().any(|c| {
+        c.spec
+            .devices
+            .as_ref()
+            .and_then(|d| d.constraints.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.match_attribute.is_none())
+    });
+    for candidate in &work.model.nodes {
+        let node = &candidate.info;
+        // The pod's own node filters (NodeUnschedulable, TaintToleration, NodeAffinity) are
+        // plugins that run before DynamicResources: a node they reject is never allocated on,
+        // so an error the allocator would meet there never reaches the scheduler. The
+        // allocation is still computed, to say what the node would allow without them.
+        let filtered = work
+            .pod
+            .zip(candidate.node)
+            .and_then(|(pod, node_object)| pod_filter(pod, node, node_object));
+        let report = match allocator.explain(node, claims) {
+            Ok(report) => report,
+            Err(e) => {
+                // The attempt fails on this node; each request's devices are still accounted
+                // for, one request at a time (a runtime error shows on the device it hits).
+                let report = survey(allocator, node, claims);
+                let outcome = match &filtered {
+                    Some(filtered) => filtered.clone(),
+                    None => {
+                        pass.erring += 1;
+                        NodeFinding::Error {
+                            error: error_summary(&e),
+                        }
+                    }
+                };
+                if filtered.is_none() {
+                    pass.attempt_error.get_or_insert(e);
+                }
+                pass.outcomes
+                    .entry(outcome)
+                    .or_default()
+                    .push(node.name.clone());
+                pass.record(&report);
+                continue;
+            }
+        };
+        pass.record(&report);
+        let outcome = match filtered {
+            Some(filtered) => filtered,
+            None => node_outcome(work, allocator, claims, node, &report, distinct, &mut pass),
+        };
+        pass.outcomes
+            .entry(outcome)
+            .or_default()
+            .push(node.name.clone());
+    }
+    pass
+}
+
+/// Each request's devices on a node where the attempt fails, one request at a time.
+pub(super) fn survey(
+    allocator: &mut Allocator<'_, SliceDevice<'_>>,
+    node: &NodeInfo,
+    claims: &[Claim<'_>],
+) -> NodeReport {
+    let mut surveyed = Vec::new();
+    for claim in claims {
+        for request in requests(claim.spec) {
+            let subs = request.first_available.as_ref().map_or(0, Vec::len);
+            for sub in (0..subs.max(1)).map(|i| (subs > 0).then_some(i)) {
+                let name = match sub {
+                    Some(i) => format!(
+                        "{}/{}",
+                        request.name,
+                        request.first_available.as_deref().unwrap_or_default()[i].name
+                    ),
+                    None => request.name.clone(),
+                };
+                if let Ok(devices) = allocator.survey(node, *claim, request, sub) {
+                    surveyed.push(allocate::RequestReport {
+                        claim: claim.name.to_owned(),
+                        request: name,
+                        devices,
+                    });
+                }
+            }
+        }
+    }
+    NodeReport {
+        verdict: NodeVerdict::CannotAllocate,
+        requests: surveyed,
+        constraints_block: false,
+    }
+}
+
+/// What a node the pod's filters let through allows.
+pub(super) fn node_outcome(
+    work: &Work<'_, '_>,
+    allocator: &Allocator<'_, SliceDevice<'_>>,
+    claims: &[Claim<'_>],
+    node: &NodeInfo,
+    report: &NodeReport,
+    distinct: bool,
+    pass: &mut NodePass,
+) -> NodeFinding {
+    if work.bound_nodes.iter().any(|s| !node.matches(s)) {
+        return NodeFinding::ClaimElsewhere;
+    }
+    match &report.verdict {
+        NodeVerdict::Allocated(results) => {
+            pass.allocatable += 1;
+            pass.picks.push(NodePicks {
+                node: node.name.clone(),
+                devices: claims
+                    .iter()
+                    .zip(results)
+                    .flat_map(|(claim, results)| {
+                        results.iter().map(|r| PickedDevice {
+                            claim: claim.name.to_owned(),
+                            request: r.request.clone(),
+                            driver: r.device.driver.clone(),
+                            pool: r.device.pool.clone(),
+                            device: r.device.device.clone(),
+                        })
+                    })
+                    .collect(),
+            });
+            NodeFinding::Allocatable {
+                checked: work.model.nodes_known,
+            }
+        }
+        NodeVerdict::CannotAllocate => why_not_on_node(allocator, report, distinct),
+        NodeVerdict::InvalidPools(pools) => NodeFinding::InvalidPools {
+            pools: pools
+                .iter()
+                .map(|p| PoolReason {
+                    pool: p.pool.clone(),
+                    reason: p.reason.clone(),
+                })
+                .collect(),
+        },
+    }
+}
+
+/// The nodes grouped by outcome, and the attempt error with what it does.
+pub(super) fn summarise(
+    work: &Work<'_, '_>,
+    claims: &[Claim<'_>],
+    pass: NodePass,
+    diagnosis: &mut Diagnosis,
+) {
+    let input = work.input;
+    let NodePass {
+        outcomes,
+        attempt_error,
+        picks,
+        erring,
+        allocatable,
+        ..
+    } = pass;
+    let total = work.model.nodes.len();
+
+    let mut node_outcomes: Vec<NodeOutcome> = outcomes
+        .into_iter()
+        .map(|(detail, nodes)| NodeOutcome {
+            outcome: detail.kind(),
+            detail,
+            count: nodes.len(),
+            nodes,
+        })
+        .collect();
+    node_outcomes.sort_by(|a, b| a.outcome.cmp(&b.outcome).then(b.count.cmp(&a.count)));
+    diagnosis.nodes = Some(NodeSummary {
+        total,
+        allocatable,
+        outcomes: node_outcomes,
+        picks,
+    });
+    if let Some(note) = all_mode_order_note(input.features.release, claims)
+        && !matches!(
+            attempt_error,
+            Some(AllocError::Runtime(_) | AllocError::PoolInvalid { .. })
+        )
+    {
+        diagnosis.notes.push(note);
+    }
+    if let Some(error) = attempt_error {
+        let release = input.features.release;
+        if release < 36 && matches!(error, AllocError::Runtime(_)) {
+            diagnosis.notes.push(Note::RuntimeErrorOrder { release });
+        }
+        if matches!(error, AllocError::PoolInvalid { .. }) {
+            diagnosis.notes.push(Note::InvalidPoolOrder { release });
+        }
+        let mut attempt = attempt(&error);
+        // The scheduler filters nodes until it has found numFeasibleNodesToFind feasible ones
+        // (k/k pkg/scheduler/schedule_one.go, default percentageOfNodesToScore); an error on
+        // any node it checks fails the attempt. With fewer feasible nodes than that it checks
+        // every node, so every attempt fails; with as many, it may stop before an erring one.
+        // (Not for what this evaluator cannot decide: that is no scheduler error.)
+        let to_find = num_feasible_nodes_to_find(total);
+        let schedulers = !matches!(
+            error,
+            AllocError::CannotEvaluate(_)
+                | AllocError::Unsupported { .. }
+                | AllocError::CapacityUnmodelled { .. }
+                | AllocError::SearchTooLong { .. }
+        );
+        if schedulers && allocatable >= to_find {
+            attempt.always = false;
+            attempt.odds = Some(Odds {
+                erring,
+                allocatable,
+                to_find,
+            });
+        }
+        diagnosis.attempt_error = Some(attempt);
+    }
+}
+
+/// Before 1.36 the order of a node's pools decides more of an `allocationMode: All` request
+/// than which devices serve: whether the search meets a device that breaks a constraint (an
+/// error) or one in use first (no error), and, for an `All` sub-request after the first,
+/// which single device it takes (allocator_incubating.go v0.35.10 drops the sub-request). The
+/// differential test against the real allocator found both (tests/it/oracle/fleets.rs).
+pub(super) fn all_mode_order_note(release: u32, claims: &[Claim<'_>]) -> Option<Note> {
+    let all = |mode: &Option<String>| mode.as_deref() == Some("All");
+    let any_all = claims.iter().any(|c| {
+        c.spec.devices.as_ref().is_some_and(|d| {
+            d.requests.as_deref().unwrap_or_default().iter().any(|r| {
+                r.exactly.as_ref().is_some_and(|e| all(&e.allocation_mode))
+                    || r.first_available
+                        .as_deref()
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|s| all(&s.allocation_mode))
+            })
+        })
+    });
+    (release < 36 && any_all).then_some(Note::AllModeOrder { release })
+}
+
+/// k/k pkg/scheduler/schedule_one.go `numFeasibleNodesToFind` with the default
+/// percentageOfNodesToScore (0: adaptive): how many feasible nodes the scheduler looks for
+/// before it stops filtering.
+pub(super) fn num_feasible_nodes_to_find(all: usize) -> usize {
+    const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+    const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: usize = 5;
+    if all < MIN_FEASIBLE_NODES_TO_FIND {
+        return all;
+    }
+    let percentage = 50usize
+        .saturating_sub(all / 125)
+        .max(MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND);
+    (all * percentage / 100).max(MIN_FEASIBLE_NODES_TO_FIND)
+}
+
+/// An attempt error without the device it was met on, so that nodes group by it.
+pub(super) fn error_summary(error: &AllocError) -> ErrorSummary {
+    match error {
+        AllocError::Runtime(f) => ErrorSummary::RuntimeError {
+            selector: scope_ref(f),
+            message: f.message.clone(),
+        },
+        AllocError::CannotEvaluate(f) => ErrorSummary::CannotEvaluate {
+            selector: scope_ref(f),
+            message: f.message.clone(),
+        },
+        // One line for every node where only such devices would serve.
+        AllocError::CapacityUnmodelled { claim, request, .. } => ErrorSummary::CapacityUnmodelled {
+            claim: claim.clone(),
+            request: request.clone(),
+        },
+        other => ErrorSummary::Other {
+            message: other.to_string(),
+        },
+    }
+}
+
+/// Why the claims cannot be allocated on a node whose verdict is "cannot allocate".
+pub(super) fn why_not_on_node(
+    allocator: &Allocator<'_, SliceDevice<'_>>,
+    report: &NodeReport,
+    distinct: bool,
+) -> NodeFinding {
+    if report.constraints_block {
+        // Each request is served alone; show the addresses each could use.
+        let requests = report
+            .requests
+            .iter()
+            .map(|r| {
+                let mut gpus: Vec<Option<String>> = r
+                    .devices
+                    .iter()
+                    .filter(|(_, s)| *s == DeviceStatus::Available)
+                    .map(|(d, _)| allocator.device(*d).string(PCI_BUS_ID).map(str::to_owned))
+                    .collect();
+                // Sorted as the words sort: a device without an address reads `(no pciBusID)`.
+                gpus.sort_unstable_by(|a, b| {
+                    let key = |g: &Option<String>| g.clone().unwrap_or_else(|| "(".to_owned());
+                    key(a).cmp(&key(b))
+                });
+                gpus.dedup();
+                RequestGpus {
+                    request: r.request.clone(),
+                    gpus,
+                }
+            })
+            .collect();
+        return NodeFinding::Constraint { distinct, requests };
+    }
+    for r in &report.requests {
+        // firstAvailable: the request fails only if every sub-request does; the first
+        // sub-request stands for the request here.
+        // (A device whose room is assumed is not why a node fails: the search assumed it.)
+        if r.devices.iter().any(|(_, s)| {
+            matches!(
+                s,
+                DeviceStatus::Available | DeviceStatus::CapacityUnmodelled
+            )
+        }) {
+            continue;
+        }
+        let passing = r
+            .devices
+            .iter()
+            .filter(|(_, s)| {
+                matches!(
+                    s,
+                    DeviceStatus::Taken { .. }
+                        | DeviceStatus::Untolerated { .. }
+                        | DeviceStatus::CapacityUnmodelled
+                )
+            })
+            .count();
+        let pooled = r
+            .devices
+            .iter()
+            .filter(|(_, s)| {
+                matches!(
+                    s,
+                    DeviceStatus::PoolInvalid { .. } | DeviceStatus::PoolUpdating { .. }
+                )
+            })
+            .count();
+        let why = if r.devices.is_empty() {
+            Unsatisfied::NoDevices
+        } else if pooled == r.devices.len() {
+            Unsatisfied::PoolsUnusable
+        } else if passing == 0 {
+            Unsatisfied::NonePass
+        } else {
+            Unsatisfied::TakenOrTainted
+        };
+        if r.request.contains('/')
+            && report.requests.iter().any(|o| {
+                o.request.split('/').next() == r.request.split('/').next()
+                    && o.devices.iter().any(|(_, s)| *s == DeviceStatus::Available)
+            })
+        {
+            continue;
+        }
+        return NodeFinding::RequestUnsatisfied {
+            request: r.request.clone(),
+            why,
+        };
+    }
+    NodeFinding::CannotAllocate
+}
+
+/// The attempt error as data: which, in the scheduler's words, and whether it is this
+/// evaluator's limit rather than the scheduler's error.
+pub(super) fn attempt(error: &AllocError) -> AttemptError {
+    let (code, undecided) = match error {
+        AllocError::Runtime(f) => (
+            AttemptCode::RuntimeError {
+                selector: scope_ref(f),
+                missing_key: f.message.strip_prefix("no such key: ").map(str::to_owned),
+            },
+            false,
+        ),
+        AllocError::SearchTooLong { .. } => (AttemptCode::SearchTooLong, true),
+        AllocError::CannotEvaluate(_) => (AttemptCode::CannotEvaluate, true),
+        AllocError::Unsupported { .. } => (AttemptCode::Unsupported, true),
+        AllocError::CapacityUnmodelled { .. } => (AttemptCode::CapacityUnmodelled, true),
+        AllocError::PoolIncomplete { .. } => (AttemptCode::PoolIncomplete, false),
+        AllocError::PoolInvalidAll { pool, reason, .. } => (
+            AttemptCode::PoolInvalidAll {
+                pool: pool.clone(),
+                reason: reason.clone(),
+            },
+            false,
+        ),
+        AllocError::PoolInvalid {
+            driver,
+            pool,
+            reason,
+        } => (
+            AttemptCode::PoolInvalid {
+                pool: format!("{driver}/{pool}"),
+                reason: reason.clone(),
+            },
+            false,
+        ),
+        AllocError::ConstraintAll { .. } => (AttemptCode::ConstraintAll, false),
+        AllocError::TooManyDevices { .. } => (AttemptCode::TooManyDevices, false),
+        AllocError::EmptyConstraint { distinct, .. } => (
+            AttemptCode::EmptyConstraint {
+                distinct: *distinct,
+            },
+            false,
+        ),
+        AllocError::CapacityDisabled { .. } => (AttemptCode::CapacityDisabled, false),
+        AllocError::ClassNotFound { .. } => (AttemptCode::ClassNotFound, false),
+    };
+    AttemptError {
+        error: code,
+        message: error.to_string(),
+        always: true,
+        undecided,
+        odds: None,
+    }
+}

@@ -1,0 +1,643 @@
+//! Per request, against the whole fleet: every device accounted for, grouped by reason and
+//! GPU model, with the names no device has and the clauses that, dropped, let devices qualify.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use k8s_openapi::api::resource::v1::ResourceClaimSpec;
+
+use super::DeviceView;
+use super::allocate::{AllocError, Allocator, DeviceStatus, SelectorFailure, cel_expressions};
+use super::claims::requests;
+use super::diagnose::{self, Finding, Read};
+use super::evaluate::Work;
+use super::findings::{
+    Detail, DeviceLine, DeviceReason, Place, ReadValue, Reason, ReasonKey, ReasonKind, Relaxation,
+    RequestAccount, SelectorRef, UnknownAttribute, reason_key,
+};
+use super::model::{FleetModel, SliceDevice};
+use crate::fleet::objects::Ustr;
+
+/// The PCI attribute the product's claims constrain on.
+pub(super) const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
+/// A group of devices that fail a request the same way: (reason, where, detail, model).
+type GroupKey = (ReasonKind, Option<Place>, Detail, String);
+
+/// What a group counts.
+#[derive(Default)]
+pub(super) struct Group {
+    devices: usize,
+    /// Interned: a fleet's devices name a few thousand nodes tens of thousands of times.
+    nodes: HashSet<Ustr>,
+    claims: BTreeSet<String>,
+}
+
+/// Why a device does not serve: (reason, where, detail, claims holding it).
+type Said = (ReasonKind, Option<Place>, Detail, Vec<String>);
+
+/// One device's status for a request.
+pub(super) struct Accounted {
+    /// It passes the selectors.
+    qualifies: bool,
+    /// It passes and is free (or assumed to have room).
+    free: bool,
+    /// It fails a selector (for the relaxations).
+    failing: bool,
+    /// Why it does not serve; none when it is available.
+    said: Option<Said>,
+}
+
+/// A request's selectors: the class's and its own.
+pub(super) struct Selectors<'s> {
+    class: Vec<&'s str>,
+    request: Vec<&'s str>,
+}
+
+/// One request, `(claim, request)`, against the devices the nodes saw: its report, for the
+/// claim at the returned index of the diagnosis.
+pub(super) fn account(
+    work: &Work<'_, '_>,
+    allocator: &mut Allocator<'_, SliceDevice<'_>>,
+    (claim_label, request_name): &(String, String),
+    statuses: &BTreeMap<usize, DeviceStatus>,
+    diagnoses: &mut HashMap<(String, usize), Finding>,
+    known: &mut Option<HashSet<(String, String)>>,
+) -> Option<(usize, RequestAccount)> {
+    let &(claim_index, _, spec) = work.pending.iter().find(|(_, l, _)| l == claim_label)?;
+    let (class_name, request_selectors, mode, count) = request_shape(spec, request_name)?;
+    let selectors = Selectors {
+        class: work
+            .classes
+            .get(class_name)
+            .and_then(|c| cel_expressions(c.selectors.as_deref().unwrap_or_default()))
+            .unwrap_or_default(),
+        request: request_selectors,
+    };
+    let mut report = RequestAccount {
+        name: request_name.clone(),
+        class: class_name.to_owned(),
+        allocation_mode: mode.to_owned(),
+        count,
+        total: statuses.len(),
+        qualifying: 0,
+        available: 0,
+        qualifying_nodes: Vec::new(),
+        reasons: Vec::new(),
+        unknown_attributes: Vec::new(),
+        relaxations: Vec::new(),
+        devices: Vec::new(),
+    };
+    let mut groups: BTreeMap<GroupKey, Group> = BTreeMap::new();
+    let mut qualifying_nodes: HashSet<Ustr> = HashSet::new();
+    let any_node = Ustr::from("(any node)");
+    // Devices that fail selectors: their clause vectors, for the relaxations.
+    let mut failing: Vec<usize> = Vec::new();
+    for (&d, status) in statuses {
+        let node_name = allocator.device(d).node().unwrap_or(any_node);
+        let accounted = device_status(work, allocator, &selectors, diagnoses, d, status);
+        report.qualifying += usize::from(accounted.qualifies);
+        report.available += usize::from(accounted.free);
+        if accounted.qualifies {
+            qualifying_nodes.insert(node_name);
+        }
+        if accounted.failing {
+            failing.push(d);
+        }
+        let Some((kind, at, detail, claims_holding)) = accounted.said else {
+            if work.input.every_device {
+                report
+                    .devices
+                    .push(device_line(allocator.device(d), &work.models[d], None));
+            }
+            continue;
+        };
+        if work.input.every_device {
+            let status = DeviceReason {
+                at: at.clone(),
+                detail: detail.clone(),
+            };
+            report.devices.push(device_line(
+                allocator.device(d),
+                &work.models[d],
+                Some(status),
+            ));
+        }
+        let model = if kind == ReasonKind::OtherDriver {
+            format!("{} devices", allocator.device(d).driver())
+        } else {
+            work.models[d].clone()
+        };
+        let entry = groups.entry((kind, at, detail, model)).or_default();
+        entry.devices += 1;
+        entry.nodes.insert(node_name);
+        entry.claims.extend(claims_holding);
+    }
+    report.reasons = reasons(groups);
+    let mut nodes: Vec<String> = qualifying_nodes.iter().map(|n| n.to_string()).collect();
+    nodes.sort_by(|a, b| crate::fleet::inventory::natural_cmp(a, b));
+    report.qualifying_nodes = nodes;
+
+    // Names no device has (the fleet's names, gathered once for every request).
+    let known = known.get_or_insert_with(|| known_attributes(work.model));
+    let scoped: Vec<(SelectorRef, &str)> = selectors
+        .class
+        .iter()
+        .enumerate()
+        .map(|(index, e)| {
+            let class = class_name.to_owned();
+            (SelectorRef::Class { class, index }, *e)
+        })
+        .chain(
+            selectors
+                .request
+                .iter()
+                .enumerate()
+                .map(|(index, e)| (SelectorRef::Request { index }, *e)),
+        )
+        .collect();
+    report.unknown_attributes = unknown_attributes(allocator, &scoped, known);
+    // Relaxations: a clause whose removal alone lets failing devices qualify.
+    report.relaxations = relaxations(allocator, &scoped, &failing, work.model);
+    Some((claim_index, report))
+}
+
+/// What one device's status says for the request.
+pub(super) fn device_status(
+    work: &Work<'_, '_>,
+    allocator: &mut Allocator<'_, SliceDevice<'_>>,
+    selectors: &Selectors<'_>,
+    diagnoses: &mut HashMap<(String, usize), Finding>,
+    d: usize,
+    status: &DeviceStatus,
+) -> Accounted {
+    let (qualifies, free, said) = match status {
+        DeviceStatus::Available => (true, true, None),
+        DeviceStatus::Taken { claims } => {
+            // A shareable device is taken only by an allocation without a share ID
+            // (allocateddevices.go: with DRAConsumableCapacity on, a result with a
+            // shareID is a shared allocation; one without is exclusive, as every
+            // allocation made while the gate was off is).
+            let shareable = work.input.features.consumable_capacity
+                && allocator.device(d).allow_multiple_allocations() == Some(true);
+            let said = (
+                ReasonKind::Taken,
+                None,
+                Detail::Taken { shareable },
+                claims.clone(),
+            );
+            (true, false, Some(said))
+        }
+        // It passes the selectors and is assumed to have room (what is not known).
+        DeviceStatus::CapacityUnmodelled => (
+            true,
+            true,
+            Some((
+                ReasonKind::CannotEvaluate,
+                None,
+                Detail::CapacityUnmodelled,
+                Vec::new(),
+            )),
+        ),
+        DeviceStatus::CapacityShort {
+            capacity,
+            asked,
+            has,
+        } => (
+            false,
+            false,
+            Some((
+                ReasonKind::CapacityShort,
+                None,
+                Detail::CapacityShort {
+                    capacity: capacity.clone(),
+                    asked: asked.clone(),
+                    has: has.clone(),
+                },
+                Vec::new(),
+            )),
+        ),
+        DeviceStatus::PoolInvalid { pool, reason } => (
+            false,
+            false,
+            Some((
+                ReasonKind::PoolInvalid,
+                None,
+                Detail::PoolInvalid {
+                    pool: pool.clone(),
+                    reason: reason.clone(),
+                },
+                Vec::new(),
+            )),
+        ),
+        DeviceStatus::PoolUpdating { pool } => (
+            false,
+            false,
+            Some((
+                ReasonKind::PoolUpdating,
+                None,
+                Detail::PoolUpdating { pool: pool.clone() },
+                Vec::new(),
+            )),
+        ),
+        DeviceStatus::Untolerated { taint } => (
+            true,
+            false,
+            Some((
+                ReasonKind::Untolerated,
+                None,
+                Detail::Untolerated {
+                    key: taint.key.clone(),
+                    value: taint.value.clone(),
+                    effect: taint.effect.clone(),
+                },
+                Vec::new(),
+            )),
+        ),
+        DeviceStatus::NotSelected { class, index } => {
+            let said = not_selected(allocator, selectors, diagnoses, d, class.as_deref(), *index);
+            return Accounted {
+                qualifies: false,
+                free: false,
+                failing: true,
+                said: Some(said),
+            };
+        }
+        DeviceStatus::Failed(e) => (false, false, Some(failed(e))),
+    };
+    Accounted {
+        qualifies,
+        free,
+        failing: false,
+        said,
+    }
+}
+
+/// A device a selector does not select: the first false clause with the values it read.
+pub(super) fn not_selected(
+    allocator: &mut Allocator<'_, SliceDevice<'_>>,
+    selectors: &Selectors<'_>,
+    diagnoses: &mut HashMap<(String, usize), Finding>,
+    d: usize,
+    class: Option<&str>,
+    index: usize,
+) -> Said {
+    let device_signature = allocator.cel_class(d);
+    let class_selectors = &selectors.class;
+    let request_selectors = &selectors.request;
+    let (selector, expression) = match class {
+        Some(class) => (
+            SelectorRef::Class {
+                class: class.to_owned(),
+                index,
+            },
+            class_selectors.get(index).copied(),
+        ),
+        None => (
+            SelectorRef::Request { index },
+            request_selectors.get(index).copied(),
+        ),
+    };
+    let expression = expression.unwrap_or_default();
+    let finding = diagnoses
+        .entry((expression.to_owned(), device_signature))
+        .or_insert_with(|| allocator.diagnose(expression, d))
+        .clone();
+    let at = |clause: Option<String>| Some(Place { selector, clause });
+    let reads = |reads: Vec<Read>| Detail::Reads {
+        reads: reads
+            .into_iter()
+            .map(|r| ReadValue {
+                name: r.name,
+                value: r.value,
+            })
+            .collect(),
+    };
+    match finding {
+        Finding::False { clause }
+            if clause.reads.len() == 1 && clause.reads[0].domain.is_none() =>
+        {
+            let detail = reads(clause.reads);
+            (
+                ReasonKind::OtherDriver,
+                at(Some(clause.text)),
+                detail,
+                Vec::new(),
+            )
+        }
+        Finding::False { clause } => {
+            let detail = reads(clause.reads);
+            (
+                ReasonKind::SelectorFalse,
+                at(Some(clause.text)),
+                detail,
+                Vec::new(),
+            )
+        }
+        Finding::RuntimeError { clause, message } => (
+            ReasonKind::RuntimeError,
+            at(Some(clause.text)),
+            Detail::RuntimeError { message },
+            Vec::new(),
+        ),
+        Finding::CannotEvaluate { reason } => (
+            ReasonKind::CannotEvaluate,
+            at(None),
+            Detail::CannotEvaluate { message: reason },
+            Vec::new(),
+        ),
+        Finding::Selected => (
+            ReasonKind::SelectorFalse,
+            at(None),
+            reads(Vec::new()),
+            Vec::new(),
+        ),
+    }
+}
+
+/// A device the attempt fails on.
+pub(super) fn failed(e: &AllocError) -> Said {
+    let (kind, detail) = match e {
+        AllocError::Runtime(f) => (
+            ReasonKind::RuntimeError,
+            Detail::RuntimeError {
+                message: f.message.clone(),
+            },
+        ),
+        AllocError::CannotEvaluate(f) => (
+            ReasonKind::CannotEvaluate,
+            Detail::CannotEvaluate {
+                message: f.message.clone(),
+            },
+        ),
+        other => (
+            ReasonKind::CannotEvaluate,
+            Detail::Failed {
+                message: other.to_string(),
+            },
+        ),
+    };
+    let at = match e {
+        AllocError::Runtime(f) | AllocError::CannotEvaluate(f) => Some(Place {
+            selector: scope_ref(f),
+            clause: None,
+        }),
+        _ => None,
+    };
+    (kind, at, detail, Vec::new())
+}
+
+/// A selector as the allocator names it.
+pub(super) fn scope_ref(f: &SelectorFailure) -> SelectorRef {
+    SelectorRef::Scope {
+        scope: f.scope.clone(),
+        index: f.index,
+    }
+}
+
+/// The groups as reasons: grouped by reason (the most devices first), models within; other
+/// drivers' devices last.
+pub(super) fn reasons(groups: BTreeMap<GroupKey, Group>) -> Vec<Reason> {
+    let mut reasons: Vec<Reason> = groups
+        .into_iter()
+        .map(|((reason, at, detail, model), group)| Reason {
+            reason,
+            at,
+            detail,
+            model,
+            devices: group.devices,
+            nodes: group.nodes.len(),
+            claims: group.claims.into_iter().collect(),
+        })
+        .collect();
+    let mut totals: HashMap<ReasonKey, usize> = HashMap::new();
+    for r in &reasons {
+        *totals.entry(reason_key(r)).or_default() += r.devices;
+    }
+    reasons.sort_by(|a, b| {
+        let (ta, tb) = (totals[&reason_key(a)], totals[&reason_key(b)]);
+        (a.reason == ReasonKind::OtherDriver)
+            .cmp(&(b.reason == ReasonKind::OtherDriver))
+            .then(tb.cmp(&ta))
+            .then(reason_key(a).cmp(&reason_key(b)))
+            .then(b.devices.cmp(&a.devices))
+            .then(a.model.cmp(&b.model))
+    });
+    reasons
+}
+
+/// The attribute names the selectors read that no device of the fleet has.
+pub(super) fn unknown_attributes(
+    allocator: &mut Allocator<'_, SliceDevice<'_>>,
+    selectors: &[(SelectorRef, &str)],
+    known: &HashSet<(String, String)>,
+) -> Vec<UnknownAttribute> {
+    let mut out = Vec::new();
+    for (scope, expression) in selectors {
+        for (domain, name) in diagnose::attribute_names(allocator.selector(expression)) {
+            if known.contains(&(domain.clone(), name.clone())) {
+                continue;
+            }
+            let nearest = nearest(
+                &format!("{domain}/{name}"),
+                known
+                    .iter()
+                    .map(|(d, n)| format!("{d}/{n}"))
+                    .collect::<Vec<_>>()
+                    .iter()
+                    .map(String::as_str),
+            );
+            out.push(UnknownAttribute {
+                attribute: format!("{domain}/{name}"),
+                selector: scope.clone(),
+                nearest,
+            });
+        }
+    }
+    out
+}
+
+/// A GPU's model name for each device: a media.liken.sh device's `name` attribute, and for
+/// other drivers' devices the name of the media device at the same node and PCI address.
+pub(super) fn gpu_models(model: &FleetModel<'_>) -> Vec<String> {
+    let name_attribute = format!("{}/name", crate::catalogue::DRIVER);
+    let mut by_address: HashMap<(Option<&str>, &str), &str> = HashMap::new();
+    for device in &model.devices {
+        if device.driver() == crate::catalogue::DRIVER
+            && let (Some(pci), Some(name)) =
+                (device.string(PCI_BUS_ID), device.string(&name_attribute))
+        {
+            by_address.insert((device.node().map(|n| n.as_str()), pci), name);
+        }
+    }
+    model
+        .devices
+        .iter()
+        .map(|device| {
+            let own = (device.driver() == crate::catalogue::DRIVER)
+                .then(|| device.string(&name_attribute))
+                .flatten();
+            let joined = device.string(PCI_BUS_ID).and_then(|pci| {
+                by_address
+                    .get(&(device.node().map(|n| n.as_str()), pci))
+                    .copied()
+            });
+            match own.or(joined) {
+                Some(name) => name.to_owned(),
+                None => format!("{} device", device.driver()),
+            }
+        })
+        .collect()
+}
+
+/// The request (or `request/sub`) of a spec: class, request selectors, mode and count.
+pub(super) fn request_shape<'s>(
+    spec: &'s ResourceClaimSpec,
+    name: &str,
+) -> Option<(&'s str, Vec<&'s str>, &'s str, i64)> {
+    let (base, sub) = match name.split_once('/') {
+        Some((b, s)) => (b, Some(s)),
+        None => (name, None),
+    };
+    let request = requests(spec).iter().find(|r| r.name == base)?;
+    match sub {
+        None => {
+            let exact = request.exactly.as_ref()?;
+            Some((
+                &exact.device_class_name,
+                cel_expressions(exact.selectors.as_deref().unwrap_or_default())?,
+                exact.allocation_mode.as_deref().unwrap_or("ExactCount"),
+                exact.count.unwrap_or(1),
+            ))
+        }
+        Some(sub) => {
+            let sub = request
+                .first_available
+                .as_deref()?
+                .iter()
+                .find(|s| s.name == sub)?;
+            Some((
+                &sub.device_class_name,
+                cel_expressions(sub.selectors.as_deref().unwrap_or_default())?,
+                sub.allocation_mode.as_deref().unwrap_or("ExactCount"),
+                sub.count.unwrap_or(1),
+            ))
+        }
+    }
+}
+
+pub(super) fn device_line(
+    device: &SliceDevice<'_>,
+    model: &str,
+    status: Option<DeviceReason>,
+) -> DeviceLine {
+    DeviceLine {
+        node: device
+            .node()
+            .map(|n| n.to_string())
+            .unwrap_or_else(|| "(any node)".to_owned()),
+        device: device.id().to_string(),
+        pci_bus_id: device.string(PCI_BUS_ID).map(str::to_owned),
+        model: model.to_owned(),
+        status,
+    }
+}
+
+/// Every (domain, name) some device of the fleet has.
+pub(super) fn known_attributes(model: &FleetModel<'_>) -> HashSet<(String, String)> {
+    let mut seen = HashSet::new();
+    let mut known = HashSet::new();
+    for device in &model.devices {
+        // Devices of one shape share their names: each shape is read once.
+        if !seen.insert(device.shape_id()) {
+            continue;
+        }
+        for (name, _) in device.attributes() {
+            let (domain, id) = super::split_qualified(name, device.driver());
+            known.insert((domain.to_owned(), id.to_owned()));
+        }
+    }
+    known
+}
+
+/// The nearest of `candidates` to `typed` (case-insensitive edit distance), when it is close.
+pub(super) fn nearest<'c>(
+    typed: &str,
+    candidates: impl Iterator<Item = &'c str>,
+) -> Option<String> {
+    let lower = typed.to_lowercase();
+    candidates
+        .map(|c| (strsim::damerau_levenshtein(&lower, &c.to_lowercase()), c))
+        .filter(|(d, c)| *d <= (c.len().max(typed.len()) / 3).max(2))
+        .min()
+        .map(|(_, c)| c.to_owned())
+}
+
+/// For the clauses of the request's selectors: how many failing devices would qualify were
+/// that one clause dropped (every other clause true).
+pub(super) fn relaxations(
+    allocator: &mut Allocator<'_, SliceDevice<'_>>,
+    selectors: &[(SelectorRef, &str)],
+    failing: &[usize],
+    model: &FleetModel<'_>,
+) -> Vec<Relaxation> {
+    let texts: Vec<Vec<String>> = selectors
+        .iter()
+        .map(|(_, e)| diagnose::clause_texts(allocator.selector(e)).unwrap_or_default())
+        .collect();
+    let mut memo: HashMap<usize, Option<(usize, usize)>> = HashMap::new();
+    let mut gains: BTreeMap<(usize, usize), (usize, usize, BTreeSet<String>)> = BTreeMap::new();
+    for &d in failing {
+        let key = allocator.cel_class(d);
+        let only = match memo.get(&key) {
+            Some(only) => *only,
+            None => {
+                let mut false_clauses = Vec::new();
+                let mut undecided = false;
+                for (s, (_, expression)) in selectors.iter().enumerate() {
+                    match allocator.clause_values(expression, d) {
+                        Some(values) => {
+                            for (c, v) in values.iter().enumerate() {
+                                match v {
+                                    Some(true) => {}
+                                    Some(false) => false_clauses.push((s, c)),
+                                    None => undecided = true,
+                                }
+                            }
+                        }
+                        None => undecided = true,
+                    }
+                }
+                let only = (!undecided && false_clauses.len() == 1).then(|| false_clauses[0]);
+                memo.insert(key, only);
+                only
+            }
+        };
+        if let Some(position) = only {
+            let device = allocator.device(d);
+            let free = !model.taken.contains_key(&device.id()) && device.taints().is_empty();
+            let entry = gains.entry(position).or_default();
+            entry.0 += 1;
+            entry.1 += usize::from(free);
+            if let Some(node) = device.node() {
+                entry.2.insert(node.to_string());
+            }
+        }
+    }
+    let mut out: Vec<Relaxation> = gains
+        .into_iter()
+        // Dropping the class's driver clause is not a way forward: it picks other drivers.
+        .filter(|((s, c), _)| {
+            !texts[*s]
+                .get(*c)
+                .is_some_and(|t| t.starts_with("device.driver"))
+        })
+        .map(|((s, c), (qualifying, available, nodes))| Relaxation {
+            selector: selectors[s].0.clone(),
+            clause: texts[s].get(c).cloned().unwrap_or_default(),
+            qualifying,
+            available,
+            nodes: nodes.len(),
+        })
+        .collect();
+    out.sort_by_key(|r| std::cmp::Reverse(r.qualifying));
+    out
+}
