@@ -829,7 +829,9 @@ fn a_failed_probe_points_to_its_nodes_agent_log() {
         "one listing for the one failed node: {pod_lists:?}"
     );
     assert!(
-        pod_lists[0].target.contains("/namespaces/liken-system/pods?"),
+        pod_lists[0]
+            .target
+            .contains("/namespaces/liken-system/pods?"),
         "{pod_lists:?}"
     );
     assert!(

@@ -931,8 +931,7 @@ fn kubeconfig_lists_merge_as_kubectl_merges_them() {
     )
     .unwrap();
     let missing = dir.path().join("missing");
-    let list =
-        std::env::join_paths([&first, &missing, &server]).unwrap();
+    let list = std::env::join_paths([&first, &missing, &server]).unwrap();
     let home = tempfile::tempdir().unwrap();
     let run = |kubeconfig: &std::ffi::OsStr| {
         Command::new(env!("CARGO_BIN_EXE_kubectl-media"))

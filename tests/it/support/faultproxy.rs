@@ -293,7 +293,13 @@ impl FaultProxy {
     pub fn admin(&self, cp: &ControlPlane) -> PathBuf {
         let dir = self.dir.path().join("admin");
         std::fs::create_dir_all(&dir).unwrap();
-        self.through(&super::objects::admin(cp, &dir, "fault-proxy-admin"))
+        // A name of this proxy's own: concurrent `kubectl apply`s of one new object race.
+        let port = self.url.rsplit(':').next().unwrap_or_default();
+        self.through(&super::objects::admin(
+            cp,
+            &dir,
+            &format!("fault-proxy-{port}"),
+        ))
     }
 
     /// Answers the next `n` requests with `method` (any if None) whose target (path and query)
