@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
 
-use crate::support::listproxy::{Fault, FaultProxy};
+use crate::support::faultproxy::Fault;
 use crate::support::objects;
 
 fn root() -> PathBuf {
@@ -799,9 +799,8 @@ pub(crate) fn fleet_pods() -> Vec<Value> {
 fn a_failed_probe_points_to_its_nodes_agent_log() {
     // The fleet's control plane holds [`fleet_pods`].
     let cp = crate::cluster::fleet_cluster();
-    let proxy = FaultProxy::start(cp);
-    let server = &proxy;
-    let caps = |args: &[&str]| crate::kubectl_media(args, server.kubeconfig());
+    let (server, kubeconfig) = crate::cluster::proxied(cp);
+    let caps = |args: &[&str]| crate::kubectl_media(args, &kubeconfig);
     let note = |out: &Output| {
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         stdout
@@ -823,22 +822,24 @@ fn a_failed_probe_points_to_its_nodes_agent_log() {
     let out = caps(&["caps"]);
     assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
     assert_eq!(note(&out), found);
-    let pod_lists = server.lists_since(mark, "pods");
+    let pod_lists = crate::cluster::lists(server.answers_since(mark), "pods");
     assert_eq!(
         pod_lists.len(),
         1,
         "one listing for the one failed node: {pod_lists:?}"
     );
     assert!(
-        pod_lists[0].path.contains("/namespaces/liken-system/pods"),
+        pod_lists[0]
+            .target
+            .contains("/namespaces/liken-system/pods?"),
         "{pod_lists:?}"
     );
     assert!(
         pod_lists[0]
-            .query
+            .target
             .contains("labelSelector=app.kubernetes.io%2Fname%3Dmedia-capabilities")
             && pod_lists[0]
-                .query
+                .target
                 .contains("fieldSelector=spec.nodeName%3Damd-2"),
         "{pod_lists:?}"
     );
@@ -863,7 +864,7 @@ fn a_failed_probe_points_to_its_nodes_agent_log() {
     assert_eq!(note(&out), fallback);
 
     // Any other failure: the same, with one warning saying why.
-    server.fail_next(1, Fault::InternalError, "pods");
+    server.fail_next(1, Fault::internal(), Some("GET"), Some("/pods?"));
     let out = caps(&["caps"]);
     assert!(out.status.success(), "{out:?}");
     let stderr = String::from_utf8(out.stderr.clone()).unwrap();
@@ -877,7 +878,7 @@ fn a_failed_probe_points_to_its_nodes_agent_log() {
     // JSON and YAML look nothing up: they carry no notes.
     let mark = server.mark();
     assert!(caps(&["caps", "-o", "json"]).status.success());
-    assert!(server.lists_since(mark, "pods").is_empty());
+    assert!(crate::cluster::lists(server.answers_since(mark), "pods").is_empty());
 
     // From a dump that holds the pods (kubectl get pods,resourceslices -A -o yaml), the file's
     // pod is named; from one without, the command that finds it.

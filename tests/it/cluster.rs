@@ -1,5 +1,5 @@
 //! `kubectl media` against a cluster: the real binary talking to the real control plane
-//! (tests/it/support/controlplane.rs), through the fault proxy (tests/it/support/listproxy.rs)
+//! (tests/it/support/controlplane.rs), through the fault proxy (tests/it/support/faultproxy.rs)
 //! where a test needs an answer the real server does not give on cue, and kubectl applying what
 //! `class` writes.
 
@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::support::controlplane::{self, ControlPlane};
-use crate::support::listproxy::{Fault, FaultProxy};
+use crate::support::faultproxy::{Answer, Fault, FaultProxy};
 use crate::support::objects;
 use crate::{error_line, kubectl_media};
 use serde_json::Value;
@@ -36,6 +36,9 @@ pub(crate) fn example_fleet() -> Vec<Value> {
         root().join("docs/examples/fleet.yaml"),
     ])
 }
+
+/// What a list of ResourceSlices asks for (`caps` always pages, so the query follows).
+const SLICES: &str = "/resourceslices?";
 
 /// The scenarios of docs/examples/why/ that [`fleet_cluster`] holds: they allocate nothing and
 /// add no device, so each reads as it does alone.
@@ -63,6 +66,18 @@ pub(crate) fn fleet_cluster() -> &'static ControlPlane {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A fault proxy in front of `cp`, and the kubeconfig of an admin (by token) that goes through it.
+pub(crate) fn proxied(cp: &ControlPlane) -> (FaultProxy, PathBuf) {
+    let proxy = FaultProxy::start(cp);
+    let kubeconfig = proxy.admin(cp);
+    (proxy, kubeconfig)
+}
+
+/// The lists of `resource` among `answers`.
+pub(crate) fn lists(answers: Vec<Answer>, resource: &str) -> Vec<Answer> {
+    answers.into_iter().filter(|a| a.lists(resource)).collect()
+}
+
 #[test]
 #[cfg_attr(
     not(all(have_go, have_kubectl)),
@@ -70,7 +85,7 @@ pub(crate) fn fleet_cluster() -> &'static ControlPlane {
 )]
 fn caps_from_a_cluster_matches_caps_from_a_file() {
     // Through the proxy, which only forwards, to see what was asked.
-    let proxy = FaultProxy::start(fleet_cluster());
+    let (proxy, kubeconfig) = proxied(fleet_cluster());
     let fleet = root().join("docs/examples/fleet.yaml");
     // The agents' pods too, which name the failed probe's log in the notes.
     let dir = tempfile::tempdir().unwrap();
@@ -79,7 +94,7 @@ fn caps_from_a_cluster_matches_caps_from_a_file() {
         serde_json::json!({"apiVersion": "v1", "kind": "List", "items": crate::caps::fleet_pods()});
     std::fs::write(&pods, list.to_string()).unwrap();
     for format in ["json", "yaml", "wide"] {
-        let from_cluster = stdout(kubectl_media(&["caps", "-o", format], proxy.kubeconfig()));
+        let from_cluster = stdout(kubectl_media(&["caps", "-o", format], &kubeconfig));
         let from_file = stdout(kubectl_media(
             &[
                 "caps",
@@ -90,12 +105,12 @@ fn caps_from_a_cluster_matches_caps_from_a_file() {
                 "-f",
                 pods.to_str().unwrap(),
             ],
-            proxy.kubeconfig(),
+            &kubeconfig,
         ));
         assert_eq!(from_cluster, from_file, "-o {format}");
     }
     // It only read.
-    let asked = proxy.requests_since(0);
+    let asked = proxy.answers();
     assert!(
         !asked.is_empty() && asked.iter().all(|r| r.method == "GET"),
         "{asked:?}"
@@ -115,15 +130,15 @@ fn caps_pages_through_large_fleets() {
         &cp,
         &crate::support::examples::large_fleet(300, 2, &templates),
     );
-    let proxy = FaultProxy::start(&cp);
+    let (proxy, kubeconfig) = proxied(&cp);
     let mark = proxy.mark();
-    let out = stdout(kubectl_media(&["caps", "-o", "json"], proxy.kubeconfig()));
+    let out = stdout(kubectl_media(&["caps", "-o", "json"], &kubeconfig));
     let records: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(records.as_array().unwrap().len(), 600);
-    let lists = proxy.lists_since(mark, "resourceslices");
+    let lists = lists(proxy.answers_since(mark), "resourceslices");
     assert_eq!(lists.len(), 2, "600 slices in pages of 500: {lists:?}");
-    assert!(lists[0].query.contains("limit=500"), "{lists:?}");
-    assert!(lists[1].query.contains("continue="), "{lists:?}");
+    assert!(lists[0].target.contains("limit=500"), "{lists:?}");
+    assert!(lists[1].target.contains("continue="), "{lists:?}");
 }
 
 #[test]
@@ -132,21 +147,21 @@ fn caps_pages_through_large_fleets() {
     ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn caps_waits_as_long_as_a_throttling_server_asks_as_kubectl_does() {
-    let proxy = FaultProxy::start(fleet_cluster());
-    let expected = stdout(kubectl_media(&["caps", "-o", "json"], proxy.kubeconfig()));
+    let (proxy, kubeconfig) = proxied(fleet_cluster());
+    let expected = stdout(kubectl_media(&["caps", "-o", "json"], &kubeconfig));
     // Priority and fairness turns the list away twice, asking for a second each time.
     let throttled = Fault::TooManyRequests {
         retry_after_seconds: 1,
     };
     let mark = proxy.mark();
-    proxy.fail_next(2, throttled, "resourceslices");
-    let out = stdout(kubectl_media(&["caps", "-o", "json"], proxy.kubeconfig()));
+    proxy.fail_next(2, throttled, Some("GET"), Some(SLICES));
+    let out = stdout(kubectl_media(&["caps", "-o", "json"], &kubeconfig));
     assert_eq!(out, expected, "the same answer, only later");
-    let lists = proxy.lists_since(mark, "resourceslices");
-    let statuses: Vec<u16> = lists.iter().map(|r| r.status).collect();
-    assert_eq!(statuses, [429, 429, 200]);
+    let lists = lists(proxy.answers_since(mark), "resourceslices");
+    let throttled: Vec<bool> = lists.iter().map(|r| r.fault.is_some()).collect();
+    assert_eq!(throttled, [true, true, false], "{lists:?}");
     for pair in lists.windows(2) {
-        let waited = pair[1].answered_at - pair[0].answered_at;
+        let waited = pair[1].at - pair[0].at;
         assert!(
             waited >= Duration::from_secs(1),
             "asked again after {waited:?}"
@@ -156,10 +171,13 @@ fn caps_waits_as_long_as_a_throttling_server_asks_as_kubectl_does() {
     // (An error answer without Retry-After is not sent again, as in client-go's checkWait:
     // caps_explains_what_the_cluster_refuses.) A throttling that outlasts --request-timeout
     // ends in the timeout.
-    proxy.fail_next(20, throttled, "resourceslices");
+    let throttled = Fault::TooManyRequests {
+        retry_after_seconds: 1,
+    };
+    proxy.fail_next(20, throttled, Some("GET"), Some(SLICES));
     let line = error_line(kubectl_media(
         &["caps", "--request-timeout", "2s"],
-        proxy.kubeconfig(),
+        &kubeconfig,
     ));
     assert!(line.contains("2s"), "{line}");
 }
@@ -195,11 +213,12 @@ fn caps_explains_what_the_cluster_refuses() {
         )
     );
 
-    let proxy = FaultProxy::start(cp);
-    proxy.fail_next(1, Fault::InternalError, "resourceslices");
-    let line = error_line(kubectl_media(&["caps"], proxy.kubeconfig()));
+    let (proxy, kubeconfig) = proxied(cp);
+    let get = Some("GET");
+    proxy.fail_next(1, Fault::internal(), get, Some(SLICES));
+    let line = error_line(kubectl_media(&["caps"], &kubeconfig));
     assert!(
-        line.starts_with("error: the Kubernetes API at http://127.0.0.1:"),
+        line.starts_with("error: the Kubernetes API at https://127.0.0.1:"),
         "{line}"
     );
     assert!(
@@ -208,8 +227,8 @@ fn caps_explains_what_the_cluster_refuses() {
     );
 
     // A load balancer's page in place of the API's answer: on one line, by its code.
-    proxy.fail_next(1, Fault::GatewayPage { code: 503 }, "resourceslices");
-    let line = error_line(kubectl_media(&["caps"], proxy.kubeconfig()));
+    proxy.fail_next(1, Fault::GatewayPage { code: 503 }, get, Some(SLICES));
+    let line = error_line(kubectl_media(&["caps"], &kubeconfig));
     assert!(
         line.ends_with(
             "refused to list resourceslices.resource.k8s.io: <html> <head><title>503 Service \
@@ -220,8 +239,8 @@ fn caps_explains_what_the_cluster_refuses() {
     );
 
     // A 404 where discovery lists resource.k8s.io/v1 is said as it came, with what was asked.
-    proxy.fail_next(1, Fault::NotFound, "resourceslices");
-    let line = error_line(kubectl_media(&["caps"], proxy.kubeconfig()));
+    proxy.fail_next(1, Fault::not_found(), get, Some(SLICES));
+    let line = error_line(kubectl_media(&["caps"], &kubeconfig));
     assert_eq!(
         line,
         format!(
@@ -236,11 +255,12 @@ fn caps_explains_what_the_cluster_refuses() {
     proxy.fail_next(
         1,
         Fault::Delay(Duration::from_millis(1500)),
-        "resourceslices",
+        get,
+        Some(SLICES),
     );
     let line = error_line(kubectl_media(
         &["caps", "--request-timeout", "200ms"],
-        proxy.kubeconfig(),
+        &kubeconfig,
     ));
     assert!(
         line.contains("did not answer within 200ms (hint: raise --request-timeout"),
@@ -248,9 +268,9 @@ fn caps_explains_what_the_cluster_refuses() {
     );
 
     proxy.stop();
-    let line = error_line(kubectl_media(&["caps"], proxy.kubeconfig()));
+    let line = error_line(kubectl_media(&["caps"], &kubeconfig));
     assert!(
-        line.starts_with("error: cannot reach the Kubernetes API at http://127.0.0.1:"),
+        line.starts_with("error: cannot reach the Kubernetes API at https://127.0.0.1:"),
         "{line}"
     );
     assert!(line.contains("Connection refused"), "{line}");
@@ -892,14 +912,14 @@ fn request_timeout_bounds_the_handshake_too() {
 
 /// `KUBECONFIG` lists are merged as client-go merges them (src/kubeconfig.rs has a test of each
 /// rule on the files alone); here the real binary reaches the real server through a merge (the
-/// proxy's kubeconfig, whose cluster is `media-test`; the proxy only forwards).
+/// proxy's admin kubeconfig, whose cluster is `controlplane`; the proxy only forwards).
 #[test]
 #[cfg_attr(
     not(all(have_go, have_kubectl)),
     ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn kubeconfig_lists_merge_as_kubectl_merges_them() {
-    let server = FaultProxy::start(fleet_cluster());
+    let (_proxy, server) = proxied(fleet_cluster());
     let dir = tempfile::tempdir().unwrap();
     // The first file sets current-context and a context over the server's cluster, which only
     // the server's file (third) defines; the second does not exist and is skipped.
@@ -907,12 +927,11 @@ fn kubeconfig_lists_merge_as_kubectl_merges_them() {
     std::fs::write(
         &first,
         "apiVersion: v1\nkind: Config\ncurrent-context: via-first\ncontexts:\n\
-         - name: via-first\n  context: {cluster: media-test, user: media-test}\n",
+         - name: via-first\n  context: {cluster: controlplane, user: admin}\n",
     )
     .unwrap();
     let missing = dir.path().join("missing");
-    let list =
-        std::env::join_paths([&first, &missing, &server.kubeconfig().to_path_buf()]).unwrap();
+    let list = std::env::join_paths([&first, &missing, &server]).unwrap();
     let home = tempfile::tempdir().unwrap();
     let run = |kubeconfig: &std::ffi::OsStr| {
         Command::new(env!("CARGO_BIN_EXE_kubectl-media"))
@@ -927,15 +946,15 @@ fn kubeconfig_lists_merge_as_kubectl_merges_them() {
     let gpus: Value = serde_json::from_str(&stdout(run(&list))).unwrap();
     assert_eq!(gpus.as_array().unwrap().len(), 9, "{gpus}");
 
-    // The first file to define a cluster name wins it whole: a dead server for `media-test`
+    // The first file to define a cluster name wins it whole: a dead server for `controlplane`
     // in front hides the live one behind it.
     let dead = dir.path().join("dead");
     std::fs::write(
         &dead,
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: media-test\n  cluster: {server: 'http://127.0.0.1:9'}\n",
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: controlplane\n  cluster: {server: 'http://127.0.0.1:9'}\n",
     )
     .unwrap();
-    let list = std::env::join_paths([&dead, &server.kubeconfig().to_path_buf()]).unwrap();
+    let list = std::env::join_paths([&dead, &server]).unwrap();
     let line = error_line(run(&list));
     assert!(
         line.starts_with("error: cannot reach the Kubernetes API at http://127.0.0.1:9: "),

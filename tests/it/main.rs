@@ -1,5 +1,5 @@
-//! The integration tests, as one test binary: the test API server, the kubelet stand-in and the
-//! other support code compile once instead of once per test file. Each module is the test file
+//! The integration tests, as one test binary: the control-plane harness, the fault proxy, the
+//! kubelet stand-in and the other support code compile once instead of once per test file. Each module is the test file
 //! of one part of the product; `cargo test --test it caps` runs one of them.
 
 use std::path::Path;
@@ -8,7 +8,6 @@ use std::process::Output;
 mod support;
 
 mod agent;
-mod apiserver;
 mod caps;
 mod class;
 mod cluster;

@@ -160,13 +160,8 @@ impl<'a> Setup<'a> {
 
     /// A fault proxy in front of the server, and a kubeconfig of the agent's that goes through it.
     fn proxy(&self) -> (FaultProxy, PathBuf) {
-        let (cert, key, ca) = self.cp.serving_pem();
-        let proxy = FaultProxy::start(&self.cp.url, &cert, &key, &ca);
-        let mut config: Value =
-            serde_yaml::from_str(&std::fs::read_to_string(&self.kubeconfig).unwrap()).unwrap();
-        config["clusters"][0]["cluster"]["server"] = json!(proxy.url);
-        let through = self.kubeconfig.with_file_name("proxied.kubeconfig");
-        std::fs::write(&through, serde_yaml::to_string(&config).unwrap()).unwrap();
+        let proxy = FaultProxy::start(self.cp);
+        let through = proxy.through(&self.kubeconfig);
         (proxy, through)
     }
 

@@ -1,7 +1,11 @@
 //! A fault-injecting proxy in front of the real kube-apiserver, for the answers the real server
-//! cannot be made to give on demand: a 500 or 503 `Status`, a 409 at a chosen moment, a load
-//! balancer's HTML page, a 429 with a chosen Retry-After, a connection dropped after the request,
-//! and a watch cut mid-stream. Everything else is forwarded untouched to the real server.
+//! cannot be made to give on cue: a 500 or 503 `Status` (a healthy server fails internally on no
+//! request), a 409 at a chosen moment (only a race makes one), priority and fairness' 429 with a
+//! chosen Retry-After (only real overload throttles, and the server picks the wait), a load
+//! balancer's HTML page or a 404 on a path the server serves (both come from something in front
+//! of the server, never from it), a slow answer, a connection dropped after the request, a watch
+//! cut mid-stream. Everything else (401, 403, paging, selectors) is the real server's, forwarded.
+//! It records every request and what it did with it, for tests of how a client retries and pages.
 //!
 //! It terminates TLS (with the API server's own serving certificate, which the cluster's CA signs
 //! for 127.0.0.1), because a TCP-level proxy sees neither the method nor the path inside TLS and
@@ -10,15 +14,17 @@
 //! request gets `Connection: close`, so every request arrives on a connection of its own and the
 //! proxy reads each request's head without parsing HTTP/1.1 keep-alive streams.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::rustls::{self, pki_types};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use super::controlplane::ControlPlane;
 
 /// A request head longer than this is refused: the API server's clients send a few hundred bytes.
 const MAX_HEAD: usize = 64 * 1024;
@@ -42,6 +48,8 @@ pub enum Fault {
     GatewayPage { code: u16 },
     /// The request is read, then the connection closed without an answer.
     Drop,
+    /// The server's own answer, this much later.
+    Delay(Duration),
 }
 
 impl Fault {
@@ -75,7 +83,17 @@ impl Fault {
         }
     }
 
-    fn response(&self) -> Vec<u8> {
+    /// 404 as kube-apiserver answers a path no handler serves (a proxy that drops a resource).
+    pub fn not_found() -> Fault {
+        Fault::Status {
+            code: 404,
+            reason: "NotFound",
+            message: "the server could not find the requested resource".into(),
+        }
+    }
+
+    /// The answer's bytes; None when there is none to write (a drop, a delay).
+    fn response(&self) -> Option<Vec<u8>> {
         let (code, content_type, extra, body) = match self {
             Fault::Status {
                 code,
@@ -106,15 +124,15 @@ impl Fault {
                 );
                 (*code, "text/html", String::new(), page)
             }
-            Fault::Drop => unreachable!("a dropped connection has no response"),
+            Fault::Drop | Fault::Delay(_) => return None,
         };
-        format!(
+        let text = format!(
             "HTTP/1.1 {code} {}\r\nContent-Type: {content_type}\r\n{extra}Content-Length: {}\r\n\
              Connection: close\r\n\r\n{body}",
             reason_phrase(code),
             body.len()
-        )
-        .into_bytes()
+        );
+        Some(text.into_bytes())
     }
 }
 
@@ -139,11 +157,23 @@ struct Rule {
 pub struct Answer {
     pub method: String,
     pub target: String,
-    /// The fault it answered with, or None when forwarded.
-    pub fault: Option<String>,
+    /// The fault it answered with, or None when forwarded untouched.
+    pub fault: Option<Fault>,
     pub at: Instant,
     /// The same moment in seconds since the Unix epoch, to compare with the audit log's.
     pub wall: f64,
+}
+
+impl Answer {
+    /// Whether this is a list (not a watch) of `resource`, the plural of its path.
+    pub fn lists(&self, resource: &str) -> bool {
+        let path = self.target.split('?').next().unwrap_or_default();
+        self.method == "GET" && !is_watch(&self.target) && path.rsplit('/').next() == Some(resource)
+    }
+}
+
+fn is_watch(target: &str) -> bool {
+    target.contains("watch=true") || target.contains("watch=1")
 }
 
 #[derive(Default)]
@@ -159,14 +189,18 @@ pub struct FaultProxy {
     /// `https://127.0.0.1:PORT`.
     pub url: String,
     shared: Arc<Shared>,
+    stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    /// The kubeconfigs that lead through it.
+    dir: tempfile::TempDir,
     _runtime: tokio::runtime::Runtime,
 }
 
 impl FaultProxy {
-    /// Starts a proxy to `upstream` (`https://127.0.0.1:PORT`), presenting `cert` and `key` and
-    /// trusting `ca` for the upstream (see [`super::controlplane::ControlPlane::serving_pem`]).
-    pub fn start(upstream: &str, cert: &Path, key: &Path, ca: &Path) -> FaultProxy {
+    /// Starts a proxy in front of `cp`, presenting the server's own certificate.
+    pub fn start(cp: &ControlPlane) -> FaultProxy {
         use pki_types::pem::PemObject;
+        let (cert, key, ca) = cp.serving_pem();
+        let (cert, key, ca) = (cert.as_path(), key.as_path(), ca.as_path());
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let chain: Vec<pki_types::CertificateDer<'static>> =
             pki_types::CertificateDer::pem_file_iter(cert)
@@ -190,7 +224,9 @@ impl FaultProxy {
             .unwrap()
             .with_root_certificates(roots)
             .with_no_client_auth();
-        let upstream = upstream
+        let upstream = cp
+            .url
+            .trim_end_matches('/')
             .strip_prefix("https://")
             .expect("an https:// upstream")
             .to_string();
@@ -208,8 +244,17 @@ impl FaultProxy {
         let acceptor = TlsAcceptor::from(Arc::new(server));
         let connector = TlsConnector::from(Arc::new(client));
         let state = Arc::clone(&shared);
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         runtime.spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
+            loop {
+                // Returning drops the listener: connections are refused from then on.
+                let tcp = tokio::select! {
+                    _ = &mut stopped => return,
+                    accepted = listener.accept() => match accepted {
+                        Ok((tcp, _)) => tcp,
+                        Err(_) => continue,
+                    },
+                };
                 let (acceptor, connector) = (acceptor.clone(), connector.clone());
                 let (state, upstream) = (Arc::clone(&state), upstream.clone());
                 tokio::spawn(async move {
@@ -223,12 +268,42 @@ impl FaultProxy {
         FaultProxy {
             url,
             shared,
+            stop: Mutex::new(Some(stop)),
+            dir: tempfile::tempdir().expect("a temp dir"),
             _runtime: runtime,
         }
     }
 
-    /// Answers the next `n` requests with `method` (any if None) whose target contains
-    /// `target` (any if None) with `fault`. Rules are tried in the order they were added.
+    /// A copy of `kubeconfig` whose clusters are reached through the proxy (their CA still
+    /// holds: the proxy presents the server's certificate). Its user must be a token.
+    pub fn through(&self, kubeconfig: &Path) -> PathBuf {
+        let mut config: serde_yaml::Value =
+            serde_yaml::from_str(&std::fs::read_to_string(kubeconfig).expect("read kubeconfig"))
+                .expect("a kubeconfig");
+        for cluster in config["clusters"].as_sequence_mut().expect("clusters") {
+            cluster["cluster"]["server"] = self.url.clone().into();
+        }
+        let name = kubeconfig.file_name().expect("a kubeconfig file");
+        let through = self.dir.path().join(name);
+        std::fs::write(&through, serde_yaml::to_string(&config).unwrap()).unwrap();
+        through
+    }
+
+    /// A kubeconfig through the proxy as `cp`'s admin (a bearer token, see [`super::objects::admin`]).
+    pub fn admin(&self, cp: &ControlPlane) -> PathBuf {
+        let dir = self.dir.path().join("admin");
+        std::fs::create_dir_all(&dir).unwrap();
+        // A name of this proxy's own: concurrent `kubectl apply`s of one new object race.
+        let port = self.url.rsplit(':').next().unwrap_or_default();
+        self.through(&super::objects::admin(
+            cp,
+            &dir,
+            &format!("fault-proxy-{port}"),
+        ))
+    }
+
+    /// Answers the next `n` requests with `method` (any if None) whose target (path and query)
+    /// contains `target` (any if None) with `fault`. Rules are tried in the order they were added.
     pub fn fail_next(
         &self,
         n: usize,
@@ -251,7 +326,29 @@ impl FaultProxy {
 
     /// Every request so far and what was done with it.
     pub fn answers(&self) -> Vec<Answer> {
-        self.shared.answers.lock().unwrap().clone()
+        self.answers_since(0)
+    }
+
+    /// How many requests were answered so far, for [`FaultProxy::answers_since`].
+    pub fn mark(&self) -> usize {
+        self.shared.answers.lock().unwrap().len()
+    }
+
+    /// The requests answered since `mark`.
+    pub fn answers_since(&self, mark: usize) -> Vec<Answer> {
+        self.shared.answers.lock().unwrap()[mark..].to_vec()
+    }
+
+    /// Stops listening: connections are refused from then on.
+    pub fn stop(&self) {
+        if let Some(stop) = self.stop.lock().unwrap().take() {
+            let _ = stop.send(());
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::net::TcpStream::connect(self.url.trim_start_matches("https://")).is_ok() {
+            assert!(Instant::now() < deadline, "the proxy still listens");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// How many watches are being forwarded now.
@@ -325,7 +422,7 @@ async fn serve(
     shared.answers.lock().unwrap().push(Answer {
         method: method.clone(),
         target: target.clone(),
-        fault: fault.as_ref().map(|f| format!("{f:?}")),
+        fault: fault.clone(),
         at: Instant::now(),
         wall: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -333,7 +430,9 @@ async fn serve(
             .as_secs_f64(),
     });
 
-    if let Some(fault) = fault {
+    if let Some(Fault::Delay(delay)) = fault {
+        tokio::time::sleep(delay).await;
+    } else if let Some(fault) = fault {
         // The whole request is read first, as the server would, so the client is not reset
         // while it still sends.
         let mut left = length.min(MAX_BODY).saturating_sub(rest.len());
@@ -345,8 +444,8 @@ async fn serve(
             }
             left -= n;
         }
-        if !matches!(fault, Fault::Drop) {
-            client.write_all(&fault.response()).await?;
+        if let Some(response) = fault.response() {
+            client.write_all(&response).await?;
             client.shutdown().await?;
         }
         return Ok(());
@@ -373,8 +472,7 @@ async fn serve(
     server.write_all(forwarded.as_bytes()).await?;
     server.write_all(&rest).await?;
 
-    let watch = target.contains("watch=true") || target.contains("watch=1");
-    if !watch {
+    if !is_watch(&target) {
         tokio::io::copy_bidirectional(&mut client, &mut server).await?;
         return Ok(());
     }

@@ -6,7 +6,6 @@
 #![allow(dead_code)]
 
 pub mod agent;
-pub mod apiserver;
 pub mod audit;
 pub mod controlplane;
 pub mod examples;
@@ -16,7 +15,6 @@ pub mod grpc_raw;
 pub mod kube;
 pub mod kubelet;
 pub mod kubelet_real;
-pub mod listproxy;
 pub mod objects;
 pub mod oracle;
 pub mod timing;

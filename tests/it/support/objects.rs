@@ -1,5 +1,5 @@
 //! Objects into the real control plane, as their owners would have written them, and readers
-//! whose RBAC lacks a right: what the client tests need of a cluster.
+//! whose RBAC lacks a right (or an admin by token): what the client tests need of a cluster.
 //!
 //! `kubectl create` drops `status` and the server gives each object its own uid, so the objects
 //! are created in order (nodes and pods first), the uids they were given are written into the
@@ -300,6 +300,33 @@ pub fn reader(
         namespace_ready(cp, namespace);
     }
     kubectl_list(cp, &["apply"], &objects);
+    let token = ok(
+        cp.kubectl(&["create", "token", name, "-n", "readers", "--duration=1h"]),
+        "create token",
+    );
+    let path = dir.join(format!("{name}.kubeconfig"));
+    cp.token_kubeconfig(token.trim(), &path);
+    path
+}
+
+/// A kubeconfig in `dir` for service account `readers/NAME` bound to cluster-admin: the admin
+/// as a bearer token, for clients of the fault proxy (the admin's client certificate would end
+/// at the proxy's TLS).
+pub fn admin(cp: &ControlPlane, dir: &Path, name: &str) -> PathBuf {
+    namespace_ready(cp, "readers");
+    kubectl_list(
+        cp,
+        &["apply"],
+        &[
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": name, "namespace": "readers"}}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": format!("admin-{name}")},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                               "name": "cluster-admin"},
+                   "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "readers"}]}),
+        ],
+    );
     let token = ok(
         cp.kubectl(&["create", "token", name, "-n", "readers", "--duration=1h"]),
         "create token",
