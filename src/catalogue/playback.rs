@@ -285,13 +285,16 @@ pub enum Unplayable {
         known: String,
     },
     #[error(
-        "stream {index} is {codec} {profile}, and no GPU states decoding it: the catalogue has \
-         no attribute for that profile (hint: {codec} profiles with an attribute: {known})"
+        "stream {index} is {codec} {profile}{sampling}, and no GPU states decoding it: the \
+         catalogue has no attribute for that profile (hint: {codec} profiles with an attribute: \
+         {known})"
     )]
     UnknownProfile {
         index: u32,
         codec: &'static str,
         profile: String,
+        /// ` in 10-bit 4:2:2 (yuv422p10le)`, when ffprobe names a pixel format.
+        sampling: String,
         known: String,
     },
     #[error(
@@ -404,6 +407,12 @@ fn stream_needs(stream: &Stream) -> Result<Needs, Unplayable> {
                     index,
                     codec,
                     profile: profile.to_string(),
+                    sampling: stream
+                        .pix_fmt
+                        .as_deref()
+                        .and_then(|name| Some((name, pixel_format(name)?)))
+                        .map(|(name, f)| format!(" in {} ({name})", sampling(f)))
+                        .unwrap_or_default(),
                     known: known.join(", "),
                 });
             }
@@ -424,12 +433,7 @@ fn stream_needs(stream: &Stream) -> Result<Needs, Unplayable> {
             pix_fmt: pix_fmt.to_string(),
         });
     };
-    let sampling = format!(
-        "{}-bit {}{}",
-        format.bits,
-        format.chroma,
-        if format.alpha { " with alpha" } else { "" }
-    );
+    let sampling = sampling(format);
     let uncovered = |covered: &'static str| Unplayable::Uncovered {
         index,
         what: what.clone(),
@@ -462,6 +466,16 @@ fn stream_needs(stream: &Stream) -> Result<Needs, Unplayable> {
         decode: row.decode,
         scale,
     })
+}
+
+/// `10-bit 4:2:0`, `8-bit 4:2:0 with alpha`.
+fn sampling(format: PixelFormat) -> String {
+    format!(
+        "{}-bit {}{}",
+        format.bits,
+        format.chroma,
+        if format.alpha { " with alpha" } else { "" }
+    )
 }
 
 /// `AV1 (av1), H.264 (h264), ...`: the codecs of [`PROFILES`], as ffprobe names them.

@@ -12,6 +12,7 @@ use crate::catalogue::{self, Capability, Group, Identity};
 use crate::cli::output::{self, RenderError};
 use crate::cli::table::{Cell, Grid, Paint, TableStyle, Width};
 use crate::cli::{CapabilityFlags, Error, FileArgs, Global, Io};
+use crate::ffprobe::Played;
 use crate::fleet::cluster::Cluster;
 use crate::fleet::files;
 use crate::fleet::inventory::{self, Counts, Drift, Filter, Gpu, Inventory, Statements, Status};
@@ -85,14 +86,22 @@ pub enum CapsFormat {
 }
 
 impl CapsArgs {
-    /// The filter the flags ask for.
-    pub(crate) fn filter(&self) -> Result<Filter, catalogue::UnknownCapability> {
-        let mut capabilities = self.capabilities.parse()?;
+    /// The filter the flags ask for, with what the `--for` files need.
+    pub(crate) fn filter(&self, played: &[Played]) -> Result<Filter, catalogue::UnknownCapability> {
+        let mut capabilities = self.capabilities.with_played(played)?;
         capabilities.sort();
         capabilities.dedup();
         Ok(Filter {
             nodes: self.node.clone(),
             capabilities,
+            files: played
+                .iter()
+                .map(|p| {
+                    let streams: Vec<&str> =
+                        p.streams.iter().map(|n| n.description.as_str()).collect();
+                    (p.path.clone(), streams.join(" + "))
+                })
+                .collect(),
         })
     }
 
@@ -116,7 +125,11 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
     if let Some(conflict) = args.conflict() {
         return Err(Error::Usage(conflict));
     }
-    let filter = args.filter()?;
+    // Flags first, so that a typo is told before ffprobe runs.
+    args.filter(&[])?;
+    let played = args.capabilities.played()?;
+    crate::cli::warn_played(io, global, &played);
+    let filter = args.filter(&played)?;
     if filter.nodes.iter().any(|n| n.trim().is_empty()) {
         return Err(Error::Usage(
             "--node is empty (hint: name a node, e.g. --node gpu-node-1, or leave --node out for \
@@ -910,6 +923,9 @@ fn count_line(counts: &Counts, filter: &Filter) -> String {
     }
     if !filter.nodes.is_empty() {
         asked.push(format!("--node {}", filter.nodes.join(", ")));
+    }
+    for (path, streams) in &filter.files {
+        asked.push(format!("--for {path}: {streams}"));
     }
     format!(
         "{} of {} GPUs on {} of {} nodes ({})",

@@ -345,6 +345,9 @@ fn find_drift(gpus: &mut [Gpu]) -> Vec<Drift> {
 pub(crate) struct Filter {
     pub nodes: Vec<String>,
     pub capabilities: Vec<Capability>,
+    /// The `--for` files and what their streams are, for the count line; their needs are among
+    /// `capabilities` already.
+    pub files: Vec<(String, String)>,
 }
 
 impl Filter {
@@ -696,6 +699,7 @@ mod tests {
         let filter = Filter {
             nodes: vec![],
             capabilities: vec![DecodeVP9],
+            files: vec![],
         };
         assert_eq!(
             inventory.counts(&filter),
@@ -709,6 +713,7 @@ mod tests {
         let filter = Filter {
             nodes: vec!["n2".into()],
             capabilities: vec![],
+            files: vec![],
         };
         assert_eq!(inventory.select(&filter).count(), 1);
         let summary = inventory.summary(&Filter::default());

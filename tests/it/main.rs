@@ -18,6 +18,7 @@ mod deploy;
 mod docs;
 mod explain;
 mod files;
+mod for_file;
 mod fuzz;
 mod generated;
 mod help;

@@ -79,9 +79,9 @@ fn chroma_other_than_4_2_0_is_refused_with_what_it_is() {
     let err = needs(&fixture("h264-444.json")).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "stream 0 is H.264 High 4:4:4 Predictive, and no GPU states decoding it: the catalogue \
-         has no attribute for that profile (hint: H.264 profiles with an attribute: Constrained \
-         Baseline, Main, High)"
+        "stream 0 is H.264 High 4:4:4 Predictive in 8-bit 4:4:4 (yuv444p), and no GPU states \
+         decoding it: the catalogue has no attribute for that profile (hint: H.264 profiles with \
+         an attribute: Constrained Baseline, Main, High)"
     );
     let err = needs(&fixture("h264-422.json")).unwrap_err();
     assert!(err.to_string().contains("High 4:2:2"), "{err}");
