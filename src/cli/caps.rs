@@ -15,6 +15,7 @@ use crate::cli::{CapabilityFlags, Error, FileArgs, Global, Io};
 use crate::ffprobe::Played;
 use crate::fleet::cluster::Cluster;
 use crate::fleet::files;
+use crate::fleet::holders::{self, Hold, Holders};
 use crate::fleet::inventory::{self, Counts, Drift, Filter, Gpu, Inventory, Statements, Status};
 
 use crate::fleet::objects::{Kind, Kinds, Objects, Ustr};
@@ -73,6 +74,11 @@ pub struct CapsArgs {
     /// Print no header row and no notes below the table.
     #[arg(long)]
     pub no_headers: bool,
+
+    /// For each GPU, the claims that hold its render node or media device, their requests, and
+    /// the pods they are reserved for (reads ResourceClaims in every namespace).
+    #[arg(long)]
+    pub claims: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -113,6 +119,20 @@ impl CapsArgs {
                     .into(),
             );
         }
+        if self.claims && self.summary {
+            return Some(
+                "--claims lists holders and --summary counts them: give one (hint: --summary \
+                 alone has the counts of held GPUs and claims)"
+                    .into(),
+            );
+        }
+        if self.claims && self.output == Some(CapsFormat::Wide) {
+            return Some(
+                "--claims has no wide form (hint: drop -o wide; -o wide alone counts each GPU's \
+                 claims, and -o json lists them with --claims)"
+                    .into(),
+            );
+        }
         if self.no_headers && matches!(self.output, Some(CapsFormat::Json | CapsFormat::Yaml)) {
             return Some("--no-headers applies to tables only (hint: drop --no-headers with -o json or -o yaml)".into());
         }
@@ -137,9 +157,16 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
                 .into(),
         ));
     }
-    // Slices, and in files the agent's pods where a dump holds them (for the log hints); a file
-    // may hold claims and events too, which caps passes over unread.
-    let mut objects = Objects::wanting(Kinds::only(&[Kind::ResourceSlice, Kind::Pod]));
+    // Slices, and in files the agent's pods where a dump holds them (for the log hints); claims
+    // where the output shows who holds a GPU (the default table does not, so it reads none).
+    let wants_claims = args.claims || args.summary || args.output.is_some();
+    let kinds: &[Kind] = if wants_claims {
+        &[Kind::ResourceSlice, Kind::Pod, Kind::ResourceClaim]
+    } else {
+        &[Kind::ResourceSlice, Kind::Pod]
+    };
+    let mut objects = Objects::wanting(Kinds::only(kinds));
+    let mut claims_forbidden = None;
     // From a cluster, the runtime and client stay for the agent-pod lookup of the notes.
     let sources = args.input.sources()?;
     let connected = if let Some(sources) = sources {
@@ -157,6 +184,9 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
         let cluster = runtime.block_on(async {
             let cluster = Cluster::connect(&connection).await?;
             cluster.list_slices(&mut objects).await?;
+            if wants_claims {
+                claims_forbidden = list_claims(&cluster, &mut objects).await?;
+            }
             Ok::<_, crate::fleet::cluster::ClusterError>(cluster)
         })?;
         Some((runtime, cluster))
@@ -169,6 +199,26 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
     let file_pods = std::mem::take(&mut objects.pods);
     let no_slices = objects.slices.is_empty();
     let inventory = inventory::build(objects.slices);
+    let claims = if !wants_claims {
+        Claims::NotRead
+    } else if let Some(forbidden) = claims_forbidden {
+        warning(
+            io,
+            &format!("the claims that hold each GPU are left out: {forbidden}"),
+        );
+        Claims::Unknown
+    } else if connected.is_none() && objects.claims.is_empty() {
+        if args.claims {
+            warning(
+                io,
+                "the files hold no ResourceClaims, so no holder can be shown (hint: add them: \
+                 kubectl get resourceclaims -A -o yaml > claims.yaml, then -f claims.yaml)",
+            );
+        }
+        Claims::Unknown
+    } else {
+        Claims::Known(holders::holders(&inventory, &objects.claims))
+    };
     // As kubectl: an empty table is a line on stderr; JSON and YAML stay parseable (`[]`).
     let table = !matches!(args.output, Some(CapsFormat::Json | CapsFormat::Yaml));
     if inventory.gpus.is_empty() && table {
@@ -190,9 +240,9 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
     let text = match args.output {
         Some(CapsFormat::Json) | Some(CapsFormat::Yaml) => {
             let value = if args.summary {
-                serde_json::to_value(summary_record(&inventory, &filter))
+                serde_json::to_value(summary_record(&inventory, &filter, &claims))
             } else {
-                serde_json::to_value(records(&inventory, &filter))
+                serde_json::to_value(records(&inventory, &filter, &claims, args.claims))
             }
             .map_err(RenderError::from)?;
             if args.output == Some(CapsFormat::Json) {
@@ -234,9 +284,11 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
                 ..logs
             };
             if args.summary {
-                render_summary(&inventory, &filter, &logs, &style)
+                render_summary(&inventory, &filter, &claims, &logs, &style)
+            } else if args.claims {
+                render_claims(&inventory, &filter, &claims, &style)
             } else {
-                render_table(&inventory, &filter, wide, &logs, &style)
+                render_table(&inventory, &filter, wide, &claims, &logs, &style)
             }
         }
     };
@@ -453,6 +505,7 @@ pub(crate) fn render_table(
     inventory: &Inventory,
     filter: &Filter,
     wide: bool,
+    claims: &Claims,
     logs: &AgentLogs,
     style: &TableStyle,
 ) -> String {
@@ -471,6 +524,7 @@ pub(crate) fn render_table(
         .map(|(h, f)| (h.to_string(), f))
         .to_vec();
         columns.extend(Capability::ALL.iter().map(|c| (wide_header(*c), Keep)));
+        columns.push((CLAIMS_HEADER.into(), Keep));
         columns.push(("STATUS".into(), Keep));
         columns.into_iter().unzip()
     } else {
@@ -488,14 +542,15 @@ pub(crate) fn render_table(
         .unzip()
     };
 
-    let selected: Vec<&Gpu> = inventory.select(filter).collect();
+    let (indices, selected): (Vec<usize>, Vec<&Gpu>) = inventory.select_indexed(filter).unzip();
     // A fleet has a few VA drivers and capability sets and tens of thousands of GPUs: each
     // distinct one is shortened or grouped once.
     let mut va_drivers: HashMap<Ustr, String> = HashMap::new();
     let mut groups: HashMap<(Statements, bool), [String; 3]> = HashMap::new();
     let rows = selected
         .iter()
-        .map(|gpu| {
+        .zip(&indices)
+        .map(|(gpu, &index)| {
             if wide {
                 let mut row = vec![
                     Cell::plain(gpu.node.as_str()),
@@ -515,6 +570,7 @@ pub(crate) fn render_table(
                         (true, None) => Cell::painted("?", Some(Paint::Yellow)),
                     });
                 }
+                row.push(Cell::plain(claims_cell(claims, index, gpu)));
                 row.push(status_cell(gpu));
                 row
             } else {
@@ -573,6 +629,155 @@ fn push_notes(
             out.push_str(&crate::cli::table::wrap_note(&note, limit));
             out.push('\n');
         }
+    }
+}
+
+/// What is known of the claims that hold the fleet's GPUs.
+pub(crate) enum Claims {
+    /// Not read: the default table shows no holders.
+    NotRead,
+    Known(Holders),
+    /// Not readable (a role that may not list claims, or files that hold none); a warning said
+    /// why.
+    Unknown,
+}
+
+impl Claims {
+    /// How many claims hold the GPU's render node and its media device.
+    fn counts(&self, gpu: usize) -> Option<(usize, usize)> {
+        match self {
+            Claims::Known(holders) => Some(holders.counts(gpu)),
+            Claims::NotRead | Claims::Unknown => None,
+        }
+    }
+}
+
+/// The `-o wide` column of claim counts.
+const CLAIMS_HEADER: &str = "CLAIMS (RENDER/MEDIA)";
+
+/// `2/1`: claims on the render node, then on the media device (`-` for a GPU without one);
+/// `?` when the claims could not be read.
+fn claims_cell(claims: &Claims, index: usize, gpu: &Gpu) -> String {
+    match claims.counts(index) {
+        Some((render, media)) if gpu.device.is_some() => format!("{render}/{media}"),
+        Some((render, _)) => format!("{render}/-"),
+        None => "?".into(),
+    }
+}
+
+/// Lists every ResourceClaim, in every namespace: a GPU is held from any of them. A role that
+/// may not is told apart (the returned message) rather than failing `caps`.
+async fn list_claims(
+    cluster: &Cluster,
+    objects: &mut Objects,
+) -> Result<Option<String>, crate::fleet::cluster::ClusterError> {
+    use crate::fleet::cluster::{ClusterError, ListRequest, Namespaces};
+    let request = ListRequest {
+        kind: Kind::ResourceClaim,
+        namespaces: &Namespaces::All,
+        label_selector: None,
+        field_selector: None,
+    };
+    match cluster.list(&request, objects).await {
+        Ok(()) => Ok(None),
+        Err(forbidden @ ClusterError::Forbidden { .. }) => Ok(Some(forbidden.to_string())),
+        Err(other) => Err(other),
+    }
+}
+
+/// `--claims`: one row per GPU, claim and pod that holds it (`-` for a claim reserved for no
+/// pod); GPUs nobody holds are left out, and counted in the last line.
+pub(crate) fn render_claims(
+    inventory: &Inventory,
+    filter: &Filter,
+    claims: &Claims,
+    style: &TableStyle,
+) -> String {
+    use crate::cli::table::Fit::{Keep, ShrinkFirst};
+    let Claims::Known(holders) = claims else {
+        return String::new();
+    };
+    let (header, fits): (Vec<String>, Vec<_>) = [
+        ("NODE", Keep),
+        ("GPU", ShrinkFirst),
+        ("ADDRESS", Keep),
+        ("POD", Keep),
+        ("CLAIM", Keep),
+        ("REQUEST", Keep),
+        ("HOLDS", Keep),
+    ]
+    .map(|(h, f)| (h.to_string(), f))
+    .into_iter()
+    .unzip();
+    let mut rows = Vec::new();
+    let (mut shown, mut held) = (0, 0);
+    let mut holding: BTreeSet<(&str, &str)> = BTreeSet::new();
+    for (index, gpu) in inventory.select_indexed(filter) {
+        shown += 1;
+        let holds = &holders.per_gpu[index];
+        if !holds.is_empty() {
+            held += 1;
+        }
+        for hold in holds {
+            holding.insert((&hold.namespace, &hold.claim));
+            let pods: Vec<&str> = if hold.pods.is_empty() {
+                vec!["-"]
+            } else {
+                hold.pods.iter().map(String::as_str).collect()
+            };
+            for pod in pods {
+                rows.push(vec![
+                    Cell::plain(gpu.node.as_str()),
+                    Cell::plain(dash(gpu.name.as_deref().map(short_gpu_name))),
+                    Cell::plain(dash(Some(&gpu.address))),
+                    Cell::plain(pod),
+                    Cell::plain(&hold.claim),
+                    Cell::plain(hold.requests.join(",")),
+                    Cell::plain(holds_word(hold)),
+                ]);
+            }
+        }
+    }
+    let grid = Grid { header, rows, fits };
+    let mut out = if grid.rows.is_empty() && style.no_headers {
+        String::new()
+    } else {
+        grid.render(style)
+    };
+    if !style.no_headers {
+        let mut line = format!(
+            "{held} of {shown} GPUs held by {} claim{}",
+            holding.len(),
+            if holding.len() == 1 { "" } else { "s" }
+        );
+        if !filter.is_empty() {
+            let counts = inventory.counts(filter);
+            line = format!("{line}; {}", count_line(&counts, filter));
+        }
+        if holders.elsewhere > 0 {
+            let _ = write!(
+                line,
+                "; {} more allocated claim{} hold no device of these GPUs",
+                holders.elsewhere,
+                if holders.elsewhere == 1 { "" } else { "s" }
+            );
+        }
+        out.push('\n');
+        out.push_str(&crate::cli::table::wrap_note(
+            &line,
+            style.notes_width.limit(),
+        ));
+        out.push('\n');
+    }
+    out
+}
+
+/// `render`, `media`, or `render,media`: which of the GPU's devices the claim holds.
+fn holds_word(hold: &Hold) -> &'static str {
+    match (hold.render_node, hold.media_device) {
+        (true, true) => "render,media",
+        (true, false) => "render",
+        _ => "media",
     }
 }
 
@@ -956,6 +1161,7 @@ fn status_counts(inventory: &Inventory, filter: &Filter) -> Vec<(&'static str, u
 pub(crate) fn render_summary(
     inventory: &Inventory,
     filter: &Filter,
+    claims: &Claims,
     logs: &AgentLogs,
     style: &TableStyle,
 ) -> String {
@@ -993,20 +1199,109 @@ pub(crate) fn render_summary(
     let mut out = statuses.render(style);
     out.push('\n');
     out.push_str(&capabilities.render(style));
+    if let Some(held) = held_counts(inventory, filter, claims) {
+        let grid = Grid {
+            header: ["HELD", "GPUS", "CLAIMS"].map(String::from).to_vec(),
+            rows: [
+                ("render node", held.render_node),
+                ("media device", held.media_device),
+            ]
+            .into_iter()
+            .map(|(what, count)| {
+                vec![
+                    Cell::plain(what),
+                    of(count.gpus, counts.matching_gpus),
+                    Cell::plain(count.claims.to_string()),
+                ]
+            })
+            .collect(),
+            fits: vec![],
+        };
+        out.push('\n');
+        out.push_str(&grid.render(style));
+    }
     let selected: Vec<&Gpu> = inventory.select(filter).collect();
     push_notes(&mut out, inventory, &selected, filter, logs, style, false);
     out
 }
 
-/// A GPU as `-o json|yaml` prints it: every catalogue attribute, `null` when absent, and its
-/// model's drift (`null` when its model does not drift).
+/// A GPU as `-o json|yaml` prints it: every catalogue attribute, `null` when absent, its
+/// model's drift (`null` when its model does not drift), and the claims that hold it (`null`
+/// when they could not be read).
 #[derive(Serialize)]
 pub(crate) struct Record<'a> {
     pub node: &'a str,
     pub device: Option<&'a str>,
     pub status: &'static str,
     pub drift: Option<DriftRecord>,
+    pub claims: Option<ClaimsRecord<'a>>,
     pub attributes: serde_json::Map<String, serde_json::Value>,
+}
+
+/// How many claims hold a GPU's render node and its media device; with `--claims`, each hold.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ClaimsRecord<'a> {
+    pub render_node: usize,
+    pub media_device: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holders: Option<Vec<HoldRecord<'a>>>,
+}
+
+/// One claim's hold on a GPU.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct HoldRecord<'a> {
+    pub namespace: &'a str,
+    pub claim: &'a str,
+    pub requests: &'a [String],
+    pub render_node: bool,
+    pub media_device: bool,
+    pub pods: &'a [String],
+}
+
+/// Per device kind, how many of the selected GPUs are held and by how many claims.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub(crate) struct HeldCount {
+    pub gpus: usize,
+    pub claims: usize,
+}
+
+/// [`HeldCount`]s for the render nodes and the media devices.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct HeldCounts {
+    pub render_node: HeldCount,
+    pub media_device: HeldCount,
+}
+
+/// What `--summary` counts of the holders; `None` when the claims could not be read. A claim
+/// holding several GPUs counts once.
+fn held_counts(inventory: &Inventory, filter: &Filter, claims: &Claims) -> Option<HeldCounts> {
+    let Claims::Known(holders) = claims else {
+        return None;
+    };
+    let mut render: BTreeSet<(&str, &str)> = BTreeSet::new();
+    let mut media: BTreeSet<(&str, &str)> = BTreeSet::new();
+    let mut counts = HeldCounts::default();
+    for (index, _) in inventory.select_indexed(filter) {
+        let holds = &holders.per_gpu[index];
+        let (r, m) = holders.counts(index);
+        counts.render_node.gpus += usize::from(r > 0);
+        counts.media_device.gpus += usize::from(m > 0);
+        for hold in holds {
+            let key = (hold.namespace.as_str(), hold.claim.as_str());
+            if hold.render_node {
+                render.insert(key);
+            }
+            if hold.media_device {
+                media.insert(key);
+            }
+        }
+    }
+    counts.render_node.claims = render.len();
+    counts.media_device.claims = media.len();
+    Some(counts)
 }
 
 /// A drifting model as data: the model, the capabilities whose value differs, and each variant
@@ -1076,10 +1371,15 @@ fn drift_record(drift: &Drift, of: Option<&Gpu>) -> DriftRecord {
     }
 }
 
-pub(crate) fn records<'a>(inventory: &'a Inventory, filter: &'a Filter) -> Vec<Record<'a>> {
+pub(crate) fn records<'a>(
+    inventory: &'a Inventory,
+    filter: &'a Filter,
+    claims: &'a Claims,
+    list_holders: bool,
+) -> Vec<Record<'a>> {
     inventory
-        .select(filter)
-        .map(|gpu| {
+        .select_indexed(filter)
+        .map(|(index, gpu)| {
             let mut attributes = serde_json::Map::new();
             for identity in Identity::ALL {
                 let value = match identity {
@@ -1110,6 +1410,29 @@ pub(crate) fn records<'a>(inventory: &'a Inventory, filter: &'a Filter) -> Vec<R
                 drift: gpu
                     .drift
                     .map(|i| drift_record(&inventory.drift[i], Some(gpu))),
+                claims: match claims {
+                    Claims::Known(holders) => {
+                        let (render_node, media_device) = holders.counts(index);
+                        Some(ClaimsRecord {
+                            render_node,
+                            media_device,
+                            holders: list_holders.then(|| {
+                                holders.per_gpu[index]
+                                    .iter()
+                                    .map(|h| HoldRecord {
+                                        namespace: &h.namespace,
+                                        claim: &h.claim,
+                                        requests: &h.requests,
+                                        render_node: h.render_node,
+                                        media_device: h.media_device,
+                                        pods: &h.pods,
+                                    })
+                                    .collect()
+                            }),
+                        })
+                    }
+                    Claims::NotRead | Claims::Unknown => None,
+                },
                 attributes,
             }
         })
@@ -1123,10 +1446,16 @@ pub(crate) struct SummaryRecord {
     pub nodes: usize,
     pub statuses: serde_json::Map<String, serde_json::Value>,
     pub capabilities: serde_json::Map<String, serde_json::Value>,
+    /// `null` when the claims could not be read.
+    pub claims: Option<HeldCounts>,
     pub drift: Vec<DriftRecord>,
 }
 
-pub(crate) fn summary_record(inventory: &Inventory, filter: &Filter) -> SummaryRecord {
+pub(crate) fn summary_record(
+    inventory: &Inventory,
+    filter: &Filter,
+    claims: &Claims,
+) -> SummaryRecord {
     let counts = inventory.counts(filter);
     let mut capabilities = serde_json::Map::new();
     for (capability, gpus, nodes) in inventory.summary(filter) {
@@ -1148,6 +1477,7 @@ pub(crate) fn summary_record(inventory: &Inventory, filter: &Filter) -> SummaryR
         nodes: counts.matching_nodes,
         statuses,
         capabilities,
+        claims: held_counts(inventory, filter, claims),
         drift: selected
             .into_iter()
             .map(|i| drift_record(&inventory.drift[i], None))
