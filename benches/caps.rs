@@ -6,7 +6,10 @@
 //! - `caps` against the project's test API server holding the same slices;
 //! - `kubectl get resourceslices` against the same server (the baseline: what a user runs
 //!   without the plugin), when kubectl is installed;
-//! - the peak RSS of the `caps` runs next to the size of the fleet's JSON.
+//! - the peak RSS of the `caps` runs next to the size of the fleet's JSON;
+//! - `caps --claims -f fleet.json -f claims.json` with one allocated claim per GPU (its render
+//!   node and its media device, reserved for one pod), against `caps` without `--claims` on the
+//!   same files and on the fleet alone (target: within 1.5x).
 //!
 //! The server holds every slice encoded ahead of time, as JSON and as kubectl's server-side
 //! `Table` row ([`TestApiServer::encode_ahead`]), as kube-apiserver's watch cache keeps
@@ -135,6 +138,24 @@ fn main() {
         (timings, rss)
     });
 
+    // One allocated claim per GPU, as the scheduler writes them: the render node and the media
+    // device of one GPU, joined by their PCI address within the node's pool.
+    let claims_file = dir.path().join("claims.json");
+    let claims = claims_of(&items);
+    let claim_count = claims.len();
+    std::fs::write(
+        &claims_file,
+        serde_json::to_string(&crate::support::examples::list(claims)).expect("serialise"),
+    )
+    .expect("write claims");
+    let claims_arg = claims_file.to_str().expect("utf-8 path").to_string();
+    let with_claims_file = sample(ROUNDS, &[0], || {
+        caps(&["caps", "-f", &file_arg, "-f", &claims_arg])
+    });
+    let listing_claims = sample(ROUNDS, &[0], || {
+        caps(&["caps", "-f", &file_arg, "-f", &claims_arg, "--claims"])
+    });
+
     let server = TestApiServer::start();
     let load = Instant::now();
     for item in items {
@@ -199,6 +220,13 @@ fn main() {
     );
     line("caps -f fleet.json", from_file);
     line("caps -f fleet.json --summary", summary);
+    line("caps -f fleet.json -f claims.json", with_claims_file);
+    line("caps ... -f claims.json --claims", listing_claims);
+    println!(
+        "  --claims with {claim_count} allocated claims: {:.2}x caps on the same files, {:.2}x caps on the fleet alone (medians; target: <= 1.5x)",
+        listing_claims.median.as_secs_f64() / with_claims_file.median.as_secs_f64(),
+        listing_claims.median.as_secs_f64() / from_file.median.as_secs_f64()
+    );
     line("caps (test API server)", from_server);
     match kubectl {
         Some(kubectl) => {
@@ -279,6 +307,63 @@ fn main() {
             "NOT met"
         }
     );
+}
+
+/// One allocated claim per GPU of `items` (the fleet's slices): the liken render node and the
+/// media device of the same PCI address in one pool, reserved for one pod.
+fn claims_of(items: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    use std::collections::HashMap;
+    let address = |device: &serde_json::Value| {
+        device["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
+            .as_str()
+            .map(str::to_string)
+    };
+    // (pool, address) -> render node name.
+    let mut render: HashMap<(String, String), String> = HashMap::new();
+    for slice in items.iter().filter(|s| s["spec"]["driver"] == "liken.sh") {
+        let pool = slice["spec"]["pool"]["name"].as_str().unwrap_or_default();
+        for device in slice["spec"]["devices"].as_array().into_iter().flatten() {
+            if let (Some(address), Some(name)) = (address(device), device["name"].as_str()) {
+                render.insert((pool.to_string(), address), name.to_string());
+            }
+        }
+    }
+    let mut claims = Vec::new();
+    for slice in items
+        .iter()
+        .filter(|s| s["spec"]["driver"] == "media.liken.sh")
+    {
+        let pool = slice["spec"]["pool"]["name"].as_str().unwrap_or_default();
+        for device in slice["spec"]["devices"].as_array().into_iter().flatten() {
+            let Some(address) = address(device) else {
+                continue;
+            };
+            let Some(node) = render.get(&(pool.to_string(), address)) else {
+                continue;
+            };
+            let name = format!("film-{}", claims.len());
+            claims.push(serde_json::json!({
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": name, "namespace": "media"},
+                "spec": {"devices": {
+                    "requests": [
+                        {"name": "gpu", "exactly": {"deviceClassName": "gpu-render"}},
+                        {"name": "decodes", "exactly": {"deviceClassName": "decode-10bit"}}
+                    ],
+                    "constraints": [{"requests": ["gpu", "decodes"], "matchAttribute": "resource.kubernetes.io/pciBusID"}]
+                }},
+                "status": {
+                    "allocation": {"devices": {"results": [
+                        {"request": "gpu", "driver": "liken.sh", "pool": pool, "device": node},
+                        {"request": "decodes", "driver": "media.liken.sh", "pool": pool, "device": device["name"]}
+                    ]}},
+                    "reservedFor": [{"resource": "pods", "name": name, "uid": format!("00000000-0000-4000-8000-{:012}", claims.len())}]
+                }
+            }));
+        }
+    }
+    claims
 }
 
 fn kubectl_installed() -> bool {

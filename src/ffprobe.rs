@@ -36,6 +36,13 @@ pub const MAX_OUTPUT: u64 = 4 << 20;
 /// The most of ffprobe's stderr kept: its error lines, never a flood.
 pub const MAX_ERRORS: u64 = 64 << 10;
 
+/// The file name extensions completion offers after `--for` (Cobra's file-extension filter):
+/// the containers and raw streams of the codecs the catalogue has. Typing any other path works.
+pub const MEDIA_EXTENSIONS: [&str; 22] = [
+    "mp4", "m4v", "mov", "mkv", "webm", "ts", "m2ts", "mts", "mpg", "mpeg", "vob", "avi", "wmv",
+    "asf", "flv", "ivf", "3gp", "mxf", "264", "h264", "265", "hevc",
+];
+
 /// How often a running ffprobe is checked on: short beside its own run time.
 const POLL: Duration = Duration::from_millis(5);
 

@@ -166,7 +166,7 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
         &[Kind::ResourceSlice, Kind::Pod]
     };
     let mut objects = Objects::wanting(Kinds::only(kinds));
-    let mut claims_forbidden = None;
+    let mut claims_unread = None;
     // From a cluster, the runtime and client stay for the agent-pod lookup of the notes.
     let sources = args.input.sources()?;
     let connected = if let Some(sources) = sources {
@@ -185,7 +185,7 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
             let cluster = Cluster::connect(&connection).await?;
             cluster.list_slices(&mut objects).await?;
             if wants_claims {
-                claims_forbidden = list_claims(&cluster, &mut objects).await?;
+                claims_unread = list_claims(&cluster, &mut objects).await;
             }
             Ok::<_, crate::fleet::cluster::ClusterError>(cluster)
         })?;
@@ -201,22 +201,22 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
     let inventory = inventory::build(objects.slices);
     let claims = if !wants_claims {
         Claims::NotRead
-    } else if let Some(forbidden) = claims_forbidden {
+    } else if let Some(forbidden) = claims_unread {
         warning(
             io,
             &format!("the claims that hold each GPU are left out: {forbidden}"),
         );
         Claims::Unknown
-    } else if connected.is_none() && objects.claims.is_empty() {
-        if args.claims {
+    } else {
+        // The files stand for the cluster, as with `why -f`: no claim in them is no holder.
+        // Asked for holders, the likelier story is a dump without claims, so say so.
+        if args.claims && connected.is_none() && objects.claims.is_empty() {
             warning(
                 io,
-                "the files hold no ResourceClaims, so no holder can be shown (hint: add them: \
+                "the files hold no ResourceClaims, so no GPU shows a holder (hint: add them: \
                  kubectl get resourceclaims -A -o yaml > claims.yaml, then -f claims.yaml)",
             );
         }
-        Claims::Unknown
-    } else {
         Claims::Known(holders::holders(&inventory, &objects.claims))
     };
     // As kubectl: an empty table is a line on stderr; JSON and YAML stay parseable (`[]`).
@@ -637,8 +637,7 @@ pub(crate) enum Claims {
     /// Not read: the default table shows no holders.
     NotRead,
     Known(Holders),
-    /// Not readable (a role that may not list claims, or files that hold none); a warning said
-    /// why.
+    /// Not readable (a role that may not list claims, say); a warning said why.
     Unknown,
 }
 
@@ -666,22 +665,25 @@ fn claims_cell(claims: &Claims, index: usize, gpu: &Gpu) -> String {
 }
 
 /// Lists every ResourceClaim, in every namespace: a GPU is held from any of them. A role that
-/// may not is told apart (the returned message) rather than failing `caps`.
-async fn list_claims(
-    cluster: &Cluster,
-    objects: &mut Objects,
-) -> Result<Option<String>, crate::fleet::cluster::ClusterError> {
-    use crate::fleet::cluster::{ClusterError, ListRequest, Namespaces};
+/// may not list them (403) is common for a reader of slices; that, or any other failure, is
+/// returned as the reason the holders are left out, rather than failing `caps` over them (as
+/// with the agent pods of the log hints).
+async fn list_claims(cluster: &Cluster, objects: &mut Objects) -> Option<String> {
+    use crate::fleet::cluster::{ListRequest, Namespaces};
     let request = ListRequest {
         kind: Kind::ResourceClaim,
         namespaces: &Namespaces::All,
         label_selector: None,
         field_selector: None,
     };
-    match cluster.list(&request, objects).await {
-        Ok(()) => Ok(None),
-        Err(forbidden @ ClusterError::Forbidden { .. }) => Ok(Some(forbidden.to_string())),
-        Err(other) => Err(other),
+    let mut claims = Objects::wanting(Kinds::only(&[Kind::ResourceClaim]));
+    match cluster.list(&request, &mut claims).await {
+        Ok(()) => {
+            objects.claims = claims.claims;
+            objects.notes.extend(claims.notes);
+            None
+        }
+        Err(error) => Some(error.to_string()),
     }
 }
 
@@ -1243,7 +1245,8 @@ pub(crate) struct Record<'a> {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ClaimsRecord<'a> {
     pub render_node: usize,
-    pub media_device: usize,
+    /// `null` for a GPU without a media device.
+    pub media_device: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub holders: Option<Vec<HoldRecord<'a>>>,
 }
@@ -1415,7 +1418,7 @@ pub(crate) fn records<'a>(
                         let (render_node, media_device) = holders.counts(index);
                         Some(ClaimsRecord {
                             render_node,
-                            media_device,
+                            media_device: gpu.device.map(|_| media_device),
                             holders: list_holders.then(|| {
                                 holders.per_gpu[index]
                                     .iter()

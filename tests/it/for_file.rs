@@ -28,111 +28,80 @@ const SOURCE: &[&str] = &[
     "testsrc=size=64x64:rate=10:duration=0.3",
 ];
 
+// The encoders' arguments: Debian 12's ffmpeg 5.1 ships libx264, libx265, libvpx and libaom.
+const X264: &[&str] = &["-c:v", "libx264", "-pix_fmt", "yuv420p"];
+const X264_444: &[&str] = &["-c:v", "libx264", "-pix_fmt", "yuv444p"];
+const X265: &[&str] = &[
+    "-c:v",
+    "libx265",
+    "-x265-params",
+    "log-level=error",
+    "-pix_fmt",
+    "yuv420p",
+];
+const X265_10: &[&str] = &[
+    "-c:v",
+    "libx265",
+    "-x265-params",
+    "log-level=error",
+    "-pix_fmt",
+    "yuv420p10le",
+];
+const X265_422: &[&str] = &[
+    "-c:v",
+    "libx265",
+    "-x265-params",
+    "log-level=error",
+    "-pix_fmt",
+    "yuv422p10le",
+];
+const VP8: &[&str] = &["-c:v", "libvpx", "-pix_fmt", "yuv420p"];
+const VP9: &[&str] = &["-c:v", "libvpx-vp9", "-pix_fmt", "yuv420p"];
+const VP9_2: &[&str] = &[
+    "-c:v",
+    "libvpx-vp9",
+    "-profile:v",
+    "2",
+    "-pix_fmt",
+    "yuv420p10le",
+];
+const AV1: &[&str] = &[
+    "-c:v",
+    "libaom-av1",
+    "-cpu-used",
+    "8",
+    "-pix_fmt",
+    "yuv420p",
+];
+const AV1_10: &[&str] = &[
+    "-c:v",
+    "libaom-av1",
+    "-cpu-used",
+    "8",
+    "-pix_fmt",
+    "yuv420p10le",
+];
+const MPEG2: &[&str] = &["-c:v", "mpeg2video", "-pix_fmt", "yuv420p"];
+
 /// Each made file: its name, the encoder's arguments, and the capabilities it needs (decode,
-/// scale); `None` for the files that must be refused.
+/// scale); `None` for the files that must be refused. MP4, MKV, WebM and MPEG-TS all appear.
 pub(crate) const FILES: &[(&str, &[&str], Option<(&str, &str)>)] = &[
-    (
-        "h264.mp4",
-        &["-c:v", "libx264", "-pix_fmt", "yuv420p"],
-        Some(("H264", "8bit")),
-    ),
-    (
-        "h264.ts",
-        &["-c:v", "libx264", "-pix_fmt", "yuv420p"],
-        Some(("H264", "8bit")),
-    ),
-    (
-        "hevc-main.mkv",
-        &[
-            "-c:v",
-            "libx265",
-            "-pix_fmt",
-            "yuv420p",
-            "-x265-params",
-            "log-level=error",
-        ],
-        Some(("HEVCMain", "8bit")),
-    ),
-    (
-        "hevc-main10.mp4",
-        &[
-            "-c:v",
-            "libx265",
-            "-pix_fmt",
-            "yuv420p10le",
-            "-x265-params",
-            "log-level=error",
-        ],
-        Some(("HEVCMain10", "10bit")),
-    ),
-    (
-        "vp8.webm",
-        &["-c:v", "libvpx", "-pix_fmt", "yuv420p"],
-        Some(("VP8", "8bit")),
-    ),
-    (
-        "vp9.webm",
-        &["-c:v", "libvpx-vp9", "-pix_fmt", "yuv420p"],
-        Some(("VP9", "8bit")),
-    ),
-    (
-        "vp9-profile2.webm",
-        &[
-            "-c:v",
-            "libvpx-vp9",
-            "-profile:v",
-            "2",
-            "-pix_fmt",
-            "yuv420p10le",
-        ],
-        Some(("VP9Profile2", "10bit")),
-    ),
-    (
-        "av1.mkv",
-        &[
-            "-c:v",
-            "libaom-av1",
-            "-cpu-used",
-            "8",
-            "-pix_fmt",
-            "yuv420p",
-        ],
-        Some(("AV1Main", "8bit")),
-    ),
-    (
-        "av1-10bit.mp4",
-        &[
-            "-c:v",
-            "libaom-av1",
-            "-cpu-used",
-            "8",
-            "-pix_fmt",
-            "yuv420p10le",
-        ],
-        Some(("AV1Main10", "10bit")),
-    ),
-    (
-        "mpeg2.ts",
-        &["-c:v", "mpeg2video", "-pix_fmt", "yuv420p"],
-        Some(("MPEG2", "8bit")),
-    ),
-    (
-        "h264-444.mp4",
-        &["-c:v", "libx264", "-pix_fmt", "yuv444p"],
-        None,
-    ),
-    (
-        "hevc-422.mkv",
-        &[
-            "-c:v",
-            "libx265",
-            "-pix_fmt",
-            "yuv422p10le",
-            "-x265-params",
-            "log-level=error",
-        ],
-        None,
-    ),
+    ("h264.mp4", X264, Some(("H264", "8bit"))),
+    ("h264.ts", X264, Some(("H264", "8bit"))),
+    ("hevc-main.mkv", X265, Some(("HEVCMain", "8bit"))),
+    ("hevc-main10.mp4", X265_10, Some(("HEVCMain10", "10bit"))),
+    ("vp8.webm", VP8, Some(("VP8", "8bit"))),
+    ("vp9.webm", VP9, Some(("VP9", "8bit"))),
+    ("vp9-profile2.webm", VP9_2, Some(("VP9Profile2", "10bit"))),
+    ("av1.mkv", AV1, Some(("AV1Main", "8bit"))),
+    ("av1-10bit.mp4", AV1_10, Some(("AV1Main10", "10bit"))),
+    ("mpeg2.ts", MPEG2, Some(("MPEG2", "8bit"))),
+    // The user guide's film.
+    ("film.mkv", X265_10, Some(("HEVCMain10", "10bit"))),
+    ("h264-444.mp4", X264_444, None),
+    ("hevc-422.mkv", X265_422, None),
+    // The user guide's camera recording.
+    ("camera.mkv", X265_422, None),
 ];
 
 /// The directory of the made files, made once per test run. Files are written under a
@@ -170,6 +139,12 @@ pub(crate) fn media() -> &'static Path {
         let whole = std::fs::read(dir.join("hevc-main10.mp4")).unwrap();
         std::fs::write(dir.join("truncated.mp4"), &whole[..whole.len() / 2]).unwrap();
         std::fs::create_dir_all(dir.join("films.mkv")).unwrap();
+        // The user guide's commands read the example fleet as `fleet.yaml`.
+        std::fs::copy(
+            root().join("docs/examples/fleet.yaml"),
+            dir.join("fleet.yaml"),
+        )
+        .unwrap();
         dir
     })
 }
@@ -464,4 +439,50 @@ fn each_file_costs_one_ffprobe_run() {
         "caps with --for on {} files: {with:?}; with the same flags: {without:?}",
         files.len()
     );
+}
+
+/// The user guide's film section runs as shown: each ```console block that starts with
+/// `$ kubectl media` is run in the directory of the made files (`film.mkv`, `camera.mkv`,
+/// `fleet.yaml`), and the lines it shows must appear in what it printed (stdout, then stderr),
+/// in order; `...` stands for lines left out.
+#[test]
+#[cfg_attr(
+    not(have_ffmpeg),
+    ignore = "needs ffmpeg and ffprobe: apt-get install ffmpeg"
+)]
+fn the_user_guide_s_film_section_reads_as_shown() {
+    let guide = std::fs::read_to_string(root().join("docs/user-guide.md")).unwrap();
+    let mut lines = guide.lines();
+    let mut ran = 0;
+    while let Some(line) = lines.next() {
+        if line.trim() != "```console" {
+            continue;
+        }
+        let block: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
+        let Some(command) = block
+            .first()
+            .and_then(|l| l.strip_prefix("$ kubectl media "))
+        else {
+            continue;
+        };
+        let args: Vec<&str> = command.split_whitespace().collect();
+        let out = run(&args);
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let expected: Vec<String> = block[1..].iter().map(|l| l.to_string()).collect();
+        let refused = expected.iter().any(|l| l.starts_with("error: "));
+        assert_eq!(
+            out.status.success(),
+            !refused,
+            "kubectl media {command}: {printed}"
+        );
+        if let Err(problem) = crate::docs::reads_in(&expected, &printed) {
+            panic!("kubectl media {command}: {problem}");
+        }
+        ran += 1;
+    }
+    assert!(ran >= 3, "{ran} runnable console blocks in the user guide");
 }

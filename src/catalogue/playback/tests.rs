@@ -211,7 +211,7 @@ fn every_video_stream_counts_and_the_first_refused_one_refuses_the_file() {
         needs(&probe)
             .unwrap_err()
             .to_string()
-            .starts_with("stream 2 is VP9 Profile 1,")
+            .starts_with("stream 2 is VP9 Profile 1 in 10-bit 4:2:0 (yuv420p10le), and no GPU")
     );
 }
 
