@@ -83,9 +83,16 @@ const AV1_10: &[&str] = &[
 ];
 const MPEG2: &[&str] = &["-c:v", "mpeg2video", "-pix_fmt", "yuv420p"];
 
+/// A made file: its name, the encoder's arguments, and what it needs (decode, scale).
+type Made = (
+    &'static str,
+    &'static [&'static str],
+    Option<(&'static str, &'static str)>,
+);
+
 /// Each made file: its name, the encoder's arguments, and the capabilities it needs (decode,
 /// scale); `None` for the files that must be refused. MP4, MKV, WebM and MPEG-TS all appear.
-pub(crate) const FILES: &[(&str, &[&str], Option<(&str, &str)>)] = &[
+pub(crate) const FILES: &[Made] = &[
     ("h264.mp4", X264, Some(("H264", "8bit"))),
     ("h264.ts", X264, Some(("H264", "8bit"))),
     ("hevc-main.mkv", X265, Some(("HEVCMain", "8bit"))),

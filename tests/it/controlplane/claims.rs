@@ -97,12 +97,12 @@ fn caps_shows_the_claims_the_scheduler_allocated_and_the_pods_that_hold_them() {
     // Both claims on the GPU the scheduler chose, with their pods and requests.
     let listed = ok(caps(cp.kubeconfig(), &["--claims", "--node", QUALIFIES]));
     for (pod, claim) in pods.iter().zip(&claims) {
+        // The GPU's name has spaces: the row is read by its cells' text, not by word position.
         let row = listed
             .lines()
-            .find(|l| l.split_whitespace().nth(3) == Some(&format!("{PODS}/{pod}")))
+            .find(|l| l.contains(&format!(" {PODS}/{pod} ")))
             .unwrap_or_else(|| panic!("{pod} not in:\n{listed}"));
-        let words: Vec<&str> = row.split_whitespace().collect();
-        assert_eq!(words[0], QUALIFIES, "{row}");
+        assert!(row.starts_with(&format!("{QUALIFIES} ")), "{row}");
         assert!(
             row.contains(&format!(" {claim} ")) && row.ends_with(" gpu,decodes  render,media"),
             "{row}"
@@ -188,7 +188,10 @@ fn a_role_that_may_not_list_claims_gets_a_warning_not_an_error() {
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "slices-reader"},
         "subjects": [{"kind": "ServiceAccount", "name": "slices-reader", "namespace": PODS}]
     });
-    apply(cp, &format!("{role}\n---\n{binding}"));
+    apply(
+        cp,
+        &json!({"apiVersion": "v1", "kind": "List", "items": [role, binding]}).to_string(),
+    );
     let token = cp.token(PODS, "slices-reader", "slices-reader", QUALIFIES);
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("reader.kubeconfig");
