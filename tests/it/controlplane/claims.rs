@@ -34,7 +34,7 @@ fn caps(kubeconfig: &std::path::Path, args: &[&str]) -> Output {
 }
 
 /// Every claim's allocation results, as (namespace/claim, driver, pool, device).
-fn allocated(cp: &ControlPlane) -> BTreeSet<(String, String, String, String)> {
+pub(super) fn allocated(cp: &ControlPlane) -> BTreeSet<(String, String, String, String)> {
     let claims = get(cp, &["resourceclaims", "-A"]);
     let mut out = BTreeSet::new();
     for claim in claims["items"].as_array().unwrap() {

@@ -592,16 +592,8 @@ fn step_5_a_pod_asking_what_no_gpu_states_stays_pending_and_the_fallback_is_allo
 )]
 fn caps_prints_the_same_from_the_server_as_from_saved_objects() {
     let cp = flow();
-    let saved = ok(cp.kubectl(&[
-        "get",
-        "resourceslices,pods,resourceclaims",
-        "-A",
-        "-o",
-        "yaml",
-    ]));
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("saved.yaml");
-    std::fs::write(&file, saved).unwrap();
     let caps = |args: &[&str]| -> Output {
         Command::new(KUBECTL_MEDIA)
             .arg("caps")
@@ -614,16 +606,38 @@ fn caps_prints_the_same_from_the_server_as_from_saved_objects() {
             .output()
             .unwrap()
     };
-    for output in [&[][..], &["-o", "wide"][..], &["-o", "yaml"][..]] {
-        let live = ok(caps(output));
-        let from_file = ok(caps(
-            &[output, &["-f", file.to_str().unwrap()][..]].concat(),
-        ));
-        assert_eq!(live, from_file, "caps {output:?}");
-        for node in [QUALIFIES, LACKS] {
-            assert!(live.contains(node), "{node} not in:\n{live}");
+    // caps counts the claims that hold each GPU, and the other tests of the flow allocate claims
+    // meanwhile: the comparison counts only on a moment when the claims stood still.
+    for _ in 0..20 {
+        let before = super::claims::allocated(cp);
+        let saved = ok(cp.kubectl(&[
+            "get",
+            "resourceslices,pods,resourceclaims",
+            "-A",
+            "-o",
+            "yaml",
+        ]));
+        std::fs::write(&file, saved).unwrap();
+        let mut compared = Vec::new();
+        for output in [&[][..], &["-o", "wide"][..], &["-o", "yaml"][..]] {
+            let live = ok(caps(output));
+            let from_file = ok(caps(
+                &[output, &["-f", file.to_str().unwrap()][..]].concat(),
+            ));
+            compared.push((output, live, from_file));
         }
+        if super::claims::allocated(cp) != before {
+            continue;
+        }
+        for (output, live, from_file) in compared {
+            assert_eq!(live, from_file, "caps {output:?}");
+            for node in [QUALIFIES, LACKS] {
+                assert!(live.contains(node), "{node} not in:\n{live}");
+            }
+        }
+        return;
     }
+    panic!("the claims never stood still for one comparison");
 }
 
 #[test]
