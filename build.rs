@@ -7,7 +7,9 @@
 //! - `have_zsh`, `have_fish`: those shells are on PATH (the completion scripts are tested in them);
 //! - `have_go`: Go 1.26 or newer is on PATH (the scheduler's allocator, tests/oracle/, and the real
 //!   control plane, tests/controlplane/, are built from their Go modules);
-//! - `have_man`: `man` is on PATH (the man pages are rendered with it at 80 columns).
+//! - `have_man`: `man` is on PATH (the man pages are rendered with it at 80 columns);
+//! - `have_ffmpeg`: `ffmpeg` and `ffprobe` are on PATH (the `--for` tests make media files with
+//!   ffmpeg and read them with the user's ffprobe, as the plugin does).
 //!
 //! In CI (`CI` set to anything but `false`) all are always on, so a missing tool fails the run
 //! rather than hiding its tests: CI installs them (`.ci/run`).
@@ -26,6 +28,7 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(have_fish)");
     println!("cargo::rustc-check-cfg=cfg(have_go)");
     println!("cargo::rustc-check-cfg=cfg(have_man)");
+    println!("cargo::rustc-check-cfg=cfg(have_ffmpeg)");
     println!("cargo::rerun-if-env-changed=CI");
     println!("cargo::rerun-if-env-changed=PATH");
     let ci = env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
@@ -43,6 +46,9 @@ fn main() {
     }
     if ci || on_path("man") {
         println!("cargo::rustc-cfg=have_man");
+    }
+    if ci || (on_path("ffmpeg") && on_path("ffprobe")) {
+        println!("cargo::rustc-cfg=have_ffmpeg");
     }
     if ci || libva_installed() {
         println!("cargo::rustc-cfg=have_libva");

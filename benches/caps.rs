@@ -10,7 +10,9 @@
 //! - where `caps`'s time goes: the pages `caps` asks for, fetched with curl, split into the
 //!   server's time to the first byte and the transfer after it, as JSON and as protobuf;
 //!   the loopback's own speed; and the CPU time of the `caps` process;
-//! - the peak RSS of the `caps` runs next to the size of the fleet's JSON.
+//! - the peak RSS of the `caps` runs next to the size of the fleet's JSON;
+//! - `caps --claims -f fleet.json -f claims.json` with one allocated claim per GPU, against `caps`
+//!   without `--claims` on the same files and on the fleet alone (goal: within 1.5x).
 //!
 //! Goals (issues 13 and 23): `caps` ≥ 10× faster than `kubectl get` (median against median),
 //! ≤ 0.3 s from a file, peak memory ≤ 2× the JSON.
@@ -168,6 +170,24 @@ fn main() {
     let file_arg = file.to_str().expect("utf-8 path").to_string();
     let from_file = sample(rounds, &[0], || caps_of(binary, &["caps", "-f", &file_arg]));
     let file_rss = rss_and_cpu(&caps_of(binary, &["caps", "-f", &file_arg]));
+
+    // One allocated claim per GPU, as the scheduler writes them: the render node and the media
+    // device of one GPU, joined by their PCI address within the node's pool.
+    let claims_file = dir.path().join("claims.json");
+    let claims = claims_of(&slices);
+    let claim_count = claims.len();
+    std::fs::write(
+        &claims_file,
+        serde_json::to_string(&support::examples::list(claims)).expect("serialise"),
+    )
+    .expect("write claims");
+    let claims_arg = claims_file.to_str().expect("utf-8 path").to_string();
+    let with_claims_file = sample(rounds, &[0], || {
+        caps_of(binary, &["caps", "-f", &file_arg, "-f", &claims_arg])
+    });
+    let listing_claims = sample(rounds, &[0], || {
+        caps_of(binary, &["caps", "-f", &file_arg, "-f", &claims_arg, "--claims"])
+    });
     let server_rss = rss_and_cpu(&from_server(binary));
 
     // Where the time goes: the pages caps asks for, fetched by curl.
@@ -216,6 +236,13 @@ fn main() {
         ms(kubectl_json.best)
     );
     line("caps -f fleet.json (no server)", from_file);
+    line("caps -f fleet.json -f claims.json", with_claims_file);
+    line("caps ... -f claims.json --claims", listing_claims);
+    println!(
+        "  --claims with {claim_count} allocated claims: {:.2}x caps on the same files, {:.2}x caps on the fleet alone (medians; goal <= 1.5x)",
+        listing_claims.median.as_secs_f64() / with_claims_file.median.as_secs_f64(),
+        listing_claims.median.as_secs_f64() / from_file.median.as_secs_f64()
+    );
     let ratio = kubectl_get.median.as_secs_f64() / caps.median.as_secs_f64();
     println!(
         "  caps is {ratio:.1}x faster than kubectl get, median against median ({:.1}x best against best); goal >= 10x: {}",
@@ -324,3 +351,60 @@ fn main() {
         }
     }
 }
+/// One allocated claim per GPU of `items` (the fleet's slices): the liken render node and the
+/// media device of the same PCI address in one pool, reserved for one pod.
+fn claims_of(items: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    use std::collections::HashMap;
+    let address = |device: &serde_json::Value| {
+        device["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
+            .as_str()
+            .map(str::to_string)
+    };
+    // (pool, address) -> render node name.
+    let mut render: HashMap<(String, String), String> = HashMap::new();
+    for slice in items.iter().filter(|s| s["spec"]["driver"] == "liken.sh") {
+        let pool = slice["spec"]["pool"]["name"].as_str().unwrap_or_default();
+        for device in slice["spec"]["devices"].as_array().into_iter().flatten() {
+            if let (Some(address), Some(name)) = (address(device), device["name"].as_str()) {
+                render.insert((pool.to_string(), address), name.to_string());
+            }
+        }
+    }
+    let mut claims = Vec::new();
+    for slice in items
+        .iter()
+        .filter(|s| s["spec"]["driver"] == "media.liken.sh")
+    {
+        let pool = slice["spec"]["pool"]["name"].as_str().unwrap_or_default();
+        for device in slice["spec"]["devices"].as_array().into_iter().flatten() {
+            let Some(address) = address(device) else {
+                continue;
+            };
+            let Some(node) = render.get(&(pool.to_string(), address)) else {
+                continue;
+            };
+            let name = format!("film-{}", claims.len());
+            claims.push(serde_json::json!({
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": name, "namespace": "media"},
+                "spec": {"devices": {
+                    "requests": [
+                        {"name": "gpu", "exactly": {"deviceClassName": "gpu-render"}},
+                        {"name": "decodes", "exactly": {"deviceClassName": "decode-10bit"}}
+                    ],
+                    "constraints": [{"requests": ["gpu", "decodes"], "matchAttribute": "resource.kubernetes.io/pciBusID"}]
+                }},
+                "status": {
+                    "allocation": {"devices": {"results": [
+                        {"request": "gpu", "driver": "liken.sh", "pool": pool, "device": node},
+                        {"request": "decodes", "driver": "media.liken.sh", "pool": pool, "device": device["name"]}
+                    ]}},
+                    "reservedFor": [{"resource": "pods", "name": name, "uid": format!("00000000-0000-4000-8000-{:012}", claims.len())}]
+                }
+            }));
+        }
+    }
+    claims
+}
+

@@ -4,7 +4,8 @@
 # makes through the kubectl_complete-media shim for `kubectl media <TAB>`, so flags, subcommands
 # and capability values complete the same way in both, from the program's own definitions.
 # The answer is one candidate per line (`value<TAB>description`) and a last line `:DIRECTIVE`
-# with Cobra's bits: 1 error, 2 no space after the word, 4 no file names.
+# with Cobra's bits: 1 error, 2 no space after the word, 4 no file names, 8 file names with the
+# extensions the candidates list (`--for` offers media files).
 #
 # Install: source this file from ~/.bashrc, or copy it to
 # /usr/share/bash-completion/completions/kubectl-media.
@@ -35,6 +36,17 @@ _kubectl_media() {
 
     COMPREPLY=()
     local line value
+    if (( directive & 8 )); then
+        # Directories to walk into, and the files with one of the listed extensions.
+        compopt -o filenames 2>/dev/null
+        local IFS=$'\n' extension
+        COMPREPLY=($(compgen -d -- "$cur"))
+        while IFS= read -r extension; do
+            [[ -z $extension || $extension == :* ]] && continue
+            COMPREPLY+=($(compgen -f -X "!*.$extension" -- "$cur"))
+        done <<<"$out"
+        return
+    fi
     while IFS= read -r line; do
         [[ $line == :* ]] && continue
         value=${line%%$'\t'*}

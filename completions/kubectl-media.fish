@@ -3,7 +3,8 @@
 # Every answer comes from `kubectl-media __complete WORDS... CURRENT`, the same request kubectl
 # makes through the kubectl_complete-media shim for `kubectl media <TAB>`. The answer is one
 # candidate per line (`value<TAB>description`, which is also fish's own format) and a last line
-# `:DIRECTIVE` with Cobra's bits: 1 error, 2 no space after the word, 4 no file names.
+# `:DIRECTIVE` with Cobra's bits: 1 error, 2 no space after the word, 4 no file names, 8 file
+# names with the extensions the candidates list (`--for` offers media files).
 #
 # Install: copy to ~/.config/fish/completions/kubectl-media.fish.
 
@@ -16,6 +17,13 @@ function __kubectl_media_complete
     string match --quiet --regex '^[0-9]+$' -- $directive; or return
     test (math "bitand($directive, 1)") -eq 0; or return
     set -e out[-1]
+    if test (math "bitand($directive, 8)") -ne 0
+        # Directories to walk into, and the files with one of the listed extensions.
+        # __fish_complete_path ends each path with a tab (and a description, if any).
+        set -l pattern '(/|\\.('(string join '|' -- $out)'))(\t.*)?$'
+        __fish_complete_path $current | string match --regex --entire -- $pattern
+        return
+    end
     if test (count $out) -eq 0
         if test (math "bitand($directive, 4)") -eq 0
             __fish_complete_path $current

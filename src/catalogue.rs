@@ -12,6 +12,8 @@
 
 use std::fmt;
 
+pub mod playback;
+
 /// The DRA driver name the agent publishes under. Unqualified attribute names belong to it.
 pub const DRIVER: &str = "media.liken.sh";
 

@@ -17,6 +17,7 @@ pub mod classes;
 pub mod cli;
 pub(crate) mod duration;
 pub mod explain;
+pub mod ffprobe;
 pub mod fleet;
 pub mod kubeconfig;
 pub(crate) mod names;

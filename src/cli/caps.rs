@@ -12,8 +12,10 @@ use crate::catalogue::{self, Capability, Group, Identity};
 use crate::cli::output::{self, RenderError};
 use crate::cli::table::{Cell, Grid, Paint, TableStyle, Width};
 use crate::cli::{CapabilityFlags, Error, FileArgs, Global, Io};
+use crate::ffprobe::Played;
 use crate::fleet::cluster::Cluster;
 use crate::fleet::files;
+use crate::fleet::holders::{self, Hold, Holders};
 use crate::fleet::inventory::{self, Counts, Drift, Filter, Gpu, Inventory, Statements, Status};
 
 use crate::fleet::objects::{Kind, Kinds, Objects, Ustr};
@@ -72,6 +74,11 @@ pub struct CapsArgs {
     /// Print no header row and no notes below the table.
     #[arg(long)]
     pub no_headers: bool,
+
+    /// For each GPU, the claims that hold its render node or media device, their requests, and
+    /// the pods they are reserved for (reads ResourceClaims in every namespace).
+    #[arg(long)]
+    pub claims: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -85,14 +92,22 @@ pub enum CapsFormat {
 }
 
 impl CapsArgs {
-    /// The filter the flags ask for.
-    pub(crate) fn filter(&self) -> Result<Filter, catalogue::UnknownCapability> {
-        let mut capabilities = self.capabilities.parse()?;
+    /// The filter the flags ask for, with what the `--for` files need.
+    pub(crate) fn filter(&self, played: &[Played]) -> Result<Filter, catalogue::UnknownCapability> {
+        let mut capabilities = self.capabilities.with_played(played)?;
         capabilities.sort();
         capabilities.dedup();
         Ok(Filter {
             nodes: self.node.clone(),
             capabilities,
+            files: played
+                .iter()
+                .map(|p| {
+                    let streams: Vec<&str> =
+                        p.streams.iter().map(|n| n.description.as_str()).collect();
+                    (p.path.clone(), streams.join(" + "))
+                })
+                .collect(),
         })
     }
 
@@ -101,6 +116,20 @@ impl CapsArgs {
         if self.summary && self.output == Some(CapsFormat::Wide) {
             return Some(
                 "--summary has no wide form (hint: drop -o wide, or use -o json for the figures)"
+                    .into(),
+            );
+        }
+        if self.claims && self.summary {
+            return Some(
+                "--claims lists holders and --summary counts them: give one (hint: --summary \
+                 alone has the counts of held GPUs and claims)"
+                    .into(),
+            );
+        }
+        if self.claims && self.output == Some(CapsFormat::Wide) {
+            return Some(
+                "--claims has no wide form (hint: drop -o wide; -o wide alone counts each GPU's \
+                 claims, and -o json lists them with --claims)"
                     .into(),
             );
         }
@@ -116,7 +145,11 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
     if let Some(conflict) = args.conflict() {
         return Err(Error::Usage(conflict));
     }
-    let filter = args.filter()?;
+    // Flags first, so that a typo is told before ffprobe runs.
+    args.filter(&[])?;
+    let played = args.capabilities.played()?;
+    crate::cli::warn_played(io, global, &played);
+    let filter = args.filter(&played)?;
     if filter.nodes.iter().any(|n| n.trim().is_empty()) {
         return Err(Error::Usage(
             "--node is empty (hint: name a node, e.g. --node gpu-node-1, or leave --node out for \
@@ -124,9 +157,16 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
                 .into(),
         ));
     }
-    // Slices, and in files the agent's pods where a dump holds them (for the log hints); a file
-    // may hold claims and events too, which caps passes over unread.
-    let mut objects = Objects::wanting(Kinds::only(&[Kind::ResourceSlice, Kind::Pod]));
+    // Slices, and in files the agent's pods where a dump holds them (for the log hints); claims
+    // where the output shows who holds a GPU (the default table does not, so it reads none).
+    let wants_claims = args.claims || args.summary || args.output.is_some();
+    let kinds: &[Kind] = if wants_claims {
+        &[Kind::ResourceSlice, Kind::Pod, Kind::ResourceClaim]
+    } else {
+        &[Kind::ResourceSlice, Kind::Pod]
+    };
+    let mut objects = Objects::wanting(Kinds::only(kinds));
+    let mut claims_unread = None;
     // From a cluster, the runtime and client stay for the agent-pod lookup of the notes.
     let sources = args.input.sources()?;
     let connected = if let Some(sources) = sources {
@@ -144,6 +184,9 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
         let cluster = runtime.block_on(async {
             let cluster = Cluster::connect(&connection).await?;
             cluster.list_slices(&mut objects).await?;
+            if wants_claims {
+                claims_unread = list_claims(&cluster, &mut objects).await;
+            }
             Ok::<_, crate::fleet::cluster::ClusterError>(cluster)
         })?;
         Some((runtime, cluster))
@@ -156,6 +199,26 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
     let file_pods = std::mem::take(&mut objects.pods);
     let no_slices = objects.slices.is_empty();
     let inventory = inventory::build(objects.slices);
+    let claims = if !wants_claims {
+        Claims::NotRead
+    } else if let Some(forbidden) = claims_unread {
+        warning(
+            io,
+            &format!("the claims that hold each GPU are left out: {forbidden}"),
+        );
+        Claims::Unknown
+    } else {
+        // The files stand for the cluster, as with `why -f`: no claim in them is no holder.
+        // Asked for holders, the likelier story is a dump without claims, so say so.
+        if args.claims && connected.is_none() && objects.claims.is_empty() {
+            warning(
+                io,
+                "the files hold no ResourceClaims, so no GPU shows a holder (hint: add them: \
+                 kubectl get resourceclaims -A -o yaml > claims.yaml, then -f claims.yaml)",
+            );
+        }
+        Claims::Known(holders::holders(&inventory, &objects.claims))
+    };
     // As kubectl: an empty table is a line on stderr; JSON and YAML stay parseable (`[]`).
     let table = !matches!(args.output, Some(CapsFormat::Json | CapsFormat::Yaml));
     if inventory.gpus.is_empty() && table {
@@ -177,9 +240,9 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
     let text = match args.output {
         Some(CapsFormat::Json) | Some(CapsFormat::Yaml) => {
             let value = if args.summary {
-                serde_json::to_value(summary_record(&inventory, &filter))
+                serde_json::to_value(summary_record(&inventory, &filter, &claims))
             } else {
-                serde_json::to_value(records(&inventory, &filter))
+                serde_json::to_value(records(&inventory, &filter, &claims, args.claims))
             }
             .map_err(RenderError::from)?;
             if args.output == Some(CapsFormat::Json) {
@@ -221,9 +284,11 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
                 ..logs
             };
             if args.summary {
-                render_summary(&inventory, &filter, &logs, &style)
+                render_summary(&inventory, &filter, &claims, &logs, &style)
+            } else if args.claims {
+                render_claims(&inventory, &filter, &claims, &style)
             } else {
-                render_table(&inventory, &filter, wide, &logs, &style)
+                render_table(&inventory, &filter, wide, &claims, &logs, &style)
             }
         }
     };
@@ -440,6 +505,7 @@ pub(crate) fn render_table(
     inventory: &Inventory,
     filter: &Filter,
     wide: bool,
+    claims: &Claims,
     logs: &AgentLogs,
     style: &TableStyle,
 ) -> String {
@@ -458,6 +524,7 @@ pub(crate) fn render_table(
         .map(|(h, f)| (h.to_string(), f))
         .to_vec();
         columns.extend(Capability::ALL.iter().map(|c| (wide_header(*c), Keep)));
+        columns.push((CLAIMS_HEADER.into(), Keep));
         columns.push(("STATUS".into(), Keep));
         columns.into_iter().unzip()
     } else {
@@ -475,14 +542,15 @@ pub(crate) fn render_table(
         .unzip()
     };
 
-    let selected: Vec<&Gpu> = inventory.select(filter).collect();
+    let (indices, selected): (Vec<usize>, Vec<&Gpu>) = inventory.select_indexed(filter).unzip();
     // A fleet has a few VA drivers and capability sets and tens of thousands of GPUs: each
     // distinct one is shortened or grouped once.
     let mut va_drivers: HashMap<Ustr, String> = HashMap::new();
     let mut groups: HashMap<(Statements, bool), [String; 3]> = HashMap::new();
     let rows = selected
         .iter()
-        .map(|gpu| {
+        .zip(&indices)
+        .map(|(gpu, &index)| {
             if wide {
                 let mut row = vec![
                     Cell::plain(gpu.node.as_str()),
@@ -502,6 +570,7 @@ pub(crate) fn render_table(
                         (true, None) => Cell::painted("?", Some(Paint::Yellow)),
                     });
                 }
+                row.push(Cell::plain(claims_cell(claims, index, gpu)));
                 row.push(status_cell(gpu));
                 row
             } else {
@@ -560,6 +629,157 @@ fn push_notes(
             out.push_str(&crate::cli::table::wrap_note(&note, limit));
             out.push('\n');
         }
+    }
+}
+
+/// What is known of the claims that hold the fleet's GPUs.
+pub(crate) enum Claims {
+    /// Not read: the default table shows no holders.
+    NotRead,
+    Known(Holders),
+    /// Not readable (a role that may not list claims, say); a warning said why.
+    Unknown,
+}
+
+impl Claims {
+    /// How many claims hold the GPU's render node and its media device.
+    fn counts(&self, gpu: usize) -> Option<(usize, usize)> {
+        match self {
+            Claims::Known(holders) => Some(holders.counts(gpu)),
+            Claims::NotRead | Claims::Unknown => None,
+        }
+    }
+}
+
+/// The `-o wide` column of claim counts.
+const CLAIMS_HEADER: &str = "CLAIMS (RENDER/MEDIA)";
+
+/// `2/1`: claims on the render node, then on the media device (`-` for a GPU without one);
+/// `?` when the claims could not be read.
+fn claims_cell(claims: &Claims, index: usize, gpu: &Gpu) -> String {
+    match claims.counts(index) {
+        Some((render, media)) if gpu.device.is_some() => format!("{render}/{media}"),
+        Some((render, _)) => format!("{render}/-"),
+        None => "?".into(),
+    }
+}
+
+/// Lists every ResourceClaim, in every namespace: a GPU is held from any of them. A role that
+/// may not list them (403) is common for a reader of slices; that, or any other failure, is
+/// returned as the reason the holders are left out, rather than failing `caps` over them (as
+/// with the agent pods of the log hints).
+async fn list_claims(cluster: &Cluster, objects: &mut Objects) -> Option<String> {
+    use crate::fleet::cluster::{ListRequest, Namespaces};
+    let request = ListRequest {
+        kind: Kind::ResourceClaim,
+        namespaces: &Namespaces::All,
+        label_selector: None,
+        field_selector: None,
+    };
+    let mut claims = Objects::wanting(Kinds::only(&[Kind::ResourceClaim]));
+    match cluster.list(&request, &mut claims).await {
+        Ok(()) => {
+            objects.claims = claims.claims;
+            objects.notes.extend(claims.notes);
+            None
+        }
+        Err(error) => Some(error.to_string()),
+    }
+}
+
+/// `--claims`: one row per GPU, claim and pod that holds it (`-` for a claim reserved for no
+/// pod); GPUs nobody holds are left out, and counted in the last line.
+pub(crate) fn render_claims(
+    inventory: &Inventory,
+    filter: &Filter,
+    claims: &Claims,
+    style: &TableStyle,
+) -> String {
+    use crate::cli::table::Fit::{Keep, ShrinkFirst};
+    let Claims::Known(holders) = claims else {
+        return String::new();
+    };
+    let (header, fits): (Vec<String>, Vec<_>) = [
+        ("NODE", Keep),
+        ("GPU", ShrinkFirst),
+        ("ADDRESS", Keep),
+        ("POD", Keep),
+        ("CLAIM", Keep),
+        ("REQUEST", Keep),
+        ("HOLDS", Keep),
+    ]
+    .map(|(h, f)| (h.to_string(), f))
+    .into_iter()
+    .unzip();
+    let mut rows = Vec::new();
+    let (mut shown, mut held) = (0, 0);
+    let mut holding: BTreeSet<(&str, &str)> = BTreeSet::new();
+    for (index, gpu) in inventory.select_indexed(filter) {
+        shown += 1;
+        let holds = &holders.per_gpu[index];
+        if !holds.is_empty() {
+            held += 1;
+        }
+        for hold in holds {
+            holding.insert((&hold.namespace, &hold.claim));
+            let pods: Vec<&str> = if hold.pods.is_empty() {
+                vec!["-"]
+            } else {
+                hold.pods.iter().map(String::as_str).collect()
+            };
+            for pod in pods {
+                rows.push(vec![
+                    Cell::plain(gpu.node.as_str()),
+                    Cell::plain(dash(gpu.name.as_deref().map(short_gpu_name))),
+                    Cell::plain(dash(Some(&gpu.address))),
+                    Cell::plain(pod),
+                    Cell::plain(&hold.claim),
+                    Cell::plain(hold.requests.join(",")),
+                    Cell::plain(holds_word(hold)),
+                ]);
+            }
+        }
+    }
+    let grid = Grid { header, rows, fits };
+    let mut out = if grid.rows.is_empty() && style.no_headers {
+        String::new()
+    } else {
+        grid.render(style)
+    };
+    if !style.no_headers {
+        let mut line = format!(
+            "{held} of {shown} GPUs held by {} claim{}",
+            holding.len(),
+            if holding.len() == 1 { "" } else { "s" }
+        );
+        if !filter.is_empty() {
+            let counts = inventory.counts(filter);
+            line = format!("{line}; {}", count_line(&counts, filter));
+        }
+        if holders.elsewhere > 0 {
+            let _ = write!(
+                line,
+                "; {} more allocated claim{} hold no device of these GPUs",
+                holders.elsewhere,
+                if holders.elsewhere == 1 { "" } else { "s" }
+            );
+        }
+        out.push('\n');
+        out.push_str(&crate::cli::table::wrap_note(
+            &line,
+            style.notes_width.limit(),
+        ));
+        out.push('\n');
+    }
+    out
+}
+
+/// `render`, `media`, or `render,media`: which of the GPU's devices the claim holds.
+fn holds_word(hold: &Hold) -> &'static str {
+    match (hold.render_node, hold.media_device) {
+        (true, true) => "render,media",
+        (true, false) => "render",
+        _ => "media",
     }
 }
 
@@ -911,6 +1131,9 @@ fn count_line(counts: &Counts, filter: &Filter) -> String {
     if !filter.nodes.is_empty() {
         asked.push(format!("--node {}", filter.nodes.join(", ")));
     }
+    for (path, streams) in &filter.files {
+        asked.push(format!("--for {path}: {streams}"));
+    }
     format!(
         "{} of {} GPUs on {} of {} nodes ({})",
         counts.matching_gpus,
@@ -940,6 +1163,7 @@ fn status_counts(inventory: &Inventory, filter: &Filter) -> Vec<(&'static str, u
 pub(crate) fn render_summary(
     inventory: &Inventory,
     filter: &Filter,
+    claims: &Claims,
     logs: &AgentLogs,
     style: &TableStyle,
 ) -> String {
@@ -977,20 +1201,110 @@ pub(crate) fn render_summary(
     let mut out = statuses.render(style);
     out.push('\n');
     out.push_str(&capabilities.render(style));
+    if let Some(held) = held_counts(inventory, filter, claims) {
+        let grid = Grid {
+            header: ["HELD", "GPUS", "CLAIMS"].map(String::from).to_vec(),
+            rows: [
+                ("render node", held.render_node),
+                ("media device", held.media_device),
+            ]
+            .into_iter()
+            .map(|(what, count)| {
+                vec![
+                    Cell::plain(what),
+                    of(count.gpus, counts.matching_gpus),
+                    Cell::plain(count.claims.to_string()),
+                ]
+            })
+            .collect(),
+            fits: vec![],
+        };
+        out.push('\n');
+        out.push_str(&grid.render(style));
+    }
     let selected: Vec<&Gpu> = inventory.select(filter).collect();
     push_notes(&mut out, inventory, &selected, filter, logs, style, false);
     out
 }
 
-/// A GPU as `-o json|yaml` prints it: every catalogue attribute, `null` when absent, and its
-/// model's drift (`null` when its model does not drift).
+/// A GPU as `-o json|yaml` prints it: every catalogue attribute, `null` when absent, its
+/// model's drift (`null` when its model does not drift), and the claims that hold it (`null`
+/// when they could not be read).
 #[derive(Serialize)]
 pub(crate) struct Record<'a> {
     pub node: &'a str,
     pub device: Option<&'a str>,
     pub status: &'static str,
     pub drift: Option<DriftRecord>,
+    pub claims: Option<ClaimsRecord<'a>>,
     pub attributes: serde_json::Map<String, serde_json::Value>,
+}
+
+/// How many claims hold a GPU's render node and its media device; with `--claims`, each hold.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ClaimsRecord<'a> {
+    pub render_node: usize,
+    /// `null` for a GPU without a media device.
+    pub media_device: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holders: Option<Vec<HoldRecord<'a>>>,
+}
+
+/// One claim's hold on a GPU.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct HoldRecord<'a> {
+    pub namespace: &'a str,
+    pub claim: &'a str,
+    pub requests: &'a [String],
+    pub render_node: bool,
+    pub media_device: bool,
+    pub pods: &'a [String],
+}
+
+/// Per device kind, how many of the selected GPUs are held and by how many claims.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub(crate) struct HeldCount {
+    pub gpus: usize,
+    pub claims: usize,
+}
+
+/// [`HeldCount`]s for the render nodes and the media devices.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct HeldCounts {
+    pub render_node: HeldCount,
+    pub media_device: HeldCount,
+}
+
+/// What `--summary` counts of the holders; `None` when the claims could not be read. A claim
+/// holding several GPUs counts once.
+fn held_counts(inventory: &Inventory, filter: &Filter, claims: &Claims) -> Option<HeldCounts> {
+    let Claims::Known(holders) = claims else {
+        return None;
+    };
+    let mut render: BTreeSet<(&str, &str)> = BTreeSet::new();
+    let mut media: BTreeSet<(&str, &str)> = BTreeSet::new();
+    let mut counts = HeldCounts::default();
+    for (index, _) in inventory.select_indexed(filter) {
+        let holds = &holders.per_gpu[index];
+        let (r, m) = holders.counts(index);
+        counts.render_node.gpus += usize::from(r > 0);
+        counts.media_device.gpus += usize::from(m > 0);
+        for hold in holds {
+            let key = (hold.namespace.as_str(), hold.claim.as_str());
+            if hold.render_node {
+                render.insert(key);
+            }
+            if hold.media_device {
+                media.insert(key);
+            }
+        }
+    }
+    counts.render_node.claims = render.len();
+    counts.media_device.claims = media.len();
+    Some(counts)
 }
 
 /// A drifting model as data: the model, the capabilities whose value differs, and each variant
@@ -1060,10 +1374,15 @@ fn drift_record(drift: &Drift, of: Option<&Gpu>) -> DriftRecord {
     }
 }
 
-pub(crate) fn records<'a>(inventory: &'a Inventory, filter: &'a Filter) -> Vec<Record<'a>> {
+pub(crate) fn records<'a>(
+    inventory: &'a Inventory,
+    filter: &'a Filter,
+    claims: &'a Claims,
+    list_holders: bool,
+) -> Vec<Record<'a>> {
     inventory
-        .select(filter)
-        .map(|gpu| {
+        .select_indexed(filter)
+        .map(|(index, gpu)| {
             let mut attributes = serde_json::Map::new();
             for identity in Identity::ALL {
                 let value = match identity {
@@ -1094,6 +1413,29 @@ pub(crate) fn records<'a>(inventory: &'a Inventory, filter: &'a Filter) -> Vec<R
                 drift: gpu
                     .drift
                     .map(|i| drift_record(&inventory.drift[i], Some(gpu))),
+                claims: match claims {
+                    Claims::Known(holders) => {
+                        let (render_node, media_device) = holders.counts(index);
+                        Some(ClaimsRecord {
+                            render_node,
+                            media_device: gpu.device.map(|_| media_device),
+                            holders: list_holders.then(|| {
+                                holders.per_gpu[index]
+                                    .iter()
+                                    .map(|h| HoldRecord {
+                                        namespace: &h.namespace,
+                                        claim: &h.claim,
+                                        requests: &h.requests,
+                                        render_node: h.render_node,
+                                        media_device: h.media_device,
+                                        pods: &h.pods,
+                                    })
+                                    .collect()
+                            }),
+                        })
+                    }
+                    Claims::NotRead | Claims::Unknown => None,
+                },
                 attributes,
             }
         })
@@ -1107,10 +1449,16 @@ pub(crate) struct SummaryRecord {
     pub nodes: usize,
     pub statuses: serde_json::Map<String, serde_json::Value>,
     pub capabilities: serde_json::Map<String, serde_json::Value>,
+    /// `null` when the claims could not be read.
+    pub claims: Option<HeldCounts>,
     pub drift: Vec<DriftRecord>,
 }
 
-pub(crate) fn summary_record(inventory: &Inventory, filter: &Filter) -> SummaryRecord {
+pub(crate) fn summary_record(
+    inventory: &Inventory,
+    filter: &Filter,
+    claims: &Claims,
+) -> SummaryRecord {
     let counts = inventory.counts(filter);
     let mut capabilities = serde_json::Map::new();
     for (capability, gpus, nodes) in inventory.summary(filter) {
@@ -1132,6 +1480,7 @@ pub(crate) fn summary_record(inventory: &Inventory, filter: &Filter) -> SummaryR
         nodes: counts.matching_nodes,
         statuses,
         capabilities,
+        claims: held_counts(inventory, filter, claims),
         drift: selected
             .into_iter()
             .map(|i| drift_record(&inventory.drift[i], None))

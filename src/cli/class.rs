@@ -12,6 +12,7 @@ use crate::catalogue::UnknownCapability;
 use crate::classes::{self, CapabilitySet, Statement};
 use crate::cli::output::{self, ObjectFormat};
 use crate::cli::{CapabilityFlags, Error, Global, Io};
+use crate::ffprobe::Played;
 use crate::names::{self, NameRule};
 
 /// Every line fits 70 columns, as `why`'s examples do (clap wraps longer ones at the terminal's
@@ -115,7 +116,7 @@ pub enum ClassError {
     UnknownCapability(#[from] UnknownCapability),
     #[error(
         "no capability requested (hint: name at least one with --decode, --encode or --scale, \
-         e.g. --decode HEVCMain10 --scale 10bit)"
+         e.g. --decode HEVCMain10 --scale 10bit, or a media file with --for FILE)"
     )]
     NoCapability,
     #[error("invalid {what} {name:?}: {rule} (hint: {hint})")]
@@ -145,17 +146,23 @@ pub enum ClassError {
 }
 
 /// Runs `class`: plans the objects and prints them; nothing is read from a cluster.
-pub(crate) fn run(args: &ClassArgs, _: &Global, io: &mut Io<'_>) -> Result<(), Error> {
-    let objects = args.plan()?;
+pub(crate) fn run(args: &ClassArgs, global: &Global, io: &mut Io<'_>) -> Result<(), Error> {
+    // Flags first, so that a typo is told before ffprobe runs.
+    args.capabilities.parse().map_err(ClassError::from)?;
+    args.check_unused_flags()?;
+    let played = args.capabilities.played()?;
+    crate::cli::warn_played(io, global, &played);
+    let objects = args.plan(&played)?;
     let text = output::render_objects(&objects, args.output)?;
     output::write_all(io.stdout, &text)?;
     Ok(())
 }
 
 impl ClassArgs {
-    /// Checks every flag and returns the objects to print.
-    pub(crate) fn plan(&self) -> Result<Vec<Object>, ClassError> {
-        let capabilities = self.capabilities()?;
+    /// Checks every flag and returns the objects to print; `played` is what the `--for` files
+    /// need beside the flags.
+    pub(crate) fn plan(&self, played: &[Played]) -> Result<Vec<Object>, ClassError> {
+        let capabilities = self.capabilities(played)?;
         self.check_unused_flags()?;
 
         let render_class = self
@@ -287,8 +294,8 @@ impl ClassArgs {
         Ok(())
     }
 
-    fn capabilities(&self) -> Result<CapabilitySet, ClassError> {
-        let parsed = self.capabilities.parse()?;
+    fn capabilities(&self, played: &[Played]) -> Result<CapabilitySet, ClassError> {
+        let parsed = self.capabilities.with_played(played)?;
         CapabilitySet::new(parsed).ok_or(ClassError::NoCapability)
     }
 

@@ -27,6 +27,9 @@ const ERROR: u8 = 1;
 const NO_FILE_COMP: u8 = 4;
 /// Cobra's default directive: the shell completes file names.
 const DEFAULT: u8 = 0;
+/// Cobra's "complete file names with these extensions" directive: the candidates are the
+/// extensions.
+const FILTER_FILE_EXT: u8 = 8;
 
 /// The hidden command the shim and the shell scripts run, Cobra's name for it.
 pub(crate) const COMMAND: &str = "__complete";
@@ -100,6 +103,16 @@ pub(crate) fn complete(cmd: &mut clap::Command, words: &[OsString]) -> String {
     }
     // A file argument (`-f FILE`, `--kubeconfig FILE`) is the shell's to complete: it knows the
     // file system and the user's quoting.
+    // `--for FILE`: media files (and directories to walk into), by their extensions.
+    if completes_a_media_file(words) {
+        let mut out = String::new();
+        for extension in crate::ffprobe::MEDIA_EXTENSIONS {
+            out.push_str(extension);
+            out.push('\n');
+        }
+        out.push_str(&format!(":{FILTER_FILE_EXT}\n"));
+        return out;
+    }
     if completes_a_file(cmd, words) {
         return format!(":{DEFAULT}\n");
     }
@@ -335,6 +348,15 @@ fn targets(line: &Line<'_>, current: &str) -> Option<Vec<CompletionCandidate>> {
 fn unknown(command: &clap::Command, flag: &str) -> String {
     let name = command.get_bin_name().unwrap_or(command.get_name());
     format!("unknown flag {flag} for '{name}'")
+}
+
+/// Whether the last word is the value of `--for` (`--for FI`, `--for=FI`).
+fn completes_a_media_file(words: &[OsString]) -> bool {
+    let Some(last) = words.last() else {
+        return false;
+    };
+    let previous = words.len().checked_sub(2).map(|i| words[i].as_os_str());
+    previous == Some(OsStr::new("--for")) || last.to_string_lossy().starts_with("--for=")
 }
 
 /// Whether the last word is the value of an option whose values are file paths (`-f FILE`,

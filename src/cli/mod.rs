@@ -216,6 +216,16 @@ pub struct CapabilityFlags {
     #[arg(long, value_name = "DEPTH", value_delimiter = ',', value_parser = CapabilityValues(Group::Scale),
         add = complete::CapabilityCompleter::arg(Group::Scale))]
     pub scale: Vec<String>,
+
+    /// A media file the GPU must play: the decode capability of each video stream's codec and
+    /// profile and the scaling of its bit depth, read with ffprobe; repeat for several files.
+    #[arg(long = "for", value_name = "FILE", value_hint = clap::ValueHint::FilePath,
+        value_parser = clap::builder::OsStringValueParser::new().map(PathBuf::from))]
+    pub for_files: Vec<PathBuf>,
+
+    /// With --for, ask only for decoding the files, not for scaling their frames.
+    #[arg(long, requires = "for_files")]
+    pub no_scale: bool,
 }
 
 impl CapabilityFlags {
@@ -233,6 +243,41 @@ impl CapabilityFlags {
             }
         }
         Ok(parsed)
+    }
+
+    /// Runs ffprobe on each `--for` file (none without `--for`).
+    pub(crate) fn played(
+        &self,
+    ) -> Result<Vec<crate::ffprobe::Played>, crate::ffprobe::ForFileError> {
+        crate::ffprobe::probe_all(&self.for_files)
+    }
+
+    /// The flags' capabilities, then what the played files need, without repeats.
+    pub(crate) fn with_played(
+        &self,
+        played: &[crate::ffprobe::Played],
+    ) -> Result<Vec<Capability>, UnknownCapability> {
+        let mut all = self.parse()?;
+        for capability in crate::ffprobe::capabilities(played, !self.no_scale) {
+            if !all.contains(&capability) {
+                all.push(capability);
+            }
+        }
+        Ok(all)
+    }
+}
+
+/// Writes ffprobe's errors about files it still read as warnings.
+pub(crate) fn warn_played(io: &mut Io<'_>, global: &Global, played: &[crate::ffprobe::Played]) {
+    let styles = global.color.for_stderr();
+    for file in played {
+        for warning in &file.warnings {
+            warn(
+                io.stderr,
+                &styles,
+                &format!("--for {}: ffprobe: {warning}", file.path),
+            );
+        }
     }
 }
 
@@ -307,6 +352,8 @@ pub enum Error {
     Snapshot(#[from] crate::fleet::files::SnapshotError),
     #[error(transparent)]
     Why(Box<crate::explain::pod::TargetError>),
+    #[error(transparent)]
+    ForFile(#[from] crate::ffprobe::ForFileError),
     /// `why` found a claim that cannot be allocated; the explanation is on stdout (exit 3).
     #[error("")]
     Blocked,
@@ -353,6 +400,7 @@ impl Error {
             | Error::Cluster(_)
             | Error::Snapshot(_)
             | Error::Why(_)
+            | Error::ForFile(_)
             | Error::NotFound(_)
             | Error::Ambiguous(_)
             | Error::Runtime(_) => 1,

@@ -89,7 +89,13 @@ pub(crate) struct Variant {
 pub(crate) struct Inventory {
     pub gpus: Vec<Gpu>,
     pub drift: Vec<Drift>,
+    /// Which GPU each device is, by (driver, pool, device) as a claim's allocation names it: the
+    /// media devices and liken's render nodes (those with a PCI address).
+    pub devices: HashMap<DeviceKey, usize>,
 }
+
+/// A device as an allocation result names it: driver, pool, device.
+pub(crate) type DeviceKey = (Ustr, Ustr, Ustr);
 
 /// Whether each slice is of its pool's newest generation (per driver and pool), the slices the
 /// scheduler counts: `caps` keeps those, `why` views them in place.
@@ -161,10 +167,19 @@ pub(crate) fn build(slices: Vec<ResourceSlice>) -> Inventory {
     // A node whose agent found no GPU still has a (device-less) media slice.
     let agent_nodes: HashSet<Ustr> = media.iter().map(node_of).collect();
     let mut gpus = Vec::new();
+    // (key, node, address, media device name): joined to the sorted GPUs at the end.
+    let mut keys: Vec<(DeviceKey, Ustr, Ustr, Option<Ustr>)> = Vec::new();
     for slice in media {
         let node = node_of(&slice);
         for device in &slice.spec.devices {
-            gpus.push(described(node, device));
+            let gpu = described(node, device);
+            keys.push((
+                (slice.spec.driver, slice.spec.pool.name, device.name),
+                node,
+                gpu.address,
+                Some(device.name),
+            ));
+            gpus.push(gpu);
         }
     }
     let mut undescribed = Vec::new();
@@ -185,6 +200,12 @@ pub(crate) fn build(slices: Vec<ResourceSlice>) -> Inventory {
                 else {
                     continue;
                 };
+                keys.push((
+                    (slice.spec.driver, slice.spec.pool.name, device.name),
+                    node,
+                    address,
+                    None,
+                ));
                 if !seen.insert((node, address)) {
                     continue;
                 }
@@ -220,7 +241,34 @@ pub(crate) fn build(slices: Vec<ResourceSlice>) -> Inventory {
     // Keys looked up once per GPU, not twice per comparison.
     gpus.sort_by_cached_key(|g| (rank[&g.node], g.address, g.device));
     let drift = find_drift(&mut gpus);
-    Inventory { gpus, drift }
+    let devices = index_devices(&gpus, keys);
+    Inventory {
+        gpus,
+        drift,
+        devices,
+    }
+}
+
+/// Each device's GPU: a media device by its own name, a render node by its GPU's node and
+/// address (the first GPU there, should a node publish one address twice).
+fn index_devices(
+    gpus: &[Gpu],
+    keys: Vec<(DeviceKey, Ustr, Ustr, Option<Ustr>)>,
+) -> HashMap<DeviceKey, usize> {
+    let mut at: HashMap<(Ustr, Ustr), Vec<usize>> = HashMap::new();
+    for (i, gpu) in gpus.iter().enumerate() {
+        at.entry((gpu.node, gpu.address)).or_default().push(i);
+    }
+    keys.into_iter()
+        .filter_map(|(key, node, address, media)| {
+            let candidates = at.get(&(node, address))?;
+            let index = match media {
+                Some(name) => *candidates.iter().find(|&&i| gpus[i].device == Some(name))?,
+                None => candidates[0],
+            };
+            Some((key, index))
+        })
+        .collect()
 }
 
 /// Orders names as people read them: runs of digits by their value, so `edge-1-2` comes before
@@ -345,6 +393,9 @@ fn find_drift(gpus: &mut [Gpu]) -> Vec<Drift> {
 pub(crate) struct Filter {
     pub nodes: Vec<String>,
     pub capabilities: Vec<Capability>,
+    /// The `--for` files and what their streams are, for the count line; their needs are among
+    /// `capabilities` already.
+    pub files: Vec<(String, String)>,
 }
 
 impl Filter {
@@ -374,6 +425,17 @@ impl Inventory {
     /// The GPUs a filter keeps, in inventory order.
     pub(crate) fn select<'a>(&'a self, filter: &'a Filter) -> impl Iterator<Item = &'a Gpu> + 'a {
         self.gpus.iter().filter(move |g| filter.matches(g))
+    }
+
+    /// [`Inventory::select`], with each GPU's index in [`Inventory::gpus`].
+    pub(crate) fn select_indexed<'a>(
+        &'a self,
+        filter: &'a Filter,
+    ) -> impl Iterator<Item = (usize, &'a Gpu)> + 'a {
+        self.gpus
+            .iter()
+            .enumerate()
+            .filter(move |(_, g)| filter.matches(g))
     }
 
     pub(crate) fn counts(&self, filter: &Filter) -> Counts {
@@ -696,6 +758,7 @@ mod tests {
         let filter = Filter {
             nodes: vec![],
             capabilities: vec![DecodeVP9],
+            files: vec![],
         };
         assert_eq!(
             inventory.counts(&filter),
@@ -709,6 +772,7 @@ mod tests {
         let filter = Filter {
             nodes: vec!["n2".into()],
             capabilities: vec![],
+            files: vec![],
         };
         assert_eq!(inventory.select(&filter).count(), 1);
         let summary = inventory.summary(&Filter::default());

@@ -1,8 +1,10 @@
 //! What `kubectl media` reads about the fleet: `objects` parses Kubernetes objects (one parser
 //! for files and the cluster), `files` reads `-f` inputs, `cluster` lists them from the API
-//! server, and `inventory` (pure) turns slices into the fleet's GPUs that `caps` renders.
+//! server, `inventory` (pure) turns slices into the fleet's GPUs that `caps` renders, and
+//! `holders` (pure) joins ResourceClaims' allocations to those GPUs.
 
 pub mod cluster;
 pub mod files;
+pub(crate) mod holders;
 pub(crate) mod inventory;
 pub mod objects;

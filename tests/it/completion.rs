@@ -29,6 +29,7 @@ impl Shell {
         .unwrap();
         std::fs::write(dir.path().join("fleet.yaml"), "").unwrap();
         std::fs::write(dir.path().join("notes.txt"), "").unwrap();
+        std::fs::write(dir.path().join("film.mkv"), "").unwrap();
         let path = format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display());
         Shell { dir, path }
     }
@@ -93,7 +94,7 @@ fn zsh(shell: &Shell, words: &[&str]) -> Vec<String> {
     let program = format!(
         "compdef() {{ : }}\n\
          compadd() {{ local array_name; while (( $# )); do case $1 in (-a) shift; array_name=$1;; (-d|-S) shift;; esac; shift; done; print -rl -- ${{(@P)array_name}} }}\n\
-         _files() {{ print -rl -- ${{words[CURRENT]}}*(N.) }}\n\
+         _files() {{ if [[ $1 == -g ]]; then print -rl -- ${{words[CURRENT]}}${{~2}}(N.); else print -rl -- ${{words[CURRENT]}}*(N.); fi }}\n\
          source {script}\n\
          words=({words}); CURRENT={current}\n\
          _kubectl-media || true",
@@ -143,6 +144,15 @@ fn cases() -> Vec<(Vec<&'static str>, Vec<&'static str>)> {
         (
             vec!["kubectl-media", "caps", "-f", "fl"],
             vec!["fleet.yaml"],
+        ),
+        // Media files only after --for: not fleet.yaml.
+        (
+            vec!["kubectl-media", "caps", "--for", "f"],
+            vec!["film.mkv"],
+        ),
+        (
+            vec!["kubectl-media", "class", "--for", "fi"],
+            vec!["film.mkv"],
         ),
         (
             vec!["kubectl-media", "--kubeconfig", "fl"],

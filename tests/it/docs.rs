@@ -36,7 +36,7 @@ fn examples(markdown: &str) -> Vec<(Vec<String>, Vec<String>)> {
 
 /// Whether `expected` (with `...` gaps) reads in `output`: each run of lines between gaps
 /// appears as consecutive lines, the runs in order.
-fn reads_in(expected: &[String], output: &str) -> Result<(), String> {
+pub(crate) fn reads_in(expected: &[String], output: &str) -> Result<(), String> {
     let output: Vec<&str> = output.lines().collect();
     let mut at = 0;
     for run in expected.split(|l| l.trim() == "...") {

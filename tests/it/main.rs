@@ -17,6 +17,7 @@ mod deploy;
 mod docs;
 mod explain;
 mod files;
+mod for_file;
 mod fuzz;
 mod generated;
 mod help;

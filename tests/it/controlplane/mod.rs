@@ -15,6 +15,7 @@ use crate::support::controlplane::{self, ControlPlane};
 use media_operator::catalogue::DRIVER;
 
 mod access;
+mod claims;
 mod product;
 mod random;
 

@@ -23,14 +23,14 @@ use crate::support::examples::{self, EXAMPLE_DIR};
 use media_operator::catalogue::{self, Attribute};
 
 pub(super) const AGENT_BIN: &str = env!("CARGO_BIN_EXE_media-capabilities");
-const KUBECTL_MEDIA: &str = env!("CARGO_BIN_EXE_kubectl-media");
+pub(super) const KUBECTL_MEDIA: &str = env!("CARGO_BIN_EXE_kubectl-media");
 
 /// The GPU that decodes HEVC Main 10 and scales 10-bit frames (the document's own device).
-const QUALIFIES: &str = "mtl-1";
+pub(super) const QUALIFIES: &str = "mtl-1";
 /// The GPU that does neither (i965 on Skylake), but decodes VC-1, which `mtl-1` does not.
 const LACKS: &str = "gen9-1";
 /// Where the workloads' pods and claims live.
-const PODS: &str = "default";
+pub(super) const PODS: &str = "default";
 
 /// How long a publish, a scheduling decision or a claim's allocation may take.
 const WAIT: Duration = Duration::from_secs(90);
@@ -178,14 +178,14 @@ fn single_request_template(class: &str) -> Value {
     })
 }
 
-fn apply(cp: &ControlPlane, text: &str) {
+pub(super) fn apply(cp: &ControlPlane, text: &str) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("objects.yaml");
     std::fs::write(&file, text).unwrap();
     ok(cp.kubectl(&["apply", "-n", PODS, "-f", file.to_str().unwrap()]));
 }
 
-fn get(cp: &ControlPlane, args: &[&str]) -> Value {
+pub(super) fn get(cp: &ControlPlane, args: &[&str]) -> Value {
     let args: Vec<&str> = [&["get"][..], args, &["-o", "json"]].concat();
     serde_json::from_str(&ok(cp.kubectl(&args))).unwrap()
 }
@@ -207,7 +207,7 @@ pub(super) fn wait<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> Resul
 // --- pods ---------------------------------------------------------------------------------------
 
 /// The document's pod: one claim from `template`, optionally kept to `node` (step 2's probes).
-fn create_pod(cp: &ControlPlane, name: &str, template: &str, node: Option<&str>) {
+pub(super) fn create_pod(cp: &ControlPlane, name: &str, template: &str, node: Option<&str>) {
     let mut pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -229,13 +229,13 @@ fn create_pod(cp: &ControlPlane, name: &str, template: &str, node: Option<&str>)
 
 /// Where the scheduler put a pod: bound to a node, or found unschedulable.
 #[derive(Debug, PartialEq)]
-enum Placed {
+pub(super) enum Placed {
     On(String),
     Pending(String),
 }
 
 /// Waits for the scheduler's decision on `pod`.
-fn placed(cp: &ControlPlane, pod: &str) -> Placed {
+pub(super) fn placed(cp: &ControlPlane, pod: &str) -> Placed {
     wait(&format!("the scheduler decides on {pod}"), || {
         let pod = get(cp, &["pod", "-n", PODS, pod]);
         if let Some(node) = pod["spec"]["nodeName"].as_str() {
@@ -251,7 +251,7 @@ fn placed(cp: &ControlPlane, pod: &str) -> Placed {
 }
 
 /// The allocated claim of `pod`'s claim `gpu`.
-fn claim_of(cp: &ControlPlane, pod: &str) -> Value {
+pub(super) fn claim_of(cp: &ControlPlane, pod: &str) -> Value {
     let p = get(cp, &["pod", "-n", PODS, pod]);
     let name = p["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
         .as_str()
@@ -595,10 +595,8 @@ fn step_5_a_pod_asking_what_no_gpu_states_stays_pending_and_the_fallback_is_allo
 )]
 fn caps_prints_the_same_from_the_server_as_from_saved_objects() {
     let cp = flow();
-    let saved = ok(cp.kubectl(&["get", "resourceslices,pods", "-A", "-o", "yaml"]));
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("saved.yaml");
-    std::fs::write(&file, saved).unwrap();
     let caps = |args: &[&str]| -> Output {
         Command::new(KUBECTL_MEDIA)
             .arg("caps")
@@ -611,16 +609,38 @@ fn caps_prints_the_same_from_the_server_as_from_saved_objects() {
             .output()
             .unwrap()
     };
-    for output in [&[][..], &["-o", "wide"][..], &["-o", "yaml"][..]] {
-        let live = ok(caps(output));
-        let from_file = ok(caps(
-            &[output, &["-f", file.to_str().unwrap()][..]].concat(),
-        ));
-        assert_eq!(live, from_file, "caps {output:?}");
-        for node in [QUALIFIES, LACKS] {
-            assert!(live.contains(node), "{node} not in:\n{live}");
+    // caps counts the claims that hold each GPU, and the other tests of the flow allocate claims
+    // meanwhile: the comparison counts only on a moment when the claims stood still.
+    for _ in 0..20 {
+        let before = super::claims::allocated(cp);
+        let saved = ok(cp.kubectl(&[
+            "get",
+            "resourceslices,pods,resourceclaims",
+            "-A",
+            "-o",
+            "yaml",
+        ]));
+        std::fs::write(&file, saved).unwrap();
+        let mut compared = Vec::new();
+        for output in [&[][..], &["-o", "wide"][..], &["-o", "yaml"][..]] {
+            let live = ok(caps(output));
+            let from_file = ok(caps(
+                &[output, &["-f", file.to_str().unwrap()][..]].concat(),
+            ));
+            compared.push((output, live, from_file));
         }
+        if super::claims::allocated(cp) != before {
+            continue;
+        }
+        for (output, live, from_file) in compared {
+            assert_eq!(live, from_file, "caps {output:?}");
+            for node in [QUALIFIES, LACKS] {
+                assert!(live.contains(node), "{node} not in:\n{live}");
+            }
+        }
+        return;
     }
+    panic!("the claims never stood still for one comparison");
 }
 
 #[test]

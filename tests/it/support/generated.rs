@@ -240,7 +240,90 @@ pub fn capability_reference() -> String {
         }
         let _ = writeln!(w);
     }
+    media_files(w);
     md
+}
+
+/// The playback table: what `--for FILE` asks of a GPU for each kind of video stream.
+fn media_files(w: &mut String) {
+    use media_operator::catalogue::playback::{PROFILES, SCALES};
+    let _ = writeln!(
+        w,
+        "## Media files: `--for FILE`
+"
+    );
+    let _ = writeln!(
+        w,
+        "`kubectl media caps --for FILE` and `kubectl media class --for FILE` read the file's \
+         video streams with ffprobe (`codec_name`, `profile`, and `pix_fmt` for the bit depth and \
+         chroma) and ask, for each stream, the decode capability of its codec and profile and the \
+         scale capability of its bit depth; `--no-scale` leaves the scaling out. Several files: \
+         a GPU must play every one. Attached pictures (cover art) are not video to play.\n"
+    );
+    let _ = writeln!(
+        w,
+        "| codec | ffprobe `codec_name` | ffprobe `profile` | bit depth (4:2:0) | decode | scale |"
+    );
+    let _ = writeln!(w, "|---|---|---|---|---|---|");
+    for row in PROFILES {
+        // The shallowest depth this row takes: above the deepest of a shallower row of the same
+        // codec and profiles (AV1 Main is decodeAV1Main at 8 bits, decodeAV1Main10 at 10).
+        let lower = PROFILES
+            .iter()
+            .filter(|r| {
+                r.codec_name == row.codec_name
+                    && r.profiles == row.profiles
+                    && r.max_bits < row.max_bits
+            })
+            .map(|r| r.max_bits + 1)
+            .max()
+            .unwrap_or(0);
+        let scales: Vec<(u8, &str)> = SCALES
+            .iter()
+            .filter(|(bits, _)| *bits >= lower && *bits <= row.max_bits)
+            .map(|(bits, c)| (*bits, c.attribute()))
+            .collect();
+        let profiles = if row.profiles.is_empty() {
+            "any".to_string()
+        } else {
+            row.profiles
+                .iter()
+                .map(|p| format!("`{p}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(
+            w,
+            "| {} | `{}` | {} | {} | `{}` | {} |",
+            row.codec,
+            row.codec_name,
+            profiles,
+            scales
+                .iter()
+                .map(|(b, _)| b.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            row.decode.attribute(),
+            scales
+                .iter()
+                .map(|(_, s)| format!("`{s}`"))
+                .collect::<Vec<_>>()
+                .join(" or ")
+        );
+    }
+    let _ = writeln!(
+        w,
+        "\nA stream no row covers is refused in one line that says what it is, never mapped to a \
+         near capability: no GPU states it. That is 4:2:2, 4:4:4 or monochrome chroma, samples \
+         deeper than 10 bits, an alpha plane, a profile not in the table (H.264 Baseline, which \
+         allows what High decoders need not decode, and High 10 or 4:2:2; HEVC Rext; VP9 profiles \
+         1 and 3; AV1 High and Professional; VC-1 Simple and Main), or a codec not in it. Each \
+         row follows the VA profile the decode attribute is decided on and FFmpeg's own choice of \
+         VA profile for the stream (libavcodec/vaapi_decode.c): a decoder of a profile decodes its \
+         subsets (H.264 High decodes Main and Constrained Baseline, MPEG-2 Main decodes Simple, \
+         HEVC Main Still Picture is HEVC Main); the pixel format decides the scaling (an HEVC \
+         Main 10 stream of 8-bit samples needs `scale8bit`)."
+    );
 }
 
 fn row(w: &mut String, attribute: Attribute) {

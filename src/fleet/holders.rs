@@ -1,0 +1,249 @@
+//! Who holds which GPU: the allocation results of ResourceClaims (`status.allocation.devices
+//! .results`, each naming driver, pool and device) joined to the inventory's GPUs, with the pods
+//! each claim is reserved for (`status.reservedFor`). A GPU is held through its liken render
+//! node (what a workload receives) and through its media device (the statement a claim asked
+//! for beside it); both are counted apart.
+//!
+//! Pure: it takes claims already read (from the cluster or `-f` files) and returns data.
+
+use k8s_openapi::api::resource::v1::ResourceClaim;
+
+use crate::catalogue;
+use crate::fleet::inventory::Inventory;
+use crate::fleet::objects::Ustr;
+
+/// One claim's hold on one GPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Hold {
+    pub namespace: String,
+    pub claim: String,
+    /// The requests whose results are on this GPU, in result order (`gpu`, `decodes`).
+    pub requests: Vec<String>,
+    pub render_node: bool,
+    pub media_device: bool,
+    /// `namespace/name` of the pods the claim is reserved for; empty when none is.
+    pub pods: Vec<String>,
+}
+
+/// The holds of every GPU, parallel to [`Inventory::gpus`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Holders {
+    pub per_gpu: Vec<Vec<Hold>>,
+    /// Allocated claims whose devices are on none of the inventory's GPUs (another driver's
+    /// devices only, or a pool no longer published).
+    pub elsewhere: usize,
+}
+
+impl Holders {
+    /// How many claims hold the GPU's render node, and its media device.
+    pub(crate) fn counts(&self, gpu: usize) -> (usize, usize) {
+        let holds = &self.per_gpu[gpu];
+        (
+            holds.iter().filter(|h| h.render_node).count(),
+            holds.iter().filter(|h| h.media_device).count(),
+        )
+    }
+}
+
+/// Joins the claims' allocation results to the inventory's GPUs.
+pub(crate) fn holders(inventory: &Inventory, claims: &[ResourceClaim]) -> Holders {
+    let mut holders = Holders {
+        per_gpu: vec![Vec::new(); inventory.gpus.len()],
+        elsewhere: 0,
+    };
+    for claim in claims {
+        let Some(results) = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.devices.as_ref())
+            .and_then(|d| d.results.as_ref())
+        else {
+            continue;
+        };
+        // A claim's results on one GPU are one hold; a claim has at most 32 results (the API's
+        // limit), so a linear look-up is cheapest.
+        let mut on: Vec<(usize, Hold)> = Vec::new();
+        for result in results {
+            let key = (
+                Ustr::from(result.driver.as_str()),
+                Ustr::from(result.pool.as_str()),
+                Ustr::from(result.device.as_str()),
+            );
+            let Some(&gpu) = inventory.devices.get(&key) else {
+                continue;
+            };
+            let hold = match on.iter_mut().find(|(g, _)| *g == gpu) {
+                Some((_, hold)) => hold,
+                None => {
+                    on.push((gpu, new_hold(claim)));
+                    &mut on.last_mut().expect("just pushed").1
+                }
+            };
+            if result.driver == catalogue::RENDER_DRIVER {
+                hold.render_node = true;
+            } else {
+                hold.media_device = true;
+            }
+            if !hold.requests.contains(&result.request) {
+                hold.requests.push(result.request.clone());
+            }
+        }
+        if on.is_empty() {
+            holders.elsewhere += 1;
+        }
+        for (gpu, hold) in on {
+            holders.per_gpu[gpu].push(hold);
+        }
+    }
+    for holds in &mut holders.per_gpu {
+        holds.sort_by(|a, b| (&a.namespace, &a.claim).cmp(&(&b.namespace, &b.claim)));
+    }
+    holders
+}
+
+fn new_hold(claim: &ResourceClaim) -> Hold {
+    let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+    let pods = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.reserved_for.as_ref())
+        .map(|reserved| {
+            reserved
+                .iter()
+                // A consumer is a pod when its resource is `pods` of the core group.
+                .filter(|r| r.resource == "pods" && r.api_group.as_deref().unwrap_or("").is_empty())
+                .map(|r| format!("{namespace}/{}", r.name))
+                .collect()
+        })
+        .unwrap_or_default();
+    Hold {
+        claim: claim.metadata.name.clone().unwrap_or_default(),
+        namespace,
+        requests: Vec::new(),
+        render_node: false,
+        media_device: false,
+        pods,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::inventory;
+    use crate::fleet::objects::Objects;
+
+    /// Two GPUs on one node: a liken render node and a media device each, joined by address.
+    fn fleet() -> Inventory {
+        let mut objects = Objects::wanting(crate::fleet::objects::Kinds::ALL);
+        let device = |name: &str, address: &str, media: bool| {
+            let mut attributes = serde_json::json!({
+                "resource.kubernetes.io/pciBusID": {"string": address},
+            });
+            if media {
+                attributes["vaDriver"] = serde_json::json!({"string": "iHD"});
+                for c in catalogue::Capability::ALL {
+                    attributes[c.attribute()] = serde_json::json!({"bool": true});
+                }
+            } else {
+                attributes["renderNode"] = serde_json::json!({"string": "/dev/dri/renderD128"});
+            }
+            serde_json::json!({"name": name, "attributes": attributes})
+        };
+        let slice = |driver: &str, devices: Vec<serde_json::Value>| {
+            serde_json::json!({
+                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                "metadata": {"name": format!("n1-{driver}")},
+                "spec": {"driver": driver, "nodeName": "n1",
+                         "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                         "devices": devices}
+            })
+        };
+        for s in [
+            slice(
+                "liken.sh",
+                vec![
+                    device("card0", "0000:00:02.0", false),
+                    device("card1", "0000:03:00.0", false),
+                ],
+            ),
+            slice(
+                catalogue::DRIVER,
+                vec![
+                    device("pci-0000-00-02-0", "0000:00:02.0", true),
+                    device("pci-0000-03-00-0", "0000:03:00.0", true),
+                ],
+            ),
+        ] {
+            objects.add_json(&s.to_string()).unwrap();
+        }
+        inventory::build(objects.slices)
+    }
+
+    fn claim(name: &str, results: &[(&str, &str, &str)], pods: &[&str]) -> ResourceClaim {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "media"},
+            "spec": {},
+            "status": {
+                "allocation": {"devices": {"results": results.iter().map(|(request, driver, device)| {
+                    serde_json::json!({"request": request, "driver": driver, "pool": "n1", "device": device})
+                }).collect::<Vec<_>>()}},
+                "reservedFor": pods.iter().map(|p| serde_json::json!({"resource": "pods", "name": p, "uid": "u"})).collect::<Vec<_>>()
+            }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn claims_are_joined_to_their_gpu_through_either_device() {
+        let inventory = fleet();
+        assert_eq!(inventory.gpus.len(), 2);
+        let claims = [
+            claim(
+                "film-gpu",
+                &[
+                    ("gpu", "liken.sh", "card0"),
+                    ("decodes", catalogue::DRIVER, "pci-0000-00-02-0"),
+                ],
+                &["film"],
+            ),
+            claim("render-only", &[("gpu", "liken.sh", "card0")], &[]),
+            claim(
+                "statement-only",
+                &[("decodes", catalogue::DRIVER, "pci-0000-03-00-0")],
+                &["a", "b"],
+            ),
+            claim("other-driver", &[("x", "gpu.example.com", "card0")], &[]),
+            // Not allocated: no status at all.
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "pending", "namespace": "media"}, "spec": {}
+            }))
+            .unwrap(),
+        ];
+        let holders = holders(&inventory, &claims);
+        let first = inventory
+            .gpus
+            .iter()
+            .position(|g| g.address == "0000:00:02.0")
+            .unwrap();
+        let second = 1 - first;
+        assert_eq!(holders.counts(first), (2, 1));
+        assert_eq!(holders.counts(second), (0, 1));
+        assert_eq!(holders.elsewhere, 1);
+        assert_eq!(
+            holders.per_gpu[first][0],
+            Hold {
+                namespace: "media".into(),
+                claim: "film-gpu".into(),
+                requests: vec!["gpu".into(), "decodes".into()],
+                render_node: true,
+                media_device: true,
+                pods: vec!["media/film".into()],
+            }
+        );
+        assert_eq!(
+            holders.per_gpu[second][0].pods,
+            ["media/a".to_string(), "media/b".to_string()]
+        );
+    }
+}
