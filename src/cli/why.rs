@@ -38,7 +38,7 @@ Examples:
 
   # Every device's verdict, or a record for scripts
   kubectl media why transcode-0 -o wide
-  kubectl media why transcode-0 -o json | jq .verdict
+  kubectl media why transcode-0 -o json | jq .verdict.code
 
   # From saved objects instead of a cluster
   kubectl get pods,nodes,events -A -o yaml > pods.yaml
