@@ -26,6 +26,7 @@ use crate::text::one_line;
 mod bounds;
 mod device;
 mod env;
+mod estimate;
 mod lists;
 mod quantity;
 mod semver;
@@ -257,7 +258,7 @@ fn compile_within(expression: &str, validation: Validation) -> Result<Compiled, 
     let mut expression = expr;
     env::rewrite_equality(&mut expression);
     if validation == Validation::New {
-        let estimate = bounds::estimate(&expression);
+        let estimate = estimate::estimate(&expression);
         if estimate > bounds::MAX_COST {
             return Err(Failure::Gap(refused(bounds::Refusal::Cost { estimate })));
         }
