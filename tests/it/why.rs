@@ -98,13 +98,18 @@ pub(crate) fn objects(files: &[impl AsRef<std::path::Path>]) -> Vec<Value> {
 
 /// A test API server holding the fleet and a scenario.
 fn server_with(scenario: &str, consumable_capacity: bool) -> TestApiServer {
-    let server = TestApiServer::start();
-    server.set_consumable_capacity(consumable_capacity);
     let mut files = fleet_files();
     files.push(example(&format!("why/{scenario}.yaml")));
+    server_with_files(&files, consumable_capacity)
+}
+
+/// A test API server holding the objects of `files`.
+fn server_with_files(files: &[String], consumable_capacity: bool) -> TestApiServer {
+    let server = TestApiServer::start();
+    server.set_consumable_capacity(consumable_capacity);
     // The server gives each object its own uid, as kube-apiserver does: pods go first, and the
     // claims' owner references and reservations are pointed at the uids it gave them.
-    let (pods, others): (Vec<Value>, Vec<Value>) = objects(&files)
+    let (pods, others): (Vec<Value>, Vec<Value>) = objects(files)
         .into_iter()
         .partition(|o| o["kind"] == "Pod");
     let mut uids = std::collections::HashMap::new();
@@ -226,6 +231,46 @@ fn a_typo_in_a_class() {
     insta::assert_snapshot!("why-class-typo", explanation);
     assert!(explanation.contains("CEL runtime error: no such key: decodeHevcMain10"));
     assert!(explanation.contains("did you mean media.liken.sh/decodeHEVCMain10?"));
+}
+
+#[test]
+fn a_selector_too_complex_for_the_api_server_is_refused_from_files_only() {
+    // review-0's class with a selector whose static cost estimate is over the API server's
+    // limit: from files it could never have been created, and why says so; the same class
+    // read from a cluster was admitted (or predates the limit) and is evaluated as stored.
+    let scenario = std::fs::read_to_string(example("why/class-typo.yaml")).unwrap();
+    let typo = "device.attributes[\"media.liken.sh\"].decodeHevcMain10";
+    assert!(scenario.contains(typo), "the scenario's class reads {typo}");
+    let costly = "cel.bind(m, device.attributes[\"media.liken.sh\"], m.all(a, m.all(b, m.all(c, \
+                  string(m[a]).matches(string(m[b]) + string(m[c]))))))";
+    let edited = scenario.replace(typo, costly);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("class-costly.yaml");
+    std::fs::write(&file, edited).unwrap();
+    let explanation = text(&why_on("review-0", &file.display().to_string(), &[]), 4);
+    let (verdict, _) = verdict_and_notes(&explanation);
+    assert!(
+        verdict.starts_with("Undecided for pod media/review-0: class hevc10: selector #0"),
+        "{explanation}"
+    );
+    assert!(
+        explanation.contains(
+            "the API server would refuse this expression: too complex, exceeds cost limit \
+             (estimated 4325401, limit 1000000)"
+        ),
+        "{explanation}"
+    );
+    // The cheap selector of the other class in the claim (gpu-render) is not refused.
+    assert_eq!(explanation.matches("too complex").count(), 1, "{explanation}");
+
+    // From the cluster: evaluated as the scheduler evaluates it, no refusal.
+    let mut files = fleet_files();
+    files.push(file.display().to_string());
+    let server = server_with_files(&files, true);
+    let out = run(&["why", "review-0", "-n", "media"], Some(server.kubeconfig()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("too complex"), "{stdout}");
+    assert!(!stdout.contains("Undecided"), "{stdout}");
 }
 
 #[test]

@@ -59,7 +59,7 @@ impl fmt::Display for Refusal {
             ),
             Refusal::Cost { estimate } => write!(
                 f,
-                "too complex, exceeds cost limit (estimated worst case {estimate}, limit {MAX_COST})"
+                "too complex, exceeds cost limit (estimated {estimate}, limit {MAX_COST})"
             ),
         }
     }
@@ -735,7 +735,7 @@ mod tests {
             );
             outcome
         };
-        (run(Validation::New), run(Validation::Stored))
+        (run(Validation::New { minor: 36 }), run(Validation::Stored))
     }
 
     fn refused(outcome: &Outcome, reason: &str) {
