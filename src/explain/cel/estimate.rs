@@ -266,13 +266,23 @@ struct Overload {
 
 macro_rules! g {
     ($id:expr, $params:expr, $result:expr) => {
-        Overload { id: $id, member: false, params: $params, result: $result }
+        Overload {
+            id: $id,
+            member: false,
+            params: $params,
+            result: $result,
+        }
     };
 }
 
 macro_rules! m {
     ($id:expr, $params:expr, $result:expr) => {
-        Overload { id: $id, member: true, params: $params, result: $result }
+        Overload {
+            id: $id,
+            member: true,
+            params: $params,
+            result: $result,
+        }
     };
 }
 
@@ -290,15 +300,31 @@ macro_rules! relation {
             g!(concat!($op, "_int64_double"), &[P::Int, P::Double], P::Bool),
             g!(concat!($op, "_int64_uint64"), &[P::Int, P::Uint], P::Bool),
             g!(concat!($op, "_uint64"), &[P::Uint, P::Uint], P::Bool),
-            g!(concat!($op, "_uint64_double"), &[P::Uint, P::Double], P::Bool),
+            g!(
+                concat!($op, "_uint64_double"),
+                &[P::Uint, P::Double],
+                P::Bool
+            ),
             g!(concat!($op, "_uint64_int64"), &[P::Uint, P::Int], P::Bool),
             g!(concat!($op, "_double"), &[P::Double, P::Double], P::Bool),
             g!(concat!($op, "_double_int64"), &[P::Double, P::Int], P::Bool),
-            g!(concat!($op, "_double_uint64"), &[P::Double, P::Uint], P::Bool),
+            g!(
+                concat!($op, "_double_uint64"),
+                &[P::Double, P::Uint],
+                P::Bool
+            ),
             g!(concat!($op, "_string"), &[P::String, P::String], P::Bool),
             g!(concat!($op, "_bytes"), &[P::Bytes, P::Bytes], P::Bool),
-            g!(concat!($op, "_timestamp"), &[P::Timestamp, P::Timestamp], P::Bool),
-            g!(concat!($op, "_duration"), &[P::Duration, P::Duration], P::Bool),
+            g!(
+                concat!($op, "_timestamp"),
+                &[P::Timestamp, P::Timestamp],
+                P::Bool
+            ),
+            g!(
+                concat!($op, "_duration"),
+                &[P::Duration, P::Duration],
+                P::Bool
+            ),
         ]
     };
 }
@@ -315,6 +341,23 @@ macro_rules! sorts {
         ),*];
     };
 }
+
+/// k8s lists' `sum`, `max` and `min`: one overload per type, the first `int`.
+macro_rules! typed {
+    ($name:ident, $id:literal, $($p:ident),*) => {
+        const $name: &[Overload] = &[$(
+            m!(concat!("list_", $id), &[P::List(&P::$p)], P::$p)
+        ),*];
+    };
+}
+
+typed!(SUM, "sum", Int, Uint, Double, Duration);
+typed!(
+    MAX, "max", Int, Uint, Double, Bool, Duration, Timestamp, String, Bytes
+);
+typed!(
+    MIN, "min", Int, Uint, Double, Bool, Duration, Timestamp, String, Bytes
+);
 
 sorts!(
     "int" => Int, "uint" => Uint, "double" => Double, "bool" => Bool,
@@ -337,9 +380,21 @@ fn overloads(function: &str) -> &'static [Overload] {
         operators::ADD => &[
             g!("add_bytes", &[P::Bytes, P::Bytes], P::Bytes),
             g!("add_double", &[P::Double, P::Double], P::Double),
-            g!("add_duration_duration", &[P::Duration, P::Duration], P::Duration),
-            g!("add_duration_timestamp", &[P::Duration, P::Timestamp], P::Timestamp),
-            g!("add_timestamp_duration", &[P::Timestamp, P::Duration], P::Timestamp),
+            g!(
+                "add_duration_duration",
+                &[P::Duration, P::Duration],
+                P::Duration
+            ),
+            g!(
+                "add_duration_timestamp",
+                &[P::Duration, P::Timestamp],
+                P::Timestamp
+            ),
+            g!(
+                "add_timestamp_duration",
+                &[P::Timestamp, P::Duration],
+                P::Timestamp
+            ),
             g!("add_int64", &[P::Int, P::Int], P::Int),
             g!("add_list", &[LA, LA], LA),
             g!("add_string", &[P::String, P::String], P::String),
@@ -365,10 +420,22 @@ fn overloads(function: &str) -> &'static [Overload] {
         ],
         operators::SUBSTRACT => &[
             g!("subtract_double", &[P::Double, P::Double], P::Double),
-            g!("subtract_duration_duration", &[P::Duration, P::Duration], P::Duration),
+            g!(
+                "subtract_duration_duration",
+                &[P::Duration, P::Duration],
+                P::Duration
+            ),
             g!("subtract_int64", &[P::Int, P::Int], P::Int),
-            g!("subtract_timestamp_duration", &[P::Timestamp, P::Duration], P::Timestamp),
-            g!("subtract_timestamp_timestamp", &[P::Timestamp, P::Timestamp], P::Duration),
+            g!(
+                "subtract_timestamp_duration",
+                &[P::Timestamp, P::Duration],
+                P::Timestamp
+            ),
+            g!(
+                "subtract_timestamp_timestamp",
+                &[P::Timestamp, P::Timestamp],
+                P::Duration
+            ),
             g!("subtract_uint64", &[P::Uint, P::Uint], P::Uint),
         ],
         operators::LESS => relation!("less"),
@@ -383,8 +450,15 @@ fn overloads(function: &str) -> &'static [Overload] {
             g!("list_optindex_optional_int", &[LA, P::Int], P::Opt(&A)),
             g!("map_optindex_optional_value", &[MAB, A], P::Opt(&B)),
         ],
-        operators::OPT_SELECT => &[g!("select_optional_field", &[P::Dyn, P::String], P::Opt(&P::Dyn))],
-        operators::IN => &[g!("in_list", &[A, LA], P::Bool), g!("in_map", &[A, MAB], P::Bool)],
+        operators::OPT_SELECT => &[g!(
+            "select_optional_field",
+            &[P::Dyn, P::String],
+            P::Opt(&P::Dyn)
+        )],
+        operators::IN => &[
+            g!("in_list", &[A, LA], P::Bool),
+            g!("in_map", &[A, MAB], P::Bool),
+        ],
         "size" => &[
             g!("size_bytes", &[P::Bytes], P::Int),
             m!("bytes_size", &[P::Bytes], P::Int),
@@ -456,34 +530,66 @@ fn overloads(function: &str) -> &'static [Overload] {
         "charAt" => &[m!("string_char_at_int", &[P::String, P::Int], P::String)],
         "indexOf" => &[
             m!("string_index_of_string", &[P::String, P::String], P::Int),
-            m!("string_index_of_string_int", &[P::String, P::String, P::Int], P::Int),
+            m!(
+                "string_index_of_string_int",
+                &[P::String, P::String, P::Int],
+                P::Int
+            ),
             m!("list_a_index_of_int", &[LA, A], P::Int),
         ],
         "lastIndexOf" => &[
-            m!("string_last_index_of_string", &[P::String, P::String], P::Int),
-            m!("string_last_index_of_string_int", &[P::String, P::String, P::Int], P::Int),
+            m!(
+                "string_last_index_of_string",
+                &[P::String, P::String],
+                P::Int
+            ),
+            m!(
+                "string_last_index_of_string_int",
+                &[P::String, P::String, P::Int],
+                P::Int
+            ),
             m!("list_a_last_index_of_int", &[LA, A], P::Int),
         ],
         "lowerAscii" => &[m!("string_lower_ascii", &[P::String], P::String)],
         "upperAscii" => &[m!("string_upper_ascii", &[P::String], P::String)],
         "replace" => &[
-            m!("string_replace_string_string", &[P::String, P::String, P::String], P::String),
-            m!("string_replace_string_string_int", &[P::String, P::String, P::String, P::Int], P::String),
+            m!(
+                "string_replace_string_string",
+                &[P::String, P::String, P::String],
+                P::String
+            ),
+            m!(
+                "string_replace_string_string_int",
+                &[P::String, P::String, P::String, P::Int],
+                P::String
+            ),
         ],
         "split" => &[
             m!("string_split_string", &[P::String, P::String], LS),
-            m!("string_split_string_int", &[P::String, P::String, P::Int], LS),
+            m!(
+                "string_split_string_int",
+                &[P::String, P::String, P::Int],
+                LS
+            ),
         ],
         "substring" => &[
             m!("string_substring_int", &[P::String, P::Int], P::String),
-            m!("string_substring_int_int", &[P::String, P::Int, P::Int], P::String),
+            m!(
+                "string_substring_int_int",
+                &[P::String, P::Int, P::Int],
+                P::String
+            ),
         ],
         "trim" => &[m!("string_trim", &[P::String], P::String)],
         "join" => &[
             m!("list_join", &[LS], P::String),
             m!("list_join_string", &[LS, P::String], P::String),
         ],
-        "format" => &[m!("string_format", &[P::String, P::List(&P::Dyn)], P::String)],
+        "format" => &[m!(
+            "string_format",
+            &[P::String, P::List(&P::Dyn)],
+            P::String
+        )],
         "strings.quote" => &[g!("strings_quote", &[P::String], P::String)],
         "reverse" => &[
             m!("string_reverse", &[P::String], P::String),
@@ -491,20 +597,28 @@ fn overloads(function: &str) -> &'static [Overload] {
         ],
         // k8s lists and regex.
         "isSorted" => &[m!("list_is_sorted", &[LA], P::Bool)],
-        "sum" => &[m!("list_sum", &[LA], A)],
-        "max" => &[m!("list_max", &[LA], A)],
-        "min" => &[m!("list_min", &[LA], A)],
+        "sum" => SUM,
+        "max" => MAX,
+        "min" => MIN,
         "find" => &[m!("string_find_string", &[P::String, P::String], P::String)],
         "findAll" => &[
             m!("string_find_all_string", &[P::String, P::String], LS),
-            m!("string_find_all_string_int", &[P::String, P::String, P::Int], LS),
+            m!(
+                "string_find_all_string_int",
+                &[P::String, P::String, P::Int],
+                LS
+            ),
         ],
         // cel-go ext lists (version 3) and sets.
         "lists.range" => &[g!("lists_range", &[P::Int], P::List(&P::Int))],
         "slice" => &[m!("list_slice", &[LA, P::Int, P::Int], LA)],
         "flatten" => &[
             m!("list_flatten", &[P::List(&LA)], LA),
-            m!("list_flatten_int", &[P::List(&P::Dyn), P::Int], P::List(&P::Dyn)),
+            m!(
+                "list_flatten_int",
+                &[P::List(&P::Dyn), P::Int],
+                P::List(&P::Dyn)
+            ),
         ],
         "distinct" => &[m!("list_distinct", &[LA], LA)],
         "sort" => SORT,
@@ -541,11 +655,19 @@ fn overloads(function: &str) -> &'static [Overload] {
         "minor" => &[m!("semver_minor", &[P::Semver], P::Int)],
         "patch" => &[m!("semver_patch", &[P::Semver], P::Int)],
         "isGreaterThan" => &[
-            m!("quantity_is_greater_than", &[P::Quantity, P::Quantity], P::Bool),
+            m!(
+                "quantity_is_greater_than",
+                &[P::Quantity, P::Quantity],
+                P::Bool
+            ),
             m!("semver_is_greater_than", &[P::Semver, P::Semver], P::Bool),
         ],
         "isLessThan" => &[
-            m!("quantity_is_less_than", &[P::Quantity, P::Quantity], P::Bool),
+            m!(
+                "quantity_is_less_than",
+                &[P::Quantity, P::Quantity],
+                P::Bool
+            ),
             m!("semver_is_less_than", &[P::Semver, P::Semver], P::Bool),
         ],
         "compareTo" => &[
@@ -558,7 +680,11 @@ fn overloads(function: &str) -> &'static [Overload] {
         "optional.none" => &[g!("optional_none", &[], P::Opt(&P::Dyn))],
         "hasValue" => &[m!("optional_hasValue", &[P::Opt(&A)], P::Bool)],
         "value" => &[m!("optional_value", &[P::Opt(&A)], A)],
-        "or" => &[m!("optional_or_optional", &[P::Opt(&A), P::Opt(&A)], P::Opt(&A))],
+        "or" => &[m!(
+            "optional_or_optional",
+            &[P::Opt(&A), P::Opt(&A)],
+            P::Opt(&A)
+        )],
         "orValue" => &[m!("optional_orValue_value", &[P::Opt(&A), A], A)],
         _ => &[],
     }
@@ -632,7 +758,10 @@ fn substitute(p: &P, binds: &Binds) -> Ty {
     match p {
         P::A | P::B => binds[bind_slot(p)].clone().unwrap_or(Ty::Dyn),
         P::List(q) => Ty::List(Box::new(substitute(q, binds))),
-        P::Map(k, v) => Ty::Map(Box::new(substitute(k, binds)), Box::new(substitute(v, binds))),
+        P::Map(k, v) => Ty::Map(
+            Box::new(substitute(k, binds)),
+            Box::new(substitute(v, binds)),
+        ),
         P::Opt(q) => Ty::Optional(Box::new(substitute(q, binds))),
         P::Bool => Ty::Bool,
         P::Int => Ty::Int,
@@ -788,13 +917,27 @@ impl Checker {
                 Some(r) if r.is_dyn() || r == t => r,
                 Some(_) => Ty::Dyn,
             });
-            // cel-go resolves `&&` and `||` to their first overload only.
-            if matches!(name, operators::LOGICAL_AND | operators::LOGICAL_OR) {
+            // cel-go resolves `&&` and `||` to their first overload only, and the first overload
+            // an unbound type variable matches binds it (the checker keeps the mapping), so the
+            // later ones no longer match.
+            if matches!(name, operators::LOGICAL_AND | operators::LOGICAL_OR)
+                || arg_types.iter().any(has_free)
+            {
                 break;
             }
         }
         self.overloads.insert(id, ids);
         result.unwrap_or(Ty::Error)
+    }
+}
+
+/// Whether `t` holds an unbound type variable (the element of `[]`).
+fn has_free(t: &Ty) -> bool {
+    match t {
+        Ty::Free => true,
+        Ty::List(t) | Ty::Optional(t) => has_free(t),
+        Ty::Map(k, v) => has_free(k) || has_free(v),
+        _ => false,
     }
 }
 
@@ -1001,7 +1144,11 @@ impl Coster {
             Expr::List(list) => {
                 let mut sum = Range::fixed(0);
                 let mut items = Range {
-                    min: if list.elements.is_empty() { 0 } else { u64::MAX },
+                    min: if list.elements.is_empty() {
+                        0
+                    } else {
+                        u64::MAX
+                    },
                     max: 0,
                 };
                 for element in &list.elements {
@@ -1081,9 +1228,10 @@ impl Coster {
     }
 
     fn node<'e>(&mut self, e: &'e IdedExpr) -> Node<'e> {
-        let path = self
-            .path(e)
-            .filter(|p| !p.first().is_some_and(|f| f == ACCUMULATOR || f == HIDDEN_ACCUMULATOR));
+        let path = self.path(e).filter(|p| {
+            !p.first()
+                .is_some_and(|f| f == ACCUMULATOR || f == HIDDEN_ACCUMULATOR)
+        });
         Node {
             path,
             ty: self.checked.ty(e),
@@ -1244,7 +1392,12 @@ impl Coster {
             arg_costs.push(self.cost(arg));
             args.push(self.node(arg));
         }
-        let ids = self.checked.overloads.get(&e.id).cloned().unwrap_or_default();
+        let ids = self
+            .checked
+            .overloads
+            .get(&e.id)
+            .cloned()
+            .unwrap_or_default();
         if ids.is_empty() {
             return Range::fixed(0);
         }
@@ -1271,7 +1424,14 @@ impl Coster {
                 if let Some(first) = call.args.first() {
                     result = self.entry_size(first).map(|s| s.val);
                     let mut path = self.path(first).unwrap_or_default();
-                    path.push(if id == "index_list" { "@items" } else { "@values" }.to_owned());
+                    path.push(
+                        if id == "index_list" {
+                            "@items"
+                        } else {
+                            "@values"
+                        }
+                        .to_owned(),
+                    );
                     self.paths.insert(e.id, path);
                 }
             }
@@ -1294,9 +1454,7 @@ impl Coster {
         args: &[Node<'e>],
         arg_costs: &[Range],
     ) -> Call {
-        let arg_sum = arg_costs
-            .iter()
-            .fold(Range::fixed(0), |sum, c| sum.add(*c));
+        let arg_sum = arg_costs.iter().fold(Range::fixed(0), |sum, c| sum.add(*c));
         if let Some(call) = self.overload_estimate(id, target, args) {
             return Call::new(call.cost.add(arg_sum), call.size);
         }
@@ -1351,7 +1509,9 @@ impl Coster {
                 // cel-go v0.29 (Kubernetes 1.37) costs the global form too.
                 let (text, regex) = match (id, target) {
                     ("matches_string", Some(t)) if args.len() == 1 => (t, &args[0]),
-                    ("matches", None) if args.len() == 2 && self.minor >= 37 => (&args[0], &args[1]),
+                    ("matches", None) if args.len() == 2 && self.minor >= 37 => {
+                        (&args[0], &args[1])
+                    }
                     _ => return Call::new(Range::fixed(1).add(arg_sum), None),
                 };
                 let text = size(text).add(Range::fixed(1)).factor(STRING_TRAVERSAL);
@@ -1388,8 +1548,10 @@ impl Coster {
             "add_string" | "add_bytes" | "add_list" if args.len() == 2 => {
                 let result = size(&args[0]).add(size(&args[1]));
                 if let Expr::Call(call) = &e.expr {
-                    let entries =
-                        union_entries(self.entry_size(&call.args[0]), self.entry_size(&call.args[1]));
+                    let entries = union_entries(
+                        self.entry_size(&call.args[0]),
+                        self.entry_size(&call.args[1]),
+                    );
                     self.set_entry_size(e, entries);
                 }
                 let cost = if id == "add_list" {
@@ -1399,9 +1561,16 @@ impl Coster {
                 };
                 return Call::new(cost.add(arg_sum), Some(result));
             }
-            "less_string" | "greater_string" | "less_equals_string" | "greater_equals_string"
-            | "less_bytes" | "greater_bytes" | "less_equals_bytes" | "greater_equals_bytes"
-            | "equals" | "not_equals" => {
+            "less_string"
+            | "greater_string"
+            | "less_equals_string"
+            | "greater_equals_string"
+            | "less_bytes"
+            | "greater_bytes"
+            | "less_equals_bytes"
+            | "greater_equals_bytes"
+            | "equals"
+            | "not_equals" => {
                 let smallest = size(&args[0]).max.min(size(&args[1]).max);
                 let cost = Range {
                     min: u64::from(smallest > 0),
@@ -1438,11 +1607,17 @@ impl Coster {
             )
         };
         match id {
-            "list_sets_contains_list" | "list_sets_intersects_list" | "list_sets_equivalent_list" => {
+            "list_sets_contains_list"
+            | "list_sets_intersects_list"
+            | "list_sets_equivalent_list" => {
                 if args.len() != 2 {
                     return None;
                 }
-                let factor = if id == "list_sets_equivalent_list" { 2.0 } else { 1.0 };
+                let factor = if id == "list_sets_equivalent_list" {
+                    2.0
+                } else {
+                    1.0
+                };
                 let cost = size(&args[0])
                     .multiply(size(&args[1]))
                     .factor(factor)
@@ -1462,7 +1637,10 @@ impl Coster {
                 if target.is_some() || args.len() != 1 {
                     return None;
                 }
-                Some(allocating(1.0, Range::fixed(int_literal(&args[0], u64::MAX))))
+                Some(allocating(
+                    1.0,
+                    Range::fixed(int_literal(&args[0], u64::MAX)),
+                ))
             }
             "list_reverse" => {
                 if args.is_empty() {
@@ -1504,7 +1682,11 @@ impl Coster {
         target: Option<&Node<'e>>,
         args: &[Node<'e>],
     ) -> Option<Call> {
-        let size = |n: &Node<'_>| n.size.or_else(|| n.path.as_deref().and_then(dra_size)).unwrap_or(UNKNOWN);
+        let size = |n: &Node<'_>| {
+            n.size
+                .or_else(|| n.path.as_deref().and_then(dra_size))
+                .unwrap_or(UNKNOWN)
+        };
         let one = || Some(Call::new(Range::fixed(1), None));
         let includes = self.minor >= 37 && function == "includes";
         match function {
@@ -1580,7 +1762,10 @@ impl Coster {
                 let regex = size(&args[0]).factor(REGEX_LENGTH);
                 Some(Call::new(
                     text.multiply(regex),
-                    Some(Range { min: 0, max: sz.max }),
+                    Some(Range {
+                        min: 0,
+                        max: sz.max,
+                    }),
                 ))
             }
             "url" | "jsonpatch.escapeKey" if args.len() == 1 => {
@@ -1598,18 +1783,48 @@ impl Coster {
                 None,
             )),
             "check" => Some(Call::new(Range::fixed(350_000), None)),
-            "serviceAccount" | "path" | "group" | "resource" | "subresource" | "namespace"
-            | "name" | "allowed" | "reason" | "error" | "errored" | "masked" | "prefixLength"
-            | "family" | "isUnspecified" | "isLoopback" | "isLinkLocalMulticast"
-            | "isLinkLocalUnicast" | "isGlobalUnicast" | "format.named" | "sign" | "asInteger"
-            | "isInteger" | "asApproximateFloat" | "isGreaterThan" | "isLessThan"
-            | "compareTo" | "add" | "sub" | "major" | "minor" | "patch" | "getScheme"
-            | "getHostname" | "getHost" | "getPort" | "getEscapedPath" | "getQuery" => one(),
+            "serviceAccount"
+            | "path"
+            | "group"
+            | "resource"
+            | "subresource"
+            | "namespace"
+            | "name"
+            | "allowed"
+            | "reason"
+            | "error"
+            | "errored"
+            | "masked"
+            | "prefixLength"
+            | "family"
+            | "isUnspecified"
+            | "isLoopback"
+            | "isLinkLocalMulticast"
+            | "isLinkLocalUnicast"
+            | "isGlobalUnicast"
+            | "format.named"
+            | "sign"
+            | "asInteger"
+            | "isInteger"
+            | "asApproximateFloat"
+            | "isGreaterThan"
+            | "isLessThan"
+            | "compareTo"
+            | "add"
+            | "sub"
+            | "major"
+            | "minor"
+            | "patch"
+            | "getScheme"
+            | "getHostname"
+            | "getHost"
+            | "getPort"
+            | "getEscapedPath"
+            | "getQuery" => one(),
             operators::EQUALS if args.len() == 2 => {
                 let same = args[0].ty == args[1].ty;
-                (same && matches!(args[0].ty, Ty::Semver | Ty::Quantity)).then(|| {
-                    Call::new(Range::fixed(1), None)
-                })
+                (same && matches!(args[0].ty, Ty::Semver | Ty::Quantity))
+                    .then(|| Call::new(Range::fixed(1), None))
             }
             _ => None,
         }
@@ -1627,7 +1842,11 @@ enum Iteration {
 fn replaced_size(sz: Range, from: Range, to: Range) -> Range {
     let (mut count, mut retained) = (Range::fixed(0), Range::fixed(0));
     if from.min == 0 {
-        count.max = if sz.max < u64::MAX { sz.max + 1 } else { sz.max };
+        count.max = if sz.max < u64::MAX {
+            sz.max + 1
+        } else {
+            sz.max
+        };
         retained.max = sz.max;
     } else if to.max <= from.min {
         retained.max = sz.max;
@@ -1635,7 +1854,11 @@ fn replaced_size(sz: Range, from: Range, to: Range) -> Range {
         count.max = (sz.max as f64 / from.min as f64).ceil() as u64;
     }
     if from.max == 0 {
-        count.min = if sz.min < u64::MAX { sz.min + 1 } else { sz.min };
+        count.min = if sz.min < u64::MAX {
+            sz.min + 1
+        } else {
+            sz.min
+        };
         retained.min = sz.min;
     } else if from.max <= to.min {
         retained.min = sz.min;
@@ -1682,7 +1905,25 @@ mod tests {
     #[test]
     fn estimates_are_cel_go_s() {
         for (expression, cost) in [
-            (r#"device.driver == "media.liken.sh""#, 0),
+            (r#"device.driver == "media.liken.sh""#, 4),
+            (
+                r#"device.attributes["other.example.com"].decode + [].sum() > 3 || [9, 9, 19, 16].min() < 2"#,
+                31,
+            ),
+            (
+                r#"!device.attributes["resource.kubernetes.io"].?driverVersion.orValue(semver("0.0.0")) == device.attributes["other.example.com"].driverVersion"#,
+                12,
+            ),
+            (
+                r#"device.attributes["media.liken.sh"].?firmware.orValue(semver("0.0.0")) == semver("1.2.3")"#,
+                1_844_674_407_370_955_271,
+            ),
+            (
+                r#"lists.range(10).reverse().sort() == lists.range(10)"#,
+                275,
+            ),
+            (r#"[3, 1, 2].sort().slice(0, 2) == [1, 2]"#, 63),
+            (r#"["b", "a"].sort()[0] == "a""#, 32),
         ] {
             assert_eq!(estimate(expression, 36), Some(cost), "{expression}");
         }
