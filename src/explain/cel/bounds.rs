@@ -1,6 +1,7 @@
 //! How far a device selector may go, as the API server and the scheduler bound it: the parser's
 //! limits (cel-go v0.26's defaults, which Kubernetes keeps), the API server's length limit and
-//! static cost estimate (k8s pkg/apis/resource/validation `validateCELExpression`), and the
+//! the limit of its static cost estimate (k8s pkg/apis/resource/validation
+//! `validateCELExpression`; the estimate is [`super::estimate`]'s), and the
 //! scheduler's runtime cost limit (dra cel/compile.go `cel.CostLimit`), counted as cel-go
 //! interpreter/runtimecost.go and k8s.io/apiserver pkg/cel/library/cost.go count it.
 //!

@@ -9,7 +9,8 @@
 //! `cel.bind`, so what Kubernetes has and the crate lacks is added here, one module per
 //! library as upstream splits them: [`env`] (the environment, `cel.bind`, cel-go's equality),
 //! [`device`] (the variable), [`semver`], [`quantity`], [`lists`] (lists and sets),
-//! [`strings`] (strings and regex), and [`bounds`] (the limits and the runtime cost).
+//! [`strings`] (strings and regex), [`bounds`] (the limits and the runtime cost) and
+//! [`estimate`] (the API server's static cost estimate, for selectors never admitted).
 //!
 //! What this evaluator cannot decide (a function it lacks, syntax it cannot parse) is
 //! [`Outcome::CannotEvaluate`] with the reason, never a guess. Each selector is compiled once
