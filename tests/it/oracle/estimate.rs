@@ -165,7 +165,16 @@ fn generated(rng: &mut fastrand::Rng) -> String {
 const GENERATED: usize = 400;
 const BROAD: usize = 600;
 
-fn differential(release: &str) -> (usize, Vec<String>) {
+/// What one release's run compared: selectors, those near the limit (within a factor of ten
+/// either side), those over it, and the disagreements.
+struct Run {
+    compared: usize,
+    near: usize,
+    over: usize,
+    disagreements: Vec<String>,
+}
+
+fn differential(release: &str) -> Run {
     let minor: u32 = release[2..].parse().expect("a release is 1.NN");
     let mut oracle = Oracle::start(release).unwrap_or_else(|e| panic!("{e}"));
     let mut rng = fastrand::Rng::with_seed(0xe57 + u64::from(minor));
@@ -176,7 +185,12 @@ fn differential(release: &str) -> (usize, Vec<String>) {
         .map(|e| (*e).to_owned())
         .chain((0..GENERATED).map(|_| generated(&mut rng)))
         .chain((0..BROAD).map(|_| broad.next()));
-    let (mut compared, mut disagreements) = (0, Vec::new());
+    let mut run = Run {
+        compared: 0,
+        near: 0,
+        over: 0,
+        disagreements: Vec::new(),
+    };
     for (id, expression) in expressions.enumerate() {
         let answer = oracle
             .ask(&json!({"id": id, "cel": {"expression": expression, "device": device}}))
@@ -185,15 +199,17 @@ fn differential(release: &str) -> (usize, Vec<String>) {
         let Some(theirs) = answer["estimate"].as_u64() else {
             continue;
         };
-        compared += 1;
+        run.compared += 1;
+        run.near += usize::from((100_000..=10_000_000).contains(&theirs));
+        run.over += usize::from(theirs > 1_000_000);
         let mine = estimated_cost(&expression, minor);
         if mine != Some(theirs) {
-            disagreements.push(format!(
+            run.disagreements.push(format!(
                 "{release}: {expression}\n  why {mine:?}, the API server {theirs}"
             ));
         }
     }
-    (compared, disagreements)
+    run
 }
 
 #[test]
@@ -204,18 +220,27 @@ fn differential(release: &str) -> (usize, Vec<String>) {
 fn why_estimates_cost_as_the_api_server_does() {
     let mut all = Vec::new();
     for release in RELEASES {
-        let (compared, disagreements) = differential(release);
+        let run = differential(release);
         eprintln!(
-            "estimate {release}: {compared} selectors compared, {} disagreements",
-            disagreements.len()
+            "estimate {release}: {} selectors compared ({} near the limit, {} over it), {} disagreements",
+            run.compared,
+            run.near,
+            run.over,
+            run.disagreements.len()
         );
         // Enough must compile as new, or the test compares little (1.34's new selectors have
-        // no lists library: its API server's compatibility version is 1.33).
+        // no lists library: its API server's compatibility version is 1.33), and some must
+        // come near the limit and pass it.
         assert!(
-            compared > PICKED.len() / 2,
-            "{release}: only {compared} compared"
+            run.compared > PICKED.len() / 2,
+            "{release}: only {} compared",
+            run.compared
         );
-        all.extend(disagreements);
+        assert!(
+            run.near > 0 && run.over > 0,
+            "{release}: none near or over the limit"
+        );
+        all.extend(run.disagreements);
     }
     for d in all.iter().take(80) {
         eprintln!("{d}");
