@@ -1010,11 +1010,12 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             return id;
         }
         let id = self.selectors.len();
-        let validation = match self.features.selectors_new {
-            true => Validation::New {
+        let validation = if self.features.selectors_new {
+            Validation::New {
                 minor: self.features.release,
-            },
-            false => Validation::Stored,
+            }
+        } else {
+            Validation::Stored
         };
         self.selectors
             .push(Selector::compile_as(expression, validation));
