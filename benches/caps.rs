@@ -186,7 +186,10 @@ fn main() {
         caps_of(binary, &["caps", "-f", &file_arg, "-f", &claims_arg])
     });
     let listing_claims = sample(rounds, &[0], || {
-        caps_of(binary, &["caps", "-f", &file_arg, "-f", &claims_arg, "--claims"])
+        caps_of(
+            binary,
+            &["caps", "-f", &file_arg, "-f", &claims_arg, "--claims"],
+        )
     });
     let server_rss = rss_and_cpu(&from_server(binary));
 
@@ -407,4 +410,3 @@ fn claims_of(items: &[serde_json::Value]) -> Vec<serde_json::Value> {
     }
     claims
 }
-

@@ -171,6 +171,7 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
         && !features.consumable_capacity
         && stores_shareable(&objects);
     features.consumable_capacity |= consumable_seen;
+    features.selectors_new = !from_cluster;
     let input = Input {
         objects: &objects,
         target: &target,

@@ -52,7 +52,7 @@ use k8s_openapi::api::resource::v1::{
     DeviceToleration, ResourceClaimSpec,
 };
 
-use super::cel::{DeviceValue, Outcome, Quantity as CelQuantity, Selector};
+use super::cel::{DeviceValue, Outcome, Quantity as CelQuantity, Selector, Validation};
 use super::{AttributeValue, DeviceId, DeviceView, NodeInfo, OwnedAttribute, split_qualified};
 
 /// The most devices one claim can be allocated (k8s.io/api resource/v1 `AllocationResultsMaxSize`).
@@ -84,6 +84,9 @@ pub struct Features {
     /// of a CEL runtime error (1.37 names the device and hints at `has()`), the order pools
     /// are tried in (fixed from 1.36).
     pub release: u32,
+    /// The selectors were read from files, never admitted: the API server's cost estimate
+    /// applies to them as to new ones (the cluster's passed it, or predate it).
+    pub selectors_new: bool,
 }
 
 impl Features {
@@ -97,6 +100,7 @@ impl Features {
             distinct_attribute: minor != 35,
             partitionable_devices: minor >= 36,
             release: minor,
+            selectors_new: false,
         }
     }
 }
@@ -1017,7 +1021,15 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             return id;
         }
         let id = self.selectors.len();
-        self.selectors.push(Selector::compile(expression));
+        let validation = if self.features.selectors_new {
+            Validation::New {
+                minor: self.features.release,
+            }
+        } else {
+            Validation::Stored
+        };
+        self.selectors
+            .push(Selector::compile_as(expression, validation));
         self.selector_ids.insert(expression.to_owned(), id);
         id
     }

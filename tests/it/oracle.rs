@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use crate::support::oracle::{Oracle, RELEASES, Verdict};
 
 mod cel;
+mod estimate;
 pub(crate) mod fleets;
 mod selectors;
 

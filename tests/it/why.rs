@@ -266,6 +266,84 @@ fn a_typo_in_a_class() {
     assert!(explanation.contains("did you mean media.liken.sh/decodeHEVCMain10?"));
 }
 
+/// A selector whose static cost estimate (8,852,659) is over the API server's limit.
+const COSTLY: &str = "cel.bind(m, device.attributes[\"media.liken.sh\"], m.all(a, m.all(b, \
+                      m.all(c, string(m[a]).matches(string(m[b]) + string(m[c]))))))";
+
+#[test]
+fn a_selector_too_complex_for_the_api_server_is_refused_from_files_only() {
+    // review-0's class with a selector whose static cost estimate is over the API server's
+    // limit: from files it could never have been created, and why says so. Objects read from a
+    // cluster were admitted, and are evaluated as stored (no estimate), as the scheduler does.
+    let scenario = std::fs::read_to_string(example("why/class-typo.yaml")).unwrap();
+    let typo = "device.attributes[\"media.liken.sh\"].decodeHevcMain10";
+    assert!(scenario.contains(typo), "the scenario's class reads {typo}");
+    let costly = COSTLY;
+    let edited = scenario.replace(typo, costly);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("class-costly.yaml");
+    std::fs::write(&file, edited).unwrap();
+    let explanation = text(&why_on("review-0", &file.display().to_string(), &[]), 4);
+    let (verdict, _) = verdict_and_notes(&explanation);
+    assert!(
+        verdict.starts_with("Undecided for pod media/review-0: class hevc10: selector #0"),
+        "{explanation}"
+    );
+    assert!(
+        explanation.contains(
+            "the API server would refuse this expression: too complex, exceeds cost limit \
+             (estimated 8852659, limit 1000000)"
+        ),
+        "{explanation}"
+    );
+    // The cheap selector of the other class in the claim (gpu-render) is evaluated.
+    assert!(
+        explanation.contains(
+            "Request gpu (class gpu-render, 1 device):\n    9 of 17 devices pass the selectors"
+        ),
+        "{explanation}"
+    );
+    assert!(
+        !explanation
+            .lines()
+            .any(|l| l.contains("gpu-render") && l.contains("too complex")),
+        "{explanation}"
+    );
+}
+
+/// The real kube-apiserver refuses the selector `why -f` calls too complex, in its own words
+/// (the estimate itself is compared with the API server's code in tests/it/oracle/estimate.rs).
+#[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
+fn the_real_server_refuses_the_selector_why_calls_too_complex() {
+    let class = json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "costly"},
+        "spec": {"selectors": [{"cel": {"expression": COSTLY}}]}
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("costly.json");
+    std::fs::write(&file, class.to_string()).unwrap();
+    let out = controlplane::shared().kubectl(&[
+        "apply",
+        "--dry-run=server",
+        "-f",
+        file.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the server took the class: {stderr}");
+    assert!(
+        stderr.contains(
+            "spec.selectors[0].cel.expression: Forbidden: too complex, exceeds cost limit"
+        ),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn every_device_with_wide() {
     let out = why_files(

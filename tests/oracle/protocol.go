@@ -52,6 +52,8 @@ type batchAnswer struct {
 	// is its message.
 	New      string `json:"new,omitempty"`
 	NewError string `json:"newError,omitempty"`
+	// The API server's static estimate (`result.MaxCost`) when the selector compiles as new.
+	Estimate *uint64 `json:"estimate,omitempty"`
 	// The error of the case: the CEL error, or why the fleet could not be read.
 	Error string `json:"error,omitempty"`
 }
@@ -68,7 +70,7 @@ func answerCase(line []byte) batchAnswer {
 	case c.CEL != nil:
 		cel := evalCEL(c.CEL)
 		answer.Result, answer.ErrorClass, answer.Error = cel.Result, cel.ErrorClass, cel.Error
-		answer.New, answer.NewError = cel.New, cel.NewError
+		answer.New, answer.NewError, answer.Estimate = cel.New, cel.NewError, cel.Estimate
 	case c.Pod != "":
 		fleet, err := allocateFleet(context.Background(), c.Objects, c.Pod)
 		if err != nil {
@@ -85,7 +87,7 @@ func answerCase(line []byte) batchAnswer {
 // StoredExpressions environment, no cost estimate; then `DeviceMatches` with what this
 // release's allocator passes), and validates it as the API server validates a new selector.
 func evalCEL(c *celCase) (answer batchAnswer) {
-	answer.New, answer.NewError = validateNew(c.Expression)
+	answer.New, answer.NewError, answer.Estimate = validateNew(c.Expression)
 	cache := cel.NewCache(1, celFeatures())
 	compiled := cache.GetOrCompile(c.Expression)
 	if compiled.Error != nil {
@@ -116,21 +118,21 @@ func evalCEL(c *celCase) (answer batchAnswer) {
 // validateNew is k8s pkg/apis/resource/validation `validateCELExpression` (v1.37.2; the same
 // checks as 1.34-1.36's `validateCELSelector`) for a new selector: the length limit, then
 // compilation in the NewExpressions environment with the cost estimate, against the limit.
-func validateNew(expression string) (class, message string) {
+func validateNew(expression string) (class, message string, estimate *uint64) {
 	if len(expression) > resourceapi.CELSelectorExpressionMaxLength {
-		return "length", fmt.Sprintf("Too long: may not be more than %d bytes", resourceapi.CELSelectorExpressionMaxLength)
+		return "length", fmt.Sprintf("Too long: may not be more than %d bytes", resourceapi.CELSelectorExpressionMaxLength), nil
 	}
 	envType := environment.NewExpressions
 	result := cel.GetCompiler(celFeatures()).CompileCELExpression(expression, cel.Options{EnvType: &envType})
 	switch {
 	case result.Error != nil && result.Error.Type == apiservercel.ErrorTypeInvalid:
-		return "compile", result.Error.Error()
+		return "compile", result.Error.Error(), nil
 	case result.Error != nil:
-		return "internal", result.Error.Error()
+		return "internal", result.Error.Error(), nil
 	case result.MaxCost > resourceapi.CELSelectorExpressionMaxCost:
-		return "cost", fmt.Sprintf("too complex, exceeds cost limit (estimated %d)", result.MaxCost)
+		return "cost", fmt.Sprintf("too complex, exceeds cost limit (estimated %d)", result.MaxCost), &result.MaxCost
 	}
-	return "accepted", ""
+	return "accepted", "", &result.MaxCost
 }
 
 // readObjects reads YAML or JSON documents, several per file, with Lists flattened, as why -f

@@ -9,7 +9,8 @@
 //! `cel.bind`, so what Kubernetes has and the crate lacks is added here, one module per
 //! library as upstream splits them: [`env`] (the environment, `cel.bind`, cel-go's equality),
 //! [`device`] (the variable), [`semver`], [`quantity`], [`lists`] (lists and sets),
-//! [`strings`] (strings and regex), and [`bounds`] (the limits and the runtime cost).
+//! [`strings`] (strings and regex), [`bounds`] (the limits and the runtime cost) and
+//! [`estimate`] (the API server's static cost estimate, for selectors never admitted).
 //!
 //! What this evaluator cannot decide (a function it lacks, syntax it cannot parse) is
 //! [`Outcome::CannotEvaluate`] with the reason, never a guess. Each selector is compiled once
@@ -26,6 +27,7 @@ use crate::text::one_line;
 mod bounds;
 mod device;
 mod env;
+mod estimate;
 mod lists;
 mod quantity;
 mod semver;
@@ -150,15 +152,13 @@ impl Selector {
     /// this evaluator's gap than the user's error.
     pub(crate) fn compile(expression: &str) -> Selector {
         // As stored: the scheduler never estimates cost, and a selector in the cluster passed
-        // the API server of its day. The estimate here is simplified and the oracle shows
-        // cel-go's far above it (unbounded string results cost up to 2^64), so refusing on it
-        // would call undecided what the scheduler decides.
+        // the API server of its day.
         Selector::compile_as(expression, Validation::Stored)
     }
 
     /// Compiles as the API server validates a new expression, or as the scheduler compiles
     /// a stored one (no cost estimate: validation skips stored expressions).
-    fn compile_as(expression: &str, validation: Validation) -> Selector {
+    pub(crate) fn compile_as(expression: &str, validation: Validation) -> Selector {
         let program = bounds::check_text(expression)
             .and_then(|()| match bounds::chain_depth(expression) {
                 depth if depth > bounds::MAX_RECURSION_DEPTH => Err(bounds::Refusal::Depth),
@@ -209,10 +209,10 @@ impl Selector {
 
 /// Which checks an expression gets (k8s validation `validateCELExpression`'s `opts.stored`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Validation {
-    /// New or changed: the API server's length limit and cost estimate apply.
-    #[cfg_attr(not(test), allow(dead_code))]
-    New,
+pub(crate) enum Validation {
+    /// New or changed (read from files, never admitted): the API server of Kubernetes
+    /// 1.`minor` estimates its cost, against the limit.
+    New { minor: u32 },
     /// Already stored: the scheduler compiles it without estimating its cost.
     Stored,
 }
@@ -254,14 +254,17 @@ fn compile_within(expression: &str, validation: Validation) -> Result<Compiled, 
     device::check_device_fields(&expr).map_err(Failure::Gap)?;
     env::check_kubernetes_calls(&expr).map_err(Failure::Gap)?;
     strings::check_literal_regexes(&expr).map_err(Failure::Error)?;
-    let mut expression = expr;
-    env::rewrite_equality(&mut expression);
-    if validation == Validation::New {
-        let estimate = bounds::estimate(&expression);
+    if let Validation::New { minor } = validation {
+        // Parsed again for the estimate, with `cel.bind` as cel-go expands it.
+        let estimate = estimate::estimate(expression, minor).ok_or_else(|| {
+            Failure::Gap("the cost estimate cannot parse this expression here".to_owned())
+        })?;
         if estimate > bounds::MAX_COST {
             return Err(Failure::Gap(refused(bounds::Refusal::Cost { estimate })));
         }
     }
+    let mut expression = expr;
+    env::rewrite_equality(&mut expression);
     Ok(Compiled {
         source_info,
         metered: Metered::new(&expression),
@@ -288,6 +291,14 @@ pub fn evaluate_one(expression: &str, device: &dyn DeviceView, minor: u32) -> Ou
         // The scheduler fails the same way: DeviceMatches returns the conversion error.
         Err(e) => Outcome::RuntimeError(e),
     }
+}
+
+/// The static cost the API server of Kubernetes 1.`minor` estimates for `expression` as a new
+/// selector (`None` when it does not parse): what the differential test compares with cel-go's.
+pub fn estimated_cost(expression: &str, minor: u32) -> Option<u64> {
+    bounds::check_text(expression).ok()?;
+    let stack = PARSER_STACK + expression.len().saturating_mul(STACK_PER_LEVEL);
+    stacker::maybe_grow(stack, stack, || estimate::estimate(expression, minor))
 }
 
 /// Calls `f` on `expr` and every sub-expression, parents first (without recursion: a refused
