@@ -631,7 +631,8 @@ fn overloads(function: &str) -> &'static [Overload] {
         // k8s quantity and semver.
         "quantity" => &[g!("string_to_quantity", &[P::String], P::Quantity)],
         "isQuantity" => &[g!("is_quantity_string", &[P::String], P::Bool)],
-        "sign" => &[m!("quantity_sign", &[P::Quantity], P::Int)],
+        // Global in k8s (cel.Overload), unlike its siblings: `sign(q)`, not `q.sign()`.
+        "sign" => &[g!("quantity_sign", &[P::Quantity], P::Int)],
         "asApproximateFloat" => &[m!("quantity_get_float", &[P::Quantity], P::Double)],
         "asInteger" => &[m!("quantity_get_int", &[P::Quantity], P::Int)],
         "isInteger" => &[m!("quantity_is_integer", &[P::Quantity], P::Bool)],
