@@ -152,7 +152,7 @@ pub(crate) enum Plan {
         difference: String,
     },
     /// Write this over the stored slice (its metadata kept, our controller in).
-    Update(ResourceSlice),
+    Update(Box<ResourceSlice>),
     /// Nothing stored: read the Node again (a re-registered Node has a new uid), then create.
     Create,
 }
@@ -190,7 +190,7 @@ pub(crate) fn plan(stored: &Stored, gpus: &[GpuDevice], rechecked: bool) -> Plan
     wanted.spec.pool.generation = stored.generation.max(generation) + 1;
     // Keep what others put in metadata; it does not reach the scheduler.
     wanted.metadata = updated_metadata(&current.metadata, &wanted.metadata);
-    Plan::Update(wanted)
+    Plan::Update(Box::new(wanted))
 }
 
 /// What happened, as the loop tells it.

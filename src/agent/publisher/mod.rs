@@ -14,7 +14,8 @@
 //! waits for events, carries out actions and makes API requests, each bounded by
 //! [`API_CALL_TIMEOUT`]. kube-runtime's watcher relists after a broken stream or `410 Gone`; its
 //! `Controller` does not fit: one object of a fixed name, whose desired state comes from the
-//! prober rather than from the watched objects, with writes that must wait out a Retry-After.
+//! prober rather than from the watched objects, with writes that must wait out a Retry-After;
+//! nor its reflector `Store`: our own write's answer must win over a late watch event.
 
 mod compare;
 mod decide;
