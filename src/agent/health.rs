@@ -346,12 +346,6 @@ pub(crate) struct Heartbeat {
 }
 
 impl Heartbeat {
-    /// A heartbeat nobody reads, for a loop run on its own (unit tests).
-    #[cfg(test)]
-    pub(crate) fn detached(name: &'static str) -> Self {
-        Arc::new(Liveness::default()).register(name, Duration::MAX / 4)
-    }
-
     /// Records progress before a bounded step (an API call with a timeout, a probe with its
     /// budget): the next beat comes `within` from now. Never blocks; the wedge point of a loop
     /// is its [`beat`](Self::beat) once per round.

@@ -21,8 +21,8 @@ use kube::api::{Api, ListParams};
 use tokio::sync::watch;
 use tracing::{Level, info, warn};
 
+use crate::agent::api::{API_CALL_TIMEOUT, ApiCause, Problem, api_answered, api_unanswered};
 use crate::agent::health::{Health, Heartbeat};
-use crate::agent::publisher::{API_CALL_TIMEOUT, ApiCause, Problem, api_answered, api_unanswered};
 use crate::catalogue::{PCI_BUS_ID, RENDER_DRIVER};
 use crate::node::device::{AttrValue, GpuDevice};
 

@@ -29,11 +29,12 @@ use tokio::time::Instant;
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
+use crate::agent::api::{Backoff, Problem};
 use crate::agent::config::{AgentConfig, Watched};
 use crate::agent::health::{self, Health};
 use crate::agent::kubelet::{KubeletError, KubeletPlugin};
 use crate::agent::probing::{ProbeError, ProbeSource};
-use crate::agent::publisher::{Backoff, Problem, Publisher, PublisherConfig};
+use crate::agent::publisher::{Publisher, PublisherConfig};
 use crate::agent::render_nodes;
 use crate::node::device::{GpuDevice, describe, log_line};
 use crate::node::sysfs::DiscoveryError;
