@@ -53,7 +53,27 @@ pub(super) fn bind_macro(
     target: &mut Option<IdedExpr>,
     args: &mut Vec<IdedExpr>,
 ) -> Result<Option<IdedExpr>, ParseError> {
-    // Only `cel.bind`; any other `x.bind(a, b, c)` stays a call.
+    let Some((var, init, mut result)) = bind_parts(helper, target, args)? else {
+        return Ok(None);
+    };
+    match free_reads(&result, &var) {
+        0 => return Ok(Some(result)),
+        1 => {
+            substitute(&mut result, &var, init);
+            return Ok(Some(result));
+        }
+        _ => {}
+    }
+    Ok(Some(bind_comprehension(helper, var, init, result)))
+}
+
+/// `cel.bind(var, init, result)`'s parts; `None` for any other `x.bind(a, b, c)`, which stays
+/// a call.
+pub(super) fn bind_parts(
+    helper: &mut MacroExprHelper<'_>,
+    target: &mut Option<IdedExpr>,
+    args: &mut Vec<IdedExpr>,
+) -> Result<Option<(String, IdedExpr, IdedExpr)>, ParseError> {
     if !matches!(target.as_ref().map(|t| &t.expr), Some(Expr::Ident(name)) if name == "cel") {
         return Ok(None);
     }
@@ -66,16 +86,17 @@ pub(super) fn bind_macro(
             "cel.bind() variable name must be a simple identifier",
         ));
     };
-    let var = var.clone();
-    let mut result = result;
-    match free_reads(&result, &var) {
-        0 => return Ok(Some(result)),
-        1 => {
-            substitute(&mut result, &var, init);
-            return Ok(Some(result));
-        }
-        _ => {}
-    }
+    Ok(Some((var.clone(), init, result)))
+}
+
+/// cel-go ext.Bindings' expansion: a comprehension over an empty list whose accumulator is
+/// `var`, its condition `false`, its step `var`.
+pub(super) fn bind_comprehension(
+    helper: &mut MacroExprHelper<'_>,
+    var: String,
+    init: IdedExpr,
+    result: IdedExpr,
+) -> IdedExpr {
     let bind = ComprehensionExpr {
         iter_range: helper.next_expr(Expr::List(ListExpr::new(Vec::new()))),
         iter_var: "#unused".to_owned(),
@@ -86,7 +107,7 @@ pub(super) fn bind_macro(
         loop_step: helper.next_expr(Expr::Ident(var)),
         result,
     };
-    Ok(Some(helper.next_expr(Expr::Comprehension(Box::new(bind)))))
+    helper.next_expr(Expr::Comprehension(Box::new(bind)))
 }
 
 /// The sub-expressions of a comprehension that see its variables: the loop sees all of them,

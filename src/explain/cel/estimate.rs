@@ -17,11 +17,12 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use cel::common::ast::operators;
 use cel::common::ast::{CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedExpr, LiteralValue};
-use cel::common::ast::{ListExpr, operators};
 use cel::parser::{Macro, MacroExprHelper, ParseError};
 
 use super::bounds::namespaced;
+use super::env;
 
 // cel-go common/cost.go.
 const SELECT_AND_IDENT: u64 = 1;
@@ -74,36 +75,16 @@ fn estimating_env() -> &'static cel::Env {
     })
 }
 
-/// cel-go ext.Bindings: `cel.bind(v, init, result)` is a comprehension over an empty list whose
-/// accumulator is `v`, its condition `false`, its step `v`.
+/// cel-go ext.Bindings, always expanded: the estimate counts what cel-go's checker sees.
 fn bind_macro(
     helper: &mut MacroExprHelper<'_>,
     target: &mut Option<IdedExpr>,
     args: &mut Vec<IdedExpr>,
 ) -> Result<Option<IdedExpr>, ParseError> {
-    if !matches!(target.as_ref().map(|t| &t.expr), Some(Expr::Ident(name)) if name == "cel") {
+    let Some((var, init, result)) = env::bind_parts(helper, target, args)? else {
         return Ok(None);
-    }
-    let result = args.pop().expect("three arguments");
-    let init = args.pop().expect("three arguments");
-    let name = args.pop().expect("three arguments");
-    let Expr::Ident(var) = &name.expr else {
-        return Err(helper.new_error(
-            name.id,
-            "cel.bind() variable name must be a simple identifier",
-        ));
     };
-    let bind = ComprehensionExpr {
-        iter_range: helper.next_expr(Expr::List(ListExpr::new(Vec::new()))),
-        iter_var: "#unused".to_owned(),
-        iter_var2: None,
-        accu_var: var.clone(),
-        accu_init: init,
-        loop_cond: helper.next_expr(Expr::Literal(LiteralValue::Boolean(false.into()))),
-        loop_step: helper.next_expr(Expr::Ident(var.clone())),
-        result,
-    };
-    Ok(Some(helper.next_expr(Expr::Comprehension(Box::new(bind)))))
+    Ok(Some(env::bind_comprehension(helper, var, init, result)))
 }
 
 // ---------------------------------------------------------------------------------------------
