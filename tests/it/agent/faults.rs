@@ -114,7 +114,12 @@ fn the_api_server_stopped_and_started_again_is_waited_out() {
     cp.start_apiserver();
     let back_at = now_epoch();
     agent.log.wait_for_nth(&format!("the API server at {} works again", cp.url), 2, DEADLINE);
-    assert_eq!(agent.log.count(&recovered), 2, "{:#?}", agent.log.lines());
+    // kube-apiserver starting up may close a connection it has just answered on ("connection
+    // closed before message completed"): the agent then notes one more short outage, ended at
+    // its next answer. Never more than that one, and every outage noted is ended.
+    let paired = || outages(&agent) == agent.log.count(&recovered);
+    wait("every outage noted is ended", paired);
+    assert!(agent.log.count(&recovered) <= 3, "{:#?}", agent.log.lines());
     // Back within its backoff: its first request after the restart.
     s.audit
         .wait_until(DEADLINE, |events| events[mark..].iter().any(|e| e.at > back_at))
@@ -125,7 +130,7 @@ fn the_api_server_stopped_and_started_again_is_waited_out() {
         "first request {:.1} s after the server was ready: {first:?}",
         first.at - back_at
     );
-    assert_eq!(outages(&agent), 2, "{:#?}", problems(&agent));
+    assert!(paired(), "{:#?}", problems(&agent));
     // Nothing to write: the slice is as the agent left it...
     let mark_back = s.audit.mark();
     s.wait_resyncs(mark_back, 3);
