@@ -11,12 +11,14 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// (command words after `kubectl media`, expected lines) of each runnable block.
-fn examples(markdown: &str) -> Vec<(Vec<String>, Vec<String>)> {
+/// (command words after `kubectl media`, expected lines) of each runnable block fenced as
+/// ```` ```LANGUAGE ````.
+pub(crate) fn examples(markdown: &str, language: &str) -> Vec<(Vec<String>, Vec<String>)> {
+    let fence = format!("```{language}");
     let mut out = Vec::new();
     let mut lines = markdown.lines();
     while let Some(line) = lines.next() {
-        if line.trim() != "```text" {
+        if line.trim() != fence {
             continue;
         }
         let block: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
@@ -62,7 +64,7 @@ pub(crate) fn reads_in(expected: &[String], output: &str) -> Result<(), String> 
 fn check(document: &str, minimum: usize) {
     let path = root().join(document);
     let markdown = std::fs::read_to_string(&path).unwrap();
-    let examples = examples(&markdown);
+    let examples = examples(&markdown, "text");
     assert!(
         examples.len() >= minimum,
         "{document}: {} runnable examples, expected at least {minimum}",

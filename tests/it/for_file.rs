@@ -461,27 +461,16 @@ fn each_file_costs_one_ffprobe_run() {
 )]
 fn the_user_guide_s_film_section_reads_as_shown() {
     let guide = std::fs::read_to_string(root().join("docs/user-guide.md")).unwrap();
-    let mut lines = guide.lines();
     let mut ran = 0;
-    while let Some(line) = lines.next() {
-        if line.trim() != "```console" {
-            continue;
-        }
-        let block: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
-        let Some(command) = block
-            .first()
-            .and_then(|l| l.strip_prefix("$ kubectl media "))
-        else {
-            continue;
-        };
-        let args: Vec<&str> = command.split_whitespace().collect();
+    for (args, expected) in crate::docs::examples(&guide, "console") {
+        let command = args.join(" ");
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = run(&args);
         let printed = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        let expected: Vec<String> = block[1..].iter().map(|l| l.to_string()).collect();
         let refused = expected.iter().any(|l| l.starts_with("error: "));
         assert_eq!(
             out.status.success(),

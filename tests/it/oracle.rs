@@ -20,19 +20,8 @@ fn root() -> PathBuf {
 
 /// Every object of the YAML files (relative to the repository), Lists flattened.
 fn objects(files: &[&str]) -> Vec<Value> {
-    let mut out = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(root().join(file)).unwrap();
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let value: Value = serde::Deserialize::deserialize(document).unwrap();
-            match value.get("items").and_then(Value::as_array) {
-                Some(items) => out.extend(items.iter().cloned()),
-                None if !value.is_null() => out.push(value),
-                None => {}
-            }
-        }
-    }
-    out
+    let paths: Vec<PathBuf> = files.iter().map(|f| root().join(f)).collect();
+    crate::support::objects::from_files(&paths)
 }
 
 /// The example fleet, its nodes and the product document's classes.

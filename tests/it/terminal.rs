@@ -100,7 +100,7 @@ fn poison(value: &mut Value, names: &BTreeSet<String>, key: &str) {
 
 /// `files` poisoned into one List written in `dir`.
 fn poisoned(dir: &Path, files: &[PathBuf]) -> (String, BTreeSet<String>) {
-    let mut objects = crate::why::objects(files);
+    let mut objects = crate::support::objects::from_files(files);
     let names = names(&objects);
     for object in &mut objects {
         poison(object, &names, "");

@@ -81,23 +81,6 @@ fn text(out: &Output, code: i32) -> String {
     String::from_utf8(out.stdout.clone()).unwrap()
 }
 
-/// Every object of the YAML files, Lists flattened.
-pub(crate) fn objects(files: &[impl AsRef<std::path::Path>]) -> Vec<Value> {
-    let mut out = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(file).unwrap();
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let value: Value = serde::Deserialize::deserialize(document).unwrap();
-            match value.get("items").and_then(Value::as_array) {
-                Some(items) => out.extend(items.iter().cloned()),
-                None if !value.is_null() => out.push(value),
-                None => {}
-            }
-        }
-    }
-    out
-}
-
 /// The product document's classes and the objects of `scenarios`, to load into a control plane.
 /// The pods are kept from the real scheduler (`schedulerName`): a scenario is a recorded state,
 /// which the scheduler would decide anew, writing its own events and conditions (the flow tests
@@ -109,7 +92,7 @@ pub(crate) fn scenario_objects(scenarios: &[&str]) -> Vec<Value> {
             .iter()
             .map(|s| root().join(format!("docs/examples/why/{s}.yaml"))),
     );
-    let mut loaded = objects(&files);
+    let mut loaded = objects::from_files(&files);
     for object in &mut loaded {
         if object["kind"] == "Pod" {
             object["spec"]["schedulerName"] = "recorded-scenario".into();
@@ -1580,7 +1563,7 @@ fn every_field_of_the_record_is_documented() {
 fn archive_0_in(namespace: &str) -> Value {
     let mut files = fleet_files();
     files.push(example("why/no-gpu-qualifies.yaml"));
-    let mut pod = objects(&files)
+    let mut pod = objects::from_files(&files)
         .into_iter()
         .find(|o| o["kind"] == "Pod" && o["metadata"]["name"] == "archive-0")
         .expect("the scenario's pod");
