@@ -259,3 +259,21 @@ fn a_port_in_use_fails_the_start_in_one_line() {
         "left its state directory behind"
     );
 }
+
+/// Polls `check` every 200 ms until it gives a value, for at most `within`.
+pub(crate) fn poll<T>(
+    what: &str,
+    within: Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> Result<T, String> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = check() {
+            return Ok(value);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("{what}: not within {within:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

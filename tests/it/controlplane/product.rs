@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -191,17 +191,8 @@ pub(super) fn get(cp: &ControlPlane, args: &[&str]) -> Value {
 }
 
 /// Polls `check` until it gives a value, for at most [`WAIT`].
-pub(super) fn wait<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> Result<T, String> {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(value) = check() {
-            return Ok(value);
-        }
-        if Instant::now() >= deadline {
-            return Err(format!("{what}: not within {WAIT:?}"));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+pub(super) fn wait<T>(what: &str, check: impl FnMut() -> Option<T>) -> Result<T, String> {
+    crate::controlplane::poll(what, WAIT, check)
 }
 
 // --- pods ---------------------------------------------------------------------------------------

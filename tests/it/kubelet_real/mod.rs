@@ -222,17 +222,8 @@ fn get(cp: &ControlPlane, args: &[&str]) -> Value {
 }
 
 /// Polls `check` until it gives a value, for at most [`WAIT`].
-fn wait<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> Result<T, String> {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(value) = check() {
-            return Ok(value);
-        }
-        if Instant::now() >= deadline {
-            return Err(format!("{what}: not within {WAIT:?}"));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+fn wait<T>(what: &str, check: impl FnMut() -> Option<T>) -> Result<T, String> {
+    crate::controlplane::poll(what, WAIT, check)
 }
 
 /// The agent published before the kubelet started; the kubelet wipes the node's slices at its
