@@ -661,13 +661,15 @@ fn pinned(objects: &[Value], picks: &[(String, String, String)]) -> Result<Vec<V
 /// accepts there: asked with every request pinned to why's devices ([`pinned`]), it allocates
 /// on that node exactly those devices. Where one request's picks span sub-requests (1.35's
 /// allocator can leave a device of an abandoned sub-request in the result), no pin says that:
-/// the picks must then be the allocator's own (`verdicts`). Returns how many nodes' picks
-/// were checked.
+/// the picks must then be the allocator's own (`verdicts`). `unordered` (1.34, 1.35): the
+/// allocator tries pools in Go map order, so it is asked again, up to [`ORDER_SAMPLES`] times,
+/// until one order allocates the picks. Returns how many nodes' picks were checked.
 fn picks_are_valid(
     oracle: &mut Oracle,
     objects: &[Value],
     record: &Value,
     verdicts: &crate::support::oracle::Verdicts,
+    unordered: bool,
 ) -> Result<usize, String> {
     let mut checked = 0;
     for node in record["nodes"]["picks"].as_array().into_iter().flatten() {
@@ -693,35 +695,52 @@ fn picks_are_valid(
         subs.dedup();
         let base = |(c, r): &(&str, &str)| (c.to_string(), r.split('/').next().map(str::to_owned));
         let spanning = subs.windows(2).any(|w| base(&w[0]) == base(&w[1]));
-        let pinned_verdicts;
-        let verdicts = if spanning {
-            verdicts
+        let asked = if spanning {
+            None
         } else {
-            pinned_verdicts = oracle
-                .fleet(&pinned(objects, &picks)?, &format!("{NS}/p"))
-                .map_err(|e| e.to_string())?;
-            &pinned_verdicts
+            Some(pinned(objects, &picks)?)
         };
-        let Some(Verdict::Allocated(theirs)) = verdicts.on(name) else {
-            return Err(format!(
-                "why's picks on {name} {picks:?}: the allocator, pinned to them, says {:?}",
-                verdicts.on(name)
-            ));
-        };
-        let mut theirs: Vec<(String, String, String)> = theirs
-            .iter()
-            .flat_map(|(claim, devices)| {
-                devices
-                    .iter()
-                    .map(|(request, id)| (claim.clone(), request.clone(), id.clone()))
-            })
-            .collect();
         picks.sort();
-        theirs.sort();
-        if picks != theirs {
-            return Err(format!(
-                "why's picks on {name} {picks:?}: the allocator, pinned to them, allocates {theirs:?}"
-            ));
+        let tries = if unordered { ORDER_SAMPLES } else { 1 };
+        let mut refusal = None;
+        for attempt in 0..tries {
+            let again;
+            let answer = match (&asked, attempt) {
+                (None, 0) => verdicts,
+                (asked, _) => {
+                    again = oracle
+                        .fleet(asked.as_deref().unwrap_or(objects), &format!("{NS}/p"))
+                        .map_err(|e| e.to_string())?;
+                    &again
+                }
+            };
+            refusal = match answer.on(name) {
+                Some(Verdict::Allocated(theirs)) => {
+                    let mut theirs: Vec<(String, String, String)> = theirs
+                        .iter()
+                        .flat_map(|(claim, devices)| {
+                            devices
+                                .iter()
+                                .map(|(request, id)| (claim.clone(), request.clone(), id.clone()))
+                        })
+                        .collect();
+                    theirs.sort();
+                    (picks != theirs).then(|| {
+                        format!(
+                            "why's picks on {name} {picks:?}: the allocator, pinned to them, allocates {theirs:?}"
+                        )
+                    })
+                }
+                other => Some(format!(
+                    "why's picks on {name} {picks:?}: the allocator, pinned to them, says {other:?}"
+                )),
+            };
+            if refusal.is_none() {
+                break;
+            }
+        }
+        if let Some(refusal) = refusal {
+            return Err(refusal);
         }
         checked += 1;
     }
@@ -739,15 +758,19 @@ fn compare(release: &str, oracle: &mut Oracle, seed: u64) -> Result<usize, Strin
     let unordered = matches!(release, "1.34" | "1.35");
     let mut problem = String::new();
     if mine == theirs {
-        match picks_are_valid(oracle, &objects, &record, &verdicts) {
+        match picks_are_valid(oracle, &objects, &record, &verdicts, unordered) {
             Ok(checked) => return Ok(checked),
             Err(e) => problem = format!(" ({e})"),
         }
     } else if unordered && one_of_the_orders(oracle, &objects, &mine)? {
-        if notes_the_order(&record) {
-            return picks_are_valid(oracle, &objects, &record, &verdicts);
+        if !notes_the_order(&record) {
+            problem = " (why's verdict is the allocator's in another pool order, but why does not note that the order is not fixed)".to_owned();
+        } else {
+            match picks_are_valid(oracle, &objects, &record, &verdicts, unordered) {
+                Ok(checked) => return Ok(checked),
+                Err(e) => problem = format!(" ({e})"),
+            }
         }
-        problem = " (why's verdict is the allocator's in another pool order, but why does not note that the order is not fixed)".to_owned();
     }
     // The fleet as a file `why -f` and the oracle's plain mode read, to run by hand.
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("oracle-disagreements");
@@ -1037,7 +1060,7 @@ fn picks_the_allocator_refuses_are_caught() {
         .fleet(&objects, &format!("{NS}/p"))
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
-        picks_are_valid(&mut oracle, &objects, &record, &verdicts),
+        picks_are_valid(&mut oracle, &objects, &record, &verdicts, false),
         Ok(1),
         "why's own picks: {}",
         record["nodes"]["picks"]
@@ -1047,7 +1070,7 @@ fn picks_the_allocator_refuses_are_caught() {
     assert_eq!(devices[0]["device"], "gpu0", "r0 takes the arc GPU");
     devices[0]["device"] = json!("gpu1");
     devices[1]["device"] = json!("gpu0");
-    let refused = picks_are_valid(&mut oracle, &objects, &wrong, &verdicts);
+    let refused = picks_are_valid(&mut oracle, &objects, &wrong, &verdicts, false);
     assert!(
         refused.as_ref().is_err_and(|e| e.contains("pinned")),
         "{refused:?}"
@@ -1057,7 +1080,7 @@ fn picks_the_allocator_refuses_are_caught() {
         .as_array_mut()
         .unwrap()
         .pop();
-    let refused = picks_are_valid(&mut oracle, &objects, &short, &verdicts);
+    let refused = picks_are_valid(&mut oracle, &objects, &short, &verdicts, false);
     assert!(
         refused.as_ref().is_err_and(|e| e.contains("no device")),
         "{refused:?}"
