@@ -52,7 +52,9 @@ use k8s_openapi::api::resource::v1::{
     DeviceToleration, ResourceClaimSpec,
 };
 
-use super::cel::{DeviceValue, Outcome, Quantity as CelQuantity, Selector, Validation};
+use super::cel::{
+    ConversionError, DeviceValue, Outcome, Quantity as CelQuantity, Selector, Validation,
+};
 use super::{AttributeValue, DeviceId, DeviceView, NodeInfo, OwnedAttribute, split_qualified};
 
 /// The most devices one claim can be allocated (k8s.io/api resource/v1 `AllocationResultsMaxSize`).
@@ -385,7 +387,7 @@ pub struct Allocator<'a, D: DeviceView> {
     /// of 80,000 devices has a few dozen classes.
     class_of: Vec<usize>,
     /// Per class: the CEL value, built from the class's first device.
-    values: Vec<Option<Result<DeviceValue<'a>, String>>>,
+    values: Vec<Option<Result<DeviceValue<'a>, ConversionError>>>,
     outcomes: HashMap<(usize, usize), Outcome, Fast>,
 }
 
@@ -973,13 +975,13 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 &self.fleet.devices[index],
             ),
             // The scheduler fails the same way: its DeviceMatches returns the conversion error.
-            Err(message) => super::diagnose::Finding::RuntimeError {
+            Err(e) => super::diagnose::Finding::RuntimeError {
                 clause: super::diagnose::Clause {
                     index: 0,
                     text: expression.to_owned(),
                     reads: Vec::new(),
                 },
-                message: message.clone(),
+                message: e.to_string(),
             },
         }
     }
@@ -1325,7 +1327,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         let outcome = match value {
             Ok(value) => self.selectors[selector].evaluate(value),
             // The scheduler fails the same way: DeviceMatches returns the conversion error.
-            Err(e) => Outcome::RuntimeError(e.clone()),
+            Err(e) => Outcome::RuntimeError(e.to_string()),
         };
         self.outcomes.insert((selector, class), outcome.clone());
         outcome

@@ -590,7 +590,7 @@ spec:
         );
         let value = crate::explain::cel::DeviceValue::new(device, 36);
         assert_eq!(
-            value.as_ref().err().map(String::as_str),
+            value.err().map(|e| e.to_string()).as_deref(),
             Some("attribute media.liken.sh/codecs: unsupported attribute value")
         );
     }

@@ -34,7 +34,7 @@ mod semver;
 mod strings;
 
 pub(crate) use bounds::COST_LIMIT_EXCEEDED;
-pub(crate) use device::DeviceValue;
+pub(crate) use device::{ConversionError, DeviceValue};
 pub(crate) use quantity::Quantity;
 
 /// The result of evaluating one selector on one device.
@@ -251,9 +251,9 @@ fn compile_within(expression: &str, validation: Validation) -> Result<Compiled, 
     if bounds::nesting_depth(&expr) > bounds::MAX_RECURSION_DEPTH {
         return Err(Failure::Gap(refused(bounds::Refusal::Depth)));
     }
-    device::check_device_fields(&expr).map_err(Failure::Gap)?;
-    env::check_kubernetes_calls(&expr).map_err(Failure::Gap)?;
-    strings::check_literal_regexes(&expr).map_err(Failure::Error)?;
+    device::check_device_fields(&expr).map_err(|e| Failure::Gap(e.to_string()))?;
+    env::check_kubernetes_calls(&expr).map_err(|e| Failure::Gap(e.to_string()))?;
+    strings::check_literal_regexes(&expr).map_err(|e| Failure::Error(e.to_string()))?;
     if let Validation::New { minor } = validation {
         // Parsed again for the estimate, with `cel.bind` as cel-go expands it.
         let estimate = estimate::estimate(expression, minor).ok_or_else(|| {
@@ -289,7 +289,7 @@ pub fn evaluate_one(expression: &str, device: &dyn DeviceView, minor: u32) -> Ou
     match DeviceValue::new(device, minor) {
         Ok(value) => selector.evaluate(&value),
         // The scheduler fails the same way: DeviceMatches returns the conversion error.
-        Err(e) => Outcome::RuntimeError(e),
+        Err(e) => Outcome::RuntimeError(e.to_string()),
     }
 }
 
