@@ -76,8 +76,34 @@ pub enum AgentError {
     #[error("the {0} stopped unexpectedly")]
     LoopStopped(&'static str),
     /// A loop failed.
-    #[error("the {what} failed: {message}")]
-    LoopFailed { what: &'static str, message: String },
+    #[error("the {what} failed: {source}")]
+    LoopFailed {
+        what: &'static str,
+        source: LoopError,
+    },
+}
+
+/// Why a loop of the agent failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopError {
+    #[error(transparent)]
+    Kubelet(#[from] KubeletError),
+    /// The health server.
+    #[error(transparent)]
+    Health(#[from] std::io::Error),
+    /// The loop's task panicked.
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// `RUST_LOG` is not a filter.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "RUST_LOG={text:?} is not a log filter: {source} (hint: RUST_LOG=info, RUST_LOG=debug or RUST_LOG=info,kube_client=debug)"
+)]
+pub struct LogFilterError {
+    text: String,
+    source: tracing_subscriber::filter::ParseError,
 }
 
 /// The targets of the Kubernetes client library, whose own events are off unless `RUST_LOG`
@@ -88,11 +114,14 @@ pub(crate) const CLIENT_LOG_TARGETS: [&str; 2] = ["kube_client", "kube_runtime"]
 
 /// The log filter for `RUST_LOG` (default `info`), with the client library's own events off
 /// unless `RUST_LOG` names one of [`CLIENT_LOG_TARGETS`] (`RUST_LOG=info,kube_client=debug`).
-pub fn log_filter(rust_log: Option<&str>) -> Result<EnvFilter, String> {
+pub fn log_filter(rust_log: Option<&str>) -> Result<EnvFilter, LogFilterError> {
     let text = rust_log.filter(|s| !s.trim().is_empty()).unwrap_or("info");
-    let mut filter = EnvFilter::builder().parse(text).map_err(|e| {
-        format!("RUST_LOG={text:?} is not a log filter: {e} (hint: RUST_LOG=info, RUST_LOG=debug or RUST_LOG=info,kube_client=debug)")
-    })?;
+    let mut filter = EnvFilter::builder()
+        .parse(text)
+        .map_err(|source| LogFilterError {
+            text: text.to_owned(),
+            source,
+        })?;
     if !CLIENT_LOG_TARGETS.iter().any(|t| text.contains(t)) {
         for target in CLIENT_LOG_TARGETS {
             if let Ok(directive) = format!("{target}=off").parse() {
@@ -176,11 +205,11 @@ pub async fn run_with(
     let (gpus_tx, gpus_rx) = watch::channel(None);
 
     // Loops that serve until told to stop: they get the stop signal and are awaited.
-    let mut serving: JoinSet<(&'static str, Result<(), String>)> = JoinSet::new();
+    let mut serving: JoinSet<(&'static str, Result<(), LoopError>)> = JoinSet::new();
     serving.spawn({
         let stop = stopped();
         async move {
-            let result = plugin.run(stop).await.map_err(|e| e.to_string());
+            let result = plugin.run(stop).await.map_err(LoopError::from);
             ("kubelet plugin", result)
         }
     });
@@ -191,7 +220,7 @@ pub async fn run_with(
         async move {
             let result = health::serve(listener, health, registration, stop)
                 .await
-                .map_err(|e| e.to_string());
+                .map_err(LoopError::from);
             ("health server", result)
         }
     });
@@ -258,16 +287,16 @@ pub async fn run_with(
         Some(done) = serving.join_next() => {
             health.loops_stopped.fetch_add(1, Ordering::Relaxed);
             Err(match done {
-                Ok((what, Err(message))) => AgentError::LoopFailed { what, message },
+                Ok((what, Err(source))) => AgentError::LoopFailed { what, source },
                 Ok((what, Ok(()))) => AgentError::LoopStopped(what),
-                Err(e) => AgentError::LoopFailed { what: "agent task", message: e.to_string() },
+                Err(e) => AgentError::LoopFailed { what: "agent task", source: e.into() },
             })
         }
         Some(done) = working.join_next() => {
             health.loops_stopped.fetch_add(1, Ordering::Relaxed);
             Err(match done {
                 Ok(what) => AgentError::LoopStopped(what),
-                Err(e) => AgentError::LoopFailed { what: "agent task", message: e.to_string() },
+                Err(e) => AgentError::LoopFailed { what: "agent task", source: e.into() },
             })
         }
     };
@@ -282,8 +311,8 @@ pub async fn run_with(
     working.abort_all();
     let drained = tokio::time::timeout(SHUTDOWN_BOUND, async {
         while let Some(done) = serving.join_next().await {
-            if let Ok((what, Err(message))) = done {
-                warn!("{what} stopped with an error: {message}");
+            if let Ok((what, Err(e))) = done {
+                warn!("{what} stopped with an error: {e}");
             }
         }
     })
@@ -501,7 +530,7 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(!named.contains("kube_client=off"), "{named}");
-        let err = log_filter(Some("info,foo=loud")).unwrap_err();
+        let err = log_filter(Some("info,foo=loud")).unwrap_err().to_string();
         assert!(
             err.starts_with("RUST_LOG=\"info,foo=loud\" is not a log filter"),
             "{err}"
