@@ -1,19 +1,8 @@
-//! What the agent tells the kubelet's probes and Prometheus, on one port:
-//!
-//! - `/healthz`: 200 while every loop of the agent runs and makes progress (prober, publisher,
-//!   kubelet plugin). Each loop holds a [`Heartbeat`] and says, at every step, by when it will
-//!   beat again ("within my rescan interval", "within one API call's timeout", "within this
-//!   probe's budget"); a loop past that promise plus [`Liveness`]'s margin is wedged (a deadlock,
-//!   a blocking call on the runtime) and makes `/healthz` 500 so the kubelet restarts the pod. A
-//!   stopped loop makes it 500 too. An API server outage does not fail it: every API call is
-//!   bounded, restarting would not help, and the publisher retries on its own.
-//! - `/readyz`: 200 once the slice has been published and the kubelet has registered the plugin,
-//!   503 with the missing part(s) before, and while the API server refuses the agent's writes.
-//!   The body also carries warnings that do not make the agent unready: a field the API server
-//!   dropped or changed, GPUs of the node that the agent's claim did not bring.
-//! - `/metrics`: Prometheus text format (OpenMetrics), see [`Metrics`].
-//!
-//! The state is atomics and small mutexes shared with the loops; the server only reads it.
+//! What the agent tells the kubelet's probes and Prometheus, on one port: `/healthz` fails when a
+//! loop is wedged past its [`Heartbeat`]'s promise or stopped (never for an API outage: restarting
+//! would not help); `/readyz` waits for the published slice and the kubelet's registration, and
+//! carries warnings; `/metrics` is [`Metrics`]. docs/operations.md documents all three. The state
+//! is atomics and small mutexes the loops share; the server only reads it.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};

@@ -1,21 +1,9 @@
-//! The agent as a whole: binds what must be bound (kubelet sockets, health port) so that a
-//! mistake fails at start, then runs its loops side by side until SIGTERM/SIGINT:
+//! The agent as a whole: binds what must be bound (kubelet sockets, health port) so that a mistake
+//! fails at start, then runs its loops side by side until SIGTERM/SIGINT: the prober
+//! ([`probe_loop`]), the publisher, the render-node check, the kubelet plugin, the health server.
 //!
-//! - the prober: probes at start, then lists the render nodes (or the `--reports` directory)
-//!   every `--rescan-interval` and probes again when the listing changes. Polling a readdir was
-//!   chosen over inotify: /dev/dri in a container is a devtmpfs or bind mount where inotify
-//!   events for device nodes added by the host are not reliable, and one readdir every few
-//!   seconds costs nothing measurable. A GPU whose driver query failed is asked again after
-//!   30 s, doubling up to 30 min, so a driver that was not ready at boot does not need a restart;
-//! - the publisher ([`crate::agent::publisher`]);
-//! - the comparison of liken's render nodes with the agent's GPUs
-//!   ([`crate::agent::render_nodes`]);
-//! - the kubelet plugin ([`crate::agent::kubelet`]);
-//! - the health server ([`crate::agent::health`]).
-//!
-//! Each loop but the health server holds a heartbeat, so `/healthz` fails when one is wedged.
-//! A loop that stops on its own is a bug or an unrecoverable condition: the agent then exits
-//! with an error and the kubelet restarts it.
+//! Each loop but the health server holds a heartbeat, so `/healthz` fails when one is wedged. A
+//! loop that stops on its own ends the agent with an error, and the kubelet restarts it.
 
 use std::future::Future;
 use std::path::Path;
@@ -372,6 +360,8 @@ pub(crate) fn listing(watched: &Watched) -> std::io::Result<Listing> {
 }
 
 /// Probes now and whenever the listing changes; sends each new set of GPUs to the publisher.
+/// A readdir poll, not inotify: inotify misses device nodes the host adds to a container's
+/// /dev/dri. A failed driver query is asked again from 30 s, doubling up to 30 min.
 async fn probe_loop(
     source: ProbeSource,
     watched: Watched,

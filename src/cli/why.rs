@@ -1,13 +1,10 @@
-//! `kubectl media why`: why a pod's claims stay Pending, device by device. Gathers the pod,
-//! its claims, their templates and classes, every ResourceSlice, the other claims'
-//! allocations, the nodes and the pod's events (from the cluster, or `-f` files), hands them to
-//! [`crate::explain::pod`], and renders the [`Diagnosis`] ([`render`], in the words of
-//! [`words`]) as text, or as JSON/YAML in the schema docs/why-format.md documents.
+//! `kubectl media why`: why a pod's claims stay Pending, device by device. Gathers the objects
+//! (from the cluster or `-f` files), hands them to [`crate::explain::pod`], and renders the
+//! [`Diagnosis`] ([`render`], in the words of [`words`]) as text, JSON or YAML
+//! (docs/why-format.md).
 //!
-//! Exit codes: 0 when nothing in the fleet blocks the claims (allocated, or allocatable now), 3
-//! when some claim cannot be allocated, 4 when the devices allow them but what could still rule
-//! the nodes out was not read (no verdict is built on data we lack), 1 for errors (ResourceSlices
-//! or DeviceClasses that cannot be read among them), 2 for usage errors.
+//! Exit codes: 0 nothing blocks the claims, 3 some claim cannot be allocated, 4 undecided (what
+//! could rule the nodes out was not read), 1 errors, 2 usage errors.
 
 mod render;
 pub(crate) mod words;

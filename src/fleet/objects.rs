@@ -1,20 +1,9 @@
 //! Kubernetes objects as `kubectl media` reads them, and the one reader that turns API responses
-//! and files (`-f`) into them, so that a file gives the same result as the cluster it came from.
-//!
-//! Every kind a command needs is routed by `kind` and `apiVersion`, from Lists (typed ones such
-//! as `ResourceSliceList`, whose items carry no kind, and kubectl's `List`), multi-document YAML
-//! and single objects: Pods, ResourceClaims, ResourceClaimTemplates, DeviceClasses and Nodes and
-//! Events are few and small, so they are the faithful `k8s-openapi` types; ResourceSlices are
-//! many (thousands of slices, tens of thousands of devices), so they get a model of their own,
-//! read in one pass straight from the text. A device keeps every attribute of every domain
-//! under its fully qualified name (an unqualified name belongs to the slice's driver, as the
-//! scheduler reads it), typed, with its capacities, `allowMultipleAllocations` and taints.
-//! Names and string values are interned ([`Ustr`]): a fleet repeats the same few hundred
-//! strings a million times.
-//!
-//! Odd content never fails a whole listing: an attribute of no readable type is kept as
-//! [`Value::Invalid`], and an object of a known kind that does not have its kind's shape is
-//! skipped with a note naming it. Unknown kinds are passed over in silence.
+//! and files into them. Lists, multi-document YAML and single objects are routed by `kind` and
+//! `apiVersion`; the few small kinds are the `k8s-openapi` types, ResourceSlices a model of their
+//! own read in one pass, every attribute under its qualified name, strings interned ([`Ustr`]). Odd
+//! content never fails a listing: an unreadable value is [`Value::Invalid`], a misshapen object is
+//! skipped with a note, unknown kinds are passed over.
 
 use std::fmt;
 
