@@ -4,6 +4,7 @@
 //! carries warnings; `/metrics` is [`Metrics`]. docs/operations.md documents all three. The state
 //! is atomics and small mutexes the loops share; the server only reads it.
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -24,13 +25,22 @@ use tokio::sync::watch;
 
 use crate::agent::kubelet::RegistrationState;
 
-/// The line `/readyz` and the log show when the API server dropped `allowMultipleAllocations`.
-pub(crate) const DROPPED_FIELD_WARNING: &str = "the API server dropped allowMultipleAllocations from the \
-     media.liken.sh devices (the DRAConsumableCapacity feature gate is off, as by default in \
-     Kubernetes 1.34 and 1.35): each GPU's statement can now back only one claim at a time, so a \
-     second pod claiming the same GPU's capabilities stays Pending (hint: enable the \
-     DRAConsumableCapacity feature gate on kube-apiserver and kube-scheduler, then restart this \
-     DaemonSet to republish)";
+/// The API server dropped `allowMultipleAllocations`: the words `/readyz` and the log say.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DroppedField;
+
+impl fmt::Display for DroppedField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "the API server dropped allowMultipleAllocations from the media.liken.sh devices \
+             (the DRAConsumableCapacity feature gate is off, as by default in Kubernetes 1.34 \
+             and 1.35): each GPU's statement can now back only one claim at a time, so a second \
+             pod claiming the same GPU's capabilities stays Pending (hint: enable the \
+             DRAConsumableCapacity feature gate on kube-apiserver and kube-scheduler, then \
+             restart this DaemonSet to republish)",
+        )
+    }
+}
 
 /// The labels of the refusal counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -62,7 +72,7 @@ pub struct Metrics {
     pub writes: Family<WriteLabels, Counter>,
     /// Unix time of the last successful publish (a write, or finding the stored slice up to date).
     pub last_publish: Gauge<f64, AtomicU64>,
-    /// 1 when the API server dropped `allowMultipleAllocations` (see [`DROPPED_FIELD_WARNING`]).
+    /// 1 when the API server dropped `allowMultipleAllocations` (see [`DroppedField`]).
     pub dropped_field: Gauge,
     /// 1 while the kubelet has registered the plugin.
     pub kubelet_registered: Gauge,
@@ -427,7 +437,7 @@ async fn readyz(State(s): State<Served>) -> impl IntoResponse {
         format!("not ready: {}\n", missing.join("; "))
     };
     if s.health.dropped_field.load(Ordering::Relaxed) {
-        body.push_str(&format!("warning: {DROPPED_FIELD_WARNING}\n"));
+        body.push_str(&format!("warning: {DroppedField}\n"));
     }
     for note in [&s.health.server_changes, &s.health.not_in_claim] {
         if let Some(note) = Health::note(note) {

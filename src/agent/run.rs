@@ -128,10 +128,8 @@ pub(crate) async fn client(config: &AgentConfig) -> Result<(kube::Client, String
         context: None,
     })
     .await?;
-    // The client's own retries (429, 503 and 504, up to 15 times with a delay that doubles
-    // from 5 ms) would hide an answer for minutes, and with it the problem from the log and the
-    // liveness check; every loop retries with its own backoff and jitter instead, honouring
-    // the server's Retry-After.
+    // The client's own retries (up to 15, on 429/503/504) would hide a problem for minutes;
+    // every loop retries with its own backoff and jitter, honouring Retry-After.
     kube_config.default_retry = false;
     let url = kube_config.cluster_url.to_string();
     let url = url.trim_end_matches('/').to_string();
@@ -289,12 +287,8 @@ pub async fn run_with(
         }
     };
 
-    // Stop serving: the kubelet plugin closes and removes its sockets, the health server stops
-    // accepting. The ResourceSlice is deliberately LEFT IN PLACE: during a rolling update the new
-    // pod registers with the kubelet and takes the slice over well before the kubelet's 30 s
-    // wipe after our plugin goes away, so the scheduler never sees this node's media devices
-    // vanish. If no agent comes back (the DaemonSet was deleted), the kubelet's wipe removes the
-    // slice, and its ownerReference removes it with the Node.
+    // The slice stays: in a rolling update the new pod takes it over before the kubelet's 30 s
+    // wipe; with no agent back, that wipe (or the Node's ownerReference) removes it.
     let _ = stop_tx.send(true);
     working.abort_all();
     let drained = tokio::time::timeout(SHUTDOWN_BOUND, async {

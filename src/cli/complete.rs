@@ -86,10 +86,8 @@ impl ValueCompleter for CapabilityCompleter {
 pub(crate) fn complete(cmd: &mut clap::Command, words: &[OsString]) -> String {
     // Global flags are the subcommands' too once built.
     cmd.build();
-    // clap_complete's engine passes over a flag the command does not have (it cannot tell it
-    // from a value), and would then complete the next word as if the flag were not there:
-    // `caps --kubernetes-version <TAB>` (a flag of `why`) would be answered as `caps <TAB>`.
-    // The command line cannot run as typed; offer nothing, as Cobra's error directive says.
+    // The engine passes over a flag the command lacks and would answer `caps --kubernetes-version
+    // <TAB>` as `caps <TAB>`; a line that cannot run gets nothing (Cobra's error directive).
     if unknown_flag(cmd, words).is_some() {
         return format!(":{ERROR}\n");
     }

@@ -44,10 +44,8 @@ const GLOBAL: &str = "Global options";
 /// The media-capabilities agent publishes one media.liken.sh device per GPU, stating what its
 /// driver can do. These commands list those statements, write claims for them, and explain why
 /// a claim stays Pending.
-// `args_override_self`: a flag given twice takes its last value (`-o wide -o json` is
-// `-o json`), as kubectl's (pflag's) do, since aliases and wrappers put flags in front of the
-// user's; clap's default is an error. It applies to every subcommand, and not to the flags that
-// collect values (`-f`, `--decode`, `--node`: clap's Append), which keep every one given.
+// `args_override_self`: a flag given twice takes its last value, as in kubectl (aliases put
+// flags before the user's); flags that collect values (`-f`, `--decode`) keep every one.
 #[derive(Debug, Parser)]
 #[command(
     name = "kubectl-media",

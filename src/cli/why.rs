@@ -344,10 +344,8 @@ fn not_found(
     same: &SameInput,
     from_files: bool,
 ) -> Error {
-    // From files without -n the namespace was not the user's choice: close names come from
-    // every namespace the files hold, as with -A; so do they with -n when that namespace has
-    // none. (The name itself in another namespace keeps its `add -n` hint.) The files are all
-    // there is: no hint points at the cluster.
+    // From files the namespace was not chosen (no -n), or holds no close name: close names come
+    // from every namespace the files hold, and no hint points at the cluster.
     let in_files = |similar: &[String], elsewhere: &[String]| {
         from_files
             && !global.kube.all_namespaces

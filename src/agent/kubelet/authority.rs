@@ -58,11 +58,8 @@ where
     let (mut server_read, mut server_write) = tokio::io::split(server);
     let requests = async {
         let ended = forward_requests(client_read, &mut server_write, role).await;
-        // However the client's side ended (its end of stream, a reset, a failed write towards
-        // the server), h2 must see the end too. Dropping this half alone does not close the
-        // in-memory stream, and h2 would wait for the vanished client for ever: at a graceful
-        // shutdown, for the ACK of its PING, which holds up the agent's stop until the drain
-        // timeout.
+        // However the client's side ended, h2 must see the end: dropping this half does not
+        // close the duplex, and h2 would wait for ever (at shutdown, for its PING's ACK).
         let _ = server_write.shutdown().await;
         ended
     };

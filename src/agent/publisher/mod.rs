@@ -28,9 +28,7 @@ use tracing::{info, warn};
 use self::compare::{Change, FieldPath, stored_changes};
 use self::decide::{Action, Event, Plan, State, Stray, decide, plan, selector};
 use crate::agent::api::{API_CALL_TIMEOUT, ApiCause, api_answered, api_unanswered};
-use crate::agent::health::{
-    DROPPED_FIELD_WARNING, Health, Heartbeat, RefusalLabels, WriteLabels, human,
-};
+use crate::agent::health::{DroppedField, Health, Heartbeat, RefusalLabels, WriteLabels, human};
 use crate::catalogue::DRIVER;
 use crate::node::device::GpuDevice;
 
@@ -483,7 +481,7 @@ impl Publisher {
             let dropped = aside.iter().any(|c| c.path.is_gate_field());
             if self.health.set_dropped_field(dropped) {
                 if dropped {
-                    warn!("{DROPPED_FIELD_WARNING}");
+                    warn!("{DroppedField}");
                 } else {
                     info!("the API server keeps allowMultipleAllocations again");
                 }
