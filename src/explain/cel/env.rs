@@ -251,9 +251,9 @@ pub(super) fn check_kubernetes_calls(expr: &IdedExpr) -> Result<(), UnknownOverl
             && (call.target.is_some() != *member || !arities.contains(&call.args.len()))
         {
             problem = Some(UnknownOverload {
-                name: *name,
+                name,
                 member: *member,
-                arities: *arities,
+                arities,
             });
         }
     });
