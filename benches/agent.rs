@@ -1,19 +1,10 @@
-//! What one agent costs: the real `media-capabilities` binary with 8 recorded GPUs against the
-//! real kube-apiserver (tests/controlplane), as the cluster's admin. Prints the time from start
-//! to the slice being stored, the steady-state RSS, and the CPU time and API requests over a
-//! window of steady state (`AGENT_BENCH_SECONDS`, default 60; a 2 s smoke run under
+//! What one agent costs: the real `media-capabilities` with 8 recorded GPUs against the real
+//! kube-apiserver. Prints the time to the stored slice, steady-state RSS, and CPU time and API
+//! requests over a steady window, counted by the server (`apiserver_request_total`, open watches);
+//! baselines from the same run: a process's time to its first log line, the window's wall clock.
+//!
+//! Run: `cargo bench --bench agent` (`AGENT_BENCH_SECONDS`, default 60; a 2 s smoke run under
 //! `cargo test`).
-//!
-//! Requests are the API server's own count (`apiserver_request_total` of its /metrics): those
-//! on ResourceSlices and Nodes other than watches, which at rest no other client of this
-//! cluster sends (the scheduler and the controllers only watch them), and the watches on
-//! ResourceSlices the agent holds open (`apiserver_longrunning_requests`, less those open
-//! before it started).
-//!
-//! Baselines measured in the same run: the time from spawning the process to its first log
-//! line (what any program pays to start), and the window's wall-clock time for CPU.
-//!
-//! Run: `cargo bench --bench agent` (or `AGENT_BENCH_SECONDS=10 cargo bench --bench agent`).
 
 #[path = "../tests/it/support/mod.rs"]
 mod support;

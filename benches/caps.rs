@@ -1,27 +1,11 @@
-//! `kubectl media caps` on a fleet of 5,000 nodes × 8 GPUs (40,000 GPUs; a liken.sh and a
-//! media.liken.sh slice per node, 10,000 slices, built from the example fleet's recorded probes
-//! with the agent's own code), stored through the API in the real kube-apiserver
-//! (tests/controlplane). Reports, in one run:
+//! `kubectl media caps` on 40,000 GPUs (5,000 nodes × 8, 10,000 slices from the example fleet's
+//! probes) in the real kube-apiserver, against `kubectl get resourceslices` run by turns; from a
+//! file; where the time goes (server, transfer, loopback, CPU); peak RSS; and `--claims`.
 //!
-//! - how long storing the fleet took;
-//! - `caps` against the server and `kubectl get resourceslices` (the baseline: what a user runs
-//!   without the plugin), their runs interleaved so that a loaded machine slows both alike;
-//! - `caps -f fleet.json` on the same slices (no server: reading, parsing and rendering);
-//! - where `caps`'s time goes: the pages `caps` asks for, fetched with curl, split into the
-//!   server's time to the first byte and the transfer after it, as JSON and as protobuf;
-//!   the loopback's own speed; and the CPU time of the `caps` process;
-//! - the peak RSS of the `caps` runs next to the size of the fleet's JSON;
-//! - `caps --claims -f fleet.json -f claims.json` with one allocated claim per GPU, against `caps`
-//!   without `--claims` on the same files and on the fleet alone (goal: within 1.5x).
-//!
-//! Goals (issues 13 and 23): `caps` ≥ 10× faster than `kubectl get` (median against median),
-//! ≤ 0.3 s from a file, peak memory ≤ 2× the JSON.
-//! Run: `cargo bench --bench caps` (`CAPS_BENCH_NODES=500` for a quicker look).
-//!
-//! `CAPS_BENCH_BASELINE=/path/to/kubectl-media` also runs an older build of the plugin (say, the
-//! commit before a change to the read path, built into another target dir) on the same fleet,
-//! its runs interleaved with this build's, and prints this build's time and memory as ratios
-//! of the baseline's.
+//! Goals (issues 13 and 23): ≥ 10× faster than `kubectl get`, ≤ 0.3 s from a file, peak memory ≤ 2×
+//! the JSON, `--claims` within 1.5×. Run: `cargo bench --bench caps` (`CAPS_BENCH_NODES=500` for a
+//! quicker look; `CAPS_BENCH_BASELINE=/path/to/kubectl-media` also runs an older build, by turns,
+//! and prints ratios).
 
 #[path = "../tests/it/support/mod.rs"]
 mod support;

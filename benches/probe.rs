@@ -1,15 +1,8 @@
-//! The agent's own cost per GPU beyond the driver's initialisation (issue 4, Performance; target
-//! ≤ 10 ms per GPU), measured with recorded reports: the real `media-capabilities __probe-gpu`
-//! child replays the report of docs/report-format.md instead of calling libva, so everything the
-//! agent adds is timed — spawning the child, its start-up, printing and parsing the report, the
-//! timeout machinery — and the driver's own work is not. The baseline, measured in the same run,
-//! spawns a trivial process (`/bin/true`) the same way.
-//!
-//! Where libva is installed (`cfg(have_libva)`), the same report is also probed through the real
-//! libva: the child loads libva, which loads the test VA driver of `tests/vadriver` on a fake node
-//! (tests/it/support/vadriver.rs), and the driver answers from the report. That is the cost per GPU
-//! of everything but a real driver's own work, set against the `--from` path (reading the record
-//! and deriving its attributes, no child at all) in the same run.
+//! The agent's own cost per GPU beyond the driver's initialisation (issue 4: ≤ 10 ms per GPU): the
+//! real `__probe-gpu` child replays a recorded report, so spawning, start-up, the report's printing
+//! and parsing and the timeout machinery are timed, and the driver's work is not; the baseline
+//! spawns `/bin/true` the same way. With libva installed (`cfg(have_libva)`), the same report is
+//! also probed through the real libva and the test VA driver, against the `--from` path.
 //!
 //! Run: `cargo bench --bench probe`.
 

@@ -15,13 +15,8 @@ use owo_colors::OwoColorize;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    // No transparent huge pages. mimalloc asks for them by default, and when the machine's
-    // memory is fragmented the kernel compacts it inside the page fault: `caps` on 40,000 GPUs
-    // then took 0.4-0.8 s, mostly system time, one run in three instead of 0.2 s, and its peak
-    // RSS was 2.1x the fleet's JSON instead of 1.6x, since each first touch zeroes 2 MiB
-    // (benches/caps.rs). The `no_thp` feature stops mimalloc's madvise; this also covers
-    // kernels set to THP "always" (RHEL, Fedora). It is a tuning hint: a kernel without
-    // PR_SET_THP_DISABLE (before 3.15) runs the plugin as before.
+    // No transparent huge pages (also where THP is "always"): compaction in page faults made
+    // `caps` on 40,000 GPUs 2-4x slower one run in three (benches/caps.rs). A hint only.
     let _ = nix::sys::prctl::set_thp_disable(true);
     let args: Vec<_> = std::env::args_os().collect();
     let result = match cli::parse(args) {

@@ -1,15 +1,9 @@
-//! An API server's error answer, read as client-go reads it.
-//!
-//! kube-apiserver answers most failures with a `Status`, but not all: its priority-and-fairness
-//! and max-in-flight filters, and the one that turns clients away while it shuts down, answer
-//! 429 with Go's `http.Error`, a line of plain text and a `Retry-After` header
-//! (k8s.io/apiserver `pkg/server/filters`); a proxy or load balancer in front of it answers with
-//! its own page. client-go makes a `Status` of what came instead (the text as the message,
-//! `retryAfterSeconds` from the header: `newUnstructuredResponseError` in rest/request.go) and
-//! waits as the header asks before it retries (`checkWait`: a 429 or a 5xx with a
-//! `Retry-After` of whole seconds). kube-rs reads only the body, so both programs read error
-//! answers here: the plugin in its own request path (`crate::fleet::cluster`), the agent
-//! through [`ErrorAnswers`] in front of kube-rs's.
+//! An API server's error answer, read as client-go reads it: not every answer is a `Status`
+//! (kube-apiserver's 429s from its flow-control filters are plain text with `Retry-After`, a load
+//! balancer answers with its own page), so what came instead becomes one, with `retryAfterSeconds`
+//! from the header (rest/request.go `newUnstructuredResponseError`, `checkWait`). kube-rs reads
+//! only the body: the plugin reads answers here in `crate::fleet::cluster`, the agent through
+//! [`ErrorAnswers`] in front of kube-rs.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -1,14 +1,8 @@
 //! The capability catalogue: every attribute a `media.liken.sh` device carries, what it means and
-//! where its value comes from.
-//!
-//! This is the one definition of those names. The agent publishes them, `kubectl media class`
-//! writes CEL over them, `caps` and `why` read them back, and the docs and shell completions are
-//! generated from them. Adding a capability means adding a variant here; the compiler then points
-//! at every `match` that has to learn about it (the VA rules in particular), so no part of the
-//! project can silently disagree about the set.
-//!
-//! The VA rule *texts* live here for documentation; the rules themselves are applied in exactly
-//! one function of the VA module.
+//! where its value comes from. The one definition of those names: the agent, `class`, `caps`,
+//! `why`, the docs and the completions all read it. A new capability is a new variant, and the
+//! compiler then points at every `match` that must learn it (the VA rules in particular). The VA
+//! rule texts live here for the docs; the rules are applied in one function of `node::va::rules`.
 
 use std::fmt;
 

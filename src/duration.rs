@@ -15,11 +15,25 @@ const UNITS: [(&str, f64); 7] = [
     ("s", 1.0),
 ];
 
+/// Why a duration is refused; each variant holds the text as given, trimmed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum DurationError {
+    #[error("invalid duration {0:?} (valid: e.g. 30, 30s, 1m30s, 500ms, 2h)")]
+    Invalid(String),
+    #[error(
+        "invalid duration {0:?}: a duration cannot be negative (valid: e.g. 30, 30s, 1m30s, \
+         500ms, 2h)"
+    )]
+    Negative(String),
+    #[error("duration {0:?} must be more than zero")]
+    Zero(String),
+}
+
 /// Parses `30s`, `1m30s`, `500ms`, `2h` or a bare number of seconds (`30`). Zero is a duration
 /// like any other; callers that need a positive one say so.
-pub(crate) fn parse(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse(text: &str) -> Result<Duration, DurationError> {
     let text = text.trim();
-    let invalid = || format!("invalid duration {text:?} (valid: e.g. 30, 30s, 1m30s, 500ms, 2h)");
+    let invalid = || DurationError::Invalid(text.to_owned());
     if let Ok(seconds) = text.parse::<u64>() {
         return Ok(Duration::from_secs(seconds));
     }
@@ -30,10 +44,7 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
     if let Some(magnitude) = text.strip_prefix('-').and_then(|t| parse(t).ok()) {
         return match magnitude.is_zero() {
             true => Ok(Duration::ZERO),
-            false => Err(format!(
-                "invalid duration {text:?}: a duration cannot be negative (valid: e.g. 30, 30s, \
-                 1m30s, 500ms, 2h)"
-            )),
+            false => Err(DurationError::Negative(text.to_owned())),
         };
     }
     let mut total = 0.0;
@@ -55,9 +66,9 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
 }
 
 /// [`parse`], refusing zero: for intervals and timeouts that must pass before something happens.
-pub(crate) fn parse_positive(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_positive(text: &str) -> Result<Duration, DurationError> {
     match parse(text)? {
-        d if d.is_zero() => Err(format!("duration {:?} must be more than zero", text.trim())),
+        d if d.is_zero() => Err(DurationError::Zero(text.trim().to_owned())),
         d => Ok(d),
     }
 }
@@ -81,7 +92,7 @@ mod tests {
     #[test]
     fn anything_else_is_refused_with_examples() {
         for bad in ["", "s", "10x", "1m30", "-1s", "abc", "1..5s", "--1s"] {
-            let err = parse(bad).unwrap_err();
+            let err = parse(bad).unwrap_err().to_string();
             assert!(
                 err.contains("(valid: e.g. 30, 30s, 1m30s, 500ms, 2h)"),
                 "{bad}: {err}"
@@ -92,11 +103,16 @@ mod tests {
     #[test]
     fn a_negative_duration_is_said_to_be_negative() {
         assert_eq!(
-            parse("-1s").unwrap_err(),
+            parse("-1s").unwrap_err().to_string(),
             "invalid duration \"-1s\": a duration cannot be negative (valid: e.g. 30, 30s, \
              1m30s, 500ms, 2h)"
         );
-        assert!(parse("-5").unwrap_err().contains("cannot be negative"));
+        assert!(
+            parse("-5")
+                .unwrap_err()
+                .to_string()
+                .contains("cannot be negative")
+        );
         assert_eq!(parse("-0"), Ok(Duration::ZERO));
     }
 
@@ -106,6 +122,7 @@ mod tests {
         assert!(
             parse_positive("0s")
                 .unwrap_err()
+                .to_string()
                 .contains("must be more than zero")
         );
         assert!(parse_positive("0").is_err());

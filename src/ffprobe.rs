@@ -1,16 +1,7 @@
 //! `--for FILE`: runs the user's `ffprobe` on a media file and maps its video streams to the
-//! catalogue's capabilities ([`crate::catalogue::playback`], pure). This is the edge: one
-//! ffprobe run per file, its output read up to a bound, killed when it runs past a timeout.
-//!
-//! The command is `ffprobe -v error -print_format json -show_streams -protocol_whitelist file
-//! -i file:PATH`:
-//! - `-v error`: stderr holds only errors, so what it says is the reason a file fails;
-//! - `-print_format json`: the machine-readable form, with stable field names;
-//! - `-show_streams`: only the streams' parameters (codec, profile, pixel format), read from the
-//!   headers and a few probed packets, never the whole file;
-//! - `-protocol_whitelist file` and `file:`: the path is read as a local file whatever it is
-//!   called (`http://x`, `-i`), and a playlist in it cannot make ffprobe open anything but local
-//!   files: nothing is sent anywhere.
+//! catalogue's capabilities ([`crate::catalogue::playback`], pure). This is the edge: one run per
+//! file, its output read up to a bound, killed past a timeout, local files only (the arguments
+//! say why).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -145,11 +136,15 @@ pub fn probe_file(path: &Path) -> Result<Played, ForFileError> {
     let mut command = Command::new(PROGRAM);
     command
         .args([
+            // stderr holds only errors: what it says is why a file fails.
             "-v",
             "error",
             "-print_format",
             "json",
+            // Only the streams' parameters, from the headers and a few packets.
             "-show_streams",
+            // With `file:`, a local file whatever its name (`http://x`, `-i`), and a playlist
+            // in it cannot make ffprobe open anything else: nothing is sent anywhere.
             "-protocol_whitelist",
             "file",
             "-i",

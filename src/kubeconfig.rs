@@ -1,27 +1,10 @@
-//! Finding the API server, the one way both programs do it, as kubectl does: the `--kubeconfig`
-//! file, else the files `KUBECONFIG` lists, merged, else `~/.kube/config`, else the pod's service
-//! account; `--context` picks a context of the result. The result carries the namespace in effect
-//! for the context (`contexts[].context.namespace`, the service account's namespace in a pod,
-//! else `default`).
+//! Finding the API server, the one way both programs do it, as kubectl does: `--kubeconfig`, else
+//! `KUBECONFIG`'s files merged, else `~/.kube/config`, else the pod's service account; `--context`
+//! picks a context, and the result carries its namespace.
 //!
-//! The rules are client-go's (`tools/clientcmd/loader.go`, `ClientConfigLoadingRules.Load`),
-//! which kube-rs's own loader does not all follow (it fails on a missing file of the list):
-//! - `--kubeconfig` names the only file read, and it must exist;
-//! - `KUBECONFIG` is split at `:`, empty entries are ignored and a repeated path is read once;
-//!   when it lists nothing at all, `~/.kube/config` is read instead;
-//! - a listed file that does not exist is skipped; one that exists but cannot be read or parsed
-//!   is an error naming it;
-//! - merging: the first file to define a cluster, user or context of a given name wins, whole
-//!   (later files' fields of the same name are discarded, never mixed in); the first file to set
-//!   a non-empty `current-context` wins; a file naming one cluster, user or context twice is an
-//!   error (client-go's conversion refuses it);
-//! - relative paths (certificates, keys, token files, exec commands) resolve against the
-//!   directory of the file that holds them;
-//! - when no file exists at all, the pod's service account, else an error that says where it
-//!   looked.
-//!
-//! Each program adds its own hint to a failure (the agent runs in a pod, the plugin beside a
-//! kubectl), so [`KubeconfigError`] states only what went wrong.
+//! The rules are client-go's (`tools/clientcmd/loader.go`), which kube-rs's loader does not all
+//! follow (it fails on a missing file of the list); docs/user-guide.md states them. Each program
+//! adds its own hint, so [`KubeconfigError`] states only what went wrong.
 
 use std::path::{Path, PathBuf};
 

@@ -1,20 +1,10 @@
-//! What the agent tells the kubelet's probes and Prometheus, on one port:
-//!
-//! - `/healthz`: 200 while every loop of the agent runs and makes progress (prober, publisher,
-//!   kubelet plugin). Each loop holds a [`Heartbeat`] and says, at every step, by when it will
-//!   beat again ("within my rescan interval", "within one API call's timeout", "within this
-//!   probe's budget"); a loop past that promise plus [`Liveness`]'s margin is wedged (a deadlock,
-//!   a blocking call on the runtime) and makes `/healthz` 500 so the kubelet restarts the pod. A
-//!   stopped loop makes it 500 too. An API server outage does not fail it: every API call is
-//!   bounded, restarting would not help, and the publisher retries on its own.
-//! - `/readyz`: 200 once the slice has been published and the kubelet has registered the plugin,
-//!   503 with the missing part(s) before, and while the API server refuses the agent's writes.
-//!   The body also carries warnings that do not make the agent unready: a field the API server
-//!   dropped or changed, GPUs of the node that the agent's claim did not bring.
-//! - `/metrics`: Prometheus text format (OpenMetrics), see [`Metrics`].
-//!
-//! The state is atomics and small mutexes shared with the loops; the server only reads it.
+//! What the agent tells the kubelet's probes and Prometheus, on one port: `/healthz` fails when a
+//! loop is wedged past its [`Heartbeat`]'s promise or stopped (never for an API outage: restarting
+//! would not help); `/readyz` waits for the published slice and the kubelet's registration, and
+//! carries warnings; `/metrics` is [`Metrics`]. docs/operations.md documents all three. The state
+//! is atomics and small mutexes the loops share; the server only reads it.
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -35,13 +25,22 @@ use tokio::sync::watch;
 
 use crate::agent::kubelet::RegistrationState;
 
-/// The line `/readyz` and the log show when the API server dropped `allowMultipleAllocations`.
-pub(crate) const DROPPED_FIELD_WARNING: &str = "the API server dropped allowMultipleAllocations from the \
-     media.liken.sh devices (the DRAConsumableCapacity feature gate is off, as by default in \
-     Kubernetes 1.34 and 1.35): each GPU's statement can now back only one claim at a time, so a \
-     second pod claiming the same GPU's capabilities stays Pending (hint: enable the \
-     DRAConsumableCapacity feature gate on kube-apiserver and kube-scheduler, then restart this \
-     DaemonSet to republish)";
+/// The API server dropped `allowMultipleAllocations`: the words `/readyz` and the log say.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DroppedField;
+
+impl fmt::Display for DroppedField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "the API server dropped allowMultipleAllocations from the media.liken.sh devices \
+             (the DRAConsumableCapacity feature gate is off, as by default in Kubernetes 1.34 \
+             and 1.35): each GPU's statement can now back only one claim at a time, so a second \
+             pod claiming the same GPU's capabilities stays Pending (hint: enable the \
+             DRAConsumableCapacity feature gate on kube-apiserver and kube-scheduler, then \
+             restart this DaemonSet to republish)",
+        )
+    }
+}
 
 /// The labels of the refusal counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -73,7 +72,7 @@ pub struct Metrics {
     pub writes: Family<WriteLabels, Counter>,
     /// Unix time of the last successful publish (a write, or finding the stored slice up to date).
     pub last_publish: Gauge<f64, AtomicU64>,
-    /// 1 when the API server dropped `allowMultipleAllocations` (see [`DROPPED_FIELD_WARNING`]).
+    /// 1 when the API server dropped `allowMultipleAllocations` (see [`DroppedField`]).
     pub dropped_field: Gauge,
     /// 1 while the kubelet has registered the plugin.
     pub kubelet_registered: Gauge,
@@ -438,7 +437,7 @@ async fn readyz(State(s): State<Served>) -> impl IntoResponse {
         format!("not ready: {}\n", missing.join("; "))
     };
     if s.health.dropped_field.load(Ordering::Relaxed) {
-        body.push_str(&format!("warning: {DROPPED_FIELD_WARNING}\n"));
+        body.push_str(&format!("warning: {DroppedField}\n"));
     }
     for note in [&s.health.server_changes, &s.health.not_in_claim] {
         if let Some(note) = Health::note(note) {

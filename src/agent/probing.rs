@@ -1,20 +1,8 @@
-//! Probing every GPU of the node, each in its own short-lived child process, or replaying
-//! recorded probes.
-//!
-//! The agent re-executes itself (`media-capabilities __probe-gpu --render-node P`) once per GPU, a
-//! few at a time, each with a timeout. The child prints its report as one JSON line, the last line
-//! on stdout, so a driver that prints to stdout cannot corrupt it; libva's messages go to stderr as
-//! they arrive, so the parent has them even when the driver kills the child. A crash, abort,
-//! hang, non-zero exit or unreadable output becomes that GPU's failure, worded for the log, and
-//! touches no other GPU.
-//!
-//! `LIBVA_DRIVER_NAME` would force one VA driver onto every GPU of the process (wrong on a mixed
-//! Intel+AMD node), so the parent removes it from every child's environment and logs that it did;
-//! the per-GPU override (`--va-driver ADDRESS=NAME` or `VENDOR=NAME`) is passed to the child, which
-//! sets it with `vaSetDriverName` on that GPU's display only.
-//!
-//! `ProbeSource::Recorded` reads the same outcomes from files instead (see docs/report-format.md),
-//! so the rest of the agent cannot tell a replay from a live probe.
+//! Probing every GPU of the node, each in a short-lived child (`__probe-gpu`) with a timeout, or
+//! replaying recorded probes ([`ProbeSource::Recorded`], docs/report-format.md). The report is the
+//! child's last stdout line and libva's messages stream on stderr, so a driver that prints or
+//! crashes costs only its GPU. `LIBVA_DRIVER_NAME` would force one driver on every GPU, so children
+//! never inherit it; `--va-driver` sets one per GPU with `vaSetDriverName`.
 
 use crate::node::device::{Outcome, failure_text};
 use crate::node::sysfs::{DiscoveryError, PciIdentity, PciNames, RenderNode, Roots};

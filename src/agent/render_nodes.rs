@@ -1,16 +1,9 @@
-//! GPUs the claim did not bring. The DaemonSet's pod gets its render nodes from a
-//! ResourceClaim allocated once, when the pod starts: a GPU that liken publishes for the node
-//! later (hot-plug, a reboot with a new card) never appears in the container, so the agent can
-//! neither probe nor publish it, and nothing else would say why.
-//!
-//! This loop reads liken's own slices for the node (driver `liken.sh`, field selectors
-//! `spec.nodeName=<node>,spec.driver=liken.sh`: one small list, served from the API server's
-//! cache) at start, whenever the prober's set of GPUs changes, and once per resync interval,
-//! and compares their `resource.kubernetes.io/pciBusID`s with the GPUs the agent can open. When
-//! liken has more, it says so once (WARN, `media_capabilities_gpus_not_in_claim`, a `/readyz`
-//! warning) naming the GPUs and the fix, and once when that is over. A list is preferred over a
-//! second watch: hot-plug is rare, and a watch per node would double the fleet's watches.
-//! Reading slices needs only what the agent's ClusterRole already grants (list resourceslices).
+//! GPUs the claim did not bring: the agent's pod gets its render nodes from a claim allocated once,
+//! so a GPU liken publishes later (hot-plug, a new card) never reaches the container, and nothing
+//! else would say why. This loop lists liken's slices of the node (at start, when the GPUs change,
+//! every resync) and compares their `pciBusID`s with the agent's GPUs; more is said once (WARN, a
+//! metric, a `/readyz` warning) and once when it is over. A list, not a watch: hot-plug is rare,
+//! and a watch per node would double the fleet's watches.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -1,21 +1,9 @@
-//! The agent as a whole: binds what must be bound (kubelet sockets, health port) so that a
-//! mistake fails at start, then runs its loops side by side until SIGTERM/SIGINT:
+//! The agent as a whole: binds what must be bound (kubelet sockets, health port) so that a mistake
+//! fails at start, then runs its loops side by side until SIGTERM/SIGINT: the prober
+//! ([`probe_loop`]), the publisher, the render-node check, the kubelet plugin, the health server.
 //!
-//! - the prober: probes at start, then lists the render nodes (or the `--reports` directory)
-//!   every `--rescan-interval` and probes again when the listing changes. Polling a readdir was
-//!   chosen over inotify: /dev/dri in a container is a devtmpfs or bind mount where inotify
-//!   events for device nodes added by the host are not reliable, and one readdir every few
-//!   seconds costs nothing measurable. A GPU whose driver query failed is asked again after
-//!   30 s, doubling up to 30 min, so a driver that was not ready at boot does not need a restart;
-//! - the publisher ([`crate::agent::publisher`]);
-//! - the comparison of liken's render nodes with the agent's GPUs
-//!   ([`crate::agent::render_nodes`]);
-//! - the kubelet plugin ([`crate::agent::kubelet`]);
-//! - the health server ([`crate::agent::health`]).
-//!
-//! Each loop but the health server holds a heartbeat, so `/healthz` fails when one is wedged.
-//! A loop that stops on its own is a bug or an unrecoverable condition: the agent then exits
-//! with an error and the kubelet restarts it.
+//! Each loop but the health server holds a heartbeat, so `/healthz` fails when one is wedged. A
+//! loop that stops on its own ends the agent with an error, and the kubelet restarts it.
 
 use std::future::Future;
 use std::path::Path;
@@ -76,8 +64,34 @@ pub enum AgentError {
     #[error("the {0} stopped unexpectedly")]
     LoopStopped(&'static str),
     /// A loop failed.
-    #[error("the {what} failed: {message}")]
-    LoopFailed { what: &'static str, message: String },
+    #[error("the {what} failed: {source}")]
+    LoopFailed {
+        what: &'static str,
+        source: LoopError,
+    },
+}
+
+/// Why a loop of the agent failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopError {
+    #[error(transparent)]
+    Kubelet(#[from] KubeletError),
+    /// The health server.
+    #[error(transparent)]
+    Health(#[from] std::io::Error),
+    /// The loop's task panicked.
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// `RUST_LOG` is not a filter.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "RUST_LOG={text:?} is not a log filter: {source} (hint: RUST_LOG=info, RUST_LOG=debug or RUST_LOG=info,kube_client=debug)"
+)]
+pub struct LogFilterError {
+    text: String,
+    source: tracing_subscriber::filter::ParseError,
 }
 
 /// The targets of the Kubernetes client library, whose own events are off unless `RUST_LOG`
@@ -88,11 +102,14 @@ pub(crate) const CLIENT_LOG_TARGETS: [&str; 2] = ["kube_client", "kube_runtime"]
 
 /// The log filter for `RUST_LOG` (default `info`), with the client library's own events off
 /// unless `RUST_LOG` names one of [`CLIENT_LOG_TARGETS`] (`RUST_LOG=info,kube_client=debug`).
-pub fn log_filter(rust_log: Option<&str>) -> Result<EnvFilter, String> {
+pub fn log_filter(rust_log: Option<&str>) -> Result<EnvFilter, LogFilterError> {
     let text = rust_log.filter(|s| !s.trim().is_empty()).unwrap_or("info");
-    let mut filter = EnvFilter::builder().parse(text).map_err(|e| {
-        format!("RUST_LOG={text:?} is not a log filter: {e} (hint: RUST_LOG=info, RUST_LOG=debug or RUST_LOG=info,kube_client=debug)")
-    })?;
+    let mut filter = EnvFilter::builder()
+        .parse(text)
+        .map_err(|source| LogFilterError {
+            text: text.to_owned(),
+            source,
+        })?;
     if !CLIENT_LOG_TARGETS.iter().any(|t| text.contains(t)) {
         for target in CLIENT_LOG_TARGETS {
             if let Ok(directive) = format!("{target}=off").parse() {
@@ -111,10 +128,8 @@ pub(crate) async fn client(config: &AgentConfig) -> Result<(kube::Client, String
         context: None,
     })
     .await?;
-    // The client's own retries (429, 503 and 504, up to 15 times with a delay that doubles
-    // from 5 ms) would hide an answer for minutes, and with it the problem from the log and the
-    // liveness check; every loop retries with its own backoff and jitter instead, honouring
-    // the server's Retry-After.
+    // The client's own retries (up to 15, on 429/503/504) would hide a problem for minutes;
+    // every loop retries with its own backoff and jitter, honouring Retry-After.
     kube_config.default_retry = false;
     let url = kube_config.cluster_url.to_string();
     let url = url.trim_end_matches('/').to_string();
@@ -176,11 +191,11 @@ pub async fn run_with(
     let (gpus_tx, gpus_rx) = watch::channel(None);
 
     // Loops that serve until told to stop: they get the stop signal and are awaited.
-    let mut serving: JoinSet<(&'static str, Result<(), String>)> = JoinSet::new();
+    let mut serving: JoinSet<(&'static str, Result<(), LoopError>)> = JoinSet::new();
     serving.spawn({
         let stop = stopped();
         async move {
-            let result = plugin.run(stop).await.map_err(|e| e.to_string());
+            let result = plugin.run(stop).await.map_err(LoopError::from);
             ("kubelet plugin", result)
         }
     });
@@ -191,7 +206,7 @@ pub async fn run_with(
         async move {
             let result = health::serve(listener, health, registration, stop)
                 .await
-                .map_err(|e| e.to_string());
+                .map_err(LoopError::from);
             ("health server", result)
         }
     });
@@ -258,32 +273,28 @@ pub async fn run_with(
         Some(done) = serving.join_next() => {
             health.loops_stopped.fetch_add(1, Ordering::Relaxed);
             Err(match done {
-                Ok((what, Err(message))) => AgentError::LoopFailed { what, message },
+                Ok((what, Err(source))) => AgentError::LoopFailed { what, source },
                 Ok((what, Ok(()))) => AgentError::LoopStopped(what),
-                Err(e) => AgentError::LoopFailed { what: "agent task", message: e.to_string() },
+                Err(e) => AgentError::LoopFailed { what: "agent task", source: e.into() },
             })
         }
         Some(done) = working.join_next() => {
             health.loops_stopped.fetch_add(1, Ordering::Relaxed);
             Err(match done {
                 Ok(what) => AgentError::LoopStopped(what),
-                Err(e) => AgentError::LoopFailed { what: "agent task", message: e.to_string() },
+                Err(e) => AgentError::LoopFailed { what: "agent task", source: e.into() },
             })
         }
     };
 
-    // Stop serving: the kubelet plugin closes and removes its sockets, the health server stops
-    // accepting. The ResourceSlice is deliberately LEFT IN PLACE: during a rolling update the new
-    // pod registers with the kubelet and takes the slice over well before the kubelet's 30 s
-    // wipe after our plugin goes away, so the scheduler never sees this node's media devices
-    // vanish. If no agent comes back (the DaemonSet was deleted), the kubelet's wipe removes the
-    // slice, and its ownerReference removes it with the Node.
+    // The slice stays: in a rolling update the new pod takes it over before the kubelet's 30 s
+    // wipe; with no agent back, that wipe (or the Node's ownerReference) removes it.
     let _ = stop_tx.send(true);
     working.abort_all();
     let drained = tokio::time::timeout(SHUTDOWN_BOUND, async {
         while let Some(done) = serving.join_next().await {
-            if let Ok((what, Err(message))) = done {
-                warn!("{what} stopped with an error: {message}");
+            if let Ok((what, Err(e))) = done {
+                warn!("{what} stopped with an error: {e}");
             }
         }
     })
@@ -343,6 +354,8 @@ pub(crate) fn listing(watched: &Watched) -> std::io::Result<Listing> {
 }
 
 /// Probes now and whenever the listing changes; sends each new set of GPUs to the publisher.
+/// A readdir poll, not inotify: inotify misses device nodes the host adds to a container's
+/// /dev/dri. A failed driver query is asked again from 30 s, doubling up to 30 min.
 async fn probe_loop(
     source: ProbeSource,
     watched: Watched,
@@ -501,7 +514,7 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(!named.contains("kube_client=off"), "{named}");
-        let err = log_filter(Some("info,foo=loud")).unwrap_err();
+        let err = log_filter(Some("info,foo=loud")).unwrap_err().to_string();
         assert!(
             err.starts_with("RUST_LOG=\"info,foo=loud\" is not a log filter"),
             "{err}"

@@ -1,13 +1,7 @@
-//! What a media file needs of a GPU: ffprobe's description of its video streams mapped to the
-//! catalogue's capabilities, for `--for FILE`.
-//!
-//! A stream needs the decode capability of its codec and profile ([`PROFILES`]) and the scale
-//! capability of its bit depth (the product document's `decode-10bit`: the whole path from the
-//! decoder to a scaled frame). A stream no attribute covers (4:2:2 or 4:4:4 chroma, 12-bit, an
-//! alpha plane, a profile or codec the catalogue lacks) is refused with what it is: a GPU that
-//! states `decodeHEVCMain10` says nothing about HEVC 4:2:2, so any mapping would be a guess.
-//!
-//! Pure: the ffprobe run is at the edge (`crate::ffprobe`); this reads its JSON.
+//! What a media file needs of a GPU, for `--for FILE`: each video stream needs the decode
+//! capability of its codec and profile ([`PROFILES`]) and the scale capability of its bit depth. A
+//! stream no attribute covers (4:2:2, 12-bit, alpha...) is refused with what it is: any mapping
+//! would be a guess. Pure: ffprobe runs at the edge ([`crate::ffprobe`]).
 
 use std::fmt;
 

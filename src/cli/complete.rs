@@ -1,17 +1,9 @@
-//! Shell completion through kubectl (`kubectl media <TAB>`).
-//!
-//! kubectl (1.26+) completes a plugin by running `kubectl_complete-media` with the words typed so
-//! far plus the word being completed, and reads one `candidate<TAB>description` per line and a
-//! last line `:<directive>` (Cobra's protocol, spf13/cobra completions.go). Our shim runs
-//! `kubectl-media __complete "$@"`, and this module answers from the clap definitions, so flag
-//! names and capability values come from the same place as parsing: the catalogue.
-//!
-//! clap_complete's completion engine does the walking (subcommands, flags, values after a flag,
-//! comma lists); we translate its candidates into Cobra's format, refuse a line with a flag its
-//! command does not have (which the engine passes over), and add `why`'s targets from the `-f`
-//! files on the line. The scripts for bash, zsh and fish in `completions/` ask the same question
-//! (`kubectl-media __complete ...`), so a shell and kubectl always offer the same candidates,
-//! and hidden subcommands never.
+//! Shell completion through kubectl (`kubectl media <TAB>`): kubectl runs `kubectl_complete-media`,
+//! our shim runs `kubectl-media __complete`, and this answers in Cobra's protocol (one
+//! `candidate<TAB>description` per line, then `:<directive>`). clap_complete's engine walks the
+//! clap definitions; we translate its candidates, refuse a flag its command lacks, and add `why`'s
+//! targets from `-f` files. The scripts in `completions/` ask the same question, so every shell
+//! offers what kubectl offers.
 
 use std::ffi::{OsStr, OsString};
 
@@ -94,10 +86,8 @@ impl ValueCompleter for CapabilityCompleter {
 pub(crate) fn complete(cmd: &mut clap::Command, words: &[OsString]) -> String {
     // Global flags are the subcommands' too once built.
     cmd.build();
-    // clap_complete's engine passes over a flag the command does not have (it cannot tell it
-    // from a value), and would then complete the next word as if the flag were not there:
-    // `caps --kubernetes-version <TAB>` (a flag of `why`) would be answered as `caps <TAB>`.
-    // The command line cannot run as typed; offer nothing, as Cobra's error directive says.
+    // The engine passes over a flag the command lacks and would answer `caps --kubernetes-version
+    // <TAB>` as `caps <TAB>`; a line that cannot run gets nothing (Cobra's error directive).
     if unknown_flag(cmd, words).is_some() {
         return format!(":{ERROR}\n");
     }

@@ -16,6 +16,8 @@ pub(crate) mod table;
 pub(crate) mod why;
 pub mod yaml;
 
+pub use why::WhyArgError;
+
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -42,10 +44,8 @@ const GLOBAL: &str = "Global options";
 /// The media-capabilities agent publishes one media.liken.sh device per GPU, stating what its
 /// driver can do. These commands list those statements, write claims for them, and explain why
 /// a claim stays Pending.
-// `args_override_self`: a flag given twice takes its last value (`-o wide -o json` is
-// `-o json`), as kubectl's (pflag's) do, since aliases and wrappers put flags in front of the
-// user's; clap's default is an error. It applies to every subcommand, and not to the flags that
-// collect values (`-f`, `--decode`, `--node`: clap's Append), which keep every one given.
+// `args_override_self`: a flag given twice takes its last value, as in kubectl (aliases put
+// flags before the user's); flags that collect values (`-f`, `--decode`) keep every one.
 #[derive(Debug, Parser)]
 #[command(
     name = "kubectl-media",
@@ -106,22 +106,30 @@ impl RequestTimeout {
     /// seconds, or a duration such as `30s`, `1m30s`, `500ms`, `2h`. A negative one is refused:
     /// kubectl refuses `-1` and lets Go's `-1s` through, which its HTTP client then takes as no
     /// timeout at all; a user who means that writes 0.
-    pub fn parse(text: &str) -> Result<RequestTimeout, String> {
+    pub(crate) fn parse(text: &str) -> Result<RequestTimeout, RequestTimeoutError> {
         let negative = text
             .trim()
             .strip_prefix('-')
             .and_then(|magnitude| crate::duration::parse(magnitude).ok())
             .is_some_and(|magnitude| !magnitude.is_zero());
         if negative {
-            return Err(format!(
-                "a negative timeout ({:?}) is invalid (valid: 0 to wait indefinitely, else e.g. \
-                 30, 30s, 1m30s, 500ms, 2h)",
-                text.trim()
-            ));
+            return Err(RequestTimeoutError::Negative(text.trim().to_owned()));
         }
         let timeout = crate::duration::parse(text)?;
         Ok(RequestTimeout((!timeout.is_zero()).then_some(timeout)))
     }
+}
+
+/// Why `--request-timeout` is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum RequestTimeoutError {
+    #[error(
+        "a negative timeout ({0:?}) is invalid (valid: 0 to wait indefinitely, else e.g. 30, \
+         30s, 1m30s, 500ms, 2h)"
+    )]
+    Negative(String),
+    #[error(transparent)]
+    Duration(#[from] crate::duration::DurationError),
 }
 
 impl KubeArgs {
@@ -350,6 +358,9 @@ pub enum Error {
     Cluster(#[from] crate::fleet::cluster::ClusterError),
     #[error(transparent)]
     Snapshot(#[from] crate::fleet::files::SnapshotError),
+    /// `why`'s target or `--kubernetes-version` cannot be read (exit 2).
+    #[error(transparent)]
+    WhyArg(#[from] WhyArgError),
     #[error(transparent)]
     Why(Box<crate::explain::pod::TargetError>),
     #[error(transparent)]
@@ -392,7 +403,7 @@ impl Error {
     /// be allocated, 4 when it cannot tell (see [`Error::Undecided`]); 1 for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Usage(_) | Error::Class(_) | Error::UnknownCapability(_) => 2,
+            Error::Usage(_) | Error::WhyArg(_) | Error::Class(_) | Error::UnknownCapability(_) => 2,
             Error::Blocked => 3,
             Error::Undecided => 4,
             Error::Render(_)

@@ -1,18 +1,9 @@
-//! Tables as kubectl prints them: left-aligned columns two spaces apart, no borders, an
-//! upper-case header, one line per row. A table that fits (or goes to a pipe) is printed at its
-//! natural width. A table wider than the terminal is never wrapped: the columns marked
-//! [`Fit::ShrinkFirst`], then those marked [`Fit::Shrink`], give up width, widest first, and
-//! their cells are cut at a word boundary with ` …`, down to a floor that keeps every column
-//! readable (never a column of single characters). Free text ([`Fit::ShrinkFirst`]) whose first
-//! word is wider than that floor is cut inside it (`TigerLak…`); lists of names ([`Fit::Shrink`])
-//! are cut between names only, so their floor is their longest first name and ` …`. If even the
-//! floors do not fit, the lines run past the edge and the terminal wraps them, as
-//! `kubectl get -o wide` does.
-//!
-//! Widths are counted on the text, never on the colour escapes, and colour wraps the text only,
-//! never its padding. (comfy-table, used here before for narrow terminals, put the escapes
-//! around each cell's padding space: the bold header line then began with an escape, the one
-//! leading space could not be trimmed, and the header sat one column right of its data.)
+//! Tables as kubectl prints them: left-aligned columns two spaces apart, an upper-case header, one
+//! line per row. A table wider than the terminal is never wrapped: [`Fit::ShrinkFirst`] then
+//! [`Fit::Shrink`] columns give up width, widest first, cut with ` …` down to a readable floor;
+//! past the floors, lines run over as `kubectl get -o wide`'s do. Widths count the text, never
+//! colour escapes, and colour wraps the text, never its padding (comfy-table's did, which shifted
+//! the header).
 
 use owo_colors::OwoColorize;
 

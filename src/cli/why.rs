@@ -1,13 +1,10 @@
-//! `kubectl media why`: why a pod's claims stay Pending, device by device. Gathers the pod,
-//! its claims, their templates and classes, every ResourceSlice, the other claims'
-//! allocations, the nodes and the pod's events (from the cluster, or `-f` files), hands them to
-//! [`crate::explain::pod`], and renders the [`Diagnosis`] ([`render`], in the words of
-//! [`words`]) as text, or as JSON/YAML in the schema docs/why-format.md documents.
+//! `kubectl media why`: why a pod's claims stay Pending, device by device. Gathers the objects
+//! (from the cluster or `-f` files), hands them to [`crate::explain::pod`], and renders the
+//! [`Diagnosis`] ([`render`], in the words of [`words`]) as text, JSON or YAML
+//! (docs/why-format.md).
 //!
-//! Exit codes: 0 when nothing in the fleet blocks the claims (allocated, or allocatable now), 3
-//! when some claim cannot be allocated, 4 when the devices allow them but what could still rule
-//! the nodes out was not read (no verdict is built on data we lack), 1 for errors (ResourceSlices
-//! or DeviceClasses that cannot be read among them), 2 for usage errors.
+//! Exit codes: 0 nothing blocks the claims, 3 some claim cannot be allocated, 4 undecided (what
+//! could rule the nodes out was not read), 1 errors, 2 usage errors.
 
 mod render;
 pub(crate) mod words;
@@ -92,8 +89,25 @@ pub enum WhyFormat {
     Yaml,
 }
 
+/// Why the target or `--kubernetes-version` is refused (exit 2).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WhyArgError {
+    #[error("invalid target {0:?} (hint: give a pod as NAME or pod/NAME, a claim as claim/NAME)")]
+    Target(String),
+    #[error("cannot explain a {0:?} (hint: give a pod as NAME or pod/NAME, a claim as claim/NAME)")]
+    Kind(String),
+    // resource.k8s.io/v1, the only API version read, is served from 1.34.
+    #[error(
+        "Kubernetes 1.{0} is not explained: its DRA API is older than resource.k8s.io/v1, which \
+         is served from 1.34 (valid: 1.34 and later)"
+    )]
+    OldVersion(u32),
+    #[error("invalid Kubernetes version {0:?} (valid: e.g. 1.34, 1.35.2, 36)")]
+    Version(String),
+}
+
 /// `34`, `1.34`, `v1.34.2` → 34.
-fn parse_minor(text: &str) -> Result<u32, String> {
+fn parse_minor(text: &str) -> Result<u32, WhyArgError> {
     let trimmed = text.trim_start_matches('v');
     let minor = match trimmed.split('.').collect::<Vec<_>>().as_slice() {
         [minor] => minor.parse().ok(),
@@ -102,27 +116,19 @@ fn parse_minor(text: &str) -> Result<u32, String> {
     };
     match minor {
         Some(m) if (34..100).contains(&m) => Ok(m),
-        // resource.k8s.io/v1, the only API version read, is served from 1.34.
-        Some(m) if (20..34).contains(&m) => Err(format!(
-            "Kubernetes 1.{m} is not explained: its DRA API is older than resource.k8s.io/v1, \
-             which is served from 1.34 (valid: 1.34 and later)"
-        )),
-        _ => Err(format!(
-            "invalid Kubernetes version {text:?} (valid: e.g. 1.34, 1.35.2, 36)"
-        )),
+        Some(m) if (20..34).contains(&m) => Err(WhyArgError::OldVersion(m)),
+        _ => Err(WhyArgError::Version(text.to_owned())),
     }
 }
 
 /// What a target names.
-fn parse_target(text: &str, namespace: &str) -> Result<Target, String> {
+fn parse_target(text: &str, namespace: &str) -> Result<Target, WhyArgError> {
     let (kind, name) = match text.split_once('/') {
         Some((kind, name)) => (Some(kind), name),
         None => (None, text),
     };
     if name.is_empty() || name.contains('/') {
-        return Err(format!(
-            "invalid target {text:?} (hint: give a pod as NAME or pod/NAME, a claim as claim/NAME)"
-        ));
+        return Err(WhyArgError::Target(text.to_owned()));
     }
     let namespace = namespace.to_owned();
     let name = name.to_owned();
@@ -135,9 +141,7 @@ fn parse_target(text: &str, namespace: &str) -> Result<Target, String> {
             | "resourceclaims"
             | "resourceclaim.resource.k8s.io",
         ) => Ok(Target::Claim { namespace, name }),
-        Some(other) => Err(format!(
-            "cannot explain a {other:?} (hint: give a pod as NAME or pod/NAME, a claim as claim/NAME)"
-        )),
+        Some(other) => Err(WhyArgError::Kind(other.to_owned())),
     }
 }
 
@@ -153,14 +157,14 @@ fn stores_shareable(objects: &Objects) -> bool {
 /// Runs `why`.
 pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<(), Error> {
     // The namespace is settled after reading (see `target_namespace`).
-    parse_target(&args.target, "default").map_err(Error::Usage)?;
+    parse_target(&args.target, "default")?;
     let sources = args.input.sources()?;
     let from_cluster = sources.is_none();
     let (objects, unread, mut missing, namespace, minor) = match sources {
         Some(sources) => read_files(args, global, io, &sources)?,
         None => gather_cluster(args, global)?,
     };
-    let target = parse_target(&args.target, &namespace).map_err(Error::Usage)?;
+    let target = parse_target(&args.target, &namespace)?;
     let minor = args.kubernetes_version.or(minor);
     let mut features = Features::for_minor(minor.unwrap_or(DEFAULT_MINOR));
     // The release's defaults are not the cluster's gates: on 1.34 and 1.35, where
@@ -340,10 +344,8 @@ fn not_found(
     same: &SameInput,
     from_files: bool,
 ) -> Error {
-    // From files without -n the namespace was not the user's choice: close names come from
-    // every namespace the files hold, as with -A; so do they with -n when that namespace has
-    // none. (The name itself in another namespace keeps its `add -n` hint.) The files are all
-    // there is: no hint points at the cluster.
+    // From files the namespace was not chosen (no -n), or holds no close name: close names come
+    // from every namespace the files hold, and no hint points at the cluster.
     let in_files = |similar: &[String], elsewhere: &[String]| {
         from_files
             && !global.kube.all_namespaces
@@ -589,7 +591,7 @@ fn target_namespace(
                 let what = match parse_target(target, "default") {
                     Ok(Target::Claim { name, .. }) => format!("resourceclaim {name}"),
                     Ok(Target::Pod { name, .. }) => format!("pod {name}"),
-                    Err(e) => return Err(Error::Usage(e)),
+                    Err(e) => return Err(e.into()),
                 };
                 return Err(Error::Ambiguous(format!(
                     "{what} is in {} namespaces: {} (hint: choose one with -n, without -A)",
@@ -644,7 +646,7 @@ fn gather_cluster(args: &WhyArgs, global: &Global) -> Result<Gathered, Error> {
     runtime.block_on(async {
         let cluster = Cluster::connect(&connection).await?;
         let namespace = cluster.namespace().to_owned();
-        let target = parse_target(&args.target, &namespace).map_err(Error::Usage)?;
+        let target = parse_target(&args.target, &namespace)?;
         // -A looks for the target (and its templates and events) in every namespace.
         let here = global.kube.namespaces(&namespace);
         let all = Namespaces::All;
@@ -755,7 +757,7 @@ fn gather_cluster(args: &WhyArgs, global: &Global) -> Result<Gathered, Error> {
         let namespace = target_namespace(&objects, &args.target, &global.kube, false, || {
             Ok(cluster_namespace)
         })?;
-        let target = parse_target(&args.target, &namespace).map_err(Error::Usage)?;
+        let target = parse_target(&args.target, &namespace)?;
         if let Target::Claim { namespace, name } = &target {
             // The events that matter are the pod's, which uses the claim.
             let user = objects
@@ -817,6 +819,7 @@ mod tests {
         assert!(
             parse_target("deploy/x", "ns")
                 .unwrap_err()
+                .to_string()
                 .contains("cannot explain")
         );
         assert!(parse_target("pod/", "ns").is_err());
@@ -919,6 +922,7 @@ mod tests {
         assert!(
             parse_minor("1.33")
                 .unwrap_err()
+                .to_string()
                 .contains("served from 1.34")
         );
     }

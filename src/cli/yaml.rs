@@ -1,20 +1,8 @@
-//! YAML written the way kubectl writes it, for `caps -o yaml`: kubectl's printer converts JSON to
-//! YAML with sigs.k8s.io/yaml, which marshals with go-yaml v2. What matters to a reader is which
-//! strings it quotes, and go-yaml v2 quotes (with double quotes) every string that a YAML 1.1
-//! parser would read as something else: `8086` (an int), `1e30` (a float), `yes`, `on`, `~`,
-//! `2026-01-02` (a timestamp), and `0000:00:02.0`, which YAML 1.1 reads as a base-60 float
-//! (PyYAML does: it becomes 7322.0). serde_yaml quotes by YAML 1.2's rules, leaves PCI addresses
-//! plain and uses single quotes, so its output is not kubectl's.
-//!
-//! Written by hand because no Rust YAML library implements go-yaml v2's rules. The rules follow
-//! `resolve.go` (`resolve`, `parseTimestamp`) and `encode.go` (`stringv`, `isBase60Float`); the
-//! fallback from plain to single or double quotes follows libyaml's analysis of a scalar
-//! (`emitterc.go`: `yaml_emitter_analyze_scalar`, `yaml_emitter_select_scalar_style`). Keys are
-//! sorted as go-yaml sorts a map's keys (`sorter.go`: letters by code point, non-letters before
-//! letters, runs of digits by value, so `scale8bit` before `scale10bit`), block sequences sit at
-//! their key's indent as go-yaml writes them. One difference is deliberate: long plain strings
-//! are not folded at 80 columns as go-yaml's emitter folds them (the same value, on one line,
-//! which `grep` finds).
+//! YAML as kubectl writes it (sigs.k8s.io/yaml over go-yaml v2), for `caps -o yaml`: go-yaml v2
+//! double-quotes every string a YAML 1.1 parser would read otherwise (`8086`, `yes`, and
+//! `0000:00:02.0`, a base-60 float); serde_yaml quotes by YAML 1.2 and with single quotes. No Rust
+//! library has go-yaml v2's rules, so they are ported here (resolve.go, encode.go, libyaml's scalar
+//! analysis, sorter.go's key order). Deliberately, long strings are not folded at 80 columns.
 
 use std::fmt::Write as _;
 

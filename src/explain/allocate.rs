@@ -1,44 +1,10 @@
-//! The scheduler's allocation rules, pure: for one candidate node, can these claims be
-//! allocated, and with which devices? A port of the search in k8s.io/dynamic-resource-allocation
-//! `structured/internal/{stable,experimental}/allocator_*.go`, so that `why` agrees with the
-//! scheduler, quirks included:
+//! The scheduler's allocation rules, pure: for one candidate node, can these claims be allocated,
+//! and with which devices? A port of k8s.io/dynamic-resource-allocation
+//! `structured/internal/{stable,experimental}/allocator_*.go`, quirks included, so that `why`
+//! agrees with the scheduler; docs/architecture.md lists the rules and quirks followed.
 //!
-//! - devices are tried pool by pool (pools ordered by driver, then name), in slice order (the
-//!   fleet model orders a pool's slices by name from 1.36, as the scheduler does; 1.34 and 1.35
-//!   try pools in no fixed order, of which this is one);
-//! - a device already in use is skipped before its selectors are evaluated, so a selector that
-//!   would fail at run time on a taken device is never reached;
-//! - a `perDeviceNodeSelection` slice is gathered whole for a node one of its devices is for,
-//!   and each device's own node is checked after its selectors: a runtime error on another
-//!   node's device of that slice fails the attempt (the fleet model leaves such slices out
-//!   without DRAPartitionableDevices, as GatherPools does);
-//! - class selectors first, then the request's, stopping at the first `false`; a CEL runtime
-//!   error aborts the whole attempt (the scheduler's `SchedulerError`), it is not "no match";
-//! - exclusive devices serve one request of one claim; shareable ones
-//!   (`allowMultipleAllocations`, with the DRAConsumableCapacity gate) are never "in use";
-//!   devices allocated to other claims without a share ID are taken;
-//! - `NoSchedule`/`NoExecute` taints block unless tolerated (with the DRADeviceTaints gate);
-//! - `matchAttribute`: the first device of the set fixes the value, a device without the
-//!   attribute is never chosen, values compare by type and value;
-//! - `ExactCount` backtracks over devices (skipping pools being updated, from 1.35); `All` takes every selectable device of the node and
-//!   fails if one is unusable, errors if one breaks a constraint or a pool is being updated;
-//! - a pool whose slices for the node name a device twice is invalid there (pools_incubating.go
-//!   `validateDeviceNames`): 1.35+ skips it and, when nothing is found, says "invalid resource
-//!   pools were encountered"; 1.34 fails the attempt on reaching it; `All` errors over one;
-//! - `firstAvailable` sub-requests are tried in order, each with backtracking;
-//! - at most 32 devices per claim (`AllocationResultsMaxSize`): a claim whose requests need more
-//!   even at their fewest is an error before the search; a choice of sub-requests that needs
-//!   more is backtracked over.
-//!
-//! - capacity requests as each release reads them: 1.34 refuses them, 1.35 ignores them, from
-//!   1.36 an exclusive device must have each capacity asked for (by the name as written) and
-//!   enough of it; `distinctAttribute` as each release's allocator has it
-//!   ([`Features::distinct_attribute`]).
-//!
-//! What shareable devices' allocations consume of their capacities, and counters (partitionable
-//! devices), are not modelled: media.liken.sh and liken.sh devices have neither. A shareable
-//! device with capacities (with DRAConsumableCapacity) is assumed to have room, so a search that
-//! fails even so is decided, and one that succeeds only with such a device is
+//! Not modelled: what shareable devices consume of their capacities, and counters (our devices have
+//! neither). A search that succeeds only through a shareable device with capacities is
 //! [`AllocError::CapacityUnmodelled`]: nothing is guessed.
 
 use std::collections::{HashMap, HashSet};
@@ -52,7 +18,9 @@ use k8s_openapi::api::resource::v1::{
     DeviceToleration, ResourceClaimSpec,
 };
 
-use super::cel::{DeviceValue, Outcome, Quantity as CelQuantity, Selector, Validation};
+use super::cel::{
+    ConversionError, DeviceValue, Outcome, Quantity as CelQuantity, Selector, Validation,
+};
 use super::{AttributeValue, DeviceId, DeviceView, NodeInfo, OwnedAttribute, split_qualified};
 
 /// The most devices one claim can be allocated (k8s.io/api resource/v1 `AllocationResultsMaxSize`).
@@ -385,7 +353,7 @@ pub struct Allocator<'a, D: DeviceView> {
     /// of 80,000 devices has a few dozen classes.
     class_of: Vec<usize>,
     /// Per class: the CEL value, built from the class's first device.
-    values: Vec<Option<Result<DeviceValue<'a>, String>>>,
+    values: Vec<Option<Result<DeviceValue<'a>, ConversionError>>>,
     outcomes: HashMap<(usize, usize), Outcome, Fast>,
 }
 
@@ -973,13 +941,13 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 &self.fleet.devices[index],
             ),
             // The scheduler fails the same way: its DeviceMatches returns the conversion error.
-            Err(message) => super::diagnose::Finding::RuntimeError {
+            Err(e) => super::diagnose::Finding::RuntimeError {
                 clause: super::diagnose::Clause {
                     index: 0,
                     text: expression.to_owned(),
                     reads: Vec::new(),
                 },
-                message: message.clone(),
+                message: e.to_string(),
             },
         }
     }
@@ -1325,7 +1293,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         let outcome = match value {
             Ok(value) => self.selectors[selector].evaluate(value),
             // The scheduler fails the same way: DeviceMatches returns the conversion error.
-            Err(e) => Outcome::RuntimeError(e.clone()),
+            Err(e) => Outcome::RuntimeError(e.to_string()),
         };
         self.outcomes.insert((selector, class), outcome.clone());
         outcome

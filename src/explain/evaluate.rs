@@ -135,10 +135,8 @@ pub(super) fn nodes(
     });
     for candidate in &work.model.nodes {
         let node = &candidate.info;
-        // The pod's own node filters (NodeUnschedulable, TaintToleration, NodeAffinity) are
-        // plugins that run before DynamicResources: a node they reject is never allocated on,
-        // so an error the allocator would meet there never reaches the scheduler. The
-        // allocation is still computed, to say what the node would allow without them.
+        // The pod's own node filters run before DynamicResources: an allocator error on a node
+        // they reject never reaches the scheduler. Still computed, to say what it would allow.
         let filtered = work
             .pod
             .zip(candidate.node)
@@ -318,11 +316,9 @@ pub(super) fn summarise(
             diagnosis.notes.push(Note::InvalidPoolOrder { release });
         }
         let mut attempt = attempt(&error);
-        // The scheduler filters nodes until it has found numFeasibleNodesToFind feasible ones
-        // (k/k pkg/scheduler/schedule_one.go, default percentageOfNodesToScore); an error on
-        // any node it checks fails the attempt. With fewer feasible nodes than that it checks
-        // every node, so every attempt fails; with as many, it may stop before an erring one.
-        // (Not for what this evaluator cannot decide: that is no scheduler error.)
+        // The scheduler stops after numFeasibleNodesToFind feasible nodes (schedule_one.go):
+        // with fewer, it checks every node and an error fails every attempt; with as many, it
+        // may stop before an erring one. (What we cannot decide is no scheduler error.)
         let to_find = num_feasible_nodes_to_find(total);
         let schedulers = !matches!(
             error,

@@ -1,13 +1,9 @@
-//! `why`: the pure core that decides, the way the scheduler decides, whether a pod's claims can
-//! be allocated on a node, and why not. [`cel`] evaluates device selectors with Kubernetes
-//! semantics, [`allocate`] applies the scheduler's allocation rules, [`diagnose`] names the first
-//! false clause of a selector with the values it read, and [`pod`] runs the explanation through
-//! its rooms into [`findings`]. Gathering the objects (from a cluster or files) is `fleet`'s
-//! job and wording and rendering are `cli`'s; nothing here does I/O or words a sentence.
-//!
-//! The inputs are deliberately small: a device is anything implementing [`DeviceView`], so the
-//! fleet model can be read in place (no copy of 40,000 devices), and claims and classes are the
-//! typed `k8s-openapi` specs, so what the allocator reads has the API's shape by construction.
+//! `why`'s pure core: whether a pod's claims can be allocated on a node, decided as the scheduler
+//! decides, and why not. [`cel`] evaluates selectors, [`allocate`] applies the allocation rules,
+//! [`diagnose`] names a selector's first false clause, and [`pod`] runs the rooms into
+//! [`findings`]. No I/O and no sentences here: gathering is `fleet`'s, wording is `cli`'s. A device
+//! is anything implementing [`DeviceView`], read in place; claims and classes are the `k8s-openapi`
+//! types.
 
 pub mod allocate;
 pub mod cel;

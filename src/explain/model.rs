@@ -1,12 +1,7 @@
-//! The fleet as the allocator reads it, built from the objects `kubectl media` read (files or
-//! the cluster): every device of every driver's current slices, viewed in place
-//! ([`SliceDevice`] implements [`DeviceView`] over the reader's model, no copy of 40,000
-//! devices' attributes), the devices other claims hold, the pools being updated, and the
-//! candidate nodes. Pure: nothing here reads a file or the network.
-//!
-//! The scheduler's own gathering (k8s.io/dynamic-resource-allocation `structured` `GatherPools`)
-//! is followed: only the slices of a pool's newest generation count, and a pool whose newest
-//! generation has fewer slices than `resourceSliceCount` says is incomplete ("being updated").
+//! The fleet as the allocator reads it, built from the objects read (files or the cluster), as the
+//! scheduler's `GatherPools` gathers it: a pool's newest generation only, pools with fewer slices
+//! than `resourceSliceCount` incomplete, the devices other claims hold, the candidate nodes.
+//! Devices are viewed in place ([`SliceDevice`] implements [`DeviceView`]). Pure.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -590,7 +585,7 @@ spec:
         );
         let value = crate::explain::cel::DeviceValue::new(device, 36);
         assert_eq!(
-            value.as_ref().err().map(String::as_str),
+            value.err().map(|e| e.to_string()).as_deref(),
             Some("attribute media.liken.sh/codecs: unsupported attribute value")
         );
     }

@@ -172,10 +172,8 @@ pub(super) fn device_status(
     let (qualifies, free, said) = match status {
         DeviceStatus::Available => (true, true, None),
         DeviceStatus::Taken { claims } => {
-            // A shareable device is taken only by an allocation without a share ID
-            // (allocateddevices.go: with DRAConsumableCapacity on, a result with a
-            // shareID is a shared allocation; one without is exclusive, as every
-            // allocation made while the gate was off is).
+            // Only an allocation without a share ID takes a shareable device: it is
+            // exclusive, as every one made with DRAConsumableCapacity off (allocateddevices.go).
             let shareable = work.input.features.consumable_capacity
                 && allocator.device(d).allow_multiple_allocations() == Some(true);
             let said = (

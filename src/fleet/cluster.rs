@@ -1,17 +1,10 @@
-//! Reading objects from a cluster for `kubectl media`: one paged lister for every kind the
-//! reader knows ([`Kind`]), namespaced or not, with label and field selectors, over one client
-//! built from kubectl's connection flags ([`crate::kubeconfig`]). The failures a user can act on
-//! become one line each: the API server is unreachable, a permission is missing, the cluster is
-//! too old to serve `resource.k8s.io/v1`.
+//! Reading objects from a cluster: one paged lister for every [`Kind`], with selectors, paged as
+//! kubectl pages and read by the same parser as files ([`crate::fleet::objects`]). The failures a
+//! user can act on (unreachable, forbidden, a cluster without `resource.k8s.io/v1`) are one line.
 //!
-//! Responses are paged as kubectl pages them and go through the same reader as files
-//! ([`crate::fleet::objects`]), so `-f` of a `kubectl get -o json` gives the same answer.
-//!
-//! The connection has kubectl's timeouts (client-go `transport/cache.go`): 30 s to open the TCP
-//! connection, then 10 s for the TLS handshake, and `--request-timeout` (none by default, as
-//! kubectl's `0`) over the whole request, connection included, as Go's `http.Client.Timeout`.
-//! kube-rs's own client has one connect timeout over both steps, so the client is assembled
-//! here from kube-rs's layers around a connector that times the two steps apart.
+//! The client has kubectl's timeouts: 30 s for TCP, then 10 s for TLS, `--request-timeout` over the
+//! whole request. kube-rs has one connect timeout over both steps, so the client is assembled from
+//! kube-rs's layers around a connector that times them apart.
 
 use std::collections::VecDeque;
 use std::future::Future;

@@ -1,29 +1,10 @@
-//! Reading API objects from files (`-f FILE`, `-f DIR` as kubectl walks it, `-f -` for stdin)
-//! instead of a cluster: the output of `kubectl get ... -o yaml|json`, Lists, multi-document
-//! YAML, or several JSON documents in a row. Objects go through the same parser as API responses
-//! ([`crate::fleet::objects`]), so a file gives the same answer as the cluster it was taken from.
+//! Reading API objects from files (`-f FILE`, `-f DIR` as kubectl walks it, `-f -`) through the
+//! same parser as API responses ([`crate::fleet::objects`]), so a file answers as its cluster.
 //!
-//! JSON is read as a stream, never whole: a scanner cuts a List's `items` into batches of whole
-//! items as the bytes arrive, and two threads parse the batches while the next ones are read, so
-//! a fleet's file costs its model, not its text (and two cores, not one). What cannot be a
-//! Kubernetes object stops the reading where it shows: bytes that are not text, a top-level
-//! value that is not an object, nesting deeper than serde_json's 128 levels, one object over
-//! 16 MiB (etcd stores at most 1.5 MiB). YAML is read whole (serde_yaml parses a whole text),
-//! up to 128 MiB, after its first line is checked for the shape of a Kubernetes document and
-//! its flow brackets for depth.
-//!
-//! Every document must be a Kubernetes object or List: it has its `kind`, or `items` that have
-//! theirs (or take it from the List's, `kind: PodList`), in JSON and YAML alike, as kubectl
-//! refuses an object without a kind; an input with none is an error naming it and what was
-//! expected. Kinds the caller does not read are passed over; a kind it reads with another
-//! `apiVersion` (or none) is skipped with a note ([`crate::fleet::objects`]). The same object
-//! given twice (two `-f` of one file, stdin and the file, a List and the same object in another
-//! file) is kept once: objects are the same when kind, namespace and name agree (the
-//! `apiVersion` is the one read for the kind, and a uid is not compared: a snapshot may come
-//! from `kubectl get` without it). kubectl itself does not deduplicate (`kubectl get -f a -f a`
-//! prints the object twice), but a count of GPUs must not; two different objects under one
-//! identity (snapshots taken at different times) are an error naming both sources, since no
-//! answer is right then.
+//! JSON is streamed: a scanner cuts a List's `items` into batches that two threads parse while the
+//! next are read. YAML is read whole, up to 128 MiB. Every document must be an object or List with
+//! a `kind`; one object given twice is kept once, two different ones under one identity are an
+//! error. docs/user-guide.md (`-f`) gives the limits and rules.
 
 use std::collections::HashMap;
 use std::io::Read;

@@ -1,19 +1,7 @@
-//! The fleet's GPUs as `kubectl media caps` shows them: the `media.liken.sh` devices joined with
-//! the `liken.sh` render nodes of the same GPU, with what is missing, failed or drifting marked.
-//!
-//! Pure: it takes slices already read (from a cluster or files) and returns data; rendering is
-//! the CLI's job.
-//!
-//! Rules, in the order they apply:
-//! - Only the slices of the highest `pool.generation` of each pool count (k8s.io/api
-//!   resource/v1 `ResourcePool.Generation`).
-//! - A GPU is keyed by node and `resource.kubernetes.io/pciBusID` (or `address` when a media
-//!   device lacks the former). A render node of liken with no media device of the same key is a
-//!   GPU the agent does not describe.
-//! - A media device without `vaDriver` is a failed probe (the product document: every capability
-//!   false and no vaDriver).
-//! - GPUs of one model (vendor and product) whose capability statements differ drift: a driver
-//!   upgrade half rolled out, another image, a free and a non-free driver build.
+//! The fleet's GPUs as `caps` shows them, pure: `media.liken.sh` devices joined with liken's render
+//! nodes of the same GPU (by node and `pciBusID`, else `address`), a pool's newest generation only.
+//! A render node without a media device is a GPU the agent does not describe, a device without
+//! `vaDriver` a failed probe, and GPUs of one model whose statements differ drift.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 

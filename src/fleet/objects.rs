@@ -1,20 +1,9 @@
 //! Kubernetes objects as `kubectl media` reads them, and the one reader that turns API responses
-//! and files (`-f`) into them, so that a file gives the same result as the cluster it came from.
-//!
-//! Every kind a command needs is routed by `kind` and `apiVersion`, from Lists (typed ones such
-//! as `ResourceSliceList`, whose items carry no kind, and kubectl's `List`), multi-document YAML
-//! and single objects: Pods, ResourceClaims, ResourceClaimTemplates, DeviceClasses and Nodes and
-//! Events are few and small, so they are the faithful `k8s-openapi` types; ResourceSlices are
-//! many (thousands of slices, tens of thousands of devices), so they get a model of their own,
-//! read in one pass straight from the text. A device keeps every attribute of every domain
-//! under its fully qualified name (an unqualified name belongs to the slice's driver, as the
-//! scheduler reads it), typed, with its capacities, `allowMultipleAllocations` and taints.
-//! Names and string values are interned ([`Ustr`]): a fleet repeats the same few hundred
-//! strings a million times.
-//!
-//! Odd content never fails a whole listing: an attribute of no readable type is kept as
-//! [`Value::Invalid`], and an object of a known kind that does not have its kind's shape is
-//! skipped with a note naming it. Unknown kinds are passed over in silence.
+//! and files into them. Lists, multi-document YAML and single objects are routed by `kind` and
+//! `apiVersion`; the few small kinds are the `k8s-openapi` types, ResourceSlices a model of their
+//! own read in one pass, every attribute under its qualified name, strings interned ([`Ustr`]). Odd
+//! content never fails a listing: an unreadable value is [`Value::Invalid`], a misshapen object is
+//! skipped with a note, unknown kinds are passed over.
 
 use std::fmt;
 
@@ -1024,20 +1013,23 @@ const MAX_PROBLEM_SHOWN: usize = 400;
 
 /// What is wrong with a value, after the path to it from the object's root (`spec.x[0].y: `);
 /// nothing before it when the object's root itself is wrong.
-fn problem(path: &serde_path_to_error::Path, error: &dyn fmt::Display) -> String {
-    let message = error.to_string();
+fn problem(error: &ShapeError) -> String {
+    let message = error.inner().to_string();
     let message = crate::text::elide(&message, MAX_PROBLEM_SHOWN);
-    match path.to_string().as_str() {
+    match error.path().to_string().as_str() {
         "." => message.into_owned(),
         path => format!("{}: {message}", crate::text::elide(path, MAX_NAME_SHOWN)),
     }
 }
 
-/// `T` from `value`, or what is wrong and where.
+/// A value that is not of its type, with the path to where.
+type ShapeError = serde_path_to_error::Error<serde_json::Error>;
+
+/// `T` from `value`, or what is wrong and where (worded by [`problem`]).
 fn shaped<'de, T: Deserialize<'de>>(
     value: impl de::Deserializer<'de, Error = serde_json::Error>,
-) -> Result<T, String> {
-    serde_path_to_error::deserialize(value).map_err(|e| problem(e.path(), e.inner()))
+) -> Result<T, ShapeError> {
+    serde_path_to_error::deserialize(value)
 }
 
 /// The kind and apiVersion a List gives items that carry none (an API server's typed list).
@@ -1569,7 +1561,7 @@ impl Objects {
             metadata_str(&value, "namespace"),
             metadata_str(&value, "name"),
         );
-        let mut typed = || -> Result<(), String> {
+        let mut typed = || -> Result<(), ShapeError> {
             match known {
                 Kind::DeviceClass => self.classes.push(shaped(&value)?),
                 Kind::ResourceClaim => self.claims.push(shaped(&value)?),
@@ -1582,8 +1574,8 @@ impl Objects {
             }
             Ok(())
         };
-        if let Err(problem) = typed() {
-            self.add_unparsed(known, namespace, name, problem);
+        if let Err(e) = typed() {
+            self.add_unparsed(known, namespace, name, problem(&e));
         }
         Ok(())
     }
@@ -1599,9 +1591,9 @@ fn qualified_name(namespace: Option<&str>, name: Option<&str>) -> String {
 
 /// What is wrong with a ResourceSlice's `metadata` or `spec`, and where, if either is.
 fn slice_problem(value: &serde_json::Value) -> Option<String> {
-    let part = |field: &str, read: &dyn Fn(&serde_json::Value) -> Result<(), String>| {
+    let part = |field: &str, read: &dyn Fn(&serde_json::Value) -> Result<(), ShapeError>| {
         let part = value.get(field)?;
-        read(part).err().map(|p| format!("{field}.{p}"))
+        read(part).err().map(|e| format!("{field}.{}", problem(&e)))
     };
     part("metadata", &|v| shaped::<Metadata>(v).map(drop))
         .or_else(|| part("spec", &|v| shaped::<SliceSpec>(v).map(drop)))

@@ -1,14 +1,8 @@
-//! The pure step from what was found to what is published: a GPU's PCI identity and its probe
-//! outcome in, the device's name and every attribute out.
-//!
-//! The slice builder turns `GpuDevice`s into ResourceSlice devices; the log line the product
-//! document promises is made here too, so the log shows exactly the values that are published.
-//! Every value we publish is what sysfs, pci.ids or the driver stated, or a rule documented here
-//! applied to it:
-//! - `name`: the pci.ids device name; when there is no database or no entry, `<vendor>:<product>`
-//!   (e.g. `8086:7d55`), so the attribute is always present and never invented.
-//! - `name` and `vaDriver` are sanitised to 64 bytes by `sanitise` (the API's limit on string values).
-//! - `vaDriver` is absent, and every capability false, when the probe failed.
+//! The pure step from what was found to what is published: a GPU's PCI identity and probe outcome
+//! in, the device's name and every attribute out, plus the log line that shows exactly the
+//! published values. Every value is what sysfs, pci.ids or the driver stated, or a rule here:
+//! `name` falls back to `<vendor>:<product>`, `name` and `vaDriver` are cut to the API's 64 bytes
+//! ([`sanitise`]), and a failed probe has no `vaDriver` and every capability false.
 
 use crate::catalogue::{Attribute, Capability, Identity, MAX_STRING_VALUE_BYTES};
 use crate::node::sysfs::RenderNode;

@@ -1,16 +1,8 @@
-//! Pure: the node's GPUs in, the `media.liken.sh` ResourceSlice the agent wants to exist out.
-//! Publishing (creating, updating, watching) is the agent's job; this module only says what the
-//! slice should contain, so it can be tested and reused (the example fleet is built with it).
-//!
-//! The slice:
-//! - is named `<node>-media.liken.sh`; when that is longer than a name may be (253), the node
-//!   part is cut and a hash of the whole node name keeps it unique:
-//!   `<first part of node>-<8 hex digits of FNV-1a(node)>-media.liken.sh`;
-//! - has one pool named after the node, whose generation the publisher bumps on every change;
-//! - selects its node with `spec.nodeName`;
-//! - has one device per GPU with `allowMultipleAllocations: true` (a statement about a GPU can
-//!   back any number of claims) and every attribute `crate::node::device` produced;
-//! - is owned by the Node (a controller ownerReference), so it is garbage-collected with it.
+//! Pure: the node's GPUs in, the `media.liken.sh` ResourceSlice the agent wants out (publishing is
+//! the agent's job; the example fleet is built with this too). One pool named after the node, whose
+//! generation the publisher bumps; `spec.nodeName`; one device per GPU with
+//! `allowMultipleAllocations: true` (a statement can back any number of claims); owned by the Node,
+//! so it is garbage-collected with it. The name is [`slice_name`]'s.
 
 use std::collections::BTreeMap;
 
@@ -33,8 +25,8 @@ pub struct NodeRef {
     pub uid: String,
 }
 
-/// The slice's name for a node: `<node>-media.liken.sh`, or the documented fallback when that
-/// is too long.
+/// The slice's name for a node: `<node>-media.liken.sh`; past 253 characters, the node part is
+/// cut and a hash keeps it unique: `<first part of node>-<8 hex of FNV-1a(node)>-media.liken.sh`.
 pub(crate) fn slice_name(node: &str) -> String {
     let plain = format!("{node}{NAME_SUFFIX}");
     if plain.len() <= MAX_SUBDOMAIN_LENGTH {

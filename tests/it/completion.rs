@@ -1,12 +1,8 @@
-//! The shipped completion scripts, run in the real shells: bash and, where Debian's packages are
-//! installed (CI installs them), zsh and fish. Each script asks `kubectl-media __complete`, the
-//! same request kubectl makes through the `kubectl_complete-media` shim (tested in `class.rs`),
-//! so every shell is asked the same questions here and must give the same answers.
-//!
-//! bash and fish complete without a terminal (`COMP_WORDS` and the completion function; fish's
-//! `complete -C`). zsh's completion builtins work only inside its line editor, so there
-//! `compadd` and `_files` are replaced by functions that print what they were given (`_files`: the
-//! files that start with the word): the script's own logic still runs in the real zsh.
+//! The shipped completion scripts, run in the real shells: bash and, where installed, zsh and fish.
+//! Each asks `kubectl-media __complete`, as kubectl's shim does, so every shell must give the same
+//! answers. bash and fish complete without a terminal; zsh's builtins work only in its line editor,
+//! so `compadd` and `_files` are replaced by functions that print what they are given, and the
+//! script's own logic still runs in the real zsh.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,14 +1,9 @@
-//! `explain::allocate` against a brute-force reference allocator, on hundreds of seeded random
-//! small fleets: ExactCount (count 1 and 2) and All, matchAttribute constraints, shareable and
-//! exclusive devices, devices taken by other claims, taints and tolerations, firstAvailable,
-//! pools being updated, devices of other nodes and of all nodes, both feature-gate eras.
-//!
-//! The reference knows nothing of the search: it enumerates every choice of sub-requests and
-//! device multisets, and its selectors are Rust closures, not CEL, so the CEL evaluation of the
-//! allocator is checked too. Where the scheduler's answer depends on its search order (an
-//! `All` request whose devices break a constraint is an error when the search meets it), the
-//! reference computes whether that error is reachable, and the test accepts exactly the answers
-//! the scheduler can give.
+//! `explain::allocate` against a brute-force reference allocator on hundreds of seeded random small
+//! fleets (every allocation mode, constraints, shareable and taken devices, taints, firstAvailable,
+//! updating pools, both feature-gate eras). The reference enumerates every choice and its selectors
+//! are Rust closures, so the allocator's CEL is checked too. Where the scheduler's answer depends
+//! on its search order, the reference computes whether that error is reachable and the test accepts
+//! exactly the answers the scheduler can give.
 
 use std::collections::{HashMap, HashSet};
 

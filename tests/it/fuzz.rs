@@ -1,12 +1,7 @@
-//! Bounded fuzzing of the two readers of outside text: recorded probes (`probe --from`, the
-//! agent's `--reports`) and `-f` objects. A fixed seed and a fixed number of cases, so a run is
-//! reproducible and takes seconds; each case is made from a real input by one class of damage.
-//! The oracle: the reader returns (no panic, no stack overflow, no hang), and a refusal is one
-//! line naming the file, of bounded length.
-//!
-//! Cases per reader: [`CASES_PER_CLASS`] for each of the [`Class`]es (8), over 2 seeds each
-//! (the docs' recorded probe as JSON and as YAML; the example fleet as YAML and as a JSON List),
-//! so 2 × 8 × 150 = 2,400 per reader, 4,800 in all.
+//! Bounded fuzzing of the two readers of outside text: recorded probes and `-f` objects. Fixed
+//! seeds and counts ([`CASES_PER_CLASS`] per damage [`Class`], over two real inputs each), so a run
+//! is reproducible and takes seconds. The oracle: the reader returns (no panic, stack overflow or
+//! hang), and a refusal is one bounded line naming the file.
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -1,25 +1,10 @@
-//! Generated files are committed and must match what the code generates now:
+//! Generated files are committed and must match what the code generates now: the protobuf code
+//! in `src/agent/kubelet/generated/` (checked by SHA-256 sums of `proto/`, the code and the
+//! generator's versions; byte for byte with the `regenerate-protos` feature, whose compiler is
+//! too costly for every build), `docs/capabilities.md`, `docs/examples/fleet.yaml`, `docs/man/`.
+//! To rewrite them all (without the feature: all but the protobuf code):
 //!
-//! - the protobuf code in `src/agent/kubelet/generated/`, committed so that building needs no
-//!   protoc and no build script. A protobuf compiler (`protox`, in Rust) and `tonic-prost-build`
-//!   take about 16 s of CPU to build, a tenth of a fresh `cargo test`, so they are optional
-//!   dependencies behind the `regenerate-protos` feature. Without it the check is by SHA-256:
-//!   `generated/SHA256SUMS` records every file under `proto/`, every generated file and the
-//!   generator's crate versions, and the test recomputes them, so a `.proto` changed without
-//!   regenerating, a generated file edited by hand and a generator upgraded in `Cargo.lock` all
-//!   fail. With the feature the test also regenerates the code and compares it byte for byte;
-//!   with `UPDATE_GENERATED` it rewrites the code and the sums;
-//! - `docs/capabilities.md` (from the capability catalogue), `docs/examples/fleet.yaml` (from
-//!   the recorded probes) and `docs/man/`, produced by `crate::support::generated::files()`.
-//!
-//! To rewrite them all after a change:
-//!
-//! ```text
-//! UPDATE_GENERATED=1 cargo test --features regenerate-protos --test it generated
-//! ```
-//!
-//! (`UPDATE_GENERATED=1 cargo test --test it generated` rewrites the docs and man pages and
-//! fails only if the protobuf code is stale.)
+//!     UPDATE_GENERATED=1 cargo test --features regenerate-protos --test it generated
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -1,17 +1,9 @@
 //! The kubelet plugin as a library and as the agent, over real gRPC on unix sockets, for what the
-//! kubelet's own code cannot produce. The kubelet's code itself (registration on both API
-//! versions, prepare and unprepare of allocated claims, refusal, restart, slice wipes) plays
-//! against the agent in kubelet_real/.
-//!
-//! Here, with tonic clients: concurrent calls on both versions, stale, vanished, taken-over and
-//! re-created socket files, shutdown, the refusal the agent offers again on a new socket (the
-//! kubelet's handler refuses that way only when two plugins claim one endpoint), and what the
-//! plugin logs. With the raw HTTP/2 client of `support/grpc_raw.rs`, the header-level cases: each
-//! `:authority` form a real client sends (the percent-encoded socket path of the kubelet's
-//! grpc-go, the raw path of older grpc-go, `localhost`, none), the HPACK table turning over on a
-//! long-lived connection, h2's own resets that the relay exists for, abusive header blocks, a
-//! kubelet gone with frames unread, and the raw client's encodings; the last tests drive the real
-//! `media-capabilities` binary with it, on the real control plane.
+//! kubelet's own code (kubelet_real/) cannot produce. With tonic clients: concurrent calls on both
+//! versions, stale, vanished, taken-over and re-created sockets, shutdown, the refusal offered
+//! again on a new socket, and the log. With the raw client of `support/grpc_raw.rs`: every
+//! `:authority` form, HPACK turnover, h2's resets, abusive header blocks, a kubelet gone with
+//! frames unread; the last tests drive the real binary on the real control plane.
 
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;

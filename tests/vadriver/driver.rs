@@ -1,17 +1,11 @@
-//! `mediatest`: a VA-API driver for the tests, which the real libva loads like any driver and
-//! which answers from a scenario file instead of a GPU.
+//! `mediatest`: a VA-API driver for the tests, which the real libva loads like any driver and which
+//! answers from a scenario file instead of a GPU. Built by `tests/it/support/vadriver.rs` with
+//! `rustc` alone (no dependencies, no headers, `-C panic=abort` so nothing unwinds into libva);
+//! layouts follow libva 2.17's `va_backend.h`, which later versions only append to.
 //!
-//! It is built by the test harness (`tests/it/support/vadriver.rs`) with `rustc` alone: no
-//! dependencies, no C compiler, no libva headers, `-C panic=abort` so that nothing can unwind into
-//! libva. The layouts below follow libva 2.17's `va/va_backend.h` (libva only appends to these
-//! structs, so a newer libva loads it too).
-//!
-//! Which scenario: libva hands the driver its `VADriverContext`, whose `drm_state` starts with the
-//! render node's fd; the driver reads `$MEDIA_TESTVA_SCENARIOS/<renderDN>.scenario`, `<renderDN>`
-//! being the name of the file that fd is open on. The scenario is a line format the harness writes
-//! from a recorded report (docs/report-format.md) plus the failure to act out; see
-//! `Scenario::parse` for every line. Built with `--cfg no_init_symbol` it exports no
-//! `__vaDriverInit_1_0` at all (the "no init symbol" failure).
+//! The scenario is `$MEDIA_TESTVA_SCENARIOS/<renderDN>.scenario`, named by the file the display's
+//! fd is open on (`Scenario::parse` gives the lines). `--cfg no_init_symbol` leaves out
+//! `__vaDriverInit_1_0`.
 
 #![allow(non_snake_case)]
 

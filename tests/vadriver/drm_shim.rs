@@ -1,13 +1,8 @@
-//! The tests' stand-in for the two libdrm calls libva-drm makes on a display's fd, loaded with
-//! `LD_PRELOAD` into the probe processes of a test and nowhere else (libva-facts §7).
-//!
-//! libva 2.17's `vaGetDisplayDRM` refuses an fd that `drmGetNodeTypeFromFd` does not recognise,
-//! and `va_drm_utils.c` picks the VA driver from the kernel driver `drmGetVersion` names, mapping
-//! i915 → iHD, amdgpu → radeonsi, nvidia-drm → nvidia and any other name to itself. The fake
-//! render nodes of the tests are plain files, so here every fd is a render node
-//! (`DRM_NODE_RENDER`), and its kernel driver is the one the fake sysfs tree names for it
-//! (`$MEDIA_TESTVA_SYS/class/drm/<renderDN>/device/uevent`, `DRIVER=`): libva's own mapping then
-//! chooses the driver file, exactly as on a node with that GPU.
+//! The tests' stand-in for the two libdrm calls libva-drm makes on a display's fd, preloaded into
+//! the tests' probe processes only (libva-facts §7). The fake render nodes are plain files, so
+//! every fd is a render node here, and its kernel driver is the one the fake sysfs names
+//! (`$MEDIA_TESTVA_SYS/class/drm/<renderDN>/device/uevent`): libva's own mapping then picks the
+//! driver file, as on a node with that GPU.
 
 #![allow(non_snake_case)]
 

@@ -1,34 +1,10 @@
-//! The `:authority` rewriter: a small HTTP/2 relay in front of tonic on both kubelet sockets.
+//! The `:authority` rewriter: a small HTTP/2 relay in front of tonic on both kubelet sockets. The
+//! kubelet sends its socket path as `:authority`, which h2 refuses (hyperium/h2#487) before tonic
+//! sees the call; docs/kubelet-plugin.md says what is rewritten, what never is, and the bounds.
 //!
-//! Why it exists: the kubelet's registration client dials the bare socket path with no authority
-//! override (k/k `pluginmanager/operationexecutor/operation_generator.go`, `dial`), so grpc-go
-//! sends `:authority` = the path percent-encoded (`%2Fvar%2Flib%2Fkubelet%2F...-reg.sock`);
-//! older grpc-go sends the raw path. hyperium/h2, under hyper and tonic, parses `:authority` with
-//! the `http` crate's URI parser, which refuses both (`%` in a host, a `/`), and resets the
-//! stream with PROTOCOL_ERROR before tonic sees the call: GetInfo never succeeds and the plugin is
-//! never registered. h2 has no option to accept such an authority (hyperium/h2#487, open since
-//! 2020), and tonic and hyper expose none either. So each accepted connection goes through this
-//! relay before it reaches tonic over an in-memory duplex stream.
-//!
-//! What it does, client to server: every frame passes through byte for byte, except header
-//! blocks (HEADERS and its CONTINUATIONs). Each block is decoded with an HPACK decoder that
-//! follows the client's dynamic table, an `:authority` that is not a valid URI authority (by the
-//! very parser h2 uses) is replaced with `localhost`, and the block is re-encoded as literals that
-//! never touch the dynamic table, so no encoder state has to be kept towards the server and h2's
-//! table stays empty. Field order, names and every other value are kept, as is "never indexed"
-//! (RFC 7541 §6.2.3 requires an intermediary to keep it), END_STREAM and the PRIORITY fields;
-//! padding is dropped (it carries nothing). The re-encoded block is cut into frames of at most
-//! 16 KiB, the frame size every HTTP/2 peer accepts (RFC 9113 §4.2), and the server is configured
-//! with exactly that limit. A valid `:authority` (`localhost`) and an absent one are left as they
-//! are. Server to client, bytes are copied untouched.
-//!
-//! What it never does: answer on the server's behalf. Whatever it cannot or must not re-encode
-//! (a frame over the size limit, a CONTINUATION out of place, more CONTINUATIONs or a larger
-//! decoded header list than h2 tolerates, an HPACK error, a PUSH_PROMISE, a bad preface) is handed
-//! to h2 verbatim, and the rest of that connection is copied without rewriting. h2 then reacts as
-//! it would without the relay; each of these is a connection error in h2, so the connection ends
-//! there. Memory is bounded per connection: one frame of at most 16 KiB, one header block of at
-//! most `1 + MAX_CONTINUATIONS + 1` frames, and a decoded list cut off at h2's abuse limit.
+//! Client to server, only header blocks change: decoded with the client's HPACK table, an invalid
+//! `:authority` becomes `localhost`, re-encoded as literals (no encoder state towards h2). What it
+//! cannot re-encode goes to h2 verbatim with the rest of the connection: it never answers for h2.
 
 use std::borrow::Cow;
 use std::io;
@@ -82,11 +58,8 @@ where
     let (mut server_read, mut server_write) = tokio::io::split(server);
     let requests = async {
         let ended = forward_requests(client_read, &mut server_write, role).await;
-        // However the client's side ended (its end of stream, a reset, a failed write towards
-        // the server), h2 must see the end too. Dropping this half alone does not close the
-        // in-memory stream, and h2 would wait for the vanished client for ever: at a graceful
-        // shutdown, for the ACK of its PING, which holds up the agent's stop until the drain
-        // timeout.
+        // However the client's side ended, h2 must see the end: dropping this half does not
+        // close the duplex, and h2 would wait for ever (at shutdown, for its PING's ACK).
         let _ = server_write.shutdown().await;
         ended
     };

@@ -1,14 +1,8 @@
-//! The DRA service (`DRAPlugin`, versions v1 and v1beta1) that the kubelet calls before a pod
-//! with a `media.liken.sh` claim starts and after it stops.
-//!
-//! A `media.liken.sh` device is a statement about what a GPU's VA-API driver can do, not a
-//! handle to hardware: the GPU itself reaches the container through the GPU vendor's own driver
-//! (or a device mount). So there is nothing to prepare or deliver: every claim gets an entry
-//! with no devices and no error. The entry must still be there, keyed by claim UID — a missing
-//! one makes the kubelet retry and keeps the pod from starting (or from terminating).
-//!
-//! The kubelet calls for every pod with our claims, so each call is logged at debug only, with
-//! the claims it names.
+//! The DRA service (`DRAPlugin`, v1 and v1beta1) the kubelet calls before a pod with a
+//! `media.liken.sh` claim starts and after it stops. Our device is a statement about a GPU, not a
+//! handle to it, so there is nothing to prepare: every claim gets an entry with no devices and no
+//! error. The entry must be there, keyed by claim UID: a missing one makes the kubelet retry and
+//! keeps the pod from starting (or terminating). Calls log at debug only.
 
 use std::collections::HashMap;
 

@@ -1,24 +1,11 @@
-//! The agent's kubelet plugin. A pod whose claim names `media.liken.sh` only starts (and only
-//! terminates cleanly) if the kubelet finds a registered DRA plugin for that driver, even though
-//! our devices deliver nothing into containers. So the agent serves two gRPC services on unix
-//! sockets, as every DRA driver does:
+//! The agent's kubelet plugin: pods with `media.liken.sh` claims start and stop only if the kubelet
+//! finds a registered DRA plugin for the driver, though our devices deliver nothing. Two gRPC
+//! services on unix sockets: [`registration`] and [`dra`] (v1 and v1beta1), each connection through
+//! the [`authority`] relay.
 //!
-//! - the registration service on `<registry dir>/media.liken.sh-reg.sock`, which the kubelet's
-//!   plugin watcher finds and calls (see [`registration`]);
-//! - the DRA service, v1 and v1beta1, on `<plugins dir>/dra.sock`, the endpoint we hand the
-//!   kubelet (see [`dra`]).
-//!
-//! Every connection on either socket passes through a small HTTP/2 relay before tonic (see
-//! [`authority`]): the kubelet sends its socket path as `:authority`, which h2 refuses.
-//!
-//! Keeping the sockets present is part of the job: if the kubelet's `plugins_registry`
-//! directory is re-created, or a socket file is deleted, the kubelet drops the plugin and wipes
-//! our ResourceSlice 30 s later. [`KubeletPlugin::run`] therefore re-checks both socket files
-//! every [`Config::recheck_interval`] and re-creates a missing one, which makes the kubelet
-//! register us again. Polling a `stat()` every few seconds was chosen over inotify: it needs no
-//! extra dependency, and an inotify watch on the directory itself is lost exactly when the
-//! directory is deleted, which is the case we must catch; a few seconds is well inside the
-//! kubelet's 30 s wipe delay.
+//! The sockets must stay: without them the kubelet drops the plugin and wipes our slice 30 s later,
+//! so [`KubeletPlugin::run`] re-checks both files every [`Config::recheck_interval`] and re-creates
+//! a missing one (a `stat()` poll: an inotify watch is lost when its directory is deleted).
 
 mod authority;
 mod dra;

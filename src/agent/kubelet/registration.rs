@@ -1,13 +1,8 @@
-//! The registration service (`pluginregistration.Registration`): the kubelet's plugin watcher
-//! finds our socket in its `plugins_registry` directory, asks who we are (`GetInfo`) and then
-//! tells us whether it registered us (`NotifyRegistrationStatus`). The verdict is kept in a
-//! `tokio::sync::watch` channel so `/readyz` can wait for "kubelet registration succeeded", and
-//! [`report`] turns it into the few log lines an operator needs: one INFO line when the kubelet
-//! registers the plugin, one WARN line when it refuses (its message verbatim), and one WARN line
-//! when no kubelet has registered it within a grace period of start (or of the socket being made
-//! anew), each with what to check. The calls themselves are routine and log at debug. After a
-//! refusal the serving loop makes the socket anew, so that the kubelet tries again
-//! (`super::Config::refusal_retry`).
+//! The registration service (`pluginregistration.Registration`): the kubelet's plugin watcher asks
+//! who we are (`GetInfo`), then whether it registered us (`NotifyRegistrationStatus`). The verdict
+//! goes to a `watch` channel for `/readyz`, and [`report`] logs what an operator needs once:
+//! registered (INFO), refused or not registered in time (WARN, with what to check). After a refusal
+//! the socket is made anew so that the kubelet tries again.
 
 use std::fmt;
 use std::path::PathBuf;

@@ -1,16 +1,8 @@
-//! The life of one unix socket file: bind it (removing a stale file first), tell whether the
-//! file at its path is still ours, and remove it at shutdown only if it is still ours.
-//!
-//! "Ours" means the same inode we bound. That matters during a rolling update with surge: the
-//! new pod binds a fresh socket at the same path while the old pod is still draining, and the
-//! old pod must neither remove nor take back the new pod's socket.
-//!
-//! A socket's directory can also be deleted from under us. Where the directory is itself a
-//! hostPath mount (the DaemonSet mounts exactly `plugins_registry` and
-//! `plugins/media.liken.sh`), the mount keeps showing the deleted directory: its link count is
-//! 0 and nothing can be created in it, while the host's path may already name a new directory.
-//! No socket we bind can reach the kubelet then, so that finding is its own case
-//! ([`Found::DirectoryDeleted`]) rather than "missing, re-create it".
+//! The life of one unix socket file: bind it (removing a stale file), tell whether the file at its
+//! path is still ours (the inode we bound: in a surge rollout the new pod binds the same path while
+//! the old one drains), and remove it at shutdown only if so. A deleted directory that is itself a
+//! hostPath mount stays visible with a link count of 0 and takes no new file: that is its own case,
+//! [`Found::DirectoryDeleted`], not "missing, re-create it".
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};

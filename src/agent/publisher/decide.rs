@@ -80,10 +80,8 @@ impl Stored {
     /// ours; another one (an older naming, a copy) is returned, to be deleted.
     pub(crate) fn seen(&mut self, slice: ResourceSlice) -> Option<Stray> {
         let Some(other) = slice.metadata.name.clone().filter(|n| *n != self.name) else {
-            // An older state of the same object (a watch event overtaken by our own write's
-            // answer) must not replace a newer one, or we would "restore" it with a write
-            // doomed to conflict. metadata.generation orders spec changes; resourceVersions
-            // must not be compared.
+            // A watch event overtaken by our write's answer must not replace it (the "restore"
+            // would conflict): metadata.generation orders them; resourceVersions must not.
             if let Some(current) = &self.observed
                 && current.metadata.uid == slice.metadata.uid
                 && slice.metadata.generation < current.metadata.generation

@@ -1,21 +1,11 @@
-//! Publishing the node's `media.liken.sh` ResourceSlice and keeping it true.
+//! Publishing the node's `media.liken.sh` ResourceSlice and keeping it true: it follows what the
+//! API server stores (a watch and a periodic read) and writes only when that differs from what the
+//! prober found; docs/operations.md says how it answers deletions, edits, refusals and outages.
 //!
-//! The publisher follows what the API server stores (a watch of this node's slices of our
-//! driver, and a periodic read) and writes only when that differs from what the prober found:
-//! a steady node costs one idle watch and no writes. It re-creates the slice after a deletion,
-//! restores it after an outside edit of its spec or controller, bumps `spec.pool.generation`
-//! (never backwards) on every content change, deletes and re-creates a slice of ours whose
-//! immutable fields differ, and never touches another driver's. A refusal (400, 401, 403, 413,
-//! 422) leaves the stored slice alone; fields the server drops or adds inside devices are said
-//! once and left aside. Failures retry with capped backoff and jitter, honour Retry-After, and
-//! are logged once when they start and once when they end; an outage is never a reason to exit.
-//!
-//! `compare` holds the pure comparison of two slices, `decide` every decision; this module only
-//! waits for events, carries out actions and makes API requests, each bounded by
-//! [`API_CALL_TIMEOUT`]. kube-runtime's watcher relists after a broken stream or `410 Gone`; its
-//! `Controller` does not fit: one object of a fixed name, whose desired state comes from the
-//! prober rather than from the watched objects, with writes that must wait out a Retry-After;
-//! nor its reflector `Store`: our own write's answer must win over a late watch event.
+//! [`compare`] compares two slices and [`decide`] makes every decision; this loop only waits,
+//! carries out actions and makes requests, each bounded by [`API_CALL_TIMEOUT`]. kube-runtime's
+//! `Controller` does not fit (one object, desired state from the prober, Retry-After waits), nor
+//! its `Store` (our own write's answer must win over a late watch event).
 
 mod compare;
 mod decide;
@@ -38,9 +28,7 @@ use tracing::{info, warn};
 use self::compare::{Change, FieldPath, stored_changes};
 use self::decide::{Action, Event, Plan, State, Stray, decide, plan, selector};
 use crate::agent::api::{API_CALL_TIMEOUT, ApiCause, api_answered, api_unanswered};
-use crate::agent::health::{
-    DROPPED_FIELD_WARNING, Health, Heartbeat, RefusalLabels, WriteLabels, human,
-};
+use crate::agent::health::{DroppedField, Health, Heartbeat, RefusalLabels, WriteLabels, human};
 use crate::catalogue::DRIVER;
 use crate::node::device::GpuDevice;
 
@@ -493,7 +481,7 @@ impl Publisher {
             let dropped = aside.iter().any(|c| c.path.is_gate_field());
             if self.health.set_dropped_field(dropped) {
                 if dropped {
-                    warn!("{DROPPED_FIELD_WARNING}");
+                    warn!("{DroppedField}");
                 } else {
                     info!("the API server keeps allowMultipleAllocations again");
                 }

@@ -1,15 +1,10 @@
-//! How far a device selector may go, as the API server and the scheduler bound it: the parser's
-//! limits (cel-go v0.26's defaults, which Kubernetes keeps), the API server's length limit and
-//! the limit of its static cost estimate (k8s pkg/apis/resource/validation
-//! `validateCELExpression`; the estimate is [`super::estimate`]'s), and the
-//! scheduler's runtime cost limit (dra cel/compile.go `cel.CostLimit`), counted as cel-go
-//! interpreter/runtimecost.go and k8s.io/apiserver pkg/cel/library/cost.go count it.
+//! How far a selector may go: the parser's limits (cel-go's defaults), the API server's length and
+//! estimated-cost limits (`validateCELExpression`; the estimate is [`super::estimate`]'s), and the
+//! scheduler's runtime cost limit, counted as cel-go's runtimecost.go and k8s's cost.go.
 //!
-//! The `cel` crate has no cost hooks, so [`instrument`] rewrites a selector to pass each
-//! costed value through a charging function (`@charge(x, 1)`, ...) that draws on a per-thread
-//! budget ([`metered`]): the charges land where cel-go's cost observer counts, and the
-//! size-proportional ones (regex, `contains`, sets, `in`) are charged from the arguments
-//! before the work, so a selector past the limit stops before it runs long or allocates much.
+//! The `cel` crate has no cost hooks, so [`instrument`] rewrites a selector to pass costed values
+//! through a charging function drawing on a per-thread budget ([`metered`]); size-proportional
+//! costs are charged before the work, so a selector past the limit stops before it runs long.
 
 use std::cell::Cell;
 use std::fmt;

@@ -12,8 +12,8 @@ use cel::common::types::{CelBool, CelInt, CelString, MAP_TYPE, Type};
 use cel::common::value::{CowVal, Val};
 use cel::{Context, ExecutionError};
 
-use super::quantity::Quantity;
-use super::semver::Semver;
+use super::quantity::{Quantity, QuantityError};
+use super::semver::{Semver, SemverError};
 use super::{env, visit};
 use crate::explain::{AttributeValue, DeviceView, split_qualified};
 
@@ -37,25 +37,47 @@ impl fmt::Debug for DeviceValue<'_> {
     }
 }
 
+/// Why a device has no CEL value, in the scheduler's words: its DeviceMatches fails every
+/// selector on the device with this.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConversionError {
+    #[error("attribute {0}: unsupported attribute value")]
+    Unsupported(String),
+    #[error("attribute {name}: parse semantic version: {source}")]
+    Version { name: String, source: SemverError },
+    #[error("capacity {name}: {source}")]
+    Capacity { name: String, source: QuantityError },
+}
+
 impl<'a> DeviceValue<'a> {
     /// The CEL view of `device` (dra cel/compile.go `DeviceMatches`) for Kubernetes 1.`minor`'s
     /// scheduler. Like the scheduler, which converts every attribute before evaluating, a
     /// version or quantity that does not parse fails every selector on the device, whether it
     /// reads it or not.
-    pub(crate) fn new(device: &'a dyn DeviceView, minor: u32) -> Result<DeviceValue<'a>, String> {
+    pub(crate) fn new(
+        device: &'a dyn DeviceView,
+        minor: u32,
+    ) -> Result<DeviceValue<'a>, ConversionError> {
         if let Some(name) = device.unsupported_attribute() {
-            return Err(format!("attribute {name}: unsupported attribute value"));
+            return Err(ConversionError::Unsupported(name.to_owned()));
         }
         for (name, value) in device.attributes() {
             if let AttributeValue::Version(v) = value {
-                Semver::parse(v)
-                    .map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?;
+                Semver::parse(v).map_err(|source| ConversionError::Version {
+                    name: name.to_owned(),
+                    source,
+                })?;
             }
         }
         for (name, quantity) in device.capacities() {
             // One past what this evaluator holds is undecided where a selector reads it.
             match Quantity::parse(quantity) {
-                Err(e) if !e.is_gap() => return Err(format!("capacity {name}: {e}")),
+                Err(source) if !source.is_gap() => {
+                    return Err(ConversionError::Capacity {
+                        name: name.to_owned(),
+                        source,
+                    });
+                }
                 _ => {}
             }
         }
@@ -91,15 +113,24 @@ pub(super) fn sees_multiple_allocations(minor: u32) -> bool {
     minor != 35
 }
 
+/// What cel-go's checker knows on `device`.
+const FIELDS: [&str; 4] = [
+    "driver",
+    "attributes",
+    "capacity",
+    "allowMultipleAllocations",
+];
+
+/// A field of `device` cel-go's checker does not know.
+#[derive(Debug, thiserror::Error)]
+#[error("undefined field '{field}' on device (valid: {})", FIELDS.join(", "))]
+pub(super) struct UnknownField {
+    field: String,
+}
+
 /// The fields cel-go's checker knows on `device` (the `kubernetes.DRADevice` object type): any
 /// other is a compile error there, so it is not evaluated here either.
-pub(super) fn check_device_fields(expr: &IdedExpr) -> Result<(), String> {
-    const FIELDS: [&str; 4] = [
-        "driver",
-        "attributes",
-        "capacity",
-        "allowMultipleAllocations",
-    ];
+pub(super) fn check_device_fields(expr: &IdedExpr) -> Result<(), UnknownField> {
     let mut problem = None;
     visit(expr, &mut |e| {
         if let Expr::Select(select) = &e.expr
@@ -107,11 +138,9 @@ pub(super) fn check_device_fields(expr: &IdedExpr) -> Result<(), String> {
             && !FIELDS.contains(&select.field.as_str())
             && problem.is_none()
         {
-            problem = Some(format!(
-                "undefined field '{}' on device (valid: {})",
-                select.field,
-                FIELDS.join(", ")
-            ));
+            problem = Some(UnknownField {
+                field: select.field.clone(),
+            });
         }
     });
     problem.map_or(Ok(()), Err)

@@ -220,9 +220,22 @@ pub(super) const KUBERNETES_CALLS: [(&str, bool, &[usize]); 16] = [
     ("compareTo", true, &[1]),
 ];
 
+/// A call of a Kubernetes library function that no overload of it accepts.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "no Kubernetes overload of {name} is called this way: {name} is a {} taking {} argument(s) (cel-go rejects the call when it compiles the selector)",
+    if *member { "method" } else { "global function" },
+    arities.iter().map(ToString::to_string).collect::<Vec<_>>().join(" or ")
+)]
+pub(super) struct UnknownOverload {
+    name: &'static str,
+    member: bool,
+    arities: &'static [usize],
+}
+
 /// Refuses a call of a Kubernetes library function that no overload of it accepts (see
 /// [`KUBERNETES_CALLS`]).
-pub(super) fn check_kubernetes_calls(expr: &IdedExpr) -> Result<(), String> {
+pub(super) fn check_kubernetes_calls(expr: &IdedExpr) -> Result<(), UnknownOverload> {
     let mut problem = None;
     visit(expr, &mut |e| {
         let Expr::Call(call) = &e.expr else {
@@ -237,12 +250,11 @@ pub(super) fn check_kubernetes_calls(expr: &IdedExpr) -> Result<(), String> {
         if problem.is_none()
             && (call.target.is_some() != *member || !arities.contains(&call.args.len()))
         {
-            let arities: Vec<String> = arities.iter().map(ToString::to_string).collect();
-            problem = Some(format!(
-                "no Kubernetes overload of {name} is called this way: {name} is a {} taking {} argument(s) (cel-go rejects the call when it compiles the selector)",
-                if *member { "method" } else { "global function" },
-                arities.join(" or ")
-            ));
+            problem = Some(UnknownOverload {
+                name,
+                member: *member,
+                arities,
+            });
         }
     });
     problem.map_or(Ok(()), Err)

@@ -1,18 +1,9 @@
-//! The API server's static cost estimate of a new device selector (k8s pkg/apis/resource/
-//! validation `validateCELExpression`: `result.MaxCost` against
+//! The API server's static cost estimate of a new selector (`validateCELExpression` against
 //! [`super::bounds::MAX_COST`]), ported from cel-go checker/cost.go with the estimators the
-//! environment adds: k8s.io/apiserver pkg/cel/library/cost.go `EstimateCallCost` (by function
-//! name), cel-go ext's lists and sets overload estimators (by overload id), and the DRA size
-//! estimator (dra cel/compile.go `sizeEstimator`: the declared maximum sizes of what `device`
-//! holds).
-//!
-//! cel-go estimates a type-checked AST: its costs hang on each call's overloads and each node's
-//! type. The `cel` crate has no checker, so [`Checker`] infers what the estimate reads (types,
-//! and the overloads a call resolves to, several when an argument is `dyn`) the way cel-go's
-//! checker resolves them; [`Coster`] is then cost.go, function for function.
-//!
-//! The estimate parses the selector again with `cel.bind` expanded as cel-go expands it (the
-//! evaluator's expansion inlines a variable read once, which changes what is counted).
+//! environment adds (k8s's library cost.go, cel-go ext's lists and sets, DRA's `sizeEstimator`).
+//! cel-go estimates a type-checked AST and the `cel` crate has no checker, so [`Checker`] infers
+//! types and overloads as cel-go's would, and [`Coster`] is cost.go. It parses the selector again
+//! with `cel.bind` expanded as cel-go expands it (the evaluator's inlining counts differently).
 
 use std::collections::HashMap;
 use std::sync::OnceLock;

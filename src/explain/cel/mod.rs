@@ -1,20 +1,8 @@
-//! Device selectors evaluated with Kubernetes semantics (k8s.io/dynamic-resource-allocation
-//! `cel/compile.go`, k8s.io/apiserver `pkg/cel/library`): one variable, `device`, with
-//! `driver`, `attributes[domain][name]`, `capacity[domain][name]` and
-//! `allowMultipleAllocations`.
-//!
-//! The crate: `cel` 0.15 (cel-rust), the maintained Rust CEL interpreter, with the optional
-//! syntax, the strings and lists extensions, error-absorbing `&&`/`||`, custom value types and
-//! macros. `kube-cel` 0.8 would bring Kubernetes' libraries but pins `cel` 0.13 and refuses
-//! `cel.bind`, so what Kubernetes has and the crate lacks is added here, one module per
-//! library as upstream splits them: [`env`] (the environment, `cel.bind`, cel-go's equality),
-//! [`device`] (the variable), [`semver`], [`quantity`], [`lists`] (lists and sets),
-//! [`strings`] (strings and regex), [`bounds`] (the limits and the runtime cost) and
-//! [`estimate`] (the API server's static cost estimate, for selectors never admitted).
-//!
-//! What this evaluator cannot decide (a function it lacks, syntax it cannot parse) is
-//! [`Outcome::CannotEvaluate`] with the reason, never a guess. Each selector is compiled once
-//! ([`Selector::compile`]) and evaluated per device against a [`DeviceValue`].
+//! Device selectors evaluated with Kubernetes semantics (dra `cel/compile.go`, apiserver
+//! `pkg/cel/library`): one variable, `device`. The `cel` crate (cel-rust) plus what Kubernetes has
+//! and it lacks, one module per library as upstream splits them; `kube-cel` pins an older `cel` and
+//! refuses `cel.bind`. What this evaluator cannot decide is [`Outcome::CannotEvaluate`], never a
+//! guess. A selector is compiled once ([`Selector::compile`]) and evaluated per [`DeviceValue`].
 
 use std::fmt;
 
@@ -34,7 +22,7 @@ mod semver;
 mod strings;
 
 pub(crate) use bounds::COST_LIMIT_EXCEEDED;
-pub(crate) use device::DeviceValue;
+pub(crate) use device::{ConversionError, DeviceValue};
 pub(crate) use quantity::Quantity;
 
 /// The result of evaluating one selector on one device.
@@ -251,9 +239,9 @@ fn compile_within(expression: &str, validation: Validation) -> Result<Compiled, 
     if bounds::nesting_depth(&expr) > bounds::MAX_RECURSION_DEPTH {
         return Err(Failure::Gap(refused(bounds::Refusal::Depth)));
     }
-    device::check_device_fields(&expr).map_err(Failure::Gap)?;
-    env::check_kubernetes_calls(&expr).map_err(Failure::Gap)?;
-    strings::check_literal_regexes(&expr).map_err(Failure::Error)?;
+    device::check_device_fields(&expr).map_err(|e| Failure::Gap(e.to_string()))?;
+    env::check_kubernetes_calls(&expr).map_err(|e| Failure::Gap(e.to_string()))?;
+    strings::check_literal_regexes(&expr).map_err(|e| Failure::Error(e.to_string()))?;
     if let Validation::New { minor } = validation {
         // Parsed again for the estimate, with `cel.bind` as cel-go expands it.
         let estimate = estimate::estimate(expression, minor).ok_or_else(|| {
@@ -289,7 +277,7 @@ pub fn evaluate_one(expression: &str, device: &dyn DeviceView, minor: u32) -> Ou
     match DeviceValue::new(device, minor) {
         Ok(value) => selector.evaluate(&value),
         // The scheduler fails the same way: DeviceMatches returns the conversion error.
-        Err(e) => Outcome::RuntimeError(e),
+        Err(e) => Outcome::RuntimeError(e.to_string()),
     }
 }
 

@@ -66,6 +66,11 @@ impl QuantityError {
     }
 }
 
+/// A sum beyond what this evaluator holds (Go's is a big integer): undecided, not an error.
+#[derive(Clone, Copy, Debug, thiserror::Error)]
+#[error("a quantity sum needs more than 38 digits")]
+struct SumTooLarge;
+
 /// The parts of a quantity's text (quantity.go `parseQuantityString`): sign, the number as
 /// written (sign included), its integer digits without leading zeros, its fraction digits,
 /// and the suffix.
@@ -263,7 +268,7 @@ impl Amount {
 
     /// `Quantity.Add` (`negate`: `Sub`): int64 arithmetic while it fits, else a Dec at the
     /// larger of the two scales (inf `Add`).
-    fn add(self, other: Amount, negate: bool) -> Result<Amount, String> {
+    fn add(self, other: Amount, negate: bool) -> Result<Amount, SumTooLarge> {
         if let (
             Amount::Int {
                 value: av,
@@ -284,14 +289,11 @@ impl Amount {
         let ((x, xs), (y, ys)) = (self.as_dec(), other.as_dec());
         let y = if negate { y.checked_neg() } else { Some(y) };
         let scale = xs.max(ys);
-        let too_large = || "a quantity sum needs more than 38 digits".to_owned();
-        let x = scale_up(x, scale - xs).ok_or_else(too_large)?;
-        let y = y
-            .and_then(|y| scale_up(y, scale - ys))
-            .ok_or_else(too_large)?;
+        let x = scale_up(x, scale - xs).ok_or(SumTooLarge)?;
+        let y = y.and_then(|y| scale_up(y, scale - ys)).ok_or(SumTooLarge)?;
         Ok(Amount::Dec {
-            unscaled: x.checked_add(y).ok_or_else(too_large)?,
-            scale: i32::try_from(scale).map_err(|_| too_large())?,
+            unscaled: x.checked_add(y).ok_or(SumTooLarge)?,
+            scale: i32::try_from(scale).map_err(|_| SumTooLarge)?,
         })
     }
 
@@ -444,7 +446,10 @@ impl Quantity {
                 "Kubernetes 1.34 to 1.36 change a quantity beyond int64 in place when adding to it (library/quantity.go copies it shallowly); this evaluator does not model that",
             ));
         }
-        let amount = self.amount.add(other.amount, negate).map_err(gap)?;
+        let amount = self
+            .amount
+            .add(other.amount, negate)
+            .map_err(|e| gap(e.to_string()))?;
         Ok(Quantity {
             amount,
             pointer: true,

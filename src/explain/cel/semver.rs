@@ -16,17 +16,24 @@ pub(super) static SEMVER_TYPE: Type = Type::new_unspecified_type("kubernetes.Sem
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Semver(semver::Version);
 
+/// Why a version does not parse: the semver crate's error, or semverlib.go's own.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SemverError {
+    #[error(transparent)]
+    Parse(#[from] semver::Error),
+    #[error("short version cannot contain PreRelease/Build meta data")]
+    ShortWithMeta,
+}
+
 impl Semver {
-    pub(super) fn parse(text: &str) -> Result<Semver, String> {
-        semver::Version::parse(text)
-            .map(Semver)
-            .map_err(|e| e.to_string())
+    pub(super) fn parse(text: &str) -> Result<Semver, SemverError> {
+        Ok(Semver(semver::Version::parse(text)?))
     }
 
     /// semverlib.go `normalizeAndParse`: without a leading `v`, leading zeros trimmed from
     /// each of the first three dot-separated parts, a missing minor or patch filled with `0`
     /// (refused when the last part given carries a pre-release or build).
-    fn parse_normalized(text: &str) -> Result<Semver, String> {
+    fn parse_normalized(text: &str) -> Result<Semver, SemverError> {
         let text = text.strip_prefix('v').unwrap_or(text);
         let mut parts: Vec<String> = text
             .splitn(3, '.')
@@ -44,7 +51,7 @@ impl Semver {
             .collect();
         if parts.len() < 3 {
             if parts.last().is_some_and(|p| p.contains(['+', '-'])) {
-                return Err("short version cannot contain PreRelease/Build meta data".to_owned());
+                return Err(SemverError::ShortWithMeta);
             }
             parts.resize(3, "0".to_owned());
         }
@@ -80,7 +87,7 @@ pub(super) fn semver_library(env: &mut Env) -> Result<(), cel::DeclarationError>
     fn parse_arg(
         args: &[CowVal<'_, '_>],
         f: &str,
-    ) -> Result<Result<Semver, String>, ExecutionError> {
+    ) -> Result<Result<Semver, SemverError>, ExecutionError> {
         let text = string_arg(args, 0, f)?;
         let normalize = match args.get(1) {
             None => false,

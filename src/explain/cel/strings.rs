@@ -11,7 +11,7 @@ use crate::text::one_line;
 /// constant patterns when it plans the program (`interpreter.CompileRegexConstants`), so the
 /// selector fails to compile even where `&&` would skip the call. The `regex` crate's syntax is
 /// close to RE2's but not the same (docs/why-format.md lists the differences).
-pub(super) fn check_literal_regexes(expr: &IdedExpr) -> Result<(), String> {
+pub(super) fn check_literal_regexes(expr: &IdedExpr) -> Result<(), LiteralRegexError> {
     let mut problem = None;
     visit(expr, &mut |e| {
         let Expr::Call(call) = &e.expr else {
@@ -25,21 +25,35 @@ pub(super) fn check_literal_regexes(expr: &IdedExpr) -> Result<(), String> {
             && problem.is_none()
             && let Err(err) = go_regex(pattern.inner())
         {
-            problem = Some(format!(
-                "program instantiation failed: error parsing regexp: {}",
-                one_line(&err, usize::MAX)
-            ));
+            problem = Some(LiteralRegexError(err));
         }
     });
     problem.map_or(Ok(()), Err)
 }
 
+/// A literal pattern Go's `regexp` refuses, in cel-go's words (on one line).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "program instantiation failed: error parsing regexp: {}",
+    one_line(&.0.to_string(), usize::MAX)
+)]
+pub(super) struct LiteralRegexError(#[source] RegexError);
+
+/// Why a pattern is refused: Go's repeat limit, or the `regex` crate's syntax error.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RegexError {
+    #[error("invalid repeat count: `{0}`")]
+    RepeatCount(String),
+    #[error(transparent)]
+    Syntax(#[from] regex::Error),
+}
+
 /// Parses `pattern` as Go's `regexp` (RE2 syntax) would, as far as the `regex` crate can tell.
-pub(crate) fn go_regex(pattern: &str) -> Result<regex::Regex, String> {
+pub(crate) fn go_regex(pattern: &str) -> Result<regex::Regex, RegexError> {
     if let Some(repeat) = repeat_over_limit(pattern) {
-        return Err(format!("invalid repeat count: `{repeat}`"));
+        return Err(RegexError::RepeatCount(repeat.to_owned()));
     }
-    regex::Regex::new(pattern).map_err(|e| e.to_string())
+    Ok(regex::Regex::new(pattern)?)
 }
 
 /// Go's regexp/syntax refuses a repeat count over 1,000 (`a{1001}`), which the `regex` crate
@@ -82,7 +96,7 @@ mod tests {
     #[test]
     fn repeat_counts_over_1000_are_refused_as_go_refuses_them() {
         for pattern in ["a{1001}", "a{2,1001}", "(ab){5000,}", "a{99999}"] {
-            let error = super::go_regex(pattern).expect_err(pattern);
+            let error = super::go_regex(pattern).expect_err(pattern).to_string();
             assert!(
                 error.starts_with("invalid repeat count: `{"),
                 "{pattern}: {error}"

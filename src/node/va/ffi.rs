@@ -1,21 +1,10 @@
-//! The raw libva interface, loaded at run time, and the only unsafe code in the crate.
+//! The raw libva interface, loaded at run time, and the only unsafe code in the crate. libva is
+//! opened with `libloading`, never linked: both programs build without it, and a node without it
+//! gets the loader's error as its probe failure. Declarations follow va.h and va_drm.h.
 //!
-//! libva.so.2 and libva-drm.so.2 are opened with `libloading` when a probe runs, never linked at
-//! build time: both programs build without libva's headers or libraries, and a node without libva
-//! gets the loader's error as its probe failure instead of an agent that cannot start (the
-//! `libva-sys` crate links at build time and stops at VA-API 1.12). Declarations follow va.h and
-//! va_drm.h (intel/libva). Above this module the probe sees a small safe API: a `Libva`, a
-//! `Display` that always terminates and closes its fd when dropped, and `VaError`, produced from a
-//! `VAStatus` in exactly one function (`Libva::check`).
-//!
-//! A display is a typestate: `open_display` gives a `Display<Opened>`, on which the only query is
-//! `initialize`; the queries exist only on the `Display<Initialised>` it returns, so the compiler,
-//! not a comment, keeps any query off a display libva has not initialised. The message callbacks'
-//! context is a `Box::into_raw` pointer owned by the display and freed only after `vaTerminate`,
-//! the last call that can deliver a message.
-//!
-//! This is the one module allowed `unsafe` (`#![deny(unsafe_code)]` in lib.rs); every unsafe block
-//! and function here carries its `SAFETY:` justification, which clippy enforces.
+//! Above this module: a `Libva`, a `Display` that terminates and closes its fd when dropped, and
+//! `VaError`, made from a `VAStatus` only in `Libva::check`. A display is a typestate: queries
+//! exist only on `Display<Initialised>`. Every unsafe block carries its `SAFETY:` comment.
 
 #![deny(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 #![deny(unsafe_op_in_unsafe_fn)]

@@ -1,14 +1,9 @@
-//! The whole agent on the real control plane (tests/controlplane: kube-apiserver with its
-//! validation, admission, priority and fairness and garbage collector): the real
-//! `media-capabilities` binary with recorded reports (`--reports`), a token bound to a pod on its
-//! node, kubelet sockets in a temp dir and a tonic client playing the kubelet. The tests share one
-//! control plane, each on a node of its own; the one that stops the API server has its own.
-//!
-//! What the agent asked and what the server answered is read from the server's audit log (by the
-//! agent's own user), never from the agent's counters. Answers the real server cannot be made to
-//! give on demand (a 500, a 409 at a chosen moment, a load balancer's page, a dropped connection,
-//! a cut watch) come from the fault proxy in front of it (support/faultproxy.rs). Each test waits
-//! for events (a log line, an audited request, a stored object), never for a fixed time.
+//! The whole agent on the real control plane: the real `media-capabilities` with recorded reports,
+//! a pod-bound token, kubelet sockets in a temp dir and a tonic client as the kubelet; one control
+//! plane shared, a node per test (the test that stops the API server has its own). What the agent
+//! asked and was answered is read from the server's audit log, never its counters; answers the
+//! server cannot give on cue come from support/faultproxy.rs. Tests wait for events, never for a
+//! fixed time.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -1,15 +1,8 @@
-//! `why` against the real scheduler on seeded random fleets: the oracle's generator
-//! (tests/it/oracle/fleets.rs) puts each fleet into the real API server, `why` judges the pod
-//! while a scheduling gate holds it, then the gate is lifted and the real kube-scheduler
-//! decides. The pod is placed on a node iff `why` said allocatable there, and stays pending
-//! as unschedulable iff `why` found no node allocatable.
-//!
-//! Every fleet is a case of its own, all cases in one cluster at once (the scheduler decides
-//! them side by side): nodes, slices, pools and the claims' namespace carry the case's name,
-//! and the pod is kept to its case's nodes. What the generator makes and 1.34's API server
-//! with its default gates refuses is restricted, as [`isolate`] says; what the server drops
-//! silently (taints, `allowMultipleAllocations`, capacity requests, share IDs) is dropped for
-//! `why` and the scheduler alike, since both read what was stored.
+//! `why` against the real scheduler on seeded random fleets (the oracle's generator): `why` judges
+//! the pod while a scheduling gate holds it, then the real kube-scheduler decides. The pod must be
+//! placed on a node iff `why` said allocatable there, and stay unschedulable iff it found none. All
+//! cases share one cluster, each under its own names and nodes; what 1.34's API server refuses is
+//! restricted ([`isolate`]), and what it drops is dropped for both alike.
 //!
 //! `CONTROLPLANE_FLEETS=N` changes how many fleets run, `ORACLE_SEED=S` runs only fleet S.
 

@@ -1,19 +1,10 @@
-//! The differential test of verdicts: seeded random fleets, each read by `why` (in process, as
-//! `why POD -f - -o json --kubernetes-version R` reads it) and by the oracle of release R, and
-//! the verdict of every node compared: allocatable exactly where the real allocator allocates,
-//! an error exactly where it fails the attempt.
-//!
-//! A fleet: one to three nodes with one or two GPUs each (liken's render node and our media
-//! device per GPU, at one PCI address), another driver's devices published for all nodes or by
-//! node selector, sometimes a `perDeviceNodeSelection` slice, pools being updated or with an
-//! older generation, device taints and DeviceTaintRules, shareable devices; claims with
-//! ExactCount (1, 2) and All, `firstAvailable`, tolerations, admin access, `matchAttribute` and
-//! `distinctAttribute` on string, bool, int and version attributes; capacity requests (on
-//! exclusive devices' capacities, by the name as written); claims of other pods
-//! already allocated (with and without a share ID).
-//!
-//! On every node why finds allocatable, the devices it picks must be ones the allocator accepts
-//! there ([`picks_are_valid`]).
+//! The differential test of verdicts: seeded random fleets read by `why` (in process, as `why POD
+//! -f - -o json --kubernetes-version R`) and by the oracle of release R; every node's verdict must
+//! agree (allocatable exactly where the real allocator allocates, an error where it fails), and the
+//! devices `why` picks must be ones the allocator accepts there ([`picks_are_valid`]). The fleets
+//! mix what the allocator treats apart: other drivers, per-device node selection, updating pools,
+//! taints, shareable devices, every allocation mode and constraint, capacity requests, and claims
+//! already allocated with and without a share ID.
 
 use std::time::Instant;
 

@@ -1,16 +1,10 @@
 //! The real Kubernetes control plane for tests: `tests/controlplane` (Go) runs embedded etcd,
-//! kube-apiserver, kube-scheduler and the controllers the flows need in one process, built from
-//! the official modules of the release its go.mod pins.
-//!
-//! The program is built once per change of its sources (keyed by their SHA-256 and the Go
-//! version) into `target/tmp/controlplane/`, under a file lock so that parallel test processes
-//! do not build it twice; Go's build cache makes a rebuild after a small change take seconds.
-//! [`shared`] starts one instance per test process; [`ControlPlane::start`] gives a test its own.
-//! An instance stops when its stdin closes, so one left in a `static` stops when the test
-//! process exits, and removes its state (etcd's data, keys) itself.
-//!
-//! Failures panic with one line saying why (a build error from `go`, a port in use, etcd not
-//! ready), so the tests fail rather than skip where Go is installed.
+//! kube-apiserver, kube-scheduler and the needed controllers in one process, from the modules of
+//! the release its go.mod pins. Built once per change of its sources into
+//! `target/tmp/controlplane/`, under a file lock. [`shared`] starts one per test process,
+//! [`ControlPlane::start`] one of a test's own; an instance stops, and removes its state, when its
+//! stdin closes. Failures panic with one line, so tests fail rather than skip where Go is
+//! installed.
 
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Write};

@@ -1,18 +1,9 @@
-//! A fault-injecting proxy in front of the real kube-apiserver, for the answers the real server
-//! cannot be made to give on cue: a 500 or 503 `Status` (a healthy server fails internally on no
-//! request), a 409 at a chosen moment (only a race makes one), priority and fairness' 429 with a
-//! chosen Retry-After (only real overload throttles, and the server picks the wait), a load
-//! balancer's HTML page or a 404 on a path the server serves (both come from something in front
-//! of the server, never from it), a slow answer, a connection dropped after the request, a watch
-//! cut mid-stream. Everything else (401, 403, paging, selectors) is the real server's, forwarded.
-//! It records every request and what it did with it, for tests of how a client retries and pages.
-//!
-//! It terminates TLS (with the API server's own serving certificate, which the cluster's CA signs
-//! for 127.0.0.1), because a TCP-level proxy sees neither the method nor the path inside TLS and
-//! cannot answer with a status of its own. Clients must authenticate with a bearer token (it
-//! passes through as a header; a client certificate would end at the proxy). Each forwarded
-//! request gets `Connection: close`, so every request arrives on a connection of its own and the
-//! proxy reads each request's head without parsing HTTP/1.1 keep-alive streams.
+//! A fault-injecting proxy in front of the real kube-apiserver, for answers it cannot be made to
+//! give on cue (a 500 or 503, a 409 at a chosen moment, a 429 with a chosen Retry-After, a load
+//! balancer's page, a 404 on a served path, a slow answer, a dropped connection, a cut watch);
+//! everything else is forwarded, and every request is recorded. It terminates TLS with the server's
+//! own certificate (a TCP proxy sees no method or path), so clients use bearer tokens, and adds
+//! `Connection: close` so each request has a connection of its own.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

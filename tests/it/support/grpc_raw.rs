@@ -1,27 +1,11 @@
-//! A raw HTTP/2 gRPC client that plays the kubelet byte for byte. tonic's client cannot be used
-//! for this: it always sends an `:authority` it builds from a valid URI, while the kubelet's
-//! grpc-go client sends the socket path percent-encoded (its registration dial passes the bare
-//! path, as the DRA client of kubelets 1.32 and 1.33 does), older grpc-go the raw path, the DRA
-//! client of kubelets 1.34 and later `localhost`, and other clients none at all.
+//! A raw HTTP/2 gRPC client that plays the kubelet byte for byte: tonic's client always sends an
+//! `:authority` built from a valid URI, while kubelets send the socket path percent-encoded, the
+//! raw path, `localhost` or none. It follows grpc-go's client transport (`http2_client.go`): its
+//! preface, SETTINGS, header order and `grpc-timeout`, HPACK encoded as Go's `hpack.Encoder` does
+//! (incremental indexing, Huffman where shorter), one DATA frame per unary call.
 //!
-//! What it sends follows grpc-go's client transport (`internal/transport/http2_client.go`):
-//! the connection preface and an empty SETTINGS frame (grpc-go's defaults change no setting);
-//! per call one HEADERS frame with, in this order, `:method POST`, `:scheme http`, `:path`,
-//! `:authority` (left out for [`Authority::Absent`]), `content-type: application/grpc`,
-//! `user-agent: grpc-go/<version>`, `te: trailers` and `grpc-timeout` (the kubelet always calls
-//! with a deadline); then the message in one DATA frame with END_STREAM (a unary call). The
-//! header block is encoded as Go's `hpack.Encoder` does it, one representation at a time by hand:
-//! a field whose name and value are in the static or dynamic table is indexed; any other is a
-//! literal with incremental indexing (name indexed when the name is known), so that a second call
-//! on the same connection refers to the first call's fields in the dynamic table, as the kubelet's
-//! GetInfo then NotifyRegistrationStatus do; a string is Huffman-coded when that is shorter.
-//! It acknowledges the server's SETTINGS and PINGs, and reads until the stream ends, decoding
-//! the response headers and trailers with an HPACK decoder.
-//!
-//! Kept only for the header-level cases the kubelet's own code (support/kubelet_real.rs) cannot be
-//! made to send: the other `:authority` forms (it sends one, its grpc-go's), the HPACK table
-//! turning over after hundreds of calls on one connection, h2's resets pinned, and abusive
-//! header blocks (tests/it/kubelet.rs).
+//! Kept only for what the kubelet's own code (support/kubelet_real.rs) cannot send: the other
+//! `:authority` forms, HPACK table turnover, h2's resets and abusive header blocks.
 
 use std::collections::VecDeque;
 use std::path::Path;

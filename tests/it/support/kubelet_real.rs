@@ -1,12 +1,8 @@
-//! The kubelet's own DRA code as a process (tests/controlplane/kubelet, built from the release
-//! the control plane pins): its plugin manager watches a plugins_registry directory and its DRA
-//! manager registers plugins, prepares and unprepares the claims of pods, and wipes the node's
-//! ResourceSlices, against a real API server. Its stdout is a line protocol: events
-//! (`registered DRIVER SERVICE ENDPOINT`, `unregistered ...`, `refused ...`, `deleted slices ...`)
-//! and one answer per command (`prepare NS POD`, `unprepare NS POD`).
-//!
-//! Failures panic with one line saying why, so the tests fail rather than skip where Go is
-//! installed.
+//! The kubelet's own DRA code as a process (tests/controlplane/kubelet): its plugin manager and DRA
+//! manager register plugins, prepare and unprepare claims, and wipe the node's ResourceSlices,
+//! against a real API server. Its stdout is a line protocol: events (`registered`, `unregistered`,
+//! `refused`, `deleted slices`) and one answer per command (`prepare NS POD`, `unprepare NS POD`).
+//! Failures panic with one line, so tests fail rather than skip where Go is installed.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};

@@ -1,14 +1,8 @@
-//! The test VA driver of `tests/vadriver/`, built once per test run, and fake nodes it serves:
-//! what it takes to run the real libva, and the real probe through it, without a GPU.
-//!
-//! A fake node is a temp dir with `dev/dri/renderDN` (plain files), a sysfs tree naming each
-//! GPU's PCI identity and kernel driver, a pci.ids for the names, a driver directory for
-//! `LIBVA_DRIVERS_PATH` where every VA driver name libva 2.17 maps a kernel driver to
-//! (`iHD`, `i965`, `radeonsi`, `r600`, `nvidia`, `pvr`, and `mediatest` itself) is our driver,
-//! and one scenario file per render node. A process runs against it with [`FakeNode::env`]: the
-//! libdrm shim in `LD_PRELOAD` and the three directories. Nothing of this is in the shipped
-//! binaries; the probe finds its driver the way it does on a real node, by libva's own mapping
-//! of the kernel driver.
+//! The test VA driver of `tests/vadriver/`, built once per run, and fake nodes it serves: the real
+//! libva and the real probe without a GPU. A fake node is a temp dir with plain-file render nodes,
+//! a sysfs tree of PCI identities and kernel drivers, a pci.ids, a driver directory where every
+//! name libva 2.17 maps a kernel driver to is our driver, and a scenario per render node;
+//! [`FakeNode::env`] gives a process the libdrm shim and the directories. Nothing of this ships.
 
 use media_operator::node::sysfs::PciIdentity;
 use media_operator::node::va::report::{Report, SurfaceFormats};
