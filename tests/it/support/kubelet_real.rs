@@ -1,5 +1,5 @@
 //! The kubelet's own DRA code as a process (tests/controlplane/kubelet, built from the release
-//! the control plane pins): its plugin manager watches a plugins_registry directory and its DRA
+//! of the control plane it talks to): its plugin manager watches a plugins_registry directory and its DRA
 //! manager registers plugins, prepares and unprepares the claims of pods, and wipes the node's
 //! ResourceSlices, against a real API server. Its stdout is a line protocol: events
 //! (`registered DRIVER SERVICE ENDPOINT`, `unregistered ...`, `refused ...`, `deleted slices ...`)
@@ -12,10 +12,10 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::controlplane::{self, ControlPlane};
+use crate::support::controlplane::{self, ControlPlane, Release};
 
 /// How long the program may take to say `ready` (its start is a few API calls).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -30,13 +30,9 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Lines of the program's log quoted when something fails.
 const LOG_TAIL: usize = 30;
 
-/// The built program, building it first if the module's sources changed.
-pub fn binary() -> &'static Path {
-    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BINARY
-        .get_or_init(|| controlplane::build(&controlplane::KUBELET))
-        .as_deref()
-        .unwrap_or_else(|e| panic!("{e}"))
+/// The program built for `release`, building it first if the module's sources changed.
+pub fn binary(release: Release) -> &'static Path {
+    controlplane::built(&controlplane::KUBELET, release).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The program's stdout so far, with a way to wait for a line.
@@ -100,7 +96,8 @@ impl Kubelet {
         let dir = tempfile::tempdir().expect("temp dir for the kubelet's state");
         let log = dir.path().join("kubelet.log");
         let stderr = File::create(&log).expect("create the kubelet's log");
-        let mut command = Command::new(binary());
+        let binary = binary(cp.release);
+        let mut command = Command::new(binary);
         command
             .arg("--kubeconfig")
             .arg(cp.kubeconfig())
@@ -117,7 +114,7 @@ impl Kubelet {
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", binary().display()));
+            .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()));
         let stdout = child.stdout.take().expect("stdout is piped");
         let lines = Arc::new(Lines::default());
         {
