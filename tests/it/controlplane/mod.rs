@@ -128,6 +128,34 @@ fn version_is_the_pinned_release(release: Release) {
     assert_eq!(server["minor"], parts.next().unwrap(), "{version}");
 }
 
+/// Every program of the harness builds for every release and answers a start without flags
+/// with its one `error` line. .ci/run runs this first, so that the builds' minutes show on
+/// their own and the tests after it find the programs built.
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
+fn the_harness_builds_for_every_release() {
+    for release in Release::ALL {
+        for (program, error) in [
+            (&controlplane::CONTROL_PLANE, "error --dir is required"),
+            (&controlplane::KUBELET, "error --kubeconfig, --node"),
+        ] {
+            let binary = controlplane::built(program, release).unwrap_or_else(|e| panic!("{e}"));
+            let out = std::process::Command::new(binary).output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.code() == Some(1) && stdout.starts_with(error),
+                "{} for {}: {:?} {stdout}",
+                program.name,
+                release.name(),
+                out.status
+            );
+        }
+    }
+}
+
 /// The type-checking warnings the API server recorded in the status of policy `name`, once it
 /// has checked the current generation.
 fn type_check_warnings(cp: &ControlPlane, name: &str) -> Vec<Value> {
