@@ -530,8 +530,8 @@ fn step_5_a_pod_asking_what_no_gpu_states_stays_pending_and_the_fallback_is_allo
         (!events.is_empty()).then_some(events)
     })
     .unwrap();
-    // The document says the events name the claim; 1.34's scheduler writes only a count of
-    // nodes: "0/2 nodes are available: 2 cannot allocate all claims. ...".
+    // The document says the events name the claim; the scheduler (1.34 and 1.37 alike) writes
+    // only a count of nodes: "0/2 nodes are available: 2 cannot allocate all claims. ...".
     assert!(
         events
             .iter()
