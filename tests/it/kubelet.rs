@@ -785,7 +785,7 @@ async fn prepare_and_unprepare_log_at_debug() {
 /// The `media-capabilities` agent as a process on its own node of the real control plane
 /// (deploy/ installed, a pod-bound token), with one recorded GPU and `extra` flags.
 fn agent_process(node: &str, extra: &[&str]) -> (tempfile::TempDir, AgentProcess) {
-    let cp = crate::controlplane::installed();
+    let cp = crate::controlplane::installed(crate::support::controlplane::Release::V1_34);
     cp.node(node, &[]);
     let dir = tempfile::tempdir().expect("temp dir");
     let token = cp.token(NAMESPACE, AGENT, &format!("{AGENT}-{node}"), node);

@@ -129,7 +129,7 @@ func serve(kubeconfig, node, registryDir, stateDir string, known []string) int {
 	if err != nil {
 		fail(fmt.Errorf("DRA manager: %w", err))
 	}
-	getNode := func() (*v1.Node, error) {
+	getNode := func(ctx context.Context) (*v1.Node, error) {
 		getCtx, done := context.WithTimeout(ctx, 10*time.Second)
 		defer done()
 		return client.CoreV1().Nodes().Get(getCtx, node, metav1.GetOptions{})
@@ -139,14 +139,14 @@ func serve(kubeconfig, node, registryDir, stateDir string, known []string) int {
 	sourcesReady := config.NewSourcesReady(func(sets.Set[string]) bool { return false })
 	activePods := func() []*v1.Pod { return nil }
 	// Start begins with the wipe of all the node's slices, as a kubelet does at its start.
-	if err := manager.Start(ctx, activePods, getNode, sourcesReady); err != nil {
+	if err := manager.Start(ctx, activePods, nodeGetter(ctx, getNode), sourcesReady); err != nil {
 		fail(fmt.Errorf("start the DRA manager: %w", err))
 	}
 
 	plugins := pluginmanager.NewPluginManager(registryDir, &record.FakeRecorder{})
 	plugins.AddHandler(pluginwatcherapi.DRAPlugin, &handler{inner: manager.GetWatcherHandler(), known: known})
 	stop := make(chan struct{})
-	go plugins.Run(sourcesReady, stop)
+	go runPlugins(ctx, plugins, sourcesReady, stop)
 	say("ready")
 
 	signals := make(chan os.Signal, 1)
@@ -263,24 +263,12 @@ func (h *handler) services(versions []string) []string {
 	return kept
 }
 
-func (h *handler) ValidatePlugin(name, endpoint string, versions []string) error {
-	err := h.inner.ValidatePlugin(name, endpoint, h.services(versions))
+// verdict reports a refusal and passes it on; the methods that call it are per release.
+func (h *handler) verdict(name string, err error) error {
 	if err != nil {
 		say("refused %s %s", name, oneLine(err.Error()))
 	}
 	return err
-}
-
-func (h *handler) RegisterPlugin(name, endpoint string, versions []string, timeout *time.Duration) error {
-	err := h.inner.RegisterPlugin(name, endpoint, h.services(versions), timeout)
-	if err != nil {
-		say("refused %s %s", name, oneLine(err.Error()))
-	}
-	return err
-}
-
-func (h *handler) DeRegisterPlugin(name, endpoint string) {
-	h.inner.DeRegisterPlugin(name, endpoint)
 }
 
 // eventSink writes the kubelet code's log to stderr and turns three of its statements into

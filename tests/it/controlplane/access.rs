@@ -1,7 +1,7 @@
 //! What the agent may do, on a control plane of its own: the shipped ClusterRole grants each call
 //! the agent makes (without one rule, the agent says so in one line naming the verb and the
 //! resource), and the admission policy denies its token another driver's slice and a token
-//! not bound to a node any write.
+//! not bound to a node any write. On each release, with its default gates.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::product::{AGENT_BIN, reports};
 use super::{AGENT, NAMESPACE, install, ok, slice};
 use crate::support::agent::{AgentProcess, FAST};
-use crate::support::controlplane::{self, ControlPlane};
+use crate::support::controlplane::{self, ControlPlane, Release};
 use media_operator::catalogue;
 
 /// How long the agent may take to meet the refusal and log it.
@@ -20,17 +20,23 @@ const REFUSAL_LOGGED: Duration = Duration::from_secs(30);
 
 /// A control plane of these tests, with deploy/ installed: they change the ClusterRole and
 /// add nodes, which the tests on the other instances must not see.
-fn cluster() -> &'static ControlPlane {
-    static CLUSTER: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
-    CLUSTER
+fn cluster(release: Release) -> &'static ControlPlane {
+    static CLUSTER: [OnceLock<Result<ControlPlane, String>>; 2] = [const { OnceLock::new() }; 2];
+    CLUSTER[release as usize]
         .get_or_init(|| {
-            let cp = controlplane::shared_with("access", &[])?;
+            let name = format!("access-{}", release.name());
+            let cp = controlplane::shared_with_on(release, &name, &[])?;
             install(&cp);
             Ok(cp)
         })
         .as_ref()
         .unwrap_or_else(|e| panic!("{e}"))
 }
+
+super::on_each_release!(
+    without_a_rule_of_the_cluster_role_the_agent_logs_the_403_in_one_line,
+    an_agent_token_is_denied_another_drivers_slice_and_an_unbound_token_any_write,
+);
 
 /// The shipped ClusterRole, as JSON.
 fn shipped_role() -> Value {
@@ -64,13 +70,8 @@ fn agent_kubeconfig(cp: &ControlPlane, node: &str, dir: &Path) -> std::path::Pat
     kubeconfig
 }
 
-#[test]
-#[cfg_attr(
-    not(all(have_go, have_kubectl)),
-    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
-)]
-fn without_a_rule_of_the_cluster_role_the_agent_logs_the_403_in_one_line() {
-    let cp = cluster();
+fn without_a_rule_of_the_cluster_role_the_agent_logs_the_403_in_one_line(release: Release) {
+    let cp = cluster(release);
     let home = tempfile::tempdir().unwrap();
     // The calls of a first publish (the Node for its uid, the watch's list and watch, the
     // create); an update of its own slice that differs; the delete of a stray one; the read by
@@ -149,13 +150,8 @@ fn create_refused(kubeconfig: &Path, object: &Value) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-#[test]
-#[cfg_attr(
-    not(all(have_go, have_kubectl)),
-    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
-)]
-fn an_agent_token_is_denied_another_drivers_slice_and_an_unbound_token_any_write() {
-    let cp = cluster();
+fn an_agent_token_is_denied_another_drivers_slice_and_an_unbound_token_any_write(release: Release) {
+    let cp = cluster(release);
     let home = tempfile::tempdir().unwrap();
     let node = "bound-node";
     cp.node(node, &[]);

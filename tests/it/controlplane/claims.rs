@@ -16,7 +16,7 @@ use super::ok;
 use super::product::{
     KUBECTL_MEDIA, PODS, Placed, QUALIFIES, apply, claim_of, create_pod, flow, get, placed,
 };
-use crate::support::controlplane::ControlPlane;
+use crate::support::controlplane::{ControlPlane, Release};
 use media_operator::catalogue;
 
 /// `kubectl media caps ARGS` with `kubeconfig`, in an empty environment.
@@ -82,7 +82,7 @@ fn addresses(cp: &ControlPlane, driver: &str) -> BTreeMap<(String, String), Stri
     ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn caps_shows_the_claims_the_scheduler_allocated_and_the_pods_that_hold_them() {
-    let cp = flow();
+    let cp = flow(Release::V1_34);
     let pods = ["claims-film-a", "claims-film-b"];
     let mut claims = Vec::new();
     for pod in pods {
@@ -173,7 +173,7 @@ fn caps_shows_the_claims_the_scheduler_allocated_and_the_pods_that_hold_them() {
     ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
 )]
 fn a_role_that_may_not_list_claims_gets_a_warning_not_an_error() {
-    let cp = flow();
+    let cp = flow(Release::V1_34);
     // A reader of slices only, by a service account's token.
     let role = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",

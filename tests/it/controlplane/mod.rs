@@ -1,8 +1,11 @@
 //! Against the real control plane (tests/controlplane: kube-apiserver, kube-scheduler and the
-//! controllers of the release its go.mod pins, with RBAC, ServiceAccount tokens and admission):
-//! the release it reports, the shipped install, and the node-bound admission policy enforced by
-//! the real API server. `cargo test --test it controlplane` runs these; the first run builds the
-//! control plane (minutes; Go's build cache keeps later builds short).
+//! controllers of a release, with RBAC, ServiceAccount tokens and admission): the release it
+//! reports, the shipped install, and the node-bound admission policy enforced by the real API
+//! server. `cargo test --test it controlplane` runs these; the first run builds the control
+//! plane (minutes; Go's build cache keeps later builds short).
+//!
+//! The tests that [`on_each_release!`] lists run on 1.34 and on 1.37 with each release's
+//! default gates, as `on_1_34::NAME` and `on_1_37::NAME`, one control plane per release.
 
 use std::path::Path;
 use std::process::Output;
@@ -11,8 +14,38 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::controlplane::{self, ControlPlane};
+use crate::support::controlplane::{self, ControlPlane, Release};
 use media_operator::catalogue::DRIVER;
+
+/// Makes a test of each `fn NAME(release: Release)` named for each release: `on_1_34::NAME`
+/// and `on_1_37::NAME` in the module that invokes it.
+macro_rules! on_each_release {
+    ($($test:ident),+ $(,)?) => {
+        $crate::controlplane::on_each_release!(@release on_1_34, V1_34, $($test),+);
+        $crate::controlplane::on_each_release!(@release on_1_37, V1_37, $($test),+);
+    };
+    (@release $module:ident, $release:ident, $($test:ident),+) => {
+        mod $module {
+            $(
+                #[test]
+                #[cfg_attr(
+                    not(all(have_go, have_kubectl)),
+                    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+                )]
+                fn $test() {
+                    super::$test($crate::support::controlplane::Release::$release)
+                }
+            )+
+        }
+    };
+}
+pub(crate) use on_each_release;
+
+on_each_release!(
+    version_is_the_pinned_release,
+    the_install_applies_and_its_policy_type_checks_without_warnings,
+    a_node_bound_agent_token_writes_its_own_nodes_slice_and_no_other,
+);
 
 mod access;
 mod claims;
@@ -37,11 +70,11 @@ pub(crate) fn ok(out: Output) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The shared control plane with deploy/ installed (once per test process).
-pub(crate) fn installed() -> &'static ControlPlane {
-    static INSTALLED: OnceLock<()> = OnceLock::new();
-    let cp = controlplane::shared();
-    INSTALLED.get_or_init(|| install(cp));
+/// The shared control plane of `release` with deploy/ installed (once per test process).
+pub(crate) fn installed(release: Release) -> &'static ControlPlane {
+    static INSTALLED: [OnceLock<()>; 2] = [const { OnceLock::new() }; 2];
+    let cp = controlplane::shared_on(release);
+    INSTALLED[release as usize].get_or_init(|| install(cp));
     cp
 }
 
@@ -84,20 +117,43 @@ fn install(cp: &ControlPlane) {
     }
 }
 
-#[test]
-#[cfg_attr(
-    not(all(have_go, have_kubectl)),
-    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
-)]
-fn version_is_the_pinned_release() {
-    let cp = controlplane::shared();
+fn version_is_the_pinned_release(release: Release) {
+    let cp = controlplane::shared_on(release);
     let version: Value = serde_json::from_str(&ok(cp.kubectl(&["version", "-o", "json"]))).unwrap();
     let server = &version["serverVersion"];
-    let release = controlplane::release();
+    let release = release.version();
     assert_eq!(server["gitVersion"], release.as_str(), "{version}");
     let mut parts = release.trim_start_matches('v').split('.');
     assert_eq!(server["major"], parts.next().unwrap(), "{version}");
     assert_eq!(server["minor"], parts.next().unwrap(), "{version}");
+}
+
+/// Every program of the harness builds for every release and answers a start without flags
+/// with its one `error` line. .ci/run runs this first, so that the builds' minutes show on
+/// their own and the tests after it find the programs built.
+#[test]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
+)]
+fn the_harness_builds_for_every_release() {
+    for release in Release::ALL {
+        for (program, error) in [
+            (&controlplane::CONTROL_PLANE, "error --dir is required"),
+            (&controlplane::KUBELET, "error --kubeconfig, --node"),
+        ] {
+            let binary = controlplane::built(program, release).unwrap_or_else(|e| panic!("{e}"));
+            let out = std::process::Command::new(binary).output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.code() == Some(1) && stdout.starts_with(error),
+                "{} for {}: {:?} {stdout}",
+                program.name,
+                release.name(),
+                out.status
+            );
+        }
+    }
 }
 
 /// The type-checking warnings the API server recorded in the status of policy `name`, once it
@@ -147,13 +203,8 @@ fn apply_v1_copy(cp: &ControlPlane, name: &str, edit: impl Fn(&mut Value)) {
     ok(cp.kubectl(&["apply", "-f", file.to_str().unwrap()]));
 }
 
-#[test]
-#[cfg_attr(
-    not(all(have_go, have_kubectl)),
-    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
-)]
-fn the_install_applies_and_its_policy_type_checks_without_warnings() {
-    let cp = installed();
+fn the_install_applies_and_its_policy_type_checks_without_warnings(release: Release) {
+    let cp = installed(release);
     let shipped = type_check_warnings(cp, "media-capabilities-node-bound");
     assert!(shipped.is_empty(), "{shipped:?}");
 
@@ -198,13 +249,8 @@ fn create_as(kubeconfig: &Path, yaml: &str) -> Output {
     controlplane::kubectl(kubeconfig, &["create", "-f", file.to_str().unwrap()])
 }
 
-#[test]
-#[cfg_attr(
-    not(all(have_go, have_kubectl)),
-    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
-)]
-fn a_node_bound_agent_token_writes_its_own_nodes_slice_and_no_other() {
-    let cp = installed();
+fn a_node_bound_agent_token_writes_its_own_nodes_slice_and_no_other(release: Release) {
+    let cp = installed(release);
     cp.node("bound-a", &[]);
     cp.node("bound-b", &[]);
     let token = cp.token(NAMESPACE, AGENT, "agent-bound-a", "bound-a");

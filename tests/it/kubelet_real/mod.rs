@@ -1,8 +1,9 @@
 //! The agent against the kubelet's own code (support/kubelet_real.rs: the plugin manager and the
-//! DRA manager of the release the control plane pins) and the real control plane: the kubelet
+//! DRA manager of the control plane's release) and the real control plane: the kubelet
 //! registers the agent on each DRA API version, prepares and unprepares claims the real
 //! scheduler allocated, registers the agent again after a restart, and wipes the node's slices at
-//! its start and after the wiping delay, which the agent survives by publishing again.
+//! its start and after the wiping delay, which the agent survives by publishing again. On 1.34
+//! and 1.37 (`on_1_34::NAME`, `on_1_37::NAME`): 1.37's kubelet still offers v1beta1.
 //! `cargo test --test it kubelet_real` runs these; the first run builds the Go programs.
 
 use std::path::PathBuf;
@@ -10,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::controlplane::{AGENT, NAMESPACE, installed, ok};
+use crate::controlplane::{AGENT, NAMESPACE, installed, ok, on_each_release};
 use crate::support::agent::{AgentProcess, FAST, write_fleet};
-use crate::support::controlplane::ControlPlane;
+use crate::support::controlplane::{ControlPlane, Release};
 use crate::support::kubelet_real::Kubelet;
 use media_operator::catalogue::DRIVER;
 
@@ -32,6 +33,14 @@ const PODS: &str = "default";
 /// The class every claim here asks for: any device of ours.
 const CLASS: &str = "kubelet-real";
 
+on_each_release!(
+    the_kubelet_registers_the_agent_on_v1_and_prepares_the_allocated_claim,
+    a_kubelet_of_v1beta1_registers_the_agent_and_prepares_on_v1beta1,
+    a_kubelet_that_knows_none_of_the_services_refuses_and_the_agent_says_why,
+    the_agent_restarted_is_registered_again_and_survives_the_wipe_after_the_delay,
+    the_kubelet_program_answers_bad_input_with_one_error_line,
+);
+
 /// One node: its plugin directories, the recorded GPU and the agent's pod-bound kubeconfig.
 struct Node {
     cp: &'static ControlPlane,
@@ -40,8 +49,8 @@ struct Node {
 }
 
 impl Node {
-    fn new(name: &str) -> Node {
-        let cp = installed();
+    fn new(name: &str, release: Release) -> Node {
+        let cp = installed(release);
         cp.node(name, &[]);
         let dir = tempfile::tempdir().unwrap();
         write_fleet(&dir.path().join("reports"), 2);
@@ -229,8 +238,14 @@ fn wait<T>(what: &str, check: impl FnMut() -> Option<T>) -> Result<T, String> {
 /// The agent published before the kubelet started; the kubelet wipes the node's slices at its
 /// start, registers the agent on `service` (the release's choice, or an older kubelet's), and
 /// prepares and unprepares the two claims the scheduler allocated on the node, through that API.
-fn registers_and_prepares(node_name: &str, known: Option<&str>, service: &str, api: &str) {
-    let node = Node::new(node_name);
+fn registers_and_prepares(
+    release: Release,
+    node_name: &str,
+    known: Option<&str>,
+    service: &str,
+    api: &str,
+) {
+    let node = Node::new(node_name, release);
     let agent = node.agent();
     let before = node.slice_published(None, &agent);
 
@@ -273,23 +288,14 @@ fn registers_and_prepares(node_name: &str, known: Option<&str>, service: &str, a
     assert_eq!(agent.get("/readyz").0, 200);
 }
 
-#[test]
-#[cfg_attr(
-    not(all(have_go, have_kubectl)),
-    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
-)]
-fn the_kubelet_registers_the_agent_on_v1_and_prepares_the_allocated_claim() {
-    registers_and_prepares("kubelet-real-v1", None, "v1.DRAPlugin", "v1");
+fn the_kubelet_registers_the_agent_on_v1_and_prepares_the_allocated_claim(release: Release) {
+    registers_and_prepares(release, "kubelet-real-v1", None, "v1.DRAPlugin", "v1");
 }
 
 /// A kubelet that knows only v1beta1 (1.32 and 1.33): the release's own v1beta1 client.
-#[test]
-#[cfg_attr(
-    not(all(have_go, have_kubectl)),
-    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
-)]
-fn a_kubelet_of_v1beta1_registers_the_agent_and_prepares_on_v1beta1() {
+fn a_kubelet_of_v1beta1_registers_the_agent_and_prepares_on_v1beta1(release: Release) {
     registers_and_prepares(
+        release,
         "kubelet-real-v1beta1",
         Some("v1beta1.DRAPlugin"),
         "v1beta1.DRAPlugin",
@@ -299,13 +305,8 @@ fn a_kubelet_of_v1beta1_registers_the_agent_and_prepares_on_v1beta1() {
 
 /// A kubelet that knows none of what the agent offers refuses it, again at each pass of its
 /// plugin manager; the agent logs the kubelet's own words once and is not ready.
-#[test]
-#[cfg_attr(
-    not(all(have_go, have_kubectl)),
-    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
-)]
-fn a_kubelet_that_knows_none_of_the_services_refuses_and_the_agent_says_why() {
-    let node = Node::new("kubelet-real-refused");
+fn a_kubelet_that_knows_none_of_the_services_refuses_and_the_agent_says_why(release: Release) {
+    let node = Node::new("kubelet-real-refused", release);
     let agent = node.agent();
     let kubelet = Kubelet::start(
         node.cp,
@@ -343,14 +344,9 @@ fn a_kubelet_that_knows_none_of_the_services_refuses_and_the_agent_says_why() {
 /// The agent stopped and started again within the wiping delay is registered again and keeps
 /// its slice; stopped for longer, the kubelet wipes the driver's slices of the node, refuses to
 /// prepare while no plugin is there, and the agent started again registers and publishes again.
-#[test]
-#[cfg_attr(
-    not(all(have_go, have_kubectl)),
-    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
-)]
-fn the_agent_restarted_is_registered_again_and_survives_the_wipe_after_the_delay() {
+fn the_agent_restarted_is_registered_again_and_survives_the_wipe_after_the_delay(release: Release) {
     let name = "kubelet-real-restart";
-    let node = Node::new(name);
+    let node = Node::new(name, release);
     let kubelet = Kubelet::start(node.cp, name, &node.registry_dir(), None);
     kubelet.event_after(0, "deleted slices ", WAIT);
     let mut agent = node.agent();
@@ -423,13 +419,8 @@ fn stop(agent: &mut AgentProcess) {
 
 /// The program's own interface: a bad start is one `error` line with the usage and exit 1; a
 /// bad command, or a pod that does not exist, one `error` answer, after which it carries on.
-#[test]
-#[cfg_attr(
-    not(all(have_go, have_kubectl)),
-    ignore = "needs kubectl and Go 1.26 or newer: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /usr/local -xz, put /usr/local/go/bin on PATH, then touch build.rs"
-)]
-fn the_kubelet_program_answers_bad_input_with_one_error_line() {
-    let out = std::process::Command::new(crate::support::kubelet_real::binary())
+fn the_kubelet_program_answers_bad_input_with_one_error_line(release: Release) {
+    let out = std::process::Command::new(crate::support::kubelet_real::binary(release))
         .args(["--node", "x"])
         .output()
         .unwrap();
@@ -441,7 +432,7 @@ fn the_kubelet_program_answers_bad_input_with_one_error_line() {
     );
 
     let name = "kubelet-real-commands";
-    let node = Node::new(name);
+    let node = Node::new(name, release);
     let kubelet = Kubelet::start(node.cp, name, &node.registry_dir(), None);
     assert_eq!(
         kubelet.command("prepare default").unwrap_err(),

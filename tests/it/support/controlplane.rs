@@ -1,10 +1,28 @@
 //! The real Kubernetes control plane for tests: `tests/controlplane` (Go) runs embedded etcd,
+<<<<<<< HEAD
 //! kube-apiserver, kube-scheduler and the needed controllers in one process, from the modules of
 //! the release its go.mod pins. Built once per change of its sources into
 //! `target/tmp/controlplane/`, under a file lock. [`shared`] starts one per test process,
 //! [`ControlPlane::start`] one of a test's own; an instance stops, and removes its state, when its
 //! stdin closes. Failures panic with one line, so tests fail rather than skip where Go is
 //! installed.
+=======
+//! kube-apiserver, kube-scheduler and the controllers the flows need in one process, built from
+//! the official modules of a [`Release`]: 1.34 from go.mod, 1.37 from the same sources with
+//! go.1.37.mod (`go build -modfile`) and the `k8s137` build tag for the APIs that differ.
+//!
+//! Each release's programs are built once per change of their sources (keyed by their SHA-256
+//! and the Go version) into `target/tmp/controlplane/RELEASE-KEY/`, under a file lock so that
+//! parallel test processes do not build them twice; Go's build cache makes a rebuild after a
+//! small change take seconds. [`shared_on`] starts one instance per release and test process;
+//! [`ControlPlane::start`] gives a test its own. The tests that do not name a release run on
+//! 1.34, the oldest that serves `resource.k8s.io/v1`.
+//! An instance stops when its stdin closes, so one left in a `static` stops when the test
+//! process exits, and removes its state (etcd's data, keys) itself.
+//!
+//! Failures panic with one line saying why (a build error from `go`, a port in use, etcd not
+//! ready), so the tests fail rather than skip where Go is installed.
+>>>>>>> cp137
 
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Write};
@@ -31,31 +49,84 @@ pub fn source_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/controlplane")
 }
 
-/// The Kubernetes release go.mod pins (`k8s.io/kubernetes vX.Y.Z`), which `/version` reports.
-pub fn release() -> String {
-    let go_mod =
-        fs::read_to_string(source_dir().join("go.mod")).expect("read tests/controlplane/go.mod");
-    go_mod
-        .lines()
-        .filter_map(|line| {
-            let mut words = line.split_whitespace().skip_while(|w| *w == "require");
-            (words.next() == Some("k8s.io/kubernetes")).then(|| words.next())?
-        })
-        .next()
-        .expect("tests/controlplane/go.mod requires k8s.io/kubernetes")
-        .to_string()
+/// A Kubernetes release the harness is built from: one source tree, one module file each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// go.mod: 1.34, the oldest release that serves `resource.k8s.io/v1`.
+    V1_34,
+    /// go.1.37.mod: the newest release, with its own default feature gates.
+    V1_37,
 }
 
-/// The built program, building it first if its sources changed.
+impl Release {
+    /// Every release, in order.
+    pub const ALL: [Release; 2] = [Release::V1_34, Release::V1_37];
+
+    /// `1.34`: what test names and messages call it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Release::V1_34 => "1.34",
+            Release::V1_37 => "1.37",
+        }
+    }
+
+    /// The module file that pins it; go picks the .sum beside it (go.1.37.sum).
+    fn modfile(self) -> &'static str {
+        match self {
+            Release::V1_34 => "go.mod",
+            Release::V1_37 => "go.1.37.mod",
+        }
+    }
+
+    /// The build tag of the files for its APIs (`//go:build k8s137`; 1.34's are `!k8s137`).
+    fn tags(self) -> &'static str {
+        match self {
+            Release::V1_34 => "",
+            Release::V1_37 => "k8s137",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The version its module file pins (`k8s.io/kubernetes vX.Y.Z`), which `/version` reports.
+    pub fn version(self) -> String {
+        let path = source_dir().join(self.modfile());
+        let go_mod =
+            fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        go_mod
+            .lines()
+            .filter_map(|line| {
+                let mut words = line.split_whitespace().skip_while(|w| *w == "require");
+                (words.next() == Some("k8s.io/kubernetes")).then(|| words.next())?
+            })
+            .next()
+            .unwrap_or_else(|| panic!("{} requires k8s.io/kubernetes", path.display()))
+            .to_string()
+    }
+}
+
+/// The Kubernetes release go.mod pins, which the tests that name none run on.
+pub fn release() -> String {
+    Release::V1_34.version()
+}
+
+/// The built 1.34 control plane, building it first if its sources changed.
 pub fn binary() -> &'static Path {
-    built().unwrap_or_else(|e| panic!("{e}"))
+    built(&CONTROL_PLANE, Release::V1_34).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The build's result, kept for the process: a failed build is not tried again by every test.
-fn built() -> Result<&'static Path, String> {
-    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BINARY
-        .get_or_init(|| build(&CONTROL_PLANE))
+pub fn built(program: &Program, release: Release) -> Result<&'static Path, String> {
+    static BUILT: [[OnceLock<Result<PathBuf, String>>; 2]; 2] =
+        [const { [const { OnceLock::new() }; 2] }; 2];
+    let index = PROGRAMS
+        .iter()
+        .position(|p| p.name == program.name)
+        .expect("a program of the module");
+    BUILT[index][release.index()]
+        .get_or_init(|| build(program, release))
         .as_deref()
         .map_err(Clone::clone)
 }
@@ -99,9 +170,9 @@ fn go_version() -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// SHA-256 of go.mod, go.sum and the Go files (the module's and its programs' one directory
-/// down, such as kubelet/), with the Go version: the build's cache key.
-fn source_key(go: &str) -> String {
+/// SHA-256 of the release's module and sum files and the Go files (the module's and its
+/// programs' one directory down, such as kubelet/), with the Go version: the build's cache key.
+fn source_key(go: &str, release: Release) -> String {
     let dir = source_dir();
     let mut names: Vec<String> = Vec::new();
     for sub in ["."].into_iter().chain(PROGRAMS.iter().map(|p| p.package)) {
@@ -109,7 +180,10 @@ fn source_key(go: &str) -> String {
         names.extend(
             files
                 .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .filter(|n| n == "go.mod" || n == "go.sum" || n.ends_with(".go"))
+                .filter(|n| {
+                    let sum = release.modfile().replace(".mod", ".sum");
+                    *n == release.modfile() || *n == sum || n.ends_with(".go")
+                })
                 .map(|n| format!("{sub}/{n}")),
         );
     }
@@ -131,11 +205,12 @@ fn cache_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("controlplane")
 }
 
-/// Builds `program` once per change of the module's sources; Go's build cache shares the
-/// packages the programs have in common.
-pub fn build(program: &Program) -> Result<PathBuf, String> {
+/// Builds `program` for `release` once per change of the module's sources; Go's build cache
+/// shares the packages the programs have in common.
+pub fn build(program: &Program, release: Release) -> Result<PathBuf, String> {
     let go = go_version()?;
-    let out_dir = cache_dir().join(source_key(&go));
+    let prefix = format!("{}-", release.name());
+    let out_dir = cache_dir().join(format!("{prefix}{}", source_key(&go, release)));
     let binary = out_dir.join(program.name);
     fs::create_dir_all(&out_dir).map_err(|e| format!("create {}: {e}", out_dir.display()))?;
     // Another test process may be building the same sources: wait for it, then use its result.
@@ -145,9 +220,9 @@ pub fn build(program: &Program) -> Result<PathBuf, String> {
     if binary.is_file() {
         return Ok(binary);
     }
-    let release = release();
+    let version = release.version();
     let (major, minor) = {
-        let mut parts = release.trim_start_matches('v').split('.');
+        let mut parts = version.trim_start_matches('v').split('.');
         (
             parts.next().unwrap_or("").to_string(),
             parts.next().unwrap_or("").to_string(),
@@ -156,14 +231,14 @@ pub fn build(program: &Program) -> Result<PathBuf, String> {
     // Not captured by the test harness: a person waiting should know why.
     let _ = writeln!(
         std::io::stderr(),
-        "building {} (Kubernetes {release}, {go}) into {}: the first build takes minutes",
+        "building {} (Kubernetes {version}, {go}) into {}: the first build takes minutes",
         program.name,
         out_dir.display()
     );
     let partial = out_dir.join(format!("{}.partial", program.name));
     // -X: /version would say v0.0.0-master; `why` reads it for the release's feature gates.
     let ldflags = format!(
-        "-s -w -X k8s.io/component-base/version.gitVersion={release} \
+        "-s -w -X k8s.io/component-base/version.gitVersion={version} \
          -X k8s.io/component-base/version.gitMajor={major} \
          -X k8s.io/component-base/version.gitMinor={minor} \
          -X k8s.io/component-base/version.gitTreeState=clean"
@@ -171,7 +246,10 @@ pub fn build(program: &Program) -> Result<PathBuf, String> {
     let started = Instant::now();
     let out = Command::new("go")
         // -buildvcs=false: stamping asks git about the worktree, which a tarball checkout lacks.
-        .args(["build", "-mod=readonly", "-buildvcs=false", "-o"])
+        .args(["build", "-mod=readonly", "-buildvcs=false"])
+        .arg(format!("-modfile={}", release.modfile()))
+        .arg(format!("-tags={}", release.tags()))
+        .arg("-o")
         .arg(&partial)
         .args(["-ldflags", &ldflags, program.package])
         .current_dir(source_dir())
@@ -179,28 +257,37 @@ pub fn build(program: &Program) -> Result<PathBuf, String> {
         .map_err(|e| format!("build {}: run go: {e}", program.name))?;
     if !out.status.success() {
         return Err(format!(
-            "build {}: go build: {} (hint: a module the proxy does not serve is named above; \
-             cd tests/controlplane && go build {} shows everything)",
+            "build {} for {}: go build: {} (hint: a module the proxy does not serve is named \
+             above; cd tests/controlplane && go build -modfile={} -tags={} {} shows everything)",
             program.name,
+            release.name(),
             build_error(&out.stderr),
+            release.modfile(),
+            release.tags(),
             program.package
         ));
     }
     fs::rename(&partial, &binary).map_err(|e| format!("move {}: {e}", partial.display()))?;
     // Builds of older sources are 120 MB each; a process still running one keeps its inode.
+    // Another release's builds are not older: they stay.
     for entry in fs::read_dir(cache_dir()).into_iter().flatten().flatten() {
         let path = entry.path();
         let is_build = PROGRAMS.iter().any(|p| {
             path.join(p.name).is_file() || path.join(format!("{}.partial", p.name)).is_file()
         });
-        if is_build && path != out_dir {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let other_release = Release::ALL
+            .iter()
+            .any(|r| *r != release && name.starts_with(&format!("{}-", r.name())));
+        if is_build && !other_release && path != out_dir {
             let _ = fs::remove_dir_all(path);
         }
     }
     let _ = writeln!(
         std::io::stderr(),
-        "built {} in {:.0?}",
+        "built {} for {} in {:.0?}",
         program.name,
+        release.name(),
         started.elapsed()
     );
     Ok(binary)
@@ -233,16 +320,21 @@ fn first_line(bytes: &[u8]) -> String {
 /// A start that failed is kept too, so that every test of the process fails with its reason
 /// instead of trying again for minutes.
 pub fn shared() -> &'static ControlPlane {
-    static SHARED: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
-    let started = SHARED.get_or_init(|| {
+    shared_on(Release::V1_34)
+}
+
+/// [`shared`] for `release`: one instance per release and test process.
+pub fn shared_on(release: Release) -> &'static ControlPlane {
+    static SHARED: [OnceLock<Result<ControlPlane, String>>; 2] = [const { OnceLock::new() }; 2];
+    let started = SHARED[release.index()].get_or_init(|| {
         remove_stale_runs();
-        let run = cache_dir().join(format!("shared-{}", std::process::id()));
+        let run = cache_dir().join(format!("shared-{}-{}", release.name(), std::process::id()));
         fs::create_dir_all(&run).map_err(|e| format!("create {}: {e}", run.display()))?;
-        let cp = ControlPlane::start_in(RunDir::Kept(run), &[])?;
+        let cp = ControlPlane::start_in(RunDir::Kept(run), &[], release)?;
         let _ = writeln!(
             std::io::stderr(),
             "control plane {} ready in {:.1?} ({})",
-            release(),
+            release.version(),
             cp.startup,
             cp.url
         );
@@ -256,14 +348,23 @@ pub fn shared() -> &'static ControlPlane {
 /// own that the tests on [`shared`] must not see. Kept like [`shared`]: the caller holds it in a
 /// `static`, and its run directory `shared-NAME-PID` is removed by a later process.
 pub fn shared_with(name: &str, flags: &[&str]) -> Result<ControlPlane, String> {
+    shared_with_on(Release::V1_34, name, flags)
+}
+
+/// [`shared_with`] for `release`; `name` must differ between releases (it names the run).
+pub fn shared_with_on(
+    release: Release,
+    name: &str,
+    flags: &[&str],
+) -> Result<ControlPlane, String> {
     remove_stale_runs();
     let run = cache_dir().join(format!("shared-{name}-{}", std::process::id()));
     fs::create_dir_all(&run).map_err(|e| format!("create {}: {e}", run.display()))?;
-    let cp = ControlPlane::start_in(RunDir::Kept(run), flags)?;
+    let cp = ControlPlane::start_in(RunDir::Kept(run), flags, release)?;
     let _ = writeln!(
         std::io::stderr(),
         "control plane {name} {} ({}) ready in {:.1?} ({})",
-        release(),
+        release.version(),
         flags.join(" "),
         cp.startup,
         cp.url
@@ -314,6 +415,8 @@ pub struct ControlPlane {
     pub url: String,
     /// How long the start took, from spawning the program to its `ready`.
     pub startup: Duration,
+    /// The release it was built from.
+    pub release: Release,
     kubeconfig: PathBuf,
     log: PathBuf,
     io: Mutex<Io>,
@@ -337,15 +440,16 @@ impl ControlPlane {
             .prefix("run-")
             .tempdir_in(dir)
             .expect("create the run directory");
-        Self::start_in(RunDir::Temp(run), &[]).unwrap_or_else(|e| panic!("{e}"))
+        Self::start_in(RunDir::Temp(run), &[], Release::V1_34).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn start_in(run: RunDir, flags: &[&str]) -> Result<ControlPlane, String> {
-        let binary = built()?;
+    fn start_in(run: RunDir, flags: &[&str], release: Release) -> Result<ControlPlane, String> {
+        let binary = built(&CONTROL_PLANE, release)?;
         let (io, url, startup) = Self::spawn(binary, run.path(), flags)?;
         Ok(ControlPlane {
             url,
             startup,
+            release,
             kubeconfig: run.path().join("state/admin.kubeconfig"),
             log: run.path().join("controlplane.log"),
             io: Mutex::new(io),

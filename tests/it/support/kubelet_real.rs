@@ -1,17 +1,18 @@
-//! The kubelet's own DRA code as a process (tests/controlplane/kubelet): its plugin manager and DRA
-//! manager register plugins, prepare and unprepare claims, and wipe the node's ResourceSlices,
-//! against a real API server. Its stdout is a line protocol: events (`registered`, `unregistered`,
-//! `refused`, `deleted slices`) and one answer per command (`prepare NS POD`, `unprepare NS POD`).
+//! The kubelet's own DRA code as a process (tests/controlplane/kubelet, built for the control
+//! plane's release): its plugin manager and DRA manager register plugins, prepare and unprepare
+//! claims, and wipe the node's ResourceSlices, against a real API server. Its stdout is a line
+//! protocol: events (`registered`, `unregistered`, `refused`, `deleted slices`) and one answer
+//! per command (`prepare NS POD`, `unprepare NS POD`).
 //! Failures panic with one line, so tests fail rather than skip where Go is installed.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::controlplane::{self, ControlPlane};
+use crate::support::controlplane::{self, ControlPlane, Release};
 
 /// How long the program may take to say `ready` (its start is a few API calls).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -26,13 +27,9 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Lines of the program's log quoted when something fails.
 const LOG_TAIL: usize = 30;
 
-/// The built program, building it first if the module's sources changed.
-pub fn binary() -> &'static Path {
-    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BINARY
-        .get_or_init(|| controlplane::build(&controlplane::KUBELET))
-        .as_deref()
-        .unwrap_or_else(|e| panic!("{e}"))
+/// The program built for `release`, building it first if the module's sources changed.
+pub fn binary(release: Release) -> &'static Path {
+    controlplane::built(&controlplane::KUBELET, release).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The program's stdout so far, with a way to wait for a line.
@@ -96,7 +93,8 @@ impl Kubelet {
         let dir = tempfile::tempdir().expect("temp dir for the kubelet's state");
         let log = dir.path().join("kubelet.log");
         let stderr = File::create(&log).expect("create the kubelet's log");
-        let mut command = Command::new(binary());
+        let binary = binary(cp.release);
+        let mut command = Command::new(binary);
         command
             .arg("--kubeconfig")
             .arg(cp.kubeconfig())
@@ -113,7 +111,7 @@ impl Kubelet {
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", binary().display()));
+            .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()));
         let stdout = child.stdout.take().expect("stdout is piped");
         let lines = Arc::new(Lines::default());
         {
