@@ -1,22 +1,10 @@
 //! The product document, "Claim a GPU by what it decodes", end to end on the real control plane:
-<<<<<<< HEAD
 //! deploy/ as shipped, the real agent on two nodes from the example fleet (`mtl-1` decodes HEVC
 //! Main 10 and scales 10-bit, `gen9-1` does neither), a stand-in for liken, and what `kubectl media
-//! class` writes. A test per step, `why` checked against the real scheduler. Its control plane is
-//! its own: the document needs DRAConsumableCapacity on 1.34, and gates are process-global.
-=======
-//! deploy/ applied as shipped; the real agent on two nodes from the example fleet's recorded
-//! reports (`mtl-1` decodes HEVC Main 10 and scales 10-bit, `gen9-1` does neither), each with its
-//! own node's pod-bound token; a stand-in for liken's render-node slices; the classes and claim
-//! templates `kubectl media class` writes, applied with kubectl. Each step of the document is a
-//! test named after it, and `why` is checked against what the real scheduler did.
-//!
-//! The flow has a control plane of its own per release: the document needs the
-//! DRAConsumableCapacity gate, which 1.34 has off by default (docs/operations.md; without it
-//! the API server drops `allowMultipleAllocations` and no two pods can share a GPU) and 1.37
-//! has on, so 1.34's flow turns it on and 1.37's runs on its defaults; gates are process-global.
-//! The steps run on both releases (`on_1_34::step_…`, `on_1_37::step_…`).
->>>>>>> cp137
+//! class` writes. A test per step on each release (`on_1_34::step_…`, `on_1_37::step_…`), `why`
+//! checked against the real scheduler. Each flow has its own control plane: the document needs
+//! DRAConsumableCapacity, off by default in 1.34 (so turned on) and on in 1.37; gates are
+//! process-global.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,28 +1,10 @@
 //! The real Kubernetes control plane for tests: `tests/controlplane` (Go) runs embedded etcd,
-<<<<<<< HEAD
 //! kube-apiserver, kube-scheduler and the needed controllers in one process, from the modules of
-//! the release its go.mod pins. Built once per change of its sources into
-//! `target/tmp/controlplane/`, under a file lock. [`shared`] starts one per test process,
-//! [`ControlPlane::start`] one of a test's own; an instance stops, and removes its state, when its
-//! stdin closes. Failures panic with one line, so tests fail rather than skip where Go is
-//! installed.
-=======
-//! kube-apiserver, kube-scheduler and the controllers the flows need in one process, built from
-//! the official modules of a [`Release`]: 1.34 from go.mod, 1.37 from the same sources with
-//! go.1.37.mod (`go build -modfile`) and the `k8s137` build tag for the APIs that differ.
-//!
-//! Each release's programs are built once per change of their sources (keyed by their SHA-256
-//! and the Go version) into `target/tmp/controlplane/RELEASE-KEY/`, under a file lock so that
-//! parallel test processes do not build them twice; Go's build cache makes a rebuild after a
-//! small change take seconds. [`shared_on`] starts one instance per release and test process;
-//! [`ControlPlane::start`] gives a test its own. The tests that do not name a release run on
-//! 1.34, the oldest that serves `resource.k8s.io/v1`.
-//! An instance stops when its stdin closes, so one left in a `static` stops when the test
-//! process exits, and removes its state (etcd's data, keys) itself.
-//!
-//! Failures panic with one line saying why (a build error from `go`, a port in use, etcd not
-//! ready), so the tests fail rather than skip where Go is installed.
->>>>>>> cp137
+//! a [`Release`] (1.34: go.mod; 1.37: go.1.37.mod and the `k8s137` tag). Built once per change
+//! of its sources into `target/tmp/controlplane/RELEASE-KEY/`, under a file lock. [`shared_on`]
+//! starts one per release and test process, [`ControlPlane::start`] one of a test's own; an
+//! instance stops, and removes its state, when its stdin closes. Tests that name no release run
+//! on 1.34. Failures panic with one line, so tests fail rather than skip where Go is installed.
 
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Write};
