@@ -122,6 +122,7 @@ pub(crate) async fn client(config: &AgentConfig) -> Result<(kube::Client, String
     // and the server's Retry-After (kube-rs reads neither from a body that is not a Status).
     let client = kube::client::ClientBuilder::try_from(kube_config)
         .map_err(AgentError::Client)?
+        .with_layer(&crate::agent::dropped_reads::layer())
         .with_layer(&crate::api_errors::ReadErrorAnswers)
         .build();
     Ok((client, url))

@@ -3,8 +3,8 @@
 //! request), a 409 at a chosen moment (only a race makes one), priority and fairness' 429 with a
 //! chosen Retry-After (only real overload throttles, and the server picks the wait), a load
 //! balancer's HTML page or a 404 on a path the server serves (both come from something in front
-//! of the server, never from it), a slow answer, a connection dropped after the request, a watch
-//! cut mid-stream. Everything else (401, 403, paging, selectors) is the real server's, forwarded.
+//! of the server, never from it), a slow answer, a connection dropped or closed after the
+//! request (kube-apiserver starting up does that, but not on cue), a watch cut mid-stream. Everything else (401, 403, paging, selectors) is the real server's, forwarded.
 //! It records every request and what it did with it, for tests of how a client retries and pages.
 //!
 //! It terminates TLS (with the API server's own serving certificate, which the cluster's CA signs
@@ -46,8 +46,13 @@ pub enum Fault {
     TooManyRequests { retry_after_seconds: u64 },
     /// A load balancer's HTML page with this code, no `Status`.
     GatewayPage { code: u16 },
-    /// The request is read, then the connection closed without an answer.
+    /// The request is read, then the connection dropped without an answer (no TLS
+    /// `close_notify`: the client's TLS reads an unexpected EOF).
     Drop,
+    /// The request is read, then the connection closed without an answer as Go's server closes
+    /// one (TLS `close_notify`, then FIN): what kube-apiserver starting up may do to a request
+    /// on a connection it has just accepted or answered on, but not on cue.
+    Close,
     /// The server's own answer, this much later.
     Delay(Duration),
 }
@@ -124,7 +129,7 @@ impl Fault {
                 );
                 (*code, "text/html", String::new(), page)
             }
-            Fault::Drop | Fault::Delay(_) => return None,
+            Fault::Drop | Fault::Close | Fault::Delay(_) => return None,
         };
         let text = format!(
             "HTTP/1.1 {code} {}\r\nContent-Type: {content_type}\r\n{extra}Content-Length: {}\r\n\
@@ -446,6 +451,8 @@ async fn serve(
         }
         if let Some(response) = fault.response() {
             client.write_all(&response).await?;
+            client.shutdown().await?;
+        } else if matches!(fault, Fault::Close) {
             client.shutdown().await?;
         }
         return Ok(());
