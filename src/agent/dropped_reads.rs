@@ -13,10 +13,14 @@
 //! after its 1 s, so that an API server that is really gone is said after the second failure.
 
 use std::error::Error;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
-use http::{Method, Request};
-use kube::client::Body;
-use tower::BoxError;
+use http::{Method, Request, Response};
+use http_body_util::BodyExt;
+use kube::client::{Body, DynBody};
+use tower::{BoxError, ServiceExt};
 use tracing::debug;
 
 /// How many causes of an error are looked through for the connection's end.
@@ -47,7 +51,9 @@ pub(crate) fn no_answer(error: &(dyn Error + 'static)) -> NoAnswer {
             return NoAnswer::Closed;
         }
         if let Some(io) = error.downcast_ref::<std::io::Error>() {
-            use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+            use std::io::ErrorKind::{
+                BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof,
+            };
             return match io.kind() {
                 ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof => {
                     NoAnswer::Closed
@@ -61,77 +67,127 @@ pub(crate) fn no_answer(error: &(dyn Error + 'static)) -> NoAnswer {
 }
 
 /// Whether to send a request again at once after it got no answer: only a read (GET: a get, a
-/// list or the start of a watch; it changes nothing however often it arrives), only after a
-/// closed connection, and only once. A write (POST, PUT, DELETE) is never sent again here: one
-/// whose connection closed may have been carried out, and the publisher re-reads and plans again
-/// instead of replaying it.
-pub(crate) fn send_again(method: &Method, why: NoAnswer, sent_again: bool) -> bool {
-    method == Method::GET && why == NoAnswer::Closed && !sent_again
+/// list or the start of a watch; it changes nothing however often it arrives), and only after a
+/// closed connection. A write (POST, PUT, DELETE) is never sent again here: one whose connection
+/// closed may have been carried out, and the publisher re-reads and plans again instead of
+/// replaying it. Once only: the copy goes on [`fresh_connections`], which sends nothing again.
+pub(crate) fn send_again(method: &Method, why: NoAnswer) -> bool {
+    method == Method::GET && why == NoAnswer::Closed
 }
 
-/// The retry policy for tower's `Retry` layer: see the module documentation. A fresh one (not
-/// sent again yet) is cloned for each request.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct DroppedReads {
-    sent_again: bool,
+/// A service with kube-rs's request and error types.
+pub(crate) type Api =
+    tower::util::BoxCloneSyncService<Request<Body>, Response<Box<DynBody>>, BoxError>;
+
+/// kube-rs's layers (base URI, authentication, extra headers) over a hyper-util client that
+/// keeps no idle connection, so every request on it opens one of its own. A read is sent again
+/// here, not through the agent's pooled client: the pool may hand it another idle connection
+/// to the same server that is about to close the same way. Built from `config` as kube-rs
+/// builds its own (`ClientBuilder::try_from`), with its connect timeout; its write timeout is
+/// left out, as a GET is a few hundred bytes.
+pub(crate) fn fresh_connections(config: &kube::Config) -> Result<Api, kube::Error> {
+    use kube::client::ConfigExt;
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(config.connect_timeout);
+    let https = config.rustls_https_connector_with_connector(http)?;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_max_idle_per_host(0)
+        .build::<_, Body>(https);
+    let service = tower::ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .map_response(|response: Response<hyper::body::Incoming>| {
+            response.map(|body| Box::new(body.map_err(BoxError::from)) as Box<DynBody>)
+        })
+        .service(client);
+    Ok(tower::util::BoxCloneSyncService::new(service))
 }
 
-impl<R> tower::retry::Policy<Request<Body>, R, BoxError> for DroppedReads {
-    type Future = std::future::Ready<()>;
+/// A layer for kube-rs's client stack: a read whose connection was closed before its answer
+/// is sent once more, at once, on [`fresh_connections`]; see the module documentation.
+#[derive(Clone)]
+pub(crate) struct SendReadsAgain {
+    fresh: Api,
+}
 
-    fn retry(
-        &mut self,
-        request: &mut Request<Body>,
-        result: &mut Result<R, BoxError>,
-    ) -> Option<Self::Future> {
-        let Err(error) = result else { return None };
-        if !send_again(request.method(), no_answer(error.as_ref()), self.sent_again) {
-            return None;
-        }
-        self.sent_again = true;
-        // The failed connection is not pooled again: the copy goes on an idle one the pool
-        // knows is open, or a new one (hyper-util retries on its own an idle one found closed).
-        debug!(
-            "{} {}: the connection was closed before an answer; sending it once more",
-            request.method(),
-            request.uri()
-        );
-        Some(std::future::ready(()))
+impl SendReadsAgain {
+    /// Sends reads again on `fresh`.
+    pub(crate) fn new(fresh: Api) -> Self {
+        Self { fresh }
     }
+}
 
-    fn clone_request(&mut self, request: &Request<Body>) -> Option<Request<Body>> {
-        // Only a GET is ever sent again; its body is empty, so it can be copied.
-        if request.method() != Method::GET {
-            return None;
+impl<S> tower::Layer<S> for SendReadsAgain {
+    type Service = ReadsSentAgain<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ReadsSentAgain {
+            inner,
+            fresh: self.fresh.clone(),
         }
-        let body = request.body().try_clone()?;
-        let mut copy = Request::new(body);
-        *copy.method_mut() = request.method().clone();
-        *copy.uri_mut() = request.uri().clone();
-        *copy.version_mut() = request.version();
-        *copy.headers_mut() = request.headers().clone();
-        *copy.extensions_mut() = request.extensions().clone();
-        Some(copy)
     }
 }
 
-/// The layers that send a dropped read once more: tower's `Retry` with [`DroppedReads`], over a
-/// `Buffer` because kube-rs's stack cannot be cloned and a retry needs its service twice
-/// (kube-rs's own retry example stacks them so).
-pub(crate) fn layer<S>() -> impl tower::Layer<
-    S,
-    Service = tower::retry::Retry<DroppedReads, tower::buffer::Buffer<Request<Body>, S::Future>>,
->
+/// The service [`SendReadsAgain`] makes.
+pub(crate) struct ReadsSentAgain<S> {
+    inner: S,
+    fresh: Api,
+}
+
+impl<S> tower::Service<Request<Body>> for ReadsSentAgain<S>
 where
-    S: tower::Service<Request<Body>> + Send + 'static,
-    S::Error: Into<BoxError> + Send + Sync,
-    S::Future: Send,
+    S: tower::Service<Request<Body>, Response = Response<Box<DynBody>>>,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
 {
-    tower::ServiceBuilder::new()
-        .layer(tower::retry::RetryLayer::new(DroppedReads::default()))
-        // kube-rs's own buffer in front of its client holds as many.
-        .layer(tower::buffer::BufferLayer::new(1024))
-        .into_inner()
+    type Response = Response<Box<DynBody>>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let copy = copy_of_read(&request);
+        let answer = self.inner.call(request);
+        let fresh = self.fresh.clone();
+        Box::pin(async move {
+            let error = match answer.await {
+                Ok(response) => return Ok(response),
+                Err(error) => error.into(),
+            };
+            let Some(copy) = copy else {
+                return Err(error);
+            };
+            if !send_again(copy.method(), no_answer(error.as_ref())) {
+                return Err(error);
+            }
+            debug!(
+                "{} {}: the connection was closed before an answer; sending it once more on a new connection",
+                copy.method(),
+                copy.uri()
+            );
+            fresh.oneshot(copy).await
+        })
+    }
+}
+
+/// A copy of a GET to send again (its body is empty); None for anything else.
+fn copy_of_read(request: &Request<Body>) -> Option<Request<Body>> {
+    if request.method() != Method::GET {
+        return None;
+    }
+    let mut copy = Request::new(request.body().try_clone()?);
+    *copy.method_mut() = request.method().clone();
+    *copy.uri_mut() = request.uri().clone();
+    *copy.version_mut() = request.version();
+    *copy.headers_mut() = request.headers().clone();
+    *copy.extensions_mut() = request.extensions().clone();
+    Some(copy)
 }
 
 #[cfg(test)]
@@ -140,7 +196,7 @@ mod tests {
     use std::io;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use tower::{Layer, Service, ServiceExt};
+    use tower::{Layer, Service};
 
     fn io_error(kind: io::ErrorKind) -> BoxError {
         Box::new(io::Error::new(kind, "x"))
@@ -165,7 +221,12 @@ mod tests {
     #[test]
     fn a_closed_connection_is_told_from_a_server_that_is_not_there() {
         use io::ErrorKind::*;
-        for kind in [ConnectionReset, ConnectionAborted, BrokenPipe, UnexpectedEof] {
+        for kind in [
+            ConnectionReset,
+            ConnectionAborted,
+            BrokenPipe,
+            UnexpectedEof,
+        ] {
             let nested = Outer(io_error(kind));
             assert_eq!(no_answer(&nested), NoAnswer::Closed, "{kind:?}");
         }
@@ -173,63 +234,81 @@ mod tests {
             let nested = Outer(io_error(kind));
             assert_eq!(no_answer(&nested), NoAnswer::Other, "{kind:?}");
         }
-        assert_eq!(no_answer(&Outer("tls: bad certificate".into())), NoAnswer::Other);
+        let words = Outer("connection closed before message completed".into());
+        assert_eq!(
+            no_answer(&words),
+            NoAnswer::Other,
+            "told by type, not by words"
+        );
     }
 
     #[test]
-    fn only_a_read_is_sent_again_and_only_once() {
-        assert!(send_again(&Method::GET, NoAnswer::Closed, false));
-        assert!(!send_again(&Method::GET, NoAnswer::Closed, true));
-        assert!(!send_again(&Method::GET, NoAnswer::Other, false));
+    fn only_a_read_is_sent_again() {
+        assert!(send_again(&Method::GET, NoAnswer::Closed));
+        assert!(!send_again(&Method::GET, NoAnswer::Other));
         for write in [Method::POST, Method::PUT, Method::PATCH, Method::DELETE] {
-            assert!(!send_again(&write, NoAnswer::Closed, false), "{write}");
+            assert!(!send_again(&write, NoAnswer::Closed), "{write}");
         }
     }
 
-    /// A service that fails the first `closes` calls as a connection reset, then answers.
-    fn closing(closes: usize) -> (impl Fn() -> usize, impl Service<Request<Body>, Response = u16, Error = BoxError, Future: Send> + Send + 'static) {
+    /// A service that answers each call with what `answer` says for it (counted from 0), and
+    /// its count of calls.
+    fn scripted(answer: fn(usize) -> Result<(), io::ErrorKind>) -> (Arc<AtomicUsize>, Api) {
         let calls = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&calls);
         let service = tower::service_fn(move |_request: Request<Body>| {
             let n = counted.fetch_add(1, Ordering::SeqCst);
             async move {
-                if n < closes {
-                    Err(Box::new(Outer(io_error(io::ErrorKind::ConnectionReset))) as BoxError)
-                } else {
-                    Ok(200u16)
+                match answer(n) {
+                    Ok(()) => {
+                        let body = http_body_util::Empty::new().map_err(BoxError::from);
+                        Ok(Response::new(Box::new(body) as Box<DynBody>))
+                    }
+                    Err(kind) => Err(Box::new(Outer(io_error(kind))) as BoxError),
                 }
             }
         });
-        (move || calls.load(Ordering::SeqCst), service)
+        (calls, tower::util::BoxCloneSyncService::new(service))
     }
 
-    async fn send(
-        service: impl Service<Request<Body>, Response = u16, Error = BoxError, Future: Send> + Send + 'static,
-        method: Method,
-    ) -> Result<u16, BoxError> {
-        let mut stack = layer().layer(service);
+    /// Sends one `method` request through the layer over `inner`, with `fresh` for sending again.
+    async fn send(inner: Api, fresh: Api, method: Method) -> Result<(), BoxError> {
         let request = Request::builder()
             .method(method)
             .uri("/apis/resource.k8s.io/v1/resourceslices")
             .body(Body::empty())
             .unwrap();
-        stack.ready().await?.call(request).await
+        let mut stack = SendReadsAgain::new(fresh).layer(inner);
+        stack.ready().await?.call(request).await.map(drop)
     }
 
     #[tokio::test]
-    async fn one_closed_connection_is_waited_out_and_two_are_reported() {
-        let (calls, service) = closing(1);
-        assert_eq!(send(service, Method::GET).await.unwrap(), 200);
-        assert_eq!(calls(), 2, "sent once more");
+    async fn a_read_closed_once_is_sent_again_on_a_new_connection_and_only_once() {
+        use io::ErrorKind::{ConnectionRefused, ConnectionReset};
+        let (calls, inner) = scripted(|_| Err(ConnectionReset));
+        let (again, fresh) = scripted(|_| Ok(()));
+        send(inner, fresh, Method::GET).await.unwrap();
+        assert_eq!(
+            (calls.load(Ordering::SeqCst), again.load(Ordering::SeqCst)),
+            (1, 1)
+        );
 
-        let (calls, service) = closing(2);
-        let error = send(service, Method::GET).await.unwrap_err();
+        // Closed twice: the second failure is the answer, and it is not sent a third time.
+        let (_, inner) = scripted(|_| Err(ConnectionReset));
+        let (again, fresh) = scripted(|_| Err(ConnectionReset));
+        let error = send(inner, fresh, Method::GET).await.unwrap_err();
         assert_eq!(no_answer(error.as_ref()), NoAnswer::Closed, "{error}");
-        assert_eq!(calls(), 2, "only once more");
+        assert_eq!(again.load(Ordering::SeqCst), 1);
 
-        let (calls, service) = closing(1);
-        assert!(send(service, Method::PUT).await.is_err());
-        assert_eq!(calls(), 1, "a write is not sent again");
+        // A write, or a server that is not there: not sent again.
+        let (_, inner) = scripted(|_| Err(ConnectionReset));
+        let (again, fresh) = scripted(|_| Ok(()));
+        assert!(send(inner, fresh, Method::PUT).await.is_err());
+        assert_eq!(again.load(Ordering::SeqCst), 0, "a write");
+        let (_, inner) = scripted(|_| Err(ConnectionRefused));
+        let (again, fresh) = scripted(|_| Ok(()));
+        assert!(send(inner, fresh, Method::GET).await.is_err());
+        assert_eq!(again.load(Ordering::SeqCst), 0, "refused");
     }
 
     /// A socket that takes each connection, reads the request's head if `read_first`, and
@@ -257,6 +336,9 @@ mod tests {
         (url, accepted)
     }
 
+    /// hyper's own errors, as kube-rs passes them on: `Service(legacy::Error(SendRequest,
+    /// hyper::Error(IncompleteMessage)))` when the request was read, and `Service(legacy::Error(
+    /// Canceled, hyper::Error(Canceled, hyper::Error(IncompleteMessage))))` when it was not.
     #[tokio::test]
     async fn hypers_own_error_for_a_closed_connection_is_read_by_type() {
         for read_first in [true, false] {
@@ -270,17 +352,14 @@ mod tests {
             assert_eq!(no_answer(&error), NoAnswer::Closed, "{error:?}");
             assert_eq!(accepted.load(Ordering::SeqCst), 1);
 
-            let retrying = kube::client::ClientBuilder::try_from(config)
+            let fresh = fresh_connections(&config).unwrap();
+            let agents = kube::client::ClientBuilder::try_from(config)
                 .unwrap()
-                .with_layer(&layer())
+                .with_layer(&SendReadsAgain::new(fresh))
                 .build();
-            let error = retrying.request_text(get()).await.unwrap_err();
+            let error = agents.request_text(get()).await.unwrap_err();
             assert_eq!(no_answer(&error), NoAnswer::Closed, "{error:?}");
-            assert_eq!(
-                accepted.load(Ordering::SeqCst),
-                3,
-                "sent once more, on a connection of its own"
-            );
+            assert_eq!(accepted.load(Ordering::SeqCst), 3, "sent once more");
         }
     }
 }
