@@ -69,8 +69,9 @@ pub(crate) fn no_answer(error: &(dyn Error + 'static)) -> NoAnswer {
 /// Whether to send a request again at once after it got no answer: only a read (GET: a get, a
 /// list or the start of a watch; it changes nothing however often it arrives), and only after a
 /// closed connection. A write (POST, PUT, DELETE) is never sent again here: one whose connection
-/// closed may have been carried out, and the publisher re-reads and plans again instead of
-/// replaying it. Once only: the copy goes on [`fresh_connections`], which sends nothing again.
+/// closed may have been carried out; the publisher decides again from what the server stores
+/// (its watch, or the re-read after a 409: each update names the resourceVersion it replaces).
+/// Once only: the copy goes on [`fresh_connections`], which sends nothing again.
 pub(crate) fn send_again(method: &Method, why: NoAnswer) -> bool {
     method == Method::GET && why == NoAnswer::Closed
 }
