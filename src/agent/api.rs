@@ -99,7 +99,9 @@ impl ApiCause {
 
     /// The API server cannot be reached at all: no connection, or no answer in time. That is one
     /// problem for the whole agent. A server that answers with an error (5xx, 429) is reachable:
-    /// that failure belongs to the request, which may well be the only one failing.
+    /// that failure belongs to the request, which may well be the only one failing. A read whose
+    /// connection closed before its answer reaches here only after it was sent again on a new
+    /// connection and failed there too (`crate::agent::dropped_reads`).
     pub(crate) fn is_outage(&self) -> bool {
         matches!(
             self,

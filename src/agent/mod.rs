@@ -4,6 +4,7 @@
 pub(crate) mod api;
 pub mod cli;
 pub mod config;
+pub(crate) mod dropped_reads;
 pub mod health;
 pub mod kubelet;
 pub mod probe_cmd;

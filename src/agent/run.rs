@@ -19,6 +19,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::agent::api::{Backoff, Problem};
 use crate::agent::config::{AgentConfig, Watched};
+use crate::agent::dropped_reads;
 use crate::agent::health::{self, Health};
 use crate::agent::kubelet::{KubeletError, KubeletPlugin};
 use crate::agent::probing::{ProbeError, ProbeSource};
@@ -133,10 +134,14 @@ pub(crate) async fn client(config: &AgentConfig) -> Result<(kube::Client, String
     kube_config.default_retry = false;
     let url = kube_config.cluster_url.to_string();
     let url = url.trim_end_matches('/').to_string();
+    // A read whose connection closed before its answer is sent once more on a new connection
+    // (kube-apiserver starting up closes some), so only a second failure is an outage.
+    let fresh = dropped_reads::fresh_connections(&kube_config).map_err(AgentError::Client)?;
     // Error answers reach the loops as client-go reads them: always a Status, with the HTTP code
     // and the server's Retry-After (kube-rs reads neither from a body that is not a Status).
     let client = kube::client::ClientBuilder::try_from(kube_config)
         .map_err(AgentError::Client)?
+        .with_layer(&dropped_reads::SendReadsAgain::new(fresh))
         .with_layer(&crate::api_errors::ReadErrorAnswers)
         .build();
     Ok((client, url))

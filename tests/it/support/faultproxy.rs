@@ -1,9 +1,10 @@
 //! A fault-injecting proxy in front of the real kube-apiserver, for answers it cannot be made to
 //! give on cue (a 500 or 503, a 409 at a chosen moment, a 429 with a chosen Retry-After, a load
-//! balancer's page, a 404 on a served path, a slow answer, a dropped connection, a cut watch);
-//! everything else is forwarded, and every request is recorded. It terminates TLS with the server's
-//! own certificate (a TCP proxy sees no method or path), so clients use bearer tokens, and adds
-//! `Connection: close` so each request has a connection of its own.
+//! balancer's page, a 404 on a served path, a slow answer, a connection dropped or closed after
+//! the request, a cut watch); everything else is forwarded, and every request is recorded. It
+//! terminates TLS with the server's own certificate (a TCP proxy sees no method or path), so
+//! clients use bearer tokens, and adds `Connection: close` so each request has a connection of
+//! its own.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -37,8 +38,13 @@ pub enum Fault {
     TooManyRequests { retry_after_seconds: u64 },
     /// A load balancer's HTML page with this code, no `Status`.
     GatewayPage { code: u16 },
-    /// The request is read, then the connection closed without an answer.
+    /// The request is read, then the connection dropped without an answer (no TLS
+    /// `close_notify`: the client's TLS reads an unexpected EOF).
     Drop,
+    /// The request is read, then the connection closed without an answer as Go's server closes
+    /// one (TLS `close_notify`, then FIN): what kube-apiserver starting up may do to a request
+    /// on a connection it has just accepted or answered on, but not on cue.
+    Close,
     /// The server's own answer, this much later.
     Delay(Duration),
 }
@@ -115,7 +121,7 @@ impl Fault {
                 );
                 (*code, "text/html", String::new(), page)
             }
-            Fault::Drop | Fault::Delay(_) => return None,
+            Fault::Drop | Fault::Close | Fault::Delay(_) => return None,
         };
         let text = format!(
             "HTTP/1.1 {code} {}\r\nContent-Type: {content_type}\r\n{extra}Content-Length: {}\r\n\
@@ -437,6 +443,8 @@ async fn serve(
         }
         if let Some(response) = fault.response() {
             client.write_all(&response).await?;
+            client.shutdown().await?;
+        } else if matches!(fault, Fault::Close) {
             client.shutdown().await?;
         }
         return Ok(());
