@@ -1450,7 +1450,8 @@ mod tests {
                     || err.contains("missing field `render_node`"),
                 "{shape}: {err}"
             );
-            assert!(start.elapsed() < Duration::from_secs(10), "{shape}");
+            // A hang guard, not a timing: expanded, these shapes take minutes and gigabytes.
+            assert!(start.elapsed() < Duration::from_secs(60), "{shape}");
         }
     }
 }
