@@ -25,6 +25,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 
 use crate::api_errors::{asked_wait, failure};
 use crate::fleet::objects::{Kind, Objects};
+use crate::fleet::protobuf::{self, ProtobufError};
 use crate::kubeconfig::{KubeconfigError, Source};
 
 /// kubectl's page size for lists (`--chunk-size`).
@@ -43,6 +44,82 @@ const MAX_BODY_HINT: usize = 64 << 20;
 
 /// How many pages are parsed at once.
 const PARSERS: usize = 2;
+
+/// Asks for one encoding of lists instead of kubectl's two (`json` or `protobuf`), so that the
+/// tests compare what `caps` reads from each; not for users, hence not a flag.
+const ENCODING_VARIABLE: &str = "KUBECTL_MEDIA_LIST_ENCODING";
+
+/// The encodings a listing may come in, most wanted first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Accept {
+    /// kubectl's `Accept` for built-in types: protobuf, else JSON.
+    Both,
+    Json,
+    Protobuf,
+}
+
+impl Accept {
+    fn from_env() -> Result<Accept, ClusterError> {
+        match std::env::var(ENCODING_VARIABLE) {
+            Err(std::env::VarError::NotPresent) => Ok(Accept::Both),
+            Ok(value) if value == "json" => Ok(Accept::Json),
+            Ok(value) if value == "protobuf" => Ok(Accept::Protobuf),
+            Ok(value) => Err(ClusterError::Encoding(value)),
+            Err(std::env::VarError::NotUnicode(value)) => {
+                Err(ClusterError::Encoding(value.to_string_lossy().into_owned()))
+            }
+        }
+    }
+
+    /// The header for a listing of `kind`: protobuf only where we read it.
+    fn header(self, kind: Kind) -> &'static str {
+        const JSON: &str = "application/json";
+        match (self, kind) {
+            (_, kind) if !reads_protobuf(kind) => JSON,
+            (Accept::Both, _) => "application/vnd.kubernetes.protobuf, application/json",
+            (Accept::Json, _) => JSON,
+            (Accept::Protobuf, _) => protobuf::MEDIA_TYPE,
+        }
+    }
+}
+
+/// The kinds read as protobuf: those a fleet has tens of thousands of.
+fn reads_protobuf(kind: Kind) -> bool {
+    kind == Kind::ResourceSlice
+}
+
+/// One answer's body and its `Content-Type`.
+struct Reply {
+    body: Vec<u8>,
+    content_type: Option<http::HeaderValue>,
+}
+
+/// How an answer's body is encoded, by its `Content-Type` (parameters ignored).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Encoding {
+    Json,
+    Protobuf,
+}
+
+fn encoding(content_type: Option<&http::HeaderValue>) -> Result<Encoding, String> {
+    let value = content_type.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let media_type = value
+        .as_deref()
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase());
+    match media_type.as_deref() {
+        Some("application/json") => Ok(Encoding::Json),
+        Some(protobuf::MEDIA_TYPE) => Ok(Encoding::Protobuf),
+        _ => Err(value.unwrap_or_else(|| "without a Content-Type".to_owned())),
+    }
+}
+
+/// One page of a listing, ready to parse, with the token of the next.
+enum Page {
+    Json(String),
+    /// The list inside the envelope.
+    Protobuf(Vec<u8>),
+}
 
 /// How to reach the cluster: kubectl's own flags, which a plugin must handle itself.
 #[derive(Clone, Debug, Default)]
@@ -170,6 +247,26 @@ pub enum ClusterError {
         resource: &'static str,
         cause: String,
     },
+    #[error(
+        "{resource} from {server}: {} (hint: check that the server of the kubeconfig context is the API server itself, not a proxy that rewrites its answers)",
+        crate::kubeconfig::chain(.cause)
+    )]
+    Protobuf {
+        server: String,
+        resource: &'static str,
+        #[source]
+        cause: ProtobufError,
+    },
+    #[error(
+        "{resource} from {server}: the answer is {content_type:?}, neither JSON nor protobuf (hint: check that the server of the kubeconfig context is the API server itself, not a proxy or a path below it)"
+    )]
+    ContentType {
+        server: String,
+        resource: &'static str,
+        content_type: String,
+    },
+    #[error("{ENCODING_VARIABLE} is {0:?} (hint: json or protobuf, or unset for kubectl's order)")]
+    Encoding(String),
 }
 
 /// What to do about a kubeconfig that cannot be used, beside kubectl: what was given on the
@@ -233,11 +330,13 @@ pub struct Cluster {
     timeout: Option<Duration>,
     /// The largest response body read so far, to size the next one's buffer.
     largest_body: Arc<AtomicUsize>,
+    accept: Accept,
 }
 
 impl Cluster {
     /// Loads the kubeconfig and builds a client. Nothing is sent yet.
     pub async fn connect(connection: &Connection) -> Result<Cluster, ClusterError> {
+        let accept = Accept::from_env()?;
         let config = crate::kubeconfig::load(&connection.source).await?;
         let server = config
             .cluster_url
@@ -259,6 +358,7 @@ impl Cluster {
             namespace,
             timeout: connection.request_timeout,
             largest_body: Arc::default(),
+            accept,
         })
     }
 
@@ -298,13 +398,9 @@ impl Cluster {
     ) -> Result<(), ClusterError> {
         let resource = request.kind.resource();
         let scope = request.scope();
-        let unreadable = |e: serde_json::Error| ClusterError::Response {
-            server: self.server.clone(),
-            resource,
-            cause: format!("unreadable response: {e}"),
-        };
         let base = request.uri();
         let kind = request.kind;
+        let accept = self.accept.header(kind);
         let fetch = |token: Option<String>| {
             let mut uri = base.clone();
             if let Some(token) = token {
@@ -314,40 +410,99 @@ impl Cluster {
             let cluster = self.clone();
             let scope = scope.clone();
             tokio::spawn(async move {
-                let request = http::Request::get(uri).body(Vec::new()).map_err(|e| {
-                    ClusterError::Response {
+                let request = http::Request::get(uri)
+                    .header(http::header::ACCEPT, accept)
+                    .body(Vec::new())
+                    .map_err(|e| ClusterError::Response {
                         server: cluster.server.clone(),
                         resource,
                         cause: e.to_string(),
-                    }
-                })?;
-                cluster.request_text(request, "list", kind, scope).await
+                    })?;
+                cluster.request_body(request, "list", kind, scope).await
             })
         };
         let wanted = objects.wanted();
         // Pages are parsed on blocking threads, two at a time (one per core of a small
         // machine), and merged in order; more in flight would only hold more pages in memory.
-        let mut parsing: VecDeque<tokio::task::JoinHandle<Result<Objects, serde_json::Error>>> =
+        let mut parsing: VecDeque<tokio::task::JoinHandle<Result<Objects, ClusterError>>> =
             VecDeque::new();
         let mut next = Some(fetch(None));
         while let Some(pending) = next.take() {
-            let page = self.joined(pending, resource).await??;
-            next = crate::fleet::objects::continue_token(&page)
-                .map_err(unreadable)?
-                .map(|t| fetch(Some(t)));
+            let (page, token) = self.page(self.joined(pending, resource).await??, kind)?;
+            next = token.map(|t| fetch(Some(t)));
             if parsing.len() >= PARSERS {
                 let oldest = parsing.pop_front().expect("not empty");
-                objects.extend(self.joined(oldest, resource).await?.map_err(unreadable)?);
+                objects.extend(self.joined(oldest, resource).await??);
             }
+            let server = self.server.clone();
             parsing.push_back(tokio::task::spawn_blocking(move || {
                 let mut parsed = Objects::wanting(wanted);
-                parsed.add_json(&page).map(|_| parsed)
+                match page {
+                    Page::Json(text) => parsed.add_json(&text).map_err(unreadable_json(
+                        server, resource,
+                    ))?,
+                    Page::Protobuf(list) => {
+                        let slices = protobuf::slices(&list).map_err(|cause| {
+                            ClusterError::Protobuf {
+                                server,
+                                resource,
+                                cause,
+                            }
+                        })?;
+                        parsed.slices.extend(slices);
+                        None
+                    }
+                };
+                Ok(parsed)
             }));
         }
         for parse in parsing {
-            objects.extend(self.joined(parse, resource).await?.map_err(unreadable)?);
+            objects.extend(self.joined(parse, resource).await??);
         }
         Ok(())
+    }
+
+    /// A page as its encoding has it, and the token of the next one.
+    fn page(&self, reply: Reply, kind: Kind) -> Result<(Page, Option<String>), ClusterError> {
+        let resource = kind.resource();
+        let encoding =
+            encoding(reply.content_type.as_ref()).map_err(|content_type| {
+                ClusterError::ContentType {
+                    server: self.server.clone(),
+                    resource,
+                    content_type,
+                }
+            })?;
+        match encoding {
+            Encoding::Json => {
+                let text = String::from_utf8(reply.body).map_err(|e| ClusterError::Response {
+                    server: self.server.clone(),
+                    resource,
+                    cause: format!("unreadable response: {e}"),
+                })?;
+                let token = crate::fleet::objects::continue_token(&text)
+                    .map_err(unreadable_json(self.server.clone(), resource))?;
+                Ok((Page::Json(text), token))
+            }
+            // Only asked for the kinds read so; a server that sends it for others is not obeying.
+            Encoding::Protobuf if !reads_protobuf(kind) => Err(ClusterError::ContentType {
+                server: self.server.clone(),
+                resource,
+                content_type: protobuf::MEDIA_TYPE.to_owned(),
+            }),
+            Encoding::Protobuf => {
+                let failed = |cause| ClusterError::Protobuf {
+                    server: self.server.clone(),
+                    resource,
+                    cause,
+                };
+                let list_kind = format!("{}List", kind.name());
+                let list = protobuf::unwrap(&reply.body, kind.api_version(), &list_kind)
+                    .map_err(failed)?;
+                let token = protobuf::continue_token(&list).map_err(failed)?;
+                Ok((Page::Protobuf(list), token))
+            }
+        }
     }
 
     async fn joined<T>(
@@ -362,16 +517,16 @@ impl Cluster {
         })
     }
 
-    async fn request_text(
+    async fn request_body(
         &self,
         request: http::Request<Vec<u8>>,
         verb: &'static str,
         kind: Kind,
         scope: String,
-    ) -> Result<String, ClusterError> {
+    ) -> Result<Reply, ClusterError> {
         let path = request.uri().to_string();
-        match self.timed(self.text(request)).await? {
-            Ok(text) => Ok(text),
+        match self.timed(self.body(request)).await? {
+            Ok(reply) => Ok(reply),
             Err(kube::Error::Api(status)) if status.code == 404 => {
                 Err(self.not_found(kind, path, status.message).await)
             }
@@ -379,15 +534,15 @@ impl Cluster {
         }
     }
 
-    /// A response's body as text, or its error as a `Status` ([`failure`]). An answer that asks
+    /// A response's body, or its error as a `Status` ([`failure`]). An answer that asks
     /// to be asked again later (a 429 or a 5xx with `Retry-After`, as kube-apiserver's priority
     /// and fairness sends) is, after the wait it asks for, up to [`MAX_RETRIES`] times, as
     /// client-go does; `--request-timeout` bounds the whole (see [`Self::timed`]).
-    async fn text(&self, mut request: http::Request<Vec<u8>>) -> Result<String, kube::Error> {
+    async fn body(&self, mut request: http::Request<Vec<u8>>) -> Result<Reply, kube::Error> {
         let mut retries = 0;
         loop {
             let again = (retries < MAX_RETRIES).then(|| copy(&request));
-            match self.text_once(request).await? {
+            match self.body_once(request).await? {
                 Answer::Wait(wait, status) => match again {
                     Some(again) => {
                         tokio::time::sleep(wait).await;
@@ -401,12 +556,12 @@ impl Cluster {
         }
     }
 
-    /// One request of [`Self::text`]. Unlike kube-rs's `request_text`, the body is gathered
+    /// One request of [`Self::body`]. Unlike kube-rs's `request_text`, the body is gathered
     /// into one buffer sized by `Content-Length`, or else by the largest body this client has
     /// read so far (the pages of a listing are alike), and not copied again: on a fleet's
     /// listing, kube-rs's growing buffer and its copy into a `String` were two more passes over
     /// every byte and most of the fresh memory the process touched.
-    async fn text_once(&self, request: http::Request<Vec<u8>>) -> Result<Answer, kube::Error> {
+    async fn body_once(&self, request: http::Request<Vec<u8>>) -> Result<Answer, kube::Error> {
         use http_body_util::BodyExt;
 
         let response = self
@@ -428,16 +583,22 @@ impl Cluster {
             }
         }
         self.largest_body.fetch_max(body.len(), Ordering::Relaxed);
-        let text = String::from_utf8(body).map_err(kube::Error::FromUtf8)?;
         let code = parts.status;
+        let content_type = parts.headers.get(http::header::CONTENT_TYPE).cloned();
         if code.is_client_error() || code.is_server_error() {
+            // Asked for protobuf, kube-apiserver sends its `Status` so too.
+            let text = match encoding(content_type.as_ref()) {
+                Ok(Encoding::Protobuf) => protobuf::status_json(&body),
+                _ => None,
+            }
+            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
             let status = failure(code, &parts.headers, &text);
             return Ok(match asked_wait(code, &parts.headers) {
                 Some(wait) => Answer::Wait(wait, status.boxed()),
                 None => Answer::Done(Err(kube::Error::Api(status.boxed()))),
             });
         }
-        Ok(Answer::Done(Ok(text)))
+        Ok(Answer::Done(Ok(Reply { body, content_type })))
     }
 
     /// `--request-timeout` over a whole call, connection included (Go's `http.Client.Timeout`).
@@ -470,8 +631,8 @@ impl Cluster {
         };
         let listed: Option<Vec<String>> = match http::Request::get(&discovery).body(Vec::new()) {
             Err(_) => None,
-            Ok(request) => match self.timed(self.text(request)).await {
-                Ok(Ok(text)) => served_versions(&text),
+            Ok(request) => match self.timed(self.body(request)).await {
+                Ok(Ok(reply)) => served_versions(&String::from_utf8_lossy(&reply.body)),
                 // No such group at all.
                 Ok(Err(kube::Error::Api(status))) if status.code == 404 => Some(Vec::new()),
                 _ => None,
@@ -549,9 +710,9 @@ impl Cluster {
 /// `maxRetries`).
 const MAX_RETRIES: usize = 10;
 
-/// What one request came to: its text or error, or an error that asks to wait and ask again.
+/// What one request came to: its body or error, or an error that asks to wait and ask again.
 enum Answer {
-    Done(Result<String, kube::Error>),
+    Done(Result<Reply, kube::Error>),
     Wait(Duration, Box<kube::core::Status>),
 }
 
@@ -722,6 +883,18 @@ where
                 Err(_) => Err(Box::new(HandshakeTimeout(timeout)) as BoxError),
             }
         })
+    }
+}
+
+/// A JSON page that does not parse, as the error `caps` reports.
+fn unreadable_json(
+    server: String,
+    resource: &'static str,
+) -> impl FnOnce(serde_json::Error) -> ClusterError {
+    move |e| ClusterError::Response {
+        server,
+        resource,
+        cause: format!("unreadable response: {e}"),
     }
 }
 

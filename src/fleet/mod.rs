@@ -8,3 +8,4 @@ pub mod files;
 pub(crate) mod holders;
 pub(crate) mod inventory;
 pub mod objects;
+pub(crate) mod protobuf;

@@ -491,16 +491,17 @@ pub struct SliceSpec {
 
 /// The fields as read, in whatever order they came: `qualify` runs once the driver is known
 /// (kubectl's YAML sorts `devices` before `driver`).
+/// The protobuf reader ([`crate::fleet::protobuf`]) fills the same fields.
 #[derive(Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-struct SpecFields {
-    driver: Ustr,
-    pool: Pool,
-    node_name: Option<Ustr>,
-    node_selector: Option<NodeSelector>,
-    all_nodes: Option<bool>,
-    per_device_node_selection: Option<bool>,
-    devices: Vec<Device>,
+pub(crate) struct SpecFields {
+    pub(crate) driver: Ustr,
+    pub(crate) pool: Pool,
+    pub(crate) node_name: Option<Ustr>,
+    pub(crate) node_selector: Option<NodeSelector>,
+    pub(crate) all_nodes: Option<bool>,
+    pub(crate) per_device_node_selection: Option<bool>,
+    pub(crate) devices: Vec<Device>,
 }
 
 impl From<SpecFields> for SliceSpec {
@@ -565,16 +566,17 @@ struct More {
 
 #[derive(Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-struct DeviceFields {
-    name: Ustr,
-    attributes: Attributes,
+pub(crate) struct DeviceFields {
+    pub(crate) name: Ustr,
+    pub(crate) attributes: Attributes,
+    /// Sorted by name as written, as a map (JSON's and protobuf's order alike).
     #[serde(deserialize_with = "capacities")]
-    capacity: Vec<(QualifiedName, Ustr)>,
-    allow_multiple_allocations: Option<bool>,
-    taints: Vec<Taint>,
-    node_name: Option<Ustr>,
-    node_selector: Option<NodeSelector>,
-    all_nodes: Option<bool>,
+    pub(crate) capacity: Vec<(QualifiedName, Ustr)>,
+    pub(crate) allow_multiple_allocations: Option<bool>,
+    pub(crate) taints: Vec<Taint>,
+    pub(crate) node_name: Option<Ustr>,
+    pub(crate) node_selector: Option<NodeSelector>,
+    pub(crate) all_nodes: Option<bool>,
 }
 
 /// A name as the slice wrote it, before an unqualified one takes its driver's domain.
@@ -754,17 +756,14 @@ thread_local! {
 }
 
 /// The interned form of an attribute name read at `position` in its device.
-fn attribute_name(key: &str, position: usize) -> QualifiedName {
+pub(crate) fn attribute_name(key: &str, position: usize) -> QualifiedName {
     LAST_NAMES.with_borrow_mut(|last| {
         if let Some((text, name)) = last.get(position)
             && **text == *key
         {
             return *name;
         }
-        let name = match key.split_once('/') {
-            Some((domain, name)) => QualifiedName::new(domain, name),
-            None => QualifiedName::unqualified(key),
-        };
+        let name = written_name(key);
         if position < last.len() {
             last[position] = (key.into(), name);
         } else if position == last.len() && position < 64 {
@@ -806,24 +805,40 @@ impl<'de> Deserialize<'de> for Attributes {
                         values.push(value);
                     }
                 }
-                let names = LAST_SHAPE.with_borrow_mut(|last| match last {
-                    Some(shape) if **shape == *names => shape.clone(),
-                    _ => {
-                        let shape: std::sync::Arc<[QualifiedName]> = names.as_slice().into();
-                        *last = Some(shape.clone());
-                        shape
-                    }
-                });
-                Ok(Attributes {
-                    names,
-                    values: values.as_slice().into(),
-                })
+                Ok(Attributes::shaped(&names, &values))
             }
             fn visit_unit<E: de::Error>(self) -> Result<Attributes, E> {
                 Ok(Attributes::default())
             }
         }
         deserializer.deserialize_any(AttributesVisitor)
+    }
+}
+
+impl Attributes {
+    /// Attributes read in this order, their names' shape shared with the last device read on
+    /// this thread when it is the same.
+    pub(crate) fn shaped(names: &[QualifiedName], values: &[Value]) -> Attributes {
+        let names = LAST_SHAPE.with_borrow_mut(|last| match last {
+            Some(shape) if **shape == *names => shape.clone(),
+            _ => {
+                let shape: std::sync::Arc<[QualifiedName]> = names.into();
+                *last = Some(shape.clone());
+                shape
+            }
+        });
+        Attributes {
+            names,
+            values: values.into(),
+        }
+    }
+}
+
+/// A capacity's or attribute's name as written: `domain/name`, or a name of the slice's driver.
+pub(crate) fn written_name(name: &str) -> QualifiedName {
+    match name.split_once('/') {
+        Some((domain, name)) => QualifiedName::new(domain, name),
+        None => QualifiedName::unqualified(name),
     }
 }
 
@@ -852,13 +867,7 @@ fn capacities<'de, D: de::Deserializer<'de>>(
     Ok(map
         .into_iter()
         .flatten()
-        .filter_map(|(name, c)| {
-            let name = match name.split_once('/') {
-                Some((domain, name)) => QualifiedName::new(domain, name),
-                None => QualifiedName::unqualified(&name),
-            };
-            Some((name, c.value?.0))
-        })
+        .filter_map(|(name, c)| Some((written_name(&name), c.value?.0)))
         .collect())
 }
 
