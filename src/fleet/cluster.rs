@@ -49,21 +49,21 @@ const PARSERS: usize = 2;
 /// tests compare what `caps` reads from each; not for users, hence not a flag.
 const ENCODING_VARIABLE: &str = "KUBECTL_MEDIA_LIST_ENCODING";
 
-/// The encodings a listing may come in, most wanted first.
+/// The encodings a listing may come in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Accept {
-    /// kubectl's `Accept` for built-in types: protobuf, else JSON.
-    Both,
+pub enum ListEncoding {
+    /// kubectl's `Accept` for built-in types: protobuf, else JSON, as the server chooses.
+    Negotiated,
     Json,
     Protobuf,
 }
 
-impl Accept {
-    fn from_env() -> Result<Accept, ClusterError> {
+impl ListEncoding {
+    fn from_env() -> Result<ListEncoding, ClusterError> {
         match std::env::var(ENCODING_VARIABLE) {
-            Err(std::env::VarError::NotPresent) => Ok(Accept::Both),
-            Ok(value) if value == "json" => Ok(Accept::Json),
-            Ok(value) if value == "protobuf" => Ok(Accept::Protobuf),
+            Err(std::env::VarError::NotPresent) => Ok(ListEncoding::Negotiated),
+            Ok(value) if value == "json" => Ok(ListEncoding::Json),
+            Ok(value) if value == "protobuf" => Ok(ListEncoding::Protobuf),
             Ok(value) => Err(ClusterError::Encoding(value)),
             Err(std::env::VarError::NotUnicode(value)) => {
                 Err(ClusterError::Encoding(value.to_string_lossy().into_owned()))
@@ -76,9 +76,9 @@ impl Accept {
         const JSON: &str = "application/json";
         match (self, kind) {
             (_, kind) if !reads_protobuf(kind) => JSON,
-            (Accept::Both, _) => "application/vnd.kubernetes.protobuf, application/json",
-            (Accept::Json, _) => JSON,
-            (Accept::Protobuf, _) => protobuf::MEDIA_TYPE,
+            (ListEncoding::Negotiated, _) => "application/vnd.kubernetes.protobuf, application/json",
+            (ListEncoding::Json, _) => JSON,
+            (ListEncoding::Protobuf, _) => protobuf::MEDIA_TYPE,
         }
     }
 }
@@ -330,13 +330,13 @@ pub struct Cluster {
     timeout: Option<Duration>,
     /// The largest response body read so far, to size the next one's buffer.
     largest_body: Arc<AtomicUsize>,
-    accept: Accept,
+    encoding: ListEncoding,
 }
 
 impl Cluster {
     /// Loads the kubeconfig and builds a client. Nothing is sent yet.
     pub async fn connect(connection: &Connection) -> Result<Cluster, ClusterError> {
-        let accept = Accept::from_env()?;
+        let encoding = ListEncoding::from_env()?;
         let config = crate::kubeconfig::load(&connection.source).await?;
         let server = config
             .cluster_url
@@ -358,8 +358,13 @@ impl Cluster {
             namespace,
             timeout: connection.request_timeout,
             largest_body: Arc::default(),
-            accept,
+            encoding,
         })
+    }
+
+    /// Asks for lists in one encoding only (the tests compare what each reads).
+    pub fn list_encoding(&mut self, encoding: ListEncoding) {
+        self.encoding = encoding;
     }
 
     /// The namespace in effect: `-n`, else the context's, else `default` (as kubectl).
@@ -400,7 +405,7 @@ impl Cluster {
         let scope = request.scope();
         let base = request.uri();
         let kind = request.kind;
-        let accept = self.accept.header(kind);
+        let accept = self.encoding.header(kind);
         let fetch = |token: Option<String>| {
             let mut uri = base.clone();
             if let Some(token) = token {

@@ -16,6 +16,7 @@ use media_operator::catalogue::DRIVER;
 
 mod access;
 mod claims;
+mod encodings;
 mod product;
 mod random;
 
