@@ -26,6 +26,7 @@ use serde_json::value::RawValue;
 pub use ustr::Ustr;
 
 use crate::catalogue::{self, Capability, Identity};
+use crate::fleet::allocated::{AllocatedClaim, ClaimStatus};
 
 /// The API group and version whose DRA objects we read.
 pub(crate) const RESOURCE_API_VERSION: &str = "resource.k8s.io/v1";
@@ -133,19 +134,37 @@ impl Kind {
     }
 }
 
-/// A set of kinds to keep; the others are skipped without being parsed.
+/// A set of kinds to keep; the others are skipped without being parsed. ResourceClaims are
+/// kept whole, or as their allocations only ([`AllocatedClaim`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Kinds(u8);
+pub(crate) struct Kinds {
+    bits: u8,
+    allocations_only: bool,
+}
 
 impl Kinds {
-    pub(crate) const ALL: Kinds = Kinds(0xff);
+    pub(crate) const ALL: Kinds = Kinds {
+        bits: 0xff,
+        allocations_only: false,
+    };
 
     pub(crate) fn only(kinds: &[Kind]) -> Kinds {
-        Kinds(kinds.iter().fold(0, |bits, k| bits | (1 << *k as u8)))
+        Kinds {
+            bits: kinds.iter().fold(0, |bits, k| bits | (1 << *k as u8)),
+            allocations_only: false,
+        }
+    }
+
+    /// ResourceClaims read into [`Objects::allocated`], not [`Objects::claims`].
+    pub(crate) fn claims_as_allocations(self) -> Kinds {
+        Kinds {
+            allocations_only: true,
+            ..self
+        }
     }
 
     pub(crate) fn contains(self, kind: Kind) -> bool {
-        self.0 & (1 << kind as u8) != 0
+        self.bits & (1 << kind as u8) != 0
     }
 }
 
@@ -987,6 +1006,8 @@ pub struct Objects {
     pub slices: Vec<ResourceSlice>,
     pub classes: Vec<DeviceClass>,
     pub claims: Vec<ResourceClaim>,
+    /// The claims, when only their allocations are wanted ([`Kinds::claims_as_allocations`]).
+    pub allocated: Vec<AllocatedClaim>,
     pub claim_templates: Vec<ResourceClaimTemplate>,
     pub pods: Vec<Pod>,
     pub nodes: Vec<Node>,
@@ -1049,6 +1070,12 @@ fn shaped<'de, T: Deserialize<'de>>(
     serde_path_to_error::deserialize(value).map_err(|e| problem(e.path(), e.inner()))
 }
 
+/// The parts of an object read straight into the model as they came, by its kind.
+struct Parts {
+    spec: Option<SliceSpec>,
+    status: Option<ClaimStatus>,
+}
+
 /// The kind and apiVersion a List gives items that carry none (an API server's typed list).
 #[derive(Clone, Copy, Default)]
 struct Inherit<'a> {
@@ -1097,6 +1124,8 @@ struct ObjectSeed<'o, 'i> {
 /// What a field is read as, by what is known of the object's kind when it arrives.
 enum Read {
     Slice,
+    /// A ResourceClaim of which only the allocation is wanted.
+    Claim,
     /// A kind we read, in a version we do not: only its name is kept, for the note.
     Named,
     Typed,
@@ -1126,6 +1155,9 @@ impl ObjectSeed<'_, '_> {
             // Noted by `route` without reading the rest.
             Some(v) if v != known.api_version() => Read::Named,
             Some(_) if known == Kind::ResourceSlice => Read::Slice,
+            Some(_) if known == Kind::ResourceClaim && self.objects.wanted.allocations_only => {
+                Read::Claim
+            }
             Some(_) => Read::Typed,
         }
     }
@@ -1151,6 +1183,7 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
         let mut kind: Option<String> = None;
         let mut head: Option<Head> = None;
         let mut spec: Option<SliceSpec> = None;
+        let mut status: Option<ClaimStatus> = None;
         let mut fields = serde_json::Map::new();
         let mut list = false;
         let mut kindless: Vec<serde_json::Map<String, serde_json::Value>> = Vec::new();
@@ -1170,12 +1203,15 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
                     })?;
                 }
                 other => match (other, self.read_as(kind.as_deref(), api_version.as_deref())) {
-                    ("metadata", Read::Slice | Read::Named) => head = Some(map.next_value()?),
+                    ("metadata", Read::Slice | Read::Named | Read::Claim) => {
+                        head = Some(map.next_value()?)
+                    }
                     ("spec", Read::Slice) => spec = Some(map.next_value()?),
+                    ("status", Read::Claim) => status = Some(map.next_value()?),
                     ("metadata", _) if kind.as_deref().is_some_and(|k| k.ends_with("List")) => {
                         head = Some(map.next_value()?)
                     }
-                    (_, Read::Slice | Read::Named | Read::Skip) => {
+                    (_, Read::Slice | Read::Named | Read::Claim | Read::Skip) => {
                         map.next_value::<IgnoredAny>()?;
                     }
                     (_, Read::Typed | Read::Unknown) => {
@@ -1213,7 +1249,7 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
             return Ok(Outcome::Kindless(fields));
         }
         self.objects
-            .route(kind, api_version, head, spec, fields)
+            .route(kind, api_version, head, Parts { spec, status }, fields)
             .map_err(de::Error::custom)?;
         Ok(Outcome::Object)
     }
@@ -1471,6 +1507,7 @@ impl Objects {
         self.slices.extend(other.slices);
         self.classes.extend(other.classes);
         self.claims.extend(other.claims);
+        self.allocated.extend(other.allocated);
         self.claim_templates.extend(other.claim_templates);
         self.pods.extend(other.pods);
         self.nodes.extend(other.nodes);
@@ -1516,7 +1553,7 @@ impl Objects {
         kind: Option<&str>,
         api_version: Option<&str>,
         head: Option<Head>,
-        spec: Option<SliceSpec>,
+        Parts { spec, status }: Parts,
         mut fields: serde_json::Map<String, serde_json::Value>,
     ) -> Result<(), Unreadable> {
         let Some(known) = kind.and_then(Kind::from_name) else {
@@ -1568,6 +1605,24 @@ impl Objects {
                 (None, None) => SliceSpec::default(),
             };
             self.slices.push(ResourceSlice { metadata, spec });
+            return Ok(());
+        }
+        if known == Kind::ResourceClaim && self.wanted.allocations_only {
+            let head = match (head, fields.remove("metadata")) {
+                (Some(head), _) => head,
+                (None, Some(value)) => serde_json::from_value(value).map_err(unreadable)?,
+                (None, None) => Head::default(),
+            };
+            let status = match (status, fields.remove("status")) {
+                (Some(status), _) => status,
+                (None, Some(value)) => serde_json::from_value(value).map_err(unreadable)?,
+                (None, None) => ClaimStatus::default(),
+            };
+            self.allocated.push(AllocatedClaim::new(
+                head.namespace.unwrap_or_default(),
+                head.name.unwrap_or_default(),
+                status,
+            ));
             return Ok(());
         }
         // k8s-openapi checks kind and apiVersion; items of a typed List carry neither.
