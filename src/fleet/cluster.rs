@@ -24,7 +24,7 @@ use std::time::Duration;
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use crate::api_errors::{asked_wait, failure};
-use crate::fleet::objects::{Kind, Objects};
+use crate::fleet::objects::{Kind, Kinds, Objects};
 use crate::fleet::protobuf::{self, ProtobufError};
 use crate::kubeconfig::{KubeconfigError, Source};
 
@@ -72,10 +72,10 @@ impl ListEncoding {
     }
 
     /// The header for a listing of `kind`: protobuf only where we read it.
-    fn header(self, kind: Kind) -> &'static str {
+    fn header(self, kind: Kind, wanted: Kinds) -> &'static str {
         const JSON: &str = "application/json";
         match (self, kind) {
-            (_, kind) if !reads_protobuf(kind) => JSON,
+            (_, kind) if !reads_protobuf(kind, wanted) => JSON,
             (ListEncoding::Negotiated, _) => "application/vnd.kubernetes.protobuf, application/json",
             (ListEncoding::Json, _) => JSON,
             (ListEncoding::Protobuf, _) => protobuf::MEDIA_TYPE,
@@ -83,9 +83,14 @@ impl ListEncoding {
     }
 }
 
-/// The kinds read as protobuf: those a fleet has tens of thousands of.
-fn reads_protobuf(kind: Kind) -> bool {
-    kind == Kind::ResourceSlice
+/// The kinds read as protobuf: those a fleet has tens of thousands of, as the fleet model
+/// keeps them (whole claims are for `why`, which reads few).
+fn reads_protobuf(kind: Kind, wanted: Kinds) -> bool {
+    match kind {
+        Kind::ResourceSlice => true,
+        Kind::ResourceClaim => wanted.allocations_only(),
+        _ => false,
+    }
 }
 
 /// One answer's body and its `Content-Type`.
@@ -405,7 +410,8 @@ impl Cluster {
         let scope = request.scope();
         let base = request.uri();
         let kind = request.kind;
-        let accept = self.encoding.header(kind);
+        let wanted = objects.wanted();
+        let accept = self.encoding.header(kind, wanted);
         let fetch = |token: Option<String>| {
             let mut uri = base.clone();
             if let Some(token) = token {
@@ -426,14 +432,14 @@ impl Cluster {
                 cluster.request_body(request, "list", kind, scope).await
             })
         };
-        let wanted = objects.wanted();
         // Pages are parsed on blocking threads, two at a time (one per core of a small
         // machine), and merged in order; more in flight would only hold more pages in memory.
         let mut parsing: VecDeque<tokio::task::JoinHandle<Result<Objects, ClusterError>>> =
             VecDeque::new();
         let mut next = Some(fetch(None));
         while let Some(pending) = next.take() {
-            let (page, token) = self.page(self.joined(pending, resource).await??, kind)?;
+            let (page, token) =
+                self.page(self.joined(pending, resource).await??, kind, wanted)?;
             next = token.map(|t| fetch(Some(t)));
             if parsing.len() >= PARSERS {
                 let oldest = parsing.pop_front().expect("not empty");
@@ -447,14 +453,17 @@ impl Cluster {
                         server, resource,
                     ))?,
                     Page::Protobuf(list) => {
-                        let slices = protobuf::slices(&list).map_err(|cause| {
-                            ClusterError::Protobuf {
-                                server,
-                                resource,
-                                cause,
-                            }
-                        })?;
-                        parsed.slices.extend(slices);
+                        let failed = |cause| ClusterError::Protobuf {
+                            server,
+                            resource,
+                            cause,
+                        };
+                        // `page` lets through the kinds of `reads_protobuf` only.
+                        if kind == Kind::ResourceClaim {
+                            parsed.allocated = protobuf::allocated(&list).map_err(failed)?;
+                        } else {
+                            parsed.slices = protobuf::slices(&list).map_err(failed)?;
+                        }
                         None
                     }
                 };
@@ -468,7 +477,12 @@ impl Cluster {
     }
 
     /// A page as its encoding has it, and the token of the next one.
-    fn page(&self, reply: Reply, kind: Kind) -> Result<(Page, Option<String>), ClusterError> {
+    fn page(
+        &self,
+        reply: Reply,
+        kind: Kind,
+        wanted: Kinds,
+    ) -> Result<(Page, Option<String>), ClusterError> {
         let resource = kind.resource();
         let encoding =
             encoding(reply.content_type.as_ref()).map_err(|content_type| {
@@ -490,7 +504,7 @@ impl Cluster {
                 Ok((Page::Json(text), token))
             }
             // Only asked for the kinds read so; a server that sends it for others is not obeying.
-            Encoding::Protobuf if !reads_protobuf(kind) => Err(ClusterError::ContentType {
+            Encoding::Protobuf if !reads_protobuf(kind, wanted) => Err(ClusterError::ContentType {
                 server: self.server.clone(),
                 resource,
                 content_type: protobuf::MEDIA_TYPE.to_owned(),

@@ -166,6 +166,11 @@ impl Kinds {
     pub(crate) fn contains(self, kind: Kind) -> bool {
         self.bits & (1 << kind as u8) != 0
     }
+
+    /// Whether ResourceClaims are read for their allocations only.
+    pub(crate) fn allocations_only(self) -> bool {
+        self.allocations_only
+    }
 }
 
 impl Default for Kinds {

@@ -1,6 +1,7 @@
 //! ResourceSlices read as protobuf (kubectl's `Accept`, what `caps` and `why` ask for) and as
 //! JSON give the same fleet, field for field, from the real API server: every attribute type,
-//! capacities, taints, per-device node selection and counters. The gates that keep those fields
+//! capacities, taints, per-device node selection and counters; and `caps` says the same of
+//! them and of an allocated claim (read as protobuf too) either way, and from saved objects. The gates that keep those fields
 //! (alpha in 1.34) are on, else the server would drop them before either encoding saw them.
 //! `KUBECTL_MEDIA_LIST_ENCODING` (`json` or `protobuf`) makes the plugin ask for one only.
 
@@ -97,6 +98,28 @@ spec:
       vaDriver: {string: radeonsi}
 "#;
 
+/// A claim on enc-a's GPU, allocated as the scheduler writes it (through the status
+/// subresource). Reserved for a Job, not a pod: the ResourceClaim controller takes out a pod
+/// that does not exist, and then the allocation.
+const CLAIM: &str = r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: film, namespace: default}
+spec:
+  devices:
+    requests:
+    - {name: gpu, exactly: {deviceClassName: gpu-render}}
+    - {name: decodes, exactly: {deviceClassName: decode-10bit}}
+"#;
+
+const ALLOCATION: &str = r#"{"status": {
+  "allocation": {"devices": {"results": [
+    {"request": "gpu", "driver": "liken.sh", "pool": "enc-a", "device": "render-d128"},
+    {"request": "decodes", "driver": "media.liken.sh", "pool": "enc-a", "device": "pci-0000-03-00-0"}
+  ]}},
+  "reservedFor": [{"apiGroup": "batch", "resource": "jobs", "name": "film", "uid": "00000000-0000-4000-8000-000000000001"}]
+}}"#;
+
 /// A control plane of this file's own: the gates are the API server's, for every client.
 fn server() -> &'static ControlPlane {
     static CP: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
@@ -115,6 +138,17 @@ fn server() -> &'static ControlPlane {
         let file = dir.path().join("slices.yaml");
         std::fs::write(&file, SLICES).map_err(|e| e.to_string())?;
         ok(cp.kubectl(&["create", "-f", file.to_str().unwrap()]));
+        std::fs::write(&file, CLAIM).map_err(|e| e.to_string())?;
+        ok(cp.kubectl(&["create", "-f", file.to_str().unwrap()]));
+        ok(cp.kubectl(&[
+            "patch",
+            "resourceclaim",
+            "film",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            ALLOCATION,
+        ]));
         Ok(cp)
     })
     .as_ref()
@@ -224,7 +258,7 @@ fn caps_prints_the_same_from_protobuf_json_and_saved_objects() {
     let file = dir.path().join("saved.yaml");
     std::fs::write(
         &file,
-        ok(cp.kubectl(&["get", "resourceslices", "-o", "yaml"])),
+        ok(cp.kubectl(&["get", "resourceslices,resourceclaims", "-A", "-o", "yaml"])),
     )
     .unwrap();
     let caps = |args: &[&str], encoding: Option<&str>| -> Output {
@@ -242,9 +276,14 @@ fn caps_prints_the_same_from_protobuf_json_and_saved_objects() {
         }
         command.output().unwrap()
     };
-    for output in [&[][..], &["-o", "wide"], &["-o", "json"], &["--summary"]] {
+    let outputs = [&[][..], &["-o", "wide"], &["-o", "json"], &["--summary"], &["--claims"]];
+    for output in outputs {
         let negotiated = ok(caps(output, None));
         assert!(negotiated.contains("enc-a"), "{negotiated}");
+        if output == ["--claims"] {
+            let row = "enc-a  -    0000:03:00.0  -    film   gpu,decodes  render,media";
+            assert!(negotiated.contains(row), "{negotiated}");
+        }
         assert_eq!(ok(caps(output, Some("protobuf"))), negotiated, "{output:?}");
         assert_eq!(ok(caps(output, Some("json"))), negotiated, "{output:?}");
         let saved = [output, &["-f", file.to_str().unwrap()]].concat();
