@@ -180,11 +180,9 @@ fn main() {
     timed(kubectl(&["get", "resourceslices"]), &[0]);
     let [caps, caps_json, kubectl_get] = by_turns(
         rounds,
-        [
-            &|| from_server(binary),
-            &|| as_json(binary),
-            &|| kubectl(&["get", "resourceslices"]),
-        ],
+        [&|| from_server(binary), &|| as_json(binary), &|| {
+            kubectl(&["get", "resourceslices"])
+        }],
         &[0],
     );
     // CPU time does not grow with the machine's load: the client's own share, per encoding.

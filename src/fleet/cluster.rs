@@ -76,7 +76,9 @@ impl ListEncoding {
         const JSON: &str = "application/json";
         match (self, kind) {
             (_, kind) if !reads_protobuf(kind, wanted) => JSON,
-            (ListEncoding::Negotiated, _) => "application/vnd.kubernetes.protobuf, application/json",
+            (ListEncoding::Negotiated, _) => {
+                "application/vnd.kubernetes.protobuf, application/json"
+            }
             (ListEncoding::Json, _) => JSON,
             (ListEncoding::Protobuf, _) => protobuf::MEDIA_TYPE,
         }
@@ -438,8 +440,7 @@ impl Cluster {
             VecDeque::new();
         let mut next = Some(fetch(None));
         while let Some(pending) = next.take() {
-            let (page, token) =
-                self.page(self.joined(pending, resource).await??, kind, wanted)?;
+            let (page, token) = self.page(self.joined(pending, resource).await??, kind, wanted)?;
             next = token.map(|t| fetch(Some(t)));
             if parsing.len() >= PARSERS {
                 let oldest = parsing.pop_front().expect("not empty");
@@ -449,9 +450,9 @@ impl Cluster {
             parsing.push_back(tokio::task::spawn_blocking(move || {
                 let mut parsed = Objects::wanting(wanted);
                 match page {
-                    Page::Json(text) => parsed.add_json(&text).map_err(unreadable_json(
-                        server, resource,
-                    ))?,
+                    Page::Json(text) => parsed
+                        .add_json(&text)
+                        .map_err(unreadable_json(server, resource))?,
                     Page::Protobuf(list) => {
                         let failed = |cause| ClusterError::Protobuf {
                             server,
@@ -484,14 +485,13 @@ impl Cluster {
         wanted: Kinds,
     ) -> Result<(Page, Option<String>), ClusterError> {
         let resource = kind.resource();
-        let encoding =
-            encoding(reply.content_type.as_ref()).map_err(|content_type| {
-                ClusterError::ContentType {
-                    server: self.server.clone(),
-                    resource,
-                    content_type,
-                }
-            })?;
+        let encoding = encoding(reply.content_type.as_ref()).map_err(|content_type| {
+            ClusterError::ContentType {
+                server: self.server.clone(),
+                resource,
+                content_type,
+            }
+        })?;
         match encoding {
             Encoding::Json => {
                 let text = String::from_utf8(reply.body).map_err(|e| ClusterError::Response {

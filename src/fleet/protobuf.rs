@@ -56,12 +56,10 @@ pub(crate) fn unwrap(
     api_version: &str,
     kind: &str,
 ) -> Result<Vec<u8>, ProtobufError> {
-    let envelope = bytes
-        .strip_prefix(MAGIC)
-        .ok_or_else(|| match bytes.len() {
-            short if short < MAGIC.len() => ProtobufError::Short(short),
-            _ => ProtobufError::Magic(bytes[..MAGIC.len()].to_vec()),
-        })?;
+    let envelope = bytes.strip_prefix(MAGIC).ok_or_else(|| match bytes.len() {
+        short if short < MAGIC.len() => ProtobufError::Short(short),
+        _ => ProtobufError::Magic(bytes[..MAGIC.len()].to_vec()),
+    })?;
     let unknown = Unknown::decode(envelope).map_err(ProtobufError::Envelope)?;
     let type_meta = unknown.type_meta.unwrap_or_default();
     let found = (
@@ -212,8 +210,14 @@ fn value(attribute: &resource::DeviceAttribute) -> Value {
     let set = [
         attribute.bool.map(Value::Bool),
         attribute.int.map(Value::Int),
-        attribute.string.as_deref().map(|s| Value::String(Ustr::from(s))),
-        attribute.version.as_deref().map(|s| Value::Version(Ustr::from(s))),
+        attribute
+            .string
+            .as_deref()
+            .map(|s| Value::String(Ustr::from(s))),
+        attribute
+            .version
+            .as_deref()
+            .map(|s| Value::Version(Ustr::from(s))),
     ];
     let mut set = set.into_iter().flatten();
     match (set.next(), set.next()) {
@@ -226,9 +230,14 @@ fn taint(taint: resource::DeviceTaint) -> Taint {
     Taint {
         key: ustr(taint.key),
         // `value,omitempty` in JSON.
-        value: taint.value.filter(|v| !v.is_empty()).map(|v| Ustr::from(&v)),
+        value: taint
+            .value
+            .filter(|v| !v.is_empty())
+            .map(|v| Ustr::from(&v)),
         effect: ustr(taint.effect),
-        time_added: taint.time_added.map(|t| rfc3339(t.seconds.unwrap_or_default())),
+        time_added: taint
+            .time_added
+            .map(|t| rfc3339(t.seconds.unwrap_or_default())),
     }
 }
 
@@ -341,7 +350,10 @@ mod tests {
                 ("decodeHEVCMain10", attribute(|a| a.bool = Some(true))),
                 ("cores", attribute(|a| a.int = Some(96))),
                 ("model", attribute(|a| a.string = Some("Arc A380".into()))),
-                ("driverVersion", attribute(|a| a.version = Some("24.1.0".into()))),
+                (
+                    "driverVersion",
+                    attribute(|a| a.version = Some("24.1.0".into())),
+                ),
                 (
                     "two",
                     attribute(|a| {
@@ -387,7 +399,11 @@ mod tests {
         assert_eq!(continue_token(&raw).unwrap().as_deref(), Some("next"));
         let slices = slices(&raw).unwrap();
         let device = &slices[0].spec.devices[0];
-        let get = |name| device.attributes.get_named(&format!("media.liken.sh/{name}"));
+        let get = |name| {
+            device
+                .attributes
+                .get_named(&format!("media.liken.sh/{name}"))
+        };
         assert_eq!(get("decodeHEVCMain10"), Some(&Value::Bool(true)));
         assert_eq!(get("cores"), Some(&Value::Int(96)));
         assert_eq!(get("model"), Some(&Value::String(Ustr::from("Arc A380"))));
@@ -421,17 +437,28 @@ mod tests {
             "protobuf answer does not start with the k8s envelope prefix (it starts [7b, 22, 6b, 69])"
         );
         assert_eq!(
-            read(&envelope("resource.k8s.io/v1", "DeviceClassList", Vec::new())),
+            read(&envelope(
+                "resource.k8s.io/v1",
+                "DeviceClassList",
+                Vec::new()
+            )),
             "the server sent resource.k8s.io/v1 DeviceClassList, not the resource.k8s.io/v1 \
              ResourceSliceList asked for"
         );
         assert_eq!(
-            read(&envelope("resource.k8s.io/v1beta1", "ResourceSliceList", Vec::new())),
+            read(&envelope(
+                "resource.k8s.io/v1beta1",
+                "ResourceSliceList",
+                Vec::new()
+            )),
             "the server sent resource.k8s.io/v1beta1 ResourceSliceList, not the \
              resource.k8s.io/v1 ResourceSliceList asked for"
         );
         // Cut inside the envelope, and inside the list the envelope holds.
-        assert_eq!(read(&good[..good.len() - 7]), "unreadable protobuf envelope");
+        assert_eq!(
+            read(&good[..good.len() - 7]),
+            "unreadable protobuf envelope"
+        );
         let raw = unwrap(&good, "resource.k8s.io/v1", "ResourceSliceList").unwrap();
         let cut = envelope(
             "resource.k8s.io/v1",
@@ -501,7 +528,11 @@ mod tests {
                 }),
             }],
         };
-        let bytes = envelope("resource.k8s.io/v1", "ResourceClaimList", claims.encode_to_vec());
+        let bytes = envelope(
+            "resource.k8s.io/v1",
+            "ResourceClaimList",
+            claims.encode_to_vec(),
+        );
         let raw = unwrap(&bytes, "resource.k8s.io/v1", "ResourceClaimList").unwrap();
         let claims = allocated(&raw).unwrap();
         assert_eq!(

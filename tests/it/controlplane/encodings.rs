@@ -234,7 +234,10 @@ fn slices_read_as_protobuf_are_the_slices_read_as_json() {
     );
     let taints = gpu.taints();
     assert_eq!(taints.len(), 2, "{taints:?}");
-    assert_eq!(taints[0].time_added.as_deref(), Some("2026-01-02T03:04:05Z"));
+    assert_eq!(
+        taints[0].time_added.as_deref(),
+        Some("2026-01-02T03:04:05Z")
+    );
     assert_eq!(taints[0].value.map(|v| v.as_str()), Some("true"));
     assert_eq!(taints[1].value, None);
     // The server stamps a taint's time when none is given.
@@ -242,7 +245,13 @@ fn slices_read_as_protobuf_are_the_slices_read_as_json() {
     let shared = &protobuf[2].spec;
     assert!(shared.per_device_node_selection);
     let placed = format!("{:?}", shared.devices);
-    for said in ["enc-b", "enc-c", "enc-d", "metadata.name", "all_nodes: Some(true)"] {
+    for said in [
+        "enc-b",
+        "enc-c",
+        "enc-d",
+        "metadata.name",
+        "all_nodes: Some(true)",
+    ] {
         assert!(placed.contains(said), "{said} not in {placed}");
     }
 }
@@ -276,7 +285,13 @@ fn caps_prints_the_same_from_protobuf_json_and_saved_objects() {
         }
         command.output().unwrap()
     };
-    let outputs = [&[][..], &["-o", "wide"], &["-o", "json"], &["--summary"], &["--claims"]];
+    let outputs = [
+        &[][..],
+        &["-o", "wide"],
+        &["-o", "json"],
+        &["--summary"],
+        &["--claims"],
+    ];
     for output in outputs {
         let negotiated = ok(caps(output, None));
         assert!(negotiated.contains("enc-a"), "{negotiated}");
