@@ -42,6 +42,10 @@ pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// server's word, not a promise, and the buffer grows past this when the bytes come.
 const MAX_BODY_HINT: usize = 64 << 20;
 
+/// The most of one answer that is read: a page of 500 objects at etcd's 1.5 MiB each, as JSON,
+/// is under this; past it the answer is not an API server's listing, and is not held.
+const MAX_BODY: usize = 2 << 30;
+
 /// How many pages are parsed at once.
 const PARSERS: usize = 2;
 
@@ -274,6 +278,14 @@ pub enum ClusterError {
     },
     #[error("{ENCODING_VARIABLE} is {0:?} (hint: json or protobuf, or unset for kubectl's order)")]
     Encoding(String),
+    #[error(
+        "{resource} from {server}: the answer is over {} MiB, more than an API server sends for one page (hint: check that the server of the kubeconfig context is the API server itself)",
+        MAX_BODY >> 20
+    )]
+    TooLarge {
+        server: String,
+        resource: &'static str,
+    },
 }
 
 /// What to do about a kubeconfig that cannot be used, beside kubectl: what was given on the
@@ -546,6 +558,10 @@ impl Cluster {
         let path = request.uri().to_string();
         match self.timed(self.body(request)).await? {
             Ok(reply) => Ok(reply),
+            Err(kube::Error::Service(e)) if e.is::<TooLarge>() => Err(ClusterError::TooLarge {
+                server: self.server.clone(),
+                resource: kind.resource(),
+            }),
             Err(kube::Error::Api(status)) if status.code == 404 => {
                 Err(self.not_found(kind, path, status.message).await)
             }
@@ -598,6 +614,9 @@ impl Cluster {
         let mut body = Vec::with_capacity(hint);
         while let Some(frame) = frames.frame().await {
             if let Ok(data) = frame?.into_data() {
+                if body.len() + data.len() > MAX_BODY {
+                    return Err(kube::Error::Service(Box::new(TooLarge)));
+                }
                 body.extend_from_slice(&data);
             }
         }
@@ -771,6 +790,18 @@ fn connect_cause(e: &kube::Error) -> String {
         text
     }
 }
+
+/// An answer over [`MAX_BODY`], stopped there.
+#[derive(Debug)]
+struct TooLarge;
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "an answer over {} MiB", MAX_BODY >> 20)
+    }
+}
+
+impl std::error::Error for TooLarge {}
 
 /// The TLS handshake did not finish in time.
 #[derive(Debug)]
