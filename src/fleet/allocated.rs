@@ -1,8 +1,8 @@
 //! What `caps` reads of a ResourceClaim: its name, the devices allocated to it
 //! (`status.allocation.devices.results`) and what it is reserved for (`status.reservedFor`),
 //! read straight from the text as the reader meets them. Nothing of the spec: a fleet has as
-//! many claims as GPUs, and the whole typed claim, read through JSON values, made `caps
-//! --claims` several times slower than `caps` (benches/caps.rs). `why` reads whole claims.
+//! many claims as GPUs, and the whole typed claim is read through a map of JSON values first
+//! (`why` reads whole claims; it reads few). `caps --claims` on 40,000 claims: benches/caps.rs.
 
 use serde::Deserialize;
 
