@@ -165,7 +165,8 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
     } else {
         &[Kind::ResourceSlice, Kind::Pod]
     };
-    let mut objects = Objects::wanting(Kinds::only(kinds));
+    // Of claims, only what they hold: the whole claim costs far more to read.
+    let mut objects = Objects::wanting(Kinds::only(kinds).claims_as_allocations());
     let mut claims_unread = None;
     // From a cluster, the runtime and client stay for the agent-pod lookup of the notes.
     let sources = args.input.sources()?;
@@ -210,14 +211,14 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
     } else {
         // The files stand for the cluster, as with `why -f`: no claim in them is no holder.
         // Asked for holders, the likelier story is a dump without claims, so say so.
-        if args.claims && connected.is_none() && objects.claims.is_empty() {
+        if args.claims && connected.is_none() && objects.allocated.is_empty() {
             warning(
                 io,
                 "the files hold no ResourceClaims, so no GPU shows a holder (hint: add them: \
                  kubectl get resourceclaims -A -o yaml > claims.yaml, then -f claims.yaml)",
             );
         }
-        Claims::Known(holders::holders(&inventory, &objects.claims))
+        Claims::Known(holders::holders(&inventory, &objects.allocated))
     };
     // As kubectl: an empty table is a line on stderr; JSON and YAML stay parseable (`[]`).
     let table = !matches!(args.output, Some(CapsFormat::Json | CapsFormat::Yaml));
@@ -676,10 +677,10 @@ async fn list_claims(cluster: &Cluster, objects: &mut Objects) -> Option<String>
         label_selector: None,
         field_selector: None,
     };
-    let mut claims = Objects::wanting(Kinds::only(&[Kind::ResourceClaim]));
+    let mut claims = Objects::wanting(Kinds::only(&[Kind::ResourceClaim]).claims_as_allocations());
     match cluster.list(&request, &mut claims).await {
         Ok(()) => {
-            objects.claims = claims.claims;
+            objects.allocated = claims.allocated;
             objects.notes.extend(claims.notes);
             None
         }

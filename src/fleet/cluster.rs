@@ -17,7 +17,8 @@ use std::time::Duration;
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use crate::api_errors::{asked_wait, failure};
-use crate::fleet::objects::{Kind, Objects};
+use crate::fleet::objects::{Kind, Kinds, Objects};
+use crate::fleet::protobuf::{self, ProtobufError};
 use crate::kubeconfig::{KubeconfigError, Source};
 
 /// kubectl's page size for lists (`--chunk-size`).
@@ -34,8 +35,95 @@ pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// server's word, not a promise, and the buffer grows past this when the bytes come.
 const MAX_BODY_HINT: usize = 64 << 20;
 
+/// The most of one answer that is read: a page of 500 objects at etcd's 1.5 MiB each, as JSON,
+/// is under this; past it the answer is not an API server's listing, and is not held.
+const MAX_BODY: usize = 2 << 30;
+
 /// How many pages are parsed at once.
 const PARSERS: usize = 2;
+
+/// Asks for one encoding of lists instead of kubectl's two (`json` or `protobuf`), so that the
+/// tests compare what `caps` reads from each; not for users, hence not a flag.
+const ENCODING_VARIABLE: &str = "KUBECTL_MEDIA_LIST_ENCODING";
+
+/// The encodings a listing may come in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListEncoding {
+    /// kubectl's `Accept` for built-in types: protobuf, else JSON, as the server chooses.
+    Negotiated,
+    Json,
+    Protobuf,
+}
+
+impl ListEncoding {
+    fn from_env() -> Result<ListEncoding, ClusterError> {
+        match std::env::var(ENCODING_VARIABLE) {
+            Err(std::env::VarError::NotPresent) => Ok(ListEncoding::Negotiated),
+            Ok(value) if value == "json" => Ok(ListEncoding::Json),
+            Ok(value) if value == "protobuf" => Ok(ListEncoding::Protobuf),
+            Ok(value) => Err(ClusterError::Encoding(value)),
+            Err(std::env::VarError::NotUnicode(value)) => {
+                Err(ClusterError::Encoding(value.to_string_lossy().into_owned()))
+            }
+        }
+    }
+
+    /// The header for a listing of `kind`: protobuf only where we read it.
+    fn header(self, kind: Kind, wanted: Kinds) -> &'static str {
+        const JSON: &str = "application/json";
+        match (self, kind) {
+            (_, kind) if !reads_protobuf(kind, wanted) => JSON,
+            (ListEncoding::Negotiated, _) => {
+                "application/vnd.kubernetes.protobuf, application/json"
+            }
+            (ListEncoding::Json, _) => JSON,
+            (ListEncoding::Protobuf, _) => protobuf::MEDIA_TYPE,
+        }
+    }
+}
+
+/// The kinds read as protobuf: those a fleet has tens of thousands of, as the fleet model
+/// keeps them (whole claims are for `why`, which reads few).
+fn reads_protobuf(kind: Kind, wanted: Kinds) -> bool {
+    match kind {
+        Kind::ResourceSlice => true,
+        Kind::ResourceClaim => wanted.allocations_only(),
+        _ => false,
+    }
+}
+
+/// One answer's body and its `Content-Type`.
+struct Reply {
+    body: Vec<u8>,
+    content_type: Option<http::HeaderValue>,
+}
+
+/// How an answer's body is encoded, by its `Content-Type` (parameters ignored).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Encoding {
+    Json,
+    Protobuf,
+}
+
+fn encoding(content_type: Option<&http::HeaderValue>) -> Result<Encoding, String> {
+    let value = content_type.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let media_type = value
+        .as_deref()
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase());
+    match media_type.as_deref() {
+        Some("application/json") => Ok(Encoding::Json),
+        Some(protobuf::MEDIA_TYPE) => Ok(Encoding::Protobuf),
+        _ => Err(value.unwrap_or_else(|| "without a Content-Type".to_owned())),
+    }
+}
+
+/// One page of a listing, ready to parse, with the token of the next.
+enum Page {
+    Json(String),
+    /// The list inside the envelope.
+    Protobuf(Vec<u8>),
+}
 
 /// How to reach the cluster: kubectl's own flags, which a plugin must handle itself.
 #[derive(Clone, Debug, Default)]
@@ -163,6 +251,34 @@ pub enum ClusterError {
         resource: &'static str,
         cause: String,
     },
+    #[error(
+        "{resource} from {server}: {} (hint: check that the server of the kubeconfig context is the API server itself, not a proxy that rewrites its answers)",
+        crate::kubeconfig::chain(.cause)
+    )]
+    Protobuf {
+        server: String,
+        resource: &'static str,
+        #[source]
+        cause: ProtobufError,
+    },
+    #[error(
+        "{resource} from {server}: the answer is {content_type:?}, neither JSON nor protobuf (hint: check that the server of the kubeconfig context is the API server itself, not a proxy or a path below it)"
+    )]
+    ContentType {
+        server: String,
+        resource: &'static str,
+        content_type: String,
+    },
+    #[error("{ENCODING_VARIABLE} is {0:?} (hint: json or protobuf, or unset for kubectl's order)")]
+    Encoding(String),
+    #[error(
+        "{resource} from {server}: the answer is over {} MiB, more than an API server sends for one page (hint: check that the server of the kubeconfig context is the API server itself)",
+        MAX_BODY >> 20
+    )]
+    TooLarge {
+        server: String,
+        resource: &'static str,
+    },
 }
 
 /// What to do about a kubeconfig that cannot be used, beside kubectl: what was given on the
@@ -226,11 +342,13 @@ pub struct Cluster {
     timeout: Option<Duration>,
     /// The largest response body read so far, to size the next one's buffer.
     largest_body: Arc<AtomicUsize>,
+    encoding: ListEncoding,
 }
 
 impl Cluster {
     /// Loads the kubeconfig and builds a client. Nothing is sent yet.
     pub async fn connect(connection: &Connection) -> Result<Cluster, ClusterError> {
+        let encoding = ListEncoding::from_env()?;
         let config = crate::kubeconfig::load(&connection.source).await?;
         let server = config
             .cluster_url
@@ -252,7 +370,13 @@ impl Cluster {
             namespace,
             timeout: connection.request_timeout,
             largest_body: Arc::default(),
+            encoding,
         })
+    }
+
+    /// Asks for lists in one encoding only (the tests compare what each reads).
+    pub fn list_encoding(&mut self, encoding: ListEncoding) {
+        self.encoding = encoding;
     }
 
     /// The namespace in effect: `-n`, else the context's, else `default` (as kubectl).
@@ -291,13 +415,10 @@ impl Cluster {
     ) -> Result<(), ClusterError> {
         let resource = request.kind.resource();
         let scope = request.scope();
-        let unreadable = |e: serde_json::Error| ClusterError::Response {
-            server: self.server.clone(),
-            resource,
-            cause: format!("unreadable response: {e}"),
-        };
         let base = request.uri();
         let kind = request.kind;
+        let wanted = objects.wanted();
+        let accept = self.encoding.header(kind, wanted);
         let fetch = |token: Option<String>| {
             let mut uri = base.clone();
             if let Some(token) = token {
@@ -307,40 +428,105 @@ impl Cluster {
             let cluster = self.clone();
             let scope = scope.clone();
             tokio::spawn(async move {
-                let request = http::Request::get(uri).body(Vec::new()).map_err(|e| {
-                    ClusterError::Response {
+                let request = http::Request::get(uri)
+                    .header(http::header::ACCEPT, accept)
+                    .body(Vec::new())
+                    .map_err(|e| ClusterError::Response {
                         server: cluster.server.clone(),
                         resource,
                         cause: e.to_string(),
-                    }
-                })?;
-                cluster.request_text(request, "list", kind, scope).await
+                    })?;
+                cluster.request_body(request, "list", kind, scope).await
             })
         };
-        let wanted = objects.wanted();
         // Pages are parsed on blocking threads, two at a time (one per core of a small
         // machine), and merged in order; more in flight would only hold more pages in memory.
-        let mut parsing: VecDeque<tokio::task::JoinHandle<Result<Objects, serde_json::Error>>> =
+        let mut parsing: VecDeque<tokio::task::JoinHandle<Result<Objects, ClusterError>>> =
             VecDeque::new();
         let mut next = Some(fetch(None));
         while let Some(pending) = next.take() {
-            let page = self.joined(pending, resource).await??;
-            next = crate::fleet::objects::continue_token(&page)
-                .map_err(unreadable)?
-                .map(|t| fetch(Some(t)));
+            let (page, token) = self.page(self.joined(pending, resource).await??, kind, wanted)?;
+            next = token.map(|t| fetch(Some(t)));
             if parsing.len() >= PARSERS {
                 let oldest = parsing.pop_front().expect("not empty");
-                objects.extend(self.joined(oldest, resource).await?.map_err(unreadable)?);
+                objects.extend(self.joined(oldest, resource).await??);
             }
+            let server = self.server.clone();
             parsing.push_back(tokio::task::spawn_blocking(move || {
                 let mut parsed = Objects::wanting(wanted);
-                parsed.add_json(&page).map(|_| parsed)
+                match page {
+                    Page::Json(text) => parsed
+                        .add_json(&text)
+                        .map_err(unreadable_json(server, resource))?,
+                    Page::Protobuf(list) => {
+                        let failed = |cause| ClusterError::Protobuf {
+                            server,
+                            resource,
+                            cause,
+                        };
+                        // `page` lets through the kinds of `reads_protobuf` only.
+                        if kind == Kind::ResourceClaim {
+                            parsed.allocated = protobuf::allocated(&list).map_err(failed)?;
+                        } else {
+                            parsed.slices = protobuf::slices(&list).map_err(failed)?;
+                        }
+                        None
+                    }
+                };
+                Ok(parsed)
             }));
         }
         for parse in parsing {
-            objects.extend(self.joined(parse, resource).await?.map_err(unreadable)?);
+            objects.extend(self.joined(parse, resource).await??);
         }
         Ok(())
+    }
+
+    /// A page as its encoding has it, and the token of the next one.
+    fn page(
+        &self,
+        reply: Reply,
+        kind: Kind,
+        wanted: Kinds,
+    ) -> Result<(Page, Option<String>), ClusterError> {
+        let resource = kind.resource();
+        let encoding = encoding(reply.content_type.as_ref()).map_err(|content_type| {
+            ClusterError::ContentType {
+                server: self.server.clone(),
+                resource,
+                content_type,
+            }
+        })?;
+        match encoding {
+            Encoding::Json => {
+                let text = String::from_utf8(reply.body).map_err(|e| ClusterError::Response {
+                    server: self.server.clone(),
+                    resource,
+                    cause: format!("unreadable response: {e}"),
+                })?;
+                let token = crate::fleet::objects::continue_token(&text)
+                    .map_err(unreadable_json(self.server.clone(), resource))?;
+                Ok((Page::Json(text), token))
+            }
+            // Only asked for the kinds read so; a server that sends it for others is not obeying.
+            Encoding::Protobuf if !reads_protobuf(kind, wanted) => Err(ClusterError::ContentType {
+                server: self.server.clone(),
+                resource,
+                content_type: protobuf::MEDIA_TYPE.to_owned(),
+            }),
+            Encoding::Protobuf => {
+                let failed = |cause| ClusterError::Protobuf {
+                    server: self.server.clone(),
+                    resource,
+                    cause,
+                };
+                let list_kind = format!("{}List", kind.name());
+                let list = protobuf::unwrap(&reply.body, kind.api_version(), &list_kind)
+                    .map_err(failed)?;
+                let token = protobuf::continue_token(&list).map_err(failed)?;
+                Ok((Page::Protobuf(list), token))
+            }
+        }
     }
 
     async fn joined<T>(
@@ -355,16 +541,20 @@ impl Cluster {
         })
     }
 
-    async fn request_text(
+    async fn request_body(
         &self,
         request: http::Request<Vec<u8>>,
         verb: &'static str,
         kind: Kind,
         scope: String,
-    ) -> Result<String, ClusterError> {
+    ) -> Result<Reply, ClusterError> {
         let path = request.uri().to_string();
-        match self.timed(self.text(request)).await? {
-            Ok(text) => Ok(text),
+        match self.timed(self.body(request)).await? {
+            Ok(reply) => Ok(reply),
+            Err(kube::Error::Service(e)) if e.is::<TooLarge>() => Err(ClusterError::TooLarge {
+                server: self.server.clone(),
+                resource: kind.resource(),
+            }),
             Err(kube::Error::Api(status)) if status.code == 404 => {
                 Err(self.not_found(kind, path, status.message).await)
             }
@@ -372,15 +562,15 @@ impl Cluster {
         }
     }
 
-    /// A response's body as text, or its error as a `Status` ([`failure`]). An answer that asks
+    /// A response's body, or its error as a `Status` ([`failure`]). An answer that asks
     /// to be asked again later (a 429 or a 5xx with `Retry-After`, as kube-apiserver's priority
     /// and fairness sends) is, after the wait it asks for, up to [`MAX_RETRIES`] times, as
     /// client-go does; `--request-timeout` bounds the whole (see [`Self::timed`]).
-    async fn text(&self, mut request: http::Request<Vec<u8>>) -> Result<String, kube::Error> {
+    async fn body(&self, mut request: http::Request<Vec<u8>>) -> Result<Reply, kube::Error> {
         let mut retries = 0;
         loop {
             let again = (retries < MAX_RETRIES).then(|| copy(&request));
-            match self.text_once(request).await? {
+            match self.body_once(request).await? {
                 Answer::Wait(wait, status) => match again {
                     Some(again) => {
                         tokio::time::sleep(wait).await;
@@ -394,12 +584,12 @@ impl Cluster {
         }
     }
 
-    /// One request of [`Self::text`]. Unlike kube-rs's `request_text`, the body is gathered
+    /// One request of [`Self::body`]. Unlike kube-rs's `request_text`, the body is gathered
     /// into one buffer sized by `Content-Length`, or else by the largest body this client has
     /// read so far (the pages of a listing are alike), and not copied again: on a fleet's
     /// listing, kube-rs's growing buffer and its copy into a `String` were two more passes over
     /// every byte and most of the fresh memory the process touched.
-    async fn text_once(&self, request: http::Request<Vec<u8>>) -> Result<Answer, kube::Error> {
+    async fn body_once(&self, request: http::Request<Vec<u8>>) -> Result<Answer, kube::Error> {
         use http_body_util::BodyExt;
 
         let response = self
@@ -417,20 +607,29 @@ impl Cluster {
         let mut body = Vec::with_capacity(hint);
         while let Some(frame) = frames.frame().await {
             if let Ok(data) = frame?.into_data() {
+                if body.len() + data.len() > MAX_BODY {
+                    return Err(kube::Error::Service(Box::new(TooLarge)));
+                }
                 body.extend_from_slice(&data);
             }
         }
         self.largest_body.fetch_max(body.len(), Ordering::Relaxed);
-        let text = String::from_utf8(body).map_err(kube::Error::FromUtf8)?;
         let code = parts.status;
+        let content_type = parts.headers.get(http::header::CONTENT_TYPE).cloned();
         if code.is_client_error() || code.is_server_error() {
+            // Asked for protobuf, kube-apiserver sends its `Status` so too.
+            let text = match encoding(content_type.as_ref()) {
+                Ok(Encoding::Protobuf) => protobuf::status_json(&body),
+                _ => None,
+            }
+            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
             let status = failure(code, &parts.headers, &text);
             return Ok(match asked_wait(code, &parts.headers) {
                 Some(wait) => Answer::Wait(wait, status.boxed()),
                 None => Answer::Done(Err(kube::Error::Api(status.boxed()))),
             });
         }
-        Ok(Answer::Done(Ok(text)))
+        Ok(Answer::Done(Ok(Reply { body, content_type })))
     }
 
     /// `--request-timeout` over a whole call, connection included (Go's `http.Client.Timeout`).
@@ -463,8 +662,8 @@ impl Cluster {
         };
         let listed: Option<Vec<String>> = match http::Request::get(&discovery).body(Vec::new()) {
             Err(_) => None,
-            Ok(request) => match self.timed(self.text(request)).await {
-                Ok(Ok(text)) => served_versions(&text),
+            Ok(request) => match self.timed(self.body(request)).await {
+                Ok(Ok(reply)) => served_versions(&String::from_utf8_lossy(&reply.body)),
                 // No such group at all.
                 Ok(Err(kube::Error::Api(status))) if status.code == 404 => Some(Vec::new()),
                 _ => None,
@@ -542,9 +741,9 @@ impl Cluster {
 /// `maxRetries`).
 const MAX_RETRIES: usize = 10;
 
-/// What one request came to: its text or error, or an error that asks to wait and ask again.
+/// What one request came to: its body or error, or an error that asks to wait and ask again.
 enum Answer {
-    Done(Result<String, kube::Error>),
+    Done(Result<Reply, kube::Error>),
     Wait(Duration, Box<kube::core::Status>),
 }
 
@@ -584,6 +783,18 @@ fn connect_cause(e: &kube::Error) -> String {
         text
     }
 }
+
+/// An answer over [`MAX_BODY`], stopped there.
+#[derive(Debug)]
+struct TooLarge;
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "an answer over {} MiB", MAX_BODY >> 20)
+    }
+}
+
+impl std::error::Error for TooLarge {}
 
 /// The TLS handshake did not finish in time.
 #[derive(Debug)]
@@ -715,6 +926,18 @@ where
                 Err(_) => Err(Box::new(HandshakeTimeout(timeout)) as BoxError),
             }
         })
+    }
+}
+
+/// A JSON page that does not parse, as the error `caps` reports.
+fn unreadable_json(
+    server: String,
+    resource: &'static str,
+) -> impl FnOnce(serde_json::Error) -> ClusterError {
+    move |e| ClusterError::Response {
+        server,
+        resource,
+        cause: format!("unreadable response: {e}"),
     }
 }
 

@@ -269,6 +269,7 @@ impl Seen {
             slices,
             classes,
             claims,
+            allocated,
             claim_templates,
             pods,
             nodes,
@@ -304,6 +305,14 @@ impl Seen {
             Kind::ResourceClaim,
             source,
             |o| meta(&o.metadata),
+        )?;
+        // The same claims read for their allocations only (the two never meet in one read).
+        self.kind(
+            &mut objects.allocated,
+            allocated,
+            Kind::ResourceClaim,
+            source,
+            |o| (o.namespace.clone(), o.name.clone()),
         )?;
         self.kind(
             &mut objects.claim_templates,

@@ -6,11 +6,9 @@
 //!
 //! Pure: it takes claims already read (from the cluster or `-f` files) and returns data.
 
-use k8s_openapi::api::resource::v1::ResourceClaim;
-
 use crate::catalogue;
+use crate::fleet::allocated::AllocatedClaim;
 use crate::fleet::inventory::Inventory;
-use crate::fleet::objects::Ustr;
 
 /// One claim's hold on one GPU.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,30 +44,18 @@ impl Holders {
 }
 
 /// Joins the claims' allocation results to the inventory's GPUs.
-pub(crate) fn holders(inventory: &Inventory, claims: &[ResourceClaim]) -> Holders {
+pub(crate) fn holders(inventory: &Inventory, claims: &[AllocatedClaim]) -> Holders {
     let mut holders = Holders {
         per_gpu: vec![Vec::new(); inventory.gpus.len()],
         elsewhere: 0,
     };
-    for claim in claims {
-        let Some(results) = claim
-            .status
-            .as_ref()
-            .and_then(|s| s.allocation.as_ref())
-            .and_then(|a| a.devices.as_ref())
-            .and_then(|d| d.results.as_ref())
-        else {
-            continue;
-        };
+    for claim in claims.iter().filter(|c| !c.results.is_empty()) {
+        let results = &claim.results;
         // A claim's results on one GPU are one hold; a claim has at most 32 results (the API's
         // limit), so a linear look-up is cheapest.
         let mut on: Vec<(usize, Hold)> = Vec::new();
         for result in results {
-            let key = (
-                Ustr::from(result.driver.as_str()),
-                Ustr::from(result.pool.as_str()),
-                Ustr::from(result.device.as_str()),
-            );
+            let key = (result.driver, result.pool, result.device);
             let Some(&gpu) = inventory.devices.get(&key) else {
                 continue;
             };
@@ -102,24 +88,18 @@ pub(crate) fn holders(inventory: &Inventory, claims: &[ResourceClaim]) -> Holder
     holders
 }
 
-fn new_hold(claim: &ResourceClaim) -> Hold {
-    let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+fn new_hold(claim: &AllocatedClaim) -> Hold {
+    let namespace = &claim.namespace;
     let pods = claim
-        .status
-        .as_ref()
-        .and_then(|s| s.reserved_for.as_ref())
-        .map(|reserved| {
-            reserved
-                .iter()
-                // A consumer is a pod when its resource is `pods` of the core group.
-                .filter(|r| r.resource == "pods" && r.api_group.as_deref().unwrap_or("").is_empty())
-                .map(|r| format!("{namespace}/{}", r.name))
-                .collect()
-        })
-        .unwrap_or_default();
+        .reserved_for
+        .iter()
+        // A consumer is a pod when its resource is `pods` of the core group.
+        .filter(|r| r.resource == "pods" && r.api_group.as_deref().unwrap_or("").is_empty())
+        .map(|r| format!("{namespace}/{}", r.name))
+        .collect();
     Hold {
-        claim: claim.metadata.name.clone().unwrap_or_default(),
-        namespace,
+        claim: claim.name.clone(),
+        namespace: namespace.clone(),
         requests: Vec::new(),
         render_node: false,
         media_device: false,
@@ -180,8 +160,20 @@ mod tests {
         inventory::build(objects.slices)
     }
 
-    fn claim(name: &str, results: &[(&str, &str, &str)], pods: &[&str]) -> ResourceClaim {
-        serde_json::from_value(serde_json::json!({
+    /// A claim as the reader keeps it from the JSON an API server sends.
+    fn read(claim: serde_json::Value) -> AllocatedClaim {
+        let mut objects = Objects::wanting(
+            crate::fleet::objects::Kinds::only(&[crate::fleet::objects::Kind::ResourceClaim])
+                .claims_as_allocations(),
+        );
+        objects.add_value(&claim);
+        assert_eq!(objects.notes, Vec::<String>::new());
+        objects.allocated.pop().expect("a claim")
+    }
+
+    fn claim(name: &str, results: &[(&str, &str, &str)], pods: &[&str]) -> AllocatedClaim {
+        read(serde_json::json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
             "metadata": {"name": name, "namespace": "media"},
             "spec": {},
             "status": {
@@ -191,7 +183,6 @@ mod tests {
                 "reservedFor": pods.iter().map(|p| serde_json::json!({"resource": "pods", "name": p, "uid": "u"})).collect::<Vec<_>>()
             }
         }))
-        .unwrap()
     }
 
     #[test]
@@ -215,10 +206,10 @@ mod tests {
             ),
             claim("other-driver", &[("x", "gpu.example.com", "card0")], &[]),
             // Not allocated: no status at all.
-            serde_json::from_value(serde_json::json!({
+            read(serde_json::json!({
+                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                 "metadata": {"name": "pending", "namespace": "media"}, "spec": {}
-            }))
-            .unwrap(),
+            })),
         ];
         let holders = holders(&inventory, &claims);
         let first = inventory

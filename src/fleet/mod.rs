@@ -3,8 +3,10 @@
 //! server, `inventory` (pure) turns slices into the fleet's GPUs that `caps` renders, and
 //! `holders` (pure) joins ResourceClaims' allocations to those GPUs.
 
+pub mod allocated;
 pub mod cluster;
 pub mod files;
 pub(crate) mod holders;
 pub(crate) mod inventory;
 pub mod objects;
+pub(crate) mod protobuf;

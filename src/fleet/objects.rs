@@ -15,6 +15,7 @@ use serde_json::value::RawValue;
 pub use ustr::Ustr;
 
 use crate::catalogue::{self, Capability, Identity};
+use crate::fleet::allocated::{AllocatedClaim, ClaimStatus};
 
 /// The API group and version whose DRA objects we read.
 pub(crate) const RESOURCE_API_VERSION: &str = "resource.k8s.io/v1";
@@ -122,19 +123,42 @@ impl Kind {
     }
 }
 
-/// A set of kinds to keep; the others are skipped without being parsed.
+/// A set of kinds to keep; the others are skipped without being parsed. ResourceClaims are
+/// kept whole, or as their allocations only ([`AllocatedClaim`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Kinds(u8);
+pub(crate) struct Kinds {
+    bits: u8,
+    allocations_only: bool,
+}
 
 impl Kinds {
-    pub(crate) const ALL: Kinds = Kinds(0xff);
+    pub(crate) const ALL: Kinds = Kinds {
+        bits: 0xff,
+        allocations_only: false,
+    };
 
     pub(crate) fn only(kinds: &[Kind]) -> Kinds {
-        Kinds(kinds.iter().fold(0, |bits, k| bits | (1 << *k as u8)))
+        Kinds {
+            bits: kinds.iter().fold(0, |bits, k| bits | (1 << *k as u8)),
+            allocations_only: false,
+        }
+    }
+
+    /// ResourceClaims read into [`Objects::allocated`], not [`Objects::claims`].
+    pub(crate) fn claims_as_allocations(self) -> Kinds {
+        Kinds {
+            allocations_only: true,
+            ..self
+        }
     }
 
     pub(crate) fn contains(self, kind: Kind) -> bool {
-        self.0 & (1 << kind as u8) != 0
+        self.bits & (1 << kind as u8) != 0
+    }
+
+    /// Whether ResourceClaims are read for their allocations only.
+    pub(crate) fn allocations_only(self) -> bool {
+        self.allocations_only
     }
 }
 
@@ -480,16 +504,17 @@ pub struct SliceSpec {
 
 /// The fields as read, in whatever order they came: `qualify` runs once the driver is known
 /// (kubectl's YAML sorts `devices` before `driver`).
+/// The protobuf reader ([`crate::fleet::protobuf`]) fills the same fields.
 #[derive(Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-struct SpecFields {
-    driver: Ustr,
-    pool: Pool,
-    node_name: Option<Ustr>,
-    node_selector: Option<NodeSelector>,
-    all_nodes: Option<bool>,
-    per_device_node_selection: Option<bool>,
-    devices: Vec<Device>,
+pub(crate) struct SpecFields {
+    pub(crate) driver: Ustr,
+    pub(crate) pool: Pool,
+    pub(crate) node_name: Option<Ustr>,
+    pub(crate) node_selector: Option<NodeSelector>,
+    pub(crate) all_nodes: Option<bool>,
+    pub(crate) per_device_node_selection: Option<bool>,
+    pub(crate) devices: Vec<Device>,
 }
 
 impl From<SpecFields> for SliceSpec {
@@ -554,16 +579,17 @@ struct More {
 
 #[derive(Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-struct DeviceFields {
-    name: Ustr,
-    attributes: Attributes,
+pub(crate) struct DeviceFields {
+    pub(crate) name: Ustr,
+    pub(crate) attributes: Attributes,
+    /// Sorted by name as written, as a map (JSON's and protobuf's order alike).
     #[serde(deserialize_with = "capacities")]
-    capacity: Vec<(QualifiedName, Ustr)>,
-    allow_multiple_allocations: Option<bool>,
-    taints: Vec<Taint>,
-    node_name: Option<Ustr>,
-    node_selector: Option<NodeSelector>,
-    all_nodes: Option<bool>,
+    pub(crate) capacity: Vec<(QualifiedName, Ustr)>,
+    pub(crate) allow_multiple_allocations: Option<bool>,
+    pub(crate) taints: Vec<Taint>,
+    pub(crate) node_name: Option<Ustr>,
+    pub(crate) node_selector: Option<NodeSelector>,
+    pub(crate) all_nodes: Option<bool>,
 }
 
 /// A name as the slice wrote it, before an unqualified one takes its driver's domain.
@@ -743,17 +769,14 @@ thread_local! {
 }
 
 /// The interned form of an attribute name read at `position` in its device.
-fn attribute_name(key: &str, position: usize) -> QualifiedName {
+pub(crate) fn attribute_name(key: &str, position: usize) -> QualifiedName {
     LAST_NAMES.with_borrow_mut(|last| {
         if let Some((text, name)) = last.get(position)
             && **text == *key
         {
             return *name;
         }
-        let name = match key.split_once('/') {
-            Some((domain, name)) => QualifiedName::new(domain, name),
-            None => QualifiedName::unqualified(key),
-        };
+        let name = written_name(key);
         if position < last.len() {
             last[position] = (key.into(), name);
         } else if position == last.len() && position < 64 {
@@ -795,24 +818,40 @@ impl<'de> Deserialize<'de> for Attributes {
                         values.push(value);
                     }
                 }
-                let names = LAST_SHAPE.with_borrow_mut(|last| match last {
-                    Some(shape) if **shape == *names => shape.clone(),
-                    _ => {
-                        let shape: std::sync::Arc<[QualifiedName]> = names.as_slice().into();
-                        *last = Some(shape.clone());
-                        shape
-                    }
-                });
-                Ok(Attributes {
-                    names,
-                    values: values.as_slice().into(),
-                })
+                Ok(Attributes::shaped(&names, &values))
             }
             fn visit_unit<E: de::Error>(self) -> Result<Attributes, E> {
                 Ok(Attributes::default())
             }
         }
         deserializer.deserialize_any(AttributesVisitor)
+    }
+}
+
+impl Attributes {
+    /// Attributes read in this order, their names' shape shared with the last device read on
+    /// this thread when it is the same.
+    pub(crate) fn shaped(names: &[QualifiedName], values: &[Value]) -> Attributes {
+        let names = LAST_SHAPE.with_borrow_mut(|last| match last {
+            Some(shape) if **shape == *names => shape.clone(),
+            _ => {
+                let shape: std::sync::Arc<[QualifiedName]> = names.into();
+                *last = Some(shape.clone());
+                shape
+            }
+        });
+        Attributes {
+            names,
+            values: values.into(),
+        }
+    }
+}
+
+/// A capacity's or attribute's name as written: `domain/name`, or a name of the slice's driver.
+pub(crate) fn written_name(name: &str) -> QualifiedName {
+    match name.split_once('/') {
+        Some((domain, name)) => QualifiedName::new(domain, name),
+        None => QualifiedName::unqualified(name),
     }
 }
 
@@ -841,13 +880,7 @@ fn capacities<'de, D: de::Deserializer<'de>>(
     Ok(map
         .into_iter()
         .flatten()
-        .filter_map(|(name, c)| {
-            let name = match name.split_once('/') {
-                Some((domain, name)) => QualifiedName::new(domain, name),
-                None => QualifiedName::unqualified(&name),
-            };
-            Some((name, c.value?.0))
-        })
+        .filter_map(|(name, c)| Some((written_name(&name), c.value?.0)))
         .collect())
 }
 
@@ -967,6 +1000,8 @@ pub struct Objects {
     pub slices: Vec<ResourceSlice>,
     pub classes: Vec<DeviceClass>,
     pub claims: Vec<ResourceClaim>,
+    /// The claims, when only their allocations are wanted ([`Kinds::claims_as_allocations`]).
+    pub allocated: Vec<AllocatedClaim>,
     pub claim_templates: Vec<ResourceClaimTemplate>,
     pub pods: Vec<Pod>,
     pub nodes: Vec<Node>,
@@ -1032,6 +1067,12 @@ fn shaped<'de, T: Deserialize<'de>>(
     serde_path_to_error::deserialize(value)
 }
 
+/// The parts of an object read straight into the model as they came, by its kind.
+struct Parts {
+    spec: Option<SliceSpec>,
+    status: Option<ClaimStatus>,
+}
+
 /// The kind and apiVersion a List gives items that carry none (an API server's typed list).
 #[derive(Clone, Copy, Default)]
 struct Inherit<'a> {
@@ -1080,6 +1121,8 @@ struct ObjectSeed<'o, 'i> {
 /// What a field is read as, by what is known of the object's kind when it arrives.
 enum Read {
     Slice,
+    /// A ResourceClaim of which only the allocation is wanted.
+    Claim,
     /// A kind we read, in a version we do not: only its name is kept, for the note.
     Named,
     Typed,
@@ -1109,6 +1152,9 @@ impl ObjectSeed<'_, '_> {
             // Noted by `route` without reading the rest.
             Some(v) if v != known.api_version() => Read::Named,
             Some(_) if known == Kind::ResourceSlice => Read::Slice,
+            Some(_) if known == Kind::ResourceClaim && self.objects.wanted.allocations_only => {
+                Read::Claim
+            }
             Some(_) => Read::Typed,
         }
     }
@@ -1134,6 +1180,7 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
         let mut kind: Option<String> = None;
         let mut head: Option<Head> = None;
         let mut spec: Option<SliceSpec> = None;
+        let mut status: Option<ClaimStatus> = None;
         let mut fields = serde_json::Map::new();
         let mut list = false;
         let mut kindless: Vec<serde_json::Map<String, serde_json::Value>> = Vec::new();
@@ -1153,12 +1200,15 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
                     })?;
                 }
                 other => match (other, self.read_as(kind.as_deref(), api_version.as_deref())) {
-                    ("metadata", Read::Slice | Read::Named) => head = Some(map.next_value()?),
+                    ("metadata", Read::Slice | Read::Named | Read::Claim) => {
+                        head = Some(map.next_value()?)
+                    }
                     ("spec", Read::Slice) => spec = Some(map.next_value()?),
+                    ("status", Read::Claim) => status = Some(map.next_value()?),
                     ("metadata", _) if kind.as_deref().is_some_and(|k| k.ends_with("List")) => {
                         head = Some(map.next_value()?)
                     }
-                    (_, Read::Slice | Read::Named | Read::Skip) => {
+                    (_, Read::Slice | Read::Named | Read::Claim | Read::Skip) => {
                         map.next_value::<IgnoredAny>()?;
                     }
                     (_, Read::Typed | Read::Unknown) => {
@@ -1196,7 +1246,7 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
             return Ok(Outcome::Kindless(fields));
         }
         self.objects
-            .route(kind, api_version, head, spec, fields)
+            .route(kind, api_version, head, Parts { spec, status }, fields)
             .map_err(de::Error::custom)?;
         Ok(Outcome::Object)
     }
@@ -1454,6 +1504,7 @@ impl Objects {
         self.slices.extend(other.slices);
         self.classes.extend(other.classes);
         self.claims.extend(other.claims);
+        self.allocated.extend(other.allocated);
         self.claim_templates.extend(other.claim_templates);
         self.pods.extend(other.pods);
         self.nodes.extend(other.nodes);
@@ -1499,7 +1550,7 @@ impl Objects {
         kind: Option<&str>,
         api_version: Option<&str>,
         head: Option<Head>,
-        spec: Option<SliceSpec>,
+        Parts { spec, status }: Parts,
         mut fields: serde_json::Map<String, serde_json::Value>,
     ) -> Result<(), Unreadable> {
         let Some(known) = kind.and_then(Kind::from_name) else {
@@ -1551,6 +1602,24 @@ impl Objects {
                 (None, None) => SliceSpec::default(),
             };
             self.slices.push(ResourceSlice { metadata, spec });
+            return Ok(());
+        }
+        if known == Kind::ResourceClaim && self.wanted.allocations_only {
+            let head = match (head, fields.remove("metadata")) {
+                (Some(head), _) => head,
+                (None, Some(value)) => serde_json::from_value(value).map_err(unreadable)?,
+                (None, None) => Head::default(),
+            };
+            let status = match (status, fields.remove("status")) {
+                (Some(status), _) => status,
+                (None, Some(value)) => serde_json::from_value(value).map_err(unreadable)?,
+                (None, None) => ClaimStatus::default(),
+            };
+            self.allocated.push(AllocatedClaim::new(
+                head.namespace.unwrap_or_default(),
+                head.name.unwrap_or_default(),
+                status,
+            ));
             return Ok(());
         }
         // k8s-openapi checks kind and apiVersion; items of a typed List carry neither.

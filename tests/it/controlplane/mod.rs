@@ -49,6 +49,7 @@ on_each_release!(
 
 mod access;
 mod claims;
+mod encodings;
 mod product;
 mod random;
 
