@@ -105,17 +105,22 @@ enum Encoding {
     Protobuf,
 }
 
-fn encoding(content_type: Option<&http::HeaderValue>) -> Result<Encoding, String> {
-    let value = content_type.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let media_type = value
-        .as_deref()
-        .and_then(|v| v.split(';').next())
-        .map(|v| v.trim().to_ascii_lowercase());
-    match media_type.as_deref() {
-        Some("application/json") => Ok(Encoding::Json),
-        Some(protobuf::MEDIA_TYPE) => Ok(Encoding::Protobuf),
-        _ => Err(value.unwrap_or_else(|| "without a Content-Type".to_owned())),
+fn encoding(content_type: Option<&http::HeaderValue>) -> Option<Encoding> {
+    let value = String::from_utf8_lossy(content_type?.as_bytes());
+    let media_type = value.split(';').next()?.trim().to_ascii_lowercase();
+    match media_type.as_str() {
+        "application/json" => Some(Encoding::Json),
+        protobuf::MEDIA_TYPE => Some(Encoding::Protobuf),
+        _ => None,
     }
+}
+
+/// A `Content-Type` as an error line shows it.
+fn shown(content_type: Option<&http::HeaderValue>) -> String {
+    content_type.map_or_else(
+        || "without a Content-Type".to_owned(),
+        |v| String::from_utf8_lossy(v.as_bytes()).into_owned(),
+    )
 }
 
 /// One page of a listing, ready to parse, with the token of the next.
@@ -490,11 +495,11 @@ impl Cluster {
         wanted: Kinds,
     ) -> Result<(Page, Option<String>), ClusterError> {
         let resource = kind.resource();
-        let encoding = encoding(reply.content_type.as_ref()).map_err(|content_type| {
+        let encoding = encoding(reply.content_type.as_ref()).ok_or_else(|| {
             ClusterError::ContentType {
                 server: self.server.clone(),
                 resource,
-                content_type,
+                content_type: shown(reply.content_type.as_ref()),
             }
         })?;
         match encoding {
@@ -619,7 +624,7 @@ impl Cluster {
         if code.is_client_error() || code.is_server_error() {
             // Asked for protobuf, kube-apiserver sends its `Status` so too.
             let text = match encoding(content_type.as_ref()) {
-                Ok(Encoding::Protobuf) => protobuf::status_json(&body),
+                Some(Encoding::Protobuf) => protobuf::status_json(&body),
                 _ => None,
             }
             .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
