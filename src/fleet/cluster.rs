@@ -495,13 +495,12 @@ impl Cluster {
         wanted: Kinds,
     ) -> Result<(Page, Option<String>), ClusterError> {
         let resource = kind.resource();
-        let encoding = encoding(reply.content_type.as_ref()).ok_or_else(|| {
-            ClusterError::ContentType {
+        let encoding =
+            encoding(reply.content_type.as_ref()).ok_or_else(|| ClusterError::ContentType {
                 server: self.server.clone(),
                 resource,
                 content_type: shown(reply.content_type.as_ref()),
-            }
-        })?;
+            })?;
         match encoding {
             Encoding::Json => {
                 let text = String::from_utf8(reply.body).map_err(|e| ClusterError::Response {
