@@ -53,6 +53,20 @@ impl SliceDevice<'_> {
         )
     }
 
+    /// The driver, interned.
+    pub(crate) fn driver_interned(&self) -> Ustr {
+        self.driver
+    }
+
+    /// A string (or version) attribute by its interned name: no text compared, for what is
+    /// looked up on every device of a fleet.
+    pub(crate) fn interned(&self, name: QualifiedName) -> Option<Ustr> {
+        match self.device.attributes.get(name) {
+            Some(Value::String(s) | Value::Version(s)) => Some(*s),
+            _ => None,
+        }
+    }
+
     /// A string attribute by its fully qualified name.
     pub(crate) fn string(&self, qualified: &str) -> Option<&'static str> {
         match self.device.attributes.get_named(qualified) {
@@ -123,6 +137,29 @@ impl DeviceView for SliceDevice<'_> {
     }
     fn per_device_slice(&self) -> Option<usize> {
         self.per_device_slice
+    }
+    fn hash_cel_inputs<H: std::hash::Hasher>(&self, h: &mut H) {
+        use std::hash::Hash;
+        // Interned: equal text is one address, so addresses stand for the text and 80,000
+        // devices' attributes are not hashed byte by byte. Equal names share one `names`
+        // (a copy elsewhere only splits a class, never merges two).
+        let at = |s: Ustr| s.as_str().as_ptr() as usize;
+        at(self.driver).hash(h);
+        (Arc::as_ptr(&self.names).cast::<Ustr>() as usize).hash(h);
+        for (_, value) in self.device.attributes.iter() {
+            match *value {
+                Value::Bool(b) => (0u8, u64::from(b)).hash(h),
+                Value::Int(i) => (1u8, i).hash(h),
+                Value::String(s) => (2u8, at(s)).hash(h),
+                Value::Version(v) => (3u8, at(v)).hash(h),
+                Value::Invalid => 4u8.hash(h),
+            }
+        }
+        0xffu8.hash(h);
+        for (name, quantity) in &self.capacities {
+            (at(*name), at(*quantity)).hash(h);
+        }
+        self.device.allow_multiple_allocations.hash(h);
     }
 }
 
