@@ -3,9 +3,10 @@
 //! file; where the time goes (server, transfer, loopback, CPU); peak RSS; and `--claims`.
 //!
 //! Goals (issues 13 and 23): ≥ 10× faster than `kubectl get`, ≤ 0.3 s from a file, peak memory ≤ 2×
-//! the JSON, `--claims` within 1.5×. `caps` runs as it asks (protobuf) and as JSON
-//! (`KUBECTL_MEDIA_LIST_ENCODING=json`). Run: `cargo bench --bench caps` (`CAPS_BENCH_NODES=500`
-//! for a quicker look; `CAPS_BENCH_BASELINE=/path/to/kubectl-media` also runs an older build).
+//! the JSON, `--claims` within 1.5×; `MEDIA_BENCH_BASELINE=/path/to/kubectl-media` also runs an
+//! older build by turns, which this one may trail by at most 5% (issue 25). `caps` runs as it
+//! asks (protobuf) and as JSON (`KUBECTL_MEDIA_LIST_ENCODING=json`). Run: `cargo bench --bench
+//! caps` (`CAPS_BENCH_NODES=500` for a quicker look).
 
 #[path = "../tests/it/support/mod.rs"]
 mod support;
@@ -30,6 +31,8 @@ const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 const PAGE: usize = 500;
 /// The page sizes walked by curl: kubectl's, ten times it, and one response.
 const LIMITS: [Option<usize>; 3] = [Some(PAGE), Some(10 * PAGE), None];
+/// This build may take at most this many times what `MEDIA_BENCH_BASELINE` takes (issue 25).
+const MAX_LOSS: f64 = 1.05;
 
 /// Two commands run by turns (a, b, a, b...), `rounds` times each.
 fn interleaved(
@@ -357,14 +360,15 @@ fn main() {
         }
     );
 
-    if let Ok(old) = std::env::var("CAPS_BENCH_BASELINE") {
+    if let Ok(old) = std::env::var("MEDIA_BENCH_BASELINE") {
         println!("against the baseline {old} ({rounds} runs of each, interleaved):");
         let ratio = |label: &str, new: Timing, old: Timing| {
+            let ratio = new.median.as_secs_f64() / old.median.as_secs_f64();
             println!(
-                "  {label:<24} median new {:>6.0} ms, old {:>6.0} ms: {:.3}x (goal: <= 1.10x)",
+                "  {label:<24} median new {:>6.0} ms, old {:>6.0} ms: {ratio:.3}x, goal <= {MAX_LOSS}x {}",
                 ms(new.median),
                 ms(old.median),
-                new.median.as_secs_f64() / old.median.as_secs_f64()
+                if ratio <= MAX_LOSS { "met" } else { "NOT met" }
             )
         };
         let (new, older) = interleaved(

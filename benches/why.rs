@@ -3,9 +3,11 @@
 //! API server and scheduler, with `caps` on the same input as the baseline (run by turns), and the
 //! allocator's time per device evaluation in process.
 //!
-//! Goals (issue 22): `why -f` ≤ 1.5× `caps -f`, ≤ 1 s from a file and from the API. Run: `cargo
-//! bench --bench why` (`WHY_BENCH_NODES=500` for a quicker look; `WHY_BENCH_FLEET_OUT=fleet.json`
-//! keeps the fleet).
+//! Goals (issue 22): `why -f` ≤ 1.5× `caps -f`, ≤ 1 s from a file and from the API; with
+//! `MEDIA_BENCH_BASELINE=/path/to/kubectl-media`, an older build runs by turns and `caps` and
+//! `why` may lose at most 5% to it (issue 25). Run: `cargo bench --bench why` (`--profile
+//! release` for what `cargo install` builds; `WHY_BENCH_NODES=500` for a quicker look;
+//! `WHY_BENCH_FLEET_OUT=fleet.json` keeps the fleet).
 
 #[path = "../tests/it/support/mod.rs"]
 mod support;
@@ -32,6 +34,8 @@ const WHY_EXITS: &[i32] = &[0, 3];
 const MAX_RATIO: f64 = 1.5;
 /// ... and at most this long, from a file and from the API.
 const MAX_WHY: Duration = Duration::from_secs(1);
+/// This build may take at most this many times what the baseline build takes (issue 25).
+const MAX_LOSS: f64 = 1.05;
 
 const DECODE_10BIT: &str = "device.driver == \"media.liken.sh\" &&\ndevice.attributes[\"media.liken.sh\"].decodeHEVCMain10 &&\ndevice.attributes[\"media.liken.sh\"].scale10bit\n";
 const GPU_RENDER: &str =
@@ -143,6 +147,20 @@ fn records(items: &[Value]) -> Vec<DeviceRecord> {
     out
 }
 
+/// The machine's load average (1, 5 and 15 minutes), to print beside the timings of a
+/// shared machine.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").map_or_else(
+        |e| format!("unknown ({e})"),
+        |text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        },
+    )
+}
+
 fn main() {
     let nodes: usize = std::env::var("WHY_BENCH_NODES")
         .ok()
@@ -178,16 +196,27 @@ fn main() {
 
     let command = |args: &[&str]| plugin(binary, args, dir.path());
     let file_arg = file.to_str().expect("utf-8 path").to_owned();
-    // By turns (caps, why, caps, why...): a change in the machine's load weighs on both.
-    let (mut caps_runs, mut why_runs) = (Vec::new(), Vec::new());
+    let caps_args = ["caps", "-f", &file_arg];
+    let why_args = ["why", "film-0", "-n", "media", "-f", &file_arg];
+    let baseline = std::env::var("MEDIA_BENCH_BASELINE").ok();
+    let load_before = load_average();
+    // By turns (caps, why, caps, why..., the baseline's runs among them): a change in the
+    // machine's load weighs on all alike.
+    let mut runs: [Vec<(Duration, i32)>; 4] = Default::default();
     for _ in 0..ROUNDS {
-        caps_runs.push(timed(command(&["caps", "-f", &file_arg]), &[0]));
-        why_runs.push(timed(
-            command(&["why", "film-0", "-n", "media", "-f", &file_arg]),
-            WHY_EXITS,
-        ));
+        runs[0].push(timed(command(&caps_args), &[0]));
+        runs[1].push(timed(command(&why_args), WHY_EXITS));
+        if let Some(old) = &baseline {
+            runs[2].push(timed(plugin(old, &caps_args, dir.path()), &[0]));
+            runs[3].push(timed(plugin(old, &why_args, dir.path()), WHY_EXITS));
+        }
     }
+    let [caps_runs, why_runs, old_caps_runs, old_why_runs] = runs;
+    let load = format!("{load_before} before, {} after", load_average());
     let (caps, from_file) = (summarise(caps_runs), summarise(why_runs));
+    let old = baseline
+        .as_ref()
+        .map(|path| (path, summarise(old_caps_runs), summarise(old_why_runs)));
 
     let cp = cluster::start();
     // First: the namespace's default service account, which a pod needs, comes a moment later.
@@ -277,6 +306,7 @@ fn main() {
 
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!("wall time, start-up and parsing included ({ROUNDS} runs each):");
+    println!("  (load average over 1, 5 and 15 min during the file runs: {load})");
     let line = |label: &str, t: Timing| {
         println!(
             "  {label:<40} best {:>6.0} ms   median {:>6.0} ms   (exit {})",
@@ -306,6 +336,18 @@ fn main() {
         ms(MAX_WHY),
         verdict(from_file.median <= MAX_WHY && from_server.median <= MAX_WHY)
     );
+    if let Some((path, old_caps, old_why)) = old {
+        println!("against the baseline {path} (-f fleet.json, {ROUNDS} runs of each, by turns):");
+        for (label, new, old) in [("caps", caps, old_caps), ("why", from_file, old_why)] {
+            let ratio = new.median.as_secs_f64() / old.median.as_secs_f64();
+            println!(
+                "  {label:<5} median new {:>6.0} ms, old {:>6.0} ms: {ratio:.3}x, goal <= {MAX_LOSS}x {}",
+                ms(new.median),
+                ms(old.median),
+                verdict(ratio <= MAX_LOSS)
+            );
+        }
+    }
     println!(
         "allocator alone, in process: {nodes} nodes, {} devices in {:.0} ms = {:.2} us per device evaluation (selectors compiled once)",
         devices.len(),

@@ -104,6 +104,28 @@ pub trait DeviceView: Sync {
             .map(|(_, value)| value)
     }
 
+    /// Feeds `h` what CEL sees of the device (driver, attributes, capacities,
+    /// `allowMultipleAllocations`, the unsupported attribute): devices fed alike are one CEL
+    /// class for the allocator. A view of interned text may feed each text's address instead.
+    fn hash_cel_inputs<H: std::hash::Hasher>(&self, h: &mut H)
+    where
+        Self: Sized,
+    {
+        use std::hash::Hash;
+        self.driver().hash(h);
+        for (name, value) in self.attributes() {
+            name.hash(h);
+            value.hash(h);
+        }
+        0xffu8.hash(h);
+        for (name, quantity) in self.capacities() {
+            name.hash(h);
+            quantity.hash(h);
+        }
+        self.allow_multiple_allocations().hash(h);
+        self.unsupported_attribute().hash(h);
+    }
+
     /// The device's identity, `driver/pool/device`, as the scheduler prints it.
     fn id(&self) -> DeviceId {
         DeviceId {

@@ -48,6 +48,20 @@ impl SliceDevice<'_> {
         )
     }
 
+    /// The driver, interned.
+    pub(crate) fn driver_interned(&self) -> Ustr {
+        self.driver
+    }
+
+    /// A string (or version) attribute by its interned name: no text compared, for what is
+    /// looked up on every device of a fleet.
+    pub(crate) fn interned(&self, name: QualifiedName) -> Option<Ustr> {
+        match self.device.attributes.get(name) {
+            Some(Value::String(s) | Value::Version(s)) => Some(*s),
+            _ => None,
+        }
+    }
+
     /// A string attribute by its fully qualified name.
     pub(crate) fn string(&self, qualified: &str) -> Option<&'static str> {
         match self.device.attributes.get_named(qualified) {
@@ -118,6 +132,28 @@ impl DeviceView for SliceDevice<'_> {
     }
     fn per_device_slice(&self) -> Option<usize> {
         self.per_device_slice
+    }
+    fn hash_cel_inputs<H: std::hash::Hasher>(&self, h: &mut H) {
+        use std::hash::Hash;
+        // Interned: equal text is one address, so addresses stand for the text and 80,000
+        // devices' attributes are not hashed byte by byte.
+        let at = |s: Ustr| s.as_str().as_ptr() as usize;
+        at(self.driver).hash(h);
+        for (name, (_, value)) in self.names.iter().zip(self.device.attributes.iter()) {
+            at(*name).hash(h);
+            match *value {
+                Value::Bool(b) => (0u8, u64::from(b)).hash(h),
+                Value::Int(i) => (1u8, i).hash(h),
+                Value::String(s) => (2u8, at(s)).hash(h),
+                Value::Version(v) => (3u8, at(v)).hash(h),
+                Value::Invalid => 4u8.hash(h),
+            }
+        }
+        0xffu8.hash(h);
+        for (name, quantity) in &self.capacities {
+            (at(*name), at(*quantity)).hash(h);
+        }
+        self.device.allow_multiple_allocations.hash(h);
     }
 }
 
@@ -448,6 +484,88 @@ status:
       - {request: r, driver: liken.sh, pool: n1, device: renderd128}
       - {request: r, driver: media.liken.sh, pool: shared, device: gpu-0, shareID: 7b8c0c8e-6b3a-4a49-9d5e-2f1d4c0e8a11}
 "#;
+
+    #[test]
+    fn devices_alike_share_a_cel_class_across_slices() {
+        // One slice per node, as the agent publishes: devices that CEL sees alike must share
+        // a class (their selectors run once), whatever slice they come from.
+        let slice = |node: &str, devices: &str| {
+            format!(
+                "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {node}}}\nspec:\n  driver: liken.sh\n  nodeName: {node}\n  pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}\n  devices:\n{devices}---\n"
+            )
+        };
+        let gpu = |name: &str, attributes: &str, capacity: &str| {
+            format!(
+                "  - name: {name}\n    attributes: {{{attributes}}}\n    capacity: {{{capacity}}}\n"
+            )
+        };
+        let a = gpu(
+            "a",
+            "model: {string: A770}, cores: {int: 32}",
+            "memory: {value: 16Gi}",
+        );
+        // n1 and n3 alike; another name with the same value between them (the reader shares
+        // a shape only with the device just before), another value, another capacity.
+        let text = [
+            slice("n1", &a),
+            slice(
+                "n2",
+                &gpu(
+                    "a",
+                    "model: {string: A770}, units: {int: 32}",
+                    "memory: {value: 16Gi}",
+                ),
+            ),
+            slice("n3", &a),
+            slice(
+                "n4",
+                &gpu(
+                    "a",
+                    "model: {string: A380}, cores: {int: 32}",
+                    "memory: {value: 16Gi}",
+                ),
+            ),
+            slice(
+                "n5",
+                &gpu(
+                    "a",
+                    "model: {string: A770}, cores: {int: 32}",
+                    "memory: {value: 8Gi}",
+                ),
+            ),
+        ]
+        .concat();
+        let objects = objects(&text);
+        let model = build(
+            &objects.slices,
+            &objects.claims,
+            &objects.nodes,
+            &objects.taint_rules,
+            Features::for_minor(36),
+        );
+        let (taken, incomplete) = (HashMap::new(), HashSet::new());
+        let classes: BTreeMap<String, k8s_openapi::api::resource::v1::DeviceClassSpec> =
+            BTreeMap::new();
+        let allocator = super::super::allocate::Allocator::new(
+            super::super::allocate::Fleet {
+                devices: &model.devices,
+                taken: &taken,
+                incomplete_pools: &incomplete,
+            },
+            &classes,
+            Features::for_minor(36),
+        );
+        let nodes: Vec<String> = model
+            .devices
+            .iter()
+            .map(|d| d.node().unwrap().to_string())
+            .collect();
+        assert_eq!(nodes, ["n1", "n2", "n3", "n4", "n5"]);
+        let class: Vec<usize> = (0..5).map(|d| allocator.cel_class(d)).collect();
+        assert_eq!(class[0], class[2]);
+        let distinct: HashSet<usize> = [0, 1, 3, 4].iter().map(|&d| class[d]).collect();
+        assert_eq!(distinct.len(), 4, "{class:?}");
+    }
 
     #[test]
     fn the_model_follows_the_scheduler_s_gathering() {

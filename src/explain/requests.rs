@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+use foldhash::fast::RandomState as Fast;
 use k8s_openapi::api::resource::v1::ResourceClaimSpec;
+use ustr::UstrSet;
 
 use super::DeviceView;
 use super::allocate::{AllocError, Allocator, DeviceStatus, SelectorFailure, cel_expressions};
@@ -15,7 +17,7 @@ use super::findings::{
     RequestAccount, SelectorRef, UnknownAttribute, reason_key,
 };
 use super::model::{FleetModel, SliceDevice};
-use crate::fleet::objects::Ustr;
+use crate::fleet::objects::{QualifiedName, Ustr};
 
 /// The PCI attribute the product's claims constrain on.
 pub(super) const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
@@ -27,12 +29,12 @@ type GroupKey = (ReasonKind, Option<Place>, Detail, String);
 pub(super) struct Group {
     devices: usize,
     /// Interned: a fleet's devices name a few thousand nodes tens of thousands of times.
-    nodes: HashSet<Ustr>,
+    nodes: UstrSet,
     claims: BTreeSet<String>,
 }
 
-/// Why a device does not serve: (reason, where, detail, claims holding it).
-type Said = (ReasonKind, Option<Place>, Detail, Vec<String>);
+/// Why a device does not serve: (reason, where, detail).
+type Said = (ReasonKind, Option<Place>, Detail);
 
 /// One device's status for a request.
 pub(super) struct Accounted {
@@ -42,8 +44,8 @@ pub(super) struct Accounted {
     free: bool,
     /// It fails a selector (for the relaxations).
     failing: bool,
-    /// Why it does not serve; none when it is available.
-    said: Option<Said>,
+    /// Why it does not serve ([`Tally::said`]); none when it is available.
+    said: Option<usize>,
 }
 
 /// A request's selectors: the class's and its own.
@@ -52,13 +54,61 @@ pub(super) struct Selectors<'s> {
     request: Vec<&'s str>,
 }
 
-/// One request, `(claim, request)`, against the devices the nodes saw: its report, for the
-/// claim at the returned index of the diagnosis.
+/// What a group is counted under: the device's GPU model, or its driver for another
+/// driver's device (worded once per group, not per device).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum ModelKey {
+    Gpu(Ustr),
+    Driver(Ustr),
+}
+
+/// A request's devices counted as they come. Each distinct reason is built once and named by
+/// its index (devices of one CEL class fail a selector alike), so that counting 80,000
+/// devices allocates per reason, not per device.
+#[derive(Default)]
+struct Tally {
+    said: Vec<Said>,
+    ids: HashMap<Said, usize, Fast>,
+    /// A false selector's reason by (class, selector index, CEL class).
+    not_selected: HashMap<(Option<Ustr>, usize, usize), usize, Fast>,
+    groups: HashMap<(usize, ModelKey), Group, Fast>,
+}
+
+impl Tally {
+    fn id(&mut self, said: Said) -> usize {
+        let all = &mut self.said;
+        *self.ids.entry(said).or_insert_with_key(|said| {
+            all.push(said.clone());
+            all.len() - 1
+        })
+    }
+
+    /// The groups keyed as the report sorts them; keys that only differed by how they were
+    /// reached merge.
+    fn groups(self) -> BTreeMap<GroupKey, Group> {
+        let mut merged: BTreeMap<GroupKey, Group> = BTreeMap::new();
+        for ((id, model), group) in self.groups {
+            let (kind, at, detail) = self.said[id].clone();
+            let model = match model {
+                ModelKey::Gpu(name) => name.to_string(),
+                ModelKey::Driver(driver) => format!("{driver} devices"),
+            };
+            let entry = merged.entry((kind, at, detail, model)).or_default();
+            entry.devices += group.devices;
+            entry.nodes.extend(group.nodes);
+            entry.claims.extend(group.claims);
+        }
+        merged
+    }
+}
+
+/// One request, `(claim, request)`, against the devices the nodes saw (by fleet index, each
+/// once, in index order): its report, for the claim at the returned index of the diagnosis.
 pub(super) fn account(
     work: &Work<'_, '_>,
     allocator: &mut Allocator<'_, SliceDevice<'_>>,
     (claim_label, request_name): &(String, String),
-    statuses: &BTreeMap<usize, DeviceStatus>,
+    statuses: &[(usize, DeviceStatus)],
     diagnoses: &mut HashMap<(String, usize), Finding>,
     known: &mut Option<HashSet<(String, String)>>,
 ) -> Option<(usize, RequestAccount)> {
@@ -86,14 +136,17 @@ pub(super) fn account(
         relaxations: Vec::new(),
         devices: Vec::new(),
     };
-    let mut groups: BTreeMap<GroupKey, Group> = BTreeMap::new();
-    let mut qualifying_nodes: HashSet<Ustr> = HashSet::new();
+    let mut tally = Tally::default();
+    let mut qualifying_nodes = UstrSet::default();
     let any_node = Ustr::from("(any node)");
     // Devices that fail selectors: their clause vectors, for the relaxations.
     let mut failing: Vec<usize> = Vec::new();
-    for (&d, status) in statuses {
+    for (d, status) in statuses {
+        let d = *d;
         let node_name = allocator.device(d).node().unwrap_or(any_node);
-        let accounted = device_status(work, allocator, &selectors, diagnoses, d, status);
+        let accounted = device_status(
+            work, allocator, &selectors, diagnoses, &mut tally, d, status,
+        );
         report.qualifying += usize::from(accounted.qualifies);
         report.available += usize::from(accounted.free);
         if accounted.qualifies {
@@ -102,7 +155,7 @@ pub(super) fn account(
         if accounted.failing {
             failing.push(d);
         }
-        let Some((kind, at, detail, claims_holding)) = accounted.said else {
+        let Some(id) = accounted.said else {
             if work.input.every_device {
                 report
                     .devices
@@ -110,6 +163,7 @@ pub(super) fn account(
             }
             continue;
         };
+        let (kind, at, detail) = &tally.said[id];
         if work.input.every_device {
             let status = DeviceReason {
                 at: at.clone(),
@@ -121,17 +175,23 @@ pub(super) fn account(
                 Some(status),
             ));
         }
-        let model = if kind == ReasonKind::OtherDriver {
-            format!("{} devices", allocator.device(d).driver())
+        let model = if *kind == ReasonKind::OtherDriver {
+            ModelKey::Driver(allocator.device(d).driver_interned())
         } else {
-            work.models[d].clone()
+            ModelKey::Gpu(work.models[d])
         };
-        let entry = groups.entry((kind, at, detail, model)).or_default();
+        let entry = tally.groups.entry((id, model)).or_default();
         entry.devices += 1;
         entry.nodes.insert(node_name);
-        entry.claims.extend(claims_holding);
+        if let DeviceStatus::Taken { claims } = status {
+            for claim in claims {
+                if !entry.claims.contains(claim) {
+                    entry.claims.insert(claim.clone());
+                }
+            }
+        }
     }
-    report.reasons = reasons(groups);
+    report.reasons = reasons(tally.groups());
     let mut nodes: Vec<String> = qualifying_nodes.iter().map(|n| n.to_string()).collect();
     nodes.sort_by(|a, b| crate::fleet::inventory::natural_cmp(a, b));
     report.qualifying_nodes = nodes;
@@ -160,70 +220,73 @@ pub(super) fn account(
     Some((claim_index, report))
 }
 
-/// What one device's status says for the request.
-pub(super) fn device_status(
+/// What one device's status says for the request; its reason built once per [`Tally`].
+fn device_status(
     work: &Work<'_, '_>,
     allocator: &mut Allocator<'_, SliceDevice<'_>>,
     selectors: &Selectors<'_>,
     diagnoses: &mut HashMap<(String, usize), Finding>,
+    tally: &mut Tally,
     d: usize,
     status: &DeviceStatus,
 ) -> Accounted {
     let (qualifies, free, said) = match status {
         DeviceStatus::Available => (true, true, None),
-        DeviceStatus::Taken { claims } => {
+        DeviceStatus::NotSelected { class, index } => {
+            let key = (*class, *index, allocator.cel_class(d));
+            let id = match tally.not_selected.get(&key) {
+                Some(&id) => id,
+                None => {
+                    let said = not_selected(allocator, selectors, diagnoses, d, *class, *index);
+                    let id = tally.id(said);
+                    tally.not_selected.insert(key, id);
+                    id
+                }
+            };
+            return Accounted {
+                qualifies: false,
+                free: false,
+                failing: true,
+                said: Some(id),
+            };
+        }
+        DeviceStatus::Taken { .. } => {
             // Only an allocation without a share ID takes a shareable device: it is
             // exclusive, as every one made with DRAConsumableCapacity off (allocateddevices.go).
             let shareable = work.input.features.consumable_capacity
                 && allocator.device(d).allow_multiple_allocations() == Some(true);
-            let said = (
-                ReasonKind::Taken,
-                None,
-                Detail::Taken { shareable },
-                claims.clone(),
-            );
+            let said = (ReasonKind::Taken, None, Detail::Taken { shareable });
             (true, false, Some(said))
         }
         // It passes the selectors and is assumed to have room (what is not known).
         DeviceStatus::CapacityUnmodelled => (
             true,
             true,
-            Some((
-                ReasonKind::CannotEvaluate,
-                None,
-                Detail::CapacityUnmodelled,
-                Vec::new(),
-            )),
+            Some((ReasonKind::CannotEvaluate, None, Detail::CapacityUnmodelled)),
         ),
-        DeviceStatus::CapacityShort {
-            capacity,
-            asked,
-            has,
-        } => (
+        DeviceStatus::CapacityShort(short) => (
             false,
             false,
             Some((
                 ReasonKind::CapacityShort,
                 None,
                 Detail::CapacityShort {
-                    capacity: capacity.clone(),
-                    asked: asked.clone(),
-                    has: has.clone(),
+                    capacity: short.capacity.clone(),
+                    asked: short.asked.clone(),
+                    has: short.has.clone(),
                 },
-                Vec::new(),
             )),
         ),
-        DeviceStatus::PoolInvalid { pool, reason } => (
+        DeviceStatus::PoolInvalid(pool) => (
             false,
             false,
             Some((
                 ReasonKind::PoolInvalid,
                 None,
                 Detail::PoolInvalid {
-                    pool: pool.clone(),
-                    reason: reason.clone(),
+                    pool: pool.pool.clone(),
+                    reason: pool.reason.clone(),
                 },
-                Vec::new(),
             )),
         ),
         DeviceStatus::PoolUpdating { pool } => (
@@ -233,7 +296,6 @@ pub(super) fn device_status(
                 ReasonKind::PoolUpdating,
                 None,
                 Detail::PoolUpdating { pool: pool.clone() },
-                Vec::new(),
             )),
         ),
         DeviceStatus::Untolerated { taint } => (
@@ -247,25 +309,15 @@ pub(super) fn device_status(
                     value: taint.value.clone(),
                     effect: taint.effect.clone(),
                 },
-                Vec::new(),
             )),
         ),
-        DeviceStatus::NotSelected { class, index } => {
-            let said = not_selected(allocator, selectors, diagnoses, d, class.as_deref(), *index);
-            return Accounted {
-                qualifies: false,
-                free: false,
-                failing: true,
-                said: Some(said),
-            };
-        }
         DeviceStatus::Failed(e) => (false, false, Some(failed(e))),
     };
     Accounted {
         qualifies,
         free,
         failing: false,
-        said,
+        said: said.map(|said| tally.id(said)),
     }
 }
 
@@ -275,7 +327,7 @@ pub(super) fn not_selected(
     selectors: &Selectors<'_>,
     diagnoses: &mut HashMap<(String, usize), Finding>,
     d: usize,
-    class: Option<&str>,
+    class: Option<Ustr>,
     index: usize,
 ) -> Said {
     let device_signature = allocator.cel_class(d);
@@ -284,7 +336,7 @@ pub(super) fn not_selected(
     let (selector, expression) = match class {
         Some(class) => (
             SelectorRef::Class {
-                class: class.to_owned(),
+                class: class.to_string(),
                 index,
             },
             class_selectors.get(index).copied(),
@@ -314,40 +366,23 @@ pub(super) fn not_selected(
             if clause.reads.len() == 1 && clause.reads[0].domain.is_none() =>
         {
             let detail = reads(clause.reads);
-            (
-                ReasonKind::OtherDriver,
-                at(Some(clause.text)),
-                detail,
-                Vec::new(),
-            )
+            (ReasonKind::OtherDriver, at(Some(clause.text)), detail)
         }
         Finding::False { clause } => {
             let detail = reads(clause.reads);
-            (
-                ReasonKind::SelectorFalse,
-                at(Some(clause.text)),
-                detail,
-                Vec::new(),
-            )
+            (ReasonKind::SelectorFalse, at(Some(clause.text)), detail)
         }
         Finding::RuntimeError { clause, message } => (
             ReasonKind::RuntimeError,
             at(Some(clause.text)),
             Detail::RuntimeError { message },
-            Vec::new(),
         ),
         Finding::CannotEvaluate { reason } => (
             ReasonKind::CannotEvaluate,
             at(None),
             Detail::CannotEvaluate { message: reason },
-            Vec::new(),
         ),
-        Finding::Selected => (
-            ReasonKind::SelectorFalse,
-            at(None),
-            reads(Vec::new()),
-            Vec::new(),
-        ),
+        Finding::Selected => (ReasonKind::SelectorFalse, at(None), reads(Vec::new())),
     }
 }
 
@@ -380,7 +415,7 @@ pub(super) fn failed(e: &AllocError) -> Said {
         }),
         _ => None,
     };
-    (kind, at, detail, Vec::new())
+    (kind, at, detail)
 }
 
 /// A selector as the allocator names it.
@@ -455,33 +490,37 @@ pub(super) fn unknown_attributes(
 
 /// A GPU's model name for each device: a media.liken.sh device's `name` attribute, and for
 /// other drivers' devices the name of the media device at the same node and PCI address.
-pub(super) fn gpu_models(model: &FleetModel<'_>) -> Vec<String> {
-    let name_attribute = format!("{}/name", crate::catalogue::DRIVER);
-    let mut by_address: HashMap<(Option<&str>, &str), &str> = HashMap::new();
+pub(super) fn gpu_models(model: &FleetModel<'_>) -> Vec<Ustr> {
+    // Interned names: two look-ups on each of 80,000 devices compare pointers, not text.
+    let name_attribute = QualifiedName::new(crate::catalogue::DRIVER, "name");
+    let pci_bus_id = QualifiedName::parse(PCI_BUS_ID, "");
+    let media = Ustr::from(crate::catalogue::DRIVER);
+    let mut by_address: HashMap<(Option<Ustr>, Ustr), Ustr, Fast> = HashMap::default();
     for device in &model.devices {
-        if device.driver() == crate::catalogue::DRIVER
+        if device.driver_interned() == media
             && let (Some(pci), Some(name)) =
-                (device.string(PCI_BUS_ID), device.string(&name_attribute))
+                (device.interned(pci_bus_id), device.interned(name_attribute))
         {
-            by_address.insert((device.node().map(|n| n.as_str()), pci), name);
+            by_address.insert((device.node(), pci), name);
         }
     }
+    let mut unnamed: HashMap<Ustr, Ustr, Fast> = HashMap::default();
     model
         .devices
         .iter()
         .map(|device| {
-            let own = (device.driver() == crate::catalogue::DRIVER)
-                .then(|| device.string(&name_attribute))
+            let own = (device.driver_interned() == media)
+                .then(|| device.interned(name_attribute))
                 .flatten();
-            let joined = device.string(PCI_BUS_ID).and_then(|pci| {
-                by_address
-                    .get(&(device.node().map(|n| n.as_str()), pci))
-                    .copied()
-            });
-            match own.or(joined) {
-                Some(name) => name.to_owned(),
-                None => format!("{} device", device.driver()),
-            }
+            let joined = device
+                .interned(pci_bus_id)
+                .and_then(|pci| by_address.get(&(device.node(), pci)).copied());
+            own.or(joined).unwrap_or_else(|| {
+                let driver = device.driver_interned();
+                *unnamed
+                    .entry(driver)
+                    .or_insert_with(|| Ustr::from(&format!("{driver} device")))
+            })
         })
         .collect()
 }
@@ -524,7 +563,7 @@ pub(super) fn request_shape<'s>(
 
 pub(super) fn device_line(
     device: &SliceDevice<'_>,
-    model: &str,
+    model: &Ustr,
     status: Option<DeviceReason>,
 ) -> DeviceLine {
     DeviceLine {
@@ -534,7 +573,7 @@ pub(super) fn device_line(
             .unwrap_or_else(|| "(any node)".to_owned()),
         device: device.id().to_string(),
         pci_bus_id: device.string(PCI_BUS_ID).map(str::to_owned),
-        model: model.to_owned(),
+        model: model.to_string(),
         status,
     }
 }
@@ -582,7 +621,7 @@ pub(super) fn relaxations(
         .map(|(_, e)| diagnose::clause_texts(allocator.selector(e)).unwrap_or_default())
         .collect();
     let mut memo: HashMap<usize, Option<(usize, usize)>> = HashMap::new();
-    let mut gains: BTreeMap<(usize, usize), (usize, usize, BTreeSet<String>)> = BTreeMap::new();
+    let mut gains: BTreeMap<(usize, usize), (usize, usize, UstrSet)> = BTreeMap::new();
     for &d in failing {
         let key = allocator.cel_class(d);
         let only = match memo.get(&key) {
@@ -611,12 +650,14 @@ pub(super) fn relaxations(
         };
         if let Some(position) = only {
             let device = allocator.device(d);
-            let free = !model.taken.contains_key(&device.id()) && device.taints().is_empty();
+            // An id is built only where some device is taken: not per device of a free fleet.
+            let free = device.taints().is_empty()
+                && (model.taken.is_empty() || !model.taken.contains_key(&device.id()));
             let entry = gains.entry(position).or_default();
             entry.0 += 1;
             entry.1 += usize::from(free);
             if let Some(node) = device.node() {
-                entry.2.insert(node.to_string());
+                entry.2.insert(node);
             }
         }
     }
