@@ -49,6 +49,7 @@ pub(crate) fn holders(inventory: &Inventory, claims: &[AllocatedClaim]) -> Holde
         per_gpu: vec![Vec::new(); inventory.gpus.len()],
         elsewhere: 0,
     };
+    let index = inventory.device_index();
     for claim in claims.iter().filter(|c| !c.results.is_empty()) {
         let results = &claim.results;
         // A claim's results on one GPU are one hold; a claim has at most 32 results (the API's
@@ -56,7 +57,7 @@ pub(crate) fn holders(inventory: &Inventory, claims: &[AllocatedClaim]) -> Holde
         let mut on: Vec<(usize, Hold)> = Vec::new();
         for result in results {
             let key = (result.driver, result.pool, result.device);
-            let Some(&gpu) = inventory.devices.get(&key) else {
+            let Some(&gpu) = index.get(&key) else {
                 continue;
             };
             let hold = match on.iter_mut().find(|(g, _)| *g == gpu) {
