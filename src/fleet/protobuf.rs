@@ -100,13 +100,31 @@ pub(crate) fn continue_token(list: &[u8]) -> Result<Option<String>, ProtobufErro
         .filter(|t| !t.is_empty()))
 }
 
-/// The slices of a `ResourceSliceList`'s body, in the fleet model.
+/// The slices of a `ResourceSliceList`'s body, in the fleet model, each item decoded and
+/// converted on its own: a whole page of k8s-pb slices (every attribute an owned `String`) made
+/// peak memory from the server 128 MiB for 40,000 GPUs instead of 105 (benches/caps.rs).
 pub(crate) fn slices(list: &[u8]) -> Result<Vec<ResourceSlice>, ProtobufError> {
-    let list = resource::ResourceSliceList::decode(list).map_err(|cause| ProtobufError::Body {
+    use prost::encoding::{DecodeContext, decode_key, skip_field};
+    let unreadable = |cause| ProtobufError::Body {
         kind: "ResourceSliceList",
         cause,
-    })?;
-    Ok(list.items.into_iter().map(slice).collect())
+    };
+    let mut buf = list;
+    let mut out = Vec::new();
+    // Each turn consumes at least a key's byte: bounded by the list's length.
+    while !buf.is_empty() {
+        let (tag, wire_type) = decode_key(&mut buf).map_err(unreadable)?;
+        // Field 2 is `items`; `merge` refuses it with another wire type, as prost's decode does.
+        if tag != 2 {
+            skip_field(wire_type, tag, &mut buf, DecodeContext::default()).map_err(unreadable)?;
+            continue;
+        }
+        let mut item = resource::ResourceSlice::default();
+        prost::encoding::message::merge(wire_type, &mut item, &mut buf, DecodeContext::default())
+            .map_err(unreadable)?;
+        out.push(slice(item));
+    }
+    Ok(out)
 }
 
 /// The claims of a `ResourceClaimList`'s body, for their allocations only.
