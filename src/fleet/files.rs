@@ -1093,6 +1093,44 @@ impl<'n> Scanner<'n> {
         });
     }
 
+    /// Inside a JSON string: consumes `rest` up to and including the string's closing quote, or
+    /// all of it; returns how many bytes that was (at least one: `rest` is never empty).
+    #[inline]
+    fn in_string(&mut self, rest: &[u8]) -> usize {
+        if self.escape {
+            self.escape = false;
+            if self.in_key {
+                self.key.push(rest[0]);
+            }
+            self.column += 1;
+            return 1;
+        }
+        let Some(k) = memchr::memchr2(b'"', b'\\', rest) else {
+            if self.in_key {
+                self.key.extend_from_slice(rest);
+            }
+            self.column += rest.len();
+            return rest.len();
+        };
+        if self.in_key {
+            self.key.extend_from_slice(&rest[..k]);
+        }
+        self.column += k + 1;
+        if rest[k] == b'\\' {
+            if self.in_key {
+                self.key.push(b'\\');
+            }
+            self.escape = true;
+        } else {
+            self.string = false;
+            if self.in_key {
+                self.in_key = false;
+                self.items_next = self.key == b"items";
+            }
+        }
+        k + 1
+    }
+
     fn feed(
         &mut self,
         block: &[u8],
@@ -1102,41 +1140,7 @@ impl<'n> Scanner<'n> {
         let mut i = 0;
         while i < block.len() {
             if self.string {
-                if self.escape {
-                    self.escape = false;
-                    if self.in_key {
-                        self.key.push(block[i]);
-                    }
-                    i += 1;
-                    self.column += 1;
-                    continue;
-                }
-                let rest = &block[i..];
-                let Some(k) = memchr::memchr2(b'"', b'\\', rest) else {
-                    if self.in_key {
-                        self.key.extend_from_slice(rest);
-                    }
-                    self.column += rest.len();
-                    i = block.len();
-                    continue;
-                };
-                if self.in_key {
-                    self.key.extend_from_slice(&rest[..k]);
-                }
-                self.column += k + 1;
-                i += k + 1;
-                if rest[k] == b'\\' {
-                    if self.in_key {
-                        self.key.push(b'\\');
-                    }
-                    self.escape = true;
-                } else {
-                    self.string = false;
-                    if self.in_key {
-                        self.in_key = false;
-                        self.items_next = self.key == b"items";
-                    }
-                }
+                i += self.in_string(&block[i..]);
                 continue;
             }
             let b = block[i];
