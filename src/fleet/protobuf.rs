@@ -76,25 +76,10 @@ pub(crate) fn unwrap(
 /// A list's `metadata.continue`, read without decoding its items: Go writes fields in order,
 /// `metadata` (1) before `items` (2), and each item is skipped by its length alone.
 pub(crate) fn continue_token(list: &[u8]) -> Result<Option<String>, ProtobufError> {
-    use prost::encoding::{DecodeContext, WireType, decode_key, skip_field};
-    let unreadable = |cause| ProtobufError::Body {
-        kind: "list metadata",
-        cause,
-    };
-    let mut buf = list;
     let mut metadata = None;
-    // Each turn consumes at least a key's byte: bounded by the list's length.
-    while !buf.is_empty() {
-        let (tag, wire_type) = decode_key(&mut buf).map_err(unreadable)?;
-        if tag == 1 && wire_type == WireType::LengthDelimited {
-            let mut meta = meta::ListMeta::default();
-            prost::encoding::message::merge(wire_type, &mut meta, &mut buf, Default::default())
-                .map_err(unreadable)?;
-            metadata = Some(meta);
-        } else {
-            skip_field(wire_type, tag, &mut buf, DecodeContext::default()).map_err(unreadable)?;
-        }
-    }
+    each_field(list, 1, "list metadata", |meta: meta::ListMeta| {
+        metadata = Some(meta);
+    })?;
     Ok(metadata
         .and_then(|m| m.r#continue)
         .filter(|t| !t.is_empty()))
@@ -104,36 +89,45 @@ pub(crate) fn continue_token(list: &[u8]) -> Result<Option<String>, ProtobufErro
 /// converted on its own: a whole page of k8s-pb slices (every attribute an owned `String`) made
 /// peak memory from the server 128 MiB for 40,000 GPUs instead of 105 (benches/caps.rs).
 pub(crate) fn slices(list: &[u8]) -> Result<Vec<ResourceSlice>, ProtobufError> {
-    use prost::encoding::{DecodeContext, decode_key, skip_field};
-    let unreadable = |cause| ProtobufError::Body {
-        kind: "ResourceSliceList",
-        cause,
-    };
-    let mut buf = list;
     let mut out = Vec::new();
-    // Each turn consumes at least a key's byte: bounded by the list's length.
-    while !buf.is_empty() {
-        let (tag, wire_type) = decode_key(&mut buf).map_err(unreadable)?;
-        // Field 2 is `items`; `merge` refuses it with another wire type, as prost's decode does.
-        if tag != 2 {
-            skip_field(wire_type, tag, &mut buf, DecodeContext::default()).map_err(unreadable)?;
-            continue;
-        }
-        let mut item = resource::ResourceSlice::default();
-        prost::encoding::message::merge(wire_type, &mut item, &mut buf, DecodeContext::default())
-            .map_err(unreadable)?;
-        out.push(slice(item));
-    }
+    each_field(list, 2, "ResourceSliceList", |item| out.push(slice(item)))?;
     Ok(out)
 }
 
 /// The claims of a `ResourceClaimList`'s body, for their allocations only.
 pub(crate) fn allocated(list: &[u8]) -> Result<Vec<AllocatedClaim>, ProtobufError> {
-    let list = resource::ResourceClaimList::decode(list).map_err(|cause| ProtobufError::Body {
-        kind: "ResourceClaimList",
-        cause,
+    let mut out = Vec::new();
+    each_field(list, 2, "ResourceClaimList", |item| {
+        out.push(allocated_claim(item));
     })?;
-    Ok(list.items.into_iter().map(allocated_claim).collect())
+    Ok(out)
+}
+
+/// Each field `tag` of a list's body (1 `metadata`, 2 `items`) decoded as an `M` and handed
+/// to `take` one at a time; other fields are skipped. `merge` refuses the field with another
+/// wire type, as prost's decode of the whole list does.
+fn each_field<M: Message + Default>(
+    list: &[u8],
+    tag: u32,
+    kind: &'static str,
+    mut take: impl FnMut(M),
+) -> Result<(), ProtobufError> {
+    use prost::encoding::{DecodeContext, decode_key, message, skip_field};
+    let unreadable = |cause| ProtobufError::Body { kind, cause };
+    let mut buf = list;
+    // Each turn consumes at least a key's byte: bounded by the list's length.
+    while !buf.is_empty() {
+        let (field, wire_type) = decode_key(&mut buf).map_err(unreadable)?;
+        if field != tag {
+            skip_field(wire_type, field, &mut buf, DecodeContext::default()).map_err(unreadable)?;
+            continue;
+        }
+        let mut item = M::default();
+        message::merge(wire_type, &mut item, &mut buf, DecodeContext::default())
+            .map_err(unreadable)?;
+        take(item);
+    }
+    Ok(())
 }
 
 fn allocated_claim(claim: resource::ResourceClaim) -> AllocatedClaim {
