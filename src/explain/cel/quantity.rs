@@ -154,15 +154,8 @@ fn interpret(suffix: &str) -> Option<(u32, i32, bool)> {
 
 /// `value` × 10^`times`, as math.go `positiveScaleInt64` checks it.
 fn scale_up_i64(value: i64, times: i64) -> Option<i64> {
-    if value == 0 {
-        return Some(0);
-    }
-    // A non-zero value overflows within 19 steps, so the loop is short.
-    let mut v = value;
-    for _ in 0..times {
-        v = v.checked_mul(10)?;
-    }
-    Some(v)
+    // Each step grows the magnitude, so no step overflowed where the result fits.
+    scale_up(value.into(), times).and_then(|v| i64::try_from(v).ok())
 }
 
 /// `value` × 10^`times` in `i128`, `None` past it.
@@ -170,6 +163,7 @@ fn scale_up(value: i128, times: i64) -> Option<i128> {
     if value == 0 {
         return Some(0);
     }
+    // A non-zero value overflows within 39 steps, so the loop is short.
     let mut v = value;
     for _ in 0..times {
         v = v.checked_mul(10)?;
