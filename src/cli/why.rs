@@ -182,6 +182,7 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
         features,
         unread: &unread,
         every_device: args.output == Some(WhyFormat::Wide),
+        threads: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
     };
     let same = same_input(args, &global.kube);
     let from_files = !same.files.is_empty();

@@ -9,6 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
+use std::sync::Arc;
 
 use foldhash::fast::RandomState as Fast;
 use ustr::Ustr;
@@ -116,6 +117,15 @@ pub struct Fleet<'a, D> {
     /// Pools (`driver`, `pool`) whose slices are not all present at their newest generation.
     pub incomplete_pools: &'a HashSet<(String, String)>,
 }
+
+// By hand: a derive would ask `D: Copy` of the devices, not of the reference to them.
+impl<D> Clone for Fleet<'_, D> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<D> Copy for Fleet<'_, D> {}
 
 /// One allocated device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -336,11 +346,22 @@ pub(crate) struct Shortfall {
 }
 
 /// The allocator: selector programs compiled once, device values built once and selector
-/// outcomes cached across nodes and calls.
+/// outcomes cached across nodes and calls. [`Allocator::fork`] gives another thread one that
+/// shares the fleet's tables and keeps caches of its own.
 pub struct Allocator<'a, D: DeviceView> {
     fleet: Fleet<'a, D>,
-    classes: &'a dyn ClassSource,
+    classes: &'a (dyn ClassSource + Sync),
     features: Features,
+    tables: Arc<Tables>,
+    selector_ids: HashMap<String, usize>,
+    selectors: Vec<Selector>,
+    /// Per class: the CEL value, built from the class's first device.
+    values: Vec<Option<Result<DeviceValue<'a>, ConversionError>>>,
+    outcomes: HashMap<(usize, usize), Outcome, Fast>,
+}
+
+/// What the allocator derives from the fleet once, read by every fork.
+struct Tables {
     /// [`Fleet::taken`] by device index, so that the search never builds an id to look one up.
     taken: HashMap<usize, Vec<String>>,
     /// Per class, the device its CEL value is built from.
@@ -354,16 +375,11 @@ pub struct Allocator<'a, D: DeviceView> {
     elsewhere: Vec<usize>,
     /// The devices of each slice with `perDeviceNodeSelection`, in slice order.
     per_device: Vec<Vec<usize>>,
-    selector_ids: HashMap<String, usize>,
-    selectors: Vec<Selector>,
     /// Each device's CEL inputs class: devices with the same driver, attributes, capacities
     /// and `allowMultipleAllocations` give every selector the same result (CEL sees nothing
     /// else of a device), so values and outcomes are kept per class, not per device: a fleet
     /// of 80,000 devices has a few dozen classes.
     class_of: Vec<usize>,
-    /// Per class: the CEL value, built from the class's first device.
-    values: Vec<Option<Result<DeviceValue<'a>, ConversionError>>>,
-    outcomes: HashMap<(usize, usize), Outcome, Fast>,
 }
 
 /// One request or sub-request, prepared.
@@ -410,7 +426,11 @@ impl Mode {
 
 impl<'a, D: DeviceView> Allocator<'a, D> {
     /// An allocator over `fleet` with the classes of `classes`.
-    pub fn new(fleet: Fleet<'a, D>, classes: &'a dyn ClassSource, features: Features) -> Self {
+    pub fn new(
+        fleet: Fleet<'a, D>,
+        classes: &'a (dyn ClassSource + Sync),
+        features: Features,
+    ) -> Self {
         let mut order: Vec<usize> = (0..fleet.devices.len()).collect();
         order.sort_by(|&a, &b| {
             let (a, b) = (&fleet.devices[a], &fleet.devices[b]);
@@ -472,16 +492,33 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             fleet,
             classes,
             features,
-            rank,
-            taken,
-            class_of,
-            representatives,
-            by_node,
-            elsewhere,
-            per_device,
+            tables: Arc::new(Tables {
+                taken,
+                representatives,
+                rank,
+                by_node,
+                elsewhere,
+                per_device,
+                class_of,
+            }),
             selector_ids: HashMap::new(),
             selectors: Vec::new(),
             values,
+            outcomes: HashMap::default(),
+        }
+    }
+
+    /// An allocator over the same fleet for another thread: the tables are shared, selectors,
+    /// values and outcomes are its own (they are the same whoever computes them).
+    pub(crate) fn fork(&self) -> Self {
+        Allocator {
+            fleet: self.fleet,
+            classes: self.classes,
+            features: self.features,
+            tables: Arc::clone(&self.tables),
+            selector_ids: HashMap::new(),
+            selectors: Vec::new(),
+            values: self.tables.representatives.iter().map(|_| None).collect(),
             outcomes: HashMap::default(),
         }
     }
@@ -493,16 +530,22 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     /// fail the attempt, before their own node rules them out (allocator_incubating.go
     /// `isSelectable`).
     fn gather(&self, node: &NodeInfo) -> Gathered {
-        let mut devices: Vec<usize> = self.by_node.get(&node.name).cloned().unwrap_or_default();
+        let mut devices: Vec<usize> = self
+            .tables
+            .by_node
+            .get(&node.name)
+            .cloned()
+            .unwrap_or_default();
         let mut off_node = HashSet::new();
-        if !self.elsewhere.is_empty() || !self.per_device.is_empty() {
+        if !self.tables.elsewhere.is_empty() || !self.tables.per_device.is_empty() {
             devices.extend(
-                self.elsewhere
+                self.tables
+                    .elsewhere
                     .iter()
                     .copied()
                     .filter(|&d| node.can_use(self.fleet.devices[d].placement())),
             );
-            for slice in &self.per_device {
+            for slice in &self.tables.per_device {
                 let (here, there): (Vec<usize>, Vec<usize>) = slice
                     .iter()
                     .partition(|&&d| node.can_use(self.fleet.devices[d].placement()));
@@ -511,7 +554,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                     off_node.extend(there);
                 }
             }
-            devices.sort_by_key(|&d| self.rank[d]);
+            devices.sort_by_key(|&d| self.tables.rank[d]);
         }
         let (invalid, invalid_of) = self.invalid_pools(&devices);
         Gathered {
@@ -839,7 +882,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     /// The CEL class of the device at `index`: devices of one class give every selector the
     /// same result (same driver, attributes, capacities and `allowMultipleAllocations`).
     pub(crate) fn cel_class(&self, index: usize) -> usize {
-        self.class_of[index]
+        self.tables.class_of[index]
     }
 
     /// The device at `index` of the fleet.
@@ -1145,7 +1188,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     }
 
     fn outcome(&mut self, selector: usize, d: usize) -> Outcome {
-        let class = self.class_of[d];
+        let class = self.tables.class_of[d];
         if let Some(outcome) = self.outcomes.get(&(selector, class)) {
             return outcome.clone();
         }
@@ -1164,8 +1207,8 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
 
     /// Builds, once, the CEL value of the device at `d`'s class; returns the class.
     fn ensure_value(&mut self, d: usize) -> usize {
-        let class = self.class_of[d];
-        let representative = self.representatives[class];
+        let class = self.tables.class_of[d];
+        let representative = self.tables.representatives[class];
         let (devices, minor) = (self.fleet.devices, self.features.release);
         self.values[class].get_or_insert_with(|| DeviceValue::new(&devices[representative], minor));
         class
@@ -1228,7 +1271,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                     .is_some_and(|c| c.contains(&claim));
             return same_claim.then(|| vec![search.claims[claim].name.to_owned()]);
         }
-        if let Some(claims) = self.taken.get(&d) {
+        if let Some(claims) = self.tables.taken.get(&d) {
             return Some(claims.clone());
         }
         search

@@ -1,12 +1,12 @@
 //! The allocator's part: node by node, the pod's node filters and the allocation the
 //! scheduler's Filter would make; then the attempt error that fails every attempt.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::api::core::v1::{NodeSelector, Pod};
 use k8s_openapi::api::resource::v1::{DeviceClassSpec, ResourceClaimSpec};
 
-use super::NodeInfo;
 use super::allocate::{
     self, AllocError, Allocator, Claim, DeviceStatus, Fleet, NodeReport, NodeVerdict,
 };
@@ -17,9 +17,10 @@ use super::findings::{
     AttemptCode, AttemptError, Diagnosis, ErrorSummary, NodeFinding, NodeOutcome, NodePicks,
     NodeSummary, Note, Odds, PickedDevice, PoolReason, RequestGpus, Unsatisfied,
 };
-use super::model::{FleetModel, SliceDevice};
+use super::model::{CandidateNode, FleetModel, SliceDevice};
 use super::requests::{self as request_report, PCI_BUS_ID, scope_ref};
 use super::target::Input;
+use super::{DeviceView, NodeInfo};
 use crate::fleet::objects::Ustr;
 
 /// What the allocator's part works on.
@@ -109,28 +110,44 @@ pub(super) fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
         .collect();
     let mut pass = nodes(work, &mut allocator, &claims);
 
-    // Per request, against the fleet.
+    // Per request, against the fleet, one request per take.
     // Devices of one CEL class (see Allocator::cel_class) fail a selector the same way: each
-    // is diagnosed once per class, not once per device.
-    let mut diagnoses: HashMap<(String, usize), Finding> = HashMap::new();
-    let mut known: Option<HashSet<(String, String)>> = None;
+    // is diagnosed once per class and worker, not once per device.
+    let known = request_report::known_attributes(model);
     let statuses = pass.statuses();
-    for (key, statuses) in pass.request_keys.iter().zip(&statuses) {
-        if let Some((claim_index, report)) = request_report::account(
-            work,
-            &mut allocator,
-            key,
-            statuses,
-            &mut diagnoses,
-            &mut known,
-        ) {
-            diagnosis.claims[claim_index].requests.push(report);
-        }
+    let requests: Vec<_> = pass.request_keys.iter().zip(&statuses).collect();
+    let accounts = across_cores(
+        work.input.threads,
+        &requests,
+        1,
+        &mut allocator,
+        HashMap::<(String, usize), Finding>::new,
+        |allocator, diagnoses, (key, statuses)| {
+            request_report::account(work, allocator, key, statuses, diagnoses, &known)
+        },
+    );
+    for (claim_index, report) in accounts.into_iter().flatten() {
+        diagnosis.claims[claim_index].requests.push(report);
     }
     summarise(work, &claims, pass, diagnosis);
 }
 
-/// Node by node: the pod's filters, then the allocation.
+/// What one node gave: its finding, each request's devices, and (where the pod's filters let
+/// it through) the attempt's error or the devices picked.
+struct Visit {
+    outcome: NodeFinding,
+    report: NodeReport,
+    error: Option<AllocError>,
+    picks: Option<NodePicks>,
+}
+
+/// Nodes a worker takes at a time: enough to keep the shared counter cold, few enough that
+/// two workers finish together.
+const NODES_PER_TAKE: usize = 32;
+
+/// Node by node: the pod's filters, then the allocation. Nodes are independent, so they are
+/// visited on every core (each worker with a fork of the allocator) and recorded in node
+/// order, which is what the first error and each device's first status depend on.
 pub(super) fn nodes(
     work: &Work<'_, '_>,
     allocator: &mut Allocator<'_, SliceDevice<'_>>,
@@ -158,51 +175,139 @@ pub(super) fn nodes(
             .iter()
             .any(|c| c.match_attribute.is_none())
     });
-    for candidate in &work.model.nodes {
-        let node = &candidate.info;
-        // The pod's own node filters run before DynamicResources: an allocator error on a node
-        // they reject never reaches the scheduler. Still computed, to say what it would allow.
-        let filtered = work
-            .pod
-            .zip(candidate.node)
-            .and_then(|(pod, node_object)| pod_filter(pod, node, node_object));
-        let report = match allocator.explain(node, claims) {
-            Ok(report) => report,
-            Err(e) => {
-                // The attempt fails on this node; each request's devices are still accounted
-                // for, one request at a time (a runtime error shows on the device it hits).
-                let report = survey(allocator, node, claims);
-                let outcome = match &filtered {
-                    Some(filtered) => filtered.clone(),
-                    None => {
-                        pass.erring += 1;
-                        NodeFinding::Error {
-                            error: error_summary(&e),
-                        }
-                    }
-                };
-                if filtered.is_none() {
-                    pass.attempt_error.get_or_insert(e);
-                }
-                pass.outcomes
-                    .entry(outcome)
-                    .or_default()
-                    .push(node.name.clone());
-                pass.record(report);
-                continue;
-            }
-        };
-        let outcome = match filtered {
-            Some(filtered) => filtered,
-            None => node_outcome(work, allocator, claims, node, &report, distinct, &mut pass),
-        };
-        pass.record(report);
+    let candidates = &work.model.nodes;
+    let visits = across_cores(
+        work.input.threads,
+        candidates,
+        NODES_PER_TAKE,
+        allocator,
+        || (),
+        |allocator, (), c| visit(work, allocator, claims, c, distinct),
+    );
+    for (candidate, visit) in candidates.iter().zip(visits) {
+        if let Some(error) = visit.error {
+            pass.erring += 1;
+            pass.attempt_error.get_or_insert(error);
+        }
+        if let Some(picks) = visit.picks {
+            pass.allocatable += 1;
+            pass.picks.push(picks);
+        }
+        pass.record(visit.report);
         pass.outcomes
-            .entry(outcome)
+            .entry(visit.outcome)
             .or_default()
-            .push(node.name.clone());
+            .push(candidate.info.name.clone());
     }
     pass
+}
+
+/// Threads at most: the work per item is small, and the fold after them is serial.
+const MAX_WORKERS: usize = 4;
+
+/// `visit` over `items` on `threads` threads (each worker with a fork of the allocator and a
+/// `state` of its own), the results in the items' order. Workers take `per_take` items at a
+/// time; with fewer than two takes, or one thread, this thread does it all.
+fn across_cores<'a, D: DeviceView, T: Sync, S, R: Send>(
+    threads: usize,
+    items: &[T],
+    per_take: usize,
+    allocator: &mut Allocator<'a, D>,
+    state: impl Fn() -> S + Sync,
+    visit: impl Fn(&mut Allocator<'a, D>, &mut S, &T) -> R + Sync,
+) -> Vec<R> {
+    let workers = threads.min(MAX_WORKERS);
+    if workers < 2 || items.len() < 2 * per_take {
+        let mut state = state();
+        return items
+            .iter()
+            .map(|i| visit(allocator, &mut state, i))
+            .collect();
+    }
+    let next = AtomicUsize::new(0);
+    let take = |allocator: &mut Allocator<'a, D>| {
+        let mut state = state();
+        let mut done = Vec::new();
+        loop {
+            let first = next.fetch_add(per_take, Ordering::Relaxed);
+            let Some(taken) = items.get(first..).filter(|t| !t.is_empty()) else {
+                return done;
+            };
+            for (i, item) in taken.iter().take(per_take).enumerate() {
+                done.push((first + i, visit(allocator, &mut state, item)));
+            }
+        }
+    };
+    let mut done = std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..workers)
+            .map(|_| {
+                let mut fork = allocator.fork();
+                scope.spawn(move || take(&mut fork))
+            })
+            .collect();
+        let mut done = take(allocator);
+        for helper in helpers {
+            match helper.join() {
+                Ok(more) => done.extend(more),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        done
+    });
+    done.sort_unstable_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
+}
+
+/// One node: the pod's own node filters, then the allocation.
+fn visit(
+    work: &Work<'_, '_>,
+    allocator: &mut Allocator<'_, SliceDevice<'_>>,
+    claims: &[Claim<'_>],
+    candidate: &CandidateNode<'_>,
+    distinct: bool,
+) -> Visit {
+    let node = &candidate.info;
+    // The pod's own node filters run before DynamicResources: an allocator error on a node
+    // they reject never reaches the scheduler. Still computed, to say what it would allow.
+    let filtered = work
+        .pod
+        .zip(candidate.node)
+        .and_then(|(pod, node_object)| pod_filter(pod, node, node_object));
+    match allocator.explain(node, claims) {
+        Ok(report) => {
+            let (outcome, picks) = match filtered {
+                Some(filtered) => (filtered, None),
+                None => node_outcome(work, allocator, claims, node, &report, distinct),
+            };
+            Visit {
+                outcome,
+                report,
+                error: None,
+                picks,
+            }
+        }
+        Err(e) => {
+            // The attempt fails on this node; each request's devices are still accounted
+            // for, one request at a time (a runtime error shows on the device it hits).
+            let report = survey(allocator, node, claims);
+            match filtered {
+                Some(outcome) => Visit {
+                    outcome,
+                    report,
+                    error: None,
+                    picks: None,
+                },
+                None => Visit {
+                    outcome: NodeFinding::Error {
+                        error: error_summary(&e),
+                    },
+                    report,
+                    error: Some(e),
+                    picks: None,
+                },
+            }
+        }
+    }
 }
 
 /// Each request's devices on a node where the attempt fails, one request at a time.
@@ -249,15 +354,13 @@ pub(super) fn node_outcome(
     node: &NodeInfo,
     report: &NodeReport,
     distinct: bool,
-    pass: &mut NodePass,
-) -> NodeFinding {
+) -> (NodeFinding, Option<NodePicks>) {
     if work.bound_nodes.iter().any(|s| !node.matches(s)) {
-        return NodeFinding::ClaimElsewhere;
+        return (NodeFinding::ClaimElsewhere, None);
     }
-    match &report.verdict {
+    let finding = match &report.verdict {
         NodeVerdict::Allocated(results) => {
-            pass.allocatable += 1;
-            pass.picks.push(NodePicks {
+            let picks = NodePicks {
                 node: node.name.clone(),
                 devices: claims
                     .iter()
@@ -272,10 +375,13 @@ pub(super) fn node_outcome(
                         })
                     })
                     .collect(),
-            });
-            NodeFinding::Allocatable {
-                checked: work.model.nodes_known,
-            }
+            };
+            return (
+                NodeFinding::Allocatable {
+                    checked: work.model.nodes_known,
+                },
+                Some(picks),
+            );
         }
         NodeVerdict::CannotAllocate => why_not_on_node(allocator, report, distinct),
         NodeVerdict::InvalidPools(pools) => NodeFinding::InvalidPools {
@@ -287,7 +393,8 @@ pub(super) fn node_outcome(
                 })
                 .collect(),
         },
-    }
+    };
+    (finding, None)
 }
 
 /// The nodes grouped by outcome, and the attempt error with what it does.

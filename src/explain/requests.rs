@@ -110,7 +110,7 @@ pub(super) fn account(
     (claim_label, request_name): &(String, String),
     statuses: &[(usize, DeviceStatus)],
     diagnoses: &mut HashMap<(String, usize), Finding>,
-    known: &mut Option<HashSet<(String, String)>>,
+    known: &HashSet<(String, String)>,
 ) -> Option<(usize, RequestAccount)> {
     let &(claim_index, _, spec) = work.pending.iter().find(|(_, l, _)| l == claim_label)?;
     let (class_name, request_selectors, mode, count) = request_shape(spec, request_name)?;
@@ -197,7 +197,6 @@ pub(super) fn account(
     report.qualifying_nodes = nodes;
 
     // Names no device has (the fleet's names, gathered once for every request).
-    let known = known.get_or_insert_with(|| known_attributes(work.model));
     let scoped: Vec<(SelectorRef, &str)> = selectors
         .class
         .iter()

@@ -35,6 +35,9 @@ pub(crate) struct Input<'a> {
     pub unread: &'a [(Kind, String)],
     /// Keep every device's line, for `-o wide`.
     pub every_device: bool,
+    /// Threads the nodes and requests are evaluated on (the machine's cores); the diagnosis is
+    /// the same for any number.
+    pub threads: usize,
 }
 
 /// Why there is nothing to explain.
