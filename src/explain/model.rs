@@ -6,6 +6,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
+use foldhash::fast::RandomState as Fast;
+
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{DeviceTaint, ResourceClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -243,8 +245,13 @@ pub(crate) fn build<'a>(
             incomplete_pools.insert((driver.to_string(), pool.to_string()));
         }
     }
-    let mut shapes: HashMap<*const [QualifiedName], Arc<[Ustr]>> = HashMap::new();
-    let mut devices = Vec::new();
+    // Joined names by shape and by capacity name: devices alike share them, and a device
+    // mostly has the shape of the one before it.
+    let mut shapes: HashMap<*const [QualifiedName], Arc<[Ustr]>, Fast> = HashMap::default();
+    let mut last_shape: Option<(*const [QualifiedName], Arc<[Ustr]>)> = None;
+    let mut capacity_names: HashMap<QualifiedName, Ustr, Fast> = HashMap::default();
+    let mut devices =
+        Vec::with_capacity(current.iter().map(|&i| slices[i].spec.devices.len()).sum());
     let mut ignored_slices = Vec::new();
     for &i in &current {
         let slice = &slices[i];
@@ -257,11 +264,21 @@ pub(crate) fn build<'a>(
             continue;
         }
         for device in &spec.devices {
-            let shape = device.attributes.shape();
-            let names = shapes
-                .entry(Arc::as_ptr(&shape))
-                .or_insert_with(|| shape.iter().map(|n| Ustr::from(&n.to_string())).collect())
-                .clone();
+            let shape = Arc::as_ptr(&device.attributes.shape());
+            let names = match &last_shape {
+                Some((last, names)) if std::ptr::eq(*last, shape) => names.clone(),
+                _ => {
+                    let names = shapes
+                        .entry(shape)
+                        .or_insert_with(|| {
+                            let shape = device.attributes.shape();
+                            shape.iter().map(|n| Ustr::from(&n.to_string())).collect()
+                        })
+                        .clone();
+                    last_shape = Some((shape, names.clone()));
+                    names
+                }
+            };
             let (placement, node) = if spec.per_device_node_selection {
                 match (
                     device.node_name(),
@@ -306,7 +323,12 @@ pub(crate) fn build<'a>(
                 capacities: device
                     .capacities()
                     .iter()
-                    .map(|(n, q)| (Ustr::from(&n.to_string()), *q))
+                    .map(|(n, q)| {
+                        let joined = capacity_names
+                            .entry(*n)
+                            .or_insert_with(|| Ustr::from(&n.to_string()));
+                        (*joined, *q)
+                    })
                     .collect(),
                 taints: device
                     .taints()
