@@ -357,7 +357,8 @@ pub struct Allocator<'a, D: DeviceView> {
     selectors: Vec<Selector>,
     /// Per class: the CEL value, built from the class's first device.
     values: Vec<Option<Result<DeviceValue<'a>, ConversionError>>>,
-    outcomes: HashMap<(usize, usize), Outcome, Fast>,
+    /// Per selector, per class: the selector's outcome on the class, once known.
+    outcomes: Vec<Vec<Option<Outcome>>>,
 }
 
 /// What the allocator derives from the fleet once, read by every fork.
@@ -504,7 +505,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             selector_ids: HashMap::new(),
             selectors: Vec::new(),
             values,
-            outcomes: HashMap::default(),
+            outcomes: Vec::new(),
         }
     }
 
@@ -519,7 +520,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             selector_ids: HashMap::new(),
             selectors: Vec::new(),
             values: self.tables.representatives.iter().map(|_| None).collect(),
-            outcomes: HashMap::default(),
+            outcomes: Vec::new(),
         }
     }
 
@@ -571,6 +572,18 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     /// updated is never validated (GatherPools returns it as incomplete only); 1.34 marks both.
     /// (Shared counters, which 1.36 validates too, are not read by the fleet model.)
     fn invalid_pools(&self, devices: &[usize]) -> (Vec<InvalidPool>, HashMap<usize, usize>) {
+        // Mostly no name repeats within a pool: one sort says so without the sets below.
+        let mut named: Vec<(&str, &str, &str)> = devices
+            .iter()
+            .map(|&d| {
+                let device = &self.fleet.devices[d];
+                (device.driver(), device.pool(), device.name())
+            })
+            .collect();
+        named.sort_unstable();
+        if named.windows(2).all(|w| w[0] != w[1]) {
+            return (Vec::new(), HashMap::new());
+        }
         let mut names: HashMap<(&str, &str), HashSet<&str, Fast>, Fast> = HashMap::default();
         let mut invalid: Vec<InvalidPool> = Vec::new();
         let mut invalid_pool: HashMap<(&str, &str), usize, Fast> = HashMap::default();
@@ -904,6 +917,8 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         };
         self.selectors
             .push(Selector::compile_as(expression, validation));
+        self.outcomes
+            .push(vec![None; self.tables.representatives.len()]);
         self.selector_ids.insert(expression.to_owned(), id);
         id
     }
@@ -1129,7 +1144,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                         return Ok(Some(DeviceStatus::NotSelected { class, index }));
                     }
                     failed => {
-                        let (runtime, message) = match failed {
+                        let (runtime, message) = match failed.clone() {
                             Outcome::RuntimeError(message) => (true, message),
                             Outcome::CannotEvaluate(reason) => (false, reason),
                             Outcome::Match(_) => unreachable!("matched above"),
@@ -1187,22 +1202,23 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         None
     }
 
-    fn outcome(&mut self, selector: usize, d: usize) -> Outcome {
+    fn outcome(&mut self, selector: usize, d: usize) -> &Outcome {
         let class = self.tables.class_of[d];
-        if let Some(outcome) = self.outcomes.get(&(selector, class)) {
-            return outcome.clone();
+        if self.outcomes[selector][class].is_none() {
+            let value = {
+                let class = self.ensure_value(d);
+                self.values[class].as_ref().expect("built above")
+            };
+            let outcome = match value {
+                Ok(value) => self.selectors[selector].evaluate(value),
+                // The scheduler fails the same way: DeviceMatches returns the conversion error.
+                Err(e) => Outcome::RuntimeError(e.to_string()),
+            };
+            self.outcomes[selector][class] = Some(outcome);
         }
-        let value = {
-            let class = self.ensure_value(d);
-            self.values[class].as_ref().expect("built above")
-        };
-        let outcome = match value {
-            Ok(value) => self.selectors[selector].evaluate(value),
-            // The scheduler fails the same way: DeviceMatches returns the conversion error.
-            Err(e) => Outcome::RuntimeError(e.to_string()),
-        };
-        self.outcomes.insert((selector, class), outcome.clone());
-        outcome
+        self.outcomes[selector][class]
+            .as_ref()
+            .expect("stored above")
     }
 
     /// Builds, once, the CEL value of the device at `d`'s class; returns the class.

@@ -57,14 +57,20 @@ impl SliceDevice<'_> {
 
     /// A string (or version) attribute by its interned name: no text compared, for what is
     /// looked up on every device of a fleet.
-    pub(crate) fn interned(&self, name: QualifiedName) -> Option<Ustr> {
-        match self.device.attributes.get(name) {
+    /// A string attribute by its fully qualified name.
+    /// Where attribute `name` sits in this device's shape.
+    pub(crate) fn position(&self, name: QualifiedName) -> Option<usize> {
+        self.device.attributes.position(name)
+    }
+
+    /// The string (or version) at position `i` of this device's attributes.
+    pub(crate) fn interned_at(&self, i: usize) -> Option<Ustr> {
+        match self.device.attributes.value_at(i) {
             Some(Value::String(s) | Value::Version(s)) => Some(*s),
             _ => None,
         }
     }
 
-    /// A string attribute by its fully qualified name.
     pub(crate) fn string(&self, qualified: &str) -> Option<&'static str> {
         match self.device.attributes.get_named(qualified) {
             Some(Value::String(s) | Value::Version(s)) => Some(s.as_str()),

@@ -494,13 +494,15 @@ pub(super) fn gpu_models(model: &FleetModel<'_>) -> Vec<Ustr> {
     let name_attribute = QualifiedName::new(crate::catalogue::DRIVER, "name");
     let pci_bus_id = QualifiedName::parse(PCI_BUS_ID, "");
     let media = Ustr::from(crate::catalogue::DRIVER);
+    // Where the two names sit in a device's shape, found once per run of one shape.
+    let mut positions = Positions::default();
     let mut by_address: HashMap<(Option<Ustr>, Ustr), Ustr, Fast> = HashMap::default();
     for device in &model.devices {
-        if device.driver_interned() == media
-            && let (Some(pci), Some(name)) =
-                (device.interned(pci_bus_id), device.interned(name_attribute))
-        {
-            by_address.insert((device.node(), pci), name);
+        if device.driver_interned() == media {
+            let [pci, name] = positions.of(device, [pci_bus_id, name_attribute]);
+            if let (Some(pci), Some(name)) = (pci, name) {
+                by_address.insert((device.node(), pci), name);
+            }
         }
     }
     let mut unnamed: HashMap<Ustr, Ustr, Fast> = HashMap::default();
@@ -508,12 +510,11 @@ pub(super) fn gpu_models(model: &FleetModel<'_>) -> Vec<Ustr> {
         .devices
         .iter()
         .map(|device| {
+            let [pci, name] = positions.of(device, [pci_bus_id, name_attribute]);
             let own = (device.driver_interned() == media)
-                .then(|| device.interned(name_attribute))
+                .then_some(name)
                 .flatten();
-            let joined = device
-                .interned(pci_bus_id)
-                .and_then(|pci| by_address.get(&(device.node(), pci)).copied());
+            let joined = pci.and_then(|pci| by_address.get(&(device.node(), pci)).copied());
             own.or(joined).unwrap_or_else(|| {
                 let driver = device.driver_interned();
                 *unnamed
@@ -522,6 +523,25 @@ pub(super) fn gpu_models(model: &FleetModel<'_>) -> Vec<Ustr> {
             })
         })
         .collect()
+}
+
+/// The positions of two names in the last shape asked about.
+#[derive(Default)]
+struct Positions {
+    shape: Option<(usize, Ustr)>,
+    at: [Option<usize>; 2],
+}
+
+impl Positions {
+    /// The string values of `names` on `device` (the shape's positions found once per run).
+    fn of(&mut self, device: &SliceDevice<'_>, names: [QualifiedName; 2]) -> [Option<Ustr>; 2] {
+        let shape = device.shape_id();
+        if self.shape != Some(shape) {
+            self.shape = Some(shape);
+            self.at = names.map(|n| device.position(n));
+        }
+        self.at.map(|at| at.and_then(|i| device.interned_at(i)))
+    }
 }
 
 /// The request (or `request/sub`) of a spec: class, request selectors, mode and count.
@@ -579,13 +599,17 @@ pub(super) fn device_line(
 
 /// Every (domain, name) some device of the fleet has.
 pub(super) fn known_attributes(model: &FleetModel<'_>) -> HashSet<(String, String)> {
-    let mut seen = HashSet::new();
+    let mut seen: HashSet<(usize, Ustr), Fast> = HashSet::default();
     let mut known = HashSet::new();
+    let mut last = None;
     for device in &model.devices {
-        // Devices of one shape share their names: each shape is read once.
-        if !seen.insert(device.shape_id()) {
+        // Devices of one shape share their names: each shape is read once (and mostly
+        // follows itself).
+        let shape = device.shape_id();
+        if last == Some(shape) || !seen.insert(shape) {
             continue;
         }
+        last = Some(shape);
         for (name, _) in device.attributes() {
             let (domain, id) = super::split_qualified(name, device.driver());
             known.insert((domain.to_owned(), id.to_owned()));

@@ -307,7 +307,16 @@ fn catalogue_names() -> &'static CatalogueNames {
 impl Attributes {
     /// The attribute of that fully qualified name.
     pub fn get(&self, name: QualifiedName) -> Option<&Value> {
-        let i = self.names.iter().position(|n| *n == name)?;
+        self.values.get(self.position(name)?)
+    }
+
+    /// Where `name` sits among the names; devices of one shape have it at the same place.
+    pub(crate) fn position(&self, name: QualifiedName) -> Option<usize> {
+        self.names.iter().position(|n| *n == name)
+    }
+
+    /// The value at a position [`Attributes::position`] gave.
+    pub(crate) fn value_at(&self, i: usize) -> Option<&Value> {
         self.values.get(i)
     }
 
