@@ -432,11 +432,24 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
         classes: &'a (dyn ClassSource + Sync),
         features: Features,
     ) -> Self {
+        // By (driver, pool), then fleet order: the pools are sorted, not the 80,000 devices.
+        let mut pools: HashMap<(&str, &str), usize, Fast> = HashMap::default();
+        let pool_of: Vec<usize> = fleet
+            .devices
+            .iter()
+            .map(|d| {
+                let next = pools.len();
+                *pools.entry((d.driver(), d.pool())).or_insert(next)
+            })
+            .collect();
+        let mut sorted: Vec<((&str, &str), usize)> = pools.into_iter().collect();
+        sorted.sort_unstable();
+        let mut pool_rank = vec![0; sorted.len()];
+        for (position, (_, pool)) in sorted.iter().enumerate() {
+            pool_rank[*pool] = position;
+        }
         let mut order: Vec<usize> = (0..fleet.devices.len()).collect();
-        order.sort_by(|&a, &b| {
-            let (a, b) = (&fleet.devices[a], &fleet.devices[b]);
-            (a.driver(), a.pool()).cmp(&(b.driver(), b.pool()))
-        });
+        order.sort_by_key(|&d| pool_rank[pool_of[d]]);
         let mut rank = vec![0; order.len()];
         for (position, &d) in order.iter().enumerate() {
             rank[d] = position;
@@ -455,7 +468,13 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
                 continue;
             }
             match fleet.devices[d].placement() {
-                super::Placement::Node(name) => by_node.entry(name.to_owned()).or_default().push(d),
+                // Looked up before a key is made: one String per node, not per device.
+                super::Placement::Node(name) => match by_node.get_mut(name) {
+                    Some(devices) => devices.push(d),
+                    None => {
+                        by_node.insert(name.to_owned(), vec![d]);
+                    }
+                },
                 _ => elsewhere.push(d),
             }
         }

@@ -211,6 +211,7 @@ pub(crate) fn build<'a>(
     nodes: &'a [Node],
     taint_rules: &[DeviceTaintRule],
     features: Features,
+    threads: usize,
 ) -> FleetModel<'a> {
     let consumable_capacity = features.consumable_capacity;
     // The slices that count, by index: the newest generation of each pool.
@@ -251,6 +252,46 @@ pub(crate) fn build<'a>(
             incomplete_pools.insert((driver.to_string(), pool.to_string()));
         }
     }
+    // Two halves of the slices on two threads, when there are enough to pay for one.
+    let (devices, ignored_slices) = if threads < 2 || current.len() < SLICES_FOR_THREADS {
+        devices_of(slices, &current, taint_rules, features)
+    } else {
+        let (first, second) = current.split_at(current.len() / 2);
+        std::thread::scope(|scope| {
+            let second = scope.spawn(|| devices_of(slices, second, taint_rules, features));
+            let (mut devices, mut ignored) = devices_of(slices, first, taint_rules, features);
+            match second.join() {
+                Ok((more, more_ignored)) => {
+                    devices.extend(more);
+                    ignored.extend(more_ignored);
+                }
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+            (devices, ignored)
+        })
+    };
+    let taken = taken(claims, consumable_capacity);
+    let (nodes, nodes_known) = candidate_nodes(nodes, &devices);
+    FleetModel {
+        devices,
+        taken,
+        incomplete_pools,
+        nodes,
+        nodes_known,
+        ignored_slices,
+    }
+}
+
+/// Slices below this many are read on one thread.
+const SLICES_FOR_THREADS: usize = 256;
+
+/// The devices of the slices at `current`, in that order, and the slices skipped.
+fn devices_of<'a>(
+    slices: &'a [ResourceSlice],
+    current: &[usize],
+    taint_rules: &[DeviceTaintRule],
+    features: Features,
+) -> (Vec<SliceDevice<'a>>, Vec<String>) {
     // Joined names by shape and by capacity name: devices alike share them, and a device
     // mostly has the shape of the one before it.
     let mut shapes: HashMap<*const [QualifiedName], Arc<[Ustr]>, Fast> = HashMap::default();
@@ -259,7 +300,7 @@ pub(crate) fn build<'a>(
     let mut devices =
         Vec::with_capacity(current.iter().map(|&i| slices[i].spec.devices.len()).sum());
     let mut ignored_slices = Vec::new();
-    for &i in &current {
+    for &i in current {
         let slice = &slices[i];
         let spec = &slice.spec;
         // pools_incubating.go `GatherPools`: without DRAPartitionableDevices (1.34, 1.35 by
@@ -348,16 +389,7 @@ pub(crate) fn build<'a>(
             });
         }
     }
-    let taken = taken(claims, consumable_capacity);
-    let (nodes, nodes_known) = candidate_nodes(nodes, &devices);
-    FleetModel {
-        devices,
-        taken,
-        incomplete_pools,
-        nodes,
-        nodes_known,
-        ignored_slices,
-    }
+    (devices, ignored_slices)
 }
 
 /// The scheduler's allocated devices (k/k dynamicresources allocateddevices.go
@@ -570,6 +602,7 @@ status:
             &objects.nodes,
             &objects.taint_rules,
             Features::for_minor(36),
+            2,
         );
         let (taken, incomplete) = (HashMap::new(), HashSet::new());
         let classes: BTreeMap<String, k8s_openapi::api::resource::v1::DeviceClassSpec> =
@@ -604,6 +637,7 @@ status:
             &objects.nodes,
             &objects.taint_rules,
             Features::for_minor(36),
+            2,
         );
         let names: Vec<String> = model.devices.iter().map(|d| d.id().to_string()).collect();
         // The older generation of a pool does not count.
@@ -650,6 +684,7 @@ status:
             &objects.nodes,
             &objects.taint_rules,
             Features::for_minor(35),
+            2,
         );
         assert_eq!(model.taken.len(), 2);
         assert_eq!(model.taken[&shared_id()], vec!["media/other".to_string()]);
@@ -685,6 +720,7 @@ spec:
                 &objects.nodes,
                 &objects.taint_rules,
                 Features::for_minor(minor),
+                2,
             )
             .devices
             .iter()
@@ -722,6 +758,7 @@ spec:
             &objects.nodes,
             &objects.taint_rules,
             Features::default(),
+            2,
         );
         let device = &model.devices[0];
         assert_eq!(device.attributes().count(), 1);
@@ -784,6 +821,7 @@ spec:
                 &objects.nodes,
                 &objects.taint_rules,
                 Features::for_minor(minor),
+                2,
             );
             model
                 .devices

@@ -41,6 +41,7 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
         &objects.nodes,
         &objects.taint_rules,
         input.features,
+        input.threads,
     );
     let models = gpu_models(&model);
     let mut sorted = claims::sort(&entries, namespace, &model);
@@ -1313,7 +1314,7 @@ spec:
 
     #[test]
     fn the_diagnosis_is_the_same_on_any_number_of_threads() {
-        // 300 nodes of two GPUs each: some GPUs lack `decode` (a runtime error on every
+        // 300 nodes (and slices) of two GPUs each: some GPUs lack `decode` (a runtime error on every
         // seventh node, the first one not first), some are held by other claims; the pod's
         // claim asks for two GPUs in two requests. Nodes and requests go to worker threads.
         let mut text = String::new();

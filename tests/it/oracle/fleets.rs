@@ -3,8 +3,8 @@
 //! agree (allocatable exactly where the real allocator allocates, an error where it fails), and the
 //! devices `why` picks must be ones the allocator accepts there ([`picks_are_valid`]). The fleets
 //! mix what the allocator treats apart: other drivers, per-device node selection, updating pools,
-//! taints, shareable devices, every allocation mode and constraint, capacity requests, and claims
-//! already allocated with and without a share ID.
+//! taints, shareable devices, every allocation mode and constraint, capacity requests, claims
+//! already allocated with and without a share ID, and (one in 200) nodes enough for threads.
 
 use std::time::Instant;
 
@@ -15,6 +15,9 @@ use crate::support::oracle::{Oracle, RELEASES, Verdict};
 
 /// Fleets per release; `ORACLE_FLEETS` changes it (a failure prints its seed).
 const FLEETS: u64 = 2000;
+
+/// One fleet in this many has many nodes (the others' random draws are unchanged).
+const MANY_NODES_EVERY: u64 = 200;
 
 const NS: &str = "media";
 const PCI: &str = "resource.kubernetes.io/pciBusID";
@@ -68,6 +71,8 @@ struct Gen {
     /// Every published device: (driver, pool, name, node it is usable from or None for many,
     /// shareable).
     devices: Vec<(String, String, String, Option<String>, bool)>,
+    /// 80 to 112 nodes rather than 1 to 3: enough for `why` to visit them on several threads.
+    many_nodes: bool,
 }
 
 impl Gen {
@@ -165,6 +170,11 @@ impl Gen {
 
     fn fleet(&mut self) {
         let nodes = self.rng.usize(1..=3);
+        let nodes = if self.many_nodes {
+            64 + 16 * nodes
+        } else {
+            nodes
+        };
         for n in 1..=nodes {
             let node = format!("n{n}");
             let zone = if n == 1 { "a" } else { "b" };
@@ -413,6 +423,7 @@ pub(crate) fn generate(seed: u64) -> Vec<Value> {
         rng: fastrand::Rng::with_seed(seed),
         objects: Vec::new(),
         devices: Vec::new(),
+        many_nodes: seed % MANY_NODES_EVERY == MANY_NODES_EVERY - 1,
     };
     g.fleet();
     g.held();
