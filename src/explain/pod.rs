@@ -1314,9 +1314,10 @@ spec:
 
     #[test]
     fn the_diagnosis_is_the_same_on_any_number_of_threads() {
-        // 300 nodes (and slices) of two GPUs each: some GPUs lack `decode` (a runtime error on every
-        // seventh node, the first one not first), some are held by other claims; the pod's
-        // claim asks for two GPUs in two requests. Nodes and requests go to worker threads.
+        // 300 nodes (and slices) of two GPUs each: some GPUs lack `decode` (a runtime error on
+        // every seventh node, the first one not first), some are held by other claims; the
+        // pod's claim asks for two GPUs in two requests. Slices, nodes and requests go to
+        // worker threads.
         let mut text = String::new();
         for i in 0..300 {
             let gpu1 = if i % 7 == 3 {
