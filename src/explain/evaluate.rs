@@ -116,11 +116,9 @@ pub(super) fn evaluate(work: &Work<'_, '_>, diagnosis: &mut Diagnosis) {
     let known = request_report::known_attributes(model);
     let statuses = pass.statuses();
     let requests: Vec<_> = pass.request_keys.iter().zip(&statuses).collect();
-    let accounts = across_cores(
-        work.input.threads,
+    let accounts = Workers::new(work.input.threads, &mut allocator).run(
         &requests,
         1,
-        &mut allocator,
         HashMap::<(String, usize), Finding>::new,
         |allocator, diagnoses, (key, statuses)| {
             request_report::account(work, allocator, key, statuses, diagnoses, &known)
@@ -143,7 +141,10 @@ struct Visit {
 
 /// Nodes a worker takes at a time: enough to keep the shared counter cold, few enough that
 /// two workers finish together.
-const NODES_PER_TAKE: usize = 32;
+const NODES_PER_TAKE: usize = 16;
+
+/// Nodes visited before their reports are folded.
+const NODES_PER_WINDOW: usize = 256;
 
 /// Node by node: the pod's filters, then the allocation. Nodes are independent, so they are
 /// visited on every core (each worker with a fork of the allocator) and recorded in node
@@ -175,29 +176,31 @@ pub(super) fn nodes(
             .iter()
             .any(|c| c.match_attribute.is_none())
     });
-    let candidates = &work.model.nodes;
-    let visits = across_cores(
-        work.input.threads,
-        candidates,
-        NODES_PER_TAKE,
-        allocator,
-        || (),
-        |allocator, (), c| visit(work, allocator, claims, c, distinct),
-    );
-    for (candidate, visit) in candidates.iter().zip(visits) {
-        if let Some(error) = visit.error {
-            pass.erring += 1;
-            pass.attempt_error.get_or_insert(error);
+    // A window of nodes at a time: their reports wait for the fold, and a device usable from
+    // every node is in each of them.
+    let mut workers = Workers::new(work.input.threads, allocator);
+    for window in work.model.nodes.chunks(NODES_PER_WINDOW) {
+        let visits = workers.run(
+            window,
+            NODES_PER_TAKE,
+            || (),
+            |allocator, (), c| visit(work, allocator, claims, c, distinct),
+        );
+        for (candidate, visit) in window.iter().zip(visits) {
+            if let Some(error) = visit.error {
+                pass.erring += 1;
+                pass.attempt_error.get_or_insert(error);
+            }
+            if let Some(picks) = visit.picks {
+                pass.allocatable += 1;
+                pass.picks.push(picks);
+            }
+            pass.record(visit.report);
+            pass.outcomes
+                .entry(visit.outcome)
+                .or_default()
+                .push(candidate.info.name.clone());
         }
-        if let Some(picks) = visit.picks {
-            pass.allocatable += 1;
-            pass.picks.push(picks);
-        }
-        pass.record(visit.report);
-        pass.outcomes
-            .entry(visit.outcome)
-            .or_default()
-            .push(candidate.info.name.clone());
     }
     pass
 }
@@ -205,57 +208,70 @@ pub(super) fn nodes(
 /// Threads at most: the work per item is small, and the fold after them is serial.
 const MAX_WORKERS: usize = 4;
 
-/// `visit` over `items` on `threads` threads (each worker with a fork of the allocator and a
-/// `state` of its own), the results in the items' order. Workers take `per_take` items at a
-/// time; with fewer than two takes, or one thread, this thread does it all.
-fn across_cores<'a, D: DeviceView, T: Sync, S, R: Send>(
-    threads: usize,
-    items: &[T],
-    per_take: usize,
-    allocator: &mut Allocator<'a, D>,
-    state: impl Fn() -> S + Sync,
-    visit: impl Fn(&mut Allocator<'a, D>, &mut S, &T) -> R + Sync,
-) -> Vec<R> {
-    let workers = threads.min(MAX_WORKERS);
-    if workers < 2 || items.len() < 2 * per_take {
-        let mut state = state();
-        return items
-            .iter()
-            .map(|i| visit(allocator, &mut state, i))
+/// The allocator and, for each further thread, a fork of it (its caches kept from one
+/// [`Workers::run`] to the next).
+struct Workers<'w, 'a, D: DeviceView> {
+    allocator: &'w mut Allocator<'a, D>,
+    forks: Vec<Allocator<'a, D>>,
+}
+
+impl<'w, 'a, D: DeviceView> Workers<'w, 'a, D> {
+    fn new(threads: usize, allocator: &'w mut Allocator<'a, D>) -> Self {
+        let forks = (1..threads.clamp(1, MAX_WORKERS))
+            .map(|_| allocator.fork())
             .collect();
+        Workers { allocator, forks }
     }
-    let next = AtomicUsize::new(0);
-    let take = |allocator: &mut Allocator<'a, D>| {
-        let mut state = state();
-        let mut done = Vec::new();
-        loop {
-            let first = next.fetch_add(per_take, Ordering::Relaxed);
-            let Some(taken) = items.get(first..).filter(|t| !t.is_empty()) else {
-                return done;
-            };
-            for (i, item) in taken.iter().take(per_take).enumerate() {
-                done.push((first + i, visit(allocator, &mut state, item)));
-            }
+
+    /// `visit` over `items` on every worker (each with a `state` of its own), the results in
+    /// the items' order. Workers take `per_take` items at a time; with fewer than two takes,
+    /// or no fork, this thread does it all.
+    fn run<T: Sync, S, R: Send>(
+        &mut self,
+        items: &[T],
+        per_take: usize,
+        state: impl Fn() -> S + Sync,
+        visit: impl Fn(&mut Allocator<'a, D>, &mut S, &T) -> R + Sync,
+    ) -> Vec<R> {
+        if self.forks.is_empty() || items.len() < 2 * per_take {
+            let mut state = state();
+            return items
+                .iter()
+                .map(|i| visit(self.allocator, &mut state, i))
+                .collect();
         }
-    };
-    let mut done = std::thread::scope(|scope| {
-        let helpers: Vec<_> = (1..workers)
-            .map(|_| {
-                let mut fork = allocator.fork();
-                scope.spawn(move || take(&mut fork))
-            })
-            .collect();
-        let mut done = take(allocator);
-        for helper in helpers {
-            match helper.join() {
-                Ok(more) => done.extend(more),
-                Err(panic) => std::panic::resume_unwind(panic),
+        let next = AtomicUsize::new(0);
+        let take = |allocator: &mut Allocator<'a, D>| {
+            let mut state = state();
+            let mut done = Vec::new();
+            loop {
+                let first = next.fetch_add(per_take, Ordering::Relaxed);
+                let Some(taken) = items.get(first..).filter(|t| !t.is_empty()) else {
+                    return done;
+                };
+                for (i, item) in taken.iter().take(per_take).enumerate() {
+                    done.push((first + i, visit(allocator, &mut state, item)));
+                }
             }
-        }
-        done
-    });
-    done.sort_unstable_by_key(|(i, _)| *i);
-    done.into_iter().map(|(_, r)| r).collect()
+        };
+        let mut done = std::thread::scope(|scope| {
+            let helpers: Vec<_> = self
+                .forks
+                .iter_mut()
+                .map(|fork| scope.spawn(|| take(fork)))
+                .collect();
+            let mut done = take(self.allocator);
+            for helper in helpers {
+                match helper.join() {
+                    Ok(more) => done.extend(more),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+            done
+        });
+        done.sort_unstable_by_key(|(i, _)| *i);
+        done.into_iter().map(|(_, r)| r).collect()
+    }
 }
 
 /// One node: the pod's own node filters, then the allocation.
