@@ -10,11 +10,9 @@ mod wire;
 use k8s_openapi::api::core::v1 as openapi;
 use k8s_pb::api::resource::v1 as resource;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
-use k8s_pb::apimachinery::pkg::runtime::Unknown;
 use prost::Message;
 
-use self::wire::Reader;
-pub use self::wire::WireError;
+use self::wire::{Reader, WireError};
 use crate::fleet::allocated::{AllocatedClaim, Consumer, DeviceResult};
 use crate::fleet::objects::{
     Attributes, Device, DeviceFields, Metadata, Pool, QualifiedName, ResourceSlice, SliceSpec,
@@ -35,7 +33,7 @@ pub enum ProtobufError {
     #[error("protobuf answer does not start with the k8s envelope prefix (it starts {0:02x?})")]
     Magic(Vec<u8>),
     #[error("unreadable protobuf envelope")]
-    Envelope(#[source] prost::DecodeError),
+    Envelope(#[source] WireError),
     #[error("the server sent {found}, not the {expected} asked for")]
     Kind { found: String, expected: String },
     #[error("the server sent a {0:?}-encoded protobuf body, which is not read")]
@@ -49,31 +47,66 @@ pub enum ProtobufError {
 }
 
 /// The body of a protobuf answer, after checking that the envelope holds `kind` of
-/// `api_version` (such as `ResourceSliceList`, `resource.k8s.io/v1`).
+/// `api_version` (such as `ResourceSliceList`, `resource.k8s.io/v1`): the answer's own buffer,
+/// the envelope cut off in place. A copy per page (prost's decode of `Unknown.raw` made two)
+/// was memory the allocator kept past its use (benches/caps.rs).
 pub(crate) fn unwrap(
-    bytes: &[u8],
+    mut answer: Vec<u8>,
     api_version: &str,
     kind: &str,
 ) -> Result<Vec<u8>, ProtobufError> {
-    let envelope = bytes.strip_prefix(MAGIC).ok_or_else(|| match bytes.len() {
-        short if short < MAGIC.len() => ProtobufError::Short(short),
-        _ => ProtobufError::Magic(bytes[..MAGIC.len()].to_vec()),
-    })?;
-    let unknown = Unknown::decode(envelope).map_err(ProtobufError::Envelope)?;
-    let type_meta = unknown.type_meta.unwrap_or_default();
-    let found = (
-        type_meta.api_version.unwrap_or_default(),
-        type_meta.kind.unwrap_or_default(),
-    );
-    if found.0 != api_version || found.1 != kind {
+    let raw = envelope(&answer, api_version, kind)?;
+    let (start, length) = (raw.as_ptr().addr() - answer.as_ptr().addr(), raw.len());
+    answer.copy_within(start..start + length, 0);
+    answer.truncate(length);
+    Ok(answer)
+}
+
+/// The body an envelope holds (`runtime.Unknown`: 1 `typeMeta`, 2 `raw`, 3
+/// `contentEncoding`), borrowed.
+fn envelope<'a>(
+    answer: &'a [u8],
+    api_version: &str,
+    kind: &str,
+) -> Result<&'a [u8], ProtobufError> {
+    let envelope = answer
+        .strip_prefix(MAGIC)
+        .ok_or_else(|| match answer.len() {
+            short if short < MAGIC.len() => ProtobufError::Short(short),
+            _ => ProtobufError::Magic(answer[..MAGIC.len()].to_vec()),
+        })?;
+    let (mut found, mut raw, mut encoding) = (("", ""), &[][..], "");
+    let mut read = || -> Result<(), WireError> {
+        let mut unknown = Reader::new(envelope, "runtime.Unknown");
+        while let Some(field) = unknown.next()? {
+            match field.tag {
+                1 => {
+                    let mut type_meta = field.message("runtime.TypeMeta")?;
+                    while let Some(field) = type_meta.next()? {
+                        match field.tag {
+                            1 => found.0 = field.str()?,
+                            2 => found.1 = field.str()?,
+                            _ => field.skip()?,
+                        }
+                    }
+                }
+                2 => raw = field.bytes()?,
+                3 => encoding = field.str()?,
+                _ => field.skip()?,
+            }
+        }
+        Ok(())
+    };
+    read().map_err(ProtobufError::Envelope)?;
+    if found != (api_version, kind) {
         return Err(ProtobufError::Kind {
             found: format!("{} {}", found.0, found.1).trim().to_owned(),
             expected: format!("{api_version} {kind}"),
         });
     }
-    match unknown.content_encoding.as_deref() {
-        None | Some("") => Ok(unknown.raw.unwrap_or_default()),
-        Some(other) => Err(ProtobufError::Encoding(other.to_owned())),
+    match encoding {
+        "" => Ok(raw),
+        other => Err(ProtobufError::Encoding(other.to_owned())),
     }
 }
 
@@ -496,8 +529,8 @@ fn rfc3339(seconds: i64) -> String {
 
 /// A `Status` error answer sent as protobuf, as the JSON `Status` the error path reads.
 pub(crate) fn status_json(bytes: &[u8]) -> Option<String> {
-    let raw = unwrap(bytes, "v1", "Status").ok()?;
-    let status = meta::Status::decode(raw.as_slice()).ok()?;
+    let raw = envelope(bytes, "v1", "Status").ok()?;
+    let status = meta::Status::decode(raw).ok()?;
     let details = status.details.map(|d| {
         serde_json::json!({
             "name": d.name.unwrap_or_default(),
@@ -524,6 +557,7 @@ pub(crate) fn status_json(bytes: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use k8s_pb::api::core::v1 as core;
+    use k8s_pb::apimachinery::pkg::runtime::Unknown;
 
     use super::*;
 
@@ -598,7 +632,7 @@ mod tests {
 
     #[test]
     fn reads_a_slice_list_with_every_attribute_type_and_its_token() {
-        let raw = unwrap(&list("next"), "resource.k8s.io/v1", "ResourceSliceList").unwrap();
+        let raw = unwrap(list("next"), "resource.k8s.io/v1", "ResourceSliceList").unwrap();
         assert_eq!(continue_token(&raw).unwrap().as_deref(), Some("next"));
         let slices = slices(&raw).unwrap();
         let device = &slices[0].spec.devices[0];
@@ -617,7 +651,7 @@ mod tests {
         assert_eq!(get("two"), Some(&Value::Invalid));
         assert_eq!(get("none"), Some(&Value::Invalid));
         assert_eq!(slices[0].spec.node_name.unwrap().as_str(), "node-a");
-        let last = unwrap(&list(""), "resource.k8s.io/v1", "ResourceSliceList").unwrap();
+        let last = unwrap(list(""), "resource.k8s.io/v1", "ResourceSliceList").unwrap();
         assert_eq!(continue_token(&last).unwrap(), None);
     }
 
@@ -625,7 +659,7 @@ mod tests {
     fn each_bad_envelope_is_one_error() {
         let good = list("");
         let read = |bytes: &[u8]| {
-            unwrap(bytes, "resource.k8s.io/v1", "ResourceSliceList")
+            unwrap(bytes.to_vec(), "resource.k8s.io/v1", "ResourceSliceList")
                 .and_then(|raw| slices(&raw))
                 .map(drop)
                 .unwrap_err()
@@ -662,7 +696,7 @@ mod tests {
             read(&good[..good.len() - 7]),
             "unreadable protobuf envelope"
         );
-        let raw = unwrap(&good, "resource.k8s.io/v1", "ResourceSliceList").unwrap();
+        let raw = unwrap(good.clone(), "resource.k8s.io/v1", "ResourceSliceList").unwrap();
         let cut = envelope(
             "resource.k8s.io/v1",
             "ResourceSliceList",
@@ -680,7 +714,7 @@ mod tests {
 
     #[test]
     fn a_list_cut_in_its_metadata_has_no_token_but_an_error() {
-        let raw = unwrap(&list("next"), "resource.k8s.io/v1", "ResourceSliceList").unwrap();
+        let raw = unwrap(list("next"), "resource.k8s.io/v1", "ResourceSliceList").unwrap();
         assert!(continue_token(&raw[..3]).is_err());
     }
 
@@ -691,7 +725,7 @@ mod tests {
         const DEPTH: usize = 100_000;
         let nested = [vec![0x4b; DEPTH], vec![0x4c; DEPTH]].concat();
         let bytes = envelope("resource.k8s.io/v1", "ResourceSliceList", nested);
-        let raw = unwrap(&bytes, "resource.k8s.io/v1", "ResourceSliceList").unwrap();
+        let raw = unwrap(bytes.clone(), "resource.k8s.io/v1", "ResourceSliceList").unwrap();
         assert!(slices(&raw).is_err());
         assert!(continue_token(&raw).is_err());
     }
@@ -736,7 +770,7 @@ mod tests {
             "ResourceClaimList",
             claims.encode_to_vec(),
         );
-        let raw = unwrap(&bytes, "resource.k8s.io/v1", "ResourceClaimList").unwrap();
+        let raw = unwrap(bytes.clone(), "resource.k8s.io/v1", "ResourceClaimList").unwrap();
         let claims = allocated(&raw).unwrap();
         assert_eq!(
             claims,
