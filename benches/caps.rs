@@ -208,6 +208,7 @@ fn main() {
         )
     });
     let server_rss = rss_and_cpu(&from_server(binary));
+    let server_json_rss = rss_and_cpu(&as_json(binary));
 
     // Where the time goes: the pages caps asks for, fetched by curl.
     let credentials = cluster::credentials(&cp, dir.path());
@@ -349,6 +350,12 @@ fn main() {
             server_rss / json_mib
         ),
         _ => println!("peak RSS: not measured (/usr/bin/time is not installed)"),
+    }
+    if let Some((json_rss, _)) = server_json_rss {
+        println!(
+            "  caps from the server as JSON {json_rss:.0} MiB = {:.2}x",
+            json_rss / json_mib
+        );
     }
     let target = Duration::from_millis(300);
     println!(
