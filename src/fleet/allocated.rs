@@ -108,3 +108,26 @@ pub(crate) struct Allocation {
 struct DeviceAllocation {
     results: Option<Vec<DeviceResult>>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recent_names_intern_as_the_interner_does_past_the_few_kept() {
+        // More names than are kept, each twice, one escaped: every one its interned self.
+        let names: Vec<String> = (0..RECENT * 2 + 1).map(|i| format!("pool-{i}")).collect();
+        for name in names.iter().chain(&names).chain(names.iter().rev()) {
+            let text = format!(
+                r#"{{"request": "gpu", "driver": "liken\u002esh", "pool": "{name}", "device": "d"}}"#
+            );
+            let result: DeviceResult = serde_json::from_str(&text).unwrap();
+            assert_eq!(result.pool, Ustr::from(name));
+            assert_eq!(result.driver, Ustr::from("liken.sh"));
+        }
+        let wrong = serde_json::from_str::<DeviceResult>(
+            r#"{"request": "gpu", "driver": 7, "pool": "p", "device": "d"}"#,
+        );
+        assert!(wrong.unwrap_err().to_string().contains("expected a string"));
+    }
+}
