@@ -198,15 +198,22 @@ fn main() {
     )
     .expect("write claims");
     let claims_arg = claims_file.to_str().expect("utf-8 path").to_string();
-    let with_claims_file = sample(rounds, &[0], || {
-        caps_of(binary, &["caps", "-f", &file_arg, "-f", &claims_arg])
-    });
-    let listing_claims = sample(rounds, &[0], || {
-        caps_of(
-            binary,
-            &["caps", "-f", &file_arg, "-f", &claims_arg, "--claims"],
-        )
-    });
+    // By turns with the fleet alone, which the goal compares against: load that comes and goes
+    // on the machine falls on all three alike.
+    let [fleet_alone, with_claims_file, listing_claims] = by_turns(
+        rounds,
+        [
+            &|| caps_of(binary, &["caps", "-f", &file_arg]),
+            &|| caps_of(binary, &["caps", "-f", &file_arg, "-f", &claims_arg]),
+            &|| {
+                caps_of(
+                    binary,
+                    &["caps", "-f", &file_arg, "-f", &claims_arg, "--claims"],
+                )
+            },
+        ],
+        &[0],
+    );
     let server_rss = rss_and_cpu(&from_server(binary));
     let server_json_rss = rss_and_cpu(&as_json(binary));
 
@@ -265,10 +272,16 @@ fn main() {
     line("caps -f fleet.json (no server)", from_file);
     line("caps -f fleet.json -f claims.json", with_claims_file);
     line("caps ... -f claims.json --claims", listing_claims);
+    // Issue 26: against `caps -f fleet.json`, the fleet without its claims file.
+    let claims_ratio = listing_claims.median.as_secs_f64() / fleet_alone.median.as_secs_f64();
     println!(
-        "  --claims with {claim_count} allocated claims: {:.2}x caps on the same files, {:.2}x caps on the fleet alone (medians; goal <= 1.5x)",
+        "  --claims with {claim_count} allocated claims: {claims_ratio:.2}x caps on the fleet alone, median against median, run by turns; goal <= 1.5x: {} ({:.2}x caps on the same files)",
+        if claims_ratio <= 1.5 {
+            "met"
+        } else {
+            "NOT met"
+        },
         listing_claims.median.as_secs_f64() / with_claims_file.median.as_secs_f64(),
-        listing_claims.median.as_secs_f64() / from_file.median.as_secs_f64()
     );
     let ratio = kubectl_get.median.as_secs_f64() / caps.median.as_secs_f64();
     println!(

@@ -634,15 +634,15 @@ fn push_notes(
 }
 
 /// What is known of the claims that hold the fleet's GPUs.
-pub(crate) enum Claims {
+pub(crate) enum Claims<'a> {
     /// Not read: the default table shows no holders.
     NotRead,
-    Known(Holders),
+    Known(Holders<'a>),
     /// Not readable (a role that may not list claims, say); a warning said why.
     Unknown,
 }
 
-impl Claims {
+impl Claims<'_> {
     /// How many claims hold the GPU's render node and its media device.
     fn counts(&self, gpu: usize) -> Option<(usize, usize)> {
         match self {
@@ -722,7 +722,7 @@ pub(crate) fn render_claims(
             held += 1;
         }
         for hold in holds {
-            holding.insert((&hold.namespace, &hold.claim));
+            holding.insert((hold.namespace, hold.claim));
             let pods: Vec<&str> = if hold.pods.is_empty() {
                 vec!["-"]
             } else {
@@ -734,7 +734,7 @@ pub(crate) fn render_claims(
                     Cell::plain(dash(gpu.name.as_deref().map(short_gpu_name))),
                     Cell::plain(dash(Some(&gpu.address))),
                     Cell::plain(pod),
-                    Cell::plain(&hold.claim),
+                    Cell::plain(hold.claim),
                     Cell::plain(hold.requests.join(",")),
                     Cell::plain(holds_word(hold)),
                 ]);
@@ -1258,7 +1258,7 @@ pub(crate) struct ClaimsRecord<'a> {
 pub(crate) struct HoldRecord<'a> {
     pub namespace: &'a str,
     pub claim: &'a str,
-    pub requests: &'a [String],
+    pub requests: &'a [&'a str],
     pub render_node: bool,
     pub media_device: bool,
     pub pods: &'a [String],
@@ -1294,7 +1294,7 @@ fn held_counts(inventory: &Inventory, filter: &Filter, claims: &Claims) -> Optio
         counts.render_node.gpus += usize::from(r > 0);
         counts.media_device.gpus += usize::from(m > 0);
         for hold in holds {
-            let key = (hold.namespace.as_str(), hold.claim.as_str());
+            let key = (hold.namespace, hold.claim);
             if hold.render_node {
                 render.insert(key);
             }
@@ -1424,8 +1424,8 @@ pub(crate) fn records<'a>(
                                 holders.per_gpu[index]
                                     .iter()
                                     .map(|h| HoldRecord {
-                                        namespace: &h.namespace,
-                                        claim: &h.claim,
+                                        namespace: h.namespace,
+                                        claim: h.claim,
                                         requests: &h.requests,
                                         render_node: h.render_node,
                                         media_device: h.media_device,

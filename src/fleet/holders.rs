@@ -10,13 +10,13 @@ use crate::catalogue;
 use crate::fleet::allocated::AllocatedClaim;
 use crate::fleet::inventory::Inventory;
 
-/// One claim's hold on one GPU.
+/// One claim's hold on one GPU, borrowing the claim's names: 40,000 claims, no copies.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Hold {
-    pub namespace: String,
-    pub claim: String,
+pub(crate) struct Hold<'a> {
+    pub namespace: &'a str,
+    pub claim: &'a str,
     /// The requests whose results are on this GPU, in result order (`gpu`, `decodes`).
-    pub requests: Vec<String>,
+    pub requests: Vec<&'a str>,
     pub render_node: bool,
     pub media_device: bool,
     /// `namespace/name` of the pods the claim is reserved for; empty when none is.
@@ -25,14 +25,14 @@ pub(crate) struct Hold {
 
 /// The holds of every GPU, parallel to [`Inventory::gpus`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Holders {
-    pub per_gpu: Vec<Vec<Hold>>,
+pub(crate) struct Holders<'a> {
+    pub per_gpu: Vec<Vec<Hold<'a>>>,
     /// Allocated claims whose devices are on none of the inventory's GPUs (another driver's
     /// devices only, or a pool no longer published).
     pub elsewhere: usize,
 }
 
-impl Holders {
+impl Holders<'_> {
     /// How many claims hold the GPU's render node, and its media device.
     pub(crate) fn counts(&self, gpu: usize) -> (usize, usize) {
         let holds = &self.per_gpu[gpu];
@@ -44,24 +44,23 @@ impl Holders {
 }
 
 /// Joins the claims' allocation results to the inventory's GPUs.
-pub(crate) fn holders(inventory: &Inventory, claims: &[AllocatedClaim]) -> Holders {
+pub(crate) fn holders<'a>(inventory: &Inventory, claims: &'a [AllocatedClaim]) -> Holders<'a> {
     let mut holders = Holders {
         per_gpu: vec![Vec::new(); inventory.gpus.len()],
         elsewhere: 0,
     };
     let index = inventory.device_index();
+    // A claim's results on one GPU are one hold; a claim has at most 32 results (the API's
+    // limit), so a linear look-up is cheapest.
+    let mut on: Vec<(usize, Hold<'a>)> = Vec::new();
     for claim in claims.iter().filter(|c| !c.results.is_empty()) {
-        let results = &claim.results;
-        // A claim's results on one GPU are one hold; a claim has at most 32 results (the API's
-        // limit), so a linear look-up is cheapest.
-        let mut on: Vec<(usize, Hold)> = Vec::new();
-        for result in results {
+        for result in &claim.results {
             let key = (result.driver, result.pool, result.device);
             let Some(&gpu) = index.get(&key) else {
                 continue;
             };
-            let hold = match on.iter_mut().find(|(g, _)| *g == gpu) {
-                Some((_, hold)) => hold,
+            let hold = match on.iter().position(|(g, _)| *g == gpu) {
+                Some(at) => &mut on[at].1,
                 None => {
                     on.push((gpu, new_hold(claim)));
                     &mut on.last_mut().expect("just pushed").1
@@ -72,24 +71,24 @@ pub(crate) fn holders(inventory: &Inventory, claims: &[AllocatedClaim]) -> Holde
             } else {
                 hold.media_device = true;
             }
-            if !hold.requests.contains(&result.request) {
-                hold.requests.push(result.request.clone());
+            if !hold.requests.contains(&result.request.as_str()) {
+                hold.requests.push(&result.request);
             }
         }
         if on.is_empty() {
             holders.elsewhere += 1;
         }
-        for (gpu, hold) in on {
+        for (gpu, hold) in on.drain(..) {
             holders.per_gpu[gpu].push(hold);
         }
     }
-    for holds in &mut holders.per_gpu {
-        holds.sort_by(|a, b| (&a.namespace, &a.claim).cmp(&(&b.namespace, &b.claim)));
+    for holds in holders.per_gpu.iter_mut().filter(|h| h.len() > 1) {
+        holds.sort_by(|a, b| (a.namespace, a.claim).cmp(&(b.namespace, b.claim)));
     }
     holders
 }
 
-fn new_hold(claim: &AllocatedClaim) -> Hold {
+fn new_hold(claim: &AllocatedClaim) -> Hold<'_> {
     let namespace = &claim.namespace;
     let pods = claim
         .reserved_for
@@ -99,8 +98,8 @@ fn new_hold(claim: &AllocatedClaim) -> Hold {
         .map(|r| format!("{namespace}/{}", r.name))
         .collect();
     Hold {
-        claim: claim.name.clone(),
-        namespace: namespace.clone(),
+        namespace,
+        claim: &claim.name,
         requests: Vec::new(),
         render_node: false,
         media_device: false,
@@ -225,9 +224,9 @@ mod tests {
         assert_eq!(
             holders.per_gpu[first][0],
             Hold {
-                namespace: "media".into(),
-                claim: "film-gpu".into(),
-                requests: vec!["gpu".into(), "decodes".into()],
+                namespace: "media",
+                claim: "film-gpu",
+                requests: vec!["gpu", "decodes"],
                 render_node: true,
                 media_device: true,
                 pods: vec!["media/film".into()],

@@ -185,8 +185,9 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Outcome, A::Error> {
-        let mut api_version: Option<String> = None;
-        let mut kind: Option<String> = None;
+        // Borrowed: every item of a List names both.
+        let mut api_version: Option<Key<'de>> = None;
+        let mut kind: Option<Key<'de>> = None;
         let mut head: Option<Head> = None;
         let mut spec: Option<SliceSpec> = None;
         let mut status: Option<ClaimStatus> = None;
