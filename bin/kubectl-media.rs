@@ -31,6 +31,7 @@ fn main() -> ExitCode {
                 stdin: &mut std::io::stdin().lock(),
                 stdout: &mut std::io::stdout().lock(),
                 stderr: &mut std::io::stderr(),
+                ending: true,
             };
             cli::run(&cli, &mut io).map_err(|e| (e, color))
         }

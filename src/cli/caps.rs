@@ -294,6 +294,10 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
         }
     };
     output::write_all(io.stdout, &text)?;
+    // The holds borrow the claims: released first.
+    io.release(claims);
+    io.release(objects.allocated);
+    io.release(inventory);
     Ok(())
 }
 

@@ -260,10 +260,13 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
         ),
     };
     output::write_all(io.stdout, &text)?;
-    if diagnosis.blocked {
+    let (blocked, undecided) = (diagnosis.blocked, undecided(&diagnosis));
+    io.release(diagnosis);
+    io.release(objects);
+    if blocked {
         return Err(Error::Blocked);
     }
-    if undecided(&diagnosis) {
+    if undecided {
         return Err(Error::Undecided);
     }
     Ok(())

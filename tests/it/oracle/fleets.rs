@@ -469,6 +469,7 @@ pub(super) fn why(objects: &[Value], release: &str) -> (Vec<(String, Kind)>, Val
             stdin: &mut list.as_slice(),
             stdout: &mut stdout,
             stderr: &mut stderr,
+            ending: false,
         },
     );
     if let Err(e) = &result {
