@@ -2,9 +2,10 @@
 //! same parser as API responses ([`crate::fleet::objects`]), so a file answers as its cluster.
 //!
 //! JSON is streamed: a scanner cuts a List's `items` into batches that two threads parse while the
-//! next are read. YAML is read whole, up to 128 MiB. Every document must be an object or List with
-//! a `kind`; one object given twice is kept once, two different ones under one identity are an
-//! error. docs/user-guide.md (`-f`) gives the limits and rules.
+//! next are read; two files are read side by side and merged in the order given. YAML is read
+//! whole, up to 128 MiB. Every document must be an object or List with a `kind`; one object given
+//! twice is kept once, two different ones under one identity are an error. docs/user-guide.md
+//! (`-f`) gives the limits and rules.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -226,29 +227,81 @@ pub(crate) fn read_into(
     // What the caller had already counts as the first source.
     let given = std::mem::replace(objects, Objects::wanting(objects.wanted()));
     seen.merge(objects, given, "<given>")?;
-    for source in sources {
-        let name = source.display();
-        let read_error = |source| SnapshotError::Read {
-            file: name.clone(),
-            source,
-        };
-        let mut read = Objects::wanting(objects.wanted());
-        match source {
-            Source::Stdin => read_stream(&mut read, stdin, &name, None)?,
-            Source::File(path) => {
-                let mut file = std::fs::File::open(path).map_err(|e| match e.kind() {
-                    std::io::ErrorKind::NotFound => {
-                        SnapshotError::NoSuchPath { path: name.clone() }
-                    }
-                    _ => read_error(e),
-                })?;
-                let size = file.metadata().ok().map(|m| m.len() as usize);
-                read_stream(&mut read, &mut file, &name, size)?;
+    // Files are read two at a time (stdin where it stands), then merged in the order given:
+    // a fleet's claims file is parsed while its slices are.
+    let wanted = objects.wanted();
+    let read_one = |source: &Source, stdin: &mut dyn Read| {
+        let mut read = Objects::wanting(wanted);
+        read_source(&mut read, source, stdin).map(|()| read)
+    };
+    let files = sources
+        .iter()
+        .filter(|s| matches!(s, Source::File(_)))
+        .count();
+    if files < 2 || sources.iter().any(|s| matches!(s, Source::Stdin)) {
+        for source in sources {
+            let read = read_one(source, &mut *stdin)?;
+            seen.merge(objects, read, &source.display())?;
+        }
+        return Ok(());
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(source) = sources.get(i) else {
+                return done;
+            };
+            // No source is stdin here (see above).
+            let read = read_one(source, &mut std::io::empty());
+            // A failed file ends this reader; the others finish theirs.
+            let failed = read.is_err();
+            done.push((i, read));
+            if failed {
+                return done;
             }
         }
-        seen.merge(objects, read, &name)?;
+    };
+    let mut done = std::thread::scope(|scope| {
+        let other = scope.spawn(work);
+        let mut done = work();
+        match other.join() {
+            Ok(more) => done.extend(more),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+        done
+    });
+    done.sort_unstable_by_key(|(i, _)| *i);
+    // In order, up to the first failure, as one reader after the other would have.
+    for (i, read) in done {
+        seen.merge(objects, read?, &sources[i].display())?;
     }
     Ok(())
+}
+
+/// Reads one source into `read`, `-` from `stdin`.
+fn read_source(
+    read: &mut Objects,
+    source: &Source,
+    stdin: &mut dyn Read,
+) -> Result<(), SnapshotError> {
+    let name = source.display();
+    let read_error = |source| SnapshotError::Read {
+        file: name.clone(),
+        source,
+    };
+    match source {
+        Source::Stdin => read_stream(read, stdin, &name, None),
+        Source::File(path) => {
+            let mut file = std::fs::File::open(path).map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => SnapshotError::NoSuchPath { path: name.clone() },
+                _ => read_error(e),
+            })?;
+            let size = file.metadata().ok().map(|m| m.len() as usize);
+            read_stream(read, &mut file, &name, size)
+        }
+    }
 }
 
 /// The objects kept so far, by identity, with the source each came from (an index into
@@ -1472,6 +1525,46 @@ items:
             "did not find expected ',', while parsing a flow mapping"
         );
         assert_eq!(strip_location("no location"), "no location");
+    }
+
+    #[test]
+    fn files_read_side_by_side_merge_and_fail_in_the_order_given() {
+        let good = |n: u32| slice(&format!("s{n}"), 1);
+        let bad = "{\"kind\": \"List\", \"items\": [";
+        // The first failure in the order given is the one said, whichever thread read it.
+        for failing in [[1, 3], [0, 4], [4, 2]] {
+            let texts: Vec<(String, String)> = (0..6)
+                .map(|i| {
+                    let text = if failing.contains(&i) {
+                        bad.to_owned()
+                    } else {
+                        good(i)
+                    };
+                    (format!("f{i}.json"), text)
+                })
+                .collect();
+            let named: Vec<(&str, &str)> = texts
+                .iter()
+                .map(|(n, t)| (n.as_str(), t.as_str()))
+                .collect();
+            let (_dir, sources) = files_with(&named);
+            let err = read(&sources, &mut std::io::empty()).unwrap_err();
+            let first = failing.iter().min().unwrap();
+            assert!(
+                err.to_string().contains(&format!("f{first}.json")),
+                "{failing:?}: {err}"
+            );
+        }
+        // Without a failure every object is there, in the order given.
+        let texts: Vec<(String, String)> =
+            (0..6).map(|i| (format!("f{i}.json"), good(i))).collect();
+        let named: Vec<(&str, &str)> = texts
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.as_str()))
+            .collect();
+        let (_dir, sources) = files_with(&named);
+        let objects = read(&sources, &mut std::io::empty()).unwrap();
+        assert_eq!(slice_names(&objects), ["s0", "s1", "s2", "s3", "s4", "s5"]);
     }
 
     #[test]
