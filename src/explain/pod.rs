@@ -1361,29 +1361,37 @@ status:
             "requests: [{name: r, exactly: {deviceClassName: decode}}]",
             "requests: [{name: r, exactly: {deviceClassName: decode}}, {name: s, exactly: {deviceClassName: decode}}]",
         );
-        let objects = objects(&text);
         let target = Target::Pod {
             namespace: "media".into(),
             name: "p".into(),
         };
-        let explain_on = |threads| {
-            let input = Input {
-                objects: &objects,
+        let explain_on = |objects: &crate::fleet::objects::Objects, threads| {
+            explain(&Input {
+                objects,
                 target: &target,
                 features: Features::for_minor(36),
                 unread: &[],
                 every_device: true,
                 threads,
-            };
-            serde_json::to_string_pretty(&explain(&input).unwrap()).unwrap()
+            })
+            .unwrap()
         };
-        let alone = explain_on(1);
-        assert!(
-            alone.contains("n003"),
-            "the first error is on n003: {alone}"
-        );
+        let json = |d: &Diagnosis| serde_json::to_string_pretty(d).unwrap();
+        let erring = objects(&text);
+        let alone = explain_on(&erring, 1);
+        assert!(alone.attempt_error.is_some());
+        let (_, nodes) = outcome_kinds(&alone)
+            .into_iter()
+            .find(|(kind, _)| *kind == OutcomeKind::Error)
+            .expect("nodes that err");
+        assert_eq!(nodes[..2], ["n003", "n010"]);
+        let alone = json(&alone);
         for threads in [2, 3, 4] {
-            assert_eq!(explain_on(threads), alone, "on {threads} threads");
+            assert_eq!(
+                json(&explain_on(&erring, threads)),
+                alone,
+                "on {threads} threads"
+            );
         }
         // Guarded, the class errs nowhere: nodes are allocatable, taken or short of GPUs.
         let guarded = text.replace(
@@ -1391,22 +1399,10 @@ status:
             "expression: 'device.attributes[\"media.liken.sh\"].?decode.orValue(false)'",
         );
         assert_ne!(guarded, text);
-        let objects = self::objects(&guarded);
-        let input = |threads| Input {
-            objects: &objects,
-            target: &target,
-            features: Features::for_minor(36),
-            unread: &[],
-            every_device: true,
-            threads,
-        };
-        let alone = explain(&input(1)).unwrap();
+        let guarded = objects(&guarded);
+        let alone = explain_on(&guarded, 1);
         assert!(alone.attempt_error.is_none());
-        let alone = serde_json::to_string_pretty(&alone).unwrap();
-        assert_eq!(
-            serde_json::to_string_pretty(&explain(&input(2)).unwrap()).unwrap(),
-            alone
-        );
+        assert_eq!(json(&explain_on(&guarded, 2)), json(&alone));
     }
 
     #[test]

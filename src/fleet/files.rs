@@ -1529,16 +1529,14 @@ items:
 
     #[test]
     fn files_read_side_by_side_merge_and_fail_in_the_order_given() {
-        let good = |n: u32| slice(&format!("s{n}"), 1);
-        let bad = "{\"kind\": \"List\", \"items\": [";
-        // The first failure in the order given is the one said, whichever thread read it.
-        for failing in [[1, 3], [0, 4], [4, 2]] {
+        // Six files, f0.json to f5.json, those at `failing` cut short.
+        let read_six = |failing: &[u32]| {
             let texts: Vec<(String, String)> = (0..6)
                 .map(|i| {
                     let text = if failing.contains(&i) {
-                        bad.to_owned()
+                        "{\"kind\": \"List\", \"items\": [".to_owned()
                     } else {
-                        good(i)
+                        slice(&format!("s{i}"), 1)
                     };
                     (format!("f{i}.json"), text)
                 })
@@ -1548,7 +1546,11 @@ items:
                 .map(|(n, t)| (n.as_str(), t.as_str()))
                 .collect();
             let (_dir, sources) = files_with(&named);
-            let err = read(&sources, &mut std::io::empty()).unwrap_err();
+            read(&sources, &mut std::io::empty())
+        };
+        // The first failure in the order given is the one said, whichever thread read it.
+        for failing in [[1, 3], [0, 4], [4, 2]] {
+            let err = read_six(&failing).unwrap_err();
             let first = failing.iter().min().unwrap();
             assert!(
                 err.to_string().contains(&format!("f{first}.json")),
@@ -1556,14 +1558,7 @@ items:
             );
         }
         // Without a failure every object is there, in the order given.
-        let texts: Vec<(String, String)> =
-            (0..6).map(|i| (format!("f{i}.json"), good(i))).collect();
-        let named: Vec<(&str, &str)> = texts
-            .iter()
-            .map(|(n, t)| (n.as_str(), t.as_str()))
-            .collect();
-        let (_dir, sources) = files_with(&named);
-        let objects = read(&sources, &mut std::io::empty()).unwrap();
+        let objects = read_six(&[]).unwrap();
         assert_eq!(slice_names(&objects), ["s0", "s1", "s2", "s3", "s4", "s5"]);
     }
 
