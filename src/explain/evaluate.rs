@@ -52,10 +52,10 @@ pub(super) struct NodePass {
     /// per request and node made that minutes.
     request_slots: HashMap<(String, String), usize>,
     attempt_error: Option<AllocError>,
+    /// The devices picked on each allocatable node, in node order.
     picks: Vec<NodePicks>,
     /// Nodes the scheduler filters on whose allocation fails with an error.
     erring: usize,
-    allocatable: usize,
 }
 
 impl NodePass {
@@ -164,7 +164,6 @@ pub(super) fn nodes(
         attempt_error: None,
         picks: Vec::new(),
         erring: 0,
-        allocatable: 0,
     };
     // A distinctAttribute constraint keeps requests apart rather than on one GPU.
     let distinct = claims.iter().any(|c| {
@@ -191,10 +190,7 @@ pub(super) fn nodes(
                 pass.erring += 1;
                 pass.attempt_error.get_or_insert(error);
             }
-            if let Some(picks) = visit.picks {
-                pass.allocatable += 1;
-                pass.picks.push(picks);
-            }
+            pass.picks.extend(visit.picks);
             pass.record(visit.report);
             pass.outcomes
                 .entry(visit.outcome)
@@ -426,9 +422,10 @@ pub(super) fn summarise(
         attempt_error,
         picks,
         erring,
-        allocatable,
         ..
     } = pass;
+    // A node is allocatable exactly where its picks are kept.
+    let allocatable = picks.len();
     let total = work.model.nodes.len();
 
     let mut node_outcomes: Vec<NodeOutcome> = outcomes
