@@ -778,31 +778,12 @@ fn the_agent_exits_when_a_mounted_kubelet_directory_is_deleted() {
 
 // --- the image ----------------------------------------------------------------------------------
 
-/// `deploy/Dockerfile` as instructions: (instruction, arguments) with continuations joined and
-/// comments dropped, in order.
+/// `deploy/Dockerfile` as (instruction, arguments), in order (support/dockerfile.rs).
 fn dockerfile() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(deploy_dir().join("Dockerfile")).unwrap();
-    let mut instructions = Vec::new();
-    let mut current = String::new();
-    for line in text.lines() {
-        let trimmed = line.trim();
-        if trimmed.starts_with('#') || (trimmed.is_empty() && current.is_empty()) {
-            continue;
-        }
-        match trimmed.strip_suffix('\\') {
-            Some(part) => {
-                current.push_str(part);
-                current.push(' ');
-            }
-            None => {
-                current.push_str(trimmed);
-                let (instruction, args) = current.split_once(' ').unwrap_or((&current, ""));
-                instructions.push((instruction.to_owned(), args.trim().to_owned()));
-                current.clear();
-            }
-        }
-    }
-    instructions
+    crate::support::dockerfile::instructions()
+        .into_iter()
+        .map(|i| (i.keyword, i.args))
+        .collect()
 }
 
 /// One package of the recorded Debian lists (tests/fixtures/debian-packages.txt).
@@ -848,22 +829,9 @@ fn from_images() -> Vec<String> {
 
 #[test]
 fn the_image_installs_packages_that_debian_13_has() {
-    let instructions = dockerfile();
-    let install = instructions
-        .iter()
-        .find(|(i, args)| i == "RUN" && args.contains("apt-get install"))
-        .map(|(_, args)| args.clone())
-        .expect("a RUN with apt-get install");
-    let packages: Vec<&str> = install
-        .split("apt-get install")
-        .nth(1)
-        .unwrap()
-        .split("&&")
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .filter(|w| !w.starts_with('-'))
-        .collect();
+    let install = crate::support::dockerfile::install_run().args;
+    let packages = crate::support::dockerfile::installed_packages(&install);
+    let packages: Vec<&str> = packages.iter().map(String::as_str).collect();
     assert!(packages.len() >= 7, "{packages:?}");
     // The components the image enables: main, plus what the sed line adds.
     let components: BTreeSet<&str> = install

@@ -21,6 +21,7 @@ mod for_file;
 mod fuzz;
 mod generated;
 mod help;
+mod image;
 mod isolation;
 mod kubelet;
 mod kubelet_real;
