@@ -446,7 +446,7 @@ fn the_policy_leaves_everyone_else_alone() {
 
 /// The agent's configuration for the DaemonSet's arguments, parsed and validated with the agent's
 /// own command-line definition (as the container's entry point will).
-fn daemonset_config(container: &Value) -> media_operator::agent::config::AgentConfig {
+pub(crate) fn daemonset_config(container: &Value) -> media_operator::agent::config::AgentConfig {
     use clap::Parser;
     use media_operator::agent::cli::Cli;
     let args: Vec<String> = container["args"]
@@ -1229,14 +1229,16 @@ fn every_manifest_and_example_is_valid_against_the_kubernetes_1_34_schema() {
             .collect()
     };
     files.extend(EXAMPLES.iter().map(|f| f.to_string()));
-    // Every YAML file under deploy/ is one of them (the kustomization and krew's template are
-    // not Kubernetes objects).
+    // Every YAML file under deploy/ is one of them (the kustomization, the chart's Chart.yaml
+    // and values.yaml, and krew's template are not Kubernetes objects).
     let mut on_disk = Vec::new();
     for dir in [deploy_dir(), deploy_dir().join("examples")] {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "yaml")
-                && path.file_name().is_some_and(|n| n != "kustomization.yaml")
+                && path.file_name().is_some_and(|n| {
+                    !["kustomization.yaml", "Chart.yaml", "values.yaml"].contains(&n.to_str().unwrap())
+                })
             {
                 on_disk.push(
                     path.strip_prefix(deploy_dir())

@@ -20,6 +20,7 @@ mod files;
 mod for_file;
 mod fuzz;
 mod generated;
+mod helm;
 mod help;
 mod image;
 mod isolation;

@@ -13,6 +13,7 @@ pub mod examples;
 pub mod faultproxy;
 pub mod generated;
 pub mod grpc_raw;
+pub mod helm;
 pub mod image;
 pub mod kube;
 pub mod kubelet;
