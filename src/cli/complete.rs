@@ -82,6 +82,28 @@ impl ValueCompleter for CapabilityCompleter {
     }
 }
 
+/// Completes `--render-driver`: the render-driver table's names that start with what was typed,
+/// ignoring case, each with its project.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RenderDriverCompleter;
+
+impl RenderDriverCompleter {
+    pub(super) fn arg() -> ArgValueCompleter {
+        ArgValueCompleter::new(Self)
+    }
+}
+
+impl ValueCompleter for RenderDriverCompleter {
+    fn complete(&self, current: &OsStr) -> Vec<CompletionCandidate> {
+        let typed = current.to_string_lossy().to_ascii_lowercase();
+        crate::render_drivers::ALL
+            .iter()
+            .filter(|d| d.name.starts_with(&typed))
+            .map(|d| CompletionCandidate::new(d.name).help(Some(d.project.into())))
+            .collect()
+    }
+}
+
 /// Answers one completion request in Cobra's format.
 pub(crate) fn complete(cmd: &mut clap::Command, words: &[OsString]) -> String {
     // Global flags are the subcommands' too once built.

@@ -384,7 +384,7 @@ fn step_1_kubectl_get_resourceslices_shows_each_gpu_with_every_attribute(release
     let cp = flow(release);
     let listed = ok(cp.kubectl(&["get", "resourceslices"]));
     for node in [QUALIFIES, LACKS] {
-        for driver in [catalogue::DRIVER, catalogue::RENDER_DRIVER] {
+        for driver in [catalogue::DRIVER, media_operator::render_drivers::LIKEN.name] {
             let name = format!("{node}-{driver}");
             assert!(
                 listed
@@ -471,7 +471,7 @@ fn step_3_a_decode_10bit_pod_lands_on_the_gpu_that_qualifies_and_two_pods_share_
         let decodes = &results[1];
         assert_eq!(
             (gpu.0.as_str(), gpu.1.as_str()),
-            ("gpu", catalogue::RENDER_DRIVER),
+            ("gpu", media_operator::render_drivers::LIKEN.name),
             "{results:?}"
         );
         assert_eq!(
@@ -570,7 +570,7 @@ fn step_5_a_pod_asking_what_no_gpu_states_stays_pending_and_the_fallback_is_allo
     assert!(matches!(fallback, Placed::On(_)), "{fallback:?}");
     let results = results(&claim_of(cp, "step5-fallback"));
     assert_eq!(results.len(), 1, "{results:?}");
-    assert_eq!(results[0].1, catalogue::RENDER_DRIVER, "{results:?}");
+    assert_eq!(results[0].1, media_operator::render_drivers::LIKEN.name, "{results:?}");
     why_agrees(cp, "step5-fallback", &fallback);
 }
 

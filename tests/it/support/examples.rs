@@ -94,11 +94,11 @@ pub fn liken_slice(node: &str, render_nodes: &[(String, String)]) -> Value {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
         "metadata": {
-            "name": format!("{node}-{}", catalogue::RENDER_DRIVER),
+            "name": format!("{node}-{}", media_operator::render_drivers::LIKEN.name),
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid("Node", node), "controller": true}],
         },
         "spec": {
-            "driver": catalogue::RENDER_DRIVER,
+            "driver": media_operator::render_drivers::LIKEN.name,
             "nodeName": node,
             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
             "devices": devices,
