@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use crate::catalogue::{self, Capability, Group};
 use crate::render_drivers::RenderDriver;
 
-/// The class of the agent's own claim, installed as wiring (`deploy/deviceclass.yaml`): "not for
+/// The class of the agent's own claim, installed as wiring (`deploy/base/deviceclass.yaml`): "not for
 /// workloads" (product document, step 2), so `class` never writes or claims through it.
 pub const AGENT_CLASS: &str = "media-render";
 /// The catch-all class of every `media.liken.sh` device (product document, step 4).

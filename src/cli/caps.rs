@@ -823,7 +823,7 @@ fn wide_header(capability: Capability) -> String {
 
 /// The namespace the agent's DaemonSet runs in (deploy/).
 pub(crate) const AGENT_NAMESPACE: &str = "liken-system";
-/// The labels of the agent's pods (deploy/daemonset.yaml, `spec.selector.matchLabels`).
+/// The labels of the agent's pods (deploy/base/daemonset.yaml, `spec.selector.matchLabels`).
 pub(crate) const AGENT_LABELS: &str = "app.kubernetes.io/name=media-capabilities";
 
 /// At most this many nodes get a note of their own for a failed probe; the rest share one line.

@@ -557,7 +557,7 @@ fn an_empty_fleet_says_so_and_json_stays_parseable() {
     assert!(out.stdout.is_empty());
     assert_eq!(
         String::from_utf8(out.stderr).unwrap(),
-        "No media.liken.sh or liken.sh devices found (the files hold no ResourceSlices).\n"
+        "No media.liken.sh devices or render nodes found (the files hold no ResourceSlices).\n"
     );
     let out = run(&["caps", "-f", "-", "-o", "json"], Some(empty));
     assert!(out.status.success());
@@ -758,7 +758,7 @@ fn auto_colour_in_a_terminal_follows_term_and_no_color() {
     ]));
 }
 
-/// An agent's pod as the DaemonSet makes it (deploy/daemonset.yaml: its labels, its namespace).
+/// An agent's pod as the DaemonSet makes it (deploy/base/daemonset.yaml: its labels, its namespace).
 fn agent_pod(name: &str, node: &str, labels: Value) -> Value {
     json!({
         "apiVersion": "v1",

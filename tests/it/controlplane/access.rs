@@ -40,7 +40,7 @@ super::on_each_release!(
 
 /// The shipped ClusterRole, as JSON.
 fn shipped_role() -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac.yaml");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base/rbac.yaml");
     let text = std::fs::read_to_string(path).unwrap();
     serde_yaml::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
