@@ -48,6 +48,7 @@ on_each_release!(
 );
 
 mod access;
+mod agent_claim;
 mod claims;
 mod encodings;
 mod product;

@@ -25,7 +25,7 @@ pub(super) const KUBECTL_MEDIA: &str = env!("CARGO_BIN_EXE_kubectl-media");
 /// The GPU that decodes HEVC Main 10 and scales 10-bit frames (the document's own device).
 pub(super) const QUALIFIES: &str = "mtl-1";
 /// The GPU that does neither (i965 on Skylake), but decodes VC-1, which `mtl-1` does not.
-const LACKS: &str = "gen9-1";
+pub(super) const LACKS: &str = "gen9-1";
 /// Where the workloads' pods and claims live.
 pub(super) const PODS: &str = "default";
 
@@ -53,7 +53,7 @@ pub(super) fn flow(release: Release) -> &'static ControlPlane {
 }
 
 /// The same on 1.34's default gates, where the API server drops `allowMultipleAllocations`.
-fn flow_without_the_gate() -> &'static ControlPlane {
+pub(super) fn flow_without_the_gate() -> &'static ControlPlane {
     static FLOW: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
     FLOW.get_or_init(|| prepared(Release::V1_34, "gate-off", &[]))
         .as_ref()
@@ -265,7 +265,7 @@ pub(super) fn claim_of(cp: &ControlPlane, pod: &str) -> Value {
 }
 
 /// The allocation's results as (request, driver, pool, device).
-fn results(claim: &Value) -> Vec<(String, String, String, String)> {
+pub(super) fn results(claim: &Value) -> Vec<(String, String, String, String)> {
     claim["status"]["allocation"]["devices"]["results"]
         .as_array()
         .unwrap()
