@@ -427,8 +427,11 @@ fn vendors_against_liken(
     let templates = example_nodes(root).expect("example fleet");
     let items = large_fleet_with(nodes, GPUS_PER_NODE, &templates, RenderSide::Vendors);
     let file = dir.join("vendors.json");
-    std::fs::write(&file, serde_json::to_string(&list(items)).expect("serialise"))
-        .expect("write the vendors' fleet");
+    std::fs::write(
+        &file,
+        serde_json::to_string(&list(items)).expect("serialise"),
+    )
+    .expect("write the vendors' fleet");
     let vendors_file = file.to_str().expect("utf-8 path");
     let run = |path: &str| plugin(binary, &["caps", "-f", path], dir);
     // One of each first, for the page cache.

@@ -387,8 +387,11 @@ fn vendors_against_liken(
         .collect();
     items.extend(pending_pod_with(&any_vendor.join(" ||\n")));
     let file = dir.join("vendors.json");
-    std::fs::write(&file, serde_json::to_string(&list(items)).expect("serialise"))
-        .expect("write the vendors' fleet");
+    std::fs::write(
+        &file,
+        serde_json::to_string(&list(items)).expect("serialise"),
+    )
+    .expect("write the vendors' fleet");
     let vendors_file = file.to_str().expect("utf-8 path").to_owned();
     let why = |path: &str| plugin(binary, &["why", "film-0", "-n", "media", "-f", path], dir);
     timed(why(&vendors_file), WHY_EXITS);

@@ -10,8 +10,7 @@ use k8s_openapi::api::resource::v1::{
 
 use super::DeviceView;
 use super::findings::{
-    AllocatedDevice, Allocation, ClaimProblem, ClaimReport, ClaimState, Constraint, Diagnosis,
-    Step,
+    AllocatedDevice, Allocation, ClaimProblem, ClaimReport, ClaimState, Constraint, Diagnosis, Step,
 };
 use super::model::FleetModel;
 use super::requests::{PCI_BUS_ID, nearest};
@@ -498,7 +497,10 @@ fn sub_devices<'m>(model: &'m FleetModel<'_>) -> HashMap<(&'m str, &'m str, &'m 
 /// Marks the allocated and picked devices that are sub-devices of a GPU, and adds a next step
 /// for each request that holds or would get one.
 pub(super) fn mark_sub_devices(diagnosis: &mut Diagnosis, model: &FleetModel<'_>) {
-    let picked = diagnosis.nodes.as_ref().is_some_and(|n| !n.picks.is_empty());
+    let picked = diagnosis
+        .nodes
+        .as_ref()
+        .is_some_and(|n| !n.picks.is_empty());
     let allocated = diagnosis.claims.iter().any(|c| c.allocation.is_some());
     if !picked && !allocated {
         return;
@@ -512,7 +514,11 @@ pub(super) fn mark_sub_devices(diagnosis: &mut Diagnosis, model: &FleetModel<'_>
         let name = claim.claim.clone().unwrap_or_else(|| claim.name.clone());
         for device in claim.allocation.iter_mut().flat_map(|a| &mut a.devices) {
             device.sub_device = kinds
-                .get(&(device.driver.as_str(), device.pool.as_str(), device.device.as_str()))
+                .get(&(
+                    device.driver.as_str(),
+                    device.pool.as_str(),
+                    device.device.as_str(),
+                ))
                 .copied();
             if let Some(kind) = device.sub_device {
                 steps.push(Step::SubDevice {
@@ -530,7 +536,11 @@ pub(super) fn mark_sub_devices(diagnosis: &mut Diagnosis, model: &FleetModel<'_>
     for picks in diagnosis.nodes.iter_mut().flat_map(|n| &mut n.picks) {
         for device in &mut picks.devices {
             device.sub_device = kinds
-                .get(&(device.driver.as_str(), device.pool.as_str(), device.device.as_str()))
+                .get(&(
+                    device.driver.as_str(),
+                    device.pool.as_str(),
+                    device.device.as_str(),
+                ))
                 .copied();
             // The first node's picks stand for all: one step per request, not per node.
             if let Some(kind) = device.sub_device

@@ -451,10 +451,18 @@ spec:
     #[test]
     fn a_render_request_that_lands_on_a_mig_device_is_told_so() {
         let any = mig_fleet(r#"device.driver == "gpu.nvidia.com""#);
-        let d = explain_pod(&format!("{any}{}{}", pod(STATUS), claim("p-gpu-x", MIG_SPEC, "")))
-            .unwrap();
+        let d = explain_pod(&format!(
+            "{any}{}{}",
+            pod(STATUS),
+            claim("p-gpu-x", MIG_SPEC, "")
+        ))
+        .unwrap();
         let picks = &d.nodes.as_ref().expect("nodes").picks;
-        let gpu = picks[0].devices.iter().find(|p| p.request == "gpu").unwrap();
+        let gpu = picks[0]
+            .devices
+            .iter()
+            .find(|p| p.request == "gpu")
+            .unwrap();
         assert_eq!(gpu.device, "gpu-0-mig-1g10gb-9-0");
         assert_eq!(gpu.sub_device, Some(crate::render_drivers::DeviceKind::Mig));
         let step = d
@@ -467,7 +475,9 @@ spec:
         assert!(text.contains("--render-driver gpu.nvidia.com"), "{text}");
 
         // Through the table's class of whole GPUs, the MIG device never pairs.
-        let whole = crate::render_drivers::NVIDIA.whole_gpu_cel().replace('\n', " ");
+        let whole = crate::render_drivers::NVIDIA
+            .whole_gpu_cel()
+            .replace('\n', " ");
         let d = explain_pod(&format!(
             "{}{}{}",
             mig_fleet(&whole),
@@ -475,8 +485,15 @@ spec:
             claim("p-gpu-x", MIG_SPEC, "")
         ))
         .unwrap();
-        assert!(d.nodes.as_ref().is_some_and(|n| n.picks.is_empty()), "{d:#?}");
-        assert!(!d.next_steps.iter().any(|s| matches!(s, Step::SubDevice { .. })));
+        assert!(
+            d.nodes.as_ref().is_some_and(|n| n.picks.is_empty()),
+            "{d:#?}"
+        );
+        assert!(
+            !d.next_steps
+                .iter()
+                .any(|s| matches!(s, Step::SubDevice { .. }))
+        );
     }
 
     #[test]

@@ -251,17 +251,26 @@ fn render_devices(
                 let Some(address) = address else {
                     // A render node without a PCI address cannot be matched to any GPU
                     // statement, and a claim's matchAttribute constraint can never pair it
-                    // either; a whole GPU without one is an old release of its driver.
-                    if kind == DeviceKind::Gpu {
-                        let entry = unaddressed
-                            .entry(driver.name)
-                            .or_insert((driver, BTreeSet::new(), 0));
+                    // either. A whole GPU without one is an old release of its driver, and so
+                    // is a vendor's device the table cannot place (a release before its `type`).
+                    let old_release = kind == DeviceKind::Gpu
+                        || (kind == DeviceKind::Other && driver.before.is_some());
+                    if old_release {
+                        let entry =
+                            unaddressed
+                                .entry(driver.name)
+                                .or_insert((driver, BTreeSet::new(), 0));
                         entry.1.insert(node);
                         entry.2 += 1;
                     }
                     continue;
                 };
-                keys.push(((reference.driver, reference.pool, reference.device), node, address, None));
+                keys.push((
+                    (reference.driver, reference.pool, reference.device),
+                    node,
+                    address,
+                    None,
+                ));
                 if kind != DeviceKind::Gpu {
                     continue;
                 }
@@ -273,7 +282,11 @@ fn render_devices(
                     });
                     continue;
                 }
-                found.whole.entry((node, address)).or_default().push(reference);
+                found
+                    .whole
+                    .entry((node, address))
+                    .or_default()
+                    .push(reference);
             }
         }
     }
@@ -641,7 +654,10 @@ mod tests {
 
     fn render_node(address: &str) -> Device {
         let mut attributes = Attributes::default();
-        attributes.insert(QualifiedName::new("liken.sh", "renderNode"), s("/dev/dri/renderD128"));
+        attributes.insert(
+            QualifiedName::new("liken.sh", "renderNode"),
+            s("/dev/dri/renderD128"),
+        );
         attributes.set_identity(Identity::PciBusId, s(address));
         Device::new(&format!("card-{address}"), attributes)
     }
@@ -667,6 +683,125 @@ mod tests {
 
     const INTEL: (&str, &str) = ("8086", "56a0");
     use Capability::*;
+
+    /// A vendor driver's device: its `type` (in the driver's domain) and address.
+    fn vendor(driver: &str, name: &str, kind: &str, address: Option<&str>) -> Device {
+        let mut attributes = Attributes::default();
+        attributes.insert(QualifiedName::new(driver, "type"), s(kind));
+        if let Some(address) = address {
+            attributes.set_identity(Identity::PciBusId, s(address));
+        }
+        Device::new(name, attributes)
+    }
+
+    #[test]
+    fn media_devices_pair_with_any_drivers_whole_gpu_and_what_never_pairs_is_kept() {
+        let media = |name: &str, address: &str| device(name, address, INTEL, Some("iHD"), &[]);
+        let slices = vec![
+            slice(
+                catalogue::DRIVER,
+                "n1",
+                1,
+                vec![
+                    media("pci-a", "0000:03:00.0"),
+                    media("pci-b", "0000:83:00.0"),
+                    media("pci-c", "0000:c3:00.0"),
+                ],
+            ),
+            slice(
+                "gpu.nvidia.com",
+                "n1",
+                1,
+                vec![
+                    // Static MIG: only MIG devices at 03; a whole GPU at 83, written in capitals
+                    // at c3.
+                    vendor(
+                        "gpu.nvidia.com",
+                        "gpu-0-mig-1g10gb-9-0",
+                        "mig",
+                        Some("0000:03:00.0"),
+                    ),
+                    vendor("gpu.nvidia.com", "gpu-1", "gpu", Some("0000:83:00.0")),
+                    vendor("gpu.nvidia.com", "gpu-2", "gpu", Some("0000:C3:00.0")),
+                ],
+            ),
+            // liken publishes 83 as well.
+            slice(
+                crate::render_drivers::LIKEN.name,
+                "n1",
+                1,
+                vec![render_node("0000:83:00.0")],
+            ),
+            // An Intel release before pciBusID.
+            slice(
+                "gpu.intel.com",
+                "n2",
+                1,
+                vec![{
+                    let mut attributes = Attributes::default();
+                    attributes.insert(
+                        QualifiedName::new("gpu.intel.com", "pciAddress"),
+                        s("0000:00:02.0"),
+                    );
+                    Device::new("0000-00-02-0-0x56a0", attributes)
+                }],
+            ),
+        ];
+        let inventory = build(slices);
+        let render: Vec<(&str, Option<String>)> = inventory
+            .gpus
+            .iter()
+            .map(|g| {
+                (
+                    g.address.as_str(),
+                    g.render.map(|r| format!("{}/{}", r.driver, r.device)),
+                )
+            })
+            .collect();
+        assert_eq!(
+            render,
+            [
+                ("0000:03:00.0", None),
+                (
+                    "0000:83:00.0",
+                    Some("liken.sh/card-0000:83:00.0".to_string())
+                ),
+                ("0000:c3:00.0", None),
+            ]
+        );
+        assert!(inventory.gpus.iter().all(|g| g.render_on_node));
+        assert_eq!(
+            inventory.render_problems.len(),
+            3,
+            "{:#?}",
+            inventory.render_problems
+        );
+        assert!(
+            matches!(
+                &inventory.render_problems[0],
+                RenderProblem::SharedAddress { address, devices, .. }
+                    if address.as_str() == "0000:83:00.0" && devices.len() == 2
+            ),
+            "{:#?}",
+            inventory.render_problems
+        );
+        assert!(matches!(
+            &inventory.render_problems[1],
+            RenderProblem::NotCanonical { value, .. } if value.as_str() == "0000:C3:00.0"
+        ));
+        assert!(matches!(
+            &inventory.render_problems[2],
+            RenderProblem::NoPciBusId { driver, devices: 1, .. } if driver.name == "gpu.intel.com"
+        ));
+        // A claim holding the MIG device holds the GPU at its address.
+        let index = inventory.device_index();
+        let mig = (
+            Ustr::from("gpu.nvidia.com"),
+            Ustr::from("n1"),
+            Ustr::from("gpu-0-mig-1g10gb-9-0"),
+        );
+        assert_eq!(inventory.gpus[index[&mig]].address.as_str(), "0000:03:00.0");
+    }
 
     #[test]
     fn only_the_highest_generation_of_a_pool_counts() {

@@ -9,8 +9,8 @@
 use serde_json::{Value, json};
 
 use super::product::{
-    LACKS, QUALIFIES, claim_of, create_pod, flow_without_the_gate, get, placed, results, wait,
-    Placed,
+    LACKS, Placed, QUALIFIES, claim_of, create_pod, flow_without_the_gate, get, placed, results,
+    wait,
 };
 use super::{ADMIN_ACCESS_LABEL, NAMESPACE, ok};
 use crate::support::controlplane::{self, ControlPlane, Release};
@@ -88,7 +88,11 @@ fn on_1_34_default_gates_a_workload_is_allocated_the_render_node_the_agent_holds
         .collect();
     devices.sort();
     assert_eq!(devices, render_nodes(cp, LACKS), "{claim:#}");
-    assert!(held.iter().all(|r| r["adminAccess"] == true && r["driver"] == LIKEN.name), "{claim:#}");
+    assert!(
+        held.iter()
+            .all(|r| r["adminAccess"] == true && r["driver"] == LIKEN.name),
+        "{claim:#}"
+    );
     assert_eq!(
         placed_agent(cp, &pod),
         LACKS,
@@ -98,7 +102,10 @@ fn on_1_34_default_gates_a_workload_is_allocated_the_render_node_the_agent_holds
     // A workload's claim on any render node, on the same node: allocated the one the agent
     // holds (the node has one GPU; mtl-1's is the other gate-off test's), though the server keeps no allowMultipleAllocations.
     create_pod(cp, "beside-the-agent", "only-gpu-render", Some(LACKS));
-    assert_eq!(placed(cp, "beside-the-agent"), Placed::On(LACKS.to_string()));
+    assert_eq!(
+        placed(cp, "beside-the-agent"),
+        Placed::On(LACKS.to_string())
+    );
     let workload = claim_of(cp, "beside-the-agent");
     let got = results(&workload);
     assert_eq!(got.len(), 1, "{workload:#}");
@@ -136,7 +143,15 @@ fn with_admin_access_off_the_agents_claim_is_refused_not_allocated() {
     // The first apply stores the template before its policy is enforced (the server learns of
     // a policy a moment after storing it); the server dropped adminAccess from it.
     ok(cp.kubectl(&["apply", "-k", deploy]));
-    let stored = get(cp, &["resourceclaimtemplate", "-n", NAMESPACE, "media-capabilities-render"]);
+    let stored = get(
+        cp,
+        &[
+            "resourceclaimtemplate",
+            "-n",
+            NAMESPACE,
+            "media-capabilities-render",
+        ],
+    );
     assert!(
         stored["spec"]["spec"]["devices"]["requests"][0]["exactly"]["adminAccess"].is_null(),
         "the server kept adminAccess with the gate off: {stored}"
@@ -155,10 +170,14 @@ fn with_admin_access_off_the_agents_claim_is_refused_not_allocated() {
     cp.node(QUALIFIES, &[]);
     let pod = agent_pod(cp, QUALIFIES);
     let event = wait("the claim controller reports the refused claim", || {
-        let selector =
-            format!("involvedObject.name={pod},reason=FailedResourceClaimCreation");
-        let events = get(cp, &["events", "-n", NAMESPACE, "--field-selector", &selector]);
-        events["items"].as_array()?.first()?["message"].as_str().map(str::to_string)
+        let selector = format!("involvedObject.name={pod},reason=FailedResourceClaimCreation");
+        let events = get(
+            cp,
+            &["events", "-n", NAMESPACE, "--field-selector", &selector],
+        );
+        events["items"].as_array()?.first()?["message"]
+            .as_str()
+            .map(str::to_string)
     })
     .unwrap();
     assert!(event.contains("lost adminAccess"), "{event}");

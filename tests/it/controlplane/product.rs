@@ -384,7 +384,10 @@ fn step_1_kubectl_get_resourceslices_shows_each_gpu_with_every_attribute(release
     let cp = flow(release);
     let listed = ok(cp.kubectl(&["get", "resourceslices"]));
     for node in [QUALIFIES, LACKS] {
-        for driver in [catalogue::DRIVER, media_operator::render_drivers::LIKEN.name] {
+        for driver in [
+            catalogue::DRIVER,
+            media_operator::render_drivers::LIKEN.name,
+        ] {
             let name = format!("{node}-{driver}");
             assert!(
                 listed
@@ -570,7 +573,11 @@ fn step_5_a_pod_asking_what_no_gpu_states_stays_pending_and_the_fallback_is_allo
     assert!(matches!(fallback, Placed::On(_)), "{fallback:?}");
     let results = results(&claim_of(cp, "step5-fallback"));
     assert_eq!(results.len(), 1, "{results:?}");
-    assert_eq!(results[0].1, media_operator::render_drivers::LIKEN.name, "{results:?}");
+    assert_eq!(
+        results[0].1,
+        media_operator::render_drivers::LIKEN.name,
+        "{results:?}"
+    );
     why_agrees(cp, "step5-fallback", &fallback);
 }
 

@@ -204,8 +204,8 @@ pub fn vendor_fixture(driver: &str) -> Vec<Value> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/render-drivers")
         .join(format!("{driver}.yaml"));
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     serde_yaml::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).expect("valid YAML"))
         .filter(|d: &Value| !d.is_null())
@@ -220,11 +220,8 @@ fn vendor_gpu(driver: &str) -> Value {
         .filter(|s| s["spec"]["driver"] == driver)
         .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
         .find(|d| {
-            table.kind(|name| {
-                d["attributes"]
-                    .get(name)
-                    .map(|a| a["string"].as_str())
-            }) == media_operator::render_drivers::DeviceKind::Gpu
+            table.kind(|name| d["attributes"].get(name).map(|a| a["string"].as_str()))
+                == media_operator::render_drivers::DeviceKind::Gpu
         })
         .unwrap_or_else(|| panic!("no whole GPU in the {driver} fixture"))
 }
@@ -290,13 +287,22 @@ pub fn large_fleet_with(
             .iter()
             .map(|d| {
                 (
-                    d["attributes"]["renderNode"]["string"].as_str().unwrap().to_string(),
-                    d["attributes"][catalogue::PCI_BUS_ID]["string"].as_str().unwrap().to_string(),
+                    d["attributes"]["renderNode"]["string"]
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
+                    d["attributes"][catalogue::PCI_BUS_ID]["string"]
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
                 )
             })
             .collect();
         let which = (i / 2) % VENDORS.len();
-        *item = served(shaped_slice(VENDORS[which], &gpus[which], &node, &render_nodes), 1);
+        *item = served(
+            shaped_slice(VENDORS[which], &gpus[which], &node, &render_nodes),
+            1,
+        );
     }
     items
 }
