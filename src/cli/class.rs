@@ -30,6 +30,11 @@ Examples:
   kubectl media class decode-10bit --decode HEVCMain10 --scale 10bit \\
     --claim --with-render-class
 
+  # The same beside Intel's GPU driver instead of liken: its class
+  # of whole GPUs (never a VF or a GPU bound to vfio-pci)
+  kubectl media class decode-10bit --decode HEVCMain10 --scale 10bit \\
+    --claim --with-render-class --render-driver gpu.intel.com
+
   # A request that narrows the catch-all media-gpu class instead of a
   # new class: a GPU that decodes VP9 and scales 8-bit frames
   kubectl media class --selector --decode VP9 --scale 8bit \\

@@ -448,6 +448,20 @@ mod tests {
     }
 
     #[test]
+    fn completes_render_drivers_from_the_table() {
+        let lines = answer(&["class", "--claim", "--render-driver", "gpu."]);
+        assert_eq!(
+            lines,
+            [
+                "gpu.intel.com\tIntel Resource Drivers for Kubernetes (GPU)",
+                "gpu.nvidia.com\tNVIDIA DRA Driver for GPUs",
+                "gpu.amd.com\tAMD GPU DRA Driver (ROCm)",
+                ":4",
+            ]
+        );
+    }
+
+    #[test]
     fn lowercase_prefixes_complete_capability_names() {
         let values = |words: &[&str]| -> Vec<String> {
             answer(words)
