@@ -164,9 +164,15 @@ pub const INTEL: RenderDriver = RenderDriver {
     pinned: "gpu-v0.11.0",
     // `type == "gpu"` alone keeps a GPU bound to vfio-pci (`driver` is the one bound now), and
     // an admin-access claim on it would have the plugin rebind it away from its VM.
-    whole_gpu: &[Term::Is("type", "gpu"), Term::OneOf("driver", &["i915", "xe"])],
+    whole_gpu: &[
+        Term::Is("type", "gpu"),
+        Term::OneOf("driver", &["i915", "xe"]),
+    ],
     kinds: &[
-        (Term::OneOf("driver", &["vfio-pci", "xe-vfio-pci"]), DeviceKind::Vfio),
+        (
+            Term::OneOf("driver", &["vfio-pci", "xe-vfio-pci"]),
+            DeviceKind::Vfio,
+        ),
         (Term::Is("type", "vf"), DeviceKind::VirtualFunction),
     ],
     render_class: "intel-gpu-render",
@@ -227,7 +233,11 @@ impl RenderDriver {
     /// What a sentence calls it: `liken` for the product document's driver, as the document
     /// does, else its DRA name (`gpu.intel.com publishes ...`).
     pub fn called(&self) -> &'static str {
-        if self.name == LIKEN.name { LIKEN.project } else { self.name }
+        if self.name == LIKEN.name {
+            LIKEN.project
+        } else {
+            self.name
+        }
     }
 
     /// Parses a flag's value: the driver's DRA name, any case.
@@ -377,7 +387,10 @@ mod tests {
         let vfio = [("type", "gpu"), ("driver", "vfio-pci")];
         assert_eq!(INTEL.kind(attributes(&vfio)), DeviceKind::Vfio);
         // Bound to no driver at all: not a render node, not a VM's either.
-        assert_eq!(INTEL.kind(attributes(&[("type", "gpu"), ("driver", "")])), DeviceKind::Other);
+        assert_eq!(
+            INTEL.kind(attributes(&[("type", "gpu"), ("driver", "")])),
+            DeviceKind::Other
+        );
         assert_eq!(
             INTEL.kind(attributes(&[("type", "vf"), ("driver", "xe")])),
             DeviceKind::VirtualFunction
@@ -390,7 +403,10 @@ mod tests {
             AMD.kind(attributes(&[("type", "amdgpu-partition")])),
             DeviceKind::Partition
         );
-        assert_eq!(LIKEN.kind(attributes(&[("renderNode", "x")])), DeviceKind::Gpu);
+        assert_eq!(
+            LIKEN.kind(attributes(&[("renderNode", "x")])),
+            DeviceKind::Gpu
+        );
     }
 
     #[test]
@@ -405,18 +421,33 @@ mod tests {
             RenderDriver::parse("gpu.nvida.com").unwrap_err().nearest,
             Some("gpu.nvidia.com")
         );
-        assert_eq!(RenderDriver::parse("example.com").unwrap_err().nearest, None);
-        assert_eq!(RenderDriver::parse("GPU.Intel.com").unwrap().name, "gpu.intel.com");
+        assert_eq!(
+            RenderDriver::parse("example.com").unwrap_err().nearest,
+            None
+        );
+        assert_eq!(
+            RenderDriver::parse("GPU.Intel.com").unwrap().name,
+            "gpu.intel.com"
+        );
     }
 
     #[test]
     fn only_the_lowercase_form_is_canonical() {
         assert!(is_canonical_pci_bus_id("0000:03:00.0"));
         assert!(is_canonical_pci_bus_id("0001:c3:1f.7"));
-        for bad in ["0000:C3:00.0", "00000000:03:00.0", "03:00.0", "0000:03:00.0 ", "0000-03-00-0"] {
+        for bad in [
+            "0000:C3:00.0",
+            "00000000:03:00.0",
+            "03:00.0",
+            "0000:03:00.0 ",
+            "0000-03-00-0",
+        ] {
             assert!(!is_canonical_pci_bus_id(bad), "{bad}");
         }
-        assert_eq!(canonical_pci_bus_id("0000:C3:1F.7").as_deref(), Some("0000:c3:1f.7"));
+        assert_eq!(
+            canonical_pci_bus_id("0000:C3:1F.7").as_deref(),
+            Some("0000:c3:1f.7")
+        );
         assert_eq!(canonical_pci_bus_id("0000:03:00"), None);
     }
 

@@ -11,8 +11,8 @@ use crate::agent::cli::ProbingArgs;
 use crate::agent::kubelet::{self, KubeletArgs};
 use crate::agent::probing::{Isolation, ProbeCommand, ProbeSource};
 use crate::names::check_subdomain;
-use crate::render_drivers::{RenderDriver, UnknownRenderDriver};
 use crate::node::sysfs::Roots;
+use crate::render_drivers::{RenderDriver, UnknownRenderDriver};
 
 /// The default address of the health server (`/healthz`, `/readyz`, `/metrics`).
 pub(crate) const DEFAULT_HEALTH_ADDR: &str = "0.0.0.0:8081";

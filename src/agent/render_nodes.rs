@@ -37,7 +37,10 @@ pub(crate) fn kind_of(driver: &RenderDriver, device: &Device) -> DeviceKind {
 
 /// The PCI addresses of the whole GPUs `driver` publishes for the node, from its slices, in the
 /// canonical form the agent publishes (a driver writing capitals is still compared).
-pub(crate) fn render_addresses(driver: &RenderDriver, slices: &[ResourceSlice]) -> BTreeSet<String> {
+pub(crate) fn render_addresses(
+    driver: &RenderDriver,
+    slices: &[ResourceSlice],
+) -> BTreeSet<String> {
     slices
         .iter()
         .filter(|s| s.spec.driver == driver.name)
@@ -121,7 +124,9 @@ pub(crate) async fn follow(
                 problem.report(
                     Level::WARN,
                     &cause.class(),
-                    &format!("list ResourceSlices (spec.driver={driver}, spec.nodeName={node}): {cause}"),
+                    &format!(
+                        "list ResourceSlices (spec.driver={driver}, spec.nodeName={node}): {cause}"
+                    ),
                 );
                 continue;
             }

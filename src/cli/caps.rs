@@ -1027,7 +1027,10 @@ fn notes(
                     agent_on_node: true
                 })),
             list_nodes(&nodes),
-            publishers(shown, &|g| g.status == Status::NotDescribed { agent_on_node: true }),
+            publishers(shown, &|g| g.status
+                == Status::NotDescribed {
+                    agent_on_node: true
+                }),
             nodes[0]
         ));
     }
@@ -1052,7 +1055,10 @@ fn notes(
                     agent_on_node: false
                 })),
             list_nodes(&nodes),
-            publishers(shown, &|g| g.status == Status::NotDescribed { agent_on_node: false }),
+            publishers(shown, &|g| g.status
+                == Status::NotDescribed {
+                    agent_on_node: false
+                }),
             nodes[0]
         ));
     }
@@ -1133,12 +1139,22 @@ fn render_problem_notes(inventory: &Inventory, shown: &HashSet<&str>) -> Vec<Str
     let mut notes = Vec::new();
     for problem in &inventory.render_problems {
         match problem {
-            RenderProblem::SharedAddress { node, address, devices } if shown.contains(node.as_str()) => {
-                let named: Vec<String> =
-                    devices.iter().map(|d| format!("{}/{}", d.driver, d.device)).collect();
+            RenderProblem::SharedAddress {
+                node,
+                address,
+                devices,
+            } if shown.contains(node.as_str()) => {
+                let named: Vec<String> = devices
+                    .iter()
+                    .map(|d| format!("{}/{}", d.driver, d.device))
+                    .collect();
                 shared.push(format!("{address} on {node} ({})", named.join(", ")));
             }
-            RenderProblem::NotCanonical { node, device, value } if shown.contains(node.as_str()) => {
+            RenderProblem::NotCanonical {
+                node,
+                device,
+                value,
+            } if shown.contains(node.as_str()) => {
                 uncanonical.push(format!(
                     "{}/{} on {node} states {:?}",
                     device.driver,
@@ -1146,7 +1162,11 @@ fn render_problem_notes(inventory: &Inventory, shown: &HashSet<&str>) -> Vec<Str
                     value.as_str()
                 ));
             }
-            RenderProblem::NoPciBusId { driver, nodes, devices } => {
+            RenderProblem::NoPciBusId {
+                driver,
+                nodes,
+                devices,
+            } => {
                 let on: Vec<&str> = nodes
                     .iter()
                     .map(|n| n.as_str())
@@ -1173,7 +1193,12 @@ fn render_problem_notes(inventory: &Inventory, shown: &HashSet<&str>) -> Vec<Str
         }
     }
     let first_few = |items: &[String]| {
-        let mut text = items.iter().take(NODE_NOTES).cloned().collect::<Vec<_>>().join("; ");
+        let mut text = items
+            .iter()
+            .take(NODE_NOTES)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("; ");
         if items.len() > NODE_NOTES {
             let _ = write!(text, "; {} more", items.len() - NODE_NOTES);
         }

@@ -9,12 +9,12 @@ use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate};
 use serde::Serialize;
 
 use crate::catalogue::UnknownCapability;
-use crate::render_drivers::{self, RenderDriver, UnknownRenderDriver};
 use crate::classes::{self, CapabilitySet, Statement};
 use crate::cli::output::{self, ObjectFormat};
 use crate::cli::{CapabilityFlags, Error, Global, Io};
 use crate::ffprobe::Played;
 use crate::names::{self, NameRule};
+use crate::render_drivers::{self, RenderDriver, UnknownRenderDriver};
 
 /// Every line fits 70 columns, as `why`'s examples do (clap wraps longer ones at the terminal's
 /// width, man at 80 columns less its indent, and a wrapped command breaks when copied); a long

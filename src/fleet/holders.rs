@@ -7,9 +7,9 @@
 //!
 //! Pure: it takes claims already read (from the cluster or `-f` files) and returns data.
 
-use crate::render_drivers::RenderDriver;
 use crate::fleet::allocated::AllocatedClaim;
 use crate::fleet::inventory::Inventory;
+use crate::render_drivers::RenderDriver;
 
 /// One claim's hold on one GPU, borrowing the claim's names: 40,000 claims, no copies.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -253,15 +253,21 @@ fn render_devices(
                     // statement, and a claim's matchAttribute constraint can never pair it
                     // either; a whole GPU without one is an old release of its driver.
                     if kind == DeviceKind::Gpu {
-                        let entry = unaddressed
-                            .entry(driver.name)
-                            .or_insert((driver, BTreeSet::new(), 0));
+                        let entry =
+                            unaddressed
+                                .entry(driver.name)
+                                .or_insert((driver, BTreeSet::new(), 0));
                         entry.1.insert(node);
                         entry.2 += 1;
                     }
                     continue;
                 };
-                keys.push(((reference.driver, reference.pool, reference.device), node, address, None));
+                keys.push((
+                    (reference.driver, reference.pool, reference.device),
+                    node,
+                    address,
+                    None,
+                ));
                 if kind != DeviceKind::Gpu {
                     continue;
                 }
@@ -273,7 +279,11 @@ fn render_devices(
                     });
                     continue;
                 }
-                found.whole.entry((node, address)).or_default().push(reference);
+                found
+                    .whole
+                    .entry((node, address))
+                    .or_default()
+                    .push(reference);
             }
         }
     }
@@ -641,7 +651,10 @@ mod tests {
 
     fn render_node(address: &str) -> Device {
         let mut attributes = Attributes::default();
-        attributes.insert(QualifiedName::new("liken.sh", "renderNode"), s("/dev/dri/renderD128"));
+        attributes.insert(
+            QualifiedName::new("liken.sh", "renderNode"),
+            s("/dev/dri/renderD128"),
+        );
         attributes.set_identity(Identity::PciBusId, s(address));
         Device::new(&format!("card-{address}"), attributes)
     }

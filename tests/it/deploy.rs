@@ -140,8 +140,15 @@ fn each_render_driver_variant_is_the_install_with_its_drivers_class() {
         .filter(|d| d.name != render_drivers::LIKEN.name)
         .map(|d| d.key)
         .collect();
-    assert_eq!(variants, VARIANTS.into_iter().collect(), "a variant per vendor driver");
-    for driver in render_drivers::ALL.iter().filter(|d| variants.contains(d.key)) {
+    assert_eq!(
+        variants,
+        VARIANTS.into_iter().collect(),
+        "a variant per vendor driver"
+    );
+    for driver in render_drivers::ALL
+        .iter()
+        .filter(|d| variants.contains(d.key))
+    {
         let rendered = kustomize(&deploy_dir().join("render-drivers").join(driver.key));
         let mut expected = liken.clone();
         for object in &mut expected {
@@ -163,9 +170,11 @@ fn each_render_driver_variant_is_the_install_with_its_drivers_class() {
             rendered.into_iter().partition(|o| o["kind"] == "Namespace");
         assert_eq!(
             namespaces,
-            [json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "liken-system",
+            [
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "liken-system",
                 "labels": {"app.kubernetes.io/part-of": "media-operator",
-                    "resource.kubernetes.io/admin-access": "true"}}})],
+                    "resource.kubernetes.io/admin-access": "true"}}})
+            ],
             "{}",
             driver.key
         );
@@ -1362,7 +1371,11 @@ fn every_manifest_and_example_is_valid_against_the_kubernetes_1_34_schema() {
         deploy_dir().join("examples"),
         deploy_dir().join("render-drivers/namespace"),
     ];
-    dirs.extend(VARIANTS.iter().map(|v| deploy_dir().join("render-drivers").join(v)));
+    dirs.extend(
+        VARIANTS
+            .iter()
+            .map(|v| deploy_dir().join("render-drivers").join(v)),
+    );
     for dir in dirs {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();

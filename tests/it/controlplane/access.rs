@@ -157,7 +157,11 @@ fn an_agent_token_is_denied_another_drivers_slice_and_an_unbound_token_any_write
     cp.node(node, &[]);
 
     let bound = agent_kubeconfig(cp, node, home.path());
-    let other = slice("bound-node-not-ours", media_operator::render_drivers::LIKEN.name, node);
+    let other = slice(
+        "bound-node-not-ours",
+        media_operator::render_drivers::LIKEN.name,
+        node,
+    );
     let refused = create_refused(&bound, &other);
     assert!(
         refused.contains("media-capabilities-node-bound")
