@@ -27,7 +27,7 @@
 //! plugin at its pinned commit would refuse to prepare a claim that also holds a media device
 //! (docs/render-drivers/amd.md); the scheduler's decision is what is tested.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
 use serde_json::{Value, json};
@@ -41,40 +41,11 @@ use crate::support::agent::FAST;
 use crate::support::audit::Audit;
 use crate::support::controlplane::{self, ControlPlane, Release};
 use crate::support::examples::EXAMPLE_DIR;
+use crate::support::render_fixtures::{
+    REPORTS, WHOLE, fixture, moved, qualifying_address, reports_dir,
+};
 use media_operator::catalogue;
 use media_operator::render_drivers::{AMD, DeviceKind, INTEL, NVIDIA, RenderDriver};
-
-/// The node every fixture is written for.
-const FIXTURE_NODE: &str = "node-a";
-
-/// The address of the qualifying GPU on the `-a` nodes, a whole GPU in every fixture.
-const WHOLE: &str = "0000:83:00.0";
-
-/// Each directory of recorded reports: (example node, PCI address, render node) of its GPUs, the
-/// qualifying one (`mtl-1`) first. Each record is the example's with only these two changed.
-const REPORTS: [(&str, [(&str, &str, &str); 2]); 3] = [
-    (
-        "whole",
-        [
-            ("mtl-1", WHOLE, "/dev/dri/renderD129"),
-            ("gen9-1", "0000:03:00.0", "/dev/dri/renderD128"),
-        ],
-    ),
-    (
-        "parent-address",
-        [
-            ("mtl-1", "0000:03:00.0", "/dev/dri/renderD128"),
-            ("gen9-1", WHOLE, "/dev/dri/renderD129"),
-        ],
-    ),
-    (
-        "vf",
-        [
-            ("mtl-1", "0000:03:00.1", "/dev/dri/renderD129"),
-            ("gen9-1", WHOLE, "/dev/dri/renderD130"),
-        ],
-    ),
-];
 
 /// A render driver and what its fixture holds where the tests look.
 struct Vendor {
@@ -136,46 +107,11 @@ impl Vendor {
     }
 }
 
-fn reports_dir(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/render-drivers/reports")
-        .join(name)
-}
-
-/// The address of the qualifying GPU in the reports `name`.
-fn qualifying_address(name: &str) -> &'static str {
-    let (_, gpus) = REPORTS.iter().find(|(n, _)| *n == name).unwrap();
-    gpus[0].1
-}
-
-/// The driver's fixture, as written.
-fn fixture(driver: &RenderDriver) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/render-drivers")
-        .join(format!("{}.yaml", driver.name));
-    let text = std::fs::read_to_string(&path).unwrap();
-    let slice: Value = serde_yaml::from_str(&text).unwrap();
-    assert_eq!(
-        slice["spec"]["nodeName"],
-        FIXTURE_NODE,
-        "{}",
-        path.display()
-    );
-    slice
-}
-
-/// The fixture moved to `node`: its name, owner, node and pool, the owner's uid the Node's
-/// (the fixture's made-up one would have the garbage collector delete the slice).
+/// The driver's fixture moved to `node`, owned by the Node (the fixture's made-up uid would have
+/// the garbage collector delete the slice).
 fn fixture_on(cp: &ControlPlane, driver: &RenderDriver, node: &str) -> Value {
-    let mut slice = fixture(driver);
-    let name = slice["metadata"]["name"].as_str().unwrap();
-    slice["metadata"]["name"] = name.replace(FIXTURE_NODE, node).into();
-    let owner = &mut slice["metadata"]["ownerReferences"][0];
-    owner["name"] = node.into();
-    owner["uid"] = get(cp, &["node", node])["metadata"]["uid"].clone();
-    slice["spec"]["nodeName"] = node.into();
-    slice["spec"]["pool"]["name"] = node.into();
-    slice
+    let uid = get(cp, &["node", node])["metadata"]["uid"].clone();
+    moved(fixture(driver), node, uid)
 }
 
 /// What a stored device of `driver` is, by the table's own reading of its attributes.
