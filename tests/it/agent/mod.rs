@@ -254,11 +254,7 @@ fn devices(slice: &Value) -> &Vec<Value> {
 
 /// The value of a metric line `name value`.
 fn metric(agent: &AgentProcess, name: &str) -> f64 {
-    let (status, body) = agent.get("/metrics");
-    assert_eq!(status, 200);
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no metric {name} in:\n{body}"))
+    agent.metric(name)
 }
 
 /// Polls `cond` until it holds; fails with `what` after [`DEADLINE`].

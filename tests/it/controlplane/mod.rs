@@ -53,6 +53,7 @@ mod claims;
 mod encodings;
 mod product;
 mod random;
+mod render_drivers;
 
 /// The namespace liken creates before the install (deploy/kustomization.yaml).
 pub(crate) const NAMESPACE: &str = "liken-system";
