@@ -380,6 +380,8 @@ fn main() {
         }
     );
 
+    vendors_against_liken(&root, nodes, rounds, dir.path(), &file_arg, binary);
+
     if let Ok(old) = std::env::var("MEDIA_BENCH_BASELINE") {
         println!("against the baseline {old} ({rounds} runs of each, interleaved):");
         let ratio = |label: &str, new: Timing, old: Timing| {
@@ -410,6 +412,40 @@ fn main() {
         }
     }
 }
+/// The same fleet with its render devices from the vendors' drivers (Intel, NVIDIA and AMD in
+/// turn, each device as its driver publishes it) instead of liken's: `caps -f` by turns on both
+/// (issue 32: within 1.05x).
+fn vendors_against_liken(
+    root: &std::path::Path,
+    nodes: usize,
+    rounds: usize,
+    dir: &std::path::Path,
+    liken_file: &str,
+    binary: &str,
+) {
+    use support::examples::{RenderSide, example_nodes, large_fleet_with, list};
+    let templates = example_nodes(root).expect("example fleet");
+    let items = large_fleet_with(nodes, GPUS_PER_NODE, &templates, RenderSide::Vendors);
+    let file = dir.join("vendors.json");
+    std::fs::write(
+        &file,
+        serde_json::to_string(&list(items)).expect("serialise"),
+    )
+    .expect("write the vendors' fleet");
+    let vendors_file = file.to_str().expect("utf-8 path");
+    let run = |path: &str| plugin(binary, &["caps", "-f", path], dir);
+    // One of each first, for the page cache.
+    timed(run(vendors_file), &[0]);
+    let (vendors, liken) = interleaved(rounds, || run(vendors_file), || run(liken_file), &[0]);
+    let ratio = vendors.median.as_secs_f64() / liken.median.as_secs_f64();
+    println!(
+        "caps -f with the vendors' render devices {:.0} ms, with liken's {:.0} ms (medians, by turns): {ratio:.3}x, goal <= 1.05x {}",
+        vendors.median.as_secs_f64() * 1e3,
+        liken.median.as_secs_f64() * 1e3,
+        if ratio <= 1.05 { "met" } else { "NOT met" }
+    );
+}
+
 /// One allocated claim per GPU of `items` (the fleet's slices): the liken render node and the
 /// media device of the same PCI address in one pool, reserved for one pod.
 fn claims_of(items: &[serde_json::Value]) -> Vec<serde_json::Value> {

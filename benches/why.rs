@@ -55,6 +55,11 @@ fn claim_spec() -> Value {
 }
 
 fn pending_pod() -> Vec<Value> {
+    pending_pod_with(GPU_RENDER)
+}
+
+/// [`pending_pod`] whose render class `gpu-render` is `render`.
+fn pending_pod_with(render: &str) -> Vec<Value> {
     let class = |name: &str, expression: &str| {
         json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
             "metadata": {"name": name, "uid": support::examples::uid("DeviceClass", name), "resourceVersion": "1"},
@@ -63,7 +68,7 @@ fn pending_pod() -> Vec<Value> {
     let uid = support::examples::uid("Pod", "film-0");
     vec![
         class("decode-10bit", DECODE_10BIT),
-        class("gpu-render", GPU_RENDER),
+        class("gpu-render", render),
         json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "film-0", "namespace": "media", "uid": uid, "resourceVersion": "1"},
             "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "decode-10bit"}],
@@ -348,10 +353,59 @@ fn main() {
             );
         }
     }
+    vendors_against_liken(&root, nodes, &file_arg, binary, dir.path());
     println!(
         "allocator alone, in process: {nodes} nodes, {} devices in {:.0} ms = {:.2} us per device evaluation (selectors compiled once)",
         devices.len(),
         ms(allocation),
         allocation.as_secs_f64() * 1e6 / devices.len() as f64
+    );
+}
+
+/// `why -f` on the same fleet with its render devices from the vendors' drivers (Intel, NVIDIA
+/// and AMD in turn) instead of liken's, the pod's render class selecting any vendor's whole GPUs
+/// as the render-driver table writes them: by turns against the liken fleet (issue 32: within
+/// 1.05x).
+fn vendors_against_liken(
+    root: &std::path::Path,
+    nodes: usize,
+    liken_file: &str,
+    binary: &str,
+    dir: &std::path::Path,
+) {
+    use media_operator::render_drivers::RenderDriver;
+    use support::examples::{RenderSide, VENDORS, example_nodes, large_fleet_with, list};
+    let templates = example_nodes(root).expect("example fleet");
+    let mut items = large_fleet_with(nodes, GPUS_PER_NODE, &templates, RenderSide::Vendors);
+    items.extend((0..nodes).map(|i| node_object(&format!("node-{i:05}"))));
+    let any_vendor: Vec<String> = VENDORS
+        .iter()
+        .map(|d| {
+            let cel = RenderDriver::named(d).expect("known").whole_gpu_cel();
+            format!("({})", cel.trim_end().replace('\n', " "))
+        })
+        .collect();
+    items.extend(pending_pod_with(&any_vendor.join(" ||\n")));
+    let file = dir.join("vendors.json");
+    std::fs::write(
+        &file,
+        serde_json::to_string(&list(items)).expect("serialise"),
+    )
+    .expect("write the vendors' fleet");
+    let vendors_file = file.to_str().expect("utf-8 path").to_owned();
+    let why = |path: &str| plugin(binary, &["why", "film-0", "-n", "media", "-f", path], dir);
+    timed(why(&vendors_file), WHY_EXITS);
+    let mut runs: [Vec<_>; 2] = [Vec::new(), Vec::new()];
+    for _ in 0..ROUNDS {
+        runs[0].push(timed(why(&vendors_file), WHY_EXITS));
+        runs[1].push(timed(why(liken_file), WHY_EXITS));
+    }
+    let [vendors, liken] = runs.map(summarise);
+    let ratio = vendors.median.as_secs_f64() / liken.median.as_secs_f64();
+    println!(
+        "why -f with the vendors' render devices {:.0} ms, with liken's {:.0} ms (medians, by turns): {ratio:.3}x, goal <= 1.05x {}",
+        vendors.median.as_secs_f64() * 1e3,
+        liken.median.as_secs_f64() * 1e3,
+        if ratio <= 1.05 { "met" } else { "NOT met" }
     );
 }

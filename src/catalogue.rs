@@ -11,11 +11,8 @@ pub mod playback;
 /// The DRA driver name the agent publishes under. Unqualified attribute names belong to it.
 pub const DRIVER: &str = "media.liken.sh";
 
-/// The driver that publishes the render nodes (the liken project). Its devices are what a
-/// workload actually receives; ours only describe the GPU behind them.
-pub const RENDER_DRIVER: &str = "liken.sh";
-
-/// The standard attribute both drivers publish; a `matchAttribute` constraint on it keeps a
+/// The standard attribute our devices and every render driver's publish
+/// ([`crate::render_drivers`]); a `matchAttribute` constraint on it keeps a
 /// claim's render node and capability statement on one GPU.
 pub const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
 

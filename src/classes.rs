@@ -15,16 +15,13 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::catalogue::{self, Capability, Group};
+use crate::render_drivers::RenderDriver;
 
-/// The class of the liken render nodes when the user names none (product document, step 2).
-pub(crate) const DEFAULT_RENDER_CLASS: &str = "gpu-render";
-/// The class of the agent's own claim, installed as wiring (`deploy/deviceclass.yaml`): "not for
+/// The class of the agent's own claim, installed as wiring (`deploy/base/deviceclass.yaml`): "not for
 /// workloads" (product document, step 2), so `class` never writes or claims through it.
 pub const AGENT_CLASS: &str = "media-render";
 /// The catch-all class of every `media.liken.sh` device (product document, step 4).
 pub(crate) const DEFAULT_BASE_CLASS: &str = "media-gpu";
-/// The attribute every liken render node carries (liken's own, not ours).
-pub(crate) const RENDER_NODE_ATTRIBUTE: &str = "renderNode";
 /// The request for the render node, which the container receives.
 pub(crate) const RENDER_REQUEST: &str = "gpu";
 
@@ -127,16 +124,10 @@ pub(crate) fn capability_class(name: &str, capabilities: &CapabilitySet) -> Devi
     device_class(name, expression(terms))
 }
 
-/// The class of the render nodes liken publishes.
-pub(crate) fn render_class(name: &str) -> DeviceClass {
-    let has_render_node = format!(
-        "has(device.attributes[\"{}\"].{RENDER_NODE_ATTRIBUTE})",
-        catalogue::RENDER_DRIVER
-    );
-    device_class(
-        name,
-        expression([driver_is(catalogue::RENDER_DRIVER), has_render_node]),
-    )
+/// The class of a render driver's whole GPUs with a render node (liken's: product document,
+/// step 2).
+pub(crate) fn render_class(name: &str, driver: &RenderDriver) -> DeviceClass {
+    device_class(name, driver.whole_gpu_cel())
 }
 
 /// The catch-all class of every `media.liken.sh` device, for request-level selectors.

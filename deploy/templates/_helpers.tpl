@@ -23,7 +23,7 @@ null; sprig's get would read a missing key as "").
 
 {{- /*
 The agent container's flag FLAG set to VALUE in ARGS (a list of "--flag=value" strings, the
-form deploy/daemonset.yaml writes): any earlier value of that flag goes, the new one is last.
+form deploy/base/daemonset.yaml writes): any earlier value of that flag goes, the new one is last.
 */ -}}
 {{- define "media-capabilities.set-flag" -}}
 {{- $args := list -}}
@@ -39,7 +39,7 @@ form deploy/daemonset.yaml writes): any earlier value of that flag goes, the new
 {{- end -}}
 
 {{- /*
-The values applied to the DaemonSet OBJECT (deploy/daemonset.yaml, parsed): each set value
+The values applied to the DaemonSet OBJECT (deploy/base/daemonset.yaml, parsed): each set value
 replaces its part of the pod or of the agent container; unset (null) ones leave it as it is.
 */ -}}
 {{- define "media-capabilities.daemonset" -}}
@@ -103,6 +103,6 @@ replaces its part of the pod or of the agent container; unset (null) ones leave 
 {{- end -}}
 {{- end -}}
 {{- if not $found -}}
-{{- fail "deploy/daemonset.yaml has no container named agent, which the values apply to" -}}
+{{- fail "deploy/base/daemonset.yaml has no container named agent, which the values apply to" -}}
 {{- end -}}
 {{- end -}}

@@ -12,6 +12,7 @@ use crate::agent::kubelet::{self, KubeletArgs};
 use crate::agent::probing::{Isolation, ProbeCommand, ProbeSource};
 use crate::names::check_subdomain;
 use crate::node::sysfs::Roots;
+use crate::render_drivers::{RenderDriver, UnknownRenderDriver};
 
 /// The default address of the health server (`/healthz`, `/readyz`, `/metrics`).
 pub(crate) const DEFAULT_HEALTH_ADDR: &str = "0.0.0.0:8081";
@@ -61,6 +62,12 @@ pub struct AgentArgs {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::duration::parse_positive)]
     pub max_backoff: Duration,
 
+    /// The DRA driver that publishes this node's render nodes: liken.sh, gpu.intel.com,
+    /// gpu.nvidia.com or gpu.amd.com. The agent compares that driver's whole GPUs on the node
+    /// with the GPUs it can open, and says which it cannot see.
+    #[arg(long, env = "RENDER_DRIVER", value_name = "DRIVER", default_value = crate::render_drivers::DEFAULT.name)]
+    pub render_driver: String,
+
     /// How often the kubelet plugin's socket files are checked (re-created when deleted).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = crate::duration::parse_positive)]
     pub socket_recheck_interval: Duration,
@@ -87,6 +94,8 @@ pub struct AgentConfig {
     pub resync_interval: Duration,
     /// The cap of the retry backoff.
     pub max_backoff: Duration,
+    /// The driver whose render nodes the agent compares with its GPUs.
+    pub render_driver: &'static RenderDriver,
 }
 
 /// The directory whose listing tells that the set of GPUs may have changed.
@@ -116,6 +125,9 @@ pub enum ConfigError {
     /// The kubeconfig file does not exist.
     #[error("--kubeconfig {path}: {reason}")]
     Kubeconfig { path: PathBuf, reason: String },
+    /// A render driver the table does not know.
+    #[error("--render-driver: {0}")]
+    RenderDriver(#[from] UnknownRenderDriver),
     /// The agent's own executable (which probes re-run) cannot be found.
     #[error("find this program to run probes with: {0}")]
     CurrentExe(std::io::Error),
@@ -125,6 +137,7 @@ impl AgentArgs {
     /// Checks every value and builds the configuration; nothing is started here.
     pub fn validate(&self) -> Result<AgentConfig, ConfigError> {
         let node_name = self.node_name.clone().ok_or(ConfigError::NoNodeName)?;
+        let render_driver = RenderDriver::parse(&self.render_driver)?;
         check_subdomain(&node_name).map_err(|reason| ConfigError::NodeName {
             name: node_name.clone(),
             reason: reason.to_string(),
@@ -181,6 +194,7 @@ impl AgentArgs {
             rescan_interval: self.rescan_interval,
             resync_interval: self.resync_interval,
             max_backoff: self.max_backoff,
+            render_driver,
         })
     }
 }

@@ -81,7 +81,7 @@ pub struct Metrics {
     /// Fields the API server dropped, added or changed in what the agent wrote (besides
     /// `allowMultipleAllocations`, which has its own gauge), no longer compared.
     pub server_changed_fields: Gauge,
-    /// GPUs liken publishes for this node that the agent cannot open (its claim predates them).
+    /// GPUs the render driver publishes for this node that the agent cannot open.
     pub gpus_not_in_claim: Gauge,
 }
 
@@ -148,7 +148,7 @@ impl Default for Metrics {
         );
         registry.register(
             "gpus_not_in_claim",
-            "GPUs liken publishes for this node that the agent's render-node claim did not bring",
+            "GPUs the render driver publishes for this node that this agent cannot open",
             metrics.gpus_not_in_claim.clone(),
         );
         Metrics {
@@ -188,7 +188,8 @@ pub struct Health {
     pub refusal: Mutex<Option<String>>,
     /// While the API server changes what the agent writes (other than the gate's field): what.
     pub server_changes: Mutex<Option<String>>,
-    /// While liken publishes GPUs for this node that the agent cannot open: which, and the fix.
+    /// While the render driver publishes GPUs for this node that the agent cannot open: which, and
+    /// the fix.
     pub not_in_claim: Mutex<Option<String>>,
     /// Where the health server listens, once bound (for tests running the agent in-process).
     pub local_addr: OnceLock<SocketAddr>,

@@ -405,6 +405,13 @@ pub fn read_records(path: &Path) -> Result<Vec<Probed>, ProbeError> {
     for e in skipped {
         tracing::error!("skipping a file, reading the others: {e}");
     }
+    // One form of the address, the one upstream's pciBusID helper writes: a recording (or a
+    // hand-written report) in capitals would never pair with a render driver's device.
+    for (probed, _) in &mut records {
+        if let Some(canonical) = crate::render_drivers::canonical_pci_bus_id(&probed.pci.address) {
+            probed.pci.address = canonical;
+        }
+    }
     // A malformed address would give a device name the API server refuses, and it refuses the
     // whole slice, every GPU of the node with it.
     if let Some((probed, path)) = records
@@ -1278,6 +1285,24 @@ mod tests {
                 a.display(),
                 b.display()
             )
+        );
+    }
+
+    #[test]
+    fn a_record_in_capitals_is_published_in_the_canonical_form() {
+        let dir = tempfile::tempdir().unwrap();
+        let upper = GOOD.replace("0000:00:02.0", "0000:0A:1F.0");
+        assert_ne!(upper, GOOD, "the record names an address");
+        let file = write(dir.path(), "a.json", &upper);
+        let records = read_records(&file).unwrap();
+        assert_eq!(records[0].pci.address, "0000:0a:1f.0");
+        let device = crate::node::device::describe(&records[0].node(), &records[0].outcome());
+        assert_eq!(device.name, "pci-0000-0a-1f-0");
+        assert_eq!(
+            device.attributes.get(crate::catalogue::PCI_BUS_ID),
+            Some(&crate::node::device::AttrValue::String(
+                "0000:0a:1f.0".into()
+            ))
         );
     }
 

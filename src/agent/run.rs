@@ -255,6 +255,7 @@ pub async fn run_with(
             .register("render-node check", config.resync_interval);
         let follow = render_nodes::follow(
             client,
+            config.render_driver,
             config.node_name.clone(),
             api_url,
             gpus_rx,

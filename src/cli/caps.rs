@@ -2,7 +2,7 @@
 //! ResourceSlices (from the cluster or `-f` files), builds the [`Inventory`], and renders it as a
 //! table, a wide table with one column per capability, JSON or YAML records, or a summary.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use clap::Args;
@@ -16,7 +16,10 @@ use crate::ffprobe::Played;
 use crate::fleet::cluster::Cluster;
 use crate::fleet::files;
 use crate::fleet::holders::{self, Hold, Holders};
-use crate::fleet::inventory::{self, Counts, Drift, Filter, Gpu, Inventory, Statements, Status};
+use crate::fleet::inventory::{
+    self, Counts, Drift, Filter, Gpu, Inventory, RenderProblem, Statements, Status,
+};
+use crate::render_drivers;
 
 use crate::fleet::objects::{Kind, Kinds, Objects, Ustr};
 
@@ -231,7 +234,7 @@ pub(crate) fn run(args: &CapsArgs, global: &Global, io: &mut Io<'_>) -> Result<(
         };
         let _ = writeln!(
             io.stderr,
-            "No media.liken.sh or liken.sh devices found{why}."
+            "No media.liken.sh devices or render nodes found{why}."
         );
         return Ok(());
     }
@@ -451,6 +454,7 @@ const ALL_BUT: &str = "all but ";
 /// The short status word of a row.
 pub(crate) fn status_word(gpu: &Gpu) -> &'static str {
     match (&gpu.status, gpu.drift) {
+        (Status::Described, _) if unpaired(gpu) => "no render device",
         (Status::Described, None) => "ok",
         (Status::Described, Some(_)) => "drift",
         (Status::ProbeFailed, _) => "probe failed",
@@ -470,10 +474,17 @@ pub(crate) fn status_word(gpu: &Gpu) -> &'static str {
     }
 }
 
+/// A GPU a media device states, on a node where a render driver publishes, with no whole-GPU
+/// render device at its address: a claim that pairs the two by `pciBusID` never lands on it.
+fn unpaired(gpu: &Gpu) -> bool {
+    gpu.device.is_some() && gpu.render.is_none() && gpu.render_on_node
+}
+
 /// Every status word, in the order `--summary` lists them.
-pub(crate) const STATUS_WORDS: [&str; 6] = [
+pub(crate) const STATUS_WORDS: [&str; 7] = [
     "ok",
     "drift",
+    "no render device",
     "probe failed",
     "incomplete",
     "not probed",
@@ -482,9 +493,18 @@ pub(crate) const STATUS_WORDS: [&str; 6] = [
 
 fn status_paint(gpu: &Gpu) -> Option<Paint> {
     match (&gpu.status, gpu.drift) {
+        (Status::Described, _) if unpaired(gpu) => Some(Paint::Red),
         (Status::Described, None) => None,
         (Status::Described, Some(_)) | (Status::Incomplete { .. }, _) => Some(Paint::Yellow),
         (Status::ProbeFailed, _) | (Status::NotDescribed { .. }, _) => Some(Paint::Red),
+    }
+}
+
+/// `driver/device` of the GPU's render device, `-` when none pairs with it.
+fn render_cell(gpu: &Gpu) -> String {
+    match gpu.render {
+        Some(r) => format!("{}/{}", r.driver, r.device),
+        None => "-".into(),
     }
 }
 
@@ -521,6 +541,7 @@ pub(crate) fn render_table(
             ("DEVICE", Keep),
             ("GPU", Keep),
             ("ADDRESS", Keep),
+            ("RENDER", Keep),
             ("DRIVER", Keep),
             ("VA DRIVER", Keep),
             ("VENDOR", Keep),
@@ -562,6 +583,7 @@ pub(crate) fn render_table(
                     Cell::plain(dash(gpu.device.as_deref())),
                     Cell::plain(dash(gpu.name.as_deref())),
                     Cell::plain(dash(Some(&gpu.address))),
+                    Cell::plain(render_cell(gpu)),
                     Cell::plain(dash(gpu.kernel_driver.as_deref())),
                     Cell::plain(dash(gpu.va_driver.as_deref())),
                     Cell::plain(dash(gpu.vendor.as_deref())),
@@ -801,7 +823,7 @@ fn wide_header(capability: Capability) -> String {
 
 /// The namespace the agent's DaemonSet runs in (deploy/).
 pub(crate) const AGENT_NAMESPACE: &str = "liken-system";
-/// The labels of the agent's pods (deploy/daemonset.yaml, `spec.selector.matchLabels`).
+/// The labels of the agent's pods (deploy/base/daemonset.yaml, `spec.selector.matchLabels`).
 pub(crate) const AGENT_LABELS: &str = "app.kubernetes.io/name=media-capabilities";
 
 /// At most this many nodes get a note of their own for a failed probe; the rest share one line.
@@ -996,7 +1018,7 @@ fn notes(
         // The agent's render nodes come from a claim allocated once, when its pod started: a GPU
         // that appeared later (hot-plug, a reboot with a new card) is not in its container.
         notes.push(format!(
-            "not probed: {} on {}: liken publishes a render node, but the agent on that node \
+            "not probed: {} on {}: {} a render node, but the agent on that node \
              describes no GPU at its address: the agent's claim was allocated before this GPU \
              appeared, so its container cannot open it (hint: delete the agent's pod on that \
              node so that its claim is made anew: {AGENT_POD_DELETE}={})",
@@ -1005,6 +1027,10 @@ fn notes(
                     agent_on_node: true
                 })),
             list_nodes(&nodes),
+            publishers(shown, &|g| g.status
+                == Status::NotDescribed {
+                    agent_on_node: true
+                }),
             nodes[0]
         ));
     }
@@ -1021,7 +1047,7 @@ fn notes(
     if !agentless.is_empty() {
         let nodes: Vec<&str> = agentless.iter().copied().collect();
         notes.push(format!(
-            "no agent: {} on {}: liken publishes render nodes there, but no media-capabilities \
+            "no agent: {} on {}: {} render nodes there, but no media-capabilities \
              slice (hint: is the agent running there? kubectl -n liken-system get pods -o wide \
              --field-selector spec.nodeName={})",
             gpus(count(&|g| g.status
@@ -1029,9 +1055,29 @@ fn notes(
                     agent_on_node: false
                 })),
             list_nodes(&nodes),
+            publishers(shown, &|g| g.status
+                == Status::NotDescribed {
+                    agent_on_node: false
+                }),
             nodes[0]
         ));
     }
+    let unpaired_nodes = per_node(&unpaired);
+    if !unpaired_nodes.is_empty() {
+        let nodes: Vec<&str> = unpaired_nodes.iter().map(|(n, _)| *n).collect();
+        notes.push(format!(
+            "no render device: {} on {}: the agent describes the GPU, but no render driver \
+             publishes a whole GPU at its address there, so a claim that pairs a render node \
+             with it by pciBusID never lands on it (hint: kubectl get resourceslices \
+             --field-selector spec.nodeName={}; a GPU split into MIG devices or partitions, or \
+             bound to vfio-pci, has only sub-devices, which never pair)",
+            gpus(unpaired_nodes.iter().map(|(_, n)| n).sum()),
+            list_nodes(&nodes),
+            nodes[0]
+        ));
+    }
+    let shown_nodes: HashSet<&str> = shown.iter().map(|g| g.node.as_str()).collect();
+    notes.extend(render_problem_notes(inventory, &shown_nodes));
     let incomplete = per_node(&|g| matches!(g.status, Status::Incomplete { .. }));
     if !incomplete.is_empty() {
         let mut missing = BTreeSet::new();
@@ -1062,6 +1108,120 @@ fn notes(
     }
     if !filter.is_empty() {
         notes.push(count_line(&inventory.counts(filter), filter));
+    }
+    notes
+}
+
+/// Who publishes the render devices of the GPUs `pred` keeps: `liken publishes`, or the DRA
+/// names of the drivers, in table order.
+fn publishers(shown: &[&Gpu], pred: &dyn Fn(&Gpu) -> bool) -> String {
+    let drivers: Vec<&str> = render_drivers::ALL
+        .iter()
+        .filter(|d| {
+            shown
+                .iter()
+                .any(|g| pred(g) && g.render.is_some_and(|r| r.driver == d.name))
+        })
+        .map(|d| d.called())
+        .collect();
+    match drivers.as_slice() {
+        [] => "a render driver publishes".into(),
+        [one] => format!("{one} publishes"),
+        more => format!("{} publish", more.join(" and ")),
+    }
+}
+
+/// The render devices that can never pair, and addresses two publish, on the shown nodes: one
+/// note per kind, naming the first few.
+fn render_problem_notes(inventory: &Inventory, shown: &HashSet<&str>) -> Vec<String> {
+    let mut shared = Vec::new();
+    let mut uncanonical = Vec::new();
+    let mut notes = Vec::new();
+    for problem in &inventory.render_problems {
+        match problem {
+            RenderProblem::SharedAddress {
+                node,
+                address,
+                devices,
+            } if shown.contains(node.as_str()) => {
+                let named: Vec<String> = devices
+                    .iter()
+                    .map(|d| format!("{}/{}", d.driver, d.device))
+                    .collect();
+                shared.push(format!("{address} on {node} ({})", named.join(", ")));
+            }
+            RenderProblem::NotCanonical {
+                node,
+                device,
+                value,
+            } if shown.contains(node.as_str()) => {
+                uncanonical.push(format!(
+                    "{}/{} on {node} states {:?}",
+                    device.driver,
+                    device.device,
+                    value.as_str()
+                ));
+            }
+            RenderProblem::NoPciBusId {
+                driver,
+                nodes,
+                devices,
+            } => {
+                let on: Vec<&str> = nodes
+                    .iter()
+                    .map(|n| n.as_str())
+                    .filter(|n| shown.contains(n))
+                    .collect();
+                if on.is_empty() {
+                    continue;
+                }
+                let before = driver
+                    .before
+                    .map(|b| format!(" (before it, the address was {b})"))
+                    .unwrap_or_default();
+                notes.push(format!(
+                    "no pciBusID: {} publishes {devices} whole GPU(s) on {} without \
+                     resource.kubernetes.io/pciBusID, so no claim pairs them with a media \
+                     device (hint: upgrade {} to {} or newer{before})",
+                    driver.name,
+                    list_nodes(&on),
+                    driver.name,
+                    driver.since
+                ));
+            }
+            _ => {}
+        }
+    }
+    let first_few = |items: &[String]| {
+        let mut text = items
+            .iter()
+            .take(NODE_NOTES)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("; ");
+        if items.len() > NODE_NOTES {
+            let _ = write!(text, "; {} more", items.len() - NODE_NOTES);
+        }
+        text
+    };
+    if !shared.is_empty() {
+        notes.insert(
+            0,
+            format!(
+                "one address, two render devices: {}: a claim pairs the media device with \
+                 either (hint: publish each GPU through one render driver, or name the driver \
+                 in the claim's render class: kubectl media class --render-driver DRIVER)",
+                first_few(&shared)
+            ),
+        );
+    }
+    if !uncanonical.is_empty() {
+        notes.push(format!(
+            "pciBusID not canonical: {}: matchAttribute compares strings exactly and the agent \
+             publishes lowercase dddd:bb:dd.f, so these never pair (hint: a driver release that \
+             writes the address as k8s.io/dynamic-resource-allocation/deviceattribute does)",
+            first_few(&uncanonical)
+        ));
     }
     notes
 }
@@ -1239,10 +1399,20 @@ pub(crate) fn render_summary(
 pub(crate) struct Record<'a> {
     pub node: &'a str,
     pub device: Option<&'a str>,
+    /// The render driver's whole GPU paired with this one; `null` when none is.
+    pub render: Option<RenderRecord<'a>>,
     pub status: &'static str,
     pub drift: Option<DriftRecord>,
     pub claims: Option<ClaimsRecord<'a>>,
     pub attributes: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A render driver's device, as a claim's allocation result names it.
+#[derive(Serialize)]
+pub(crate) struct RenderRecord<'a> {
+    pub driver: &'a str,
+    pub pool: &'a str,
+    pub device: &'a str,
 }
 
 /// How many claims hold a GPU's render node and its media device; with `--claims`, each hold.
@@ -1414,6 +1584,11 @@ pub(crate) fn records<'a>(
             Record {
                 node: &gpu.node,
                 device: gpu.device.as_deref(),
+                render: gpu.render.as_ref().map(|r| RenderRecord {
+                    driver: &r.driver,
+                    pool: &r.pool,
+                    device: &r.device,
+                }),
                 status: status_word(gpu),
                 drift: gpu
                     .drift

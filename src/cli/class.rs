@@ -14,6 +14,7 @@ use crate::cli::output::{self, ObjectFormat};
 use crate::cli::{CapabilityFlags, Error, Global, Io};
 use crate::ffprobe::Played;
 use crate::names::{self, NameRule};
+use crate::render_drivers::{self, RenderDriver, UnknownRenderDriver};
 
 /// Every line fits 70 columns, as `why`'s examples do (clap wraps longer ones at the terminal's
 /// width, man at 80 columns less its indent, and a wrapped command breaks when copied); a long
@@ -28,6 +29,11 @@ Examples:
   # the same GPU, and the gpu-render class of the liken render nodes
   kubectl media class decode-10bit --decode HEVCMain10 --scale 10bit \\
     --claim --with-render-class
+
+  # The same beside Intel's GPU driver instead of liken: its class
+  # of whole GPUs (never a VF or a GPU bound to vfio-pci)
+  kubectl media class decode-10bit --decode HEVCMain10 --scale 10bit \\
+    --claim --with-render-class --render-driver gpu.intel.com
 
   # A request that narrows the catch-all media-gpu class instead of a
   # new class: a GPU that decodes VP9 and scales 8-bit frames
@@ -59,11 +65,18 @@ pub struct ClassArgs {
     #[arg(long, value_name = "TEMPLATE", num_args = 0..=1, require_equals = false)]
     pub claim: Option<Option<String>>,
 
-    /// The class of the liken render nodes the template claims [default: gpu-render].
+    /// The DRA driver whose render nodes the template claims: liken.sh, gpu.intel.com,
+    /// gpu.nvidia.com or gpu.amd.com [default: liken.sh].
+    #[arg(long, value_name = "DRIVER", add = crate::cli::complete::RenderDriverCompleter::arg())]
+    pub render_driver: Option<String>,
+
+    /// The class of the render nodes the template claims [default: the render driver's,
+    /// gpu-render for liken].
     #[arg(long, value_name = "CLASS")]
     pub render_class: Option<String>,
 
-    /// Also print the render-node class (skip it when you have one, e.g. display-render).
+    /// Also print the render-node class of the render driver's whole GPUs (skip it when you
+    /// have one, e.g. display-render).
     #[arg(long)]
     pub with_render_class: bool,
 
@@ -114,6 +127,8 @@ impl Object {
 pub enum ClassError {
     #[error("{0}")]
     UnknownCapability(#[from] UnknownCapability),
+    #[error("--render-driver: {0}")]
+    UnknownRenderDriver(#[from] UnknownRenderDriver),
     #[error(
         "no capability requested (hint: name at least one with --decode, --encode or --scale, \
          e.g. --decode HEVCMain10 --scale 10bit, or a media file with --for FILE)"
@@ -165,10 +180,8 @@ impl ClassArgs {
         let capabilities = self.capabilities(played)?;
         self.check_unused_flags()?;
 
-        let render_class = self
-            .render_class
-            .as_deref()
-            .unwrap_or(classes::DEFAULT_RENDER_CLASS);
+        let driver = self.render_driver()?;
+        let render_class = self.render_class.as_deref().unwrap_or(driver.render_class);
         let base_class = self
             .base_class
             .as_deref()
@@ -221,7 +234,7 @@ impl ClassArgs {
                 .or_else(|| self.name.clone())
                 .unwrap_or_else(|| capabilities.derived_name());
             if self.with_render_class {
-                objects.push(Object::Class(classes::render_class(render_class)));
+                objects.push(Object::Class(classes::render_class(render_class, driver)));
             }
             if self.with_base_class {
                 objects.push(Object::Class(classes::base_class(base_class)));
@@ -246,7 +259,7 @@ impl ClassArgs {
                 &capabilities,
             )));
             if self.with_render_class {
-                objects.push(Object::Class(classes::render_class(render_class)));
+                objects.push(Object::Class(classes::render_class(render_class, driver)));
             }
             if let Some(template) = &self.claim {
                 let name = template.clone().unwrap_or_else(|| class.clone());
@@ -294,6 +307,13 @@ impl ClassArgs {
         Ok(())
     }
 
+    fn render_driver(&self) -> Result<&'static RenderDriver, ClassError> {
+        match &self.render_driver {
+            Some(name) => Ok(RenderDriver::parse(name)?),
+            None => Ok(&render_drivers::DEFAULT),
+        }
+    }
+
     fn capabilities(&self, played: &[Played]) -> Result<CapabilitySet, ClassError> {
         let parsed = self.capabilities.with_played(played)?;
         CapabilitySet::new(parsed).ok_or(ClassError::NoCapability)
@@ -318,6 +338,13 @@ impl ClassArgs {
             }
         }
         let claims = self.selector || self.claim.is_some();
+        if self.render_driver.is_some() && !claims && !self.with_render_class {
+            return Err(ClassError::Unused {
+                flag: "--render-driver",
+                needs: "--claim, --selector or --with-render-class",
+                hint: "add --claim to write the template that claims its render nodes",
+            });
+        }
         if self.render_class.is_some() && !claims && !self.with_render_class {
             return Err(ClassError::Unused {
                 flag: "--render-class",

@@ -82,6 +82,28 @@ impl ValueCompleter for CapabilityCompleter {
     }
 }
 
+/// Completes `--render-driver`: the render-driver table's names that start with what was typed,
+/// ignoring case, each with its project.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RenderDriverCompleter;
+
+impl RenderDriverCompleter {
+    pub(super) fn arg() -> ArgValueCompleter {
+        ArgValueCompleter::new(Self)
+    }
+}
+
+impl ValueCompleter for RenderDriverCompleter {
+    fn complete(&self, current: &OsStr) -> Vec<CompletionCandidate> {
+        let typed = current.to_string_lossy().to_ascii_lowercase();
+        crate::render_drivers::ALL
+            .iter()
+            .filter(|d| d.name.starts_with(&typed))
+            .map(|d| CompletionCandidate::new(d.name).help(Some(d.project.into())))
+            .collect()
+    }
+}
+
 /// Answers one completion request in Cobra's format.
 pub(crate) fn complete(cmd: &mut clap::Command, words: &[OsString]) -> String {
     // Global flags are the subcommands' too once built.
@@ -422,6 +444,20 @@ mod tests {
         assert!(
             lines[0].contains("\tdecodes HEVC Main profile"),
             "{lines:?}"
+        );
+    }
+
+    #[test]
+    fn completes_render_drivers_from_the_table() {
+        let lines = answer(&["class", "--claim", "--render-driver", "gpu."]);
+        assert_eq!(
+            lines,
+            [
+                "gpu.intel.com\tIntel Resource Drivers for Kubernetes (GPU)",
+                "gpu.nvidia.com\tNVIDIA DRA Driver for GPUs",
+                "gpu.amd.com\tAMD GPU DRA Driver (ROCm)",
+                ":4",
+            ]
         );
     }
 

@@ -1,7 +1,7 @@
 //! The pod's claims, found as the kubelet and the scheduler find them (never a guessed name),
 //! with where each stands and what is wrong with it when something is.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::{NodeSelector, Pod};
 use k8s_openapi::api::resource::v1::{
@@ -10,12 +10,13 @@ use k8s_openapi::api::resource::v1::{
 
 use super::DeviceView;
 use super::findings::{
-    AllocatedDevice, Allocation, ClaimProblem, ClaimReport, ClaimState, Constraint,
+    AllocatedDevice, Allocation, ClaimProblem, ClaimReport, ClaimState, Constraint, Diagnosis, Step,
 };
 use super::model::FleetModel;
 use super::requests::{PCI_BUS_ID, nearest};
 use super::target::meta_is;
 use crate::fleet::objects::Objects;
+use crate::render_drivers::{DeviceKind, RenderDriver};
 
 /// liken's render node attribute.
 const RENDER_NODE: &str = "liken.sh/renderNode";
@@ -347,6 +348,7 @@ pub(super) fn allocated(claim: &ResourceClaim, model: &FleetModel<'_>) -> Alloca
                 render_node: device
                     .and_then(|d| d.string(RENDER_NODE))
                     .map(str::to_owned),
+                sub_device: None,
             }
         })
         .collect();
@@ -471,4 +473,93 @@ pub(super) fn check_classes(sorted: &mut Sorted<'_>, classes: &BTreeMap<String, 
             }
         }
     }
+}
+
+/// The render drivers' devices of the fleet that are not whole GPUs, by (driver, pool, device):
+/// what a render request pairs with when a class selects more than whole GPUs.
+fn sub_devices<'m>(model: &'m FleetModel<'_>) -> HashMap<(&'m str, &'m str, &'m str), DeviceKind> {
+    let mut found = HashMap::new();
+    for device in &model.devices {
+        let Some(driver) = RenderDriver::named(device.driver()) else {
+            continue;
+        };
+        let kind = driver.kind(|name| {
+            let qualified = format!("{}/{name}", driver.name);
+            device.string(&qualified).map(Some)
+        });
+        if kind != DeviceKind::Gpu {
+            found.insert((device.driver(), device.pool(), device.name()), kind);
+        }
+    }
+    found
+}
+
+/// Marks the allocated and picked devices that are sub-devices of a GPU, and adds a next step
+/// for each request that holds or would get one.
+pub(super) fn mark_sub_devices(diagnosis: &mut Diagnosis, model: &FleetModel<'_>) {
+    let picked = diagnosis
+        .nodes
+        .as_ref()
+        .is_some_and(|n| !n.picks.is_empty());
+    let allocated = diagnosis.claims.iter().any(|c| c.allocation.is_some());
+    if !picked && !allocated {
+        return;
+    }
+    let kinds = sub_devices(model);
+    if kinds.is_empty() {
+        return;
+    }
+    let mut steps = Vec::new();
+    for claim in &mut diagnosis.claims {
+        let name = claim.claim.clone().unwrap_or_else(|| claim.name.clone());
+        for device in claim.allocation.iter_mut().flat_map(|a| &mut a.devices) {
+            device.sub_device = kinds
+                .get(&(
+                    device.driver.as_str(),
+                    device.pool.as_str(),
+                    device.device.as_str(),
+                ))
+                .copied();
+            if let Some(kind) = device.sub_device {
+                steps.push(Step::SubDevice {
+                    claim: name.clone(),
+                    request: device.request.clone(),
+                    driver: device.driver.clone(),
+                    device: device.device.clone(),
+                    kind,
+                    allocated: true,
+                    node: None,
+                });
+            }
+        }
+    }
+    for picks in diagnosis.nodes.iter_mut().flat_map(|n| &mut n.picks) {
+        for device in &mut picks.devices {
+            device.sub_device = kinds
+                .get(&(
+                    device.driver.as_str(),
+                    device.pool.as_str(),
+                    device.device.as_str(),
+                ))
+                .copied();
+            // The first node's picks stand for all: one step per request, not per node.
+            if let Some(kind) = device.sub_device
+                && !steps.iter().any(|s| {
+                    matches!(s, Step::SubDevice { claim, request, .. }
+                        if *claim == device.claim && *request == device.request)
+                })
+            {
+                steps.push(Step::SubDevice {
+                    claim: device.claim.clone(),
+                    request: device.request.clone(),
+                    driver: device.driver.clone(),
+                    device: device.device.clone(),
+                    kind,
+                    allocated: false,
+                    node: Some(picks.node.clone()),
+                });
+            }
+        }
+    }
+    diagnosis.next_steps.extend(steps);
 }

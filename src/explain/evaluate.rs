@@ -384,6 +384,7 @@ pub(super) fn node_outcome(
                             driver: r.device.driver.clone(),
                             pool: r.device.pool.clone(),
                             device: r.device.device.clone(),
+                            sub_device: None,
                         })
                     })
                     .collect(),

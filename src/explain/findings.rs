@@ -5,6 +5,7 @@
 use serde::{Serialize, Serializer};
 
 use crate::fleet::objects::Kind;
+use crate::render_drivers::DeviceKind;
 
 /// The whole explanation; serialised as is for `-o json|yaml`.
 #[derive(Clone, Debug, Serialize)]
@@ -106,6 +107,10 @@ pub(crate) struct AllocatedDevice {
     pub pci_bus_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub render_node: Option<String>,
+    /// What a render driver's device is when it is not a whole GPU (a MIG device, a partition,
+    /// a VF or a VFIO-bound GPU whose address the constraint matched).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sub_device: Option<DeviceKind>,
 }
 
 /// One request of a claim still to allocate, against the whole fleet.
@@ -247,6 +252,9 @@ pub(crate) struct PickedDevice {
     pub driver: String,
     pub pool: String,
     pub device: String,
+    /// As [`AllocatedDevice::sub_device`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sub_device: Option<DeviceKind>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -866,5 +874,18 @@ pub(crate) enum Step {
     ReadUser {
         namespace: String,
         name: String,
+    },
+    /// A request holds, or would get, a render driver's sub-device whose address matched, not
+    /// the whole GPU.
+    SubDevice {
+        claim: String,
+        request: String,
+        driver: String,
+        device: String,
+        kind: DeviceKind,
+        /// Allocated already; else the device the search picks on `node`.
+        allocated: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
     },
 }

@@ -98,6 +98,7 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
         evaluate(&work, &mut diagnosis);
     }
     conclude(&mut diagnosis, pod, &problems, &pending);
+    super::claims::mark_sub_devices(&mut diagnosis, &model);
     Ok(diagnosis)
 }
 
@@ -172,7 +173,7 @@ mod tests {
     use crate::cli::why::words;
     use crate::explain::allocate::Features;
     use crate::explain::evaluate::num_feasible_nodes_to_find;
-    use crate::explain::findings::{OutcomeKind, ReasonKind};
+    use crate::explain::findings::{OutcomeKind, ReasonKind, Step};
     use crate::explain::model::tests::objects;
 
     // The tests read the diagnosis as `why` words it: the sentences are what a person checks.
@@ -385,6 +386,113 @@ spec:
                 (OutcomeKind::Allocatable, vec!["n1".to_owned()]),
                 (OutcomeKind::RequestUnsatisfied, vec!["n2".to_owned()]),
             ]
+        );
+    }
+
+    /// A GPU that NVIDIA's driver publishes only as MIG devices (static MIG: no `gpu-0`), at the
+    /// media device's address; `class` is the render request's class.
+    fn mig_fleet(class: &str) -> String {
+        format!(
+            r#"
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {{name: n1-media.liken.sh}}
+spec:
+  driver: media.liken.sh
+  nodeName: n1
+  pool: {{name: n1, generation: 1, resourceSliceCount: 1}}
+  devices:
+  - name: pci-0000-03-00-0
+    allowMultipleAllocations: true
+    attributes:
+      decodeHEVCMain10: {{bool: true}}
+      resource.kubernetes.io/pciBusID: {{string: "0000:03:00.0"}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {{name: n1-gpu.nvidia.com-x}}
+spec:
+  driver: gpu.nvidia.com
+  nodeName: n1
+  pool: {{name: n1, generation: 1, resourceSliceCount: 1}}
+  devices:
+  - name: gpu-0-mig-1g10gb-9-0
+    attributes:
+      type: {{string: mig}}
+      resource.kubernetes.io/pciBusID: {{string: "0000:03:00.0"}}
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {{name: decodes-hevc10}}
+spec:
+  selectors:
+  - cel: {{expression: 'device.attributes["media.liken.sh"].decodeHEVCMain10'}}
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {{name: render}}
+spec:
+  selectors:
+  - cel: {{expression: '{class}'}}
+"#
+        )
+    }
+
+    const MIG_SPEC: &str = r#"  devices:
+    requests:
+    - name: gpu
+      exactly: {deviceClassName: render}
+    - name: decodes
+      exactly: {deviceClassName: decodes-hevc10}
+    constraints:
+    - {requests: [gpu, decodes], matchAttribute: resource.kubernetes.io/pciBusID}"#;
+
+    #[test]
+    fn a_render_request_that_lands_on_a_mig_device_is_told_so() {
+        let any = mig_fleet(r#"device.driver == "gpu.nvidia.com""#);
+        let d = explain_pod(&format!(
+            "{any}{}{}",
+            pod(STATUS),
+            claim("p-gpu-x", MIG_SPEC, "")
+        ))
+        .unwrap();
+        let picks = &d.nodes.as_ref().expect("nodes").picks;
+        let gpu = picks[0]
+            .devices
+            .iter()
+            .find(|p| p.request == "gpu")
+            .unwrap();
+        assert_eq!(gpu.device, "gpu-0-mig-1g10gb-9-0");
+        assert_eq!(gpu.sub_device, Some(crate::render_drivers::DeviceKind::Mig));
+        let step = d
+            .next_steps
+            .iter()
+            .find(|s| matches!(s, Step::SubDevice { .. }))
+            .unwrap_or_else(|| panic!("{:#?}", d.next_steps));
+        let text = words::step(step);
+        assert!(text.starts_with("request gpu of claim media/p-gpu-x would land on (on node n1) gpu.nvidia.com device gpu-0-mig-1g10gb-9-0, a MIG device"), "{text}");
+        assert!(text.contains("--render-driver gpu.nvidia.com"), "{text}");
+
+        // Through the table's class of whole GPUs, the MIG device never pairs.
+        let whole = crate::render_drivers::NVIDIA
+            .whole_gpu_cel()
+            .replace('\n', " ");
+        let d = explain_pod(&format!(
+            "{}{}{}",
+            mig_fleet(&whole),
+            pod(STATUS),
+            claim("p-gpu-x", MIG_SPEC, "")
+        ))
+        .unwrap();
+        assert!(
+            d.nodes.as_ref().is_some_and(|n| n.picks.is_empty()),
+            "{d:#?}"
+        );
+        assert!(
+            !d.next_steps
+                .iter()
+                .any(|s| matches!(s, Step::SubDevice { .. }))
         );
     }
 

@@ -1,14 +1,15 @@
 //! Who holds which GPU: the allocation results of ResourceClaims (`status.allocation.devices
 //! .results`, each naming driver, pool and device) joined to the inventory's GPUs, with the pods
-//! each claim is reserved for (`status.reservedFor`). A GPU is held through its liken render
-//! node (what a workload receives) and through its media device (the statement a claim asked
+//! each claim is reserved for (`status.reservedFor`). A GPU is held through a render driver's
+//! device (what a workload receives: the whole GPU's render node, or a MIG device, partition or
+//! VF at its address) and through its media device (the statement a claim asked
 //! for beside it); both are counted apart.
 //!
 //! Pure: it takes claims already read (from the cluster or `-f` files) and returns data.
 
-use crate::catalogue;
 use crate::fleet::allocated::AllocatedClaim;
 use crate::fleet::inventory::Inventory;
+use crate::render_drivers::RenderDriver;
 
 /// One claim's hold on one GPU, borrowing the claim's names: 40,000 claims, no copies.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,7 +67,7 @@ pub(crate) fn holders<'a>(inventory: &Inventory, claims: &'a [AllocatedClaim]) -
                     &mut on.last_mut().expect("just pushed").1
                 }
             };
-            if result.driver == catalogue::RENDER_DRIVER {
+            if RenderDriver::named(&result.driver).is_some() {
                 hold.render_node = true;
             } else {
                 hold.media_device = true;
@@ -110,6 +111,7 @@ fn new_hold(claim: &AllocatedClaim) -> Hold<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalogue;
     use crate::fleet::inventory;
     use crate::fleet::objects::Objects;
 

@@ -1,12 +1,17 @@
-//! The fleet's GPUs as `caps` shows them, pure: `media.liken.sh` devices joined with liken's render
-//! nodes of the same GPU (by node and `pciBusID`, else `address`), a pool's newest generation only.
-//! A render node without a media device is a GPU the agent does not describe, a device without
-//! `vaDriver` a failed probe, and GPUs of one model whose statements differ drift.
+//! The fleet's GPUs as `caps` shows them, pure: `media.liken.sh` devices joined with the render
+//! devices of the same GPU (by node and `pciBusID`, else `address`) of whichever render driver
+//! publishes them (liken's or a vendor's, [`crate::render_drivers`]), a pool's newest generation
+//! only. Only a driver's whole GPUs pair; its MIG devices, partitions and VFs are counted to the
+//! GPU at their address when claims hold them. A render device without a media device is a GPU
+//! the agent does not describe, a device without `vaDriver` a failed probe, and GPUs of one model
+//! whose statements differ drift. What can never pair (an address not in the canonical form, a
+//! driver too old to publish `pciBusID`, two drivers at one address) is kept as a problem.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::catalogue::{self, Capability, Identity};
-use crate::fleet::objects::{Device, ResourceSlice, Ustr};
+use crate::fleet::objects::{Device, QualifiedName, ResourceSlice, Ustr};
+use crate::render_drivers::{self, DeviceKind, RenderDriver};
 
 /// Capability values in catalogue order; `None` when the device lacks the attribute or it is
 /// not a bool.
@@ -31,8 +36,47 @@ pub(crate) struct Gpu {
     pub status: Status,
     /// Index into [`Inventory::drift`] when this GPU's model drifts.
     pub drift: Option<usize>,
+    /// The whole-GPU render device at this GPU's node and address, of the first render driver
+    /// (in table order) that publishes one; `None` when none does.
+    pub render: Option<RenderRef>,
+    /// Whether a known render driver publishes anything on this GPU's node: without one, a
+    /// missing render device says nothing about this GPU (a file of media slices alone).
+    pub render_on_node: bool,
 }
 
+/// A render driver's device, as a claim's allocation result names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct RenderRef {
+    pub driver: Ustr,
+    pub pool: Ustr,
+    pub device: Ustr,
+}
+
+/// A render device that can never pair with a media device, or an address two publish.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RenderProblem {
+    /// Whole GPUs of two drivers (or two of one driver) at one address of a node: a claim's
+    /// constraint pairs the media device with either.
+    SharedAddress {
+        node: Ustr,
+        address: Ustr,
+        devices: Vec<RenderRef>,
+    },
+    /// A `pciBusID` not in the canonical lowercase `dddd:bb:dd.f`: `matchAttribute` compares
+    /// strings exactly, so it never pairs with the agent's.
+    NotCanonical {
+        node: Ustr,
+        device: RenderRef,
+        value: Ustr,
+    },
+    /// Whole GPUs of a driver that carry no `pciBusID` at all (a release before the one that
+    /// publishes it), on these nodes.
+    NoPciBusId {
+        driver: &'static RenderDriver,
+        nodes: Vec<Ustr>,
+        devices: usize,
+    },
+}
 impl Gpu {
     pub(crate) fn states(&self, capability: Capability) -> Option<bool> {
         self.capabilities[capability as usize]
@@ -77,8 +121,11 @@ pub(crate) struct Variant {
 pub(crate) struct Inventory {
     pub gpus: Vec<Gpu>,
     pub drift: Vec<Drift>,
-    /// The media devices and liken's render nodes (those with a PCI address) with their GPU's
-    /// node and address: [`Inventory::device_index`] joins them to `gpus` when claims are read.
+    /// Render devices that can never pair, and addresses two publish, in node order.
+    pub render_problems: Vec<RenderProblem>,
+    /// The media devices and the render drivers' devices (those with a PCI address, sub-devices
+    /// too) with their GPU's node and address: [`Inventory::device_index`] joins them to
+    /// `gpus` when claims are read.
     device_keys: Vec<(DeviceKey, Ustr, Ustr, Option<Ustr>)>,
 }
 
@@ -148,7 +195,109 @@ fn described(node: Ustr, device: &Device) -> Gpu {
         capabilities,
         status,
         drift: None,
+        render: None,
+        render_on_node: false,
     }
+}
+
+/// What a render driver's device is, from its string attributes of the driver's domain.
+fn kind_of(driver: &RenderDriver, device: &Device) -> DeviceKind {
+    let domain = Ustr::from(driver.name);
+    driver.kind(|name| {
+        let value = device.attributes.get(QualifiedName {
+            domain,
+            name: Ustr::from(name),
+        })?;
+        Some(value.as_str())
+    })
+}
+
+/// The render drivers' devices of the fleet, before they are joined to the media devices.
+#[derive(Default)]
+struct RenderDevices {
+    /// Whole GPUs with a canonical address, per (node, address), in table-then-slice order.
+    whole: HashMap<(Ustr, Ustr), Vec<RenderRef>>,
+    /// Every node a known render driver publishes on.
+    nodes: HashSet<Ustr>,
+    problems: Vec<RenderProblem>,
+}
+
+/// Reads the known render drivers' slices: which devices are whole GPUs at which address,
+/// which can never pair, and the keys that join every one of them (sub-devices too) to a GPU.
+fn render_devices(
+    slices: &[ResourceSlice],
+    keys: &mut Vec<(DeviceKey, Ustr, Ustr, Option<Ustr>)>,
+) -> RenderDevices {
+    let mut found = RenderDevices::default();
+    let mut unaddressed: BTreeMap<&'static str, (&'static RenderDriver, BTreeSet<Ustr>, usize)> =
+        BTreeMap::new();
+    // Table order, so that liken's render node is the one a GPU shows when two drivers publish
+    // one address; slices in the order read within a driver.
+    for driver in &render_drivers::ALL {
+        for slice in slices.iter().filter(|s| s.spec.driver == driver.name) {
+            let node = node_of(slice);
+            found.nodes.insert(node);
+            for device in &slice.spec.devices {
+                let kind = kind_of(driver, device);
+                let reference = RenderRef {
+                    driver: slice.spec.driver,
+                    pool: slice.spec.pool.name,
+                    device: device.name,
+                };
+                let address = device
+                    .attributes
+                    .identity(Identity::PciBusId)
+                    .and_then(|v| v.as_ustr());
+                let Some(address) = address else {
+                    // A render node without a PCI address cannot be matched to any GPU
+                    // statement, and a claim's matchAttribute constraint can never pair it
+                    // either. A whole GPU without one is an old release of its driver, and so
+                    // is a vendor's device the table cannot place (a release before its `type`).
+                    let old_release = kind == DeviceKind::Gpu
+                        || (kind == DeviceKind::Other && driver.before.is_some());
+                    if old_release {
+                        let entry =
+                            unaddressed
+                                .entry(driver.name)
+                                .or_insert((driver, BTreeSet::new(), 0));
+                        entry.1.insert(node);
+                        entry.2 += 1;
+                    }
+                    continue;
+                };
+                keys.push((
+                    (reference.driver, reference.pool, reference.device),
+                    node,
+                    address,
+                    None,
+                ));
+                if kind != DeviceKind::Gpu {
+                    continue;
+                }
+                if !render_drivers::is_canonical_pci_bus_id(&address) {
+                    found.problems.push(RenderProblem::NotCanonical {
+                        node,
+                        device: reference,
+                        value: address,
+                    });
+                    continue;
+                }
+                found
+                    .whole
+                    .entry((node, address))
+                    .or_default()
+                    .push(reference);
+            }
+        }
+    }
+    for (_, (driver, nodes, devices)) in unaddressed {
+        found.problems.push(RenderProblem::NoPciBusId {
+            driver,
+            nodes: nodes.into_iter().collect(),
+            devices,
+        });
+    }
+    found
 }
 
 /// Builds the inventory from every slice read.
@@ -159,6 +308,7 @@ pub(crate) fn build(slices: Vec<ResourceSlice>) -> Inventory {
     // A node whose agent found no GPU still has a (device-less) media slice.
     let agent_nodes: HashSet<Ustr> = media.iter().map(node_of).collect();
     let mut gpus = Vec::new();
+    let render_problems;
     // (key, node, address, media device name): joined to the sorted GPUs at the end.
     let mut keys: Vec<(DeviceKey, Ustr, Ustr, Option<Ustr>)> = Vec::new();
     for slice in media {
@@ -174,50 +324,49 @@ pub(crate) fn build(slices: Vec<ResourceSlice>) -> Inventory {
             gpus.push(gpu);
         }
     }
+    let render = render_devices(&others, &mut keys);
     let mut undescribed = Vec::new();
     {
-        let mut seen: HashSet<(Ustr, Ustr)> = gpus.iter().map(|g| (g.node, g.address)).collect();
-        for slice in others
-            .iter()
-            .filter(|s| s.spec.driver == catalogue::RENDER_DRIVER)
-        {
-            let node = node_of(slice);
-            for device in &slice.spec.devices {
-                // A render node without a PCI address cannot be matched to any GPU statement,
-                // and a claim's matchAttribute constraint can never pair it either.
-                let Some(address) = device
-                    .attributes
-                    .identity(Identity::PciBusId)
-                    .and_then(|v| v.as_ustr())
-                else {
-                    continue;
-                };
-                keys.push((
-                    (slice.spec.driver, slice.spec.pool.name, device.name),
+        for gpu in &mut gpus {
+            gpu.render_on_node = render.nodes.contains(&gpu.node);
+            gpu.render = render
+                .whole
+                .get(&(gpu.node, gpu.address))
+                .map(|devices| devices[0]);
+        }
+        let described: HashSet<(Ustr, Ustr)> = gpus.iter().map(|g| (g.node, g.address)).collect();
+        let mut problems = render.problems;
+        for (&(node, address), devices) in &render.whole {
+            if devices.len() > 1 {
+                problems.push(RenderProblem::SharedAddress {
                     node,
                     address,
-                    None,
-                ));
-                if !seen.insert((node, address)) {
-                    continue;
-                }
-                undescribed.push(Gpu {
-                    node,
-                    address,
-                    device: None,
-                    name: None,
-                    kernel_driver: None,
-                    va_driver: None,
-                    vendor: None,
-                    product: None,
-                    capabilities: [None; Capability::ALL.len()],
-                    status: Status::NotDescribed {
-                        agent_on_node: agent_nodes.contains(&node),
-                    },
-                    drift: None,
+                    devices: devices.clone(),
                 });
             }
+            if described.contains(&(node, address)) {
+                continue;
+            }
+            undescribed.push(Gpu {
+                node,
+                address,
+                device: None,
+                name: None,
+                kernel_driver: None,
+                va_driver: None,
+                vendor: None,
+                product: None,
+                capabilities: [None; Capability::ALL.len()],
+                status: Status::NotDescribed {
+                    agent_on_node: agent_nodes.contains(&node),
+                },
+                drift: None,
+                render: Some(devices[0]),
+                render_on_node: true,
+            });
         }
+        problems.sort_by(|a, b| problem_order(a).cmp(&problem_order(b)));
+        render_problems = problems;
     }
     gpus.extend(undescribed);
     // Nodes in the order people read their names; ranked once per node rather than compared
@@ -236,7 +385,17 @@ pub(crate) fn build(slices: Vec<ResourceSlice>) -> Inventory {
     Inventory {
         gpus,
         drift,
+        render_problems,
         device_keys: keys,
+    }
+}
+
+/// Problems of a node first, by node and address; then each old driver, by name.
+fn problem_order(problem: &RenderProblem) -> (u8, &str, &str) {
+    match problem {
+        RenderProblem::SharedAddress { node, address, .. } => (0, node, address),
+        RenderProblem::NotCanonical { node, value, .. } => (0, node, value),
+        RenderProblem::NoPciBusId { driver, .. } => (1, driver.name, ""),
     }
 }
 
@@ -495,6 +654,10 @@ mod tests {
 
     fn render_node(address: &str) -> Device {
         let mut attributes = Attributes::default();
+        attributes.insert(
+            QualifiedName::new("liken.sh", "renderNode"),
+            s("/dev/dri/renderD128"),
+        );
         attributes.set_identity(Identity::PciBusId, s(address));
         Device::new(&format!("card-{address}"), attributes)
     }
@@ -520,6 +683,125 @@ mod tests {
 
     const INTEL: (&str, &str) = ("8086", "56a0");
     use Capability::*;
+
+    /// A vendor driver's device: its `type` (in the driver's domain) and address.
+    fn vendor(driver: &str, name: &str, kind: &str, address: Option<&str>) -> Device {
+        let mut attributes = Attributes::default();
+        attributes.insert(QualifiedName::new(driver, "type"), s(kind));
+        if let Some(address) = address {
+            attributes.set_identity(Identity::PciBusId, s(address));
+        }
+        Device::new(name, attributes)
+    }
+
+    #[test]
+    fn media_devices_pair_with_any_drivers_whole_gpu_and_what_never_pairs_is_kept() {
+        let media = |name: &str, address: &str| device(name, address, INTEL, Some("iHD"), &[]);
+        let slices = vec![
+            slice(
+                catalogue::DRIVER,
+                "n1",
+                1,
+                vec![
+                    media("pci-a", "0000:03:00.0"),
+                    media("pci-b", "0000:83:00.0"),
+                    media("pci-c", "0000:c3:00.0"),
+                ],
+            ),
+            slice(
+                "gpu.nvidia.com",
+                "n1",
+                1,
+                vec![
+                    // Static MIG: only MIG devices at 03; a whole GPU at 83, written in capitals
+                    // at c3.
+                    vendor(
+                        "gpu.nvidia.com",
+                        "gpu-0-mig-1g10gb-9-0",
+                        "mig",
+                        Some("0000:03:00.0"),
+                    ),
+                    vendor("gpu.nvidia.com", "gpu-1", "gpu", Some("0000:83:00.0")),
+                    vendor("gpu.nvidia.com", "gpu-2", "gpu", Some("0000:C3:00.0")),
+                ],
+            ),
+            // liken publishes 83 as well.
+            slice(
+                crate::render_drivers::LIKEN.name,
+                "n1",
+                1,
+                vec![render_node("0000:83:00.0")],
+            ),
+            // An Intel release before pciBusID.
+            slice(
+                "gpu.intel.com",
+                "n2",
+                1,
+                vec![{
+                    let mut attributes = Attributes::default();
+                    attributes.insert(
+                        QualifiedName::new("gpu.intel.com", "pciAddress"),
+                        s("0000:00:02.0"),
+                    );
+                    Device::new("0000-00-02-0-0x56a0", attributes)
+                }],
+            ),
+        ];
+        let inventory = build(slices);
+        let render: Vec<(&str, Option<String>)> = inventory
+            .gpus
+            .iter()
+            .map(|g| {
+                (
+                    g.address.as_str(),
+                    g.render.map(|r| format!("{}/{}", r.driver, r.device)),
+                )
+            })
+            .collect();
+        assert_eq!(
+            render,
+            [
+                ("0000:03:00.0", None),
+                (
+                    "0000:83:00.0",
+                    Some("liken.sh/card-0000:83:00.0".to_string())
+                ),
+                ("0000:c3:00.0", None),
+            ]
+        );
+        assert!(inventory.gpus.iter().all(|g| g.render_on_node));
+        assert_eq!(
+            inventory.render_problems.len(),
+            3,
+            "{:#?}",
+            inventory.render_problems
+        );
+        assert!(
+            matches!(
+                &inventory.render_problems[0],
+                RenderProblem::SharedAddress { address, devices, .. }
+                    if address.as_str() == "0000:83:00.0" && devices.len() == 2
+            ),
+            "{:#?}",
+            inventory.render_problems
+        );
+        assert!(matches!(
+            &inventory.render_problems[1],
+            RenderProblem::NotCanonical { value, .. } if value.as_str() == "0000:C3:00.0"
+        ));
+        assert!(matches!(
+            &inventory.render_problems[2],
+            RenderProblem::NoPciBusId { driver, devices: 1, .. } if driver.name == "gpu.intel.com"
+        ));
+        // A claim holding the MIG device holds the GPU at its address.
+        let index = inventory.device_index();
+        let mig = (
+            Ustr::from("gpu.nvidia.com"),
+            Ustr::from("n1"),
+            Ustr::from("gpu-0-mig-1g10gb-9-0"),
+        );
+        assert_eq!(inventory.gpus[index[&mig]].address.as_str(), "0000:03:00.0");
+    }
 
     #[test]
     fn only_the_highest_generation_of_a_pool_counts() {
@@ -562,13 +844,13 @@ mod tests {
                 )],
             ),
             slice(
-                catalogue::RENDER_DRIVER,
+                crate::render_drivers::LIKEN.name,
                 "n1",
                 1,
                 vec![render_node("0000:00:02.0"), render_node("0000:03:00.0")],
             ),
             slice(
-                catalogue::RENDER_DRIVER,
+                crate::render_drivers::LIKEN.name,
                 "n2",
                 1,
                 vec![render_node("0000:00:02.0")],
@@ -607,7 +889,7 @@ mod tests {
         let slices = vec![
             slice(catalogue::DRIVER, "n1", 1, vec![]),
             slice(
-                catalogue::RENDER_DRIVER,
+                crate::render_drivers::LIKEN.name,
                 "n1",
                 1,
                 vec![render_node("0000:00:02.0")],

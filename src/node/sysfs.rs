@@ -248,6 +248,9 @@ fn identity(device: &Path, names: &PciNames) -> Result<PciIdentity, Skip> {
             uevent_path.display()
         )));
     }
+    // The kernel writes lowercase; any other form would never pair with a render driver's
+    // pciBusID, which upstream's helper writes in lowercase.
+    let address = address.to_ascii_lowercase();
     let driver = field("DRIVER")
         .ok_or_else(|| Skip::Unreadable(format!("no DRIVER in {}", uevent_path.display())))?;
     let vendor = hex_id(&device.join("vendor"))?;
@@ -447,6 +450,14 @@ mod tests {
             err.starts_with("read PCI ID database /nonexistent/pci.ids: "),
             "{err}"
         );
+    }
+
+    #[test]
+    fn an_address_in_capitals_is_read_in_the_canonical_form() {
+        let tree = Tree::new();
+        tree.pci("renderD128", "0000:0A:00.0", "0x1002", "0x744c", "amdgpu");
+        let found = discover(&tree.roots(), &names(&tree)).unwrap();
+        assert_eq!(found[0].pci.address, "0000:0a:00.0");
     }
 
     #[test]

@@ -13,7 +13,9 @@ use std::process::{Command, Output, Stdio};
 use serde_json::{Value, json};
 
 use crate::support::faultproxy::Fault;
-use crate::support::objects;
+use crate::support::{examples, objects, render_fixtures};
+use media_operator::agent::probing::read_records;
+use media_operator::render_drivers::{AMD, INTEL, NVIDIA, RenderDriver};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -557,7 +559,7 @@ fn an_empty_fleet_says_so_and_json_stays_parseable() {
     assert!(out.stdout.is_empty());
     assert_eq!(
         String::from_utf8(out.stderr).unwrap(),
-        "No media.liken.sh or liken.sh devices found (the files hold no ResourceSlices).\n"
+        "No media.liken.sh devices or render nodes found (the files hold no ResourceSlices).\n"
     );
     let out = run(&["caps", "-f", "-", "-o", "json"], Some(empty));
     assert!(out.status.success());
@@ -758,7 +760,7 @@ fn auto_colour_in_a_terminal_follows_term_and_no_color() {
     ]));
 }
 
-/// An agent's pod as the DaemonSet makes it (deploy/daemonset.yaml: its labels, its namespace).
+/// An agent's pod as the DaemonSet makes it (deploy/base/daemonset.yaml: its labels, its namespace).
 fn agent_pod(name: &str, node: &str, labels: Value) -> Value {
     json!({
         "apiVersion": "v1",
@@ -1097,5 +1099,246 @@ fn the_hint_for_more_failed_probes_reads_the_same_files() {
     assert!(
         stdout.contains("probe failed: 1 GPU on node x-3:"),
         "{command}: {stdout}"
+    );
+}
+
+// --- beside the vendors' render drivers -------------------------------------------------------
+
+/// Node `node`: the `driver`'s fixture moved there and the agent's slice of the recorded GPUs
+/// `reports` (tests/fixtures/render-drivers/reports/).
+fn beside_vendor(driver: &RenderDriver, node: &str, reports: &str) -> [Value; 2] {
+    let uid = json!(examples::uid("Node", node));
+    let probed = read_records(&render_fixtures::reports_dir(reports)).unwrap();
+    [
+        render_fixtures::moved(render_fixtures::fixture(driver), node, uid),
+        examples::media_slice(node, &probed),
+    ]
+}
+
+/// `caps -f - ARGS` on `items`, which must succeed.
+fn caps_on(items: Vec<Value>, args: &[&str]) -> String {
+    let list = examples::list(items).to_string();
+    let out = run(&[&["caps", "-f", "-"][..], args].concat(), Some(&list));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Each GPU of `caps -o json` as (node, address, render device `driver/device` or `-`, status),
+/// checked against `-o wide`'s ADDRESS and RENDER columns for the same rows.
+fn render_pairs(items: Vec<Value>) -> Vec<(String, String, String, String)> {
+    let records: Vec<Value> =
+        serde_json::from_str(&caps_on(items.clone(), &["-o", "json"])).unwrap();
+    let pairs: Vec<(String, String, String, String)> = records
+        .iter()
+        .map(|r| {
+            let render = match r["render"].as_object() {
+                Some(d) => format!(
+                    "{}/{}",
+                    d["driver"].as_str().unwrap(),
+                    d["device"].as_str().unwrap()
+                ),
+                None => "-".to_string(),
+            };
+            let text = |v: &Value| v.as_str().unwrap().to_string();
+            (
+                text(&r["node"]),
+                text(&r["attributes"]["address"]),
+                render,
+                text(&r["status"]),
+            )
+        })
+        .collect();
+    let wide = caps_on(items, &["-o", "wide"]);
+    let mut lines = wide.lines();
+    let header = lines.next().unwrap();
+    let column = |line: &str, name: &str| -> String {
+        let at = header
+            .find(name)
+            .unwrap_or_else(|| panic!("no {name} in {header}"));
+        line[at..]
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let rows: Vec<(String, String, String)> = lines
+        .take_while(|l| !l.is_empty())
+        .map(|l| (column(l, "NODE"), column(l, "ADDRESS"), column(l, "RENDER")))
+        .collect();
+    let from_json: Vec<(String, String, String)> = pairs
+        .iter()
+        .map(|(n, a, r, _)| (n.clone(), a.clone(), r.clone()))
+        .collect();
+    assert_eq!(rows, from_json, "{wide}");
+    pairs
+}
+
+fn rows(expected: &[(&str, &str, &str, &str)]) -> Vec<(String, String, String, String)> {
+    expected
+        .iter()
+        .map(|(n, a, r, s)| (n.to_string(), a.to_string(), r.to_string(), s.to_string()))
+        .collect()
+}
+
+/// `caps` pairs each media device with the whole GPU of the vendor's driver at its address
+/// (`-o json`'s `render`, `-o wide`'s RENDER), never with a MIG device, a partition, a VF or a
+/// VFIO device: the vendors' slices as their fixtures write them, on node-a beside the agent's
+/// slice of the recorded GPUs with the qualifying one at a whole GPU, on node-b with it where
+/// the driver has only sub-devices (NVIDIA's MIG and VFIO devices and AMD's partitions at
+/// 0000:03:00.0, Intel's VF at 0000:03:00.1).
+#[test]
+fn caps_pairs_media_devices_with_each_vendors_whole_gpus_only() {
+    let (ok, none) = ("ok", "no render device");
+    let whole_at_both = |gpu_a: &'static str, driver: &'static str| {
+        let render = format!("{driver}/{gpu_a}");
+        vec![
+            (
+                "node-a".to_string(),
+                "0000:03:00.0".to_string(),
+                "-".to_string(),
+                none.to_string(),
+            ),
+            (
+                "node-a".into(),
+                "0000:83:00.0".into(),
+                render.clone(),
+                ok.into(),
+            ),
+            (
+                "node-b".into(),
+                "0000:03:00.0".into(),
+                "-".into(),
+                none.into(),
+            ),
+            ("node-b".into(), "0000:83:00.0".into(), render, ok.into()),
+        ]
+    };
+    let cases = [
+        (
+            INTEL,
+            "vf",
+            rows(&[
+                (
+                    "node-a",
+                    "0000:03:00.0",
+                    "gpu.intel.com/0000-03-00-0-0x56c0",
+                    ok,
+                ),
+                (
+                    "node-a",
+                    "0000:83:00.0",
+                    "gpu.intel.com/0000-83-00-0-0xe20b",
+                    ok,
+                ),
+                // The VF's parent, which the agent there has no report of.
+                (
+                    "node-b",
+                    "0000:03:00.0",
+                    "gpu.intel.com/0000-03-00-0-0x56c0",
+                    "not probed",
+                ),
+                ("node-b", "0000:03:00.1", "-", none),
+                (
+                    "node-b",
+                    "0000:83:00.0",
+                    "gpu.intel.com/0000-83-00-0-0xe20b",
+                    ok,
+                ),
+            ]),
+        ),
+        (
+            NVIDIA,
+            "parent-address",
+            whole_at_both("gpu-1", NVIDIA.name),
+        ),
+        (AMD, "parent-address", whole_at_both("gpu-8-136", AMD.name)),
+    ];
+    for (driver, b, expected) in cases {
+        let mut items = Vec::new();
+        items.extend(beside_vendor(&driver, "node-a", "whole"));
+        items.extend(beside_vendor(&driver, "node-b", b));
+        assert_eq!(render_pairs(items), expected, "{}", driver.name);
+    }
+}
+
+/// A whole GPU whose `pciBusID` is not lowercase `dddd:bb:dd.f` never pairs, and `caps` says
+/// so: NVIDIA's fixture with its L40S at an address in capitals, as NVML writes it (`C3`), and
+/// with NVML's 8-digit domain, beside a media device at the canonical address.
+#[test]
+fn caps_notes_a_pci_bus_id_not_in_the_canonical_form() {
+    for written in ["0000:C3:00.0", "00000000:c3:00.0"] {
+        let [mut render, _] = beside_vendor(&NVIDIA, "node-a", "whole");
+        for device in render["spec"]["devices"].as_array_mut().unwrap() {
+            if device["name"] == "gpu-1" {
+                device["attributes"]["resource.kubernetes.io/pciBusID"]["string"] = json!(written);
+            }
+        }
+        let mut probed = read_records(&render_fixtures::reports_dir("whole")).unwrap();
+        for p in &mut probed {
+            if p.pci.address == render_fixtures::WHOLE {
+                p.pci.address = "0000:c3:00.0".into();
+            }
+        }
+        let items = vec![render, examples::media_slice("node-a", &probed)];
+        assert_eq!(
+            render_pairs(items.clone()),
+            rows(&[
+                ("node-a", "0000:03:00.0", "-", "no render device"),
+                ("node-a", "0000:c3:00.0", "-", "no render device"),
+            ]),
+            "{written}"
+        );
+        let table = caps_on(items, &[]);
+        let note = table
+            .lines()
+            .find(|l| l.starts_with("pciBusID not canonical:"))
+            .unwrap_or_else(|| panic!("{table}"));
+        assert_eq!(
+            note,
+            format!(
+                "pciBusID not canonical: gpu.nvidia.com/gpu-1 on node-a states {written:?}: \
+                 matchAttribute compares strings exactly and the agent publishes lowercase \
+                 dddd:bb:dd.f, so these never pair (hint: a driver release that writes the \
+                 address as k8s.io/dynamic-resource-allocation/deviceattribute does)"
+            )
+        );
+    }
+}
+
+/// A whole GPU of a release before the one that publishes `pciBusID` never pairs, and `caps`
+/// names the release to upgrade to: NVIDIA's v25.8.1 publishes the address as its own
+/// `pcieBusID` (cmd/gpu-kubelet-plugin/deviceinfo.go:81-123 at fc69d985), otherwise as the
+/// fixture's `gpu-1`.
+#[test]
+fn caps_notes_a_driver_release_without_pci_bus_id() {
+    let [mut render, media] = beside_vendor(&NVIDIA, "node-a", "whole");
+    let devices = render["spec"]["devices"].as_array_mut().unwrap();
+    devices.retain(|d| d["name"] == "gpu-1");
+    let attributes = devices[0]["attributes"].as_object_mut().unwrap();
+    let address = attributes
+        .remove("resource.kubernetes.io/pciBusID")
+        .unwrap();
+    attributes.insert("pcieBusID".into(), address);
+    assert_eq!(
+        render_pairs(vec![render.clone(), media.clone()]),
+        rows(&[
+            ("node-a", "0000:03:00.0", "-", "no render device"),
+            ("node-a", "0000:83:00.0", "-", "no render device"),
+        ])
+    );
+    let table = caps_on(vec![render, media], &[]);
+    let note = table
+        .lines()
+        .find(|l| l.starts_with("no pciBusID:"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert_eq!(
+        note,
+        "no pciBusID: gpu.nvidia.com publishes 1 whole GPU(s) on node node-a without \
+         resource.kubernetes.io/pciBusID, so no claim pairs them with a media device (hint: \
+         upgrade gpu.nvidia.com to v25.12.0 or newer (before it, the address was pcieBusID))"
     );
 }

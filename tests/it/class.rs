@@ -104,6 +104,68 @@ fn reproduces_the_documents_request_level_selectors() {
     assert_eq!(requests[0]["exactly"]["deviceClassName"], "gpu-render");
 }
 
+/// Beside each vendor's driver: the render class of its whole GPUs, as the render-driver table
+/// writes it, and the template claims through it with the pciBusID constraint as beside liken.
+#[test]
+fn each_render_driver_gets_its_class_of_whole_gpus() {
+    use media_operator::render_drivers::ALL;
+    for driver in ALL {
+        let yaml = stdout_of(&[
+            "class",
+            "decode-10bit",
+            "--decode",
+            "HEVCMain10",
+            "--scale",
+            "10bit",
+            "--claim",
+            "--with-render-class",
+            "--render-driver",
+            driver.name,
+        ]);
+        let objects = documents(&yaml);
+        assert_eq!(objects.len(), 3, "{yaml}");
+        let render = &objects[1];
+        assert_eq!(render["metadata"]["name"], driver.render_class, "{yaml}");
+        assert_eq!(
+            render["spec"]["selectors"][0]["cel"]["expression"],
+            driver.whole_gpu_cel()
+        );
+        let devices = &objects[2]["spec"]["spec"]["devices"];
+        assert_eq!(
+            devices["requests"][0]["exactly"]["deviceClassName"],
+            driver.render_class
+        );
+        assert_eq!(
+            devices["constraints"][0]["matchAttribute"],
+            "resource.kubernetes.io/pciBusID"
+        );
+    }
+    // liken stays the product document's, byte for byte, with or without the flag.
+    let plain = stdout_of(&[
+        "class",
+        "decode-10bit",
+        "--decode",
+        "HEVCMain10",
+        "--scale",
+        "10bit",
+        "--claim",
+        "--with-render-class",
+    ]);
+    let named = stdout_of(&[
+        "class",
+        "decode-10bit",
+        "--decode",
+        "HEVCMain10",
+        "--scale",
+        "10bit",
+        "--claim",
+        "--with-render-class",
+        "--render-driver",
+        "liken.sh",
+    ]);
+    assert_eq!(plain, named);
+}
+
 #[test]
 fn with_base_class_prints_the_catch_all_class() {
     let docs = documents(&stdout_of(&[
@@ -399,6 +461,21 @@ fn errors() {
             "VP9",
             "--base-class",
             "media-render",
+        ],
+        &[
+            "class",
+            "--decode",
+            "VP9",
+            "--claim",
+            "--render-driver",
+            "intel",
+        ],
+        &[
+            "class",
+            "--decode",
+            "VP9",
+            "--render-driver",
+            "gpu.intel.com",
         ],
         &["class", "--decode", "VP9", "-o", "table"],
         &["class", "--decode", "VP9", "--bogus"],

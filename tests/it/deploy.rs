@@ -33,21 +33,26 @@ fn read_documents(relative: &str) -> Vec<Value> {
     yaml_documents(&text)
 }
 
-/// Every object the kustomization installs, read from the files it lists (in its order), so
-/// tests that need no kubectl see the same set `kubectl kustomize` renders.
-pub(crate) fn manifests() -> Vec<Value> {
-    let kustomization = std::fs::read_to_string(deploy_dir().join("kustomization.yaml")).unwrap();
+/// The files the base kustomization (deploy/base, which deploy/ and every render-driver variant
+/// install) lists, in its order, relative to deploy/.
+fn installed_files() -> Vec<String> {
+    let kustomization =
+        std::fs::read_to_string(deploy_dir().join("base/kustomization.yaml")).unwrap();
     let kustomization: Value = serde_yaml::from_str(&kustomization).unwrap();
     kustomization["resources"]
         .as_array()
         .expect("the kustomization lists its resources")
         .iter()
-        .flat_map(|file| {
-            let path = deploy_dir().join(file.as_str().unwrap());
-            let text = std::fs::read_to_string(&path)
-                .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-            yaml_documents(&text)
-        })
+        .map(|file| format!("base/{}", file.as_str().unwrap()))
+        .collect()
+}
+
+/// Every object the kustomization installs, read from the files it lists (in its order), so
+/// tests that need no kubectl see the same set `kubectl kustomize` renders.
+pub(crate) fn manifests() -> Vec<Value> {
+    installed_files()
+        .iter()
+        .flat_map(|file| read_documents(file))
         .collect()
 }
 
@@ -103,6 +108,102 @@ fn kustomize_renders_the_install_without_the_liken_namespace() {
     }
     // kustomize renders what the files say, with labels added.
     assert_eq!(rendered.len(), manifests().len());
+}
+
+fn kustomize(dir: &Path) -> Vec<Value> {
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir)
+        .env("HOME", std::env::temp_dir())
+        .output()
+        .expect("run kubectl kustomize");
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    yaml_documents(&String::from_utf8(out.stdout).unwrap())
+}
+
+/// Each variant beside a vendor's driver installs what deploy/ does, with the media-render class
+/// of that driver's whole GPUs as the render-driver table writes it, the agent told which driver
+/// to compare with, and the liken-system namespace labelled for admin access; nothing else
+/// differs.
+#[test]
+#[cfg_attr(not(have_kubectl), ignore = "needs kubectl on PATH (kubectl 1.32)")]
+fn each_render_driver_variant_is_the_install_with_its_drivers_class() {
+    use media_operator::render_drivers;
+    let liken = kustomize(&deploy_dir());
+    let variants: BTreeSet<&str> = render_drivers::ALL
+        .iter()
+        .filter(|d| d.name != render_drivers::LIKEN.name)
+        .map(|d| d.key)
+        .collect();
+    assert_eq!(
+        variants,
+        VARIANTS.into_iter().collect(),
+        "a variant per vendor driver"
+    );
+    for driver in render_drivers::ALL
+        .iter()
+        .filter(|d| variants.contains(d.key))
+    {
+        let rendered = kustomize(&deploy_dir().join("render-drivers").join(driver.key));
+        let mut expected = liken.clone();
+        for object in &mut expected {
+            match object["kind"].as_str().unwrap() {
+                "DeviceClass" if object["metadata"]["name"] == "media-render" => {
+                    object["spec"]["selectors"][0]["cel"]["expression"] =
+                        driver.whole_gpu_cel().into();
+                }
+                "DaemonSet" => {
+                    let args = object["spec"]["template"]["spec"]["containers"][0]["args"]
+                        .as_array_mut()
+                        .unwrap();
+                    args.push(format!("--render-driver={}", driver.name).into());
+                }
+                _ => {}
+            }
+        }
+        let (namespaces, rest): (Vec<Value>, Vec<Value>) =
+            rendered.into_iter().partition(|o| o["kind"] == "Namespace");
+        assert_eq!(
+            namespaces,
+            [
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "liken-system",
+                "labels": {"app.kubernetes.io/part-of": "media-operator",
+                    "resource.kubernetes.io/admin-access": "true"}}})
+            ],
+            "{}",
+            driver.key
+        );
+        let key = |o: &Value| (o["kind"].to_string(), o["metadata"]["name"].to_string());
+        let mut rest = rest;
+        rest.sort_by_key(key);
+        expected.sort_by_key(key);
+        assert_eq!(rest, expected, "{}", driver.key);
+        // The agent accepts what the variant tells it.
+        let daemonset = find(&rest, "DaemonSet");
+        let config = daemonset_config(&daemonset["spec"]["template"]["spec"]["containers"][0]);
+        assert_eq!(config.render_driver.name, driver.name);
+    }
+}
+
+/// The agent's claim takes no render node from any workload: admin access, every render node,
+/// tolerating the render driver's own taints.
+#[test]
+fn the_agents_claim_asks_for_admin_access_to_every_render_node() {
+    let objects = manifests();
+    let template = find(&objects, "ResourceClaimTemplate");
+    let request = &template["spec"]["spec"]["devices"]["requests"][0]["exactly"];
+    assert_eq!(request["adminAccess"], true);
+    assert_eq!(request["allocationMode"], "All");
+    assert_eq!(request["tolerations"], json!([{"operator": "Exists"}]));
+    assert_eq!(
+        find(&objects, "DeviceClass")["spec"]["selectors"][0]["cel"]["expression"],
+        media_operator::render_drivers::LIKEN.whole_gpu_cel()
+    );
 }
 
 #[test]
@@ -165,7 +266,7 @@ fn rbac_grants_exactly_the_calls_the_agent_makes() {
         ]
     );
     // Every rule says which code needs it.
-    let text = std::fs::read_to_string(deploy_dir().join("rbac.yaml")).unwrap();
+    let text = std::fs::read_to_string(deploy_dir().join("base/rbac.yaml")).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     for (i, line) in lines.iter().enumerate() {
         if line.trim_start().starts_with("- apiGroups:") {
@@ -634,7 +735,7 @@ fn the_daemonset_runs_as_tightly_as_the_kubelet_directories_allow() {
         assert!(pod[field].is_null(), "{field}");
     }
     // The one exception (uid 0) is commented, in the file, right above it.
-    let text = std::fs::read_to_string(deploy_dir().join("daemonset.yaml")).unwrap();
+    let text = std::fs::read_to_string(deploy_dir().join("base/daemonset.yaml")).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     let at = lines
         .iter()
@@ -1029,6 +1130,15 @@ mod toml_like {
 
 // --- the examples -------------------------------------------------------------------------------
 
+/// The render-driver variants, `deploy/render-drivers/<key>`, and the objects they add.
+const VARIANTS: [&str; 3] = ["intel", "nvidia", "amd"];
+const VARIANT_OBJECTS: [&str; 4] = [
+    "render-drivers/namespace/namespace.yaml",
+    "render-drivers/intel/deviceclass.yaml",
+    "render-drivers/nvidia/deviceclass.yaml",
+    "render-drivers/amd/deviceclass.yaml",
+];
+
 const EXAMPLES: [&str; 3] = [
     "examples/classes.yaml",
     "examples/claim-templates.yaml",
@@ -1147,6 +1257,7 @@ fn check_schema(object: &Value) -> Result<(), String> {
     let api_version = object["apiVersion"].as_str().unwrap_or_default();
     let kind = object["kind"].as_str().unwrap_or_default();
     let back = match (api_version, kind) {
+        ("v1", "Namespace") => round_trip::<core::Namespace>(object),
         ("v1", "ServiceAccount") => round_trip::<core::ServiceAccount>(object),
         ("v1", "Pod") => round_trip::<core::Pod>(object),
         ("apps/v1", "DaemonSet") => round_trip::<apps::DaemonSet>(object),
@@ -1216,23 +1327,24 @@ fn diff(original: &Value, back: &Value, path: String, out: &mut Vec<String>) {
 
 #[test]
 fn every_manifest_and_example_is_valid_against_the_kubernetes_1_34_schema() {
-    let mut files: Vec<String> = {
-        let kustomization: Value = serde_yaml::from_str(
-            &std::fs::read_to_string(deploy_dir().join("kustomization.yaml")).unwrap(),
-        )
-        .unwrap();
-        kustomization["resources"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|f| f.as_str().unwrap().to_owned())
-            .collect()
-    };
+    let mut files: Vec<String> = installed_files();
     files.extend(EXAMPLES.iter().map(|f| f.to_string()));
-    // Every YAML file under deploy/ is one of them (the kustomization, the chart's Chart.yaml
+    files.extend(VARIANT_OBJECTS.iter().map(|f| f.to_string()));
+    // Every YAML file under deploy/ is one of them (the kustomizations, the chart's Chart.yaml
     // and values.yaml, and krew's template are not Kubernetes objects).
     let mut on_disk = Vec::new();
-    for dir in [deploy_dir(), deploy_dir().join("examples")] {
+    let mut dirs = vec![
+        deploy_dir(),
+        deploy_dir().join("base"),
+        deploy_dir().join("examples"),
+        deploy_dir().join("render-drivers/namespace"),
+    ];
+    dirs.extend(
+        VARIANTS
+            .iter()
+            .map(|v| deploy_dir().join("render-drivers").join(v)),
+    );
+    for dir in dirs {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "yaml")

@@ -1,9 +1,10 @@
 //! The Helm chart (deploy/Chart.yaml, values.yaml, values.schema.json, templates/), driven by
-//! the real helm built from its module (support/helm.rs): `helm lint`; the default render against
-//! `kubectl kustomize deploy/`, object by object (the chart renders kustomize's own files, so
-//! they are one definition); each value where a user looks for it; the schema's refusals; the
-//! Kubernetes version check; and `helm install`, `upgrade` and `uninstall` on the real control
-//! plane, beside an agent's slice that belongs to its Node, not to the release.
+//! the real helm built from its module (support/helm.rs): `helm lint`; each render driver's
+//! render against `kubectl kustomize` of its variant, object by object (the chart renders
+//! kustomize's own files, so they are one definition); each value where a user looks for it; the
+//! schema's refusals; the Kubernetes version check; and `helm install`, `upgrade` and `uninstall`
+//! on the real control plane, beside an agent's slice that belongs to its Node, not to the
+//! release.
 
 use crate::support::agent::{AgentProcess, FAST, write_fleet};
 use crate::support::controlplane::ControlPlane;
@@ -92,9 +93,27 @@ fn the_charts_versions_are_cargos() {
     assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"));
 }
 
+/// The chart's render drivers: liken (deploy/ itself) and each variant of deploy/render-drivers/
+/// (a directory whose kustomization is a Kustomization, not a Component).
+fn render_drivers() -> Vec<(String, std::path::PathBuf)> {
+    let mut drivers = vec![("liken".to_owned(), chart_dir())];
+    let mut variants: Vec<_> = std::fs::read_dir(chart_dir().join("render-drivers"))
+        .expect("read deploy/render-drivers")
+        .map(|e| e.unwrap().path())
+        .filter(|dir| {
+            std::fs::read_to_string(dir.join("kustomization.yaml"))
+                .is_ok_and(|k| k.lines().any(|l| l == "kind: Kustomization"))
+        })
+        .map(|dir| (dir.file_name().unwrap().to_string_lossy().into_owned(), dir))
+        .collect();
+    variants.sort();
+    drivers.extend(variants);
+    drivers
+}
+
 #[test]
 #[cfg_attr(not(all(have_go, have_kubectl)), ignore = "needs kubectl and Go 1.26 or newer")]
-fn helm_lints_the_chart_and_its_default_render_is_the_kustomize_install() {
+fn helm_lints_the_chart_and_renders_each_variant_as_kubectl_kustomize_does() {
     let chart = chart_dir();
     let lint = ok(helm(
         &["lint", "--strict", chart.to_str().unwrap(), "-n", NAMESPACE],
@@ -104,22 +123,54 @@ fn helm_lints_the_chart_and_its_default_render_is_the_kustomize_install() {
         lint.contains("1 chart(s) linted, 0 chart(s) failed"),
         "{lint}"
     );
-    let helm_objects = by_key(render(&[]).unwrap_or_else(|e| panic!("{e}")));
-    let out = std::process::Command::new("kubectl")
-        .arg("kustomize")
-        .arg(&chart)
-        .env("HOME", std::env::temp_dir())
-        .output()
-        .expect("run kubectl kustomize");
-    let kustomized = by_key(documents(&ok(out)));
-    assert_eq!(
-        helm_objects.keys().collect::<Vec<_>>(),
-        kustomized.keys().collect::<Vec<_>>(),
-        "the same objects"
-    );
-    for (key, object) in &kustomized {
-        assert_eq!(&helm_objects[key], object, "{key:?}: helm, then kustomize");
+    let drivers = render_drivers();
+    assert!(drivers.len() >= 4, "{drivers:?}");
+    for (driver, dir) in drivers {
+        let set = format!("renderDriver={driver}");
+        let helm_objects = by_key(render(&["--set", &set]).unwrap_or_else(|e| panic!("{e}")));
+        let out = std::process::Command::new("kubectl")
+            .arg("kustomize")
+            .arg(&dir)
+            .env("HOME", std::env::temp_dir())
+            .output()
+            .expect("run kubectl kustomize");
+        let mut kustomized = by_key(documents(&ok(out)));
+        // The one object the chart leaves out: a variant's Namespace, where Helm keeps its
+        // release record, so it must exist before the install (templates/install.yaml).
+        kustomized.retain(|(kind, ..), _| kind != "Namespace");
+        assert_eq!(
+            helm_objects.keys().collect::<Vec<_>>(),
+            kustomized.keys().collect::<Vec<_>>(),
+            "{driver}: the same objects"
+        );
+        for (key, object) in &kustomized {
+            assert_eq!(&helm_objects[key], object, "{driver} {key:?}: helm, then kustomize");
+        }
     }
+}
+
+#[test]
+#[cfg_attr(not(have_go), ignore = "needs Go 1.26 or newer (helm is built from its module)")]
+fn a_render_driver_the_chart_does_not_have_is_refused_with_the_ones_it_has() {
+    let error = render(&["--set", "renderDriver=matrox"]).expect_err("no such variant");
+    let known: Vec<String> = render_drivers().into_iter().map(|(d, _)| d).collect();
+    assert!(
+        error.contains(&format!(
+            "renderDriver \"matrox\" is not a render driver of the chart (valid: {})",
+            known.join(", ")
+        )),
+        "{error}"
+    );
+    // The namespace component is no variant.
+    assert!(render(&["--set", "renderDriver=namespace"]).is_err());
+    let intel = render(&["--set", "renderDriver=intel"]).unwrap();
+    let args = &agent_container(&intel)["args"];
+    assert!(
+        args.as_array()
+            .unwrap()
+            .contains(&json!("--render-driver=gpu.intel.com")),
+        "{args}"
+    );
 }
 
 /// A values file setting every value of values.yaml to something other than the manifests'.
@@ -136,6 +187,7 @@ fn every_value() -> Value {
         "probe": {"timeout": "30s", "parallel": 2, "rescanInterval": "1m",
                   "vaDrivers": {"8086": "i965", "0000:03:00.0": "radeonsi"}},
         "admissionPolicy": {"enabled": false},
+        "adminAccessPolicy": {"enabled": true},
     })
 }
 
@@ -200,9 +252,9 @@ fn each_value_lands_where_a_user_expects_it_and_nothing_else_moves() {
         "{args:?}"
     );
 
-    // Without the policy, the install is the rest, unchanged but for the DaemonSet.
+    // Without the node-bound policy, the install is the rest, unchanged but for the DaemonSet.
     let mut left = by_key(defaults);
-    left.retain(|(kind, ..), _| !kind.starts_with("ValidatingAdmissionPolicy"));
+    left.retain(|(_, _, name), _| name != "media-capabilities-node-bound");
     let set = by_key(set);
     assert_eq!(
         left.keys().collect::<Vec<_>>(),
@@ -212,6 +264,24 @@ fn each_value_lands_where_a_user_expects_it_and_nothing_else_moves() {
         if key.0 != "DaemonSet" {
             assert_eq!(&set[key], object, "{key:?}");
         }
+    }
+}
+
+#[test]
+#[cfg_attr(not(have_go), ignore = "needs Go 1.26 or newer (helm is built from its module)")]
+fn the_admin_access_policies_go_with_their_value_and_nothing_else_does() {
+    let defaults = by_key(render(&[]).unwrap());
+    let without = by_key(render(&["--set", "adminAccessPolicy.enabled=false"]).unwrap());
+    let gone: Vec<_> = defaults.keys().filter(|k| !without.contains_key(*k)).collect();
+    assert_eq!(gone.len(), 4, "{gone:?}");
+    assert!(
+        gone.iter()
+            .all(|(kind, _, name)| kind.starts_with("ValidatingAdmissionPolicy")
+                && name.starts_with("media-capabilities-admin-access-")),
+        "{gone:?}"
+    );
+    for (key, object) in &without {
+        assert_eq!(&defaults[key], object, "{key:?}");
     }
 }
 
@@ -229,6 +299,7 @@ fn the_schema_refuses_a_wrong_value_naming_it_and_what_it_takes() {
         (&["--set", "probe.vaDrivers.intel=iHD"], "/probe/vaDrivers"),
         (&["--set", "admissionPolicy.enabled=maybe"], "/admissionPolicy/enabled"),
         (&["--set", "resources.limits.memory=lots"], "/resources/limits/memory"),
+        (&["--set", "renderDriver=../base"], "/renderDriver"),
     ];
     for (args, path) in cases {
         let error = render(args).expect_err(&format!("{args:?} is refused"));
@@ -332,6 +403,13 @@ fn helm_installs_upgrades_and_uninstalls_leaving_the_agents_slices_to_their_node
     let cp = ControlPlane::start();
     let kube = Kube::new(cp.kubeconfig());
     ok(cp.kubectl(&["create", "namespace", NAMESPACE]));
+    // As liken leaves it for the agent's admin-access claim (docs/operations.md, "Install").
+    ok(cp.kubectl(&[
+        "label",
+        "namespace",
+        NAMESPACE,
+        "resource.kubernetes.io/admin-access=true",
+    ]));
     let chart = chart_dir();
     let chart = chart.to_str().unwrap();
     let keys: Vec<_> = by_key(render(&[]).unwrap()).into_keys().collect();

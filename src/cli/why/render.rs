@@ -176,6 +176,9 @@ fn render_claim(page: &mut Page, d: &Diagnosis, claim: &ClaimReport, styles: &St
             if let Some(render) = &device.render_node {
                 let _ = write!(line, ", {render}");
             }
+            if let Some(kind) = device.sub_device {
+                let _ = write!(line, ", {}", kind.described());
+            }
             page.line(2, 4, &[(&line, plain)]);
         }
     }

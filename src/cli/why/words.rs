@@ -653,5 +653,29 @@ pub(crate) fn step(s: &Step) -> String {
         Step::ReadUser { namespace, name } => format!(
             "the claim is used by pod {namespace}/{name}, which was not read: read the pod too (from files: kubectl get pods -n {namespace} -o yaml, added with -f) to apply its node filters"
         ),
+        Step::SubDevice {
+            claim,
+            request,
+            driver,
+            device,
+            kind,
+            allocated,
+            node,
+        } => {
+            let lands = if *allocated {
+                format!("request {request} of claim {claim} holds")
+            } else {
+                format!(
+                    "request {request} of claim {claim} would land on{}",
+                    node.as_deref()
+                        .map(|n| format!(" (on node {n})"))
+                        .unwrap_or_default()
+                )
+            };
+            format!(
+                "{lands} {driver} device {device}, {}: its pciBusID matches the GPU's, but the pod gets that part of the GPU, not the whole GPU; to claim whole GPUs, use the render class of the driver's whole GPUs: kubectl media class NAME --claim --with-render-class --render-driver {driver}",
+                kind.described()
+            )
+        }
     }
 }

@@ -69,11 +69,11 @@ fn ok(out: std::process::Output) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The agents' namespace, and the shipped ClusterRole (deploy/rbac.yaml) bound to every service
+/// The agents' namespace, and the shipped ClusterRole (deploy/base/rbac.yaml) bound to every service
 /// account in it: the agent meets every fault with the permissions it ships with.
 fn prepare(cp: &ControlPlane) {
     ok(cp.kubectl(&["create", "namespace", NAMESPACE]));
-    let rbac = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac.yaml");
+    let rbac = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base/rbac.yaml");
     let text = std::fs::read_to_string(rbac).unwrap();
     let role: Value = serde_yaml::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
@@ -254,11 +254,7 @@ fn devices(slice: &Value) -> &Vec<Value> {
 
 /// The value of a metric line `name value`.
 fn metric(agent: &AgentProcess, name: &str) -> f64 {
-    let (status, body) = agent.get("/metrics");
-    assert_eq!(status, 200);
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no metric {name} in:\n{body}"))
+    agent.metric(name)
 }
 
 /// Polls `cond` until it holds; fails with `what` after [`DEADLINE`].

@@ -40,7 +40,7 @@ super::on_each_release!(
 
 /// The shipped ClusterRole, as JSON.
 fn shipped_role() -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac.yaml");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base/rbac.yaml");
     let text = std::fs::read_to_string(path).unwrap();
     serde_yaml::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
@@ -87,7 +87,7 @@ fn without_a_rule_of_the_cluster_role_the_agent_logs_the_403_in_one_line(release
         (
             "get",
             "resourceslices",
-            Some((own, catalogue::RENDER_DRIVER)),
+            Some((own, media_operator::render_drivers::LIKEN.name)),
         ),
     ] {
         let mut role = shipped_role();
@@ -157,7 +157,11 @@ fn an_agent_token_is_denied_another_drivers_slice_and_an_unbound_token_any_write
     cp.node(node, &[]);
 
     let bound = agent_kubeconfig(cp, node, home.path());
-    let other = slice("bound-node-not-ours", catalogue::RENDER_DRIVER, node);
+    let other = slice(
+        "bound-node-not-ours",
+        media_operator::render_drivers::LIKEN.name,
+        node,
+    );
     let refused = create_refused(&bound, &other);
     assert!(
         refused.contains("media-capabilities-node-bound")

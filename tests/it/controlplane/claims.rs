@@ -111,7 +111,7 @@ fn caps_shows_the_claims_the_scheduler_allocated_and_the_pods_that_hold_them() {
 
     // The counts are the API server's: per GPU, the claims whose results name its render node
     // or its media device, computed here from kubectl's own listing.
-    let render = addresses(cp, catalogue::RENDER_DRIVER);
+    let render = addresses(cp, media_operator::render_drivers::LIKEN.name);
     let media = addresses(cp, catalogue::DRIVER);
     let mut compared = false;
     for _ in 0..20 {
@@ -141,7 +141,7 @@ fn caps_shows_the_claims_the_scheduler_allocated_and_the_pods_that_hold_them() {
             };
             assert_eq!(
                 record["claims"]["renderNode"],
-                json!(holding(&render, catalogue::RENDER_DRIVER)),
+                json!(holding(&render, media_operator::render_drivers::LIKEN.name)),
                 "{node}: {record}"
             );
             assert_eq!(

@@ -48,13 +48,18 @@ on_each_release!(
 );
 
 mod access;
+mod agent_claim;
 mod claims;
 mod encodings;
 mod product;
 mod random;
+mod render_drivers;
 
 /// The namespace liken creates before the install (deploy/kustomization.yaml).
 pub(crate) const NAMESPACE: &str = "liken-system";
+
+/// The label a namespace needs before its claims may ask for admin access (DRAAdminAccess).
+pub(crate) const ADMIN_ACCESS_LABEL: &str = "resource.kubernetes.io/admin-access=true";
 
 /// The agent's service account, which the policy constrains.
 pub(crate) const AGENT: &str = "media-capabilities";
@@ -79,10 +84,12 @@ pub(crate) fn installed(release: Release) -> &'static ControlPlane {
     cp
 }
 
-/// Applies deploy/ as shipped, after creating the namespace it expects to exist, and waits
-/// until the API server enforces its admission policy.
+/// Applies deploy/ as shipped, after creating the namespace it expects to exist (labelled for
+/// the agent's admin-access claim, as docs/operations.md says), and waits until the API server
+/// enforces its admission policy.
 fn install(cp: &ControlPlane) {
     ok(cp.kubectl(&["create", "namespace", NAMESPACE]));
+    ok(cp.kubectl(&["label", "namespace", NAMESPACE, ADMIN_ACCESS_LABEL]));
     let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
     ok(cp.kubectl(&["apply", "-k", deploy.to_str().unwrap()]));
     // The admission plugin learns of a new policy and binding through informers, a moment
@@ -184,7 +191,7 @@ fn type_check_warnings(cp: &ControlPlane, name: &str) -> Vec<Value> {
 /// The shipped policy renamed `name`, matching resource.k8s.io/v1 only (as shipped), and changed by `edit`;
 /// applied without a binding, so it is checked, not enforced.
 fn apply_v1_copy(cp: &ControlPlane, name: &str, edit: impl Fn(&mut Value)) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/admission-policy.yaml");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base/admission-policy.yaml");
     let text = std::fs::read_to_string(path).unwrap();
     let mut policy: Value = serde_yaml::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())

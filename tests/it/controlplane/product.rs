@@ -25,12 +25,12 @@ pub(super) const KUBECTL_MEDIA: &str = env!("CARGO_BIN_EXE_kubectl-media");
 /// The GPU that decodes HEVC Main 10 and scales 10-bit frames (the document's own device).
 pub(super) const QUALIFIES: &str = "mtl-1";
 /// The GPU that does neither (i965 on Skylake), but decodes VC-1, which `mtl-1` does not.
-const LACKS: &str = "gen9-1";
+pub(super) const LACKS: &str = "gen9-1";
 /// Where the workloads' pods and claims live.
 pub(super) const PODS: &str = "default";
 
 /// How long a publish, a scheduling decision or a claim's allocation may take.
-const WAIT: Duration = Duration::from_secs(90);
+pub(super) const WAIT: Duration = Duration::from_secs(90);
 
 /// The flow's control plane of `release` with everything the document's steps start from.
 pub(super) fn flow(release: Release) -> &'static ControlPlane {
@@ -53,7 +53,7 @@ pub(super) fn flow(release: Release) -> &'static ControlPlane {
 }
 
 /// The same on 1.34's default gates, where the API server drops `allowMultipleAllocations`.
-fn flow_without_the_gate() -> &'static ControlPlane {
+pub(super) fn flow_without_the_gate() -> &'static ControlPlane {
     static FLOW: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
     FLOW.get_or_init(|| prepared(Release::V1_34, "gate-off", &[]))
         .as_ref()
@@ -82,11 +82,23 @@ pub(super) fn reports(node: &str) -> PathBuf {
 /// node, until its slice is stored. It is then stopped with SIGKILL: the slice stays (owned by
 /// the Node), and the scheduler reads only the slice.
 fn publish_with_the_agent(cp: &ControlPlane, node: &str) {
+    drop(publish_with_the_agent_from(cp, node, &reports(node), &[]));
+}
+
+/// Runs the real agent on `node` with the recorded reports in `reports`, `extra` flags and a
+/// token bound to a pod on that node, until its slice is stored; returns it running (its
+/// kubeconfig's directory lives as long as the process).
+pub(super) fn publish_with_the_agent_from(
+    cp: &ControlPlane,
+    node: &str,
+    reports: &Path,
+    extra: &[&str],
+) -> (AgentProcess, tempfile::TempDir) {
     let token = cp.token(NAMESPACE, AGENT, &format!("{AGENT}-{node}"), node);
     let home = tempfile::tempdir().unwrap();
     let kubeconfig = home.path().join("agent.kubeconfig");
     cp.token_kubeconfig(&token, &kubeconfig);
-    let agent = AgentProcess::start(AGENT_BIN, node, &reports(node), &kubeconfig, &[]);
+    let agent = AgentProcess::start(AGENT_BIN, node, reports, &kubeconfig, extra);
     let name = format!("{node}-{}", catalogue::DRIVER);
     wait(&format!("the agent on {node} publishes {name}"), || {
         let out = cp.kubectl(&["get", "resourceslice", &name, "-o", "json"]);
@@ -101,6 +113,7 @@ fn publish_with_the_agent(cp: &ControlPlane, node: &str) {
         .filter(|l| l.contains("refused"))
         .collect();
     assert!(refused.is_empty(), "the agent on {node}: {refused:#?}");
+    (agent, home)
 }
 
 /// liken's slice of `node`'s render nodes (not ours to ship), created as its driver would,
@@ -118,7 +131,7 @@ fn stand_in_for_liken(cp: &ControlPlane, node: &str) {
 }
 
 /// `kubectl media class ARGS`, the YAML it writes.
-fn class(args: &[&str]) -> String {
+pub(super) fn class(args: &[&str]) -> String {
     let out = Command::new(KUBECTL_MEDIA)
         .arg("class")
         .args(args)
@@ -188,10 +201,15 @@ fn single_request_template(class: &str) -> Value {
 }
 
 pub(super) fn apply(cp: &ControlPlane, text: &str) {
+    apply_in(cp, PODS, text);
+}
+
+/// `kubectl apply` of `text`, its namespaced objects in `namespace`.
+pub(super) fn apply_in(cp: &ControlPlane, namespace: &str, text: &str) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("objects.yaml");
     std::fs::write(&file, text).unwrap();
-    ok(cp.kubectl(&["apply", "-n", PODS, "-f", file.to_str().unwrap()]));
+    ok(cp.kubectl(&["apply", "-n", namespace, "-f", file.to_str().unwrap()]));
 }
 
 pub(super) fn get(cp: &ControlPlane, args: &[&str]) -> Value {
@@ -208,10 +226,21 @@ pub(super) fn wait<T>(what: &str, check: impl FnMut() -> Option<T>) -> Result<T,
 
 /// The document's pod: one claim from `template`, optionally kept to `node` (step 2's probes).
 pub(super) fn create_pod(cp: &ControlPlane, name: &str, template: &str, node: Option<&str>) {
+    create_pod_in(cp, PODS, name, template, node);
+}
+
+/// [`create_pod`] in `namespace`.
+pub(super) fn create_pod_in(
+    cp: &ControlPlane,
+    namespace: &str,
+    name: &str,
+    template: &str,
+    node: Option<&str>,
+) {
     let mut pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": PODS},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
             "containers": [{
@@ -224,7 +253,7 @@ pub(super) fn create_pod(cp: &ControlPlane, name: &str, template: &str, node: Op
     if let Some(node) = node {
         pod["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": node});
     }
-    apply(cp, &pod.to_string());
+    apply_in(cp, namespace, &pod.to_string());
 }
 
 /// Where the scheduler put a pod: bound to a node, or found unschedulable.
@@ -236,8 +265,13 @@ pub(super) enum Placed {
 
 /// Waits for the scheduler's decision on `pod`.
 pub(super) fn placed(cp: &ControlPlane, pod: &str) -> Placed {
+    placed_in(cp, PODS, pod)
+}
+
+/// [`placed`] for a pod in `namespace`.
+pub(super) fn placed_in(cp: &ControlPlane, namespace: &str, pod: &str) -> Placed {
     wait(&format!("the scheduler decides on {pod}"), || {
-        let pod = get(cp, &["pod", "-n", PODS, pod]);
+        let pod = get(cp, &["pod", "-n", namespace, pod]);
         if let Some(node) = pod["spec"]["nodeName"].as_str() {
             return Some(Placed::On(node.to_string()));
         }
@@ -252,20 +286,25 @@ pub(super) fn placed(cp: &ControlPlane, pod: &str) -> Placed {
 
 /// The allocated claim of `pod`'s claim `gpu`.
 pub(super) fn claim_of(cp: &ControlPlane, pod: &str) -> Value {
-    let p = get(cp, &["pod", "-n", PODS, pod]);
+    claim_of_in(cp, PODS, pod)
+}
+
+/// [`claim_of`] for a pod in `namespace`.
+pub(super) fn claim_of_in(cp: &ControlPlane, namespace: &str, pod: &str) -> Value {
+    let p = get(cp, &["pod", "-n", namespace, pod]);
     let name = p["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
         .as_str()
         .unwrap_or_else(|| panic!("{pod} has no claim: {p}"))
         .to_string();
     wait(&format!("claim {name} is allocated"), || {
-        let claim = get(cp, &["resourceclaim", "-n", PODS, &name]);
+        let claim = get(cp, &["resourceclaim", "-n", namespace, &name]);
         claim["status"]["allocation"].is_object().then_some(claim)
     })
     .unwrap()
 }
 
 /// The allocation's results as (request, driver, pool, device).
-fn results(claim: &Value) -> Vec<(String, String, String, String)> {
+pub(super) fn results(claim: &Value) -> Vec<(String, String, String, String)> {
     claim["status"]["allocation"]["devices"]["results"]
         .as_array()
         .unwrap()
@@ -278,24 +317,39 @@ fn results(claim: &Value) -> Vec<(String, String, String, String)> {
 }
 
 /// A device's `pciBusID`, as its slice states it.
-fn pci_bus_id(cp: &ControlPlane, driver: &str, pool: &str, device: &str) -> String {
-    let slice = get(cp, &["resourceslice", &format!("{pool}-{driver}")]);
-    let found = slice["spec"]["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["name"] == device)
-        .unwrap_or_else(|| panic!("no device {device} in {slice}"));
-    found["attributes"][catalogue::PCI_BUS_ID]["string"]
+pub(super) fn pci_bus_id(cp: &ControlPlane, driver: &str, pool: &str, device: &str) -> String {
+    stored_device(cp, driver, pool, device)["attributes"][catalogue::PCI_BUS_ID]["string"]
         .as_str()
         .unwrap()
         .to_string()
 }
 
+/// A device as the server stores it, found in the slices of `driver`'s pool `pool`.
+pub(super) fn stored_device(cp: &ControlPlane, driver: &str, pool: &str, device: &str) -> Value {
+    let slices = get(cp, &["resourceslices"]);
+    slices["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["spec"]["driver"] == driver && s["spec"]["pool"]["name"] == pool)
+        .flat_map(|s| s["spec"]["devices"].as_array().into_iter().flatten())
+        .find(|d| d["name"] == device)
+        .unwrap_or_else(|| panic!("no device {device} in pool {pool} of {driver}"))
+        .clone()
+}
+
 /// The scheduler's FailedScheduling messages for `pod`, as it wrote them.
 fn scheduler_events(cp: &ControlPlane, pod: &str) -> Vec<String> {
+    scheduler_events_in(cp, PODS, pod)
+}
+
+/// [`scheduler_events`] for a pod in `namespace`.
+pub(super) fn scheduler_events_in(cp: &ControlPlane, namespace: &str, pod: &str) -> Vec<String> {
     let selector = format!("involvedObject.name={pod},reason=FailedScheduling");
-    let events = get(cp, &["events", "-n", PODS, "--field-selector", &selector]);
+    let events = get(
+        cp,
+        &["events", "-n", namespace, "--field-selector", &selector],
+    );
     events["items"]
         .as_array()
         .unwrap()
@@ -306,9 +360,14 @@ fn scheduler_events(cp: &ControlPlane, pod: &str) -> Vec<String> {
 
 /// `kubectl media why POD -o json` against the flow's server: (exit code, diagnosis).
 fn why(cp: &ControlPlane, pod: &str) -> (i32, Value) {
+    why_in(cp, PODS, pod)
+}
+
+/// [`why`] for a pod in `namespace`.
+pub(super) fn why_in(cp: &ControlPlane, namespace: &str, pod: &str) -> (i32, Value) {
     let home = tempfile::tempdir().unwrap();
     let out = Command::new(KUBECTL_MEDIA)
-        .args(["why", pod, "-n", PODS, "-o", "json"])
+        .args(["why", pod, "-n", namespace, "-o", "json"])
         .env_clear()
         .env("HOME", home.path())
         .env("NO_COLOR", "1")
@@ -338,9 +397,29 @@ fn requests(diagnosis: &Value) -> impl Iterator<Item = &Value> {
 /// `why` agrees with the scheduler: exit 0 for a placed pod; for a pending one exit 3, blocked,
 /// and the scheduler's events quoted as it wrote them.
 fn why_agrees(cp: &ControlPlane, pod: &str, placed: &Placed) {
+    why_agrees_in(cp, PODS, pod, placed, Devices::Shared);
+}
+
+/// How the devices a test's pods claim are allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Devices {
+    /// Shareable, and the scheduler shares them (the flow's, with DRAConsumableCapacity).
+    Shared,
+    /// Held by one claim at a time (the vendors' GPUs; media devices on 1.34's default gates).
+    Exclusive,
+}
+
+/// [`why_agrees`] for a pod in `namespace`, whose devices are `devices`.
+pub(super) fn why_agrees_in(
+    cp: &ControlPlane,
+    namespace: &str,
+    pod: &str,
+    placed: &Placed,
+    devices: Devices,
+) {
     // Read first: the scheduler may add an event while why runs, never remove one.
-    let events = scheduler_events(cp, pod);
-    let (code, diagnosis) = why(cp, pod);
+    let events = scheduler_events_in(cp, namespace, pod);
+    let (code, diagnosis) = why_in(cp, namespace, pod);
     match placed {
         Placed::On(_) => assert_eq!(code, 0, "why {pod} on a placed pod: {diagnosis:#}"),
         Placed::Pending(_) => {
@@ -355,13 +434,29 @@ fn why_agrees(cp: &ControlPlane, pod: &str, placed: &Placed) {
                         .collect()
                 })
                 .unwrap_or_default();
-            // Every device of the flow is shareable and the scheduler shares them (step 3):
-            // a reason "taken" would be why's, not the scheduler's.
             let taken: Vec<&Value> = requests(&diagnosis)
                 .flat_map(|r| r["reasons"].as_array().into_iter().flatten())
                 .filter(|reason| reason["reason"] == "Taken")
                 .collect();
-            assert!(taken.is_empty(), "why {pod}: {diagnosis:#}");
+            match devices {
+                // The scheduler shares every device of the flow (step 3): a reason "taken"
+                // would be why's, not the scheduler's.
+                Devices::Shared => assert!(taken.is_empty(), "why {pod}: {diagnosis:#}"),
+                // Each claim why says holds a device is one the server has allocated (claims
+                // are only added meanwhile, so reading them after why is enough).
+                Devices::Exclusive => {
+                    let allocated = super::claims::allocated(cp);
+                    for claim in taken
+                        .iter()
+                        .flat_map(|r| r["claims"].as_array().into_iter().flatten())
+                    {
+                        assert!(
+                            allocated.iter().any(|(c, ..)| claim == c.as_str()),
+                            "why {pod}: {claim} holds no device: {diagnosis:#}"
+                        );
+                    }
+                }
+            }
             assert!(
                 !events.is_empty() && events.iter().all(|e| quoted.contains(&e.as_str())),
                 "why quotes {quoted:?}, the scheduler wrote {events:?}"
@@ -384,7 +479,10 @@ fn step_1_kubectl_get_resourceslices_shows_each_gpu_with_every_attribute(release
     let cp = flow(release);
     let listed = ok(cp.kubectl(&["get", "resourceslices"]));
     for node in [QUALIFIES, LACKS] {
-        for driver in [catalogue::DRIVER, catalogue::RENDER_DRIVER] {
+        for driver in [
+            catalogue::DRIVER,
+            media_operator::render_drivers::LIKEN.name,
+        ] {
             let name = format!("{node}-{driver}");
             assert!(
                 listed
@@ -471,7 +569,7 @@ fn step_3_a_decode_10bit_pod_lands_on_the_gpu_that_qualifies_and_two_pods_share_
         let decodes = &results[1];
         assert_eq!(
             (gpu.0.as_str(), gpu.1.as_str()),
-            ("gpu", catalogue::RENDER_DRIVER),
+            ("gpu", media_operator::render_drivers::LIKEN.name),
             "{results:?}"
         );
         assert_eq!(
@@ -570,7 +668,11 @@ fn step_5_a_pod_asking_what_no_gpu_states_stays_pending_and_the_fallback_is_allo
     assert!(matches!(fallback, Placed::On(_)), "{fallback:?}");
     let results = results(&claim_of(cp, "step5-fallback"));
     assert_eq!(results.len(), 1, "{results:?}");
-    assert_eq!(results[0].1, catalogue::RENDER_DRIVER, "{results:?}");
+    assert_eq!(
+        results[0].1,
+        media_operator::render_drivers::LIKEN.name,
+        "{results:?}"
+    );
     why_agrees(cp, "step5-fallback", &fallback);
 }
 

@@ -4,11 +4,16 @@
 //! devices `why` picks must be ones the allocator accepts there ([`picks_are_valid`]). The fleets
 //! mix what the allocator treats apart: other drivers, per-device node selection, updating pools,
 //! taints, shareable devices, every allocation mode and constraint, capacity requests, claims
-//! already allocated with and without a share ID, and (one in 200) nodes enough for threads.
+//! already allocated with and without a share ID, and (one in 200) nodes enough for threads. A
+//! node's render devices are liken's or one vendor's, shaped as its fixture
+//! (tests/fixtures/render-drivers/): whole GPUs, MIG and VFIO devices and partitions at their
+//! parent's address, Intel's VFs at their own, now and then a release without `type`; claims ask
+//! for them through the table's whole-GPU classes with the product's pciBusID constraint.
 
 use std::time::Instant;
 
 use media_operator::cli::{self, Io, Parsed};
+use media_operator::render_drivers::{self, RenderDriver};
 use serde_json::{Value, json};
 
 use crate::support::oracle::{Oracle, RELEASES, Verdict};
@@ -46,6 +51,13 @@ const CLASSES: [(&str, &str); 8] = [
     ("any", "true"),
 ];
 
+/// The whole-GPU class of each render driver (`render-<key>`), as `kubectl media class` writes it.
+fn render_classes() -> impl Iterator<Item = (String, String)> {
+    render_drivers::ALL
+        .iter()
+        .map(|d| (format!("render-{}", d.key), d.whole_gpu_cel()))
+}
+
 /// Request selectors: safe on every device, but for the last, which fails at run time on a
 /// device without `decodeHEVCMain10` (the scheduler fails the attempt).
 const SELECTORS: [&str; 5] = [
@@ -73,6 +85,8 @@ struct Gen {
     devices: Vec<(String, String, String, Option<String>, bool)>,
     /// 80 to 112 nodes rather than 1 to 3: enough for `why` to visit them on several threads.
     many_nodes: bool,
+    /// The render driver of each node, in node order.
+    render: Vec<&'static RenderDriver>,
 }
 
 impl Gen {
@@ -91,9 +105,23 @@ impl Gen {
 
     /// A device of `driver` with the attributes of a GPU at `gpu`'s PCI address.
     fn device(&mut self, driver: &str, name: &str, gpu: u8, shareable: bool) -> Value {
+        self.device_at(driver, name, Some(&format!("0000:0{gpu}:00.0")), shareable)
+    }
+
+    /// A device of `driver` with the attributes of a GPU at `address` (a vendor's without it:
+    /// a release before pciBusID).
+    fn device_at(
+        &mut self,
+        driver: &str,
+        name: &str,
+        address: Option<&str>,
+        shareable: bool,
+    ) -> Value {
         let mut attributes = serde_json::Map::new();
-        if driver != "gpu.example.com" || self.chance(2) {
-            attributes.insert(PCI.into(), json!({"string": format!("0000:0{gpu}:00.0")}));
+        if let Some(address) = address
+            && (driver != "gpu.example.com" || self.chance(2))
+        {
+            attributes.insert(PCI.into(), json!({"string": address}));
         }
         if driver == "media.liken.sh" {
             attributes.insert("decodeHEVCMain10".into(), json!({"bool": self.rng.bool()}));
@@ -168,6 +196,157 @@ impl Gen {
         );
     }
 
+    /// The devices `driver` (a vendor's) publishes for GPU `gpu` of a node, as its fixture shapes
+    /// them: (name, pciBusID, string attributes of its own domain).
+    #[allow(clippy::type_complexity)]
+    fn vendor_gpu(
+        &mut self,
+        driver: &RenderDriver,
+        gpu: u8,
+    ) -> Vec<(String, Option<String>, Vec<(&'static str, &'static str)>)> {
+        let parent = Some(format!("0000:0{gpu}:00.0"));
+        let mut devices = Vec::new();
+        let split = self.chance(3);
+        match driver.key {
+            // A MIG GPU has no `gpu` device (static MIG); a VFIO device sits at either's address.
+            "nvidia" => {
+                if split {
+                    for m in 0..2 {
+                        devices.push((
+                            format!("gpu-{gpu}-mig-{m}"),
+                            parent.clone(),
+                            vec![("type", "mig")],
+                        ));
+                    }
+                } else {
+                    devices.push((format!("gpu-{gpu}"), parent.clone(), vec![("type", "gpu")]));
+                }
+                if self.chance(3) {
+                    devices.push((
+                        format!("gpu-vfio-{gpu}"),
+                        parent.clone(),
+                        vec![("type", "vfio")],
+                    ));
+                }
+            }
+            // A partitioned GPU is only its partitions.
+            "amd" => {
+                let (n, kind) = if split {
+                    (2, "amdgpu-partition")
+                } else {
+                    (1, "amdgpu")
+                };
+                for p in 0..n {
+                    devices.push((
+                        format!("gpu-{gpu}-{}", 128 + p),
+                        parent.clone(),
+                        vec![("type", kind)],
+                    ));
+                }
+            }
+            // A whole GPU bound to i915, xe or vfio-pci; a VF at an address of its own.
+            "intel" => {
+                let bound = (["i915", "xe", "vfio-pci"])[self.rng.usize(0..3)];
+                devices.push((
+                    format!("0000-0{gpu}-00-0"),
+                    parent,
+                    vec![("type", "gpu"), ("driver", bound)],
+                ));
+                if split {
+                    let vf = Some(format!("0000:0{gpu}:00.1"));
+                    devices.push((
+                        format!("0000-0{gpu}-00-1"),
+                        vf,
+                        vec![("type", "vf"), ("driver", "i915")],
+                    ));
+                }
+            }
+            other => unreachable!("render driver {other} is no vendor's"),
+        }
+        // A release before `type` (and sometimes before pciBusID): the classes' `.?` reads it.
+        if self.chance(8) {
+            for (_, address, attributes) in &mut devices {
+                attributes.retain(|(name, _)| *name != "type");
+                if self.rng.bool() {
+                    *address = None;
+                }
+            }
+        }
+        devices
+    }
+
+    /// Node `node`'s slices: `gpus` GPUs' render devices of a random render driver, and their
+    /// media devices (at an Intel VF's address too, now and then).
+    fn node_slices(&mut self, node: &str, gpus: u8) {
+        // liken on half the nodes, as the rest of the fleet's claims expect; a vendor on the rest.
+        let render = match self.rng.bool() {
+            true => &render_drivers::LIKEN,
+            false => &render_drivers::ALL[self.rng.usize(1..render_drivers::ALL.len())],
+        };
+        self.render.push(render);
+        let mut devices = Vec::new();
+        let mut media: Vec<(String, String)> = Vec::new();
+        for gpu in 0..gpus {
+            media.push((format!("gpu{gpu}"), format!("0000:0{gpu}:00.0")));
+            if render.name == render_drivers::LIKEN.name {
+                let name = format!("renderD{}", 128 + gpu);
+                let shareable = self.chance(3);
+                devices.push(self.device(render.name, &name, gpu, shareable));
+                self.devices.push((
+                    render.name.into(),
+                    node.into(),
+                    name,
+                    Some(node.into()),
+                    shareable,
+                ));
+                continue;
+            }
+            for (name, address, strings) in self.vendor_gpu(render, gpu) {
+                let mut device = self.device_at(render.name, &name, address.as_deref(), false);
+                for (attribute, value) in strings {
+                    device["attributes"][attribute] = json!({"string": value});
+                }
+                if let Some(vf) = address.filter(|a| a.ends_with(".1"))
+                    && self.rng.bool()
+                {
+                    media.push((format!("gpu{gpu}vf"), vf));
+                }
+                devices.push(device);
+                self.devices.push((
+                    render.name.into(),
+                    node.into(),
+                    name,
+                    Some(node.into()),
+                    false,
+                ));
+            }
+        }
+        self.slice(
+            &format!("{node}-{}", render.name),
+            render.name,
+            node,
+            json!({"nodeName": node}),
+            devices,
+        );
+        let driver = "media.liken.sh";
+        let devices = media
+            .into_iter()
+            .map(|(name, address)| {
+                let device = self.device_at(driver, &name, Some(&address), false);
+                self.devices
+                    .push((driver.into(), node.into(), name, Some(node.into()), false));
+                device
+            })
+            .collect();
+        self.slice(
+            &format!("{node}-{driver}"),
+            driver,
+            node,
+            json!({"nodeName": node}),
+            devices,
+        );
+    }
+
     fn fleet(&mut self) {
         let nodes = self.rng.usize(1..=3);
         let nodes = if self.many_nodes {
@@ -181,32 +360,7 @@ impl Gen {
             self.objects.push(json!({"apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node, "zone": zone}}, "spec": {}}));
             let gpus = self.rng.u8(1..=2);
-            for driver in ["liken.sh", "media.liken.sh"] {
-                let mut devices = Vec::new();
-                for gpu in 0..gpus {
-                    let name = if driver == "liken.sh" {
-                        format!("renderD{}", 128 + gpu)
-                    } else {
-                        format!("gpu{gpu}")
-                    };
-                    let shareable = driver == "liken.sh" && self.chance(3);
-                    devices.push(self.device(driver, &name, gpu, shareable));
-                    self.devices.push((
-                        driver.into(),
-                        node.clone(),
-                        name,
-                        Some(node.clone()),
-                        shareable,
-                    ));
-                }
-                self.slice(
-                    &format!("{node}-{driver}"),
-                    driver,
-                    &node,
-                    json!({"nodeName": node}),
-                    devices,
-                );
-            }
+            self.node_slices(&node, gpus);
         }
         // Another driver's devices, for every node or by node selector.
         if self.chance(2) {
@@ -257,7 +411,8 @@ impl Gen {
             );
         }
         self.taint_rules();
-        for (name, expression) in CLASSES {
+        let classes = CLASSES.map(|(n, e)| (n.to_owned(), e.to_owned()));
+        for (name, expression) in classes.into_iter().chain(render_classes()) {
             self.objects.push(
                 json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
                 "metadata": {"name": name},
@@ -339,7 +494,29 @@ impl Gen {
         r
     }
 
+    /// The claim `kubectl media class NAME --claim --render-driver D` writes: a render driver's
+    /// whole GPU and a media device on one GPU (classes.rs: requests `gpu` and `decodes`,
+    /// `matchAttribute` on pciBusID over both).
+    fn paired_claim_spec(&mut self) -> Value {
+        // Mostly the driver of one of the fleet's nodes, so that the claim can land somewhere.
+        let render = match self.chance(4) {
+            true => &render_drivers::ALL[self.rng.usize(0..render_drivers::ALL.len())],
+            false => self.render[self.rng.usize(0..self.render.len())],
+        };
+        let media = (["hevc10", "media", "media"])[self.rng.usize(0..3)];
+        json!({"devices": {
+            "requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": format!("render-{}", render.key)}},
+                {"name": "decodes", "exactly": {"deviceClassName": media}},
+            ],
+            "constraints": [{"matchAttribute": PCI, "requests": ["gpu", "decodes"]}],
+        }})
+    }
+
     fn claim_spec(&mut self) -> Value {
+        if self.chance(4) {
+            return self.paired_claim_spec();
+        }
         let mut requests = Vec::new();
         let mut names = Vec::new();
         for i in 0..self.rng.usize(1..=3) {
@@ -424,6 +601,7 @@ pub(crate) fn generate(seed: u64) -> Vec<Value> {
         objects: Vec::new(),
         devices: Vec::new(),
         many_nodes: seed % MANY_NODES_EVERY == MANY_NODES_EVERY - 1,
+        render: Vec::new(),
     };
     g.fleet();
     g.held();

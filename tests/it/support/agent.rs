@@ -236,6 +236,15 @@ impl AgentProcess {
         http_get(self.health, path)
     }
 
+    /// The value of metric `name` on `/metrics`.
+    pub fn metric(&self, name: &str) -> f64 {
+        let (status, body) = self.get("/metrics");
+        assert_eq!(status, 200);
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no metric {name} in:\n{body}"))
+    }
+
     /// Whether the process is still running.
     pub fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

@@ -94,11 +94,11 @@ pub fn liken_slice(node: &str, render_nodes: &[(String, String)]) -> Value {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
         "metadata": {
-            "name": format!("{node}-{}", catalogue::RENDER_DRIVER),
+            "name": format!("{node}-{}", media_operator::render_drivers::LIKEN.name),
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid("Node", node), "controller": true}],
         },
         "spec": {
-            "driver": catalogue::RENDER_DRIVER,
+            "driver": media_operator::render_drivers::LIKEN.name,
             "nodeName": node,
             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
             "devices": devices,
@@ -181,6 +181,128 @@ pub fn large_fleet(
             .collect();
         items.push(served(liken_slice(&node, &render_nodes), 1));
         items.push(served(media_slice(&node, &probed), 1));
+    }
+    items
+}
+
+/// Who publishes the render side of a [`large_fleet_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RenderSide {
+    /// liken's render nodes, as [`large_fleet`].
+    Liken,
+    /// The vendors' drivers, node by node in turn (Intel, NVIDIA, AMD), each device shaped as
+    /// the driver's first whole GPU in tests/fixtures/render-drivers/ (every attribute and
+    /// capacity it sets), at the GPU's address.
+    Vendors,
+}
+
+/// The vendors' render drivers in the order [`RenderSide::Vendors`] takes them.
+pub const VENDORS: [&str; 3] = ["gpu.intel.com", "gpu.nvidia.com", "gpu.amd.com"];
+
+/// A vendor driver's slices as tests/fixtures/render-drivers/ holds them.
+pub fn vendor_fixture(driver: &str) -> Vec<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/render-drivers")
+        .join(format!("{driver}.yaml"));
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("valid YAML"))
+        .filter(|d: &Value| !d.is_null())
+        .collect()
+}
+
+/// The first whole GPU (by the render-driver table) of a vendor's fixture.
+fn vendor_gpu(driver: &str) -> Value {
+    let table = media_operator::render_drivers::RenderDriver::named(driver).expect("known driver");
+    vendor_fixture(driver)
+        .iter()
+        .filter(|s| s["spec"]["driver"] == driver)
+        .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+        .find(|d| {
+            table.kind(|name| d["attributes"].get(name).map(|a| a["string"].as_str()))
+                == media_operator::render_drivers::DeviceKind::Gpu
+        })
+        .unwrap_or_else(|| panic!("no whole GPU in the {driver} fixture"))
+}
+
+/// A vendor's slice of whole GPUs for `node`, one per `(render node, address)`.
+pub fn vendor_slice(driver: &str, node: &str, render_nodes: &[(String, String)]) -> Value {
+    shaped_slice(driver, &vendor_gpu(driver), node, render_nodes)
+}
+
+/// A slice of `driver` for `node` whose devices are `template` at each address.
+fn shaped_slice(
+    driver: &str,
+    template: &Value,
+    node: &str,
+    render_nodes: &[(String, String)],
+) -> Value {
+    let devices: Vec<Value> = render_nodes
+        .iter()
+        .enumerate()
+        .map(|(i, (_, address))| {
+            let mut device = template.clone();
+            device["name"] = format!("gpu-{i}-{}", address.replace([':', '.'], "-")).into();
+            device["attributes"][catalogue::PCI_BUS_ID] = json!({"string": address});
+            device
+        })
+        .collect();
+    json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {
+            "name": format!("{node}-{driver}"),
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid("Node", node), "controller": true}],
+        },
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    })
+}
+
+/// [`large_fleet`] with the render side of `side`: the same media slices, the same GPUs.
+pub fn large_fleet_with(
+    nodes: usize,
+    gpus_per_node: usize,
+    templates: &[(String, Vec<Probed>)],
+    side: RenderSide,
+) -> Vec<Value> {
+    let mut items = large_fleet(nodes, gpus_per_node, templates);
+    if side == RenderSide::Liken {
+        return items;
+    }
+    let gpus: Vec<Value> = VENDORS.iter().map(|driver| vendor_gpu(driver)).collect();
+    for (i, item) in items.iter_mut().enumerate() {
+        if item["spec"]["driver"] != media_operator::render_drivers::LIKEN.name {
+            continue;
+        }
+        let node = item["spec"]["nodeName"].as_str().unwrap().to_string();
+        let render_nodes: Vec<(String, String)> = item["spec"]["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                (
+                    d["attributes"]["renderNode"]["string"]
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
+                    d["attributes"][catalogue::PCI_BUS_ID]["string"]
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
+                )
+            })
+            .collect();
+        let which = (i / 2) % VENDORS.len();
+        *item = served(
+            shaped_slice(VENDORS[which], &gpus[which], &node, &render_nodes),
+            1,
+        );
     }
     items
 }

@@ -20,6 +20,7 @@ pub mod kubelet;
 pub mod kubelet_real;
 pub mod objects;
 pub mod oracle;
+pub mod render_fixtures;
 pub mod timing;
 pub mod vadriver;
 pub mod vainfo;
