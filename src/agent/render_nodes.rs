@@ -211,7 +211,7 @@ mod tests {
                 ]}
         }))
         .unwrap();
-        let published = render_addresses(nvidia, &[slice.clone()]);
+        let published = render_addresses(nvidia, std::slice::from_ref(&slice));
         assert_eq!(published, BTreeSet::from(["0000:0a:00.0".to_string()]));
         let note = not_seen(nvidia, &published, &BTreeSet::new()).unwrap();
         assert!(note.contains("nvidia-drm"), "{note}");
