@@ -9,7 +9,9 @@
 //!   control plane, tests/controlplane/, are built from their Go modules);
 //! - `have_man`: `man` is on PATH (the man pages are rendered with it at 80 columns);
 //! - `have_ffmpeg`: `ffmpeg` and `ffprobe` are on PATH (the `--for` tests make media files with
-//!   ffmpeg and read them with the user's ffprobe, as the plugin does).
+//!   ffmpeg and read them with the user's ffprobe, as the plugin does);
+//! - `have_image_tools`: `mmdebstrap` is on PATH and this runs as root (the agent's image is
+//!   built from Debian's packages into a root filesystem and run in it; tests/it/image.rs).
 //!
 //! In CI (`CI` set to anything but `false`) all are always on, so a missing tool fails the run
 //! rather than hiding its tests: CI installs them (`.ci/run`).
@@ -29,6 +31,7 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(have_go)");
     println!("cargo::rustc-check-cfg=cfg(have_man)");
     println!("cargo::rustc-check-cfg=cfg(have_ffmpeg)");
+    println!("cargo::rustc-check-cfg=cfg(have_image_tools)");
     println!("cargo::rerun-if-env-changed=CI");
     println!("cargo::rerun-if-env-changed=PATH");
     let ci = env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
@@ -50,6 +53,9 @@ fn main() {
     if ci || (on_path("ffmpeg") && on_path("ffprobe")) {
         println!("cargo::rustc-cfg=have_ffmpeg");
     }
+    if ci || (on_path("mmdebstrap") && is_root()) {
+        println!("cargo::rustc-cfg=have_image_tools");
+    }
     if ci || libva_installed() {
         println!("cargo::rustc-cfg=have_libva");
     }
@@ -58,6 +64,16 @@ fn main() {
 fn on_path(program: &str) -> bool {
     env::var_os("PATH")
         .is_some_and(|path| env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+/// Whether this build runs as root (the `Uid:` line of /proc/self/status: real, effective, ...).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .is_some_and(|ids| ids.split_whitespace().nth(1) == Some("0"))
+    })
 }
 
 /// k8s.io/dynamic-resource-allocation v0.36 and v0.37 ask for Go 1.26 (their go.mod); the

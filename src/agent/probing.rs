@@ -1071,9 +1071,7 @@ pub async fn probe_in_child(node: &RenderNode, isolation: &Isolation) -> Outcome
     }
     match serde_json::from_slice::<Report>(&last) {
         Ok(report) => {
-            for line in &said {
-                tracing::debug!("probe of {}: {line}", node.path.display());
-            }
+            log_said(node, &report, &said);
             Outcome::Report(Box::new(report))
         }
         Err(e) => {
@@ -1081,6 +1079,45 @@ pub async fn probe_in_child(node: &RenderNode, isolation: &Isolation) -> Outcome
             let what = format!("printed an unreadable report after {elapsed} ({e})");
             Outcome::Failed(failure_text(node, &what, &said))
         }
+    }
+}
+
+/// Logs what a probe child said beside its report. When the query failed, the driver's own
+/// lines are the reason an operator needs (iHD: `DRM_IOCTL_VERSION failed: ...`, nvidia:
+/// `Cannot load libcuda.so.1`), so they are logged at warn, escaped, one line per driver file
+/// libva was opening when they were said, without libva's messages (the failure quotes those);
+/// after a probe that worked, everything stays at debug.
+fn log_said(node: &RenderNode, report: &Report, said: &[String]) {
+    if report.error.is_none() {
+        for line in said {
+            tracing::debug!("probe of {}: {line}", node.path.display());
+        }
+        return;
+    }
+    let libva: BTreeSet<String> = report.said().into_iter().collect();
+    // (the driver file being opened, what was said meanwhile); `said` is bounded, so is this.
+    let mut groups: Vec<(Option<&str>, Vec<std::borrow::Cow<'_, str>>)> = Vec::new();
+    let mut opening = None;
+    for line in said {
+        if libva.contains(line) {
+            opening = line
+                .strip_prefix("libva info: Trying to open ")
+                .or(opening);
+            continue;
+        }
+        match groups.last_mut() {
+            Some((driver, lines)) if *driver == opening => lines.push(crate::text::terminal_safe(line)),
+            _ => groups.push((opening, vec![crate::text::terminal_safe(line)])),
+        }
+    }
+    for (driver, lines) in groups {
+        tracing::warn!(
+            "probe of {} ({}): {} said: {}",
+            node.path.display(),
+            node.pci.address,
+            driver.map_or_else(|| "the probe".into(), crate::text::terminal_safe),
+            lines.join(" | ")
+        );
     }
 }
 

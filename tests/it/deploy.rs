@@ -547,7 +547,7 @@ fn the_policy_leaves_everyone_else_alone() {
 
 /// The agent's configuration for the DaemonSet's arguments, parsed and validated with the agent's
 /// own command-line definition (as the container's entry point will).
-fn daemonset_config(container: &Value) -> media_operator::agent::config::AgentConfig {
+pub(crate) fn daemonset_config(container: &Value) -> media_operator::agent::config::AgentConfig {
     use clap::Parser;
     use media_operator::agent::cli::Cli;
     let args: Vec<String> = container["args"]
@@ -879,31 +879,12 @@ fn the_agent_exits_when_a_mounted_kubelet_directory_is_deleted() {
 
 // --- the image ----------------------------------------------------------------------------------
 
-/// `deploy/Dockerfile` as instructions: (instruction, arguments) with continuations joined and
-/// comments dropped, in order.
+/// `deploy/Dockerfile` as (instruction, arguments), in order (support/dockerfile.rs).
 fn dockerfile() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(deploy_dir().join("Dockerfile")).unwrap();
-    let mut instructions = Vec::new();
-    let mut current = String::new();
-    for line in text.lines() {
-        let trimmed = line.trim();
-        if trimmed.starts_with('#') || (trimmed.is_empty() && current.is_empty()) {
-            continue;
-        }
-        match trimmed.strip_suffix('\\') {
-            Some(part) => {
-                current.push_str(part);
-                current.push(' ');
-            }
-            None => {
-                current.push_str(trimmed);
-                let (instruction, args) = current.split_once(' ').unwrap_or((&current, ""));
-                instructions.push((instruction.to_owned(), args.trim().to_owned()));
-                current.clear();
-            }
-        }
-    }
-    instructions
+    crate::support::dockerfile::instructions()
+        .into_iter()
+        .map(|i| (i.keyword, i.args))
+        .collect()
 }
 
 /// One package of the recorded Debian lists (tests/fixtures/debian-packages.txt).
@@ -949,22 +930,9 @@ fn from_images() -> Vec<String> {
 
 #[test]
 fn the_image_installs_packages_that_debian_13_has() {
-    let instructions = dockerfile();
-    let install = instructions
-        .iter()
-        .find(|(i, args)| i == "RUN" && args.contains("apt-get install"))
-        .map(|(_, args)| args.clone())
-        .expect("a RUN with apt-get install");
-    let packages: Vec<&str> = install
-        .split("apt-get install")
-        .nth(1)
-        .unwrap()
-        .split("&&")
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .filter(|w| !w.starts_with('-'))
-        .collect();
+    let install = crate::support::dockerfile::install_run().args;
+    let packages = crate::support::dockerfile::installed_packages(&install);
+    let packages: Vec<&str> = packages.iter().map(String::as_str).collect();
     assert!(packages.len() >= 7, "{packages:?}");
     // The components the image enables: main, plus what the sed line adds.
     let components: BTreeSet<&str> = install
@@ -1362,8 +1330,8 @@ fn every_manifest_and_example_is_valid_against_the_kubernetes_1_34_schema() {
     let mut files: Vec<String> = installed_files();
     files.extend(EXAMPLES.iter().map(|f| f.to_string()));
     files.extend(VARIANT_OBJECTS.iter().map(|f| f.to_string()));
-    // Every YAML file under deploy/ is one of them (the kustomizations and krew's template are
-    // not Kubernetes objects).
+    // Every YAML file under deploy/ is one of them (the kustomizations, the chart's Chart.yaml
+    // and values.yaml, and krew's template are not Kubernetes objects).
     let mut on_disk = Vec::new();
     let mut dirs = vec![
         deploy_dir(),
@@ -1380,7 +1348,9 @@ fn every_manifest_and_example_is_valid_against_the_kubernetes_1_34_schema() {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "yaml")
-                && path.file_name().is_some_and(|n| n != "kustomization.yaml")
+                && path.file_name().is_some_and(|n| {
+                    !["kustomization.yaml", "Chart.yaml", "values.yaml"].contains(&n.to_str().unwrap())
+                })
             {
                 on_disk.push(
                     path.strip_prefix(deploy_dir())

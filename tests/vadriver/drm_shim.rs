@@ -1,8 +1,9 @@
 //! The tests' stand-in for the two libdrm calls libva-drm makes on a display's fd, preloaded into
 //! the tests' probe processes only (libva-facts §7). The fake render nodes are plain files, so
 //! every fd is a render node here, and its kernel driver is the one the fake sysfs names
-//! (`$MEDIA_TESTVA_SYS/class/drm/<renderDN>/device/uevent`): libva's own mapping then picks the
-//! driver file, as on a node with that GPU.
+//! (`$MEDIA_TESTVA_SYS/class/drm/<renderDN>/device/uevent`, or `<renderDN>/mediatest-drm-name`
+//! where the DRM driver's name differs): libva's own mapping then picks the driver file, as on a
+//! node with that GPU.
 
 #![allow(non_snake_case)]
 
@@ -39,10 +40,13 @@ fn kernel_driver(fd: c_int) -> Result<String, String> {
         .map_err(|e| format!("which file is fd {fd}: {e}"))?;
     let sys = std::env::var_os("MEDIA_TESTVA_SYS").ok_or("MEDIA_TESTVA_SYS is not set")?;
     let name = node.file_name().ok_or("the fd's file has no name")?;
-    let uevent = std::path::Path::new(&sys)
-        .join("class/drm")
-        .join(name)
-        .join("device/uevent");
+    let class = std::path::Path::new(&sys).join("class/drm").join(name);
+    // The DRM driver's own name where it is not the PCI driver's (the kernel's `nvidia-drm`
+    // serves GPUs bound to `nvidia`); sysfs does not show it, so the fake tree states it.
+    if let Ok(drm_name) = std::fs::read_to_string(class.join("mediatest-drm-name")) {
+        return Ok(drm_name.trim().to_string());
+    }
+    let uevent = class.join("device/uevent");
     let text =
         std::fs::read_to_string(&uevent).map_err(|e| format!("read {}: {e}", uevent.display()))?;
     text.lines()

@@ -145,10 +145,26 @@ impl AgentProcess {
         kubeconfig: &Path,
         extra: &[&str],
     ) -> AgentProcess {
+        AgentProcess::start_in(node, source, env, kubeconfig, extra, |_| {
+            Command::new(program)
+        })
+    }
+
+    /// As `start_with`, with the command that runs the agent made by `command` from the paths
+    /// the agent is handed (the kubelet's directories, not yet created, and the kubeconfig), so
+    /// that a sandbox can show it those paths.
+    pub fn start_in(
+        node: &str,
+        source: &[std::ffi::OsString],
+        env: &[(&str, std::ffi::OsString)],
+        kubeconfig: &Path,
+        extra: &[&str],
+        command: impl FnOnce(&[&Path]) -> Command,
+    ) -> AgentProcess {
         let dir = tempfile::tempdir().expect("temp dir for the kubelet sockets");
         let registry_dir = dir.path().join("plugins_registry");
         let plugins_dir = dir.path().join("plugins/media.liken.sh");
-        let mut child = Command::new(program)
+        let mut child = command(&[&registry_dir, &plugins_dir, kubeconfig])
             .env_clear()
             .env("NODE_NAME", node)
             .env("NO_COLOR", "1")

@@ -136,7 +136,7 @@ pub const KUBELET: Program = Program {
 /// Every program of the module: their sources make the cache key, their binaries a build.
 const PROGRAMS: [&Program; 2] = [&CONTROL_PLANE, &KUBELET];
 
-fn go_version() -> Result<String, String> {
+pub fn go_version() -> Result<String, String> {
     let out = Command::new("go")
         .args(["env", "GOVERSION"])
         .output()
@@ -277,7 +277,7 @@ pub fn build(program: &Program, release: Release) -> Result<PathBuf, String> {
 
 /// The line of `go build`'s output that says what failed: the first `go:` or compiler error,
 /// else the first line.
-fn build_error(stderr: &[u8]) -> String {
+pub fn build_error(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
     text.lines()
         .find(|l| l.starts_with("go: ") || l.contains(".go:"))

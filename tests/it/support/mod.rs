@@ -8,10 +8,13 @@
 pub mod agent;
 pub mod audit;
 pub mod controlplane;
+pub mod dockerfile;
 pub mod examples;
 pub mod faultproxy;
 pub mod generated;
 pub mod grpc_raw;
+pub mod helm;
+pub mod image;
 pub mod kube;
 pub mod kubelet;
 pub mod kubelet_real;
