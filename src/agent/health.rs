@@ -66,6 +66,8 @@ pub struct Metrics {
     pub gpus: Gauge,
     /// GPUs whose driver query failed, counted at every probe.
     pub probe_failures: Counter,
+    /// Probes of every GPU (at start, on changes, every re-probe period, confirmations).
+    pub probes: Counter,
     /// Failed attempts to publish the slice (each retry counts).
     pub publish_errors: Counter,
     /// Writes to the API server, by verb.
@@ -91,6 +93,7 @@ impl Default for Metrics {
         let metrics = Metrics {
             gpus: Gauge::default(),
             probe_failures: Counter::default(),
+            probes: Counter::default(),
             publish_errors: Counter::default(),
             writes: Family::default(),
             last_publish: Gauge::default(),
@@ -110,6 +113,11 @@ impl Default for Metrics {
             "probe_failures",
             "GPUs whose VA-API driver query failed, counted at every probe",
             metrics.probe_failures.clone(),
+        );
+        registry.register(
+            "probes",
+            "Probes of every GPU of the node: at start, on changes, every re-probe period",
+            metrics.probes.clone(),
         );
         registry.register(
             "publish_errors",

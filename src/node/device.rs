@@ -5,6 +5,7 @@
 //! ([`sanitise`]), and a failed probe has no `vaDriver` and every capability false.
 
 use crate::catalogue::{Attribute, Capability, Identity, MAX_STRING_VALUE_BYTES};
+use serde::{Deserialize, Serialize};
 use crate::node::sysfs::RenderNode;
 use crate::node::va::report::Report;
 use crate::node::va::rules;
@@ -34,7 +35,67 @@ impl std::fmt::Display for AttrValue {
 pub enum Outcome {
     /// Boxed: a report is large next to a failure line.
     Report(Box<Report>),
-    Failed(String),
+    Failed(Failure),
+}
+
+/// Why a GPU's probe gave no capabilities, as the taint's value says it (a label value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureKind {
+    /// The driver answered, and its query failed (`vaInitialize` and the like).
+    QueryFailed,
+    /// The probe did not end within its timeout: the driver stopped answering.
+    NotAnswering,
+    /// The probe process failed otherwise: it crashed, exited, printed no readable report, or
+    /// a recorded probe says only that it failed.
+    ProbeFailed,
+}
+
+impl FailureKind {
+    /// Every kind, in the order the docs list them.
+    pub const ALL: [FailureKind; 3] = [
+        FailureKind::QueryFailed,
+        FailureKind::NotAnswering,
+        FailureKind::ProbeFailed,
+    ];
+
+    /// The name the taint's value and the record carry.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::QueryFailed => "query-failed",
+            FailureKind::NotAnswering => "not-answering",
+            FailureKind::ProbeFailed => "probe-failed",
+        }
+    }
+}
+
+impl std::fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failed probe: what kind of failure, and the log line saying it word for word.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub kind: FailureKind,
+    pub text: String,
+}
+
+impl Failure {
+    /// A failure of `kind` worded `text`.
+    pub fn new(kind: FailureKind, text: impl Into<String>) -> Failure {
+        Failure {
+            kind,
+            text: text.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
 }
 
 /// One GPU as it will be published.
@@ -46,7 +107,7 @@ pub struct GpuDevice {
     /// Every attribute, keyed by its published name (`caps` is the source of the names).
     pub attributes: BTreeMap<&'static str, AttrValue>,
     /// The probe failure, word for word, when the query failed.
-    pub failure: Option<String>,
+    pub failure: Option<Failure>,
     /// Values cut to 64 bytes: (attribute, the full text), for the log.
     pub trimmed: Vec<(&'static str, String)>,
 }
@@ -119,14 +180,13 @@ pub fn describe(node: &RenderNode, outcome: &Outcome) -> GpuDevice {
             None => (Some(report.as_ref()), None),
             Some(error) => (
                 None,
-                Some(failure_text(
-                    node,
-                    &format!("failed: {error}"),
-                    &report.said(),
+                Some(Failure::new(
+                    FailureKind::QueryFailed,
+                    failure_text(node, &format!("failed: {error}"), &report.said()),
                 )),
             ),
         },
-        Outcome::Failed(text) => (None, Some(text.clone())),
+        Outcome::Failed(failure) => (None, Some(failure.clone())),
     };
     let capabilities = report.map(rules::capabilities).unwrap_or_default();
     let mut attributes = BTreeMap::new();
@@ -281,7 +341,10 @@ mod tests {
     #[test]
     fn a_failed_probe_publishes_no_vadriver_and_all_false() {
         let failure = "probe of /dev/dri/renderD129 (0000:03:00.0) killed by SIGSEGV after 0.4s; libva said: libva info: Trying to open /usr/lib/x86_64-linux-gnu/dri/radeonsi_drv_video.so";
-        let device = describe(&node(None), &Outcome::Failed(failure.into()));
+        let device = describe(
+            &node(None),
+            &Outcome::Failed(Failure::new(FailureKind::ProbeFailed, failure)),
+        );
         assert_eq!(device.get(Attribute::Identity(Identity::VaDriver)), None);
         assert!(Capability::ALL.iter().all(|c| !device.capability(*c)));
         assert_eq!(device.attributes.len(), Attribute::all().count() - 1);
@@ -311,8 +374,9 @@ mod tests {
         };
         let device = describe(&node(None), &Outcome::Report(Box::new(report)));
         assert_eq!(device.get(Attribute::Identity(Identity::VaDriver)), None);
+        assert_eq!(device.failure.as_ref().map(|f| f.kind), Some(FailureKind::QueryFailed));
         assert_eq!(
-            device.failure.as_deref(),
+            device.failure.as_ref().map(|f| f.text.as_str()),
             Some(
                 "probe of /dev/dri/renderD129 (0000:03:00.0) failed: vaInitialize failed: unknown libva error (-1); libva said: libva info: Trying to open /usr/lib/x86_64-linux-gnu/dri/radeonsi_drv_video.so"
             )

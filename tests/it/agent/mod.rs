@@ -164,7 +164,7 @@ impl<'a> Setup<'a> {
         path("resourceslices", Some(&self.slice_name))
     }
 
-    fn slice(&self) -> Option<Value> {
+    pub(crate) fn slice(&self) -> Option<Value> {
         self.kube.get(&self.slice_path())
     }
 
@@ -177,7 +177,7 @@ impl<'a> Setup<'a> {
     }
 
     /// The agent's writes of ResourceSlices after `mark`, as the server logged them.
-    fn slice_writes(&self, mark: usize) -> Vec<Event> {
+    pub(crate) fn slice_writes(&self, mark: usize) -> Vec<Event> {
         self.audit
             .since(mark)
             .into_iter()
