@@ -12,6 +12,7 @@ use crate::agent::kubelet::{self, KubeletArgs};
 use crate::agent::probing::{Isolation, ProbeCommand, ProbeSource};
 use crate::names::check_subdomain;
 use crate::node::sysfs::Roots;
+use crate::node::taint::{self, TaintEffect, TaintPolicy};
 
 /// The default address of the health server (`/healthz`, `/readyz`, `/metrics`).
 pub(crate) const DEFAULT_HEALTH_ADDR: &str = "0.0.0.0:8081";
@@ -85,6 +86,22 @@ pub struct AgentArgs {
     #[arg(long, env = "REPROBE_INTERVAL", value_name = "DURATION", default_value = DEFAULT_REPROBE_INTERVAL, value_parser = crate::duration::parse_positive)]
     pub reprobe_interval: Duration,
 
+    /// The key of the taint a GPU whose probe failed carries: media.liken.sh/NAME (NAME: letters,
+    /// digits, '-', '_', '.'; at most 63). Its value says why: query-failed, not-answering or
+    /// probe-failed.
+    #[arg(long, env = "TAINT_KEY", value_name = "KEY", default_value = taint::DEFAULT_KEY)]
+    pub taint_key: String,
+
+    /// What that taint does: NoSchedule (new claims do not get the GPU unless they tolerate
+    /// it), NoExecute (pods using it are evicted too) or None (informational; Kubernetes 1.35+).
+    #[arg(
+        long,
+        env = "TAINT_EFFECT",
+        value_name = "EFFECT",
+        default_value = "NoSchedule"
+    )]
+    pub taint_effect: String,
+
     /// How often the stored slice is read and compared even without a watch event (reads
     /// only; a write happens only when it differs). A safety net: the watch is the main path.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = crate::duration::parse_positive)]
@@ -119,6 +136,8 @@ pub struct AgentConfig {
     pub rescan_interval: Duration,
     /// How often every GPU is probed again.
     pub reprobe_interval: Duration,
+    /// The taint of a GPU whose probe failed.
+    pub taints: TaintPolicy,
     /// How often the stored slice is re-read besides the watch.
     pub resync_interval: Duration,
     /// The cap of the retry backoff.
@@ -153,6 +172,19 @@ pub enum ConfigError {
     /// The kubeconfig file does not exist.
     #[error("--kubeconfig {path}: {reason}")]
     Kubeconfig { path: PathBuf, reason: String },
+    /// The taint key is not one the API server takes in our domain.
+    #[error(
+        "--taint-key {key:?} cannot be this agent's taint key: {reason} (hint: valid keys are media.liken.sh/NAME, NAME of letters, digits, '-', '_' and '.', at most 63, a letter or digit at both ends, such as {default})",
+        default = taint::DEFAULT_KEY
+    )]
+    TaintKey {
+        key: String,
+        #[source]
+        reason: taint::KeyError,
+    },
+    /// The taint effect is not one the API has.
+    #[error("--taint-effect {0}")]
+    TaintEffect(#[source] taint::EffectError),
     /// The agent's own executable (which probes re-run) cannot be found.
     #[error("find this program to run probes with: {0}")]
     CurrentExe(std::io::Error),
@@ -166,6 +198,14 @@ impl AgentArgs {
             name: node_name.clone(),
             reason: reason.to_string(),
         })?;
+        taint::check_key(&self.taint_key).map_err(|reason| ConfigError::TaintKey {
+            key: crate::text::one_line(&self.taint_key, 80),
+            reason,
+        })?;
+        let effect: TaintEffect = self
+            .taint_effect
+            .parse()
+            .map_err(ConfigError::TaintEffect)?;
         if let Some(path) = &self.kubeconfig
             && !path.is_file()
         {
@@ -222,6 +262,10 @@ impl AgentArgs {
             kubeconfig: self.kubeconfig.clone(),
             rescan_interval: self.rescan_interval,
             reprobe_interval: self.reprobe_interval,
+            taints: TaintPolicy {
+                key: self.taint_key.clone(),
+                effect,
+            },
             resync_interval: self.resync_interval,
             max_backoff: self.max_backoff,
         })
@@ -295,5 +339,61 @@ mod tests {
         assert!(err.contains("no such file or directory"), "{err}");
         assert!(parse(&["--node-name", "n1", "--health-addr", "localhost"]).is_err());
         assert!(parse(&["--node-name", "n1", "--max-backoff", "0s"]).is_err());
+    }
+
+    #[test]
+    fn the_taint_is_ours_by_default_and_a_bad_key_or_effect_names_the_valid_ones() {
+        let config = parse(&[
+            "--node-name",
+            "n1",
+            "--reports",
+            "docs/examples/fleet/amd-1",
+        ])
+        .unwrap()
+        .agent
+        .validate()
+        .unwrap();
+        assert_eq!(config.taints, TaintPolicy::default());
+        let chosen = parse(&[
+            "--node-name",
+            "n1",
+            "--reports",
+            "docs/examples/fleet/amd-1",
+            "--taint-key",
+            "media.liken.sh/gpu-lost",
+            "--taint-effect",
+            "NoExecute",
+        ])
+        .unwrap()
+        .agent
+        .validate()
+        .unwrap();
+        assert_eq!(
+            chosen.taints,
+            TaintPolicy {
+                key: "media.liken.sh/gpu-lost".into(),
+                effect: TaintEffect::NoExecute
+            }
+        );
+        let err = parse(&["--node-name", "n1", "--taint-key", "gpu.nvidia.com/xid"])
+            .unwrap()
+            .agent
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "--taint-key \"gpu.nvidia.com/xid\" cannot be this agent's taint key: it is not in the media.liken.sh domain (hint: valid keys are media.liken.sh/NAME, NAME of letters, digits, '-', '_' and '.', at most 63, a letter or digit at both ends, such as media.liken.sh/unhealthy)"
+        );
+        let err = parse(&["--node-name", "n1", "--taint-effect", "PreferNoSchedule"])
+            .unwrap()
+            .agent
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "--taint-effect \"PreferNoSchedule\" is not a device taint effect (hint: valid effects are NoSchedule, NoExecute and None; the nearest is NoSchedule)"
+        );
     }
 }

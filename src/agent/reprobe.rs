@@ -136,8 +136,7 @@ impl Reprobe {
             decision.send = Some(kept.clone());
         }
         self.sent = Some(kept);
-        self.confirm_at =
-            (!suspects.is_empty()).then(|| now + CONFIRM_DELAY.min(self.interval));
+        self.confirm_at = (!suspects.is_empty()).then(|| now + CONFIRM_DELAY.min(self.interval));
         self.suspects = suspects;
         self.period_at = now + self.interval;
         decision
@@ -157,6 +156,7 @@ mod tests {
             render_node: "/dev/dri/renderD128".into(),
             attributes: [("decodeVP9", AttrValue::Bool(vp9))].into_iter().collect(),
             failure: None,
+            taint: None,
             trimmed: Vec::new(),
         }
     }
@@ -188,7 +188,10 @@ mod tests {
         assert_eq!(state.due(t0 + MINUTE / 2, false), None);
         let t1 = t0 + MINUTE;
         assert_eq!(state.due(t1, false), Some(Why::Period));
-        assert_eq!(state.probed(vec![working("a", true)], t1), Decision::default());
+        assert_eq!(
+            state.probed(vec![working("a", true)], t1),
+            Decision::default()
+        );
         assert_eq!(state.next_probe(), t1 + MINUTE);
     }
 

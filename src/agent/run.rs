@@ -20,14 +20,16 @@ use tracing_subscriber::EnvFilter;
 use crate::agent::api::Problem;
 use crate::agent::config::{AgentConfig, Watched};
 use crate::agent::dropped_reads;
-use crate::agent::health::{self, Health};
+use crate::agent::health::{self, Health, TaintsLeftOut};
 use crate::agent::kubelet::{KubeletError, KubeletPlugin};
 use crate::agent::probing::{ProbeError, ProbeSource};
 use crate::agent::publisher::{Publisher, PublisherConfig};
 use crate::agent::render_nodes;
 use crate::agent::reprobe::{CONFIRM_DELAY, Reprobe, Why};
 use crate::node::device::{GpuDevice, describe, log_line};
+use crate::node::slice;
 use crate::node::sysfs::DiscoveryError;
+use crate::node::taint::TaintPolicy;
 
 /// How long the loops get to stop after SIGTERM before the process exits anyway; well inside
 /// the DaemonSet's termination grace period.
@@ -217,6 +219,7 @@ pub async fn run_with(
         let prober = Prober {
             source: config.source.clone(),
             watched: config.watched.clone(),
+            taints: config.taints.clone(),
             rescan: config.rescan_interval,
             reprobe: config.reprobe_interval,
         };
@@ -363,7 +366,11 @@ pub(crate) fn listing(watched: &Watched) -> std::io::Result<Listing> {
         Watched::RenderNodes { dev, drivers } => {
             let mut listed = entries(dev, |n| n.starts_with("renderD"), |_| (0, None))?;
             for dir in drivers {
-                listed.extend(entries(dir, |n| n.ends_with("_drv_video.so"), size_and_time)?);
+                listed.extend(entries(
+                    dir,
+                    |n| n.ends_with("_drv_video.so"),
+                    size_and_time,
+                )?);
             }
             Ok(listed)
         }
@@ -403,6 +410,8 @@ fn difference(before: &Listing, now: &Listing) -> String {
 struct Prober {
     source: ProbeSource,
     watched: Watched,
+    /// The taint of a GPU whose probe failed.
+    taints: TaintPolicy,
     /// How often the watched files are listed.
     rescan: Duration,
     /// How often every GPU is probed again.
@@ -422,6 +431,7 @@ async fn probe_loop(
     let Prober {
         source,
         watched,
+        taints,
         rescan,
         reprobe,
     } = prober;
@@ -457,6 +467,8 @@ async fn probe_loop(
         heartbeat.busy(probe_budget(&source, listed.len()));
         match probe(&source).await {
             Ok(devices) => {
+                let devices: Vec<GpuDevice> =
+                    devices.into_iter().map(|d| d.tainted(&taints)).collect();
                 problem.ok();
                 let failed = devices.iter().filter(|d| d.failure.is_some()).count();
                 health.metrics.probe_failures.inc_by(failed as u64);
@@ -464,7 +476,7 @@ async fn probe_loop(
                 let decision = state.probed(devices, Instant::now());
                 if let Some(devices) = decision.send {
                     log_decided(&devices, &decision.changed);
-                    health.metrics.gpus.set(devices.len() as i64);
+                    note_taints(&health, &devices);
                     gpus.send_replace(Some(devices));
                 }
                 for (name, failure) in &decision.held {
@@ -482,6 +494,26 @@ async fn probe_loop(
             Err(e) => {
                 problem.failed(&e.to_string());
             }
+        }
+    }
+}
+
+/// Counts the GPUs and the failed ones, and says once when the node has too many GPUs for the
+/// failed ones to carry their taint.
+fn note_taints(health: &Health, devices: &[GpuDevice]) {
+    let failed = devices.iter().filter(|d| d.failure.is_some()).count();
+    health.metrics.gpus.set(devices.len() as i64);
+    health.metrics.failed_gpus.set(failed as i64);
+    let left_out = (failed > 0 && !slice::taints_fit(devices)).then(|| {
+        TaintsLeftOut {
+            gpus: devices.len(),
+        }
+        .to_string()
+    });
+    if Health::set_note(&health.taints_left_out, left_out.clone()) {
+        match left_out {
+            Some(note) => warn!("{note}"),
+            None => info!("the failed GPUs carry their taint again"),
         }
     }
 }

@@ -5,10 +5,11 @@
 //! ([`sanitise`]), and a failed probe has no `vaDriver` and every capability false.
 
 use crate::catalogue::{Attribute, Capability, Identity, MAX_STRING_VALUE_BYTES};
-use serde::{Deserialize, Serialize};
 use crate::node::sysfs::RenderNode;
+use crate::node::taint::{Taint, TaintPolicy};
 use crate::node::va::report::Report;
 use crate::node::va::rules;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -108,6 +109,9 @@ pub struct GpuDevice {
     pub attributes: BTreeMap<&'static str, AttrValue>,
     /// The probe failure, word for word, when the query failed.
     pub failure: Option<Failure>,
+    /// The taint the agent puts on the device (a failed probe's, [`GpuDevice::tainted`]);
+    /// `describe` leaves it unset: what the device states does not depend on the flags.
+    pub taint: Option<Taint>,
     /// Values cut to 64 bytes: (attribute, the full text), for the log.
     pub trimmed: Vec<(&'static str, String)>,
 }
@@ -116,6 +120,12 @@ impl GpuDevice {
     /// The value of `attribute`, if the device carries it.
     pub fn get(&self, attribute: Attribute) -> Option<&AttrValue> {
         self.attributes.get(attribute.name())
+    }
+
+    /// The device with the taint `policy` gives a failed probe, and none when it worked.
+    pub fn tainted(self, policy: &TaintPolicy) -> GpuDevice {
+        let taint = self.failure.as_ref().map(|f| policy.taint(f.kind));
+        GpuDevice { taint, ..self }
     }
 
     /// The value of a capability (always present).
@@ -224,6 +234,7 @@ pub fn describe(node: &RenderNode, outcome: &Outcome) -> GpuDevice {
         render_node: node.path.clone(),
         attributes,
         failure,
+        taint: None,
         trimmed,
     }
 }
@@ -348,6 +359,19 @@ mod tests {
         assert_eq!(device.get(Attribute::Identity(Identity::VaDriver)), None);
         assert!(Capability::ALL.iter().all(|c| !device.capability(*c)));
         assert_eq!(device.attributes.len(), Attribute::all().count() - 1);
+        // The agent's taint says why, and the seed's rule stands beside it.
+        assert_eq!(device.taint, None);
+        let tainted = device.clone().tainted(&TaintPolicy::default());
+        let taint = tainted.taint.as_ref().unwrap();
+        assert_eq!(
+            (taint.key.as_str(), taint.value, taint.effect.as_str()),
+            (
+                "media.liken.sh/unhealthy",
+                FailureKind::ProbeFailed,
+                "NoSchedule"
+            )
+        );
+        assert_eq!(tainted.attributes, device.attributes);
         // No pci.ids entry: the documented fallback.
         assert_eq!(
             device.get(Attribute::Identity(Identity::Name)),
@@ -374,7 +398,10 @@ mod tests {
         };
         let device = describe(&node(None), &Outcome::Report(Box::new(report)));
         assert_eq!(device.get(Attribute::Identity(Identity::VaDriver)), None);
-        assert_eq!(device.failure.as_ref().map(|f| f.kind), Some(FailureKind::QueryFailed));
+        assert_eq!(
+            device.failure.as_ref().map(|f| f.kind),
+            Some(FailureKind::QueryFailed)
+        );
         assert_eq!(
             device.failure.as_ref().map(|f| f.text.as_str()),
             Some(

@@ -76,7 +76,14 @@ fn set_scenario(node: &FakeNode, render: u32, scenario: &str) {
 fn agent(name: &str, fake: &FakeNode, args: &[&str]) -> (Setup<'static>, AgentProcess) {
     let s = setup(name, 0);
     let flags: Vec<&str> = FAST.iter().chain(args).copied().collect();
-    let agent = AgentProcess::start_with(BIN, &s.node, &fake.args(), &fake.env(), &s.kubeconfig, &flags);
+    let agent = AgentProcess::start_with(
+        BIN,
+        &s.node,
+        &fake.args(),
+        &fake.env(),
+        &s.kubeconfig,
+        &flags,
+    );
     (s, agent)
 }
 
@@ -104,7 +111,10 @@ fn metric(agent: &AgentProcess, name: &str) -> f64 {
 fn wait_probes(agent: &AgentProcess, from: f64, n: f64, within: Duration) {
     let deadline = Instant::now() + within;
     while metric(agent, "media_capabilities_probes_total") < from + n {
-        assert!(Instant::now() < deadline, "fewer than {n} probes in {within:?}");
+        assert!(
+            Instant::now() < deadline,
+            "fewer than {n} probes in {within:?}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -118,7 +128,11 @@ fn a_driver_that_stops_answering_is_published_failed_then_working_and_a_glitch_w
     let period = Duration::from_secs(2);
     let timeout = Duration::from_secs(1);
     let fake = node(&working(), &working());
-    let (s, agent) = agent("reprobe-flip", &fake, &["--reprobe-interval", "2s", "--probe-timeout", "1s"]);
+    let (s, agent) = agent(
+        "reprobe-flip",
+        &fake,
+        &["--reprobe-interval", "2s", "--probe-timeout", "1s"],
+    );
     s.wait_slice("both GPUs working", |slice| {
         states_a_driver(slice, BROKEN) && states_a_driver(slice, "pci-0000-00-02-0")
     });
@@ -138,7 +152,10 @@ fn a_driver_that_stops_answering_is_published_failed_then_working_and_a_glitch_w
         !states_a_driver(slice, BROKEN)
     });
     let took = broke.elapsed();
-    assert!(took <= period + period + 2 * timeout + SLACK, "took {took:?}");
+    assert!(
+        took <= period + period + 2 * timeout + SLACK,
+        "took {took:?}"
+    );
     let capabilities = device(&slice, BROKEN)["attributes"].as_object().unwrap();
     assert!(
         capabilities
@@ -147,7 +164,10 @@ fn a_driver_that_stops_answering_is_published_failed_then_working_and_a_glitch_w
             .all(|(_, v)| v["bool"] == false),
         "every capability false: {capabilities:?}"
     );
-    assert!(states_a_driver(&slice, "pci-0000-00-02-0"), "the other GPU is untouched");
+    assert!(
+        states_a_driver(&slice, "pci-0000-00-02-0"),
+        "the other GPU is untouched"
+    );
     agent
         .log
         .wait_for("failed after it worked; asking it again in 2s", SLACK);
@@ -169,7 +189,9 @@ fn a_driver_that_stops_answering_is_published_failed_then_working_and_a_glitch_w
         .log
         .wait_for_nth("failed after it worked", held + 1, period + timeout + SLACK);
     set_scenario(&fake, 129, &working());
-    let confirmations = agent.log.count("asking again the GPUs whose probe failed once");
+    let confirmations = agent
+        .log
+        .count("asking again the GPUs whose probe failed once");
     agent.log.wait_for_nth(
         "asking again the GPUs whose probe failed once",
         confirmations,
@@ -229,7 +251,9 @@ fn status(pid: u32, field: &str) -> u64 {
 }
 
 fn open_files(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
 }
 
 #[test]
@@ -250,7 +274,11 @@ fn a_driver_that_hangs_at_every_probe_costs_one_child_per_gpu_and_nothing_that_g
     let pid = agent.pid();
     let warmed = metric(&agent, "media_capabilities_probes_total");
     wait_probes(&agent, warmed, 5.0, Duration::from_secs(60));
-    let (rss, threads, files) = (status(pid, "VmRSS:"), status(pid, "Threads:"), open_files(pid));
+    let (rss, threads, files) = (
+        status(pid, "VmRSS:"),
+        status(pid, "Threads:"),
+        open_files(pid),
+    );
     let mark = s.audit.mark();
     let from = metric(&agent, "media_capabilities_probes_total");
     let (mut most_children, mut most_processes) = (0, 0);
@@ -263,23 +291,47 @@ fn a_driver_that_hangs_at_every_probe_costs_one_child_per_gpu_and_nothing_that_g
     // One probe child per GPU at a time, each with the helper its driver started.
     assert!(most_children >= 1, "the probes were never seen running");
     assert!(most_children <= 2, "{most_children} probe children at once");
-    assert!(most_processes <= 4, "{most_processes} processes under the agent at once");
+    assert!(
+        most_processes <= 4,
+        "{most_processes} processes under the agent at once"
+    );
     let grown_rss = status(pid, "VmRSS:").saturating_sub(rss);
-    assert!(grown_rss < 4 << 10, "RSS grew by {grown_rss} kB over 40 probes");
+    assert!(
+        grown_rss < 4 << 10,
+        "RSS grew by {grown_rss} kB over 40 probes"
+    );
     let grown_threads = status(pid, "Threads:").saturating_sub(threads);
-    assert!(grown_threads <= 4, "{grown_threads} more threads over 40 probes");
+    assert!(
+        grown_threads <= 4,
+        "{grown_threads} more threads over 40 probes"
+    );
     let grown_files = open_files(pid).saturating_sub(files);
-    assert!(grown_files <= 4, "{grown_files} more open files over 40 probes");
+    assert!(
+        grown_files <= 4,
+        "{grown_files} more open files over 40 probes"
+    );
     // Failed it stays: nothing to write, and no probe left behind once it has stopped.
     let writes = s.slice_writes(mark);
-    assert!(writes.is_empty(), "no write while nothing changes: {writes:#?}");
+    assert!(
+        writes.is_empty(),
+        "no write while nothing changes: {writes:#?}"
+    );
     let helpers = helper_pids(&fake.scenarios());
-    assert!(helpers.len() >= 40, "each probe started its helper: {}", helpers.len());
+    assert!(
+        helpers.len() >= 40,
+        "each probe started its helper: {}",
+        helpers.len()
+    );
     let lingering = helpers.iter().filter(|p| alive(**p)).count();
-    assert!(lingering <= 2, "{lingering} helpers of ended probes still run");
+    assert!(
+        lingering <= 2,
+        "{lingering} helpers of ended probes still run"
+    );
     // SIGTERM ends the probes in flight with their groups.
     agent.terminate();
-    agent.wait_exit(Duration::from_secs(30)).expect("the agent stops");
+    agent
+        .wait_exit(Duration::from_secs(30))
+        .expect("the agent stops");
     let deadline = Instant::now() + Duration::from_secs(10);
     while helpers.iter().any(|p| alive(*p)) {
         assert!(Instant::now() < deadline, "a helper outlived the agent");
@@ -295,7 +347,9 @@ fn helper_pids(scenarios: &Path) -> Vec<u32> {
             .unwrap_or_default();
         pids.extend(notes.lines().filter_map(|l| {
             let (what, pid) = l.split_once(' ')?;
-            (what == "helper").then(|| pid.trim().parse().ok()).flatten()
+            (what == "helper")
+                .then(|| pid.trim().parse::<u32>().ok())
+                .flatten()
         }));
     }
     pids
@@ -304,6 +358,9 @@ fn helper_pids(scenarios: &Path) -> Vec<u32> {
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.split_whitespace().next() != Some("Z")))
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.split_whitespace().next() != Some("Z"))
+        })
         .unwrap_or(false)
 }
