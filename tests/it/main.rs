@@ -30,6 +30,7 @@ mod libva;
 mod oracle;
 mod probe_cli;
 mod release;
+mod reprobe;
 mod rules_captures;
 mod terminal;
 mod why;
