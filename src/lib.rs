@@ -22,5 +22,6 @@ pub mod fleet;
 pub mod kubeconfig;
 pub(crate) mod names;
 pub mod node;
+pub mod paging;
 pub mod text;
 pub mod usage;

@@ -190,6 +190,8 @@ pub struct Health {
     pub server_changes: Mutex<Option<String>>,
     /// While liken publishes GPUs for this node that the agent cannot open: which, and the fix.
     pub not_in_claim: Mutex<Option<String>>,
+    /// While a listing's answers do not page as kube-apiserver's do (`crate::agent::answers`).
+    pub bad_answers: Mutex<Option<String>>,
     /// Where the health server listens, once bound (for tests running the agent in-process).
     pub local_addr: OnceLock<SocketAddr>,
     pub metrics: Metrics,
@@ -439,7 +441,11 @@ async fn readyz(State(s): State<Served>) -> impl IntoResponse {
     if s.health.dropped_field.load(Ordering::Relaxed) {
         body.push_str(&format!("warning: {DroppedField}\n"));
     }
-    for note in [&s.health.server_changes, &s.health.not_in_claim] {
+    for note in [
+        &s.health.server_changes,
+        &s.health.not_in_claim,
+        &s.health.bad_answers,
+    ] {
         if let Some(note) = Health::note(note) {
             body.push_str(&format!("warning: {note}\n"));
         }

@@ -22,11 +22,14 @@ mod fuzz;
 mod generated;
 mod help;
 mod isolation;
+
 mod kubelet;
 mod kubelet_real;
 mod libva;
 mod oracle;
+mod paging;
 mod probe_cli;
+mod reads;
 mod release;
 mod rules_captures;
 mod terminal;

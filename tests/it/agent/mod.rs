@@ -319,6 +319,7 @@ macro_rules! cp_test {
 
 // The macro above is in scope from here on: the fault tests use it too.
 mod faults;
+mod paging;
 
 // --- publishing -------------------------------------------------------------------------------
 
