@@ -22,7 +22,7 @@ mod fuzz;
 mod generated;
 mod help;
 mod isolation;
-
+mod items;
 mod kubelet;
 mod kubelet_real;
 mod libva;
