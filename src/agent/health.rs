@@ -258,6 +258,8 @@ pub struct Health {
     /// While the render driver publishes GPUs for this node that the agent cannot open: which, and
     /// the fix.
     pub not_in_claim: Mutex<Option<String>>,
+    /// While a listing's answers do not page as kube-apiserver's do (`crate::agent::answers`).
+    pub bad_answers: Mutex<Option<String>>,
     /// Where the health server listens, once bound (for tests running the agent in-process).
     pub local_addr: OnceLock<SocketAddr>,
     pub metrics: Metrics,
@@ -520,6 +522,7 @@ async fn readyz(State(s): State<Served>) -> impl IntoResponse {
         &s.health.server_changes,
         &s.health.not_in_claim,
         &s.health.taints_left_out,
+        &s.health.bad_answers,
     ] {
         if let Some(note) = Health::note(note) {
             body.push_str(&format!("warning: {note}\n"));

@@ -120,12 +120,20 @@ pub fn log_filter(rust_log: Option<&str>) -> Result<EnvFilter, LogFilterError> {
 
 /// The API client `config` asks for: its kubeconfig, or the usual inference (in-cluster first);
 /// with the API server's address, for error messages.
-pub(crate) async fn client(config: &AgentConfig) -> Result<(kube::Client, String), AgentError> {
-    let mut kube_config = crate::kubeconfig::load(&crate::kubeconfig::Source {
+pub(crate) async fn client(
+    config: &AgentConfig,
+    health: &Arc<Health>,
+) -> Result<(kube::Client, String), AgentError> {
+    let source = crate::kubeconfig::Source {
         kubeconfig: config.kubeconfig.clone(),
         context: None,
-    })
-    .await?;
+    };
+    // The log is no terminal: a plugin's standard error is kept, its end said if it fails.
+    let exec = crate::kubeconfig::ExecOptions {
+        timeout: Some(crate::agent::api::API_CALL_TIMEOUT),
+        stderr: crate::kubeconfig::Stderr::Tail,
+    };
+    let mut kube_config = crate::kubeconfig::load(&source, exec).await?;
     // The client's own retries (up to 15, on 429/503/504) would hide a problem for minutes;
     // every loop retries with its own backoff and jitter, honouring Retry-After.
     kube_config.default_retry = false;
@@ -140,6 +148,10 @@ pub(crate) async fn client(config: &AgentConfig) -> Result<(kube::Client, String
         .map_err(AgentError::Client)?
         .with_layer(&dropped_reads::SendReadsAgain::new(fresh))
         .with_layer(&crate::api_errors::ReadErrorAnswers)
+        // Outermost: every answer read within bounds, every listing's pages checked.
+        .with_layer(&crate::agent::answers::BoundAnswers::new(Arc::clone(
+            health,
+        )))
         .build();
     Ok((client, url))
 }
@@ -159,7 +171,7 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()>,
     health: Arc<Health>,
 ) -> Result<(), AgentError> {
-    let (client, api_url) = client(&config).await?;
+    let (client, api_url) = client(&config, &health).await?;
     let kubelet_heartbeat = health
         .liveness
         .register("kubelet plugin", config.kubelet.recheck_interval);
