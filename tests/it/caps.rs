@@ -1323,8 +1323,9 @@ fn caps_notes_a_driver_release_without_pci_bus_id() {
         .unwrap_or_else(|| panic!("{table}"));
     assert_eq!(
         note,
-        "no pciBusID: gpu.nvidia.com publishes 1 whole GPU(s) on node node-a without \
-         resource.kubernetes.io/pciBusID, so no claim pairs them with a media device (hint: \
-         upgrade gpu.nvidia.com to v25.12.0 or newer (before it, the address was pcieBusID))"
+        "no pciBusID: gpu.nvidia.com publishes 1 GPU(s) on node node-a without \
+         resource.kubernetes.io/pciBusID or the attributes that tell a whole GPU from a part of \
+         one, so no claim pairs them with a media device (hint: upgrade gpu.nvidia.com to \
+         v25.12.0 or newer (before it, the address was pcieBusID))"
     );
 }
