@@ -22,7 +22,7 @@ pub(crate) const MAX_ERROR_TEXT: usize = 400;
 
 /// The most of an error answer's body that is read; a `Status` is far smaller, and what is
 /// quoted of anything else is [`MAX_ERROR_TEXT`].
-const MAX_ERROR_BODY: usize = 64 * 1024;
+pub(crate) const MAX_ERROR_BODY: usize = 64 * 1024;
 
 /// A failed request's answer as a `Status`: the one kube-apiserver sends (`"kind":"Status"`, as
 /// client-go recognises it), or else one made of what was sent instead (a proxy's or a load
@@ -142,7 +142,8 @@ where
                 match body.frame().await {
                     Some(frame) => {
                         if let Ok(data) = frame.map_err(Into::into)?.into_data() {
-                            read.extend_from_slice(&data);
+                            let room = MAX_ERROR_BODY - read.len();
+                            read.extend_from_slice(&data[..data.len().min(room)]);
                         }
                     }
                     None => break,

@@ -6,9 +6,15 @@
 //! follow (it fails on a missing file of the list); docs/user-guide.md states them. Each program
 //! adds its own hint, so [`KubeconfigError`] states only what went wrong.
 
+mod exec;
+mod read;
+
 use std::path::{Path, PathBuf};
 
 use kube::config::Kubeconfig;
+
+pub use exec::{ExecError, ExecOptions, MAX_STDOUT, STDERR_TAIL, Stderr};
+pub use read::{MAX_KUBECONFIG, MAX_NAMED_FILE, NamedFileError, ReadFault};
 
 /// Why no API server could be found.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +52,12 @@ pub enum KubeconfigError {
     /// Nothing to read at all.
     #[error("no kubeconfig: {looked}, and this is not a pod in a cluster")]
     Missing { looked: String },
+    /// A file the context's cluster or user names cannot be used.
+    #[error("load kubeconfig: {0}")]
+    NamedFile(#[from] NamedFileError),
+    /// The context's user's exec plugin gave no credential.
+    #[error("{0}")]
+    Exec(#[from] ExecError),
 }
 
 /// Where a kubeconfig file's path came from.
@@ -122,18 +134,60 @@ pub struct Source {
     pub context: Option<String>,
 }
 
-/// Loads the configuration `source` names. Nothing is sent to the server.
-pub(crate) async fn load(source: &Source) -> Result<kube::Config, KubeconfigError> {
+/// Loads the configuration `source` names, its context's files read and its exec plugin run
+/// as `exec` says. Nothing is sent to the server.
+pub(crate) async fn load(
+    source: &Source,
+    exec: ExecOptions,
+) -> Result<kube::Config, KubeconfigError> {
+    let Some((mut merged, flag)) = chosen(source)? else {
+        return kube::Config::incluster().map_err(|_| KubeconfigError::Missing {
+            looked: source_files(source).looked(),
+        });
+    };
+    credentials(&mut merged, flag.as_deref(), exec).await?;
+    let options = kube::config::KubeConfigOptions {
+        context: flag,
+        ..Default::default()
+    };
+    kube::Config::from_custom_kubeconfig(merged, &options)
+        .await
+        .map_err(|e| KubeconfigError::Invalid {
+            cause: one_line(&chain(&e)),
+        })
+}
+
+/// The namespace of the context `source` chooses (`None`: the context names none), reading
+/// only the kubeconfig: no file it names, no plugin, as kubectl reads it for `-f`. With no
+/// kubeconfig at all, the pod's own (in a cluster), else `None`.
+pub(crate) fn context_namespace(source: &Source) -> Result<Option<String>, KubeconfigError> {
+    let Some((merged, flag)) = chosen(source)? else {
+        return Ok(kube::Config::incluster()
+            .ok()
+            .map(|config| config.default_namespace));
+    };
+    let name = flag.or(merged.current_context);
+    Ok(merged
+        .contexts
+        .into_iter()
+        .find(|c| Some(&c.name) == name.as_ref())
+        .and_then(|c| c.context?.namespace)
+        .filter(|n| !n.is_empty()))
+}
+
+/// The files `source` names, with the environment's `KUBECONFIG` and `HOME`.
+fn source_files(source: &Source) -> Files {
     let kubeconfig = std::env::var_os("KUBECONFIG");
     let home = std::env::var_os("HOME").map(PathBuf::from);
-    let files = files(source, kubeconfig.as_deref(), home.as_deref());
-    let merged = match read_merged(&files)? {
-        Some(merged) => merged,
-        None => {
-            return kube::Config::incluster().map_err(|_| KubeconfigError::Missing {
-                looked: files.looked(),
-            });
-        }
+    files(source, kubeconfig.as_deref(), home.as_deref())
+}
+
+/// The merged kubeconfig and the context `--context` chose (`None`: the current one), checked
+/// to be one of its contexts; `None` when there is no kubeconfig file.
+fn chosen(source: &Source) -> Result<Option<(Kubeconfig, Option<String>)>, KubeconfigError> {
+    let files = source_files(source);
+    let Some(merged) = read_merged(&files)? else {
+        return Ok(None);
     };
     // As kubectl, `--context ""` is no choice: the current context.
     let flag = source.context.clone().filter(|c| !c.is_empty());
@@ -152,15 +206,91 @@ pub(crate) async fn load(source: &Source) -> Result<kube::Config, KubeconfigErro
             known,
         });
     }
-    let options = kube::config::KubeConfigOptions {
-        context: flag,
-        ..Default::default()
+    Ok(Some((merged, flag)))
+}
+
+/// The context's cluster and user made ready for kube-rs: the files they name read within
+/// bounds and inlined, and the user's exec plugin run here (see [`exec`]), its credential put
+/// in its place. Other clusters and users are left unread, as kubectl leaves them.
+async fn credentials(
+    merged: &mut Kubeconfig,
+    flag: Option<&str>,
+    options: ExecOptions,
+) -> Result<(), KubeconfigError> {
+    let name = flag.or(merged.current_context.as_deref());
+    let Some(context) = merged
+        .contexts
+        .iter()
+        .find(|c| Some(c.name.as_str()) == name)
+        .and_then(|c| c.context.clone())
+    else {
+        return Ok(());
     };
-    kube::Config::from_custom_kubeconfig(merged, &options)
-        .await
-        .map_err(|e| KubeconfigError::Invalid {
-            cause: one_line(&chain(&e)),
-        })
+    let cluster = merged
+        .clusters
+        .iter_mut()
+        .find(|c| c.name == context.cluster)
+        .and_then(|c| c.cluster.as_mut());
+    let user = context.user.as_deref().and_then(|user| {
+        merged
+            .auth_infos
+            .iter_mut()
+            .find(|u| u.name == user)
+            .and_then(|u| u.auth_info.as_mut())
+    });
+    read::inline_named_files(cluster, user)?;
+    let cluster = merged
+        .clusters
+        .iter()
+        .find(|c| c.name == context.cluster)
+        .and_then(|c| c.cluster.as_ref());
+    let info = cluster.map(exec_cluster);
+    let Some(user) = context.user.as_deref().and_then(|user| {
+        merged
+            .auth_infos
+            .iter_mut()
+            .find(|u| u.name == user)
+            .and_then(|u| u.auth_info.as_mut())
+    }) else {
+        return Ok(());
+    };
+    // kube-rs's order: a password, a token or a token file comes before the plugin.
+    let before = user.username.is_some() || user.token.is_some() || user.token_file.is_some();
+    let Some(plugin) = user.exec.take().filter(|_| !before) else {
+        return Ok(());
+    };
+    match exec::credential(&plugin, info, options).await? {
+        exec::Credential::Token(token) => user.token = Some(token.into()),
+        exec::Credential::Certificate { certificate, key } => {
+            use base64::Engine as _;
+            let encode = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem);
+            user.client_certificate_data = Some(encode(&certificate));
+            user.client_key_data = Some(encode(&key).into());
+        }
+    }
+    Ok(())
+}
+
+/// `spec.cluster` of `KUBERNETES_EXEC_INFO` (client.authentication.k8s.io `Cluster`).
+fn exec_cluster(cluster: &kube::config::Cluster) -> serde_json::Value {
+    let mut value = serde_json::json!({ "server": cluster.server });
+    let fields = [
+        ("tls-server-name", cluster.tls_server_name.clone()),
+        (
+            "certificate-authority-data",
+            cluster.certificate_authority_data.clone(),
+        ),
+        ("proxy-url", cluster.proxy_url.clone()),
+    ];
+    for (field, given) in fields {
+        if let Some(given) = given {
+            value[field] = given.into();
+        }
+    }
+    if let Some(skip) = cluster.insecure_skip_tls_verify {
+        value["insecure-skip-tls-verify"] = skip.into();
+    }
+    value
 }
 
 /// The files to read, in order of precedence.
@@ -262,14 +392,9 @@ fn read_merged(files: &Files) -> Result<Option<Kubeconfig>, KubeconfigError> {
                 "it is a directory, not a kubeconfig file".to_string(),
             ));
         }
-        let config = Kubeconfig::read_from(path).map_err(|e| {
-            let cause = match &e {
-                // kube-rs's message repeats the path, quoted twice ('"x"'): the OS's reason is
-                // what is left to say.
-                kube::config::KubeconfigError::ReadConfig(io, _) => io.to_string(),
-                _ => one_line(&chain(&e)),
-            };
-            file_error(FileFault::Unusable, cause)
+        let config = read::kubeconfig(path).map_err(|e| match e {
+            read::FileError::Read(fault) => file_error(FileFault::Unusable, fault.to_string()),
+            read::FileError::Parse(cause) => file_error(FileFault::Unusable, cause),
         })?;
         if let Some(name) = repeated_name(&config) {
             return Err(file_error(FileFault::Unusable, name));
@@ -544,6 +669,11 @@ mod tests {
         );
     }
 
+    const EXEC: ExecOptions = ExecOptions {
+        timeout: None,
+        stderr: Stderr::Tail,
+    };
+
     #[tokio::test]
     async fn the_contexts_namespace_is_the_default() {
         let dir = tempfile::tempdir().unwrap();
@@ -554,14 +684,17 @@ mod tests {
             context: context.map(str::to_owned),
         };
         assert_eq!(
-            load(&source(None)).await.unwrap().default_namespace,
+            load(&source(None), EXEC).await.unwrap().default_namespace,
             "media"
         );
         assert_eq!(
-            load(&source(Some("y"))).await.unwrap().default_namespace,
+            load(&source(Some("y")), EXEC)
+                .await
+                .unwrap()
+                .default_namespace,
             "default"
         );
-        let err = load(&source(Some("nope"))).await.unwrap_err();
+        let err = load(&source(Some("nope")), EXEC).await.unwrap_err();
         assert_eq!(
             err.to_string(),
             format!(
@@ -571,7 +704,10 @@ mod tests {
         );
         // As kubectl: an empty --context is the current one.
         assert_eq!(
-            load(&source(Some(""))).await.unwrap().default_namespace,
+            load(&source(Some("")), EXEC)
+                .await
+                .unwrap()
+                .default_namespace,
             "media"
         );
     }

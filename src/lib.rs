@@ -22,6 +22,7 @@ pub mod fleet;
 pub mod kubeconfig;
 pub(crate) mod names;
 pub mod node;
+pub mod paging;
 pub mod render_drivers;
 pub mod text;
 pub mod usage;

@@ -267,6 +267,21 @@ impl RenderDriver {
         joined
     }
 
+    /// Whether a device has none of the attributes the table's terms read: a release of the
+    /// driver older than [`RenderDriver::since`] (Intel before gpu-v0.11.0 has no `type`),
+    /// whose whole GPUs cannot be told from its sub-devices.
+    pub fn predates<'a>(&self, attribute: impl Fn(&str) -> Option<Option<&'a str>>) -> bool {
+        let name = |t: &Term| match *t {
+            Term::Has(a) | Term::Is(a, _) | Term::OneOf(a, _) => a,
+        };
+        self.before.is_some()
+            && self
+                .whole_gpu
+                .iter()
+                .chain(self.kinds.iter().map(|(t, _)| t))
+                .all(|t| attribute(name(t)).is_none())
+    }
+
     /// What a device of this driver is, from its string attributes of the driver's domain.
     pub fn kind<'a>(&self, attribute: impl Fn(&str) -> Option<Option<&'a str>>) -> DeviceKind {
         if let Some(&(_, kind)) = self.kinds.iter().find(|(t, _)| t.holds(&attribute)) {
@@ -413,6 +428,16 @@ mod tests {
             LIKEN.kind(attributes(&[("renderNode", "x")])),
             DeviceKind::Gpu
         );
+    }
+
+    #[test]
+    fn a_release_without_the_tables_attributes_predates_it() {
+        // gpu-v0.10.x: pciBusID, but neither `type` nor the bound `driver`.
+        assert!(INTEL.predates(attributes(&[("model", "Arc A770"), ("pciAddress", "x")])));
+        assert!(!INTEL.predates(attributes(&[("type", "vf")])));
+        assert!(!NVIDIA.predates(attributes(&[("type", "mig")])));
+        // liken has no older release: a device without renderNode is just not a render node.
+        assert!(!LIKEN.predates(attributes(&[])));
     }
 
     #[test]

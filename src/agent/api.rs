@@ -8,6 +8,7 @@ use std::time::Duration;
 use kube::runtime::watcher;
 use tracing::{Level, error, info, warn};
 
+use crate::agent::answers::AnswerFault;
 use crate::agent::health::{Health, human};
 use crate::api_errors::MAX_ERROR_TEXT;
 use crate::text::one_line;
@@ -56,6 +57,10 @@ impl ApiCause {
                     .filter(|s| *s > 0)
                     .map(|s| Duration::from_secs(u64::from(s))),
             },
+            // An answer that came but is not read (too large, not paging): not an outage.
+            kube::Error::Service(e) if AnswerFault::find(e.as_ref()).is_some() => {
+                ApiCause::Other(chain(error))
+            }
             kube::Error::Service(_) | kube::Error::HyperError(_) => ApiCause::Unreachable {
                 url: url.to_string(),
                 detail: chain(error),

@@ -79,7 +79,7 @@ pub(crate) fn not_seen(
     Some(format!(
         "{} publishes {} GPU(s) on this node that this agent's container does not have: {} ({why}), \
          so their capabilities are not published (hint: {hint})",
-        driver.name,
+        driver.called(),
         missing.len(),
         missing.join(", ")
     ))
@@ -151,7 +151,10 @@ pub(crate) async fn follow(
             match note {
                 Some(note) => warn!("{note}"),
                 None => {
-                    info!("every GPU {driver} publishes on this node is in this agent's container")
+                    info!(
+                        "every GPU {} publishes on this node is in this agent's container",
+                        driver.called()
+                    )
                 }
             }
         }
@@ -190,7 +193,7 @@ mod tests {
             note.contains("1 GPU(s)") && note.contains("0000:04:00.0"),
             "{note}"
         );
-        assert!(note.starts_with("liken.sh publishes"), "{note}");
+        assert!(note.starts_with("liken publishes"), "{note}");
         assert!(note.contains("delete this agent's pod"), "{note}");
         assert_eq!(not_seen(liken, &agent, &agent), None);
         // The agent seeing more than liken is `caps`'s drift, not a claim problem.
@@ -211,7 +214,7 @@ mod tests {
                 ]}
         }))
         .unwrap();
-        let published = render_addresses(nvidia, &[slice.clone()]);
+        let published = render_addresses(nvidia, std::slice::from_ref(&slice));
         assert_eq!(published, BTreeSet::from(["0000:0a:00.0".to_string()]));
         let note = not_seen(nvidia, &published, &BTreeSet::new()).unwrap();
         assert!(note.contains("nvidia-drm"), "{note}");

@@ -1069,8 +1069,8 @@ fn notes(
             "no render device: {} on {}: the agent describes the GPU, but no render driver \
              publishes a whole GPU at its address there, so a claim that pairs a render node \
              with it by pciBusID never lands on it (hint: kubectl get resourceslices \
-             --field-selector spec.nodeName={}; a GPU split into MIG devices or partitions, or \
-             bound to vfio-pci, has only sub-devices, which never pair)",
+             --field-selector spec.nodeName={}; a GPU split into MIG devices, partitions or \
+             SR-IOV VFs, or bound to vfio-pci, has only sub-devices, which never pair)",
             gpus(unpaired_nodes.iter().map(|(_, n)| n).sum()),
             list_nodes(&nodes),
             nodes[0]
@@ -1180,9 +1180,10 @@ fn render_problem_notes(inventory: &Inventory, shown: &HashSet<&str>) -> Vec<Str
                     .map(|b| format!(" (before it, the address was {b})"))
                     .unwrap_or_default();
                 notes.push(format!(
-                    "no pciBusID: {} publishes {devices} whole GPU(s) on {} without \
-                     resource.kubernetes.io/pciBusID, so no claim pairs them with a media \
-                     device (hint: upgrade {} to {} or newer{before})",
+                    "no pciBusID: {} publishes {devices} GPU(s) on {} without \
+                     resource.kubernetes.io/pciBusID or the attributes that tell a whole GPU \
+                     from a part of one, so no claim pairs them with a media device (hint: \
+                     upgrade {} to {} or newer{before})",
                     driver.name,
                     list_nodes(&on),
                     driver.name,

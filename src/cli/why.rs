@@ -619,13 +619,9 @@ fn target_namespace(
 /// A kubeconfig that cannot be used is an error, as in kubectl. Read only when the files do not
 /// settle the namespace.
 fn context_namespace(kube: &crate::cli::KubeArgs) -> Result<String, Error> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(Error::Runtime)?;
-    match runtime.block_on(crate::kubeconfig::load(&kube.connection().source)) {
-        Ok(config) => Ok(config.default_namespace),
-        Err(crate::kubeconfig::KubeconfigError::Missing { .. }) => Ok("default".to_owned()),
+    // Only the kubeconfig: no certificate read, no exec plugin run, nothing sent.
+    match crate::kubeconfig::context_namespace(&kube.connection().source) {
+        Ok(namespace) => Ok(namespace.unwrap_or_else(|| "default".to_owned())),
         Err(e) => Err(Error::Cluster(e.into())),
     }
 }

@@ -16,13 +16,34 @@ use std::time::Duration;
 
 use hyper_util::client::legacy::connect::HttpConnector;
 
-use crate::api_errors::{asked_wait, failure};
+use crate::api_errors::{MAX_ERROR_BODY, asked_wait, failure};
 use crate::fleet::objects::{Kind, Kinds, Objects};
 use crate::fleet::protobuf::{self, ProtobufError};
 use crate::kubeconfig::{KubeconfigError, Source};
+use crate::paging::{Bounds, PageKeys, Paging, PagingFault};
 
 /// kubectl's page size for lists (`--chunk-size`).
 pub(crate) const PAGE_SIZE: usize = 500;
+
+/// The most objects one listing reads: over six times Kubernetes' scalability envelope of
+/// 150,000 pods per cluster (sig-scalability's thresholds), and a hundred times the 10,000
+/// slices of a 40,000-GPU fleet. Past it a listing is not a cluster's, and is not held.
+pub const MAX_LIST_OBJECTS: usize = 1_000_000;
+
+/// The most pages one listing takes: [`MAX_LIST_OBJECTS`] in full pages, and a quarter more.
+/// kube-apiserver fills every page but the last, so only a server that does not page (empty
+/// pages with new tokens, forever) reaches it.
+pub const MAX_LIST_PAGES: usize = MAX_LIST_OBJECTS / PAGE_SIZE * 5 / 4;
+
+/// A listing's bounds (see [`crate::paging`]).
+const LIST_BOUNDS: Bounds = Bounds {
+    pages: MAX_LIST_PAGES,
+    objects: MAX_LIST_OBJECTS,
+    page_limit: PAGE_SIZE,
+};
+
+/// Notes kept per listing (an object passed over is one): the rest are counted.
+const MAX_NOTES: usize = 1000;
 
 /// kubectl's dial timeout: client-go's `net.Dialer{Timeout: 30 * time.Second}`.
 pub const DIAL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -274,6 +295,16 @@ pub enum ClusterError {
         resource: &'static str,
         content_type: String,
     },
+    /// A listing that does not page as kube-apiserver pages ([`crate::paging`]).
+    #[error(
+        "list {resource} from {server}: {fault} (hint: check that the server of the kubeconfig context is the API server itself, not a proxy that rewrites its answers)"
+    )]
+    Paging {
+        server: String,
+        resource: &'static str,
+        #[source]
+        fault: PagingFault,
+    },
     #[error("{ENCODING_VARIABLE} is {0:?} (hint: json or protobuf, or unset for kubectl's order)")]
     Encoding(String),
     #[error(
@@ -327,6 +358,10 @@ fn kubeconfig_hint(error: &KubeconfigError) -> String {
             "pass --kubeconfig or --context, set KUBECONFIG, or read objects from a file with -f"
                 .into()
         }
+        KubeconfigError::NamedFile(_) => {
+            "fix the file the kubeconfig names, or read objects from a file with -f".into()
+        }
+        KubeconfigError::Exec(e) => e.hint(),
     }
 }
 
@@ -354,7 +389,11 @@ impl Cluster {
     /// Loads the kubeconfig and builds a client. Nothing is sent yet.
     pub async fn connect(connection: &Connection) -> Result<Cluster, ClusterError> {
         let encoding = ListEncoding::from_env()?;
-        let config = crate::kubeconfig::load(&connection.source).await?;
+        let exec = crate::kubeconfig::ExecOptions {
+            timeout: connection.request_timeout,
+            stderr: crate::kubeconfig::Stderr::PassThrough,
+        };
+        let config = crate::kubeconfig::load(&connection.source, exec).await?;
         let server = config
             .cluster_url
             .to_string()
@@ -446,44 +485,76 @@ impl Cluster {
         };
         // Pages are parsed on blocking threads, two at a time (one per core of a small
         // machine), and merged in order; more in flight would only hold more pages in memory.
-        let mut parsing: VecDeque<tokio::task::JoinHandle<Result<Objects, ClusterError>>> =
+        let mut parsing: VecDeque<(usize, tokio::task::JoinHandle<Result<Parsed, ClusterError>>)> =
             VecDeque::new();
+        let mut paging = Paging::new(LIST_BOUNDS);
+        let notes_before = objects.notes.len();
+        let mut notes_dropped = 0;
+        let mut sent: Option<String> = None;
         let mut next = Some(fetch(None));
+        let failed = |fault| ClusterError::Paging {
+            server: self.server.clone(),
+            resource,
+            fault,
+        };
         while let Some(pending) = next.take() {
             let (page, token) = self.page(self.joined(pending, resource).await??, kind, wanted)?;
-            next = token.map(|t| fetch(Some(t)));
+            // The token is checked before the next page is asked for.
+            paging
+                .token(sent.as_deref(), token.as_deref())
+                .map_err(failed)?;
+            next = token.clone().map(|t| fetch(Some(t)));
+            sent = token;
             if parsing.len() >= PARSERS {
-                let oldest = parsing.pop_front().expect("not empty");
-                objects.extend(self.joined(oldest, resource).await??);
+                let (number, oldest) = parsing.pop_front().expect("not empty");
+                let merged = self
+                    .merge(objects, &mut paging, number, oldest, resource)
+                    .await;
+                if let Err(e) = merged {
+                    next.inspect(tokio::task::JoinHandle::abort);
+                    return Err(e);
+                }
+                notes_dropped += cap_notes(&mut objects.notes, notes_before);
             }
             let server = self.server.clone();
-            parsing.push_back(tokio::task::spawn_blocking(move || {
-                let mut parsed = Objects::wanting(wanted);
-                match page {
-                    Page::Json(text) => parsed
-                        .add_json(&text)
-                        .map_err(unreadable_json(server, resource))?,
-                    Page::Protobuf(list) => {
-                        let failed = |cause| ClusterError::Protobuf {
-                            server,
-                            resource,
-                            cause,
-                        };
-                        // `page` lets through the kinds of `reads_protobuf` only.
-                        if kind == Kind::ResourceClaim {
-                            parsed.allocated = protobuf::allocated(&list).map_err(failed)?;
-                        } else {
-                            parsed.slices = protobuf::slices(&list).map_err(failed)?;
-                        }
-                        None
-                    }
-                };
-                Ok(parsed)
-            }));
+            let number = paging.pages();
+            parsing.push_back((
+                number,
+                tokio::task::spawn_blocking(move || parse_page(page, kind, wanted, number, server)),
+            ));
         }
-        for parse in parsing {
-            objects.extend(self.joined(parse, resource).await??);
+        for (number, parse) in parsing {
+            self.merge(objects, &mut paging, number, parse, resource)
+                .await?;
+            notes_dropped += cap_notes(&mut objects.notes, notes_before);
         }
+        if notes_dropped > 0 {
+            objects.notes.push(format!(
+                "{resource}: {notes_dropped} more objects skipped (only the first {MAX_NOTES} are named)"
+            ));
+        }
+        objects.note_nameless(&format!("{resource} from {}", self.server));
+        Ok(())
+    }
+
+    /// Adds one parsed page to `objects`, once the listing's order and bounds allow it.
+    async fn merge(
+        &self,
+        objects: &mut Objects,
+        paging: &mut Paging,
+        number: usize,
+        parse: tokio::task::JoinHandle<Result<Parsed, ClusterError>>,
+        resource: &'static str,
+    ) -> Result<(), ClusterError> {
+        let parsed = self.joined(parse, resource).await??;
+        paging
+            .objects(number, parsed.keys)
+            .map_err(|fault| ClusterError::Paging {
+                server: self.server.clone(),
+                resource,
+                fault,
+            })?;
+        objects.extend(parsed.objects);
         Ok(())
     }
 
@@ -613,19 +684,32 @@ impl Cluster {
                 largest + largest / 8
             })
             .min(MAX_BODY_HINT);
+        let code = parts.status;
+        let failed = code.is_client_error() || code.is_server_error();
+        // An error answer is read only as far as its message needs (a Status is far smaller).
+        let (hint, limit) = if failed {
+            (0, MAX_ERROR_BODY)
+        } else {
+            (hint, MAX_BODY)
+        };
         let mut body = Vec::with_capacity(hint);
         while let Some(frame) = frames.frame().await {
             if let Ok(data) = frame?.into_data() {
-                if body.len() + data.len() > MAX_BODY {
+                if body.len() + data.len() > limit {
+                    if failed {
+                        body.extend_from_slice(&data[..limit - body.len()]);
+                        break;
+                    }
                     return Err(kube::Error::Service(Box::new(TooLarge)));
                 }
                 body.extend_from_slice(&data);
             }
         }
-        self.largest_body.fetch_max(body.len(), Ordering::Relaxed);
-        let code = parts.status;
+        if !failed {
+            self.largest_body.fetch_max(body.len(), Ordering::Relaxed);
+        }
         let content_type = parts.headers.get(http::header::CONTENT_TYPE).cloned();
-        if code.is_client_error() || code.is_server_error() {
+        if failed {
             // Asked for protobuf, kube-apiserver sends its `Status` so too.
             let text = match encoding(content_type.as_ref()) {
                 Some(Encoding::Protobuf) => protobuf::status_json(&body),
@@ -829,7 +913,8 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
 fn client(config: &kube::Config) -> Result<kube::Client, kube::Error> {
     use kube::client::ConfigExt;
     if config.proxy_url.is_some() {
-        // kube-rs's builder says why a proxy cannot be used (its proxy features are off).
+        // `proxy-url` (http, https or socks5, as kubectl takes it) goes through kube-rs's own
+        // proxy connectors; its one connect timeout then stands for kubectl's two.
         return kube::Client::try_from(config.clone());
     }
     let mut http = HttpConnector::new();
@@ -936,6 +1021,69 @@ where
             }
         })
     }
+}
+
+/// One page parsed: its objects and their keys, in order (checked within the page).
+struct Parsed {
+    objects: Objects,
+    keys: PageKeys,
+}
+
+/// Parses page `number` of a listing of `kind` (on a blocking thread).
+fn parse_page(
+    page: Page,
+    kind: Kind,
+    wanted: Kinds,
+    number: usize,
+    server: String,
+) -> Result<Parsed, ClusterError> {
+    let resource = kind.resource();
+    let mut parsed = Objects::page(wanted, PAGE_SIZE);
+    match page {
+        Page::Json(text) => {
+            parsed
+                .add_json(&text)
+                .map_err(unreadable_json(server.clone(), resource))?;
+        }
+        Page::Protobuf(list) => {
+            let failed = |cause| ClusterError::Protobuf {
+                server: server.clone(),
+                resource,
+                cause,
+            };
+            // `page` lets through the kinds of `reads_protobuf` only.
+            if kind == Kind::ResourceClaim {
+                parsed.allocated = protobuf::allocated(&list, PAGE_SIZE).map_err(failed)?;
+                let before = parsed.allocated.len();
+                parsed.allocated.retain(|c| !c.name.is_empty());
+                parsed.nameless = before - parsed.allocated.len();
+            } else {
+                parsed.slices = protobuf::slices(&list, PAGE_SIZE).map_err(failed)?;
+                let before = parsed.slices.len();
+                parsed.slices.retain(|s| !s.metadata.name.is_empty());
+                parsed.nameless = before - parsed.slices.len();
+            }
+        }
+    }
+    let mut keys = PageKeys::of(parsed.keys()).map_err(|key| ClusterError::Paging {
+        server,
+        resource,
+        fault: PagingFault::Repeated { page: number, key },
+    })?;
+    // Items without a name count against the bounds, though they are not kept.
+    keys.count += parsed.nameless;
+    Ok(Parsed {
+        objects: parsed,
+        keys,
+    })
+}
+
+/// Drops the notes past [`MAX_NOTES`] of those after `before`; returns how many.
+fn cap_notes(notes: &mut Vec<String>, before: usize) -> usize {
+    let keep = before + MAX_NOTES;
+    let dropped = notes.len().saturating_sub(keep);
+    notes.truncate(keep);
+    dropped
 }
 
 /// A JSON page that does not parse, as the error `caps` reports.

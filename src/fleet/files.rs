@@ -232,7 +232,9 @@ pub(crate) fn read_into(
     let wanted = objects.wanted();
     let read_one = |source: &Source, stdin: &mut dyn Read| {
         let mut read = Objects::wanting(wanted);
-        read_source(&mut read, source, stdin).map(|()| read)
+        read_source(&mut read, source, stdin)?;
+        read.note_nameless(&source.display());
+        Ok::<_, SnapshotError>(read)
     };
     let files = sources
         .iter()
@@ -333,6 +335,7 @@ impl Seen {
             taint_rules,
             notes,
             unparsed,
+            nameless,
             ..
         } = new;
         self.kind(
@@ -395,6 +398,7 @@ impl Seen {
         )?;
         objects.notes.extend(notes);
         objects.unparsed.extend(unparsed);
+        objects.nameless += nameless;
         Ok(())
     }
 
@@ -727,6 +731,8 @@ enum Parsed {
         objects: Objects,
         /// The texts of items with no kind while the List's is unknown, with their places.
         late: Vec<(String, Position)>,
+        /// Of those, the ones without a name as well (`{}`): counted, with the first's place.
+        late_nameless: (usize, Option<Position>),
     },
     Document {
         objects: Objects,
@@ -792,21 +798,38 @@ fn parse(work: &Work, wanted: Objects, name: &str) -> Result<Parsed, SnapshotErr
             api_version,
         } => {
             let mut late = Vec::new();
+            let mut late_nameless = (0, None);
             for (i, &(offset, start)) in starts.iter().enumerate() {
                 let end = starts.get(i + 1).map_or(text.len(), |next| next.0);
                 let item = utf8(name, &text[offset..end], start)?;
-                if objects
+                let Some(fields) = objects
                     .add_list_item(item, kind.as_deref(), api_version.as_deref())
                     .map_err(|e| syntax(name, &e, start))?
-                    .is_some()
-                {
-                    if kind.is_some() {
-                        return Err(kindless_item(name, start));
-                    }
+                else {
+                    continue;
+                };
+                if kind.is_some() {
+                    return Err(kindless_item(name, start));
+                }
+                // Whatever kind the List gives it, an item without a name is passed over: a
+                // million `{}` before the List's kind cost a count, not their texts.
+                let named = fields
+                    .get("metadata")
+                    .and_then(|m| m.get("name"))
+                    .and_then(|n| n.as_str())
+                    .is_some_and(|n| !n.is_empty());
+                if named {
                     late.push((item.to_string(), start));
+                } else {
+                    late_nameless.0 += 1;
+                    late_nameless.1.get_or_insert(start);
                 }
             }
-            Ok(Parsed::Items { objects, late })
+            Ok(Parsed::Items {
+                objects,
+                late,
+                late_nameless,
+            })
         }
         &Work::Document {
             ref text,
@@ -840,6 +863,9 @@ fn parse(work: &Work, wanted: Objects, name: &str) -> Result<Parsed, SnapshotErr
 /// Puts parsed work back in the file's order.
 struct Merger<'a> {
     objects: &'a mut Objects,
+    /// The objects merged so far by identity: one object given a million times in a file is
+    /// held once, batch by batch, not a million times until the file ends.
+    seen: Seen,
     name: &'a str,
     next: usize,
     pending: std::collections::BTreeMap<usize, Result<Parsed, SnapshotError>>,
@@ -847,6 +873,8 @@ struct Merger<'a> {
     /// size: held until the List's kind comes, so bounded by [`MAX_OBJECT`] in all.
     late: Vec<(String, Position)>,
     late_bytes: usize,
+    /// Items of the current List without a kind or a name: how many, and the first's place.
+    late_nameless: (usize, Option<Position>),
     /// Where this source's notes begin, and how many past [`MAX_NOTES`] were dropped.
     notes_before: usize,
     notes_dropped: usize,
@@ -894,8 +922,16 @@ impl Merger<'_> {
 
     fn merge(&mut self, parsed: Result<Parsed, SnapshotError>) -> Result<(), SnapshotError> {
         match parsed? {
-            Parsed::Items { objects, late } => {
-                self.objects.extend(objects);
+            Parsed::Items {
+                objects,
+                late,
+                late_nameless,
+            } => {
+                self.late_nameless.0 += late_nameless.0;
+                if self.late_nameless.1.is_none() {
+                    self.late_nameless.1 = late_nameless.1;
+                }
+                self.seen.merge(self.objects, objects, self.name)?;
                 self.cap_notes();
                 for (text, start) in late {
                     self.late_bytes += text.len();
@@ -931,9 +967,17 @@ impl Merger<'_> {
                         .to_string(),
                     });
                 }
-                self.objects.extend(objects);
+                self.seen.merge(self.objects, objects, self.name)?;
                 self.cap_notes();
                 self.late_bytes = 0;
+                let (nameless, first) = std::mem::take(&mut self.late_nameless);
+                if let Some(first) = first {
+                    // Their List gives them no kind: they are no objects at all.
+                    if crate::fleet::objects::list_item_kind(kind.as_deref()).is_none() {
+                        return Err(kindless_item(self.name, first));
+                    }
+                    self.objects.nameless += nameless;
+                }
                 for (item, start) in std::mem::take(&mut self.late) {
                     if !self
                         .objects
@@ -995,11 +1039,13 @@ fn read_json(
             notes_before,
             notes_dropped: 0,
             objects,
+            seen: Seen::default(),
             name,
             next: 0,
             pending: std::collections::BTreeMap::new(),
             late: Vec::new(),
             late_bytes: 0,
+            late_nameless: (0, None),
             failed: false,
             error: None,
         };

@@ -69,8 +69,8 @@ pub(crate) enum RenderProblem {
         device: RenderRef,
         value: Ustr,
     },
-    /// Whole GPUs of a driver that carry no `pciBusID` at all (a release before the one that
-    /// publishes it), on these nodes.
+    /// Whole GPUs of a driver that carry no `pciBusID`, or devices too old to tell whole GPUs
+    /// from sub-devices (a release before [`RenderDriver::since`]), on these nodes.
     NoPciBusId {
         driver: &'static RenderDriver,
         nodes: Vec<Ustr>,
@@ -248,14 +248,38 @@ fn render_devices(
                     .attributes
                     .identity(Identity::PciBusId)
                     .and_then(|v| v.as_ustr());
+                let domain = Ustr::from(driver.name);
+                let predates = driver.predates(|name| {
+                    let value = device.attributes.get(QualifiedName {
+                        domain,
+                        name: Ustr::from(name),
+                    })?;
+                    Some(value.as_str())
+                });
+                if predates {
+                    // Too old to tell whole GPUs from sub-devices: never paired, said once.
+                    let entry =
+                        unaddressed
+                            .entry(driver.name)
+                            .or_insert((driver, BTreeSet::new(), 0));
+                    entry.1.insert(node);
+                    entry.2 += 1;
+                    if let Some(address) = address {
+                        keys.push((
+                            (reference.driver, reference.pool, reference.device),
+                            node,
+                            address,
+                            None,
+                        ));
+                    }
+                    continue;
+                }
                 let Some(address) = address else {
                     // A render node without a PCI address cannot be matched to any GPU
                     // statement, and a claim's matchAttribute constraint can never pair it
                     // either. A whole GPU without one is an old release of its driver, and so
                     // is a vendor's device the table cannot place (a release before its `type`).
-                    let old_release = kind == DeviceKind::Gpu
-                        || (kind == DeviceKind::Other && driver.before.is_some());
-                    if old_release {
+                    if kind == DeviceKind::Gpu {
                         let entry =
                             unaddressed
                                 .entry(driver.name)

@@ -140,11 +140,11 @@ pub(crate) fn continue_token(list: &[u8]) -> Result<Option<String>, ProtobufErro
 
 /// The slices of a `ResourceSliceList`'s body, in the fleet model, read in place from the
 /// page (see `wire`): names and values go from the page's bytes to their interned form.
-pub(crate) fn slices(list: &[u8]) -> Result<Vec<ResourceSlice>, ProtobufError> {
+pub(crate) fn slices(list: &[u8], max: usize) -> Result<Vec<ResourceSlice>, ProtobufError> {
     const KIND: &str = "ResourceSliceList";
     let mut out = Vec::new();
     let mut scratch = Scratch::default();
-    items(list, KIND, |item| {
+    items(list, KIND, max, |item| {
         out.push(slice(item, &mut scratch)?);
         Ok(())
     })
@@ -154,10 +154,10 @@ pub(crate) fn slices(list: &[u8]) -> Result<Vec<ResourceSlice>, ProtobufError> {
 
 /// The claims of a `ResourceClaimList`'s body, for their allocations only: each item decoded
 /// with k8s-pb's types, as few as a cluster has claims cost little.
-pub(crate) fn allocated(list: &[u8]) -> Result<Vec<AllocatedClaim>, ProtobufError> {
+pub(crate) fn allocated(list: &[u8], max: usize) -> Result<Vec<AllocatedClaim>, ProtobufError> {
     const KIND: &str = "ResourceClaimList";
     let mut out = Vec::new();
-    items(list, KIND, |item| {
+    items(list, KIND, max, |item| {
         let claim = resource::ResourceClaim::decode(item).map_err(|cause| WireError::Wire {
             message: "ResourceClaim",
             cause,
@@ -170,16 +170,24 @@ pub(crate) fn allocated(list: &[u8]) -> Result<Vec<AllocatedClaim>, ProtobufErro
 }
 
 /// Each item (field 2) of a list's body handed to `take` as its bytes, one at a time; the
-/// list's other fields are skipped.
+/// list's other fields are skipped. More than `max` items (a page's `limit`) are refused.
 fn items<'a>(
     list: &'a [u8],
     kind: &'static str,
+    max: usize,
     mut take: impl FnMut(&'a [u8]) -> Result<(), WireError>,
 ) -> Result<(), WireError> {
     let mut list = Reader::new(list, kind);
+    let mut count = 0;
     while let Some(field) = list.next()? {
         match field.tag {
-            2 => take(field.bytes()?)?,
+            2 => {
+                count += 1;
+                if count > max {
+                    return Err(WireError::TooMany { message: kind, max });
+                }
+                take(field.bytes()?)?
+            }
             _ => field.skip()?,
         }
     }
@@ -634,7 +642,7 @@ mod tests {
     fn reads_a_slice_list_with_every_attribute_type_and_its_token() {
         let raw = unwrap(list("next"), "resource.k8s.io/v1", "ResourceSliceList").unwrap();
         assert_eq!(continue_token(&raw).unwrap().as_deref(), Some("next"));
-        let slices = slices(&raw).unwrap();
+        let slices = slices(&raw, 500).unwrap();
         let device = &slices[0].spec.devices[0];
         let get = |name| {
             device
@@ -660,7 +668,7 @@ mod tests {
         let good = list("");
         let read = |bytes: &[u8]| {
             unwrap(bytes.to_vec(), "resource.k8s.io/v1", "ResourceSliceList")
-                .and_then(|raw| slices(&raw))
+                .and_then(|raw| slices(&raw, 500))
                 .map(drop)
                 .unwrap_err()
                 .to_string()
@@ -726,7 +734,7 @@ mod tests {
         let nested = [vec![0x4b; DEPTH], vec![0x4c; DEPTH]].concat();
         let bytes = envelope("resource.k8s.io/v1", "ResourceSliceList", nested);
         let raw = unwrap(bytes.clone(), "resource.k8s.io/v1", "ResourceSliceList").unwrap();
-        assert!(slices(&raw).is_err());
+        assert!(slices(&raw, 500).is_err());
         assert!(continue_token(&raw).is_err());
     }
 
@@ -771,7 +779,7 @@ mod tests {
             claims.encode_to_vec(),
         );
         let raw = unwrap(bytes.clone(), "resource.k8s.io/v1", "ResourceClaimList").unwrap();
-        let claims = allocated(&raw).unwrap();
+        let claims = allocated(&raw, 500).unwrap();
         assert_eq!(
             claims,
             [AllocatedClaim {
@@ -791,7 +799,9 @@ mod tests {
             }]
         );
         assert_eq!(
-            allocated(&raw[..raw.len() - 2]).unwrap_err().to_string(),
+            allocated(&raw[..raw.len() - 2], 500)
+                .unwrap_err()
+                .to_string(),
             "unreadable ResourceClaimList"
         );
     }
@@ -814,7 +824,7 @@ mod tests {
 
     /// How reading `list`'s slices fails, as `caps` words it.
     fn slices_error(list: &[u8]) -> String {
-        crate::kubeconfig::chain(&slices(list).map(drop).unwrap_err())
+        crate::kubeconfig::chain(&slices(list, 500).map(drop).unwrap_err())
     }
 
     #[test]
@@ -890,7 +900,7 @@ mod tests {
             metadata: None,
             items: vec![slice],
         };
-        let read = slices(&list.encode_to_vec()).unwrap();
+        let read = slices(&list.encode_to_vec(), 500).unwrap();
         let json: SliceSpec = serde_json::from_value(serde_json::json!({
             "driver": "media.liken.sh",
             "pool": {"name": "p", "generation": 3, "resourceSliceCount": 2},
@@ -927,7 +937,7 @@ mod tests {
         let entry =
             |key: &[u8], int: u8| field(2, &[field(1, key), field(2, &[0x10, int])].concat());
         let device = [entry(b"b", 1), entry(b"a", 2), entry(b"b", 3)].concat();
-        let read = slices(&one_device(&device)).unwrap();
+        let read = slices(&one_device(&device), 500).unwrap();
         let attributes: Vec<_> = read[0].spec.devices[0]
             .attributes
             .iter()

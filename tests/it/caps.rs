@@ -363,6 +363,7 @@ fn summary_of_the_example_fleet() {
         json["statuses"],
         serde_json::json!({
             "ok": {"gpus": 5, "nodes": 5},
+            "no render device": {"gpus": 0, "nodes": 0},
             "drift": {"gpus": 2, "nodes": 2},
             "probe failed": {"gpus": 1, "nodes": 1},
             "incomplete": {"gpus": 0, "nodes": 0},
@@ -1193,29 +1194,14 @@ fn rows(expected: &[(&str, &str, &str, &str)]) -> Vec<(String, String, String, S
 #[test]
 fn caps_pairs_media_devices_with_each_vendors_whole_gpus_only() {
     let (ok, none) = ("ok", "no render device");
-    let whole_at_both = |gpu_a: &'static str, driver: &'static str| {
-        let render = format!("{driver}/{gpu_a}");
-        vec![
-            (
-                "node-a".to_string(),
-                "0000:03:00.0".to_string(),
-                "-".to_string(),
-                none.to_string(),
-            ),
-            (
-                "node-a".into(),
-                "0000:83:00.0".into(),
-                render.clone(),
-                ok.into(),
-            ),
-            (
-                "node-b".into(),
-                "0000:03:00.0".into(),
-                "-".into(),
-                none.into(),
-            ),
-            ("node-b".into(), "0000:83:00.0".into(), render, ok.into()),
-        ]
+    // NVIDIA's and AMD's nodes: a whole GPU at 0000:83:00.0 only, sub-devices at 0000:03:00.0.
+    let whole_at_83 = |render: &str| {
+        rows(&[
+            ("node-a", "0000:03:00.0", "-", none),
+            ("node-a", "0000:83:00.0", render, ok),
+            ("node-b", "0000:03:00.0", "-", none),
+            ("node-b", "0000:83:00.0", render, ok),
+        ])
     };
     let cases = [
         (
@@ -1253,9 +1239,9 @@ fn caps_pairs_media_devices_with_each_vendors_whole_gpus_only() {
         (
             NVIDIA,
             "parent-address",
-            whole_at_both("gpu-1", NVIDIA.name),
+            whole_at_83("gpu.nvidia.com/gpu-1"),
         ),
-        (AMD, "parent-address", whole_at_both("gpu-8-136", AMD.name)),
+        (AMD, "parent-address", whole_at_83("gpu.amd.com/gpu-8-136")),
     ];
     for (driver, b, expected) in cases {
         let mut items = Vec::new();
@@ -1337,8 +1323,9 @@ fn caps_notes_a_driver_release_without_pci_bus_id() {
         .unwrap_or_else(|| panic!("{table}"));
     assert_eq!(
         note,
-        "no pciBusID: gpu.nvidia.com publishes 1 whole GPU(s) on node node-a without \
-         resource.kubernetes.io/pciBusID, so no claim pairs them with a media device (hint: \
-         upgrade gpu.nvidia.com to v25.12.0 or newer (before it, the address was pcieBusID))"
+        "no pciBusID: gpu.nvidia.com publishes 1 GPU(s) on node node-a without \
+         resource.kubernetes.io/pciBusID or the attributes that tell a whole GPU from a part of \
+         one, so no claim pairs them with a media device (hint: upgrade gpu.nvidia.com to \
+         v25.12.0 or newer (before it, the address was pcieBusID))"
     );
 }

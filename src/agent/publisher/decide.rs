@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tracing::{Level, debug, info};
 
 use super::PublishError;
-use super::compare::{FieldPath, not_ours, same_content, updated_metadata};
+use super::compare::{FieldPath, keep_taint_times, not_ours, same_content, updated_metadata};
 use crate::agent::api::{ApiCause, Backoff, Problem};
 use crate::catalogue::DRIVER;
 use crate::node::device::GpuDevice;
@@ -186,6 +186,7 @@ pub(crate) fn plan(stored: &Stored, gpus: &[GpuDevice], rechecked: bool) -> Plan
         return Plan::UpToDate { generation };
     }
     wanted.spec.pool.generation = stored.generation.max(generation) + 1;
+    keep_taint_times(current, &mut wanted);
     // Keep what others put in metadata; it does not reach the scheduler.
     wanted.metadata = updated_metadata(&current.metadata, &wanted.metadata);
     Plan::Update(Box::new(wanted))
@@ -254,6 +255,9 @@ pub(crate) struct State {
     /// Only an answer of the API server ends these problems (the watcher's `Init` is not one:
     /// it comes before its list request is even sent).
     watch_problem: Problem,
+    /// A failed list of the watcher: over only when a list completes (a page answered, or a
+    /// read, is no proof: the next page may be refused again, `crate::agent::answers`).
+    list_problem: Problem,
     publish_problem: Problem,
 }
 
@@ -277,6 +281,7 @@ impl State {
             resync_interval,
             backoff: Backoff::new(max_backoff),
             watch_problem: Problem::new("follow this node's ResourceSlice"),
+            list_problem: Problem::new("follow this node's ResourceSlice"),
             publish_problem: Problem::new("publish the ResourceSlice"),
         }
     }
@@ -316,9 +321,12 @@ pub(crate) fn decide(state: &mut State, event: Event, now: Instant) -> Vec<Actio
                 actions.push(Action::Answered);
                 let selector = selector(&state.stored.node);
                 let message = format!("{verb} ResourceSlices ({selector}): {cause}");
-                state
-                    .watch_problem
-                    .report(Level::WARN, &cause.class(), &message);
+                let problem = if verb == "list" {
+                    &mut state.list_problem
+                } else {
+                    &mut state.watch_problem
+                };
+                problem.report(Level::WARN, &cause.class(), &message);
             }
         }
         Event::Desired { known } => {
@@ -390,6 +398,7 @@ fn watched(state: &mut State, event: watcher::Event<ResourceSlice>, actions: &mu
         watcher::Event::InitApply(slice) => state.listing.push(slice),
         watcher::Event::InitDone => {
             state.listed = true;
+            state.list_problem.ok();
             let found = std::mem::take(&mut state.listing);
             if !found
                 .iter()
@@ -794,9 +803,18 @@ mod tests {
             decide(&mut state, forbidden, t0),
             [Action::Answered, Action::Publish]
         );
-        assert!(state.watch_problem.is_failing());
+        assert!(state.list_problem.is_failing());
+        // A read, or a page of the next listing, is no proof the listing works.
+        decide(&mut state, Event::Read(Ok(None)), t0);
+        decide(&mut state, Event::Watched(watcher::Event::Init), t0);
+        let page = Event::Watched(watcher::Event::InitApply(slice(1, 1)));
+        decide(&mut state, page, t0);
+        assert!(state.list_problem.is_failing());
         decide(&mut state, Event::Watched(watcher::Event::InitDone), t0);
-        assert!(!state.watch_problem.is_failing(), "over at the next answer");
+        assert!(
+            !state.list_problem.is_failing(),
+            "over once a listing completes"
+        );
     }
 
     #[test]

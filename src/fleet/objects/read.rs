@@ -21,8 +21,16 @@ pub struct Objects {
     /// The objects of a kind read here that did not have its shape, by name: the target of
     /// `why` among them is an error, not a name not found.
     pub unparsed: Vec<Unparsed>,
+    /// Objects passed over for having no `metadata.name` (an API server stores none): counted,
+    /// never held, so a page or file of a million `{}` costs a number ([`Objects::note_nameless`]).
+    pub nameless: usize,
     wanted: Kinds,
+    /// The most items a List may hold: a page of a listing holds no more than its `limit`.
+    max_items: Option<usize>,
 }
+
+/// How a List over [`Objects::page`]'s bound is refused (and not read again item by item).
+const OVER_LIMIT: &str = "more than";
 
 /// An object of a kind that is read which does not have its kind's shape: which one, the field
 /// (a path from the object's root) and what is wrong there.
@@ -293,10 +301,18 @@ impl<'de> Visitor<'de> for ItemsSeed<'_, '_> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut kindless = Vec::new();
+        let max = self.objects.max_items.unwrap_or(usize::MAX);
+        let mut items = 0usize;
         while let Some(outcome) = seq.next_element_seed(ObjectSeed {
             objects: &mut *self.objects,
             inherit: self.inherit,
         })? {
+            items += 1;
+            if items > max {
+                return Err(de::Error::custom(format_args!(
+                    "{OVER_LIMIT} {max} items in one page, the limit asked for"
+                )));
+            }
             if let Outcome::Kindless(fields) = outcome {
                 kindless.push(fields);
             }
@@ -325,9 +341,69 @@ impl Objects {
         }
     }
 
+    /// An empty set for one page of a listing asked with `limit`: a List of more items is
+    /// refused as it is read.
+    pub(crate) fn page(kinds: Kinds, limit: usize) -> Objects {
+        Objects {
+            max_items: Some(limit),
+            ..Objects::wanting(kinds)
+        }
+    }
+
+    /// An empty set read as this one is (the same kinds and bound).
+    fn fresh(&self) -> Objects {
+        Objects {
+            max_items: self.max_items,
+            ..Objects::wanting(self.wanted)
+        }
+    }
+
     /// The kinds kept.
     pub(crate) fn wanted(&self) -> Kinds {
         self.wanted
+    }
+
+    /// Turns the count of objects without a name into one note naming `source`, if any were.
+    pub(crate) fn note_nameless(&mut self, source: &str) {
+        let n = std::mem::take(&mut self.nameless);
+        if n > 0 {
+            let objects = if n == 1 { "object" } else { "objects" };
+            self.notes.push(format!(
+                "{source}: skipped {n} {objects} without metadata.name, which no API server stores"
+            ));
+        }
+    }
+
+    /// The keys of the objects kept, in the order read, for checking a listing's order.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = crate::paging::Key<'_>> {
+        use crate::paging::Key;
+        fn meta(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Key<'_> {
+            Key {
+                namespace: m.namespace.as_deref().unwrap_or_default(),
+                name: m.name.as_deref().unwrap_or_default(),
+            }
+        }
+        fn cluster(name: &str) -> Key<'_> {
+            Key {
+                namespace: "",
+                name,
+            }
+        }
+        let slices = self.slices.iter().map(|s| cluster(&s.metadata.name));
+        let allocated = self.allocated.iter().map(|c| Key {
+            namespace: &c.namespace,
+            name: &c.name,
+        });
+        let rules = self.taint_rules.iter().map(|r| cluster(&r.metadata.name));
+        slices
+            .chain(allocated)
+            .chain(rules)
+            .chain(self.classes.iter().map(|o| meta(&o.metadata)))
+            .chain(self.claims.iter().map(|o| meta(&o.metadata)))
+            .chain(self.claim_templates.iter().map(|o| meta(&o.metadata)))
+            .chain(self.pods.iter().map(|o| meta(&o.metadata)))
+            .chain(self.nodes.iter().map(|o| meta(&o.metadata)))
+            .chain(self.events.iter().map(|o| meta(&o.metadata)))
     }
 
     /// Adds the objects of one JSON document: a single object, or a List (including the
@@ -350,7 +426,7 @@ impl Objects {
     }
 
     fn read_json(&mut self, text: &str) -> Result<Outcome, serde_json::Error> {
-        let mut attempt = Objects::wanting(self.wanted);
+        let mut attempt = self.fresh();
         let mut deserializer = serde_json::Deserializer::from_str(text);
         let read = ObjectSeed {
             objects: &mut attempt,
@@ -363,7 +439,10 @@ impl Objects {
                 self.extend(attempt);
                 Ok(outcome)
             }
-            Err(e) if e.is_data() => self.add_json_by_object(text).map(Outcome::List),
+            // A page over its limit is refused whole, not read again item by item.
+            Err(e) if e.is_data() && !e.to_string().starts_with(OVER_LIMIT) => {
+                self.add_json_by_object(text).map(Outcome::List)
+            }
             Err(e) => Err(e),
         }
     }
@@ -410,6 +489,16 @@ impl Objects {
             #[serde(default)]
             metadata: Option<Head>,
         }
+        // The items are gathered below: a page is counted first, so that a page of millions
+        // of items costs a parse, not a vector of them.
+        if let Some(max) = self.max_items {
+            let items = count_items(text)?;
+            if items > max {
+                return Err(de::Error::custom(format_args!(
+                    "{OVER_LIMIT} {max} items in one page, the limit asked for"
+                )));
+            }
+        }
         let head: ListHead = serde_json::from_str(text)?;
         let token = head
             .metadata
@@ -441,7 +530,7 @@ impl Objects {
         inherit: Inherit<'_>,
     ) -> Result<Option<serde_json::Map<String, serde_json::Value>>, serde_json::Error> {
         let mut deserializer = serde_json::Deserializer::from_str(text);
-        let mut attempt = Objects::wanting(self.wanted);
+        let mut attempt = self.fresh();
         let read = ObjectSeed {
             objects: &mut attempt,
             inherit,
@@ -522,6 +611,7 @@ impl Objects {
         self.taint_rules.extend(other.taint_rules);
         self.notes.extend(other.notes);
         self.unparsed.extend(other.unparsed);
+        self.nameless += other.nameless;
     }
 
     /// Adds the objects of one already-parsed document (the YAML path).
@@ -530,7 +620,7 @@ impl Objects {
     }
 
     fn add_value_with(&mut self, value: &serde_json::Value, inherit: Inherit<'_>) {
-        let mut attempt = Objects::wanting(self.wanted);
+        let mut attempt = self.fresh();
         let read = ObjectSeed {
             objects: &mut attempt,
             inherit,
@@ -568,6 +658,19 @@ impl Objects {
             return Ok(());
         };
         if !self.wanted.contains(known) {
+            return Ok(());
+        }
+        // Before anything is kept or noted: a million `{}` in a typed List cost a count.
+        let named = match &head {
+            Some(h) => h.name.as_deref(),
+            None => fields
+                .get("metadata")
+                .and_then(|m| m.get("name"))
+                .and_then(|n| n.as_str()),
+        }
+        .is_some_and(|n| !n.is_empty());
+        if !named {
+            self.nameless += 1;
             return Ok(());
         }
         let name = match &head {
@@ -658,6 +761,41 @@ impl Objects {
         }
         Ok(())
     }
+}
+
+/// How many items a List's text holds, none of them kept.
+fn count_items(text: &str) -> Result<usize, serde_json::Error> {
+    struct Count(usize);
+    impl<'de> Deserialize<'de> for Count {
+        fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct Counter;
+            impl<'de> Visitor<'de> for Counter {
+                type Value = Count;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a list")
+                }
+                fn visit_unit<E>(self) -> Result<Count, E> {
+                    Ok(Count(0))
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Count, A::Error> {
+                    let mut n = 0;
+                    while seq.next_element::<IgnoredAny>()?.is_some() {
+                        n += 1;
+                    }
+                    Ok(Count(n))
+                }
+            }
+            deserializer.deserialize_any(Counter)
+        }
+    }
+    #[derive(Deserialize)]
+    struct Items {
+        #[serde(default)]
+        items: Option<Count>,
+    }
+    Ok(serde_json::from_str::<Items>(text)?
+        .items
+        .map_or(0, |c| c.0))
 }
 
 /// `namespace/name`, or `name` for cluster-scoped objects.

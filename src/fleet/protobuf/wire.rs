@@ -33,6 +33,9 @@ pub enum WireError {
         #[source]
         cause: std::str::Utf8Error,
     },
+    /// More items than the page's `limit` asked for.
+    #[error("{message} has more than {max} items, the limit asked for")]
+    TooMany { message: &'static str, max: usize },
     /// A truncated or malformed key or varint, or an unknown field that cannot be skipped.
     #[error("unreadable {message}")]
     Wire {

@@ -77,6 +77,10 @@ const MATCHED: [&str; 5] = [
     "media.liken.sh/driverVersion",
 ];
 
+/// A vendor's device: name, pciBusID (none before the release that publishes it), and string
+/// attributes of the driver's domain.
+type VendorDevice = (String, Option<String>, Vec<(&'static str, &'static str)>);
+
 struct Gen {
     rng: fastrand::Rng,
     objects: Vec<Value>,
@@ -198,12 +202,7 @@ impl Gen {
 
     /// The devices `driver` (a vendor's) publishes for GPU `gpu` of a node, as its fixture shapes
     /// them: (name, pciBusID, string attributes of its own domain).
-    #[allow(clippy::type_complexity)]
-    fn vendor_gpu(
-        &mut self,
-        driver: &RenderDriver,
-        gpu: u8,
-    ) -> Vec<(String, Option<String>, Vec<(&'static str, &'static str)>)> {
+    fn vendor_gpu(&mut self, driver: &RenderDriver, gpu: u8) -> Vec<VendorDevice> {
         let parent = Some(format!("0000:0{gpu}:00.0"));
         let mut devices = Vec::new();
         let split = self.chance(3);

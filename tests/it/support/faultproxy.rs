@@ -47,7 +47,28 @@ pub enum Fault {
     Close,
     /// The server's own answer, this much later.
     Delay(Duration),
+    /// The server's own page of a list, asked for as JSON, rewritten to page otherwise than
+    /// kube-apiserver pages (no server pages so, and none can be made to).
+    Paging(Paging),
 }
+
+/// How [`Fault::Paging`] rewrites a page. The proxy's tokens (`proxy-N`) are taken off the
+/// request before it goes to the server, which so answers its first page every time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Paging {
+    /// The token the page was asked with is handed back (`proxy-0` on the first page).
+    SameToken,
+    /// A new token on every page, and the first page's objects on each.
+    RepeatPages,
+    /// A new token on every page, with objects never read before (the first page's, renamed
+    /// `pNNNNN-NAME`, so that they come in key order as kube-apiserver's would).
+    FreshObjects,
+    /// A new token on every page, and no objects.
+    EmptyPages,
+}
+
+/// The proxy's own continue tokens.
+const PROXY_TOKEN: &str = "proxy-";
 
 impl Fault {
     /// 500 InternalError, worded as kube-apiserver wraps an internal error.
@@ -121,7 +142,7 @@ impl Fault {
                 );
                 (*code, "text/html", String::new(), page)
             }
-            Fault::Drop | Fault::Close | Fault::Delay(_) => return None,
+            Fault::Drop | Fault::Close | Fault::Delay(_) | Fault::Paging(_) => return None,
         };
         let text = format!(
             "HTTP/1.1 {code} {}\r\nContent-Type: {content_type}\r\n{extra}Content-Length: {}\r\n\
@@ -179,6 +200,8 @@ struct Shared {
     answers: Mutex<Vec<Answer>>,
     live_watches: AtomicUsize,
     cut: tokio::sync::Notify,
+    /// Pages [`Fault::Paging`] has rewritten, for its tokens and names.
+    pages: AtomicUsize,
 }
 
 /// A running proxy; it stops when dropped.
@@ -361,6 +384,146 @@ impl FaultProxy {
     }
 }
 
+/// A connection to the server with the request's head sent (`Connection: close`).
+async fn upstream_request(
+    connector: &TlsConnector,
+    upstream: &str,
+    method: &str,
+    target: &str,
+    headers: &[&str],
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(upstream).await?;
+    let name = pki_types::ServerName::IpAddress(
+        upstream
+            .rsplit_once(':')
+            .and_then(|(host, _)| host.parse::<std::net::IpAddr>().ok())
+            .expect("an IP upstream")
+            .into(),
+    );
+    let mut server = connector.connect(name, tcp).await?;
+    let mut forwarded = format!("{method} {target} HTTP/1.1\r\n");
+    for h in headers {
+        let name = h.split(':').next().unwrap_or_default();
+        if !name.eq_ignore_ascii_case("connection") && !name.eq_ignore_ascii_case("keep-alive") {
+            forwarded.push_str(h);
+            forwarded.push_str("\r\n");
+        }
+    }
+    forwarded.push_str("Connection: close\r\n\r\n");
+    server.write_all(forwarded.as_bytes()).await?;
+    Ok(server)
+}
+
+/// The server's first page for `target` (the proxy's token taken off, JSON asked for),
+/// rewritten as `paging` says for page `page` of the proxy's: a whole HTTP answer.
+async fn repage(
+    paging: Paging,
+    page: usize,
+    target: &str,
+    headers: &[&str],
+    connector: &TlsConnector,
+    upstream: &str,
+) -> std::io::Result<Vec<u8>> {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let sent = query
+        .split('&')
+        .find_map(|p| p.strip_prefix("continue="))
+        .map(str::to_string);
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|p| !p.starts_with(&format!("continue={PROXY_TOKEN}")))
+        .collect();
+    let target = format!("{path}?{}", kept.join("&"));
+    let mut headers: Vec<&str> = headers
+        .iter()
+        .copied()
+        .filter(|h| !h.to_ascii_lowercase().starts_with("accept:"))
+        .collect();
+    headers.push("Accept: application/json");
+    let mut server = upstream_request(connector, upstream, "GET", &target, &headers).await?;
+    let mut answer = Vec::new();
+    server.read_to_end(&mut answer).await.or_else(|e| {
+        // Go's server may close without close_notify after a Connection: close answer.
+        (e.kind() == std::io::ErrorKind::UnexpectedEof)
+            .then_some(0)
+            .ok_or(e)
+    })?;
+    let (code, body) = http_answer(&answer);
+    let mut list: serde_json::Value = match serde_json::from_slice(&body) {
+        Ok(list) if code == 200 => list,
+        _ => return Ok(answer),
+    };
+    let token = match paging {
+        Paging::SameToken => sent.unwrap_or_else(|| format!("{PROXY_TOKEN}0")),
+        _ => format!("{PROXY_TOKEN}{page}"),
+    };
+    list["metadata"]["continue"] = token.into();
+    let items = list["items"].as_array_mut().expect("a List's items");
+    match paging {
+        Paging::SameToken | Paging::RepeatPages => {}
+        Paging::EmptyPages => items.clear(),
+        Paging::FreshObjects => {
+            for item in items {
+                let name = item["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                item["metadata"]["name"] = format!("p{page:05}-{name}").into();
+                item["metadata"]["uid"] = format!("proxy-{page}-{name}").into();
+            }
+        }
+    }
+    let body = serde_json::to_vec(&list).unwrap();
+    let mut out = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// An HTTP/1.1 answer's code and body (`Content-Length`, chunked, or to the end).
+fn http_answer(answer: &[u8]) -> (u16, Vec<u8>) {
+    let end = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("an answer head");
+    let head = String::from_utf8_lossy(&answer[..end]).to_ascii_lowercase();
+    let code = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let mut rest = &answer[end + 4..];
+    if !head.contains("transfer-encoding: chunked") {
+        return (code, rest.to_vec());
+    }
+    let mut body = Vec::new();
+    loop {
+        let line_end = rest
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("a chunk size");
+        let size = usize::from_str_radix(
+            String::from_utf8_lossy(&rest[..line_end])
+                .split(';')
+                .next()
+                .unwrap()
+                .trim(),
+            16,
+        )
+        .expect("a chunk size");
+        rest = &rest[line_end + 2..];
+        if size == 0 {
+            return (code, body);
+        }
+        body.extend_from_slice(&rest[..size]);
+        rest = &rest[size + 2..];
+    }
+}
+
 /// Reads until the end of the request head; returns the head (with its blank line) and what
 /// was read past it.
 async fn read_head(stream: &mut (impl AsyncRead + Unpin)) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
@@ -429,6 +592,12 @@ async fn serve(
 
     if let Some(Fault::Delay(delay)) = fault {
         tokio::time::sleep(delay).await;
+    } else if let Some(Fault::Paging(paging)) = fault {
+        let page = shared.pages.fetch_add(1, Ordering::SeqCst) + 1;
+        let response = repage(paging, page, &target, &headers, connector, upstream).await?;
+        client.write_all(&response).await?;
+        client.shutdown().await?;
+        return Ok(());
     } else if let Some(fault) = fault {
         // The whole request is read first, as the server would, so the client is not reset
         // while it still sends.
@@ -450,25 +619,7 @@ async fn serve(
         return Ok(());
     }
 
-    let tcp = TcpStream::connect(upstream).await?;
-    let name = pki_types::ServerName::IpAddress(
-        upstream
-            .rsplit_once(':')
-            .and_then(|(host, _)| host.parse::<std::net::IpAddr>().ok())
-            .expect("an IP upstream")
-            .into(),
-    );
-    let mut server = connector.connect(name, tcp).await?;
-    let mut forwarded = format!("{method} {target} HTTP/1.1\r\n");
-    for h in &headers {
-        let name = h.split(':').next().unwrap_or_default();
-        if !name.eq_ignore_ascii_case("connection") && !name.eq_ignore_ascii_case("keep-alive") {
-            forwarded.push_str(h);
-            forwarded.push_str("\r\n");
-        }
-    }
-    forwarded.push_str("Connection: close\r\n\r\n");
-    server.write_all(forwarded.as_bytes()).await?;
+    let mut server = upstream_request(connector, upstream, &method, &target, &headers).await?;
     server.write_all(&rest).await?;
 
     if !is_watch(&target) {

@@ -16,9 +16,12 @@ pub const FIXTURE_NODE: &str = "node-a";
 /// An address where every fixture has a whole GPU (NVIDIA's beside a VFIO device of that address).
 pub const WHOLE: &str = "0000:83:00.0";
 
-/// Each directory of recorded reports: (example node, PCI address, render node) of its GPUs, the
-/// qualifying one (`mtl-1`) first. Each record is the example's with only these two changed.
-pub const REPORTS: [(&str, [(&str, &str, &str); 2]); 3] = [
+/// A recorded GPU: (example node, PCI address, render node).
+pub type RecordedGpu = (&'static str, &'static str, &'static str);
+
+/// Each directory of recorded reports with its GPUs, the qualifying one (`mtl-1`) first. Each
+/// record is the example's with only the address and the render node changed.
+pub const REPORTS: [(&str, [RecordedGpu; 2]); 3] = [
     // The qualifying GPU where every driver has a whole GPU.
     (
         "whole",
