@@ -29,6 +29,7 @@ mod libva;
 mod oracle;
 mod paging;
 mod probe_cli;
+mod quadratic;
 mod reads;
 mod release;
 mod rules_captures;
