@@ -248,28 +248,38 @@ pub(crate) enum RunError {
 }
 
 /// Runs `command` with no stdin, reading at most `limit` bytes of stdout and [`MAX_ERRORS`] of
-/// stderr, killed (and reaped) when it runs past `timeout` or writes past `limit`.
+/// stderr, killed (and reaped) when it runs past `timeout` or writes past `limit`. It runs in a
+/// process group of its own, killed whole when it ends or is stopped: a child it leaves behind
+/// holding its output can neither keep us waiting nor outlive it; and the output is awaited no
+/// longer than the timeout in any case.
 pub(crate) fn run_bounded(
     mut command: Command,
     timeout: Duration,
     limit: u64,
 ) -> Result<Ran, RunError> {
+    use std::os::unix::process::CommandExt;
     let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .spawn()
         .map_err(RunError::Spawn)?;
-    // Readers on their own threads, so that a full pipe never stalls the program while we wait.
+    let started = Instant::now();
+    // Readers on their own threads, so that a full pipe never stalls the program while we wait;
+    // they hand their bytes over a channel, which is waited on with a deadline.
     let reader = |pipe: Option<Box<dyn Read + Send>>, limit: u64| {
-        std::thread::spawn(move || -> std::io::Result<Vec<u8>> {
+        let (done, output) = std::sync::mpsc::sync_channel(1);
+        std::thread::spawn(move || {
             let mut out = Vec::new();
-            if let Some(pipe) = pipe {
+            let read = match pipe {
                 // One byte over the limit tells "too much" from "exactly the limit".
-                pipe.take(limit + 1).read_to_end(&mut out)?;
-            }
-            Ok(out)
-        })
+                Some(pipe) => pipe.take(limit + 1).read_to_end(&mut out).map(|_| out),
+                None => Ok(out),
+            };
+            let _ = done.send(read);
+        });
+        output
     };
     let stdout = reader(
         child
@@ -285,7 +295,10 @@ pub(crate) fn run_bounded(
             .map(|p| Box::new(p) as Box<dyn Read + Send>),
         MAX_ERRORS,
     );
-    let started = Instant::now();
+    let group = nix::unistd::Pid::from_raw(child.id() as i32);
+    let kill_group = || {
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+    };
     // Past the limit the reader drops the pipe, and the program's next write ends it (SIGPIPE).
     let status = loop {
         if let Some(status) = child.try_wait().map_err(RunError::Io)? {
@@ -296,22 +309,28 @@ pub(crate) fn run_bounded(
         }
         std::thread::sleep(POLL);
     };
+    // What it started goes with it (the group outlives its leader while members remain).
+    kill_group();
     let Some(status) = status else {
-        // Killed, then reaped, so no zombie stays behind. The readers are left to end when
-        // the pipes close: a child of the program may still hold them open.
+        // Killed, then reaped, so no zombie stays behind.
         let _ = child.kill();
         let _ = child.wait();
-        drop((stdout, stderr));
         return Err(RunError::Timeout);
     };
-    let join = |handle: std::thread::JoinHandle<std::io::Result<Vec<u8>>>| {
-        handle
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("reader thread panicked")))
-            .map_err(RunError::Io)
+    let deadline = started + timeout;
+    let collect = |output: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>| {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match output.recv_timeout(left) {
+            Ok(read) => read.map_err(RunError::Io),
+            // A process that left the group (setsid) still holds the pipe: not waited for.
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(RunError::Timeout),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                Err(RunError::Io(std::io::Error::other("reader thread panicked")))
+            }
+        }
     };
-    let stdout = join(stdout)?;
-    let mut stderr = join(stderr)?;
+    let stdout = collect(stdout)?;
+    let mut stderr = collect(stderr)?;
     if stdout.len() as u64 > limit {
         return Err(RunError::TooMuch);
     }
@@ -355,6 +374,38 @@ mod tests {
         assert_eq!(ran.stdout, b"1234");
         assert_eq!(ran.stderr, b"oops\n");
         assert!(!ran.success);
+    }
+
+    /// ffprobe's children (a helper it forks, a script's `&`) holding its output: neither its
+    /// end nor its timeout waits for them, and none outlives it.
+    #[test]
+    fn a_child_left_holding_the_output_neither_delays_nor_outlives_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid = dir.path().join("pid");
+        let started = Instant::now();
+        let script = format!("sleep 600 & echo $! > {}; printf '{{}}'", pid.display());
+        let ran = run_bounded(sh(&script), Duration::from_secs(20), 1024).unwrap();
+        assert_eq!(ran.stdout, b"{}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        let child: i32 = std::fs::read_to_string(&pid).unwrap().trim().parse().unwrap();
+        // Gone, or a zombie for init to reap: no process of the group runs on.
+        let running = || {
+            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
+                !stat.rsplit(')').next().unwrap_or_default().trim_start().starts_with('Z')
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while running() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!running(), "the child outlived ffprobe");
+
+        // Past the timeout, the same: stopped at it, not at the child's end.
+        let started = Instant::now();
+        let err = run_bounded(sh("sleep 600 & sleep 600"), Duration::from_millis(300), 1024)
+            .unwrap_err();
+        assert!(matches!(err, RunError::Timeout), "{err:?}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
     }
 
     #[test]

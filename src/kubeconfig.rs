@@ -26,6 +26,7 @@ pub enum KubeconfigError {
     /// (client-go: "context was not found for specified context").
     #[error(
         "load kubeconfig: {named} {name:?} {is_not} {files}, which has {contexts}",
+        name = crate::text::elide(.name, MAX_SHOWN),
         named = if *.by_flag { "the context" } else { "current-context" },
         is_not = if *.by_flag { "is not in" } else { "names no context of" },
         contexts = listed(.known)
@@ -85,12 +86,23 @@ pub enum FileFault {
 /// How many contexts a message lists before it counts the rest.
 const CONTEXTS_LISTED: usize = 5;
 
+/// How many of `KUBECONFIG`'s files a message names before it counts the rest.
+const PATHS_LISTED: usize = 3;
+
+/// The most of a name or path from the kubeconfig a message repeats (a `current-context` of a
+/// megabyte is cut in its middle).
+const MAX_SHOWN: usize = 200;
+
 /// `3 contexts: a, b, c`, the first few of many and how many more, or `no contexts`.
 fn listed(known: &[String]) -> String {
     match known.len() {
         0 => "no contexts".to_string(),
         n => {
-            let shown = known[..n.min(CONTEXTS_LISTED)].join(", ");
+            let shown: Vec<String> = known[..n.min(CONTEXTS_LISTED)]
+                .iter()
+                .map(|k| crate::text::elide(k, MAX_SHOWN).into_owned())
+                .collect();
+            let shown = shown.join(", ");
             let more = n.saturating_sub(CONTEXTS_LISTED);
             let noun = if n == 1 { "context" } else { "contexts" };
             if more > 0 {
@@ -112,6 +124,13 @@ impl KubeconfigError {
         let typed = name.to_ascii_lowercase();
         known
             .iter()
+            // A distance is at least the difference in length: names more than three apart are
+            // never close, and are not compared (a huge name against thousands would be slow).
+            .filter(|k| {
+                k.len().abs_diff(typed.len()) <= 3
+                    || typed.starts_with(&k.to_ascii_lowercase())
+                    || k.to_ascii_lowercase().starts_with(&typed)
+            })
             .map(|k| {
                 let lower = k.to_ascii_lowercase();
                 let distance = if lower.starts_with(&typed) || typed.starts_with(&lower) {
@@ -328,14 +347,24 @@ impl Files {
         match self {
             Files::Explicit(path) => format!("{} does not exist", path.display()),
             Files::Listed(paths) if paths.is_empty() => "KUBECONFIG lists no file".to_string(),
-            Files::Listed(paths) => format!(
-                "none of the files KUBECONFIG lists exists ({})",
-                paths
+            Files::Listed(paths) => {
+                let shown: Vec<String> = paths
                     .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+                    .take(PATHS_LISTED)
+                    .map(|p| crate::text::elide(&p.display().to_string(), MAX_SHOWN).into_owned())
+                    .collect();
+                match paths.len().saturating_sub(PATHS_LISTED) {
+                    0 => format!(
+                        "none of the files KUBECONFIG lists exists ({})",
+                        shown.join(", ")
+                    ),
+                    more => format!(
+                        "none of the {} files KUBECONFIG lists exists ({} and {more} more)",
+                        paths.len(),
+                        shown.join(", ")
+                    ),
+                }
+            }
             Files::Home(_) => "KUBECONFIG is not set, ~/.kube/config does not exist".to_string(),
         }
     }
@@ -350,12 +379,11 @@ fn files(source: &Source, kubeconfig: Option<&std::ffi::OsStr>, home: Option<&Pa
     // list"; otherwise the entries, empty ones dropped when read, duplicates read once.
     match kubeconfig.filter(|v| !v.is_empty()) {
         Some(list) => {
-            let mut paths: Vec<PathBuf> = Vec::new();
-            for path in std::env::split_paths(list) {
-                if !path.as_os_str().is_empty() && !paths.contains(&path) {
-                    paths.push(path);
-                }
-            }
+            // A set: tens of thousands of paths, each looked up once.
+            let mut seen = std::collections::HashSet::new();
+            let paths = std::env::split_paths(list)
+                .filter(|p| !p.as_os_str().is_empty() && seen.insert(p.clone()))
+                .collect();
             Files::Listed(paths)
         }
         None => Files::Home(home.map(|h| h.join(".kube/config"))),
@@ -423,25 +451,25 @@ fn merge(first: Kubeconfig, next: Kubeconfig) -> Kubeconfig {
     next.kind = None;
     next.api_version = None;
     let mut merged = first;
-    for cluster in next.clusters {
-        if !merged.clusters.iter().any(|c| c.name == cluster.name) {
-            merged.clusters.push(cluster);
-        }
-    }
-    for user in next.auth_infos {
-        if !merged.auth_infos.iter().any(|u| u.name == user.name) {
-            merged.auth_infos.push(user);
-        }
-    }
-    for context in next.contexts {
-        if !merged.contexts.iter().any(|c| c.name == context.name) {
-            merged.contexts.push(context);
-        }
-    }
+    append_new(&mut merged.clusters, next.clusters, |c| &c.name);
+    append_new(&mut merged.auth_infos, next.auth_infos, |u| &u.name);
+    append_new(&mut merged.contexts, next.contexts, |c| &c.name);
     merged.current_context = merged.current_context.or(next.current_context);
     merged.preferences = merged.preferences.or(next.preferences);
     merged.extensions = merged.extensions.or(next.extensions);
     merged
+}
+
+/// Appends the entries of `next` whose names `kept` lacks. By name in a set, not a scan per
+/// entry: files of tens of thousands of clusters merge in linear time.
+fn append_new<T>(kept: &mut Vec<T>, next: Vec<T>, name: impl Fn(&T) -> &String) {
+    let mut names: std::collections::HashSet<String> =
+        kept.iter().map(|k| name(k).clone()).collect();
+    for entry in next {
+        if names.insert(name(&entry).clone()) {
+            kept.push(entry);
+        }
+    }
 }
 
 /// A cluster, user or context named twice in one file, as client-go's conversion refuses it.
@@ -662,6 +690,12 @@ mod tests {
         assert_eq!(
             Files::Listed(vec!["/a".into(), "/b".into()]).looked(),
             "none of the files KUBECONFIG lists exists (/a, /b)"
+        );
+        // Thousands: the first few and how many more, never kilobytes.
+        let many: Vec<PathBuf> = (0..2000).map(|i| format!("/k/{i}").into()).collect();
+        assert_eq!(
+            Files::Listed(many).looked(),
+            "none of the 2000 files KUBECONFIG lists exists (/k/0, /k/1, /k/2 and 1997 more)"
         );
         assert_eq!(
             Files::Home(None).looked(),

@@ -234,6 +234,12 @@ pub enum AllocError {
         "the search for devices on this node tried {steps} combinations without an answer: the scheduler goes on until its filter timeout (DRASchedulerFilterTimeout, 10 s by default, then 'timed out trying to allocate devices'), which this evaluator does not model"
     )]
     SearchTooLong { steps: u64 },
+    /// The node was not searched: the explanation had given up on as many nodes' searches as
+    /// it spends (`crate::explain::evaluate::MAX_SEARCHES_GIVEN_UP`); not decided.
+    #[error(
+        "not searched: the search had already hit its step limit on {given_up} nodes, so the explanation stopped searching"
+    )]
+    NotSearched { given_up: usize },
     /// 1.34: a request asks for capacity while DRAConsumableCapacity is off.
     #[error(
         "claim {claim}, request {request}: has capacity requests, but the DRAConsumableCapacity feature is disabled"

@@ -329,16 +329,32 @@ pub(super) fn allocated(claim: &ResourceClaim, model: &FleetModel<'_>) -> Alloca
     let node = allocation
         .and_then(|a| a.node_selector.as_ref())
         .and_then(node_of_selector);
-    let devices = allocation
+    let results = allocation
         .and_then(|a| a.devices.as_ref())
         .and_then(|d| d.results.as_deref())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    // The API allows 32 results; past that (a file's claim) each is found by hash, not by a
+    // walk over every device of the fleet.
+    let index: Option<std::collections::HashMap<(&str, &str, &str), usize>> = (results.len() > 32)
+        .then(|| {
+            let mut index = std::collections::HashMap::with_capacity(model.devices.len());
+            for (i, d) in model.devices.iter().enumerate() {
+                index.entry((d.driver(), d.pool(), d.name())).or_insert(i);
+            }
+            index
+        });
+    let devices = results
         .iter()
         .map(|r| {
-            let device = model
-                .devices
-                .iter()
-                .find(|d| d.driver() == r.driver && d.pool() == r.pool && d.name() == r.device);
+            let device = match &index {
+                Some(index) => index
+                    .get(&(r.driver.as_str(), r.pool.as_str(), r.device.as_str()))
+                    .map(|&i| &model.devices[i]),
+                None => model
+                    .devices
+                    .iter()
+                    .find(|d| d.driver() == r.driver && d.pool() == r.pool && d.name() == r.device),
+            };
             AllocatedDevice {
                 request: r.request.clone(),
                 driver: r.driver.clone(),

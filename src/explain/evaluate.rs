@@ -56,6 +56,8 @@ pub(super) struct NodePass {
     picks: Vec<NodePicks>,
     /// Nodes the scheduler filters on whose allocation fails with an error.
     erring: usize,
+    /// Nodes not searched: the explanation had given up on enough searches already.
+    pub(super) not_searched: usize,
 }
 
 impl NodePass {
@@ -146,6 +148,12 @@ const NODES_PER_TAKE: usize = 16;
 /// Nodes visited before their reports are folded.
 const NODES_PER_WINDOW: usize = 256;
 
+/// Nodes whose search may hit its step limit (`MAX_SEARCH_STEPS`, 2,000,000 steps, about a
+/// second each) before the rest are not searched: a fleet of hundreds of such nodes would
+/// otherwise take many minutes to say, node after node, that it cannot decide. The nodes after
+/// the last searched are said to be undecided, and a note says where it stopped.
+pub(crate) const MAX_SEARCHES_GIVEN_UP: usize = 8;
+
 /// Node by node: the pod's filters, then the allocation. Nodes are independent, so they are
 /// visited on every core (each worker with a fork of the allocator) and recorded in node
 /// order, which is what the first error and each device's first status depend on.
@@ -164,6 +172,7 @@ pub(super) fn nodes(
         attempt_error: None,
         picks: Vec::new(),
         erring: 0,
+        not_searched: 0,
     };
     // A distinctAttribute constraint keeps requests apart rather than on one GPU.
     let distinct = claims.iter().any(|c| {
@@ -178,14 +187,41 @@ pub(super) fn nodes(
     // A window of nodes at a time: their reports wait for the fold, and a device usable from
     // every node is in each of them.
     let mut workers = Workers::new(work.input.threads, allocator);
+    // Searches given up, as the workers meet them (any order), and in node order: a node is
+    // searched only while fewer than MAX_SEARCHES_GIVEN_UP came before it, which the fold
+    // decides (a node a worker skipped too early is searched there), so the outcome does not
+    // depend on the workers' timing.
+    let met = AtomicUsize::new(0);
+    let mut given_up = 0;
     for window in work.model.nodes.chunks(NODES_PER_WINDOW) {
-        let visits = workers.run(
-            window,
-            NODES_PER_TAKE,
-            || (),
-            |allocator, (), c| visit(work, allocator, claims, c, distinct),
-        );
-        for (candidate, visit) in window.iter().zip(visits) {
+        let visits: Vec<Option<Visit>> = if given_up >= MAX_SEARCHES_GIVEN_UP {
+            window.iter().map(|_| None).collect()
+        } else {
+            workers.run(
+                window,
+                NODES_PER_TAKE,
+                || (),
+                |allocator, (), c| {
+                    if met.load(Ordering::Relaxed) >= MAX_SEARCHES_GIVEN_UP {
+                        return None;
+                    }
+                    let visit = visit(work, allocator, claims, c, distinct);
+                    if visit.gave_up() {
+                        met.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Some(visit)
+                },
+            )
+        };
+        for (candidate, visited) in window.iter().zip(visits) {
+            let visit = if given_up >= MAX_SEARCHES_GIVEN_UP {
+                pass.not_searched += 1;
+                not_searched(work, workers.allocator, claims, candidate, given_up)
+            } else {
+                visited
+                    .unwrap_or_else(|| visit(work, workers.allocator, claims, candidate, distinct))
+            };
+            given_up += usize::from(visit.gave_up());
             if let Some(error) = visit.error {
                 pass.erring += 1;
                 pass.attempt_error.get_or_insert(error);
@@ -267,6 +303,46 @@ impl<'w, 'a, D: DeviceView> Workers<'w, 'a, D> {
         });
         done.sort_unstable_by_key(|(i, _)| *i);
         done.into_iter().map(|(_, r)| r).collect()
+    }
+}
+
+impl Visit {
+    /// Whether the node's search hit its step limit.
+    fn gave_up(&self) -> bool {
+        matches!(self.error, Some(AllocError::SearchTooLong { .. }))
+    }
+}
+
+/// A node left unsearched: its devices still accounted for, one request at a time (no search),
+/// and the attempt undecided there.
+fn not_searched(
+    work: &Work<'_, '_>,
+    allocator: &mut Allocator<'_, SliceDevice<'_>>,
+    claims: &[Claim<'_>],
+    candidate: &CandidateNode<'_>,
+    given_up: usize,
+) -> Visit {
+    let report = survey(allocator, &candidate.info, claims);
+    let filtered = work
+        .pod
+        .zip(candidate.node)
+        .and_then(|(pod, node_object)| pod_filter(pod, &candidate.info, node_object));
+    let error = AllocError::NotSearched { given_up };
+    match filtered {
+        Some(outcome) => Visit {
+            outcome,
+            report,
+            error: None,
+            picks: None,
+        },
+        None => Visit {
+            outcome: NodeFinding::Error {
+                error: error_summary(&error),
+            },
+            report,
+            error: Some(error),
+            picks: None,
+        },
     }
 }
 
@@ -423,6 +499,7 @@ pub(super) fn summarise(
         attempt_error,
         picks,
         erring,
+        not_searched,
         ..
     } = pass;
     // A node is allocatable exactly where its picks are kept.
@@ -445,6 +522,13 @@ pub(super) fn summarise(
         outcomes: node_outcomes,
         picks,
     });
+    if not_searched > 0 {
+        diagnosis.notes.push(Note::SearchStopped {
+            searched: total - not_searched,
+            total,
+            given_up: MAX_SEARCHES_GIVEN_UP,
+        });
+    }
     if let Some(note) = all_mode_order_note(input.features.release, claims)
         && !matches!(
             attempt_error,
@@ -472,6 +556,7 @@ pub(super) fn summarise(
                 | AllocError::Unsupported { .. }
                 | AllocError::CapacityUnmodelled { .. }
                 | AllocError::SearchTooLong { .. }
+                | AllocError::NotSearched { .. }
         );
         if schedulers && allocatable >= to_find {
             attempt.always = false;
@@ -646,7 +731,9 @@ pub(super) fn attempt(error: &AllocError) -> AttemptError {
             },
             false,
         ),
-        AllocError::SearchTooLong { .. } => (AttemptCode::SearchTooLong, true),
+        AllocError::SearchTooLong { .. } | AllocError::NotSearched { .. } => {
+            (AttemptCode::SearchTooLong, true)
+        }
         AllocError::CannotEvaluate(_) => (AttemptCode::CannotEvaluate, true),
         AllocError::Unsupported { .. } => (AttemptCode::Unsupported, true),
         AllocError::CapacityUnmodelled { .. } => (AttemptCode::CapacityUnmodelled, true),

@@ -780,6 +780,13 @@ pub(crate) enum Note {
     ConsumableCapacityAssumed,
     /// No release given: 1.36's feature gates assumed.
     DefaultGates,
+    /// The search hit its step limit on `given_up` nodes: the nodes after them (of `total`,
+    /// `searched` were) were not searched, and are undecided.
+    SearchStopped {
+        searched: usize,
+        total: usize,
+        given_up: usize,
+    },
 }
 
 fn kind_name<S: Serializer>(kind: &Kind, serializer: S) -> Result<S::Ok, S::Error> {

@@ -8,6 +8,12 @@
 //! Pure: it takes claims already read (from the cluster or `-f` files) and returns data.
 
 use crate::fleet::allocated::AllocatedClaim;
+
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
+/// The most allocation results the API server lets a claim have (`AllocationResultsMaxSize`).
+const MAX_RESULTS: usize = 32;
 use crate::fleet::inventory::Inventory;
 use crate::render_drivers::RenderDriver;
 
@@ -52,17 +58,29 @@ pub(crate) fn holders<'a>(inventory: &Inventory, claims: &'a [AllocatedClaim]) -
     };
     let index = inventory.device_index();
     // A claim's results on one GPU are one hold; a claim has at most 32 results (the API's
-    // limit), so a linear look-up is cheapest.
+    // limit), so a linear look-up is cheapest. A claim past that limit (from a file, or not
+    // from an API server) is looked up by hash, so 180,000 results cost no quadratic time.
     let mut on: Vec<(usize, Hold<'a>)> = Vec::new();
+    let mut at: HashMap<usize, usize> = HashMap::default();
+    let mut requests: HashSet<(usize, &'a str)> = HashSet::default();
     for claim in claims.iter().filter(|c| !c.results.is_empty()) {
+        let many = claim.results.len() > MAX_RESULTS;
         for result in &claim.results {
             let key = (result.driver, result.pool, result.device);
             let Some(&gpu) = index.get(&key) else {
                 continue;
             };
-            let hold = match on.iter().position(|(g, _)| *g == gpu) {
-                Some(at) => &mut on[at].1,
+            let found = if many {
+                at.get(&gpu).copied()
+            } else {
+                on.iter().position(|(g, _)| *g == gpu)
+            };
+            let hold = match found {
+                Some(i) => &mut on[i].1,
                 None => {
+                    if many {
+                        at.insert(gpu, on.len());
+                    }
                     on.push((gpu, new_hold(claim)));
                     &mut on.last_mut().expect("just pushed").1
                 }
@@ -72,10 +90,18 @@ pub(crate) fn holders<'a>(inventory: &Inventory, claims: &'a [AllocatedClaim]) -
             } else {
                 hold.media_device = true;
             }
-            if !hold.requests.contains(&result.request.as_str()) {
-                hold.requests.push(&result.request);
+            let request = result.request.as_str();
+            let new = if many {
+                requests.insert((gpu, request))
+            } else {
+                !hold.requests.contains(&request)
+            };
+            if new {
+                hold.requests.push(request);
             }
         }
+        at.clear();
+        requests.clear();
         if on.is_empty() {
             holders.elsewhere += 1;
         }

@@ -136,7 +136,7 @@ pub(crate) fn kubeconfig(path: &Path) -> Result<Kubeconfig, FileError> {
     let bytes = bounded(path, MAX_KUBECONFIG, "a kubeconfig").map_err(FileError::Read)?;
     let text = text(bytes).map_err(FileError::Read)?;
     let mut config = Kubeconfig::from_yaml(&text)
-        .map_err(|e| FileError::Parse(super::one_line(&super::chain(&e))))?;
+        .map_err(|e| FileError::Parse(budget_words(&super::one_line(&super::chain(&e)))))?;
     let Some(dir) = path.parent() else {
         return Ok(config);
     };
@@ -169,6 +169,28 @@ pub(crate) fn kubeconfig(path: &Path) -> Result<Kubeconfig, FileError> {
         }
     }
     Ok(config)
+}
+
+/// The YAML reader's budget breach said in words, not as its Rust value (`budget breached:
+/// Nodes { nodes: 250001 }`): kube-rs's reader refuses a kubeconfig of more than 250,000 nodes
+/// (about fifteen thousand clusters with their contexts and users), and other excesses.
+fn budget_words(text: &str) -> String {
+    let Some((before, breach)) = text.split_once("budget breached: ") else {
+        return text.to_owned();
+    };
+    let what = breach
+        .split([' ', '{'])
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let count = breach
+        .split(|c: char| !c.is_ascii_digit())
+        .find(|d| !d.is_empty())
+        .and_then(|d| d.parse::<usize>().ok());
+    let limit = count.map_or(String::new(), |n| {
+        format!(" ({} at most)", n.saturating_sub(1))
+    });
+    format!("{before}it holds more YAML {what} than kube-rs's kubeconfig reader takes{limit}")
 }
 
 /// A file the context names that cannot be used.

@@ -31,6 +31,7 @@ mod libva;
 mod oracle;
 mod paging;
 mod probe_cli;
+mod quadratic;
 mod reads;
 mod release;
 mod reprobe;

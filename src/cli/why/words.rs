@@ -553,6 +553,14 @@ pub(crate) fn note(n: &Note) -> String {
         ),
         Note::ConsumableCapacityAssumed => "DRAConsumableCapacity taken as on: the API server stored allowMultipleAllocations, which it drops with the gate off".to_owned(),
         Note::DefaultGates => "feature gates as in Kubernetes 1.36 (DRAConsumableCapacity, DRADeviceTaints and DRAPartitionableDevices on); pass --kubernetes-version for another release".to_owned(),
+        Note::SearchStopped {
+            searched,
+            total,
+            given_up,
+        } => format!(
+            "the search for devices hit its step limit on {given_up} nodes, so it stopped after {searched} of the {total} nodes: the other {} are not decided (hint: read fewer nodes with -f, or fewer claims competing for the same devices)",
+            total - searched
+        ),
     }
 }
 
