@@ -324,9 +324,9 @@ pub(crate) fn run_bounded(
             Ok(read) => read.map_err(RunError::Io),
             // A process that left the group (setsid) still holds the pipe: not waited for.
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(RunError::Timeout),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                Err(RunError::Io(std::io::Error::other("reader thread panicked")))
-            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(RunError::Io(
+                std::io::Error::other("reader thread panicked"),
+            )),
         }
     };
     let stdout = collect(stdout)?;
@@ -386,12 +386,25 @@ mod tests {
         let script = format!("sleep 600 & echo $! > {}; printf '{{}}'", pid.display());
         let ran = run_bounded(sh(&script), Duration::from_secs(20), 1024).unwrap();
         assert_eq!(ran.stdout, b"{}");
-        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
-        let child: i32 = std::fs::read_to_string(&pid).unwrap().trim().parse().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        let child: i32 = std::fs::read_to_string(&pid)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         // Gone, or a zombie for init to reap: no process of the group runs on.
         let running = || {
             std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
-                !stat.rsplit(')').next().unwrap_or_default().trim_start().starts_with('Z')
+                !stat
+                    .rsplit(')')
+                    .next()
+                    .unwrap_or_default()
+                    .trim_start()
+                    .starts_with('Z')
             })
         };
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -402,10 +415,18 @@ mod tests {
 
         // Past the timeout, the same: stopped at it, not at the child's end.
         let started = Instant::now();
-        let err = run_bounded(sh("sleep 600 & sleep 600"), Duration::from_millis(300), 1024)
-            .unwrap_err();
+        let err = run_bounded(
+            sh("sleep 600 & sleep 600"),
+            Duration::from_millis(300),
+            1024,
+        )
+        .unwrap_err();
         assert!(matches!(err, RunError::Timeout), "{err:?}");
-        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]
