@@ -12,5 +12,4 @@ pub mod probe_cmd;
 pub mod probing;
 pub(crate) mod publisher;
 pub(crate) mod render_nodes;
-pub(crate) mod reprobe;
 pub mod run;
