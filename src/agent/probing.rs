@@ -1100,13 +1100,13 @@ fn log_said(node: &RenderNode, report: &Report, said: &[String]) {
     let mut opening = None;
     for line in said {
         if libva.contains(line) {
-            opening = line
-                .strip_prefix("libva info: Trying to open ")
-                .or(opening);
+            opening = line.strip_prefix("libva info: Trying to open ").or(opening);
             continue;
         }
         match groups.last_mut() {
-            Some((driver, lines)) if *driver == opening => lines.push(crate::text::terminal_safe(line)),
+            Some((driver, lines)) if *driver == opening => {
+                lines.push(crate::text::terminal_safe(line))
+            }
             _ => groups.push((opening, vec![crate::text::terminal_safe(line)])),
         }
     }

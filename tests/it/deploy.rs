@@ -1349,7 +1349,8 @@ fn every_manifest_and_example_is_valid_against_the_kubernetes_1_34_schema() {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "yaml")
                 && path.file_name().is_some_and(|n| {
-                    !["kustomization.yaml", "Chart.yaml", "values.yaml"].contains(&n.to_str().unwrap())
+                    !["kustomization.yaml", "Chart.yaml", "values.yaml"]
+                        .contains(&n.to_str().unwrap())
                 })
             {
                 on_disk.push(

@@ -55,7 +55,13 @@ fn by_key(objects: Vec<Value>) -> BTreeMap<(String, String, String), Value> {
 /// `helm template` of the chart in liken-system with `args`: its objects, or its failure.
 fn render(args: &[&str]) -> Result<Vec<Value>, String> {
     let chart = chart_dir();
-    let mut all = vec!["template", RELEASE, chart.to_str().unwrap(), "-n", NAMESPACE];
+    let mut all = vec![
+        "template",
+        RELEASE,
+        chart.to_str().unwrap(),
+        "-n",
+        NAMESPACE,
+    ];
     all.extend(args);
     let out = helm(&all, None);
     if out.status.success() {
@@ -112,7 +118,10 @@ fn render_drivers() -> Vec<(String, std::path::PathBuf)> {
 }
 
 #[test]
-#[cfg_attr(not(all(have_go, have_kubectl)), ignore = "needs kubectl and Go 1.26 or newer")]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs kubectl and Go 1.26 or newer"
+)]
 fn helm_lints_the_chart_and_renders_each_variant_as_kubectl_kustomize_does() {
     let chart = chart_dir();
     let lint = ok(helm(
@@ -144,13 +153,19 @@ fn helm_lints_the_chart_and_renders_each_variant_as_kubectl_kustomize_does() {
             "{driver}: the same objects"
         );
         for (key, object) in &kustomized {
-            assert_eq!(&helm_objects[key], object, "{driver} {key:?}: helm, then kustomize");
+            assert_eq!(
+                &helm_objects[key], object,
+                "{driver} {key:?}: helm, then kustomize"
+            );
         }
     }
 }
 
 #[test]
-#[cfg_attr(not(have_go), ignore = "needs Go 1.26 or newer (helm is built from its module)")]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer (helm is built from its module)"
+)]
 fn a_render_driver_the_chart_does_not_have_is_refused_with_the_ones_it_has() {
     let error = render(&["--set", "renderDriver=matrox"]).expect_err("no such variant");
     let known: Vec<String> = render_drivers().into_iter().map(|(d, _)| d).collect();
@@ -192,7 +207,10 @@ fn every_value() -> Value {
 }
 
 #[test]
-#[cfg_attr(not(have_go), ignore = "needs Go 1.26 or newer (helm is built from its module)")]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer (helm is built from its module)"
+)]
 fn each_value_lands_where_a_user_expects_it_and_nothing_else_moves() {
     let dir = tempfile::tempdir().unwrap();
     let values = dir.path().join("values.json");
@@ -208,7 +226,12 @@ fn each_value_lands_where_a_user_expects_it_and_nothing_else_moves() {
     assert_eq!(container["imagePullPolicy"], "Always");
     let pod = &kind(&set, "DaemonSet")["spec"]["template"]["spec"];
     let wanted = every_value();
-    for key in ["nodeSelector", "tolerations", "affinity", "priorityClassName"] {
+    for key in [
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "priorityClassName",
+    ] {
         assert_eq!(pod[key], wanted[key], "{key}");
     }
     // Requests and limits replaced; the render claim, which is wiring, kept.
@@ -247,7 +270,9 @@ fn each_value_lands_where_a_user_expects_it_and_nothing_else_moves() {
         ["--va-driver=0000:03:00.0=radeonsi", "--va-driver=8086=i965"]
     );
     assert_eq!(
-        args.iter().filter(|a| a.starts_with("--rescan-interval")).count(),
+        args.iter()
+            .filter(|a| a.starts_with("--rescan-interval"))
+            .count(),
         1,
         "{args:?}"
     );
@@ -268,16 +293,23 @@ fn each_value_lands_where_a_user_expects_it_and_nothing_else_moves() {
 }
 
 #[test]
-#[cfg_attr(not(have_go), ignore = "needs Go 1.26 or newer (helm is built from its module)")]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer (helm is built from its module)"
+)]
 fn the_admin_access_policies_go_with_their_value_and_nothing_else_does() {
     let defaults = by_key(render(&[]).unwrap());
     let without = by_key(render(&["--set", "adminAccessPolicy.enabled=false"]).unwrap());
-    let gone: Vec<_> = defaults.keys().filter(|k| !without.contains_key(*k)).collect();
+    let gone: Vec<_> = defaults
+        .keys()
+        .filter(|k| !without.contains_key(*k))
+        .collect();
     assert_eq!(gone.len(), 4, "{gone:?}");
     assert!(
-        gone.iter()
-            .all(|(kind, _, name)| kind.starts_with("ValidatingAdmissionPolicy")
-                && name.starts_with("media-capabilities-admin-access-")),
+        gone.iter().all(
+            |(kind, _, name)| kind.starts_with("ValidatingAdmissionPolicy")
+                && name.starts_with("media-capabilities-admin-access-")
+        ),
         "{gone:?}"
     );
     for (key, object) in &without {
@@ -286,19 +318,34 @@ fn the_admin_access_policies_go_with_their_value_and_nothing_else_does() {
 }
 
 #[test]
-#[cfg_attr(not(have_go), ignore = "needs Go 1.26 or newer (helm is built from its module)")]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer (helm is built from its module)"
+)]
 fn the_schema_refuses_a_wrong_value_naming_it_and_what_it_takes() {
     let cases: &[(&[&str], &str)] = &[
         (&["--set", "logLevel=loud"], "/logLevel"),
         (&["--set", "loglevel=debug"], "loglevel"),
         (&["--set", "probe.parallel=0"], "/probe/parallel"),
         (&["--set", "probe.timeout=soon"], "/probe/timeout"),
-        (&["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy"),
-        (&["--set", "image.repository=Not A Repo"], "/image/repository"),
+        (
+            &["--set", "image.pullPolicy=Sometimes"],
+            "/image/pullPolicy",
+        ),
+        (
+            &["--set", "image.repository=Not A Repo"],
+            "/image/repository",
+        ),
         (&["--set", "tolerations=NoSchedule"], "/tolerations"),
         (&["--set", "probe.vaDrivers.intel=iHD"], "/probe/vaDrivers"),
-        (&["--set", "admissionPolicy.enabled=maybe"], "/admissionPolicy/enabled"),
-        (&["--set", "resources.limits.memory=lots"], "/resources/limits/memory"),
+        (
+            &["--set", "admissionPolicy.enabled=maybe"],
+            "/admissionPolicy/enabled",
+        ),
+        (
+            &["--set", "resources.limits.memory=lots"],
+            "/resources/limits/memory",
+        ),
         (&["--set", "renderDriver=../base"], "/renderDriver"),
     ];
     for (args, path) in cases {
@@ -317,7 +364,10 @@ fn the_schema_refuses_a_wrong_value_naming_it_and_what_it_takes() {
 }
 
 #[test]
-#[cfg_attr(not(have_go), ignore = "needs Go 1.26 or newer (helm is built from its module)")]
+#[cfg_attr(
+    not(have_go),
+    ignore = "needs Go 1.26 or newer (helm is built from its module)"
+)]
 fn a_render_for_kubernetes_before_1_34_says_it_needs_resource_k8s_io_v1() {
     let error = render(&["--kube-version", "1.33.5"]).expect_err("1.33 is refused");
     assert!(
@@ -331,7 +381,13 @@ fn a_render_for_kubernetes_before_1_34_says_it_needs_resource_k8s_io_v1() {
     // Another namespace than liken's.
     let chart = chart_dir();
     let out = helm(
-        &["template", RELEASE, chart.to_str().unwrap(), "-n", "default"],
+        &[
+            "template",
+            RELEASE,
+            chart.to_str().unwrap(),
+            "-n",
+            "default",
+        ],
         None,
     );
     let error = stderr(&out);
@@ -355,9 +411,9 @@ fn on_server(kube: &Kube, keys: &[(String, String, String)]) -> BTreeMap<String,
                 "/apis/rbac.authorization.k8s.io/v1/{}s/{name}",
                 kind.to_lowercase()
             ),
-            "ValidatingAdmissionPolicy" => format!(
-                "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{name}"
-            ),
+            "ValidatingAdmissionPolicy" => {
+                format!("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{name}")
+            }
             "ValidatingAdmissionPolicyBinding" => format!(
                 "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{name}"
             ),
@@ -375,7 +431,10 @@ fn on_server(kube: &Kube, keys: &[(String, String, String)]) -> BTreeMap<String,
             let meta = &object["metadata"];
             let version = match &meta["generation"] {
                 Value::Number(n) => format!("generation {n}"),
-                _ => format!("resourceVersion {}", meta["resourceVersion"].as_str().unwrap()),
+                _ => format!(
+                    "resourceVersion {}",
+                    meta["resourceVersion"].as_str().unwrap()
+                ),
             };
             found.insert(
                 format!("{kind}/{name}"),
@@ -454,9 +513,13 @@ fn helm_installs_upgrades_and_uninstalls_leaving_the_agents_slices_to_their_node
             std::thread::sleep(Duration::from_millis(50));
         }
         agent.terminate();
-        agent.wait_exit(Duration::from_secs(10)).expect("the agent ends");
+        agent
+            .wait_exit(Duration::from_secs(10))
+            .expect("the agent ends");
     }
-    let slice = kube.get(&slice_path).expect("the slice stays after SIGTERM");
+    let slice = kube
+        .get(&slice_path)
+        .expect("the slice stays after SIGTERM");
     assert_eq!(slice["metadata"]["ownerReferences"][0]["kind"], "Node");
 
     // Upgrade with one value changed: the DaemonSet changes in place, nothing else is touched.
@@ -492,7 +555,10 @@ fn helm_installs_upgrades_and_uninstalls_leaving_the_agents_slices_to_their_node
     ));
     assert_eq!(on_server(&kube, &keys), BTreeMap::new());
     assert_eq!(release_secrets(&kube), 0);
-    assert!(kube.get(&format!("/api/v1/namespaces/{NAMESPACE}")).is_some());
+    assert!(
+        kube.get(&format!("/api/v1/namespaces/{NAMESPACE}"))
+            .is_some()
+    );
     assert!(kube.get(&slice_path).is_some(), "the slice is its Node's");
     assert!(kube.delete(&path("nodes", Some(node))));
     let deadline = Instant::now() + Duration::from_secs(30);

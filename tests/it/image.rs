@@ -158,7 +158,9 @@ fn fake_node() -> FakeNode {
     let node = FakeNode::new(gpus);
     for (i, gpu) in GPUS.iter().enumerate() {
         if let Some(name) = gpu.drm_name {
-            let class = node.sys_root().join(format!("class/drm/renderD{}", render(i)));
+            let class = node
+                .sys_root()
+                .join(format!("class/drm/renderD{}", render(i)));
             std::fs::write(class.join("mediatest-drm-name"), name).unwrap();
         }
     }
@@ -260,11 +262,8 @@ fn upstream(version: &str) -> &str {
 /// docs/operations.md's table of the image's drivers: (package, version) for every package named
 /// in a row.
 fn documented_versions() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/docs/operations.md"
-    ))
-    .unwrap();
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+        .unwrap();
     let section = text
         .split("## The drivers in the image")
         .nth(1)
@@ -299,7 +298,10 @@ fn the_images_packages_glibc_and_entry_point_are_what_the_docs_say() {
         assert!(missing.is_empty(), "the image's {lib} lacks {missing:?}");
     }
     let libc = defined_versions(&image.root.join("usr/lib/x86_64-linux-gnu/libc.so.6"));
-    assert!(libc.contains("GLIBC_2.41"), "the image's glibc is 2.41: {libc:?}");
+    assert!(
+        libc.contains("GLIBC_2.41"),
+        "the image's glibc is 2.41: {libc:?}"
+    );
 
     // The versions docs/operations.md quotes are the image's, of the Debian release it names.
     let documented = documented_versions();
@@ -335,7 +337,11 @@ fn the_images_packages_glibc_and_entry_point_are_what_the_docs_say() {
         .arg("--version")
         .output()
         .expect("run the entry point");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         format!("media-capabilities {}\n", env!("CARGO_PKG_VERSION"))
@@ -503,7 +509,10 @@ fn the_agent_in_the_image_publishes_each_gpu_its_driver_cannot_serve() {
     let kube = Kube::new(cp.kubeconfig());
     let slice_path = path(
         "resourceslices",
-        Some(&format!("{node_name}-{}", media_operator::catalogue::DRIVER)),
+        Some(&format!(
+            "{node_name}-{}",
+            media_operator::catalogue::DRIVER
+        )),
     );
     let deadline = Instant::now() + Duration::from_secs(60);
     let slice = loop {

@@ -38,8 +38,8 @@
 
 use std::collections::BTreeSet;
 use std::ffi::CString;
-use std::io::Write as _;
 use std::fs;
+use std::io::Write as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -321,7 +321,11 @@ fn build_binary(plan: &Plan) -> Result<PathBuf, String> {
         .ok_or_else(|| format!("the build stage's cargo {words:?} builds no --profile dist"))?;
     dist_differs_only_in_optimisation()?;
     let mut args: Vec<&str> = words[..at].to_vec();
-    args.push(if BUILT_PROFILE == "release" { "--release" } else { BUILT_PROFILE });
+    args.push(if BUILT_PROFILE == "release" {
+        "--release"
+    } else {
+        BUILT_PROFILE
+    });
     args.extend(&words[at + 2..]);
     let target = cache_dir().join("target");
     // Cargo (the one running these tests, when it is) locks the target directory it builds
@@ -367,7 +371,11 @@ fn suites(suite: &str) -> [(String, &'static str); 3] {
 /// The cache key: what the tree is built from, and the archive's current index of each suite.
 fn tree_key(runtime: &RuntimeStage, scratch: &Path) -> Result<String, String> {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-    for part in [BUILDER_REVISION, &runtime.from, &debian_sources(&runtime.suite)] {
+    for part in [
+        BUILDER_REVISION,
+        &runtime.from,
+        &debian_sources(&runtime.suite),
+    ] {
         ctx.update(part.as_bytes());
         ctx.update(b"\0");
     }
