@@ -12,10 +12,37 @@ use crate::agent::kubelet::{self, KubeletArgs};
 use crate::agent::probing::{Isolation, ProbeCommand, ProbeSource};
 use crate::names::check_subdomain;
 use crate::node::sysfs::Roots;
+use crate::node::taint::{self, TaintEffect, TaintPolicy};
 use crate::render_drivers::{RenderDriver, UnknownRenderDriver};
 
 /// The default address of the health server (`/healthz`, `/readyz`, `/metrics`).
 pub(crate) const DEFAULT_HEALTH_ADDR: &str = "0.0.0.0:8081";
+
+/// The default period of `--reprobe-interval` (see its help for the cost that chose it).
+pub(crate) const DEFAULT_REPROBE_INTERVAL: &str = "1m";
+
+/// Where libva loads VA drivers from when `LIBVA_DRIVERS_PATH` is not set: Debian's libva2
+/// (the agent's image) is built with `/usr/lib/<multiarch triplet>/dri`.
+#[cfg(target_arch = "aarch64")]
+pub(crate) const DEFAULT_VA_DRIVERS_PATH: &str = "/usr/lib/aarch64-linux-gnu/dri";
+#[cfg(not(target_arch = "aarch64"))]
+pub(crate) const DEFAULT_VA_DRIVERS_PATH: &str = "/usr/lib/x86_64-linux-gnu/dri";
+
+/// The directories libva loads VA drivers from: `LIBVA_DRIVERS_PATH` as libva reads it
+/// (colon-separated; the probe children inherit it), else [`DEFAULT_VA_DRIVERS_PATH`].
+pub(crate) fn va_drivers_dirs(libva_drivers_path: Option<&std::ffi::OsStr>) -> Vec<PathBuf> {
+    let dirs: Vec<PathBuf> = libva_drivers_path
+        .map(std::env::split_paths)
+        .into_iter()
+        .flatten()
+        .filter(|p| !p.as_os_str().is_empty())
+        .collect();
+    if dirs.is_empty() {
+        vec![PathBuf::from(DEFAULT_VA_DRIVERS_PATH)]
+    } else {
+        dirs
+    }
+}
 
 /// The flags of the agent itself (the bare `media-capabilities` command).
 #[derive(Clone, Debug, clap::Args)]
@@ -51,6 +78,30 @@ pub struct AgentArgs {
     /// readdir, so a short interval costs nothing measurable.
     #[arg(long, env = "RESCAN_INTERVAL", value_name = "DURATION", default_value = "10s", value_parser = crate::duration::parse_positive)]
     pub rescan_interval: Duration,
+
+    /// How often every GPU is probed again even when nothing changed on disk, so that a driver
+    /// that stops answering (or answers again) shows within one period. A probe that states
+    /// what was published costs no API request; a working GPU's failure is confirmed once
+    /// before it is published (docs/operations.md). The default is measured: a probe costs
+    /// about 20 ms of CPU per GPU, so 1m costs 1.2 s of CPU per GPU and hour.
+    #[arg(long, env = "REPROBE_INTERVAL", value_name = "DURATION", default_value = DEFAULT_REPROBE_INTERVAL, value_parser = crate::duration::parse_positive)]
+    pub reprobe_interval: Duration,
+
+    /// The key of the taint a GPU whose probe failed carries: media.liken.sh/NAME (NAME: letters,
+    /// digits, '-', '_', '.'; at most 63). Its value says why: query-failed, not-answering or
+    /// probe-failed.
+    #[arg(long, env = "TAINT_KEY", value_name = "KEY", default_value = taint::DEFAULT_KEY)]
+    pub taint_key: String,
+
+    /// What that taint does: NoSchedule (new claims do not get the GPU unless they tolerate
+    /// it), NoExecute (pods using it are evicted too) or None (informational; Kubernetes 1.35+).
+    #[arg(
+        long,
+        env = "TAINT_EFFECT",
+        value_name = "EFFECT",
+        default_value = "NoSchedule"
+    )]
+    pub taint_effect: String,
 
     /// How often the stored slice is read and compared even without a watch event (reads
     /// only; a write happens only when it differs). A safety net: the watch is the main path.
@@ -90,6 +141,10 @@ pub struct AgentConfig {
     pub kubeconfig: Option<PathBuf>,
     /// How often the watched directory is listed.
     pub rescan_interval: Duration,
+    /// How often every GPU is probed again.
+    pub reprobe_interval: Duration,
+    /// The taint of a GPU whose probe failed.
+    pub taints: TaintPolicy,
     /// How often the stored slice is re-read besides the watch.
     pub resync_interval: Duration,
     /// The cap of the retry backoff.
@@ -98,11 +153,12 @@ pub struct AgentConfig {
     pub render_driver: &'static RenderDriver,
 }
 
-/// The directory whose listing tells that the set of GPUs may have changed.
+/// The files whose listing tells that what the GPUs state may have changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Watched {
-    /// `/dev/dri`: the names of its `renderD*` entries.
-    RenderNodes(PathBuf),
+    /// `/dev/dri`: the names of its `renderD*` entries; and the VA driver files
+    /// (`*_drv_video.so`) of the directories libva loads them from: names, sizes, times.
+    RenderNodes { dev: PathBuf, drivers: Vec<PathBuf> },
     /// A reports file or directory: names, sizes and modification times.
     Reports(PathBuf),
 }
@@ -128,6 +184,19 @@ pub enum ConfigError {
     /// A render driver the table does not know.
     #[error("--render-driver: {0}")]
     RenderDriver(#[from] UnknownRenderDriver),
+    /// The taint key is not one the API server takes in our domain.
+    #[error(
+        "--taint-key {key:?} cannot be this agent's taint key: {reason} (hint: valid keys are media.liken.sh/NAME, NAME of letters, digits, '-', '_' and '.', at most 63, a letter or digit at both ends, such as {default})",
+        default = taint::DEFAULT_KEY
+    )]
+    TaintKey {
+        key: String,
+        #[source]
+        reason: taint::KeyError,
+    },
+    /// The taint effect is not one the API has.
+    #[error("--taint-effect {0}")]
+    TaintEffect(#[source] taint::EffectError),
     /// The agent's own executable (which probes re-run) cannot be found.
     #[error("find this program to run probes with: {0}")]
     CurrentExe(std::io::Error),
@@ -142,6 +211,14 @@ impl AgentArgs {
             name: node_name.clone(),
             reason: reason.to_string(),
         })?;
+        taint::check_key(&self.taint_key).map_err(|reason| ConfigError::TaintKey {
+            key: crate::text::one_line(&self.taint_key, 80),
+            reason,
+        })?;
+        let effect: TaintEffect = self
+            .taint_effect
+            .parse()
+            .map_err(ConfigError::TaintEffect)?;
         if let Some(path) = &self.kubeconfig
             && !path.is_file()
         {
@@ -179,7 +256,12 @@ impl AgentArgs {
                         overrides: p.va_driver.clone(),
                     },
                 };
-                (source, Watched::RenderNodes(p.dev_root.clone()))
+                let drivers = va_drivers_dirs(std::env::var_os("LIBVA_DRIVERS_PATH").as_deref());
+                let watched = Watched::RenderNodes {
+                    dev: p.dev_root.clone(),
+                    drivers,
+                };
+                (source, watched)
             }
         };
         let mut kubelet = self.kubelet.config();
@@ -192,6 +274,11 @@ impl AgentArgs {
             health_addr: self.health_addr,
             kubeconfig: self.kubeconfig.clone(),
             rescan_interval: self.rescan_interval,
+            reprobe_interval: self.reprobe_interval,
+            taints: TaintPolicy {
+                key: self.taint_key.clone(),
+                effect,
+            },
             resync_interval: self.resync_interval,
             max_backoff: self.max_backoff,
             render_driver,
@@ -229,8 +316,25 @@ mod tests {
         assert_eq!(config.node_name, "gpu-1");
         assert_eq!(config.health_addr, "127.0.0.1:9000".parse().unwrap());
         assert_eq!(config.rescan_interval, Duration::from_millis(500));
+        assert_eq!(config.reprobe_interval, Duration::from_secs(60));
         assert_eq!(config.kubelet.registry_dir, PathBuf::from("/tmp/reg"));
         assert!(matches!(config.source, ProbeSource::Recorded(_)));
+    }
+
+    #[test]
+    fn the_va_driver_files_are_where_libva_loads_them_from() {
+        assert_eq!(
+            va_drivers_dirs(None),
+            [PathBuf::from(DEFAULT_VA_DRIVERS_PATH)]
+        );
+        assert_eq!(
+            va_drivers_dirs(Some("/opt/dri:/usr/local/dri".as_ref())),
+            [PathBuf::from("/opt/dri"), PathBuf::from("/usr/local/dri")]
+        );
+        assert_eq!(
+            va_drivers_dirs(Some("".as_ref())),
+            [PathBuf::from(DEFAULT_VA_DRIVERS_PATH)]
+        );
     }
 
     #[test]
@@ -249,5 +353,61 @@ mod tests {
         assert!(err.contains("no such file or directory"), "{err}");
         assert!(parse(&["--node-name", "n1", "--health-addr", "localhost"]).is_err());
         assert!(parse(&["--node-name", "n1", "--max-backoff", "0s"]).is_err());
+    }
+
+    #[test]
+    fn the_taint_is_ours_by_default_and_a_bad_key_or_effect_names_the_valid_ones() {
+        let config = parse(&[
+            "--node-name",
+            "n1",
+            "--reports",
+            "docs/examples/fleet/amd-1",
+        ])
+        .unwrap()
+        .agent
+        .validate()
+        .unwrap();
+        assert_eq!(config.taints, TaintPolicy::default());
+        let chosen = parse(&[
+            "--node-name",
+            "n1",
+            "--reports",
+            "docs/examples/fleet/amd-1",
+            "--taint-key",
+            "media.liken.sh/gpu-lost",
+            "--taint-effect",
+            "NoExecute",
+        ])
+        .unwrap()
+        .agent
+        .validate()
+        .unwrap();
+        assert_eq!(
+            chosen.taints,
+            TaintPolicy {
+                key: "media.liken.sh/gpu-lost".into(),
+                effect: TaintEffect::NoExecute
+            }
+        );
+        let err = parse(&["--node-name", "n1", "--taint-key", "gpu.nvidia.com/xid"])
+            .unwrap()
+            .agent
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "--taint-key \"gpu.nvidia.com/xid\" cannot be this agent's taint key: it is not in the media.liken.sh domain (hint: valid keys are media.liken.sh/NAME, NAME of letters, digits, '-', '_' and '.', at most 63, a letter or digit at both ends, such as media.liken.sh/unhealthy)"
+        );
+        let err = parse(&["--node-name", "n1", "--taint-effect", "PreferNoSchedule"])
+            .unwrap()
+            .agent
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "--taint-effect \"PreferNoSchedule\" is not a device taint effect (hint: valid effects are NoSchedule, NoExecute and None; the nearest is NoSchedule)"
+        );
     }
 }

@@ -42,6 +42,45 @@ impl fmt::Display for DroppedField {
     }
 }
 
+/// The API server dropped the devices' `taints`: the words `/readyz` and the log say.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DroppedTaints;
+
+impl fmt::Display for DroppedTaints {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "the API server dropped the taints of the media.liken.sh devices whose probe failed \
+             (the DRADeviceTaints feature gate is off, as by default in Kubernetes 1.34 and \
+             1.35): the rest is published, and a failed GPU still states every capability false \
+             and no vaDriver, so claims that select by capability do not get it, but a class \
+             that selects every media.liken.sh device can (hint: enable the DRADeviceTaints \
+             feature gate on kube-apiserver, kube-scheduler and kube-controller-manager, on 1.34 \
+             with --runtime-config resource.k8s.io/v1alpha3=true on kube-apiserver; the next \
+             failure is published with its taint)",
+        )
+    }
+}
+
+/// The node has more GPUs than a slice with taints may hold: the words `/readyz` and the log say.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TaintsLeftOut {
+    pub gpus: usize,
+}
+
+impl fmt::Display for TaintsLeftOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "this node has {} GPUs, more than the {} devices a ResourceSlice may hold when one \
+             of them has taints, so the failed GPUs are published without their taint: they \
+             still state every capability false and no vaDriver (hint: claims that select by \
+             capability do not get them; a class that selects every media.liken.sh device can)",
+            self.gpus,
+            crate::node::slice::MAX_DEVICES_WITH_TAINTS
+        )
+    }
+}
+
 /// The labels of the refusal counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RefusalLabels {
@@ -66,6 +105,8 @@ pub struct Metrics {
     pub gpus: Gauge,
     /// GPUs whose driver query failed, counted at every probe.
     pub probe_failures: Counter,
+    /// Probes of every GPU (at start, on changes, every re-probe period, confirmations).
+    pub probes: Counter,
     /// Failed attempts to publish the slice (each retry counts).
     pub publish_errors: Counter,
     /// Writes to the API server, by verb.
@@ -74,6 +115,10 @@ pub struct Metrics {
     pub last_publish: Gauge<f64, AtomicU64>,
     /// 1 when the API server dropped `allowMultipleAllocations` (see [`DroppedField`]).
     pub dropped_field: Gauge,
+    /// 1 when the API server dropped the devices' taints (see [`DroppedTaints`]).
+    pub dropped_taints: Gauge,
+    /// GPUs whose last published probe failed (tainted, unhealthy).
+    pub failed_gpus: Gauge,
     /// 1 while the kubelet has registered the plugin.
     pub kubelet_registered: Gauge,
     /// Writes the API server refused (validation, admission, authorisation), by verb and code.
@@ -91,10 +136,13 @@ impl Default for Metrics {
         let metrics = Metrics {
             gpus: Gauge::default(),
             probe_failures: Counter::default(),
+            probes: Counter::default(),
             publish_errors: Counter::default(),
             writes: Family::default(),
             last_publish: Gauge::default(),
             dropped_field: Gauge::default(),
+            dropped_taints: Gauge::default(),
+            failed_gpus: Gauge::default(),
             kubelet_registered: Gauge::default(),
             refusals: Family::default(),
             server_changed_fields: Gauge::default(),
@@ -110,6 +158,11 @@ impl Default for Metrics {
             "probe_failures",
             "GPUs whose VA-API driver query failed, counted at every probe",
             metrics.probe_failures.clone(),
+        );
+        registry.register(
+            "probes",
+            "Probes of every GPU of the node: at start, on changes, every re-probe period",
+            metrics.probes.clone(),
         );
         registry.register(
             "publish_errors",
@@ -130,6 +183,16 @@ impl Default for Metrics {
             "allow_multiple_allocations_dropped",
             "1 when the API server dropped allowMultipleAllocations (DRAConsumableCapacity off)",
             metrics.dropped_field.clone(),
+        );
+        registry.register(
+            "taints_dropped",
+            "1 when the API server dropped the taints of failed GPUs (DRADeviceTaints off)",
+            metrics.dropped_taints.clone(),
+        );
+        registry.register(
+            "failed_gpus",
+            "GPUs whose published probe failed: tainted, and unhealthy to the kubelet",
+            metrics.failed_gpus.clone(),
         );
         registry.register(
             "kubelet_registered",
@@ -177,6 +240,10 @@ pub struct Health {
     pub published: AtomicBool,
     /// The API server dropped `allowMultipleAllocations` at the last write.
     pub dropped_field: AtomicBool,
+    /// The API server dropped the devices' taints at the last write that had any.
+    pub dropped_taints: AtomicBool,
+    /// While the node has too many GPUs for taints: [`TaintsLeftOut`], one line.
+    pub taints_left_out: Mutex<Option<String>>,
     /// Loops that stopped (any stop is fatal; the process exits right after).
     pub loops_stopped: AtomicI64,
     /// The loops' heartbeats.
@@ -214,6 +281,12 @@ impl Health {
     pub(crate) fn set_dropped_field(&self, dropped: bool) -> bool {
         self.metrics.dropped_field.set(i64::from(dropped));
         self.dropped_field.swap(dropped, Ordering::Relaxed) != dropped
+    }
+
+    /// Records whether the API server kept the devices' taints; returns whether that changed.
+    pub(crate) fn set_dropped_taints(&self, dropped: bool) -> bool {
+        self.metrics.dropped_taints.set(i64::from(dropped));
+        self.dropped_taints.swap(dropped, Ordering::Relaxed) != dropped
     }
 }
 
@@ -442,9 +515,13 @@ async fn readyz(State(s): State<Served>) -> impl IntoResponse {
     if s.health.dropped_field.load(Ordering::Relaxed) {
         body.push_str(&format!("warning: {DroppedField}\n"));
     }
+    if s.health.dropped_taints.load(Ordering::Relaxed) {
+        body.push_str(&format!("warning: {DroppedTaints}\n"));
+    }
     for note in [
         &s.health.server_changes,
         &s.health.not_in_claim,
+        &s.health.taints_left_out,
         &s.health.bad_answers,
     ] {
         if let Some(note) = Health::note(note) {

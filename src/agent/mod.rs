@@ -12,4 +12,5 @@ pub mod probe_cmd;
 pub mod probing;
 pub(crate) mod publisher;
 pub(crate) mod render_nodes;
+pub(crate) mod reprobe;
 pub mod run;

@@ -5,7 +5,7 @@
 use crate::agent::cli::{OutputFormat, ProbeArgs};
 use crate::agent::probing::{Isolation, ProbeCommand, ProbeError, ProbeSource, Probed};
 use crate::catalogue::{Attribute, Capability};
-use crate::node::device::{AttrValue, GpuDevice, describe};
+use crate::node::device::{AttrValue, FailureKind, GpuDevice, describe};
 use crate::node::sysfs::{PciIdentity, Roots};
 use crate::node::va::report::Report;
 use serde::Serialize;
@@ -91,6 +91,9 @@ struct Shown<'a> {
     report: Option<&'a Report>,
     #[serde(skip_serializing_if = "Option::is_none")]
     failure: Option<&'a str>,
+    /// The failure's kind, so that `--from` reads it back as the same failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failure_kind: Option<FailureKind>,
     attributes: BTreeMap<&'static str, serde_json::Value>,
 }
 
@@ -124,7 +127,8 @@ pub(crate) fn render(
             render_node: &p.render_node,
             pci: &p.pci,
             report: p.report.as_ref(),
-            failure: d.failure.as_deref(),
+            failure: d.failure.as_ref().map(|f| f.text.as_str()),
+            failure_kind: d.failure.as_ref().map(|f| f.kind),
             attributes: d
                 .attributes
                 .iter()

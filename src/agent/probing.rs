@@ -4,7 +4,7 @@
 //! crashes costs only its GPU. `LIBVA_DRIVER_NAME` would force one driver on every GPU, so children
 //! never inherit it; `--va-driver` sets one per GPU with `vaSetDriverName`.
 
-use crate::node::device::{Outcome, failure_text};
+use crate::node::device::{Failure, FailureKind, Outcome, failure_text};
 use crate::node::sysfs::{DiscoveryError, PciIdentity, PciNames, RenderNode, Roots};
 use crate::node::va::probe::{ProbeOptions, probe};
 use crate::node::va::report::Report;
@@ -38,6 +38,10 @@ pub struct Probed {
     /// The probe process's failure (crash, hang, garbage), word for word, when there is no report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// What kind of failure `failure` is (the taint's value); a record without it is a
+    /// `probe-failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_kind: Option<FailureKind>,
 }
 
 impl Probed {
@@ -51,7 +55,8 @@ impl Probed {
             render_node: node.path,
             pci: node.pci,
             report,
-            failure,
+            failure_kind: failure.as_ref().map(|f| f.kind),
+            failure: failure.map(|f| f.text),
         }
     }
 
@@ -66,13 +71,12 @@ impl Probed {
     /// The outcome; a record with neither a report nor a failure is a failure saying so.
     pub fn outcome(&self) -> Outcome {
         match (&self.report, &self.failure) {
-            (_, Some(failure)) => Outcome::Failed(failure.clone()),
-            (Some(report), None) => Outcome::Report(Box::new(report.clone())),
-            (None, None) => Outcome::Failed(failure_text(
-                &self.node(),
-                "left no report in the record",
-                &[],
+            (_, Some(failure)) => Outcome::Failed(Failure::new(
+                self.failure_kind.unwrap_or(FailureKind::ProbeFailed),
+                failure.clone(),
             )),
+            (Some(report), None) => Outcome::Report(Box::new(report.clone())),
+            (None, None) => failed(&self.node(), "left no report in the record", &[]),
         }
     }
 }
@@ -615,6 +619,7 @@ fn failed_record(file: &Path, error: &str, value: &serde_json::Value) -> Option<
         pci,
         report: None,
         failure: Some(failure),
+        failure_kind: None,
     })
 }
 
@@ -656,9 +661,8 @@ pub async fn probe_all(nodes: Vec<RenderNode>, isolation: &Isolation) -> Vec<Pro
         .into_iter()
         .zip(outcomes)
         .map(|(node, outcome)| {
-            let outcome = outcome.unwrap_or_else(|| {
-                Outcome::Failed(failure_text(&node, "was lost: its task panicked", &[]))
-            });
+            let outcome =
+                outcome.unwrap_or_else(|| failed(&node, "was lost: its task panicked", &[]));
             Probed::new(node, outcome)
         })
         .collect()
@@ -955,7 +959,7 @@ pub async fn probe_in_child(node: &RenderNode, isolation: &Isolation) -> Outcome
             }
             Err(e) => {
                 let what = format!("could not start {}: {e}", program.display());
-                return Outcome::Failed(failure_text(node, &what, &[]));
+                return failed(node, &what, &[]);
             }
         }
     };
@@ -1028,11 +1032,13 @@ pub async fn probe_in_child(node: &RenderNode, isolation: &Isolation) -> Outcome
                 "timed out after {} and was killed with its process group",
                 seconds(isolation.timeout)
             );
-            return Outcome::Failed(failure_text(node, &what, &said));
+            // The one failure that says the driver stopped answering.
+            let text = failure_text(node, &what, &said);
+            return Outcome::Failed(Failure::new(FailureKind::NotAnswering, text));
         }
         Ok(Err(e)) => {
             let what = format!("could not be waited for after {elapsed}: {e}");
-            return Outcome::Failed(failure_text(node, &what, &said));
+            return failed(node, &what, &said);
         }
         Ok(Ok(status)) => status,
     };
@@ -1045,7 +1051,7 @@ pub async fn probe_in_child(node: &RenderNode, isolation: &Isolation) -> Outcome
             said.push(said_line(bytes, *cut));
         }
         let what = format!("killed by {name} after {elapsed}");
-        return Outcome::Failed(failure_text(node, &what, &said));
+        return failed(node, &what, &said);
     }
     if !status.success() {
         if let Some((bytes, cut)) = &last {
@@ -1055,11 +1061,11 @@ pub async fn probe_in_child(node: &RenderNode, isolation: &Isolation) -> Outcome
             .code()
             .map_or_else(|| "unknown".to_string(), |c| c.to_string());
         let what = format!("exited with status {code} after {elapsed}");
-        return Outcome::Failed(failure_text(node, &what, &said));
+        return failed(node, &what, &said);
     }
     let Some((last, cut)) = last else {
         let what = format!("printed no report after {elapsed}");
-        return Outcome::Failed(failure_text(node, &what, &said));
+        return failed(node, &what, &said);
     };
     if cut > 0 {
         said.push(said_line(&last, cut));
@@ -1067,7 +1073,7 @@ pub async fn probe_in_child(node: &RenderNode, isolation: &Isolation) -> Outcome
             "printed a report longer than {} MiB after {elapsed}",
             REPORT_MAX_BYTES >> 20
         );
-        return Outcome::Failed(failure_text(node, &what, &said));
+        return failed(node, &what, &said);
     }
     match serde_json::from_slice::<Report>(&last) {
         Ok(report) => {
@@ -1077,7 +1083,7 @@ pub async fn probe_in_child(node: &RenderNode, isolation: &Isolation) -> Outcome
         Err(e) => {
             said.push(said_line(&last, 0));
             let what = format!("printed an unreadable report after {elapsed} ({e})");
-            Outcome::Failed(failure_text(node, &what, &said))
+            failed(node, &what, &said)
         }
     }
 }
@@ -1119,6 +1125,15 @@ fn log_said(node: &RenderNode, report: &Report, said: &[String]) {
             lines.join(" | ")
         );
     }
+}
+
+/// A probe process that failed otherwise than by not answering: crashed, exited, printed no
+/// readable report, or could not be started.
+fn failed(node: &RenderNode, what: &str, said: &[String]) -> Outcome {
+    Outcome::Failed(Failure::new(
+        FailureKind::ProbeFailed,
+        failure_text(node, what, said),
+    ))
 }
 
 /// What the child is asked to do.

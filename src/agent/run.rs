@@ -6,7 +6,7 @@
 //! loop that stops on its own ends the agent with an error, and the kubelet restarts it.
 
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
@@ -14,29 +14,26 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 use tracing_subscriber::EnvFilter;
 
-use crate::agent::api::{Backoff, Problem};
+use crate::agent::api::Problem;
 use crate::agent::config::{AgentConfig, Watched};
 use crate::agent::dropped_reads;
-use crate::agent::health::{self, Health};
+use crate::agent::health::{self, Health, TaintsLeftOut};
 use crate::agent::kubelet::{KubeletError, KubeletPlugin};
 use crate::agent::probing::{ProbeError, ProbeSource};
 use crate::agent::publisher::{Publisher, PublisherConfig};
 use crate::agent::render_nodes;
+use crate::agent::reprobe::{CONFIRM_DELAY, Reprobe, Why};
 use crate::node::device::{GpuDevice, describe, log_line};
+use crate::node::slice;
 use crate::node::sysfs::DiscoveryError;
+use crate::node::taint::TaintPolicy;
 
 /// How long the loops get to stop after SIGTERM before the process exits anyway; well inside
 /// the DaemonSet's termination grace period.
 pub const SHUTDOWN_BOUND: Duration = Duration::from_secs(5);
-
-/// The first re-probe of a failed GPU query; doubled up to [`FAILED_REPROBE_MAX`].
-const FAILED_REPROBE_FIRST: Duration = Duration::from_secs(30);
-
-/// The longest wait between re-probes of a failed GPU query.
-const FAILED_REPROBE_MAX: Duration = Duration::from_secs(30 * 60);
 
 /// Why the agent could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
@@ -231,12 +228,16 @@ pub async fn run_with(
     let mut working: JoinSet<&'static str> = JoinSet::new();
     working.spawn({
         let health = Arc::clone(&health);
-        let source = config.source.clone();
-        let watched = config.watched.clone();
-        let interval = config.rescan_interval;
-        let heartbeat = health.liveness.register("prober", interval);
+        let prober = Prober {
+            source: config.source.clone(),
+            watched: config.watched.clone(),
+            taints: config.taints.clone(),
+            rescan: config.rescan_interval,
+            reprobe: config.reprobe_interval,
+        };
+        let heartbeat = health.liveness.register("prober", config.rescan_interval);
         async move {
-            probe_loop(source, watched, interval, gpus_tx, health, heartbeat).await;
+            probe_loop(prober, gpus_tx, health, heartbeat).await;
             "prober"
         }
     });
@@ -328,119 +329,219 @@ pub async fn run_with(
     outcome
 }
 
-/// What the rescanner compares between two listings.
-type Listing = Vec<(String, u64, Option<SystemTime>)>;
+/// What the rescanner compares between two listings: each file by its path, with its size and
+/// modification time where they count.
+type Listing = Vec<(PathBuf, u64, Option<SystemTime>)>;
 
-/// Lists what tells that the set of GPUs may have changed. A missing directory lists as empty.
-pub(crate) fn listing(watched: &Watched) -> std::io::Result<Listing> {
-    fn entries(dir: &Path, keep: impl Fn(&str) -> bool) -> std::io::Result<Listing> {
-        let mut found = Vec::new();
-        let read = match std::fs::read_dir(dir) {
-            Ok(read) => read,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
-            Err(e) => return Err(e),
-        };
-        for entry in read {
-            let entry = entry?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if keep(&name) {
-                let meta = entry.metadata().ok();
-                found.push((
-                    name,
-                    meta.as_ref().map_or(0, std::fs::Metadata::len),
-                    meta.and_then(|m| m.modified().ok()),
-                ));
-            }
+/// The entries of `dir` whose names `keep` accepts, with what `meta` reads of each (following
+/// symbolic links, as libva's `dlopen` does). A missing directory lists as empty.
+fn entries(
+    dir: &Path,
+    keep: impl Fn(&str) -> bool,
+    meta: impl Fn(&Path) -> (u64, Option<SystemTime>),
+) -> std::io::Result<Listing> {
+    let mut found = Vec::new();
+    let read = match std::fs::read_dir(dir) {
+        Ok(read) => read,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
+        Err(e) => return Err(e),
+    };
+    // Bounded: a directory of more entries than this is not a /dev/dri or a driver directory.
+    for entry in read.take(MAX_LISTED) {
+        let entry = entry?;
+        if keep(&entry.file_name().to_string_lossy()) {
+            let path = entry.path();
+            let (len, modified) = meta(&path);
+            found.push((path, len, modified));
         }
-        found.sort();
-        Ok(found)
     }
+    found.sort();
+    Ok(found)
+}
+
+/// The most entries one watched directory is read for.
+const MAX_LISTED: usize = 4096;
+
+/// Size and modification time, following links; a file that vanished reads as nothing.
+fn size_and_time(path: &Path) -> (u64, Option<SystemTime>) {
+    let meta = std::fs::metadata(path).ok();
+    (
+        meta.as_ref().map_or(0, std::fs::Metadata::len),
+        meta.and_then(|m| m.modified().ok()),
+    )
+}
+
+/// Lists what tells that the GPUs, or what their drivers state, may have changed.
+pub(crate) fn listing(watched: &Watched) -> std::io::Result<Listing> {
     match watched {
-        // Only the names: a render node's size and times say nothing about the GPU.
-        Watched::RenderNodes(dir) => Ok(entries(dir, |n| n.starts_with("renderD"))?
-            .into_iter()
-            .map(|(name, _, _)| (name, 0, None))
-            .collect()),
-        Watched::Reports(path) if path.is_dir() => entries(path, |n| {
-            crate::agent::probing::is_record_file(Path::new(n))
-        }),
+        // Only the render nodes' names (a device node's size and times say nothing about the
+        // GPU); the VA drivers' sizes and times too: a driver updated on the host is a new file.
+        Watched::RenderNodes { dev, drivers } => {
+            let mut listed = entries(dev, |n| n.starts_with("renderD"), |_| (0, None))?;
+            for dir in drivers {
+                listed.extend(entries(
+                    dir,
+                    |n| n.ends_with("_drv_video.so"),
+                    size_and_time,
+                )?);
+            }
+            Ok(listed)
+        }
+        Watched::Reports(path) if path.is_dir() => entries(
+            path,
+            |n| crate::agent::probing::is_record_file(Path::new(n)),
+            size_and_time,
+        ),
         Watched::Reports(path) => {
             let meta = std::fs::metadata(path)?;
-            Ok(vec![(String::new(), meta.len(), meta.modified().ok())])
+            Ok(vec![(path.clone(), meta.len(), meta.modified().ok())])
         }
     }
 }
 
-/// Probes now and whenever the listing changes; sends each new set of GPUs to the publisher.
-/// A readdir poll, not inotify: inotify misses device nodes the host adds to a container's
-/// /dev/dri. A failed driver query is asked again from 30 s, doubling up to 30 min.
-async fn probe_loop(
+/// What changed between two listings, for the log: the first file that appeared, went or
+/// changed.
+fn difference(before: &Listing, now: &Listing) -> String {
+    let path_of = |l: &Listing, p: &Path| l.iter().find(|(q, _, _)| q == p).cloned();
+    for entry in now {
+        match path_of(before, &entry.0) {
+            None => return format!("{} appeared", entry.0.display()),
+            Some(old) if old != *entry => return format!("{} changed", entry.0.display()),
+            Some(_) => {}
+        }
+    }
+    before
+        .iter()
+        .find(|(p, _, _)| path_of(now, p).is_none())
+        .map_or_else(
+            || "the watched files changed".to_string(),
+            |(p, _, _)| format!("{} went away", p.display()),
+        )
+}
+
+/// The prober's own settings.
+struct Prober {
     source: ProbeSource,
     watched: Watched,
-    interval: Duration,
+    /// The taint of a GPU whose probe failed.
+    taints: TaintPolicy,
+    /// How often the watched files are listed.
+    rescan: Duration,
+    /// How often every GPU is probed again.
+    reprobe: Duration,
+}
+
+/// Probes at start, whenever the watched files change and every re-probe period, and sends the
+/// publisher each new set of GPUs as [`Reprobe`] decides it (a working GPU's first failure is
+/// confirmed before it is sent). A readdir poll, not inotify: inotify misses device nodes the
+/// host adds to a container's /dev/dri.
+async fn probe_loop(
+    prober: Prober,
     gpus: watch::Sender<Option<Vec<GpuDevice>>>,
     health: Arc<Health>,
     heartbeat: health::Heartbeat,
 ) {
+    let Prober {
+        source,
+        watched,
+        taints,
+        rescan,
+        reprobe,
+    } = prober;
     let mut problem = Problem::new("probe the GPUs");
     let mut last: Option<Listing> = None;
-    // A GPU whose driver query failed is asked again, less and less often: a driver that was
-    // not ready at boot gets its capabilities published without a restart, and a GPU that
-    // fails for good costs a probe (and its log lines) at most every half hour.
-    let mut failed_backoff = Backoff::starting_at(FAILED_REPROBE_FIRST, FAILED_REPROBE_MAX);
-    let mut reprobe_at: Option<Instant> = None;
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut state = Reprobe::new(reprobe, Instant::now());
+    let mut rescan_at = Instant::now();
     loop {
-        heartbeat.beat(interval).await;
-        tick.tick().await;
-        let now = match listing(&watched) {
-            Ok(now) => now,
+        heartbeat.beat(rescan).await;
+        tokio::time::sleep_until(rescan_at.min(state.next_probe())).await;
+        let now = Instant::now();
+        if now >= rescan_at {
+            rescan_at = now + rescan;
+        }
+        let listed = match listing(&watched) {
+            Ok(listed) => listed,
             Err(e) => {
                 problem.failed(&format!("list {}: {e}", watched_path(&watched).display()));
                 continue;
             }
         };
-        let retry_failed = reprobe_at.is_some_and(|at| Instant::now() >= at);
-        if last.as_ref() == Some(&now) && !retry_failed {
+        let changed = last.as_ref() != Some(&listed);
+        let Some(why) = state.due(now, changed) else {
             continue;
+        };
+        match (why, &last) {
+            (Why::FilesChanged, Some(before)) => {
+                info!("{}; probing the GPUs again", difference(before, &listed));
+            }
+            (Why::Confirm, _) => info!("asking again the GPUs whose probe failed once"),
+            _ => debug!("probing the GPUs ({why:?})"),
         }
-        if retry_failed && last.as_ref() == Some(&now) {
-            info!("asking the GPUs whose query failed again");
-        } else if last.is_some() {
-            info!(
-                "{} changed; probing the GPUs again",
-                watched_path(&watched).display()
-            );
-            failed_backoff.reset();
-        }
-        heartbeat.busy(probe_budget(&source, now.len()));
+        heartbeat.busy(probe_budget(&source, listed.len()));
         match probe(&source).await {
             Ok(devices) => {
+                let devices: Vec<GpuDevice> =
+                    devices.into_iter().map(|d| d.tainted(&taints)).collect();
                 problem.ok();
-                health.metrics.gpus.set(devices.len() as i64);
                 let failed = devices.iter().filter(|d| d.failure.is_some()).count();
                 health.metrics.probe_failures.inc_by(failed as u64);
-                reprobe_at = if failed == 0 {
-                    failed_backoff.reset();
-                    None
-                } else {
-                    Some(Instant::now() + failed_backoff.next_delay())
-                };
-                gpus.send_if_modified(|current| {
-                    if current.as_ref() == Some(&devices) {
-                        false
-                    } else {
-                        *current = Some(devices);
-                        true
-                    }
-                });
-                last = Some(now);
+                health.metrics.probes.inc();
+                let decision = state.probed(devices, Instant::now());
+                if let Some(devices) = decision.send {
+                    log_decided(&devices, &decision.changed);
+                    note_taints(&health, &devices);
+                    gpus.send_replace(Some(devices));
+                }
+                for (name, failure) in &decision.held {
+                    warn!(
+                        "probe: {name} failed after it worked; asking it again in {} before publishing the failure: {failure}",
+                        health::human(CONFIRM_DELAY.min(reprobe))
+                    );
+                }
+                for name in &decision.gone {
+                    info!("probe: {name} is gone");
+                }
+                last = Some(listed);
             }
-            // Not remembered as done: the next tick probes again.
+            // Not remembered as done: the next listing probes again.
             Err(e) => {
                 problem.failed(&e.to_string());
             }
+        }
+    }
+}
+
+/// Counts the GPUs and the failed ones, and says once when the node has too many GPUs for the
+/// failed ones to carry their taint.
+fn note_taints(health: &Health, devices: &[GpuDevice]) {
+    let failed = devices.iter().filter(|d| d.failure.is_some()).count();
+    health.metrics.gpus.set(devices.len() as i64);
+    health.metrics.failed_gpus.set(failed as i64);
+    let left_out = (failed > 0 && !slice::taints_fit(devices)).then(|| {
+        TaintsLeftOut {
+            gpus: devices.len(),
+        }
+        .to_string()
+    });
+    if Health::set_note(&health.taints_left_out, left_out.clone()) {
+        match left_out {
+            Some(note) => warn!("{note}"),
+            None => info!("the failed GPUs carry their taint again"),
+        }
+    }
+}
+
+/// Logs the devices whose statements are new or changed, one line each with every value and
+/// the failure word for word; a probe that changes nothing logs nothing (above debug).
+fn log_decided(devices: &[GpuDevice], changed: &[String]) {
+    if devices.is_empty() {
+        info!("probe: no GPU found");
+    }
+    for device in devices.iter().filter(|d| changed.contains(&d.name)) {
+        if device.failure.is_some() {
+            error!("probe: {}", log_line(device));
+        } else {
+            info!("probe: {}", log_line(device));
         }
     }
 }
@@ -463,12 +564,11 @@ fn probe_budget(source: &ProbeSource, gpus: usize) -> Duration {
 
 fn watched_path(watched: &Watched) -> &Path {
     match watched {
-        Watched::RenderNodes(path) | Watched::Reports(path) => path,
+        Watched::RenderNodes { dev: path, .. } | Watched::Reports(path) => path,
     }
 }
 
-/// One probe of every GPU, logged one line per GPU with the driver's name, every value and the
-/// failure word for word. A node without a render node directory has no GPU: it publishes an
+/// One probe of every GPU. A node without a render node directory has no GPU: it publishes an
 /// empty slice, which tells the scheduler so.
 async fn probe(source: &ProbeSource) -> Result<Vec<GpuDevice>, ProbeError> {
     let probed = match source.probe().await {
@@ -484,21 +584,10 @@ async fn probe(source: &ProbeSource) -> Result<Vec<GpuDevice>, ProbeError> {
         }
         Err(e) => return Err(e),
     };
-    if probed.is_empty() {
-        info!("probe: no GPU found");
-    }
-    let devices: Vec<GpuDevice> = probed
+    Ok(probed
         .iter()
         .map(|p| describe(&p.node(), &p.outcome()))
-        .collect();
-    for device in &devices {
-        if device.failure.is_some() {
-            error!("probe: {}", log_line(device));
-        } else {
-            info!("probe: {}", log_line(device));
-        }
-    }
-    Ok(devices)
+        .collect())
 }
 
 #[cfg(test)]
@@ -508,7 +597,10 @@ mod tests {
     #[test]
     fn render_node_listing_sees_nodes_come_and_go() {
         let dir = tempfile::tempdir().unwrap();
-        let watched = Watched::RenderNodes(dir.path().to_path_buf());
+        let watched = Watched::RenderNodes {
+            dev: dir.path().to_path_buf(),
+            drivers: Vec::new(),
+        };
         let empty = listing(&watched).unwrap();
         assert!(empty.is_empty());
         std::fs::write(dir.path().join("renderD128"), "").unwrap();
@@ -516,8 +608,43 @@ mod tests {
         let one = listing(&watched).unwrap();
         assert_eq!(one.len(), 1, "only render nodes count: {one:?}");
         assert_ne!(one, empty);
-        let missing = Watched::RenderNodes(dir.path().join("nope"));
+        assert_eq!(
+            difference(&empty, &one),
+            format!("{} appeared", dir.path().join("renderD128").display())
+        );
+        let missing = Watched::RenderNodes {
+            dev: dir.path().join("nope"),
+            drivers: vec![dir.path().join("nope")],
+        };
         assert!(listing(&missing).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_va_driver_replaced_changes_the_listing() {
+        let dev = tempfile::tempdir().unwrap();
+        let dri = tempfile::tempdir().unwrap();
+        let watched = Watched::RenderNodes {
+            dev: dev.path().to_path_buf(),
+            drivers: vec![dri.path().to_path_buf()],
+        };
+        let driver = dri.path().join("iHD_drv_video.so");
+        std::fs::write(&driver, "v1").unwrap();
+        std::fs::write(dri.path().join("README"), "not a driver").unwrap();
+        let before = listing(&watched).unwrap();
+        assert_eq!(before.len(), 1, "{before:?}");
+        // A package update writes a new file of another size.
+        std::fs::write(&driver, "version 2").unwrap();
+        let after = listing(&watched).unwrap();
+        assert_ne!(before, after);
+        assert_eq!(
+            difference(&before, &after),
+            format!("{} changed", driver.display())
+        );
+        std::fs::remove_file(&driver).unwrap();
+        assert_eq!(
+            difference(&after, &listing(&watched).unwrap()),
+            format!("{} went away", driver.display())
+        );
     }
 
     #[test]

@@ -6,8 +6,10 @@
 
 use crate::catalogue::{Attribute, Capability, Identity, MAX_STRING_VALUE_BYTES};
 use crate::node::sysfs::RenderNode;
+use crate::node::taint::{Taint, TaintPolicy};
 use crate::node::va::report::Report;
 use crate::node::va::rules;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -34,7 +36,67 @@ impl std::fmt::Display for AttrValue {
 pub enum Outcome {
     /// Boxed: a report is large next to a failure line.
     Report(Box<Report>),
-    Failed(String),
+    Failed(Failure),
+}
+
+/// Why a GPU's probe gave no capabilities, as the taint's value says it (a label value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureKind {
+    /// The driver answered, and its query failed (`vaInitialize` and the like).
+    QueryFailed,
+    /// The probe did not end within its timeout: the driver stopped answering.
+    NotAnswering,
+    /// The probe process failed otherwise: it crashed, exited, printed no readable report, or
+    /// a recorded probe says only that it failed.
+    ProbeFailed,
+}
+
+impl FailureKind {
+    /// Every kind, in the order the docs list them.
+    pub const ALL: [FailureKind; 3] = [
+        FailureKind::QueryFailed,
+        FailureKind::NotAnswering,
+        FailureKind::ProbeFailed,
+    ];
+
+    /// The name the taint's value and the record carry.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::QueryFailed => "query-failed",
+            FailureKind::NotAnswering => "not-answering",
+            FailureKind::ProbeFailed => "probe-failed",
+        }
+    }
+}
+
+impl std::fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failed probe: what kind of failure, and the log line saying it word for word.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub kind: FailureKind,
+    pub text: String,
+}
+
+impl Failure {
+    /// A failure of `kind` worded `text`.
+    pub fn new(kind: FailureKind, text: impl Into<String>) -> Failure {
+        Failure {
+            kind,
+            text: text.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
 }
 
 /// One GPU as it will be published.
@@ -46,7 +108,10 @@ pub struct GpuDevice {
     /// Every attribute, keyed by its published name (`caps` is the source of the names).
     pub attributes: BTreeMap<&'static str, AttrValue>,
     /// The probe failure, word for word, when the query failed.
-    pub failure: Option<String>,
+    pub failure: Option<Failure>,
+    /// The taint the agent puts on the device (a failed probe's, [`GpuDevice::tainted`]);
+    /// `describe` leaves it unset: what the device states does not depend on the flags.
+    pub taint: Option<Taint>,
     /// Values cut to 64 bytes: (attribute, the full text), for the log.
     pub trimmed: Vec<(&'static str, String)>,
 }
@@ -55,6 +120,12 @@ impl GpuDevice {
     /// The value of `attribute`, if the device carries it.
     pub fn get(&self, attribute: Attribute) -> Option<&AttrValue> {
         self.attributes.get(attribute.name())
+    }
+
+    /// The device with the taint `policy` gives a failed probe, and none when it worked.
+    pub fn tainted(self, policy: &TaintPolicy) -> GpuDevice {
+        let taint = self.failure.as_ref().map(|f| policy.taint(f.kind));
+        GpuDevice { taint, ..self }
     }
 
     /// The value of a capability (always present).
@@ -119,14 +190,13 @@ pub fn describe(node: &RenderNode, outcome: &Outcome) -> GpuDevice {
             None => (Some(report.as_ref()), None),
             Some(error) => (
                 None,
-                Some(failure_text(
-                    node,
-                    &format!("failed: {error}"),
-                    &report.said(),
+                Some(Failure::new(
+                    FailureKind::QueryFailed,
+                    failure_text(node, &format!("failed: {error}"), &report.said()),
                 )),
             ),
         },
-        Outcome::Failed(text) => (None, Some(text.clone())),
+        Outcome::Failed(failure) => (None, Some(failure.clone())),
     };
     let capabilities = report.map(rules::capabilities).unwrap_or_default();
     let mut attributes = BTreeMap::new();
@@ -164,6 +234,7 @@ pub fn describe(node: &RenderNode, outcome: &Outcome) -> GpuDevice {
         render_node: node.path.clone(),
         attributes,
         failure,
+        taint: None,
         trimmed,
     }
 }
@@ -281,10 +352,26 @@ mod tests {
     #[test]
     fn a_failed_probe_publishes_no_vadriver_and_all_false() {
         let failure = "probe of /dev/dri/renderD129 (0000:03:00.0) killed by SIGSEGV after 0.4s; libva said: libva info: Trying to open /usr/lib/x86_64-linux-gnu/dri/radeonsi_drv_video.so";
-        let device = describe(&node(None), &Outcome::Failed(failure.into()));
+        let device = describe(
+            &node(None),
+            &Outcome::Failed(Failure::new(FailureKind::ProbeFailed, failure)),
+        );
         assert_eq!(device.get(Attribute::Identity(Identity::VaDriver)), None);
         assert!(Capability::ALL.iter().all(|c| !device.capability(*c)));
         assert_eq!(device.attributes.len(), Attribute::all().count() - 1);
+        // The agent's taint says why, and the seed's rule stands beside it.
+        assert_eq!(device.taint, None);
+        let tainted = device.clone().tainted(&TaintPolicy::default());
+        let taint = tainted.taint.as_ref().unwrap();
+        assert_eq!(
+            (taint.key.as_str(), taint.value, taint.effect.as_str()),
+            (
+                "media.liken.sh/unhealthy",
+                FailureKind::ProbeFailed,
+                "NoSchedule"
+            )
+        );
+        assert_eq!(tainted.attributes, device.attributes);
         // No pci.ids entry: the documented fallback.
         assert_eq!(
             device.get(Attribute::Identity(Identity::Name)),
@@ -312,7 +399,11 @@ mod tests {
         let device = describe(&node(None), &Outcome::Report(Box::new(report)));
         assert_eq!(device.get(Attribute::Identity(Identity::VaDriver)), None);
         assert_eq!(
-            device.failure.as_deref(),
+            device.failure.as_ref().map(|f| f.kind),
+            Some(FailureKind::QueryFailed)
+        );
+        assert_eq!(
+            device.failure.as_ref().map(|f| f.text.as_str()),
             Some(
                 "probe of /dev/dri/renderD129 (0000:03:00.0) failed: vaInitialize failed: unknown libva error (-1); libva said: libva info: Trying to open /usr/lib/x86_64-linux-gnu/dri/radeonsi_drv_video.so"
             )

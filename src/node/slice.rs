@@ -2,12 +2,14 @@
 //! the agent's job; the example fleet is built with this too). One pool named after the node, whose
 //! generation the publisher bumps; `spec.nodeName`; one device per GPU with
 //! `allowMultipleAllocations: true` (a statement can back any number of claims); owned by the Node,
-//! so it is garbage-collected with it. The name is [`slice_name`]'s.
+//! so it is garbage-collected with it. The name is [`slice_name`]'s. A GPU whose probe failed
+//! carries the agent's taint, unless the node has more GPUs than a slice with taints may hold
+//! ([`taints_fit`]).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::resource::v1::{
-    Device, DeviceAttribute, ResourcePool, ResourceSlice, ResourceSliceSpec,
+    Device, DeviceAttribute, DeviceTaint, ResourcePool, ResourceSlice, ResourceSliceSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
@@ -48,14 +50,35 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
+/// The most devices a slice may hold once one of them has taints, from Kubernetes 1.35 on
+/// (k8s.io/api resource/v1 `ResourceSliceMaxDevicesWithAdvancedFeatures`; 1.34 allows 128).
+pub const MAX_DEVICES_WITH_TAINTS: usize = 64;
+
+/// Whether a slice of `gpus` may carry taints: the agent publishes one slice per node, so past
+/// [`MAX_DEVICES_WITH_TAINTS`] GPUs the taints are left out (the agent says so) and the failed
+/// GPUs are unselectable by capability alone (every capability false).
+pub fn taints_fit(gpus: &[GpuDevice]) -> bool {
+    gpus.len() <= MAX_DEVICES_WITH_TAINTS
+}
+
 /// The devices of the slice, one per GPU, sorted by name so that the same GPUs always give the
 /// same spec.
 pub(crate) fn devices(gpus: &[GpuDevice]) -> Vec<Device> {
+    let with_taints = taints_fit(gpus);
     let mut devices: Vec<Device> = gpus
         .iter()
         .map(|gpu| Device {
             name: gpu.name.clone(),
             allow_multiple_allocations: Some(true),
+            taints: gpu.taint.as_ref().filter(|_| with_taints).map(|taint| {
+                vec![DeviceTaint {
+                    key: taint.key.clone(),
+                    value: Some(taint.value.as_str().to_string()),
+                    effect: taint.effect.as_str().to_string(),
+                    // The API server sets it (at create or update, when absent).
+                    time_added: None,
+                }]
+            }),
             attributes: Some(
                 gpu.attributes
                     .iter()
@@ -143,6 +166,7 @@ mod tests {
             render_node: "/dev/dri/renderD128".into(),
             attributes: attributes.iter().cloned().collect(),
             failure: None,
+            taint: None,
             trimmed: Vec::new(),
         }
     }
@@ -179,6 +203,44 @@ mod tests {
                 }
             })
         );
+    }
+
+    fn failed(name: &str) -> GpuDevice {
+        use crate::node::device::{Failure, FailureKind};
+        GpuDevice {
+            failure: Some(Failure::new(FailureKind::NotAnswering, "timed out")),
+            ..gpu(name, &[("decodeVP9", AttrValue::Bool(false))])
+        }
+        .tainted(&crate::node::taint::TaintPolicy::default())
+    }
+
+    #[test]
+    fn a_failed_gpu_carries_the_taint_and_the_others_none() {
+        let devices = devices(&[failed("pci-0000-03-00-0"), gpu("pci-0000-00-02-0", &[])]);
+        assert_eq!(devices[0].taints, None);
+        assert_eq!(
+            serde_json::to_value(&devices[1].taints).unwrap(),
+            serde_json::json!([{
+                "key": "media.liken.sh/unhealthy",
+                "value": "not-answering",
+                "effect": "NoSchedule",
+            }])
+        );
+    }
+
+    #[test]
+    fn past_64_gpus_no_device_has_taints() {
+        let mut gpus: Vec<GpuDevice> = (0..MAX_DEVICES_WITH_TAINTS)
+            .map(|i| gpu(&format!("pci-0000-{i:02x}-00-0"), &[]))
+            .collect();
+        gpus[0] = failed("pci-0000-00-00-0");
+        assert!(taints_fit(&gpus));
+        assert!(devices(&gpus).iter().any(|d| d.taints.is_some()));
+        gpus.push(gpu("pci-0000-ff-00-0", &[]));
+        assert!(!taints_fit(&gpus));
+        let devices = devices(&gpus);
+        assert_eq!(devices.len(), 65);
+        assert!(devices.iter().all(|d| d.taints.is_none()));
     }
 
     #[test]

@@ -401,6 +401,40 @@ fn a_render_for_kubernetes_before_1_34_says_it_needs_resource_k8s_io_v1() {
     );
 }
 
+#[test]
+#[cfg_attr(
+    not(all(have_go, have_kubectl)),
+    ignore = "needs kubectl and Go 1.26 or newer (helm and the control plane are built from their modules)"
+)]
+fn an_install_on_a_cluster_that_does_not_serve_resource_k8s_io_v1_says_so_and_creates_nothing() {
+    // A 1.34 server with the API version turned off, as `--runtime-config` leaves it: its
+    // version passes the first check, its discovery fails the second.
+    let cp = crate::support::controlplane::shared_with(
+        "helm-no-resource-v1",
+        &["--runtime-config", "resource.k8s.io/v1=false"],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let kube = Kube::new(cp.kubeconfig());
+    let chart = chart_dir();
+    let out = helm(
+        &["install", RELEASE, chart.to_str().unwrap(), "-n", NAMESPACE, "--create-namespace"],
+        Some(cp.kubeconfig()),
+    );
+    let error = stderr(&out);
+    assert!(!out.status.success(), "{error}");
+    assert!(
+        error.contains("media-capabilities needs resource.k8s.io/v1, which this cluster (v1.34.")
+            && error.contains(
+                ") does not serve (hint: Kubernetes 1.34 and newer serve it unless the API \
+                 server's --runtime-config turns it off)"
+            ),
+        "{error}"
+    );
+    let keys: Vec<_> = by_key(render(&[]).unwrap()).into_keys().collect();
+    assert!(on_server(&kube, &keys).is_empty());
+    assert_eq!(release_secrets(&kube), 0);
+}
+
 /// The chart's objects on the server: kind/name to (uid, version) of each that exists.
 fn on_server(kube: &Kube, keys: &[(String, String, String)]) -> BTreeMap<String, (String, String)> {
     let mut found = BTreeMap::new();

@@ -50,7 +50,7 @@ fn direct(program: PathBuf, timeout: Duration) -> Isolation {
 
 fn failure(outcome: Outcome) -> String {
     match outcome {
-        Outcome::Failed(text) => text,
+        Outcome::Failed(failure) => failure.text,
         Outcome::Report(r) => panic!("expected a failure, got {r:?}"),
     }
 }
@@ -358,7 +358,7 @@ async fn the_real_child_reports_libva_absent_in_the_loaders_words() {
     assert_eq!(report.error.as_deref(), Some(loader));
     let device = media_operator::node::device::describe(&node, &Outcome::Report(report));
     assert_eq!(
-        device.failure.as_deref(),
+        device.failure.as_ref().map(|f| f.text.as_str()),
         Some(
             format!(
                 "probe of /dev/dri/renderD128 (0000:01:00.0) failed: {loader}; libva said nothing"

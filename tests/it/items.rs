@@ -76,7 +76,7 @@ fn millions_of_empty_items_are_one_warning_in_bounded_memory() {
             said.trim_end(),
             format!(
                 "warning: {}: skipped {ITEMS} objects without metadata.name, which no API \
-                 server stores\nNo media.liken.sh devices or render nodes found (the files hold no \
+                 server stores\nNo media.liken.sh or liken.sh devices found (the files hold no \
                  ResourceSlices).",
                 file.display()
             )

@@ -73,6 +73,7 @@ fn recorded() -> Vec<Probed> {
             pci,
             report: Some(report_from_vainfo(&file)),
             failure: None,
+            failure_kind: None,
         });
     }
     records
@@ -334,6 +335,7 @@ fn healthy() -> Probed {
         pci: pci("0000:00:02.0", "8086", "9a49", "i915"),
         report: Some(report_from_vainfo("intel-tgl-ihd-22.3.1.txt")),
         failure: None,
+        failure_kind: None,
     }
 }
 

@@ -34,6 +34,7 @@ mod probe_cli;
 mod quadratic;
 mod reads;
 mod release;
+mod reprobe;
 mod rules_captures;
 mod terminal;
 mod why;

@@ -36,6 +36,11 @@ impl FieldPath {
         self.0.len() == 4 && self.device_field() == Some("allowMultipleAllocations")
     }
 
+    /// `taints` on the devices: the DRADeviceTaints gate's field.
+    pub(crate) fn is_taints_field(&self) -> bool {
+        self.0.len() == 4 && self.device_field() == Some("taints")
+    }
+
     /// The field of a device this path is in (`attributes`, `allowMultipleAllocations`, ...).
     fn device_field(&self) -> Option<&str> {
         (self.key(0) == Some("spec")
@@ -113,6 +118,17 @@ fn content(slice: &ResourceSlice) -> Value {
     if let Some(pool) = spec.get_mut("pool").and_then(Value::as_object_mut) {
         pool.remove("generation");
     }
+    // The API server sets a taint's `timeAdded` when it is absent (k8s.io/kubernetes
+    // pkg/apis/resource/v1 `SetDefaults_DeviceTaint`): its, not ours.
+    let devices = spec.get_mut("devices").and_then(Value::as_array_mut);
+    for device in devices.into_iter().flatten() {
+        let taints = device.get_mut("taints").and_then(Value::as_array_mut);
+        for taint in taints.into_iter().flatten() {
+            if let Some(taint) = taint.as_object_mut() {
+                taint.remove("timeAdded");
+            }
+        }
+    }
     let controller = controller_of(&slice.metadata).map(|owner| {
         serde_json::json!({
             "apiVersion": owner.api_version,
@@ -155,6 +171,28 @@ pub(crate) fn updated_metadata(stored: &ObjectMeta, wanted: &ObjectMeta) -> Obje
         None => owners.insert(0, ours.clone()),
     }
     metadata
+}
+
+/// Gives the taints of `wanted` the `timeAdded` the server stored for the same taint (key, value
+/// and effect) on the same device, so that an update keeps when a GPU was first tainted rather
+/// than the server stamping it anew.
+pub(crate) fn keep_taint_times(stored: &ResourceSlice, wanted: &mut ResourceSlice) {
+    let stored_devices = stored.spec.devices.as_deref().unwrap_or_default();
+    for device in wanted.spec.devices.iter_mut().flatten() {
+        let Some(before) = stored_devices.iter().find(|d| d.name == device.name) else {
+            continue;
+        };
+        for taint in device.taints.iter_mut().flatten() {
+            taint.time_added = before
+                .taints
+                .iter()
+                .flatten()
+                .find(|t| {
+                    (&t.key, &t.value, &t.effect) == (&taint.key, &taint.value, &taint.effect)
+                })
+                .and_then(|t| t.time_added.clone());
+        }
+    }
 }
 
 /// Removes nulls, empty lists and empty maps, depth first.
@@ -435,6 +473,66 @@ mod tests {
             &sent,
             std::slice::from_ref(&change.path)
         ));
+    }
+
+    fn tainted(name: &str) -> crate::node::device::GpuDevice {
+        use crate::node::device::{Failure, FailureKind};
+        crate::node::device::GpuDevice {
+            failure: Some(Failure::new(FailureKind::QueryFailed, "failed")),
+            ..gpu(name)
+        }
+        .tainted(&crate::node::taint::TaintPolicy::default())
+    }
+
+    fn time(rfc3339: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+        serde_json::from_value(serde_json::json!(rfc3339)).unwrap()
+    }
+
+    #[test]
+    fn dropped_taints_are_the_gate_s_and_the_time_the_server_adds_is_not_content() {
+        let sent = desired(
+            &node(),
+            &[tainted("pci-0000-00-02-0"), gpu("pci-0000-03-00-0")],
+            1,
+        );
+        // Gate off: the API server drops every device's taints.
+        let mut dropped = sent.clone();
+        for device in dropped.spec.devices.as_mut().unwrap() {
+            device.taints = None;
+        }
+        let changes = stored_changes(&sent, &dropped);
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert_eq!(changes[0].path.to_string(), "spec.devices[*].taints");
+        assert!(changes[0].path.is_taints_field() && changes[0].path.can_be_left_aside());
+        assert!(!changes[0].path.is_gate_field());
+        // Gate on: it stamps timeAdded, which is no difference.
+        let mut stamped = sent.clone();
+        stamped.spec.devices.as_mut().unwrap()[0]
+            .taints
+            .as_mut()
+            .unwrap()[0]
+            .time_added = Some(time("2026-11-02T09:00:00Z"));
+        assert!(stored_changes(&sent, &stamped).is_empty());
+        assert!(same_content(&stamped, &sent, &[]));
+        // An update keeps the stored time of the same taint, and only of the same taint.
+        let mut wanted = sent.clone();
+        keep_taint_times(&stamped, &mut wanted);
+        assert_eq!(wanted, stamped);
+        let mut other = desired(&node(), &[tainted("pci-0000-00-02-0")], 1);
+        other.spec.devices.as_mut().unwrap()[0]
+            .taints
+            .as_mut()
+            .unwrap()[0]
+            .effect = "NoExecute".into();
+        keep_taint_times(&stamped, &mut other);
+        assert_eq!(
+            other.spec.devices.as_ref().unwrap()[0]
+                .taints
+                .as_ref()
+                .unwrap()[0]
+                .time_added,
+            None
+        );
     }
 
     #[test]

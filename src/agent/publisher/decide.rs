@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tracing::{Level, debug, info};
 
 use super::PublishError;
-use super::compare::{FieldPath, not_ours, same_content, updated_metadata};
+use super::compare::{FieldPath, keep_taint_times, not_ours, same_content, updated_metadata};
 use crate::agent::api::{ApiCause, Backoff, Problem};
 use crate::catalogue::DRIVER;
 use crate::node::device::GpuDevice;
@@ -186,6 +186,7 @@ pub(crate) fn plan(stored: &Stored, gpus: &[GpuDevice], rechecked: bool) -> Plan
         return Plan::UpToDate { generation };
     }
     wanted.spec.pool.generation = stored.generation.max(generation) + 1;
+    keep_taint_times(current, &mut wanted);
     // Keep what others put in metadata; it does not reach the scheduler.
     wanted.metadata = updated_metadata(&current.metadata, &wanted.metadata);
     Plan::Update(Box::new(wanted))

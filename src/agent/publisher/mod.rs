@@ -28,7 +28,9 @@ use tracing::{info, warn};
 use self::compare::{Change, FieldPath, stored_changes};
 use self::decide::{Action, Event, Plan, State, Stray, decide, plan, selector};
 use crate::agent::api::{API_CALL_TIMEOUT, ApiCause, api_answered, api_unanswered};
-use crate::agent::health::{DroppedField, Health, Heartbeat, RefusalLabels, WriteLabels, human};
+use crate::agent::health::{
+    DroppedField, DroppedTaints, Health, Heartbeat, RefusalLabels, WriteLabels, human,
+};
 use crate::catalogue::DRIVER;
 use crate::node::device::GpuDevice;
 
@@ -487,7 +489,27 @@ impl Publisher {
                 }
             }
         }
-        let others: Vec<&&Change> = aside.iter().filter(|c| !c.path.is_gate_field()).collect();
+        // Only a write that sent taints says whether the server keeps them.
+        let asked_taints = sent
+            .spec
+            .devices
+            .iter()
+            .flatten()
+            .any(|d| d.taints.as_ref().is_some_and(|t| !t.is_empty()));
+        if asked_taints {
+            let dropped = aside.iter().any(|c| c.path.is_taints_field());
+            if self.health.set_dropped_taints(dropped) {
+                if dropped {
+                    warn!("{DroppedTaints}");
+                } else {
+                    info!("the API server keeps the taints of the media.liken.sh devices again");
+                }
+            }
+        }
+        let others: Vec<&&Change> = aside
+            .iter()
+            .filter(|c| !c.path.is_gate_field() && !c.path.is_taints_field())
+            .collect();
         self.health
             .metrics
             .server_changed_fields
@@ -526,6 +548,7 @@ pub(crate) mod fixtures {
             render_node: "/dev/dri/renderD128".into(),
             attributes: [("decodeVP9", AttrValue::Bool(true))].into_iter().collect(),
             failure: None,
+            taint: None,
             trimmed: Vec::new(),
         }
     }

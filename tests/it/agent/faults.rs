@@ -7,15 +7,15 @@ use super::*;
 
 // --- the API server goes and comes back -------------------------------------------------------
 
-/// The agent's warnings and errors but for its probes and the one a 1.34 server with default
-/// gates causes (it drops `allowMultipleAllocations`).
+/// The agent's warnings and errors but for its probes and the ones a 1.34 server with default
+/// gates causes (it drops `allowMultipleAllocations`, and the failed GPU's taints).
 fn problems(agent: &AgentProcess) -> Vec<String> {
     agent
         .log
         .lines()
         .into_iter()
         .filter(|l| (l.contains(" WARN ") || l.contains(" ERROR ")) && !l.contains("probe: "))
-        .filter(|l| !l.contains("allowMultipleAllocations"))
+        .filter(|l| !l.contains("allowMultipleAllocations") && !l.contains("dropped the taints"))
         .collect()
 }
 

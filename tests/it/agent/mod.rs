@@ -31,8 +31,10 @@ const DEADLINE: Duration = Duration::from_secs(60);
 const NAMESPACE: &str = "agent-tests";
 
 /// The control plane these tests share: DRAConsumableCapacity on (else the API server drops
-/// `allowMultipleAllocations`) and MutatingAdmissionPolicy (beta in 1.34, off by default).
-fn cluster() -> &'static ControlPlane {
+/// `allowMultipleAllocations`), DRADeviceTaints on (else it drops the failed GPUs' taints; on
+/// 1.34 the scheduler then waits for DeviceTaintRules, served in resource.k8s.io/v1alpha3) and
+/// MutatingAdmissionPolicy (beta in 1.34, off by default).
+pub(crate) fn cluster() -> &'static ControlPlane {
     static CLUSTER: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
     CLUSTER
         .get_or_init(|| {
@@ -40,9 +42,9 @@ fn cluster() -> &'static ControlPlane {
                 "agent",
                 &[
                     "--feature-gates",
-                    "DRAConsumableCapacity=true,MutatingAdmissionPolicy=true",
+                    "DRAConsumableCapacity=true,DRADeviceTaints=true,MutatingAdmissionPolicy=true",
                     "--runtime-config",
-                    "admissionregistration.k8s.io/v1beta1=true",
+                    "admissionregistration.k8s.io/v1beta1=true,resource.k8s.io/v1alpha3=true",
                 ],
             )?;
             prepare(&cp);
@@ -53,7 +55,7 @@ fn cluster() -> &'static ControlPlane {
 }
 
 /// The process's default control plane (1.34's default gates), prepared for agents.
-fn default_cluster() -> &'static ControlPlane {
+pub(crate) fn default_cluster() -> &'static ControlPlane {
     static PREPARED: OnceLock<()> = OnceLock::new();
     let cp = controlplane::shared();
     PREPARED.get_or_init(|| prepare(cp));
@@ -164,7 +166,7 @@ impl<'a> Setup<'a> {
         path("resourceslices", Some(&self.slice_name))
     }
 
-    fn slice(&self) -> Option<Value> {
+    pub(crate) fn slice(&self) -> Option<Value> {
         self.kube.get(&self.slice_path())
     }
 
@@ -177,7 +179,7 @@ impl<'a> Setup<'a> {
     }
 
     /// The agent's writes of ResourceSlices after `mark`, as the server logged them.
-    fn slice_writes(&self, mark: usize) -> Vec<Event> {
+    pub(crate) fn slice_writes(&self, mark: usize) -> Vec<Event> {
         self.audit
             .since(mark)
             .into_iter()
@@ -313,9 +315,10 @@ macro_rules! cp_test {
     };
 }
 
-// The macro above is in scope from here on: the fault tests use it too.
+// The macro above is in scope from here on: the fault and taint tests use it too.
 mod faults;
 mod paging;
+mod taints;
 
 // --- publishing -------------------------------------------------------------------------------
 
@@ -649,7 +652,7 @@ fn a_node_without_gpus_publishes_an_empty_slice_and_follows_new_ones() {
     assert_eq!(generation(&one), 2);
     agent
         .log
-        .wait_for("changed; probing the GPUs again", DEADLINE);
+        .wait_for("; probing the GPUs again", DEADLINE);
 
     for entry in std::fs::read_dir(s.reports.path()).unwrap() {
         std::fs::remove_file(entry.unwrap().path()).unwrap();
@@ -916,6 +919,24 @@ fn bad_flags_are_usage_errors_before_anything_starts() {
     assert!(
         stderr.starts_with("error: --reports /nonexistent"),
         "{stderr}"
+    );
+
+    // A taint the API server would refuse: one line naming the valid ones.
+    let (code, stderr) = run(&[("NODE_NAME", "n1")], &["--taint-key", "example.com/x"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: --taint-key \"example.com/x\" cannot be this agent's taint key: it is not in the media.liken.sh domain (hint: valid keys are media.liken.sh/NAME"),
+        "{stderr}"
+    );
+    let (code, stderr) = run(
+        &[("NODE_NAME", "n1"), ("TAINT_EFFECT", "NoScheduling")],
+        &[],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr,
+        "error: --taint-effect \"NoScheduling\" is not a device taint effect (hint: valid effects are NoSchedule, NoExecute and None; the nearest is NoSchedule)\n"
     );
 }
 

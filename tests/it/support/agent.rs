@@ -108,10 +108,13 @@ pub struct AgentProcess {
     _dir: tempfile::TempDir,
 }
 
-/// Fast periods so tests see several of them in well under a second.
+/// Fast periods so tests see several of them in well under a second; every GPU is probed again
+/// every 100 ms, so that each test also checks that re-probing costs no write.
 pub const FAST: &[&str] = &[
     "--rescan-interval",
     "50ms",
+    "--reprobe-interval",
+    "100ms",
     "--resync-interval",
     "100ms",
     "--max-backoff",
