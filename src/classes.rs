@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::resource::v1::{
     CELDeviceSelector, DeviceClaim, DeviceClass, DeviceClassSpec, DeviceConstraint, DeviceRequest,
-    DeviceSelector, ExactDeviceRequest, ResourceClaimSpec, ResourceClaimTemplate,
+    DeviceSelector, DeviceToleration, ExactDeviceRequest, ResourceClaimSpec, ResourceClaimTemplate,
     ResourceClaimTemplateSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -148,12 +148,14 @@ fn exact_request(name: &str, class: &str, selectors: Option<Vec<DeviceSelector>>
 }
 
 /// The template of step 3: the render node and the capability statement, constrained to the
-/// same GPU by `resource.kubernetes.io/pciBusID`.
+/// same GPU by `resource.kubernetes.io/pciBusID`. `tolerations` go on both requests: the
+/// agent taints the media device, a vendor's driver (or an operator) the render device.
 pub(crate) fn claim_template(
     name: &str,
     render_class: &str,
     request_name: &str,
     statement: &Statement<'_>,
+    tolerations: &[DeviceToleration],
 ) -> ResourceClaimTemplate {
     let statement_request = match statement {
         Statement::Class(class) => exact_request(request_name, class, None),
@@ -166,6 +168,17 @@ pub(crate) fn claim_template(
             Some(vec![cel_selector(expression(capabilities.terms()))]),
         ),
     };
+    let mut requests = vec![
+        exact_request(RENDER_REQUEST, render_class, None),
+        statement_request,
+    ];
+    if !tolerations.is_empty() {
+        for request in &mut requests {
+            if let Some(exactly) = request.exactly.as_mut() {
+                exactly.tolerations = Some(tolerations.to_vec());
+            }
+        }
+    }
     ResourceClaimTemplate {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
@@ -175,10 +188,7 @@ pub(crate) fn claim_template(
             metadata: None,
             spec: ResourceClaimSpec {
                 devices: Some(DeviceClaim {
-                    requests: Some(vec![
-                        exact_request(RENDER_REQUEST, render_class, None),
-                        statement_request,
-                    ]),
+                    requests: Some(requests),
                     constraints: Some(vec![DeviceConstraint {
                         requests: Some(vec![RENDER_REQUEST.to_string(), request_name.to_string()]),
                         match_attribute: Some(catalogue::PCI_BUS_ID.to_string()),
@@ -261,6 +271,7 @@ mod tests {
                 base_class: "media-gpu",
                 capabilities: &capabilities,
             },
+            &[],
         );
         let devices = template.spec.spec.devices.unwrap();
         let requests = devices.requests.unwrap();

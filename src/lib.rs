@@ -25,4 +25,5 @@ pub mod node;
 pub mod paging;
 pub mod render_drivers;
 pub mod text;
+pub mod tolerations;
 pub mod usage;

@@ -17,7 +17,7 @@ use crate::fleet::cluster::Cluster;
 use crate::fleet::files;
 use crate::fleet::holders::{self, Hold, Holders};
 use crate::fleet::inventory::{
-    self, Counts, Drift, Filter, Gpu, Inventory, RenderProblem, Statements, Status,
+    self, Counts, Drift, Filter, Gpu, Inventory, RenderProblem, Statements, Status, TaintedDevice,
 };
 use crate::render_drivers;
 
@@ -455,6 +455,7 @@ const ALL_BUT: &str = "all but ";
 pub(crate) fn status_word(gpu: &Gpu) -> &'static str {
     match (&gpu.status, gpu.drift) {
         (Status::Described, _) if unpaired(gpu) => "no render device",
+        (Status::Described, _) if gpu.blocking_taint().is_some() => "tainted",
         (Status::Described, None) => "ok",
         (Status::Described, Some(_)) => "drift",
         (Status::ProbeFailed, _) => "probe failed",
@@ -481,9 +482,10 @@ fn unpaired(gpu: &Gpu) -> bool {
 }
 
 /// Every status word, in the order `--summary` lists them.
-pub(crate) const STATUS_WORDS: [&str; 7] = [
+pub(crate) const STATUS_WORDS: [&str; 8] = [
     "ok",
     "drift",
+    "tainted",
     "no render device",
     "probe failed",
     "incomplete",
@@ -494,6 +496,7 @@ pub(crate) const STATUS_WORDS: [&str; 7] = [
 fn status_paint(gpu: &Gpu) -> Option<Paint> {
     match (&gpu.status, gpu.drift) {
         (Status::Described, _) if unpaired(gpu) => Some(Paint::Red),
+        (Status::Described, _) if gpu.blocking_taint().is_some() => Some(Paint::Yellow),
         (Status::Described, None) => None,
         (Status::Described, Some(_)) | (Status::Incomplete { .. }, _) => Some(Paint::Yellow),
         (Status::ProbeFailed, _) | (Status::NotDescribed { .. }, _) => Some(Paint::Red),
@@ -517,7 +520,34 @@ fn status_cell(gpu: &Gpu) -> Cell {
     if let Some(index) = gpu.drift {
         let _ = write!(status, " [{}]", index + 1);
     }
+    // Why the scheduler keeps claims off it: the first taint that does, and how many more.
+    let mut blocking = gpu.taints.iter().filter(|t| t.blocks());
+    if let Some(first) = blocking.next() {
+        let _ = write!(status, " ({}", first.reason());
+        match blocking.count() {
+            0 => status.push(')'),
+            more => {
+                let _ = write!(status, ", +{more})");
+            }
+        }
+    }
     Cell::painted(status, status_paint(gpu))
+}
+
+/// `-o wide`'s TAINTS: each taint `key=value:effect`, the render device's marked so.
+fn taints_cell(gpu: &Gpu) -> String {
+    if gpu.taints.is_empty() {
+        return "-".into();
+    }
+    let written: Vec<String> = gpu
+        .taints
+        .iter()
+        .map(|t| match t.on {
+            TaintedDevice::Media => t.written(),
+            TaintedDevice::Render => format!("{} (render)", t.written()),
+        })
+        .collect();
+    written.join(", ")
 }
 
 /// The table (`-o wide` when `wide`), then the notes that explain its marks.
@@ -551,6 +581,7 @@ pub(crate) fn render_table(
         .to_vec();
         columns.extend(Capability::ALL.iter().map(|c| (wide_header(*c), Keep)));
         columns.push((CLAIMS_HEADER.into(), Keep));
+        columns.push(("TAINTS".into(), Keep));
         columns.push(("STATUS".into(), Keep));
         columns.into_iter().unzip()
     } else {
@@ -598,6 +629,7 @@ pub(crate) fn render_table(
                     });
                 }
                 row.push(Cell::plain(claims_cell(claims, index, gpu)));
+                row.push(Cell::plain(taints_cell(gpu)));
                 row.push(status_cell(gpu));
                 row
             } else {
@@ -1076,6 +1108,40 @@ fn notes(
             nodes[0]
         ));
     }
+    // Tainted GPUs, failed ones included: the taints that keep new claims off them.
+    let tainted = per_node(&|g| g.blocking_taint().is_some());
+    if !tainted.is_empty() {
+        let nodes: Vec<&str> = tainted.iter().map(|(n, _)| *n).collect();
+        let mut taints: Vec<String> = Vec::new();
+        for taint in shown.iter().flat_map(|g| &g.taints).filter(|t| t.blocks()) {
+            let written = taint.written();
+            if !taints.contains(&written) {
+                taints.push(written);
+            }
+        }
+        let more = taints.len().saturating_sub(NODE_NOTES);
+        taints.truncate(NODE_NOTES);
+        if more > 0 {
+            taints.push(format!("{more} more"));
+        }
+        let ours = shown
+            .iter()
+            .flat_map(|g| &g.taints)
+            .any(|t| t.on == TaintedDevice::Media && t.blocks());
+        notes.push(format!(
+            "tainted: {} on {}: {}; the scheduler gives them only to requests that tolerate \
+             the taint (hint: kubectl media class --claim --tolerate KEY writes a template whose \
+             requests do{})",
+            gpus(tainted.iter().map(|(_, n)| n).sum()),
+            list_nodes(&nodes),
+            taints.join(", "),
+            if ours {
+                "; the agent lifts its own taint once a probe of the GPU succeeds again"
+            } else {
+                ""
+            }
+        ));
+    }
     let shown_nodes: HashSet<&str> = shown.iter().map(|g| g.node.as_str()).collect();
     notes.extend(render_problem_notes(inventory, &shown_nodes));
     let incomplete = per_node(&|g| matches!(g.status, Status::Incomplete { .. }));
@@ -1403,9 +1469,25 @@ pub(crate) struct Record<'a> {
     /// The render driver's whole GPU paired with this one; `null` when none is.
     pub render: Option<RenderRecord<'a>>,
     pub status: &'static str,
+    /// The taints on the GPU's media and render devices, as their slices state them.
+    pub taints: Vec<TaintRecord<'a>>,
     pub drift: Option<DriftRecord>,
     pub claims: Option<ClaimsRecord<'a>>,
     pub attributes: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A device taint (resource.k8s.io/v1 `DeviceTaint`) and which of the GPU's devices has it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TaintRecord<'a> {
+    /// `media` (the `media.liken.sh` device) or `render` (the render driver's).
+    pub device: &'static str,
+    pub key: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<&'a str>,
+    pub effect: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_added: Option<&'a str>,
 }
 
 /// A render driver's device, as a claim's allocation result names it.
@@ -1591,6 +1673,17 @@ pub(crate) fn records<'a>(
                     device: &r.device,
                 }),
                 status: status_word(gpu),
+                taints: gpu
+                    .taints
+                    .iter()
+                    .map(|t| TaintRecord {
+                        device: t.on.as_str(),
+                        key: &t.taint.key,
+                        value: t.taint.value.as_deref(),
+                        effect: &t.taint.effect,
+                        time_added: t.taint.time_added.as_deref(),
+                    })
+                    .collect(),
                 drift: gpu
                     .drift
                     .map(|i| drift_record(&inventory.drift[i], Some(gpu))),

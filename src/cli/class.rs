@@ -84,6 +84,12 @@ pub struct ClassArgs {
     #[arg(long)]
     pub selector: bool,
 
+    /// A device taint the template's requests tolerate, as kubectl writes taints:
+    /// KEY[=VALUE][:EFFECT] (without VALUE any value, without EFFECT every effect); repeat for
+    /// several. E.g. media.liken.sh/unhealthy for a workload that takes a GPU whose probe failed.
+    #[arg(long, value_name = "TAINT")]
+    pub tolerate: Vec<String>,
+
     /// The class of every media.liken.sh device that --selector narrows [default: media-gpu].
     #[arg(long, value_name = "CLASS")]
     pub base_class: Option<String>,
@@ -129,6 +135,8 @@ pub enum ClassError {
     UnknownCapability(#[from] UnknownCapability),
     #[error("--render-driver: {0}")]
     UnknownRenderDriver(#[from] UnknownRenderDriver),
+    #[error("--tolerate {0}")]
+    Toleration(#[from] crate::tolerations::TolerationError),
     #[error(
         "no capability requested (hint: name at least one with --decode, --encode or --scale, \
          e.g. --decode HEVCMain10 --scale 10bit, or a media file with --for FILE)"
@@ -197,6 +205,7 @@ impl ClassArgs {
             "--base-class takes a DeviceClass name",
         )?;
         self.check_agent_class(render_class, base_class)?;
+        let tolerations = crate::tolerations::parse_all(&self.tolerate)?;
         let template_flag = self.claim.as_ref().and_then(Option::as_deref);
         if let Some(template) = template_flag {
             check_name(
@@ -248,6 +257,7 @@ impl ClassArgs {
                 render_class,
                 request,
                 &statement,
+                &tolerations,
             )));
         } else {
             let class = self
@@ -269,6 +279,7 @@ impl ClassArgs {
                     render_class,
                     request,
                     &statement,
+                    &tolerations,
                 )));
             }
         }
@@ -338,6 +349,14 @@ impl ClassArgs {
             }
         }
         let claims = self.selector || self.claim.is_some();
+        if !self.tolerate.is_empty() && !claims {
+            return Err(ClassError::Unused {
+                flag: "--tolerate",
+                needs: "--claim or --selector",
+                hint: "add --claim to write the template whose requests tolerate the taint; a DeviceClass holds no tolerations",
+            });
+        }
+        crate::tolerations::parse_all(&self.tolerate)?;
         if self.render_driver.is_some() && !claims && !self.with_render_class {
             return Err(ClassError::Unused {
                 flag: "--render-driver",

@@ -858,8 +858,12 @@ pub(crate) enum Step {
         /// The namespaces of the media-capabilities agents among the holders.
         agents: Vec<String>,
     },
+    /// The qualifying devices carry taints the request does not tolerate.
     Tolerate {
         request: String,
+        /// Each distinct taint, `key=value:effect` as kubectl writes taints (what
+        /// `class --tolerate` takes), in the order met.
+        taints: Vec<String>,
     },
     /// The pod's own node filters rule nodes out.
     RelaxNodeFilters,

@@ -170,13 +170,24 @@ fn held_steps(request: &RequestAccount, steps: &mut Vec<Step>) {
     if !unshared.is_empty() {
         steps.push(reallocate_step(&request.name, unshared));
     }
-    if request
-        .reasons
-        .iter()
-        .any(|r| r.reason == ReasonKind::Untolerated)
-    {
+    let mut taints: Vec<String> = Vec::new();
+    for reason in &request.reasons {
+        if let Detail::Untolerated { key, value, effect } = &reason.detail {
+            let value = value
+                .as_deref()
+                .filter(|v| !v.is_empty())
+                .map(|v| format!("={v}"))
+                .unwrap_or_default();
+            let written = format!("{key}{value}:{effect}");
+            if !taints.contains(&written) {
+                taints.push(written);
+            }
+        }
+    }
+    if !taints.is_empty() {
         steps.push(Step::Tolerate {
             request: request.name.clone(),
+            taints,
         });
     }
 }

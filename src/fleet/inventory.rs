@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::catalogue::{self, Capability, Identity};
-use crate::fleet::objects::{Device, QualifiedName, ResourceSlice, Ustr};
+use crate::fleet::objects::{Device, QualifiedName, ResourceSlice, Taint, Ustr};
 use crate::render_drivers::{self, DeviceKind, RenderDriver};
 
 /// Capability values in catalogue order; `None` when the device lacks the attribute or it is
@@ -42,6 +42,69 @@ pub(crate) struct Gpu {
     /// Whether a known render driver publishes anything on this GPU's node: without one, a
     /// missing render device says nothing about this GPU (a file of media slices alone).
     pub render_on_node: bool,
+    /// The taints its slices put on its media device, then on its render device, as stated.
+    pub taints: Vec<GpuTaint>,
+}
+
+/// Which of a GPU's two devices a taint is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum TaintedDevice {
+    /// The `media.liken.sh` device (the agent's taint).
+    Media,
+    /// The render driver's whole GPU (a vendor's health taint, or an operator's).
+    Render,
+}
+
+impl TaintedDevice {
+    /// The word `-o json|yaml` and the table use.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            TaintedDevice::Media => "media",
+            TaintedDevice::Render => "render",
+        }
+    }
+}
+
+/// A taint on one of a GPU's devices, as its slice states it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct GpuTaint {
+    pub on: TaintedDevice,
+    pub taint: Taint,
+}
+
+impl GpuTaint {
+    /// Whether the scheduler keeps new allocations off the device unless a request tolerates
+    /// it (NoSchedule, NoExecute; `None` is informational: k8s.io/dynamic-resource-allocation
+    /// structured allocator, `allocator.go` skips only those two effects).
+    pub(crate) fn blocks(&self) -> bool {
+        matches!(self.taint.effect.as_str(), "NoSchedule" | "NoExecute")
+    }
+
+    /// `key=value:effect`, as kubectl writes a node's taint (outside text: renderers escape it).
+    pub(crate) fn written(&self) -> String {
+        let taint = &self.taint;
+        let value = taint
+            .value
+            .as_deref()
+            .filter(|v| !v.is_empty())
+            .map(|v| format!("={v}"))
+            .unwrap_or_default();
+        format!("{}{value}:{}", taint.key, taint.effect)
+    }
+
+    /// Why, in a word: the agent's own taint's value (its key says only that it is ours),
+    /// another's `key=value`.
+    pub(crate) fn reason(&self) -> String {
+        let taint = &self.taint;
+        let value = taint.value.as_deref().filter(|v| !v.is_empty());
+        match value {
+            Some(value) if taint.key.starts_with(&format!("{}/", catalogue::DRIVER)) => {
+                value.to_owned()
+            }
+            Some(value) => format!("{}={value}", taint.key),
+            None => taint.key.to_string(),
+        }
+    }
 }
 
 /// A render driver's device, as a claim's allocation result names it.
@@ -80,6 +143,11 @@ pub(crate) enum RenderProblem {
 impl Gpu {
     pub(crate) fn states(&self, capability: Capability) -> Option<bool> {
         self.capabilities[capability as usize]
+    }
+
+    /// The first taint that keeps new claims off the GPU unless they tolerate it.
+    pub(crate) fn blocking_taint(&self) -> Option<&GpuTaint> {
+        self.taints.iter().find(|t| t.blocks())
     }
 }
 
@@ -197,6 +265,14 @@ fn described(node: Ustr, device: &Device) -> Gpu {
         drift: None,
         render: None,
         render_on_node: false,
+        taints: device
+            .taints()
+            .iter()
+            .map(|taint| GpuTaint {
+                on: TaintedDevice::Media,
+                taint: taint.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -220,6 +296,8 @@ struct RenderDevices {
     /// Every node a known render driver publishes on.
     nodes: HashSet<Ustr>,
     problems: Vec<RenderProblem>,
+    /// The taints of the whole GPUs that have any (few do).
+    taints: HashMap<RenderRef, Vec<Taint>>,
 }
 
 /// Reads the known render drivers' slices: which devices are whole GPUs at which address,
@@ -306,6 +384,9 @@ fn render_devices(
                     });
                     continue;
                 }
+                if !device.taints().is_empty() {
+                    found.taints.insert(reference, device.taints().to_vec());
+                }
                 found
                     .whole
                     .entry((node, address))
@@ -357,6 +438,12 @@ pub(crate) fn build(slices: Vec<ResourceSlice>) -> Inventory {
                 .whole
                 .get(&(gpu.node, gpu.address))
                 .map(|devices| devices[0]);
+            if let Some(taints) = gpu.render.and_then(|r| render.taints.get(&r)) {
+                gpu.taints.extend(taints.iter().map(|taint| GpuTaint {
+                    on: TaintedDevice::Render,
+                    taint: taint.clone(),
+                }));
+            }
         }
         let described: HashSet<(Ustr, Ustr)> = gpus.iter().map(|g| (g.node, g.address)).collect();
         let mut problems = render.problems;
@@ -387,6 +474,16 @@ pub(crate) fn build(slices: Vec<ResourceSlice>) -> Inventory {
                 drift: None,
                 render: Some(devices[0]),
                 render_on_node: true,
+                taints: render
+                    .taints
+                    .get(&devices[0])
+                    .into_iter()
+                    .flatten()
+                    .map(|taint| GpuTaint {
+                        on: TaintedDevice::Render,
+                        taint: taint.clone(),
+                    })
+                    .collect(),
             });
         }
         problems.sort_by(|a, b| problem_order(a).cmp(&problem_order(b)));

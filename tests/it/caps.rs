@@ -1329,3 +1329,100 @@ fn caps_notes_a_driver_release_without_pci_bus_id() {
          v25.12.0 or newer (before it, the address was pcieBusID))"
     );
 }
+
+// --- taints -------------------------------------------------------------------------------------
+
+/// The device of `slice` at PCI address `address`, to change in place.
+fn device_at<'a>(slice: &'a mut Value, address: &str) -> &'a mut Value {
+    slice["spec"]["devices"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|d| d["attributes"]["resource.kubernetes.io/pciBusID"]["string"] == address)
+        .unwrap_or_else(|| panic!("no device at {address}"))
+}
+
+/// Tainted GPUs (issue 34): the agent's taint on a media device and NVIDIA's on a whole GPU show
+/// in STATUS with their reason, count in `--summary`, are listed in `-o wide`'s TAINTS, carried
+/// by `-o json` with the device they are on, and named in a note with the toleration's flag; a
+/// taint of effect None (informational) blocks nothing and leaves the GPU ok.
+#[test]
+fn caps_shows_tainted_gpus_with_the_taint_s_reason() {
+    let [render_a, mut media_a] = beside_vendor(&NVIDIA, "node-a", "whole");
+    let [mut render_c, media_c] = beside_vendor(&NVIDIA, "node-c", "whole");
+    device_at(&mut media_a, "0000:83:00.0")["taints"] = json!([{
+        "key": "media.liken.sh/unhealthy", "value": "not-answering", "effect": "NoSchedule",
+        "timeAdded": "2026-12-04T01:00:00Z"
+    }]);
+    device_at(&mut render_c, "0000:83:00.0")["taints"] = json!([
+        {"key": "gpu.nvidia.com/unmonitored", "effect": "None"},
+        {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoExecute"}
+    ]);
+    let [render_d, mut media_d] = beside_vendor(&NVIDIA, "node-d", "whole");
+    device_at(&mut media_d, "0000:83:00.0")["taints"] =
+        json!([{"key": "media.liken.sh/unhealthy", "value": "x", "effect": "None"}]);
+    let items = vec![render_a, media_a, render_c, media_c, render_d, media_d];
+
+    let records: Vec<Value> =
+        serde_json::from_str(&caps_on(items.clone(), &["-o", "json"])).unwrap();
+    let at = |node: &str| {
+        records
+            .iter()
+            .find(|r| r["node"] == node && r["attributes"]["address"] == "0000:83:00.0")
+            .unwrap()
+    };
+    assert_eq!(at("node-a")["status"], "tainted");
+    assert_eq!(
+        at("node-a")["taints"],
+        json!([{"device": "media", "key": "media.liken.sh/unhealthy", "value": "not-answering",
+                "effect": "NoSchedule", "timeAdded": "2026-12-04T01:00:00Z"}])
+    );
+    assert_eq!(at("node-c")["status"], "tainted");
+    assert_eq!(
+        at("node-c")["taints"],
+        json!([
+            {"device": "render", "key": "gpu.nvidia.com/unmonitored", "effect": "None"},
+            {"device": "render", "key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoExecute"}
+        ])
+    );
+    assert_eq!(at("node-d")["status"], "ok");
+    for r in &records {
+        if r["attributes"]["address"] == "0000:03:00.0" {
+            assert_eq!(r["taints"], json!([]), "{r}");
+        }
+    }
+
+    let table = caps_on(items.clone(), &[]);
+    let line = |node: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(node) && l.contains("Meteor Lake"))
+            .unwrap_or_else(|| panic!("{node}: {table}"))
+            .to_string()
+    };
+    assert!(line("node-a").ends_with("tainted (not-answering)"), "{table}");
+    assert!(line("node-c").ends_with("tainted (gpu.nvidia.com/xid=79)"), "{table}");
+    assert!(line("node-d").ends_with("ok"), "{table}");
+    assert!(
+        table.contains(
+            "tainted: 2 GPUs on nodes node-a, node-c: media.liken.sh/unhealthy=not-answering:NoSchedule, \
+             gpu.nvidia.com/xid=79:NoExecute; the scheduler gives them only to requests that \
+             tolerate the taint (hint: kubectl media class --claim --tolerate KEY writes a template \
+             whose requests do; the agent lifts its own taint once a probe of the GPU succeeds again)"
+        ),
+        "{table}"
+    );
+
+    let wide = caps_on(items.clone(), &["-o", "wide"]);
+    assert!(
+        wide.contains(
+            "gpu.nvidia.com/unmonitored:None (render), gpu.nvidia.com/xid=79:NoExecute (render)"
+        ),
+        "{wide}"
+    );
+    assert!(wide.contains("media.liken.sh/unhealthy=x:None"), "{wide}");
+
+    let summary = caps_on(items, &["--summary", "-o", "json"]);
+    let summary: Value = serde_json::from_str(&summary).unwrap();
+    assert_eq!(summary["statuses"]["tainted"]["gpus"], 2, "{summary}");
+}

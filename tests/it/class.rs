@@ -576,3 +576,72 @@ fn kubectl_completes_through_the_shipped_shim() {
         "{values}"
     );
 }
+
+/// `--tolerate` (issue 34): kubectl's taint syntax becomes a toleration on both of the
+/// template's requests (the agent taints the media device, a vendor the render device), the
+/// class itself unchanged; what the API server would refuse is refused in one line, and
+/// without a template the flag is refused as unused.
+#[test]
+fn tolerate_writes_the_toleration_into_both_requests_of_the_template() {
+    let base = ["class", "decode-10bit", "--decode", "HEVCMain10", "--scale", "10bit"];
+    let with = |extra: &[&str]| documents(&stdout_of(&[&base[..], extra].concat()));
+    let plain = with(&["--claim"]);
+    let tolerant = with(&[
+        "--claim",
+        "--tolerate",
+        "media.liken.sh/unhealthy",
+        "--tolerate",
+        "gpu.nvidia.com/xid=79:NoExecute",
+    ]);
+    assert_eq!(plain[0], tolerant[0], "the class is the same");
+    let expected = serde_json::json!([
+        {"key": "media.liken.sh/unhealthy", "operator": "Exists"},
+        {"key": "gpu.nvidia.com/xid", "operator": "Equal", "value": "79", "effect": "NoExecute"}
+    ]);
+    let requests = tolerant[1]["spec"]["spec"]["devices"]["requests"]
+        .as_array()
+        .unwrap();
+    assert_eq!(requests.len(), 2);
+    for request in requests {
+        assert_eq!(request["exactly"]["tolerations"], expected, "{request}");
+    }
+    // Apart from the tolerations, the template is the product document's.
+    let mut stripped = tolerant[1].clone();
+    for request in stripped["spec"]["spec"]["devices"]["requests"]
+        .as_array_mut()
+        .unwrap()
+    {
+        request["exactly"].as_object_mut().unwrap().remove("tolerations");
+    }
+    assert_eq!(stripped, plain[1]);
+    // --selector writes a template too.
+    let selector = documents(&stdout_of(&[
+        "class",
+        "--selector",
+        "--decode",
+        "VP9",
+        "--tolerate",
+        "media.liken.sh/unhealthy:NoSchedule",
+    ]));
+    assert_eq!(
+        selector[0]["spec"]["spec"]["devices"]["requests"][1]["exactly"]["tolerations"],
+        serde_json::json!([{"key": "media.liken.sh/unhealthy", "operator": "Exists", "effect": "NoSchedule"}])
+    );
+
+    let refused = |extra: &[&str]| {
+        let out = kubectl_media(&[&base[..], extra].concat());
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        assert!(out.stdout.is_empty(), "nothing half-written");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        stderr
+    };
+    assert!(
+        refused(&["--tolerate", "a"]).contains("--tolerate only applies with --claim or --selector"),
+    );
+    assert!(
+        refused(&["--claim", "--tolerate", "a:PreferNoSchedule"])
+            .contains("is not an effect a toleration can name (hint: NoSchedule or NoExecute"),
+    );
+    assert!(refused(&["--claim", "--tolerate", "Bad_Prefix/x"]).contains("not a DNS subdomain"));
+}

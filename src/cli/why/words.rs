@@ -638,9 +638,28 @@ pub(crate) fn step(s: &Step) -> String {
                 shorten(holders)
             )
         }
-        Step::Tolerate { request } => format!(
-            "tolerate the devices' taint in request {request} (exactly.tolerations), or clear the taint"
-        ),
+        Step::Tolerate { request, taints } => {
+            let shown: Vec<&str> = taints.iter().take(3).map(String::as_str).collect();
+            let more = match taints.len().saturating_sub(shown.len()) {
+                0 => String::new(),
+                n => format!(" and {n} more"),
+            };
+            let ours = taints
+                .iter()
+                .any(|t| t.starts_with(&format!("{}/", crate::catalogue::DRIVER)));
+            format!(
+                "request {request}: the devices that qualify carry taint {}{more}: tolerate it in \
+                 the request's exactly.tolerations if the workload accepts such a GPU (kubectl media \
+                 class --claim --tolerate {} writes such a template), or clear the taint{}",
+                shown.join(", "),
+                shown[0],
+                if ours {
+                    " (the agent lifts its own once a probe of the GPU succeeds again)"
+                } else {
+                    ""
+                }
+            )
+        }
         Step::RelaxNodeFilters => "some nodes are ruled out by the pod's own nodeSelector, affinity or tolerations: relax them to reach those nodes' GPUs".to_owned(),
         Step::ConstraintOneGpu => "the constraint keeps the requests on one GPU (matchAttribute): the GPUs that pass one request are not the ones that pass the other".to_owned(),
         Step::FixInvalidPools => "the scheduler allocates nothing from an invalid pool (see the nodes): each pool's slices for a node must name every device once; fix the driver that publishes them twice, or delete the stray slice".to_owned(),
