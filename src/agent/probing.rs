@@ -406,9 +406,7 @@ pub fn read_records(path: &Path) -> Result<Vec<Probed>, ProbeError> {
             first: Box::new(skipped.swap_remove(0)),
         });
     }
-    for e in skipped {
-        tracing::error!("skipping a file, reading the others: {e}");
-    }
+    log_skipped(skipped.iter().map(ToString::to_string).collect());
     // One form of the address, the one upstream's pciBusID helper writes: a recording (or a
     // hand-written report) in capitals would never pair with a render driver's device.
     for (probed, _) in &mut records {
@@ -1178,6 +1176,23 @@ pub fn run_child(request: &ChildRequest, out: &mut dyn Write) -> Result<(), Chil
     writeln!(out, "{line}")?;
     out.flush()?;
     Ok(())
+}
+
+
+/// Logs each skipped file's error at ERROR the first time a probe meets it, and at DEBUG while
+/// later probes (every re-probe period) meet it unchanged: one bad file beside the good ones is
+/// one error line, not one a period. A file that changes, or goes and comes back, is told again.
+fn log_skipped(errors: Vec<String>) {
+    static LAST: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut last = LAST.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for e in &errors {
+        if last.contains(e) {
+            tracing::debug!("skipping a file, reading the others (as at the last probe): {e}");
+        } else {
+            tracing::error!("skipping a file, reading the others: {e}");
+        }
+    }
+    *last = errors;
 }
 
 #[cfg(test)]

@@ -703,14 +703,24 @@ fn bad_files_appearing_in_the_reports_directory_cost_only_themselves() {
     for (name, make) in bad {
         let path = dir.join(name);
         make(&path);
+        // The file's appearing is logged first ("... appeared; probing the GPUs again").
         let line = agent
             .log
-            .wait_for(&format!(" {}", path.display()), DEADLINE);
+            .wait_for(&format!("recorded probes {}", path.display()), DEADLINE);
         assert!(
-            line.contains("skipping a file, reading the others: "),
+            line.contains(" ERROR ") && line.contains("skipping a file, reading the others: "),
             "{line}"
         );
     }
+    // Re-probed every period since, each bad file was told at ERROR once.
+    let empty = format!("recorded probes {}:", dir.join("empty.json").display());
+    let told = agent
+        .log
+        .lines()
+        .iter()
+        .filter(|l| l.contains(" ERROR ") && l.contains(&empty))
+        .count();
+    assert_eq!(told, 1, "{:#?}", agent.log.lines());
     assert!(fifo.exists());
     // Still alive and following: a GPU added now is published.
     s.add_gpu(0, 2);
