@@ -19,15 +19,21 @@ const MAX_PREFIX: usize = 253;
 /// Why a `--tolerate` value is not a toleration the API takes.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TolerationError {
-    #[error("{given:?} has no key (hint: --tolerate KEY, KEY=VALUE, KEY:EFFECT or KEY=VALUE:EFFECT, e.g. --tolerate media.liken.sh/unhealthy)")]
+    #[error(
+        "{given:?} has no key (hint: --tolerate KEY, KEY=VALUE, KEY:EFFECT or KEY=VALUE:EFFECT, e.g. --tolerate media.liken.sh/unhealthy)"
+    )]
     NoKey { given: String },
-    #[error("{given:?}: key {key:?} {rule} (hint: a key is a label name with an optional DNS prefix, e.g. media.liken.sh/unhealthy or gpu.nvidia.com/xid)")]
+    #[error(
+        "{given:?}: key {key:?} {rule} (hint: a key is a label name with an optional DNS prefix, e.g. media.liken.sh/unhealthy or gpu.nvidia.com/xid)"
+    )]
     Key {
         given: String,
         key: String,
         rule: &'static str,
     },
-    #[error("{given:?}: value {value:?} must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit (hint: the taint's value as kubectl media caps -o wide shows it, e.g. not-answering)")]
+    #[error(
+        "{given:?}: value {value:?} must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit (hint: the taint's value as kubectl media caps -o wide shows it, e.g. not-answering)"
+    )]
     Value { given: String, value: String },
     #[error("{given:?}: {effect:?} is not an effect a toleration can name (hint: NoSchedule or NoExecute, or none to tolerate every effect{nearest})",
         nearest = match .nearest { Some(n) => format!("; the nearest is {n}"), None => String::new() })]
@@ -36,7 +42,9 @@ pub enum TolerationError {
         effect: String,
         nearest: Option<&'static str>,
     },
-    #[error("{count} tolerations, more than the {MAX_PER_REQUEST} a request may carry (hint: tolerate a key without a value, which admits every value)")]
+    #[error(
+        "{count} tolerations, more than the {MAX_PER_REQUEST} a request may carry (hint: tolerate a key without a value, which admits every value)"
+    )]
     TooMany { count: usize },
 }
 
@@ -121,7 +129,9 @@ fn check_key(key: &str) -> Result<(), &'static str> {
             return Err("has a prefix longer than 253 characters");
         }
         if crate::names::check_subdomain(prefix).is_err() {
-            return Err("has a prefix that is not a DNS subdomain (lowercase letters, digits, '-' and '.')");
+            return Err(
+                "has a prefix that is not a DNS subdomain (lowercase letters, digits, '-' and '.')",
+            );
         }
     }
     if name.is_empty() {
@@ -131,7 +141,9 @@ fn check_key(key: &str) -> Result<(), &'static str> {
         return Err("has a name longer than 63 characters");
     }
     if !is_label_value(name) {
-        return Err("must hold only letters, digits, '-', '_' and '.' after its prefix, and start and end with a letter or digit");
+        return Err(
+            "must hold only letters, digits, '-', '_' and '.' after its prefix, and start and end with a letter or digit",
+        );
     }
     Ok(())
 }
@@ -177,7 +189,12 @@ mod tests {
         );
         assert_eq!(
             parse("gpu.nvidia.com/xid=79:NoExecute"),
-            Ok(t("gpu.nvidia.com/xid", "Equal", Some("79"), Some("NoExecute")))
+            Ok(t(
+                "gpu.nvidia.com/xid",
+                "Equal",
+                Some("79"),
+                Some("NoExecute")
+            ))
         );
         // An empty value is a value: Equal to "".
         assert_eq!(parse("a="), Ok(t("a", "Equal", Some(""), None)));

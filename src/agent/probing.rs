@@ -1178,13 +1178,14 @@ pub fn run_child(request: &ChildRequest, out: &mut dyn Write) -> Result<(), Chil
     Ok(())
 }
 
-
 /// Logs each skipped file's error at ERROR the first time a probe meets it, and at DEBUG while
 /// later probes (every re-probe period) meet it unchanged: one bad file beside the good ones is
 /// one error line, not one a period. A file that changes, or goes and comes back, is told again.
 fn log_skipped(errors: Vec<String>) {
     static LAST: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-    let mut last = LAST.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut last = LAST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     for e in &errors {
         if last.contains(e) {
             tracing::debug!("skipping a file, reading the others (as at the last probe): {e}");

@@ -86,7 +86,8 @@ pub struct ClassArgs {
 
     /// A device taint the template's requests tolerate, as kubectl writes taints:
     /// KEY[=VALUE][:EFFECT] (without VALUE any value, without EFFECT every effect); repeat for
-    /// several. E.g. media.liken.sh/unhealthy for a workload that takes a GPU whose probe failed.
+    /// several. E.g. gpu.nvidia.com/xid for a workload that accepts a GPU its render driver
+    /// tainted (a GPU whose probe failed states no capability, so no capability class takes it).
     #[arg(long, value_name = "TAINT")]
     pub tolerate: Vec<String>,
 

@@ -145,6 +145,15 @@ fn parse_target(text: &str, namespace: &str) -> Result<Target, WhyArgError> {
     }
 }
 
+/// Whether a slice holds a device with taints.
+fn stores_taints(objects: &Objects) -> bool {
+    objects
+        .slices
+        .iter()
+        .flat_map(|slice| &slice.spec.devices)
+        .any(|device| !device.taints().is_empty())
+}
+
 /// Whether a slice holds a device with `allowMultipleAllocations` set.
 fn stores_shareable(objects: &Objects) -> bool {
     objects
@@ -175,6 +184,13 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
         && !features.consumable_capacity
         && stores_shareable(&objects);
     features.consumable_capacity |= consumable_seen;
+    // The same for DRADeviceTaints (off by default before 1.36): the server drops `taints`
+    // from every device with the gate off (dropDisabledDRADeviceTaintsFields).
+    let taints_seen = from_cluster
+        && args.kubernetes_version.is_none()
+        && !features.device_taints
+        && stores_taints(&objects);
+    features.device_taints |= taints_seen;
     features.selectors_new = !from_cluster;
     let input = Input {
         objects: &objects,
@@ -238,6 +254,9 @@ pub(crate) fn run(args: &WhyArgs, global: &Global, io: &mut Io<'_>) -> Result<()
     }
     if consumable_seen {
         diagnosis.notes.push(Note::ConsumableCapacityAssumed);
+    }
+    if taints_seen {
+        diagnosis.notes.push(Note::DeviceTaintsAssumed);
     }
     if minor.is_none() {
         diagnosis.notes.push(Note::DefaultGates);

@@ -778,6 +778,8 @@ pub(crate) enum Note {
     },
     /// DRAConsumableCapacity taken as on, from what the server stored.
     ConsumableCapacityAssumed,
+    /// DRADeviceTaints taken as on: the server stored device taints, which it drops without it.
+    DeviceTaintsAssumed,
     /// No release given: 1.36's feature gates assumed.
     DefaultGates,
     /// The search hit its step limit on `given_up` nodes: the nodes after them (of `total`,
@@ -798,13 +800,9 @@ fn kind_name<S: Serializer>(kind: &Kind, serializer: S) -> Result<S::Ok, S::Erro
 #[serde(tag = "code", rename_all_fields = "camelCase")]
 pub(crate) enum Step {
     /// The claim controller's own words on a claim it failed to make.
-    ClaimControllerSays {
-        message: String,
-    },
+    ClaimControllerSays { message: String },
     /// The fix of a claim's problem.
-    FixClaim {
-        problem: ClaimProblem,
-    },
+    FixClaim { problem: ClaimProblem },
     /// A selector reads an attribute no device has.
     UnknownAttribute {
         attribute: String,
@@ -813,30 +811,19 @@ pub(crate) enum Step {
         nearest: Option<String>,
     },
     /// The fix of the attempt error.
-    FixAttempt {
-        error: AttemptCode,
-    },
+    FixAttempt { error: AttemptCode },
     /// Check the DRA drivers' kubelet plugins on the node.
     CheckPlugins,
     /// `kubectl describe pod`.
-    Describe {
-        namespace: String,
-        name: String,
-    },
+    Describe { namespace: String, name: String },
     /// The scheduler's last word, of no node-side reason.
-    SchedulerSaid {
-        message: String,
-    },
+    SchedulerSaid { message: String },
     /// The scheduler names node-side reasons, which were not checked.
-    SchedulerNodeSide {
-        reasons: Vec<String>,
-    },
+    SchedulerNodeSide { reasons: Vec<String> },
     /// Read what was not checked and run why again.
     ReadUnchecked,
     /// The scheduler said otherwise, earlier.
-    SchedulerDisagrees {
-        message: String,
-    },
+    SchedulerDisagrees { message: String },
     /// Dropping one clause would let devices qualify.
     Relax {
         request: String,
@@ -882,10 +869,7 @@ pub(crate) enum Step {
         filters_applied: bool,
     },
     /// `why claim/NAME`: the pod that uses the claim, not read.
-    ReadUser {
-        namespace: String,
-        name: String,
-    },
+    ReadUser { namespace: String, name: String },
     /// A request holds, or would get, a render driver's sub-device whose address matched, not
     /// the whole GPU.
     SubDevice {

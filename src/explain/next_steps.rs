@@ -123,6 +123,10 @@ fn blocked_steps(diagnosis: &Diagnosis, steps: &mut Vec<Step>) {
         if request.qualifying > 0 && request.available == 0 {
             held_steps(request, steps);
         }
+        // Tainted devices that qualify may be what the pod lacks even where others are free:
+        // a request for more devices than are untainted, or the one GPU whose other device
+        // passes the constraint.
+        tolerate_step(request, steps);
     }
     if let Some(nodes) = nodes {
         let any = |kind: OutcomeKind| nodes.outcomes.iter().any(|o| o.outcome == kind);
@@ -148,7 +152,7 @@ fn blocked_steps(diagnosis: &Diagnosis, steps: &mut Vec<Step>) {
     steps.push(Step::Fallback);
 }
 
-/// For a request whose qualifying devices are all unavailable: who holds them, or the taint.
+/// For a request whose qualifying devices are all unavailable: who holds them.
 fn held_steps(request: &RequestAccount, steps: &mut Vec<Step>) {
     let holders = |shareable: bool| -> Vec<String> {
         let set: BTreeSet<&String> = request
@@ -170,6 +174,10 @@ fn held_steps(request: &RequestAccount, steps: &mut Vec<Step>) {
     if !unshared.is_empty() {
         steps.push(reallocate_step(&request.name, unshared));
     }
+}
+
+/// For a request some of whose qualifying devices carry taints it does not tolerate: which.
+fn tolerate_step(request: &RequestAccount, steps: &mut Vec<Step>) {
     let mut taints: Vec<String> = Vec::new();
     for reason in &request.reasons {
         if let Detail::Untolerated { key, value, effect } = &reason.detail {

@@ -1400,8 +1400,14 @@ fn caps_shows_tainted_gpus_with_the_taint_s_reason() {
             .unwrap_or_else(|| panic!("{node}: {table}"))
             .to_string()
     };
-    assert!(line("node-a").ends_with("tainted (not-answering)"), "{table}");
-    assert!(line("node-c").ends_with("tainted (gpu.nvidia.com/xid=79)"), "{table}");
+    assert!(
+        line("node-a").ends_with("tainted (not-answering)"),
+        "{table}"
+    );
+    assert!(
+        line("node-c").ends_with("tainted (gpu.nvidia.com/xid=79)"),
+        "{table}"
+    );
     assert!(line("node-d").ends_with("ok"), "{table}");
     assert!(
         table.contains(

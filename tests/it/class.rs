@@ -583,7 +583,14 @@ fn kubectl_completes_through_the_shipped_shim() {
 /// without a template the flag is refused as unused.
 #[test]
 fn tolerate_writes_the_toleration_into_both_requests_of_the_template() {
-    let base = ["class", "decode-10bit", "--decode", "HEVCMain10", "--scale", "10bit"];
+    let base = [
+        "class",
+        "decode-10bit",
+        "--decode",
+        "HEVCMain10",
+        "--scale",
+        "10bit",
+    ];
     let with = |extra: &[&str]| documents(&stdout_of(&[&base[..], extra].concat()));
     let plain = with(&["--claim"]);
     let tolerant = with(&[
@@ -611,7 +618,10 @@ fn tolerate_writes_the_toleration_into_both_requests_of_the_template() {
         .as_array_mut()
         .unwrap()
     {
-        request["exactly"].as_object_mut().unwrap().remove("tolerations");
+        request["exactly"]
+            .as_object_mut()
+            .unwrap()
+            .remove("tolerations");
     }
     assert_eq!(stripped, plain[1]);
     // --selector writes a template too.
@@ -637,7 +647,8 @@ fn tolerate_writes_the_toleration_into_both_requests_of_the_template() {
         stderr
     };
     assert!(
-        refused(&["--tolerate", "a"]).contains("--tolerate only applies with --claim or --selector"),
+        refused(&["--tolerate", "a"])
+            .contains("--tolerate only applies with --claim or --selector"),
     );
     assert!(
         refused(&["--claim", "--tolerate", "a:PreferNoSchedule"])

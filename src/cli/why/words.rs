@@ -552,6 +552,7 @@ pub(crate) fn note(n: &Note) -> String {
             "resourceslices were not read ({why}): the allocated devices' GPU addresses and render nodes are not shown"
         ),
         Note::ConsumableCapacityAssumed => "DRAConsumableCapacity taken as on: the API server stored allowMultipleAllocations, which it drops with the gate off".to_owned(),
+        Note::DeviceTaintsAssumed => "DRADeviceTaints taken as on: the API server stored device taints, which it drops with the gate off".to_owned(),
         Note::DefaultGates => "feature gates as in Kubernetes 1.36 (DRAConsumableCapacity, DRADeviceTaints and DRAPartitionableDevices on); pass --kubernetes-version for another release".to_owned(),
         Note::SearchStopped {
             searched,
@@ -648,7 +649,7 @@ pub(crate) fn step(s: &Step) -> String {
                 .iter()
                 .any(|t| t.starts_with(&format!("{}/", crate::catalogue::DRIVER)));
             format!(
-                "request {request}: the devices that qualify carry taint {}{more}: tolerate it in \
+                "request {request}: devices that qualify carry taint {}{more}: tolerate it in \
                  the request's exactly.tolerations if the workload accepts such a GPU (kubectl media \
                  class --claim --tolerate {} writes such a template), or clear the taint{}",
                 shown.join(", "),

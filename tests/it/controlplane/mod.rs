@@ -54,6 +54,7 @@ mod encodings;
 mod product;
 mod random;
 mod render_drivers;
+mod taints;
 
 /// The namespace liken creates before the install (deploy/kustomization.yaml).
 pub(crate) const NAMESPACE: &str = "liken-system";
