@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use hyper_util::client::legacy::connect::HttpConnector;
 
-use crate::api_errors::{MAX_ERROR_BODY, asked_wait, failure};
+use crate::api_errors::{MAX_ERROR_BODY, asked_wait, failure, failure_in_success};
 use crate::fleet::objects::{Kind, Kinds, Objects};
 use crate::fleet::protobuf::{self, ProtobufError};
 use crate::kubeconfig::{KubeconfigError, Source};
@@ -721,6 +721,16 @@ impl Cluster {
                 Some(wait) => Answer::Wait(wait, status.boxed()),
                 None => Answer::Done(Err(kube::Error::Api(status.boxed()))),
             });
+        }
+        // A 200 whose body is a `Status` of failure is an error, as client-go takes it.
+        let sent_status = match encoding(content_type.as_ref()) {
+            Some(Encoding::Protobuf) => {
+                protobuf::status_json(&body).and_then(|json| failure_in_success(json.as_bytes()))
+            }
+            _ => failure_in_success(&body),
+        };
+        if let Some(status) = sent_status {
+            return Ok(Answer::Done(Err(kube::Error::Api(status.boxed()))));
         }
         Ok(Answer::Done(Ok(Reply { body, content_type })))
     }

@@ -15,6 +15,7 @@ mod completion;
 mod controlplane;
 mod deploy;
 mod docs;
+mod exits;
 mod explain;
 mod files;
 mod for_file;
