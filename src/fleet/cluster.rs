@@ -305,6 +305,23 @@ pub enum ClusterError {
         #[source]
         fault: PagingFault,
     },
+    /// A 3xx: kubectl (Go's HTTP client) follows it; this client does not.
+    #[error(
+        "the Kubernetes API at {server} answered {code} to GET {path} with a redirect to {location}, which kubectl follows and kubectl media does not (hint: set the server of the kubeconfig context to the address the API server is at; a redirect to a login page is a proxy in front of it that wants a login kubectl media cannot do)"
+    )]
+    Redirect {
+        server: String,
+        path: String,
+        code: u16,
+        location: String,
+    },
+    /// The server's certificate is refused ([`crate::fleet::tls`]).
+    #[error("the Kubernetes API at {server} sent a certificate that {problem} (hint: {hint})")]
+    Certificate {
+        server: String,
+        problem: String,
+        hint: &'static str,
+    },
     #[error("{ENCODING_VARIABLE} is {0:?} (hint: json or protobuf, or unset for kubectl's order)")]
     Encoding(String),
     #[error(
@@ -630,6 +647,15 @@ impl Cluster {
                 server: self.server.clone(),
                 resource: kind.resource(),
             }),
+            Err(kube::Error::Service(e)) if e.is::<Redirected>() => {
+                let redirected = e.downcast_ref::<Redirected>().expect("checked");
+                Err(ClusterError::Redirect {
+                    server: self.server.clone(),
+                    path: crate::text::one_line(&path, 200),
+                    code: redirected.code,
+                    location: redirected.location.clone(),
+                })
+            }
             Err(kube::Error::Api(status)) if status.code == 404 => {
                 Err(self.not_found(kind, path, status.message).await)
             }
@@ -685,6 +711,16 @@ impl Cluster {
             })
             .min(MAX_BODY_HINT);
         let code = parts.status;
+        if code.is_redirection() {
+            let location = parts.headers.get(http::header::LOCATION).map_or_else(
+                || "nowhere (no Location)".to_owned(),
+                |l| crate::text::one_line(&String::from_utf8_lossy(l.as_bytes()), 200),
+            );
+            return Err(kube::Error::Service(Box::new(Redirected {
+                code: code.as_u16(),
+                location,
+            })));
+        }
         let failed = code.is_client_error() || code.is_server_error();
         // An error answer is read only as far as its message needs (a Status is far smaller).
         let (hint, limit) = if failed {
@@ -832,9 +868,16 @@ impl Cluster {
                     message: status.message,
                 },
             },
-            other => ClusterError::Unreachable {
-                server,
-                cause: connect_cause(&other),
+            other => match crate::fleet::tls::certificate_problem(&other) {
+                Some(refused) => ClusterError::Certificate {
+                    server,
+                    problem: refused.problem,
+                    hint: refused.hint,
+                },
+                None => ClusterError::Unreachable {
+                    server,
+                    cause: connect_cause(&other),
+                },
             },
         }
     }
@@ -898,6 +941,21 @@ impl std::fmt::Display for TooLarge {
 }
 
 impl std::error::Error for TooLarge {}
+
+/// A 3xx answer, not followed.
+#[derive(Debug)]
+struct Redirected {
+    code: u16,
+    location: String,
+}
+
+impl std::fmt::Display for Redirected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a redirect ({}) to {}", self.code, self.location)
+    }
+}
+
+impl std::error::Error for Redirected {}
 
 /// The TLS handshake did not finish in time.
 #[derive(Debug)]

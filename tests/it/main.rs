@@ -29,6 +29,7 @@ mod items;
 mod kubelet;
 mod kubelet_real;
 mod libva;
+mod lines;
 mod oracle;
 mod paging;
 mod probe_cli;
