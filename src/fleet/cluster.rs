@@ -42,6 +42,9 @@ const LIST_BOUNDS: Bounds = Bounds {
     page_limit: PAGE_SIZE,
 };
 
+/// The most of an error's cause that is quoted from an answer.
+const MAX_SHOWN_CAUSE: usize = 400;
+
 /// Notes kept per listing (an object passed over is one): the rest are counted.
 const MAX_NOTES: usize = 1000;
 
@@ -271,7 +274,8 @@ pub enum ClusterError {
         reason: String,
         message: String,
     },
-    #[error("{resource} from {server}: {cause}")]
+    // The cause may quote the answer (a parser's message quotes a value of any length).
+    #[error("{resource} from {server}: {}", crate::text::elide(.cause, MAX_SHOWN_CAUSE))]
     Response {
         server: String,
         resource: &'static str,
