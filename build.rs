@@ -10,6 +10,8 @@
 //! - `have_man`: `man` is on PATH (the man pages are rendered with it at 80 columns);
 //! - `have_ffmpeg`: `ffmpeg` and `ffprobe` are on PATH (the `--for` tests make media files with
 //!   ffmpeg and read them with the user's ffprobe, as the plugin does);
+//! - `have_openssl`: `openssl` is on PATH (the TLS tests make certificates with it and serve
+//!   them with `openssl s_server`);
 //! - `have_image_tools`: `mmdebstrap` is on PATH and this runs as root (the agent's image is
 //!   built from Debian's packages into a root filesystem and run in it; tests/it/image.rs).
 //!
@@ -32,6 +34,7 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(have_man)");
     println!("cargo::rustc-check-cfg=cfg(have_ffmpeg)");
     println!("cargo::rustc-check-cfg=cfg(have_image_tools)");
+    println!("cargo::rustc-check-cfg=cfg(have_openssl)");
     println!("cargo::rerun-if-env-changed=CI");
     println!("cargo::rerun-if-env-changed=PATH");
     let ci = env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
@@ -52,6 +55,9 @@ fn main() {
     }
     if ci || (on_path("ffmpeg") && on_path("ffprobe")) {
         println!("cargo::rustc-cfg=have_ffmpeg");
+    }
+    if ci || on_path("openssl") {
+        println!("cargo::rustc-cfg=have_openssl");
     }
     if ci || (on_path("mmdebstrap") && is_root()) {
         println!("cargo::rustc-cfg=have_image_tools");

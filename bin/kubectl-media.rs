@@ -3,10 +3,10 @@
 //! into an exit code: 0 success, 1 failure, 2 usage error, 3 when `why` finds a claim that
 //! cannot be allocated.
 
-use std::io::Write;
 use std::process::ExitCode;
 
 use media_operator::cli::{self, Parsed};
+use media_operator::stdio;
 use owo_colors::OwoColorize;
 
 // Listing a large fleet allocates hundreds of thousands of small strings; mimalloc does that
@@ -21,15 +21,16 @@ fn main() -> ExitCode {
     let args: Vec<_> = std::env::args_os().collect();
     let result = match cli::parse(args) {
         Ok(Parsed::Info(text)) => {
-            // Help and version go to stdout; a closed pipe (`| head`) is fine.
-            let _ = std::io::stdout().write_all(text.as_bytes());
-            return ExitCode::SUCCESS;
+            // Help and version go to stdout; a closed pipe (`| head`) is fine, a closed or
+            // full stdout is not.
+            stdio::write_info(&mut stdio::stdout(), &text)
+                .map_err(|e| (cli::Error::Write(e), cli::style::ColorChoice::Auto))
         }
         Ok(Parsed::Run(cli)) => {
             let color = cli.color;
             let mut io = cli::Io {
                 stdin: &mut std::io::stdin().lock(),
-                stdout: &mut std::io::stdout().lock(),
+                stdout: &mut stdio::stdout(),
                 stderr: &mut std::io::stderr(),
                 ending: true,
             };
@@ -42,7 +43,12 @@ fn main() -> ExitCode {
         Err((error, _)) if error.is_silent() => ExitCode::from(error.exit_code()),
         Err((error, color)) => {
             let styles = color.for_stderr();
-            eprintln!("{} {}", "error:".style(styles.error), error.line());
+            // Never `eprintln!`: it panics on a full stderr, and the exit code must be the error's.
+            stdio::error_line(&format!(
+                "{} {}",
+                "error:".style(styles.error),
+                error.line()
+            ));
             ExitCode::from(error.exit_code())
         }
     }

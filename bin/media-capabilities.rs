@@ -7,6 +7,7 @@ use media_operator::agent::config::AgentConfig;
 use media_operator::agent::probing::{ChildRequest, run_child};
 use media_operator::node::va::ffi::LibvaPaths;
 use media_operator::node::va::probe::ProbeOptions;
+use media_operator::stdio;
 use media_operator::text::terminal_safe;
 use std::process::ExitCode;
 
@@ -35,12 +36,20 @@ fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
-        // --help and --version: clap prints them and exits 0.
-        Err(e) if !e.use_stderr() => e.exit(),
+        // --help and --version on stdout, exit 0 (a closed or full stdout is a failure).
+        Err(e) if !e.use_stderr() => {
+            return match stdio::write_info(&mut stdio::stdout(), &e.render().to_string()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    stdio::error_line(&format!("error: write output: {e}"));
+                    ExitCode::from(1)
+                }
+            };
+        }
         Err(e) => {
             let root = <Cli as clap::CommandFactory>::command();
             let message = media_operator::usage::message(&e, &root, "media-capabilities", &args);
-            eprintln!("error: {}", terminal_safe(&message));
+            stdio::error_line(&format!("error: {}", terminal_safe(&message)));
             return ExitCode::from(2);
         }
     };
@@ -50,7 +59,7 @@ fn main() -> ExitCode {
         None => match cli.agent.validate() {
             Ok(config) => Some(config),
             Err(e) => {
-                eprintln!("error: {}", terminal_safe(&e.to_string()));
+                stdio::error_line(&format!("error: {}", terminal_safe(&e.to_string())));
                 return ExitCode::from(2);
             }
         },
@@ -65,11 +74,15 @@ fn main() -> ExitCode {
     let filter = match media_operator::agent::run::log_filter(Some(&rust_log)) {
         Ok(filter) => filter,
         Err(e) => {
-            eprintln!("error: {}", terminal_safe(&e.to_string()));
+            stdio::error_line(&format!("error: {}", terminal_safe(&e.to_string())));
             return ExitCode::from(2);
         }
     };
+    // A log line stderr cannot take is dropped: tracing-subscriber's default reports that with
+    // `eprintln!`, which panics on the same full stderr.
     tracing_subscriber::fmt()
+        .log_internal_errors(false)
+        .fmt_fields(media_operator::agent::run::log_fields())
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
         .with_env_filter(filter)
@@ -79,8 +92,9 @@ fn main() -> ExitCode {
         // A reader that went away (`probe | head`) is not an error worth a message.
         Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            // The library's messages already carry their causes.
-            eprintln!("error: {}", terminal_safe(&e.to_string()));
+            // The library's messages already carry their causes. Never `eprintln!` (here or
+            // in the log's writer): it panics on a full stderr, and the exit code is the error's.
+            stdio::error_line(&format!("error: {}", terminal_safe(&e.to_string())));
             ExitCode::from(1)
         }
     }
@@ -112,7 +126,7 @@ fn run(cli: Cli, config: Option<AgentConfig>) -> anyhow::Result<()> {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            let mut out = std::io::stdout().lock();
+            let mut out = stdio::stdout();
             if args.from.is_none() {
                 media_operator::agent::probing::become_subreaper();
                 runtime.spawn(media_operator::agent::probing::reap_orphans());
@@ -137,7 +151,7 @@ fn run(cli: Cli, config: Option<AgentConfig>) -> anyhow::Result<()> {
                 },
                 replay: args.replay,
             };
-            run_child(&request, &mut std::io::stdout().lock())?;
+            run_child(&request, &mut stdio::stdout())?;
             Ok(())
         }
     }

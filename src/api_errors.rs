@@ -68,6 +68,73 @@ pub(crate) fn failure(code: StatusCode, headers: &HeaderMap, body: &str) -> Stat
     status
 }
 
+/// A successful answer that is a `Status` of failure, as the error client-go makes of it
+/// (rest/request.go `transformResponse`: a `Status` whose `status` is not `Success` is an error
+/// whatever the HTTP code). Its code is the `Status`'s own where that is an error code, else 500,
+/// so that kube-rs and our callers read it as one. `None` for any other answer, a `Status` of
+/// success (a DELETE's) included. Only the top level's keys are read up to `kind`, so a List is
+/// passed over at the cost of its first few bytes (kube-apiserver writes `kind` first).
+pub(crate) fn failure_in_success(body: &[u8]) -> Option<Status> {
+    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+    use std::borrow::Cow;
+    // Carries what `kind` says out of the visitor: serde_json fails a map left unfinished.
+    struct KindOnly<'a>(&'a mut bool);
+    impl<'de> Visitor<'de> for KindOnly<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                if key == "kind" {
+                    let kind: Option<Cow<'de, str>> = map.next_value()?;
+                    *self.0 = kind.as_deref() == Some("Status");
+                    return Ok(());
+                }
+                map.next_value::<IgnoredAny>()?;
+            }
+            Ok(())
+        }
+    }
+    // client-go's own reading: any `status` but `Success` is a failure (kube-rs's type knows
+    // only `Success` and `Failure`, and would not read another).
+    #[derive(serde::Deserialize)]
+    struct Sent {
+        #[serde(default)]
+        status: String,
+        #[serde(default)]
+        message: String,
+        #[serde(default)]
+        reason: String,
+        #[serde(default)]
+        code: u16,
+    }
+    let mut is_status = false;
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let _ = deserializer.deserialize_map(KindOnly(&mut is_status));
+    if !is_status {
+        return None;
+    }
+    let sent: Sent = serde_json::from_slice(body).ok()?;
+    if sent.status.is_empty() || sent.status == "Success" {
+        return None;
+    }
+    let code = match StatusCode::from_u16(sent.code) {
+        Ok(code) if code.is_client_error() || code.is_server_error() => code.as_u16(),
+        _ => StatusCode::INTERNAL_SERVER_ERROR.as_u16(),
+    };
+    let reason = if sent.reason.is_empty() {
+        http_reason(code)
+    } else {
+        one_line(&sent.reason, MAX_ERROR_TEXT)
+    };
+    let message = match one_line(&sent.message, MAX_ERROR_TEXT) {
+        message if message.is_empty() => "no message".to_owned(),
+        message => message,
+    };
+    Some(Status::failure(&message, &reason).with_code(code))
+}
+
 /// The `Retry-After` header in whole seconds, the only form client-go reads
 /// (`retryAfterSeconds`: an HTTP date is ignored, as there).
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<u32> {
@@ -227,6 +294,41 @@ mod tests {
         // A code the server left out is the HTTP one.
         let sent = r#"{"kind":"Status","message":"gone","reason":"Gone"}"#;
         assert_eq!(failure(StatusCode::GONE, &h, sent).code, 410);
+    }
+
+    #[test]
+    fn a_success_that_is_a_status_of_failure_is_an_error_as_in_client_go() {
+        let failed = |body: &str| failure_in_success(body.as_bytes());
+        let status = failed(
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"etcd\nis down","reason":"InternalError","code":500}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (status.code, status.reason.as_str(), status.message.as_str()),
+            (500, "InternalError", "etcd is down")
+        );
+        // Its own code where it is an error code, else 500; any status but Success fails.
+        let status =
+            failed(r#"{"status":"Failure","code":403,"kind":"Status","reason":"Forbidden"}"#)
+                .unwrap();
+        assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+        let status = failed(r#"{"kind":"Status","status":"Broken","code":200}"#).unwrap();
+        assert_eq!(
+            (status.code, status.reason.as_str(), status.message.as_str()),
+            (500, "InternalError", "no message")
+        );
+        // A DELETE's Status of success, a Status without one, Lists and objects pass.
+        for body in [
+            r#"{"kind":"Status","status":"Success","code":200}"#,
+            r#"{"kind":"Status","code":200}"#,
+            r#"{"kind":"ResourceSliceList","metadata":{},"items":[{"kind":"Status","status":"Failure"}]}"#,
+            r#"{"items":[],"kind":"NodeList","status":"Failure"}"#,
+            "not json",
+            "",
+            "[]",
+        ] {
+            assert!(failed(body).is_none(), "{body}");
+        }
     }
 
     #[test]

@@ -20,7 +20,8 @@ pub use read::{MAX_KUBECONFIG, MAX_NAMED_FILE, NamedFileError, ReadFault};
 #[derive(Debug, thiserror::Error)]
 pub enum KubeconfigError {
     /// The merged kubeconfig cannot be used (no current context, bad URL...).
-    #[error("load kubeconfig: {cause}")]
+    // A cause may quote a value of the file (kube-rs's do), of any length.
+    #[error("load kubeconfig: {}", crate::text::elide(.cause, MAX_SHOWN_CAUSE))]
     Invalid { cause: String },
     /// The context `--context` or `current-context` names is not one of the kubeconfig's
     /// (client-go: "context was not found for specified context").
@@ -92,6 +93,9 @@ const PATHS_LISTED: usize = 3;
 /// The most of a name or path from the kubeconfig a message repeats (a `current-context` of a
 /// megabyte is cut in its middle).
 const MAX_SHOWN: usize = 200;
+
+/// The most of a cause from kube-rs an error quotes.
+const MAX_SHOWN_CAUSE: usize = 400;
 
 /// `3 contexts: a, b, c`, the first few of many and how many more, or `no contexts`.
 fn listed(known: &[String]) -> String {

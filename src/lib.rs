@@ -24,6 +24,7 @@ pub(crate) mod names;
 pub mod node;
 pub mod paging;
 pub mod render_drivers;
+pub mod stdio;
 pub mod text;
 pub mod tolerations;
 pub mod usage;

@@ -17,6 +17,9 @@ pub(crate) struct Bounds {
     pub(crate) page_limit: usize,
 }
 
+/// The most of a repeated object's key an error quotes: a server's name of a megabyte is cut.
+const MAX_SHOWN_KEY: usize = 200;
+
 /// Why a listing was stopped.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PagingFault {
@@ -25,7 +28,10 @@ pub enum PagingFault {
     )]
     SameToken { page: usize },
     /// An object at or before one read earlier in the listing: pages repeat what was read.
-    #[error("page {page} repeats {key:?}, which the listing had already read or passed")]
+    #[error(
+        "page {page} repeats {:?}, which the listing had already read or passed",
+        crate::text::elide(.key, MAX_SHOWN_KEY)
+    )]
     Repeated { page: usize, key: String },
     #[error("page {page} holds {items} items, more than the {limit} asked for")]
     PageOverLimit {
@@ -200,6 +206,16 @@ mod tests {
 
     fn page(names: &[&'static str]) -> PageKeys {
         PageKeys::of(names.iter().map(|n| key("", n))).unwrap()
+    }
+
+    #[test]
+    fn a_repeated_key_of_any_length_is_quoted_cut() {
+        let fault = PagingFault::Repeated {
+            page: 2,
+            key: "[".repeat(100_000),
+        };
+        let said = fault.to_string();
+        assert!(said.len() < 400 && said.contains("bytes cut"), "{said}");
     }
 
     #[test]

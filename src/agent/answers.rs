@@ -218,9 +218,18 @@ where
                     })
                 }));
             }
-            let (parts, body) = response.into_parts();
-            let bytes = read_bounded(body, &asked.path).await?;
-            if asked.get && parts.status.is_success() {
+            let (mut parts, body) = response.into_parts();
+            let mut bytes = read_bounded(body, &asked.path).await?;
+            if parts.status.is_success()
+                && let Some(status) = crate::api_errors::failure_in_success(&bytes)
+            {
+                // A 200 whose body is a `Status` of failure is an error, as client-go takes
+                // it: kube-rs reads it so only with an error code.
+                parts.status = http::StatusCode::from_u16(status.code)
+                    .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+                parts.headers.remove(http::header::CONTENT_LENGTH);
+                bytes = Bytes::from(serde_json::to_vec(&status)?);
+            } else if asked.get && parts.status.is_success() {
                 shared.check(&asked, &bytes)?;
             }
             Ok(Response::from_parts(parts, Either::Right(Full::new(bytes))))
@@ -539,6 +548,38 @@ mod tests {
         assert!(fault.to_string().contains("past 256 objects"), "{fault}");
         // Other objects are not pages.
         answers.check(&first, br#"{"kind":"Node"}"#).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_success_that_is_a_status_of_failure_reaches_kube_rs_as_an_error() {
+        use tower::{Layer, ServiceExt};
+        let through = |body: &'static str| async move {
+            let service = tower::service_fn(move |_: Request<()>| async move {
+                Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from_static(
+                    body.as_bytes(),
+                ))))
+            });
+            let request = Request::get("/api/v1/nodes/n1").body(()).unwrap();
+            let (answers, _) = answers();
+            let answer = answers.layer(service).oneshot(request).await.unwrap();
+            let (parts, body) = answer.into_parts();
+            (parts.status, body.collect().await.unwrap().to_bytes())
+        };
+        let (code, body) = through(
+            r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"no","reason":"Forbidden","code":403}"#,
+        )
+        .await;
+        assert_eq!(code, http::StatusCode::FORBIDDEN);
+        let status: kube::core::Status = serde_json::from_slice(&body).unwrap();
+        assert_eq!((status.code, status.message.as_str()), (403, "no"));
+        // A DELETE's Status of success and any other object pass as they came.
+        for sent in [
+            r#"{"kind":"Status","status":"Success"}"#,
+            r#"{"kind":"Node"}"#,
+        ] {
+            let (code, body) = through(sent).await;
+            assert_eq!((code, &body[..]), (http::StatusCode::OK, sent.as_bytes()));
+        }
     }
 
     #[tokio::test]

@@ -118,6 +118,26 @@ pub fn log_filter(rust_log: Option<&str>) -> Result<EnvFilter, LogFilterError> {
     Ok(filter)
 }
 
+/// How the log writes an event's fields: as tracing-subscriber's default does (the message
+/// bare, then `name=value`), each put through [`crate::text::terminal_safe`]. Messages and
+/// names come from API answers (a server's error, a stray slice's name) and from the node's
+/// files; tracing-subscriber escapes ESC and C1 controls only, so a newline would forge a log
+/// line and a bidi override (U+202E) reorder one, in `kubectl logs` as in a terminal.
+pub fn log_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + Send + Sync + 'static
+{
+    use tracing_subscriber::field::MakeExt as _;
+    tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
+        let text = format!("{value:?}");
+        let text = crate::text::terminal_safe(&text);
+        if field.name() == "message" {
+            writer.write_str(&text)
+        } else {
+            write!(writer, "{}={text}", field.name())
+        }
+    })
+    .delimited(" ")
+}
+
 /// The API client `config` asks for: its kubeconfig, or the usual inference (in-cluster first);
 /// with the API server's address, for error messages.
 pub(crate) async fn client(
@@ -593,6 +613,40 @@ async fn probe(source: &ProbeSource) -> Result<Vec<GpuDevice>, ProbeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_log_escapes_what_would_act_on_a_terminal() {
+        use std::sync::Mutex;
+        let written = Arc::new(Mutex::new(Vec::new()));
+        let into = Arc::clone(&written);
+        let subscriber = tracing_subscriber::fmt()
+            .fmt_fields(log_fields())
+            .with_ansi(false)
+            .without_time()
+            .with_target(false)
+            .with_writer(move || Into(Arc::clone(&into)))
+            .finish();
+        struct Into(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Into {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        tracing::subscriber::with_default(subscriber, || {
+            let name = "gpu\u{202e}lave\x1b[2J";
+            warn!(slice = %name, node = ?"n\n1", "deleting ResourceSlice {name}: refused\nINFO forged");
+        });
+        let text = String::from_utf8(written.lock().unwrap().clone()).unwrap();
+        assert_eq!(
+            text,
+            " WARN deleting ResourceSlice gpu\\u{202e}lave\\x1b[2J: refused\\nINFO forged \
+             slice=gpu\\u{202e}lave\\x1b[2J node=\"n\\n1\"\n"
+        );
+    }
 
     #[test]
     fn render_node_listing_sees_nodes_come_and_go() {

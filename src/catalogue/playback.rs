@@ -339,27 +339,36 @@ pub fn needs(probe: &Probe) -> Result<Vec<Needs>, Unplayable> {
     video.into_iter().map(stream_needs).collect()
 }
 
+/// The streams [`found`] names; the rest are counted, so a file of 500 streams is one line.
+const NAMED_STREAMS: usize = 4;
+
 /// `streams: audio (aac), video (mjpeg, attached picture)`, or `no streams`.
 fn found(probe: &Probe) -> String {
     if probe.streams.is_empty() {
         return "ffprobe finds no streams".into();
     }
-    let each: Vec<String> = probe
+    let mut each: Vec<String> = probe
         .streams
         .iter()
+        .take(NAMED_STREAMS)
         .map(|s| {
             let kind = s.codec_type.as_deref().unwrap_or("unknown");
             let mut parts: Vec<&str> = s.codec_name.as_deref().into_iter().collect();
             if s.disposition.attached_pic != 0 {
                 parts.push("attached picture");
             }
-            if parts.is_empty() {
+            // ffprobe's words, not ours: a hostile one's are cut.
+            let shown = if parts.is_empty() {
                 kind.to_string()
             } else {
                 format!("{kind} ({})", parts.join(", "))
-            }
+            };
+            crate::text::one_line(&shown, 80)
         })
         .collect();
+    if probe.streams.len() > NAMED_STREAMS {
+        each.push(format!("{} more", probe.streams.len() - NAMED_STREAMS));
+    }
     format!("streams: {}", each.join(", "))
 }
 

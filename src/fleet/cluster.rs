@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use hyper_util::client::legacy::connect::HttpConnector;
 
-use crate::api_errors::{MAX_ERROR_BODY, asked_wait, failure};
+use crate::api_errors::{MAX_ERROR_BODY, asked_wait, failure, failure_in_success};
 use crate::fleet::objects::{Kind, Kinds, Objects};
 use crate::fleet::protobuf::{self, ProtobufError};
 use crate::kubeconfig::{KubeconfigError, Source};
@@ -41,6 +41,9 @@ const LIST_BOUNDS: Bounds = Bounds {
     objects: MAX_LIST_OBJECTS,
     page_limit: PAGE_SIZE,
 };
+
+/// The most of an error's cause that is quoted from an answer.
+const MAX_SHOWN_CAUSE: usize = 400;
 
 /// Notes kept per listing (an object passed over is one): the rest are counted.
 const MAX_NOTES: usize = 1000;
@@ -271,7 +274,8 @@ pub enum ClusterError {
         reason: String,
         message: String,
     },
-    #[error("{resource} from {server}: {cause}")]
+    // The cause may quote the answer (a parser's message quotes a value of any length).
+    #[error("{resource} from {server}: {}", crate::text::elide(.cause, MAX_SHOWN_CAUSE))]
     Response {
         server: String,
         resource: &'static str,
@@ -304,6 +308,23 @@ pub enum ClusterError {
         resource: &'static str,
         #[source]
         fault: PagingFault,
+    },
+    /// A 3xx: kubectl (Go's HTTP client) follows it; this client does not.
+    #[error(
+        "the Kubernetes API at {server} answered {code} to GET {path} with a redirect to {location}, which kubectl follows and kubectl media does not (hint: set the server of the kubeconfig context to the address the API server is at; a redirect to a login page is a proxy in front of it that wants a login kubectl media cannot do)"
+    )]
+    Redirect {
+        server: String,
+        path: String,
+        code: u16,
+        location: String,
+    },
+    /// The server's certificate is refused ([`crate::fleet::tls`]).
+    #[error("the Kubernetes API at {server} sent a certificate that {problem} (hint: {hint})")]
+    Certificate {
+        server: String,
+        problem: String,
+        hint: &'static str,
     },
     #[error("{ENCODING_VARIABLE} is {0:?} (hint: json or protobuf, or unset for kubectl's order)")]
     Encoding(String),
@@ -630,6 +651,15 @@ impl Cluster {
                 server: self.server.clone(),
                 resource: kind.resource(),
             }),
+            Err(kube::Error::Service(e)) if e.is::<Redirected>() => {
+                let redirected = e.downcast_ref::<Redirected>().expect("checked");
+                Err(ClusterError::Redirect {
+                    server: self.server.clone(),
+                    path: crate::text::one_line(&path, 200),
+                    code: redirected.code,
+                    location: redirected.location.clone(),
+                })
+            }
             Err(kube::Error::Api(status)) if status.code == 404 => {
                 Err(self.not_found(kind, path, status.message).await)
             }
@@ -685,6 +715,16 @@ impl Cluster {
             })
             .min(MAX_BODY_HINT);
         let code = parts.status;
+        if code.is_redirection() {
+            let location = parts.headers.get(http::header::LOCATION).map_or_else(
+                || "nowhere (no Location)".to_owned(),
+                |l| crate::text::one_line(&String::from_utf8_lossy(l.as_bytes()), 200),
+            );
+            return Err(kube::Error::Service(Box::new(Redirected {
+                code: code.as_u16(),
+                location,
+            })));
+        }
         let failed = code.is_client_error() || code.is_server_error();
         // An error answer is read only as far as its message needs (a Status is far smaller).
         let (hint, limit) = if failed {
@@ -721,6 +761,16 @@ impl Cluster {
                 Some(wait) => Answer::Wait(wait, status.boxed()),
                 None => Answer::Done(Err(kube::Error::Api(status.boxed()))),
             });
+        }
+        // A 200 whose body is a `Status` of failure is an error, as client-go takes it.
+        let sent_status = match encoding(content_type.as_ref()) {
+            Some(Encoding::Protobuf) => {
+                protobuf::status_json(&body).and_then(|json| failure_in_success(json.as_bytes()))
+            }
+            _ => failure_in_success(&body),
+        };
+        if let Some(status) = sent_status {
+            return Ok(Answer::Done(Err(kube::Error::Api(status.boxed()))));
         }
         Ok(Answer::Done(Ok(Reply { body, content_type })))
     }
@@ -822,9 +872,16 @@ impl Cluster {
                     message: status.message,
                 },
             },
-            other => ClusterError::Unreachable {
-                server,
-                cause: connect_cause(&other),
+            other => match crate::fleet::tls::certificate_problem(&other) {
+                Some(refused) => ClusterError::Certificate {
+                    server,
+                    problem: refused.problem,
+                    hint: refused.hint,
+                },
+                None => ClusterError::Unreachable {
+                    server,
+                    cause: connect_cause(&other),
+                },
             },
         }
     }
@@ -888,6 +945,21 @@ impl std::fmt::Display for TooLarge {
 }
 
 impl std::error::Error for TooLarge {}
+
+/// A 3xx answer, not followed.
+#[derive(Debug)]
+struct Redirected {
+    code: u16,
+    location: String,
+}
+
+impl std::fmt::Display for Redirected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a redirect ({}) to {}", self.code, self.location)
+    }
+}
+
+impl std::error::Error for Redirected {}
 
 /// The TLS handshake did not finish in time.
 #[derive(Debug)]

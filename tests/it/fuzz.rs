@@ -1,9 +1,13 @@
-//! Bounded fuzzing of the two readers of outside text: recorded probes and `-f` objects. Fixed
-//! seeds and counts ([`CASES_PER_CLASS`] per damage [`Class`], over two real inputs each), so a run
-//! is reproducible and takes seconds. The oracle: the reader returns (no panic, stack overflow or
-//! hang), and a refusal is one bounded line naming the file.
+//! Bounded fuzzing of the readers of outside text: recorded probes, `-f` objects, the API
+//! server's answers to a listing (served by a stand-in, read by the plugin's lister) and the
+//! kubeconfig. Fixed seeds and counts (per damage [`Class`], over two real inputs each: 2,400
+//! cases for probes and objects, 960 for answers, 640 for kubeconfigs), so a run is reproducible
+//! and takes seconds; each test says its count on stderr. The oracle: the reader returns (no
+//! panic, stack overflow or hang), and a refusal is one bounded line naming the file or server.
 
+use std::io::Write as _;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use media_operator::agent::probing::read_records;
@@ -13,6 +17,10 @@ use serde_json::Value;
 
 const SEED: u64 = 0x6d65_6469_6121;
 const CASES_PER_CLASS: usize = 150;
+/// Fewer for the readers that cost a request and a parse of a fleet's page each.
+const CASES_PER_CLASS_ANSWERS: usize = 60;
+/// Fewer again where each case builds a client (its TLS configuration included).
+const CASES_PER_CLASS_KUBECONFIG: usize = 40;
 /// The longest error line a case may give: a huge value in the input is cut, never repeated.
 const MAX_ERROR: usize = 4096;
 
@@ -216,13 +224,18 @@ fn damage(rng: &mut fastrand::Rng, class: Class, seed: &str, yaml: bool) -> Vec<
 
 /// Runs every case of every class on every seed through `read`, which says what went wrong
 /// (an error's text) or nothing; checks the oracle and that the whole is bounded in time.
-fn fuzz(seeds: &[(&str, bool)], read: &mut dyn FnMut(&[u8]) -> Option<String>, name: &str) {
+fn fuzz(
+    seeds: &[(&str, bool)],
+    cases: usize,
+    read: &mut dyn FnMut(&[u8]) -> Option<String>,
+    name: &str,
+) {
     let mut rng = fastrand::Rng::with_seed(SEED);
     let start = Instant::now();
     let mut refused = 0;
     for (seed, yaml) in seeds {
         for class in CLASSES {
-            for case in 0..CASES_PER_CLASS {
+            for case in 0..cases {
                 let input = damage(&mut rng, class, seed, *yaml);
                 let said = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(&input)))
                     .unwrap_or_else(|_| {
@@ -242,7 +255,12 @@ fn fuzz(seeds: &[(&str, bool)], read: &mut dyn FnMut(&[u8]) -> Option<String>, n
         }
     }
     // Some damage leaves a readable input: most must still be refused, or the cases are no test.
-    let total = seeds.len() * CLASSES.len() * CASES_PER_CLASS;
+    let total = seeds.len() * CLASSES.len() * cases;
+    let _ = writeln!(
+        std::io::stderr(),
+        "fuzzed {name}: {total} cases, {refused} refused, in {:.1?}",
+        start.elapsed()
+    );
     assert!(refused > total / 2, "{refused} of {total} refused");
     // About 5 s unloaded in a debug build; the bound is for a hang or a blow-up, not speed.
     assert!(
@@ -272,6 +290,7 @@ fn recorded_probes_reader() {
     let name = file.display().to_string();
     fuzz(
         &[(&json, false), (&yaml, true)],
+        CASES_PER_CLASS,
         &mut |input| {
             std::fs::write(&file, input).unwrap();
             read_records(&file).err().map(|e| e.to_string())
@@ -301,6 +320,7 @@ fn objects_reader() {
     let name = "fuzzed.yaml";
     fuzz(
         &[(&yaml_one, true), (&json, false)],
+        CASES_PER_CLASS,
         &mut |input| {
             // add_text takes text: bytes that are not UTF-8 come as replacement characters (the
             // refusal of binary files is tested in src/fleet/files.rs).
@@ -311,5 +331,110 @@ fn objects_reader() {
                 .map(|e| e.to_string())
         },
         name,
+    );
+}
+
+/// The example fleet's ResourceSlices, as one page of a listing.
+fn slices_page() -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fleet: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(root.join("docs/examples/fleet.yaml")).unwrap(),
+    )
+    .unwrap();
+    let items: Vec<&Value> = fleet["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["kind"] == "ResourceSlice")
+        .collect();
+    assert!(!items.is_empty());
+    serde_json::json!({
+        "kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1",
+        "metadata": {"resourceVersion": "42"}, "items": items,
+    })
+    .to_string()
+}
+
+#[test]
+fn api_answers_reader() {
+    use crate::support::fakeapi::{FakeApi, Reply};
+    use media_operator::fleet::cluster::{Cluster, Connection, ListRequest, Namespaces};
+    use media_operator::fleet::objects::Kind;
+    // The answer every request gets: the case's bytes, as JSON.
+    let answer = Arc::new(Mutex::new(Vec::new()));
+    let served = Arc::clone(&answer);
+    let api = FakeApi::start(move |_, _| Reply {
+        code: 200,
+        headers: vec![("Content-Type".into(), "application/json".into())],
+        body: served.lock().unwrap().clone(),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let connection = Connection {
+        source: media_operator::kubeconfig::Source {
+            kubeconfig: Some(api.kubeconfig(dir.path())),
+            context: None,
+        },
+        namespace: None,
+        request_timeout: Some(Duration::from_secs(10)),
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let cluster = runtime.block_on(Cluster::connect(&connection)).unwrap();
+    let status = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"etcdserver: request timed out","reason":"InternalError","details":{"retryAfterSeconds":1},"code":500}"#;
+    let page = slices_page();
+    let name = api.url();
+    fuzz(
+        &[(&page, false), (status, false)],
+        CASES_PER_CLASS_ANSWERS,
+        &mut |input| {
+            *answer.lock().unwrap() = input.to_vec();
+            let request = ListRequest {
+                kind: Kind::ResourceSlice,
+                namespaces: &Namespaces::All,
+                label_selector: None,
+                field_selector: None,
+            };
+            let mut objects = Objects::default();
+            runtime
+                .block_on(cluster.list(&request, &mut objects))
+                .err()
+                .map(|e| e.to_string())
+        },
+        &name,
+    );
+}
+
+#[test]
+fn kubeconfig_reader() {
+    use media_operator::fleet::cluster::{Cluster, Connection};
+    let yaml = "apiVersion: v1\nkind: Config\npreferences: {}\ncurrent-context: admin@media\n\
+        clusters:\n- name: media\n  cluster:\n    server: https://10.0.0.1:6443\n    \
+        insecure-skip-tls-verify: true\n- name: other\n  cluster: {server: 'http://127.0.0.1:9'}\n\
+        contexts:\n- name: admin@media\n  context: {cluster: media, user: admin, namespace: media}\n\
+        - name: other\n  context: {cluster: other, user: other}\n\
+        users:\n- name: admin\n  user: {token: abc.def}\n- name: other\n  user:\n    \
+        username: u\n    password: p\n";
+    let json = serde_json::to_string(&serde_yaml::from_str::<Value>(yaml).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kubeconfig");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let connection = Connection {
+        source: media_operator::kubeconfig::Source {
+            kubeconfig: Some(file.clone()),
+            context: None,
+        },
+        namespace: None,
+        request_timeout: Some(Duration::from_secs(2)),
+    };
+    fuzz(
+        &[(yaml, true), (&json, false)],
+        CASES_PER_CLASS_KUBECONFIG,
+        &mut |input| {
+            std::fs::write(&file, input).unwrap();
+            runtime
+                .block_on(Cluster::connect(&connection))
+                .err()
+                .map(|e| e.to_string())
+        },
+        "kubeconfig",
     );
 }

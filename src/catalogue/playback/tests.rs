@@ -264,3 +264,27 @@ fn the_table_covers_every_decode_capability_once_per_depth() {
         assert!(scale.attribute().contains(&bits.to_string()));
     }
 }
+
+#[test]
+fn a_file_of_many_streams_without_video_is_one_short_line() {
+    let audio = |i: u32| Stream {
+        index: i,
+        codec_type: Some("audio".into()),
+        codec_name: Some(if i == 1 {
+            "x".repeat(5000)
+        } else {
+            "aac".into()
+        }),
+        ..Stream::default()
+    };
+    let probe = Probe {
+        streams: (0..500).map(audio).collect(),
+    };
+    let said = needs(&probe).unwrap_err().to_string();
+    assert!(said.len() < 300, "{said}");
+    assert!(
+        said.starts_with("it has no video stream to play (streams: audio (aac), audio (xxx")
+            && said.ends_with(", audio (aac), audio (aac), 496 more)"),
+        "{said}"
+    );
+}

@@ -317,6 +317,7 @@ macro_rules! cp_test {
 
 // The macro above is in scope from here on: the fault and taint tests use it too.
 mod faults;
+mod log;
 mod paging;
 mod taints;
 

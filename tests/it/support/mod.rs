@@ -10,6 +10,7 @@ pub mod audit;
 pub mod controlplane;
 pub mod dockerfile;
 pub mod examples;
+pub mod fakeapi;
 pub mod faultproxy;
 pub mod generated;
 pub mod grpc_raw;
