@@ -22,7 +22,7 @@ use media_operator::agent::kubelet::proto::pluginregistration::{
     InfoRequest, RegistrationStatus, registration_client::RegistrationClient,
 };
 use media_operator::agent::kubelet::{
-    Config, KubeletError, KubeletPlugin, RegistrationState, SUPPORTED_VERSIONS,
+    Config, KubeletError, KubeletPlugin, RegistrationState,
 };
 use media_operator::catalogue::DRIVER;
 use tokio::net::UnixStream;
@@ -854,11 +854,21 @@ fn the_agent_registers_with_a_kubelet_that_dials_as_the_real_one() {
                 .await
                 .unwrap_or_else(|e| panic!("{form:?}: registration: {e:?}"));
             assert_eq!(Path::new(&info.endpoint), dra_socket, "{form:?}");
-            assert_eq!(info.supported_versions, SUPPORTED_VERSIONS, "{form:?}");
+            assert_eq!(
+                info.supported_versions,
+                [
+                    "v1.DRAPlugin",
+                    "v1beta1.DRAPlugin",
+                    "v1.DRAResourceHealth",
+                    "v1alpha1.DRAResourceHealth"
+                ],
+                "{form:?}"
+            );
             let tag = format!("{form:?}").to_lowercase();
-            raw_prepare_and_unprepare!(v1, &dra_socket, form, claims(&tag, 2))
+            // Claims never made: each gets its error, and the call still succeeds.
+            raw_prepare_and_unprepare!(v1, &dra_socket, form, claims(&tag, 2), missing)
                 .unwrap_or_else(|e| panic!("{form:?}: DRA v1: {e:?}"));
-            raw_prepare_and_unprepare!(v1beta1, &dra_socket, form, claims(&tag, 1))
+            raw_prepare_and_unprepare!(v1beta1, &dra_socket, form, claims(&tag, 1), missing)
                 .unwrap_or_else(|e| panic!("{form:?}: DRA v1beta1: {e:?}"));
         }
     });
