@@ -161,14 +161,17 @@ impl Node {
                 "metadata": {"name": pod, "namespace": PODS},
                 "spec": {
                     "nodeSelector": {"kubernetes.io/hostname": self.name},
+                    // Each entry named as its claim: 1.34's UpdateAllocatedResourcesStatus looks
+                    // a container's claim up by the ResourceClaim's name, so only then does it
+                    // show the claim's health (1.37 resolves the name).
                     "resourceClaims": [
-                        {"name": "a", "resourceClaimName": names[0]},
-                        {"name": "b", "resourceClaimName": names[1]},
+                        {"name": names[0], "resourceClaimName": names[0]},
+                        {"name": names[1], "resourceClaimName": names[1]},
                     ],
                     "containers": [{
                         "name": "worker",
                         "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"claims": [{"name": "a"}, {"name": "b"}]},
+                        "resources": {"claims": [{"name": names[0]}, {"name": names[1]}]},
                     }],
                 },
             }),
@@ -496,7 +499,7 @@ fn health(pod: &str, node: &str, claims: &[Claim; 2], failed: Option<&str>) -> S
     let mut entries: Vec<String> = claims
         .iter()
         .map(|c| {
-            let claim = c.name.rsplit('-').next().unwrap();
+            let claim = &c.name;
             let h = if Some(c.device.as_str()) == failed {
                 "Unhealthy"
             } else {
