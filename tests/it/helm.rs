@@ -417,7 +417,14 @@ fn an_install_on_a_cluster_that_does_not_serve_resource_k8s_io_v1_says_so_and_cr
     let kube = Kube::new(cp.kubeconfig());
     let chart = chart_dir();
     let out = helm(
-        &["install", RELEASE, chart.to_str().unwrap(), "-n", NAMESPACE, "--create-namespace"],
+        &[
+            "install",
+            RELEASE,
+            chart.to_str().unwrap(),
+            "-n",
+            NAMESPACE,
+            "--create-namespace",
+        ],
         Some(cp.kubeconfig()),
     );
     let error = stderr(&out);

@@ -17,11 +17,11 @@ use crate::support::grpc_raw::{Authority, CallError, RawGrpc};
 use crate::support::kubelet::{
     channel, claims, prepare_and_unprepare, raw_prepare_and_unprepare, raw_register,
 };
+use media_operator::agent::kubelet::health::Published;
 use media_operator::agent::kubelet::proto::dra::{v1, v1beta1};
 use media_operator::agent::kubelet::proto::pluginregistration::{
     InfoRequest, RegistrationStatus, registration_client::RegistrationClient,
 };
-use media_operator::agent::kubelet::health::Published;
 use media_operator::agent::kubelet::{Config, KubeletError, KubeletPlugin, RegistrationState};
 use media_operator::catalogue::DRIVER;
 use tokio::net::UnixStream;
@@ -1115,12 +1115,11 @@ async fn health_is_listed_only_where_served_and_streams_each_change() {
         .await
         .expect("v1 stream")
         .into_inner();
-    let mut alpha_stream =
-        h1alpha1::dra_resource_health_client::DraResourceHealthClient::new(dra)
-            .node_watch_resources(h1alpha1::NodeWatchResourcesRequest {})
-            .await
-            .expect("v1alpha1 stream")
-            .into_inner();
+    let mut alpha_stream = h1alpha1::dra_resource_health_client::DraResourceHealthClient::new(dra)
+        .node_watch_resources(h1alpha1::NodeWatchResourcesRequest {})
+        .await
+        .expect("v1alpha1 stream")
+        .into_inner();
     let next_v1 = async |stream: &mut tonic::Streaming<h1::NodeWatchResourcesResponse>| {
         tokio::time::timeout(DEADLINE, stream.message())
             .await
@@ -1132,9 +1131,15 @@ async fn health_is_listed_only_where_served_and_streams_each_change() {
     feed.send_replace(published(&[("gpu-0", None), ("gpu-1", None)]));
     let first = next_v1(&mut v1_stream).await;
     let healths: Vec<_> = first.devices.iter().map(|d| d.health()).collect();
-    assert_eq!(healths, [h1::HealthStatus::Healthy, h1::HealthStatus::Healthy]);
+    assert_eq!(
+        healths,
+        [h1::HealthStatus::Healthy, h1::HealthStatus::Healthy]
+    );
     let device = first.devices[1].device.as_ref().unwrap();
-    assert_eq!((&*device.pool_name, &*device.device_name), ("node-h", "gpu-1"));
+    assert_eq!(
+        (&*device.pool_name, &*device.device_name),
+        ("node-h", "gpu-1")
+    );
     assert_eq!(first.devices[0].health_check_timeout_seconds, 30);
     let alpha = tokio::time::timeout(DEADLINE, alpha_stream.message())
         .await
@@ -1146,11 +1151,17 @@ async fn health_is_listed_only_where_served_and_streams_each_change() {
 
     // A change reaches the stream at once, well before the resend period.
     let changed_at = tokio::time::Instant::now();
-    feed.send_replace(published(&[("gpu-0", None), ("gpu-1", Some("vaInitialize failed\n"))]));
+    feed.send_replace(published(&[
+        ("gpu-0", None),
+        ("gpu-1", Some("vaInitialize failed\n")),
+    ]));
     let changed = next_v1(&mut v1_stream).await;
     assert!(changed_at.elapsed() < resend, "{:?}", changed_at.elapsed());
     assert_eq!(changed.devices[1].health(), h1::HealthStatus::Unhealthy);
-    assert_eq!(changed.devices[1].message, "probe failed: vaInitialize failed\\n");
+    assert_eq!(
+        changed.devices[1].message,
+        "probe failed: vaInitialize failed\\n"
+    );
     assert_eq!(changed.devices[0].health(), h1::HealthStatus::Healthy);
 
     // Nothing new: the same again after the period.
@@ -1159,7 +1170,9 @@ async fn health_is_listed_only_where_served_and_streams_each_change() {
 
     // The publisher gone (the agent stopping): each stream ends, so the drain is not held up.
     drop(feed);
-    let end = tokio::time::timeout(DEADLINE, v1_stream.message()).await.unwrap();
+    let end = tokio::time::timeout(DEADLINE, v1_stream.message())
+        .await
+        .unwrap();
     assert!(matches!(end, Ok(None)), "{end:?}");
     running.stop().await;
 }

@@ -45,7 +45,12 @@ impl Claims {
     }
 
     /// The claim's devices of our driver and pool, as (request, device name), or why not.
-    async fn devices(&self, namespace: &str, name: &str, uid: &str) -> Result<Vec<(String, String)>, String> {
+    async fn devices(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<Vec<(String, String)>, String> {
         let what = format!("ResourceClaim {namespace}/{name}");
         let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), namespace);
         let claim = match tokio::time::timeout(CLAIM_READ_TIMEOUT, api.get(name)).await {
@@ -89,6 +94,17 @@ impl Claims {
     }
 }
 
+/// One device of a prepared claim, as the kubelet is told it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PreparedDevice {
+    pool: String,
+    request: String,
+    device: String,
+}
+
+/// A claim's UID and its devices, or why it could not be prepared.
+type Prepared = (String, Result<Vec<PreparedDevice>, String>);
+
 /// Serves both DRA API versions; see the module documentation.
 #[derive(Clone, Debug, Default)]
 pub(super) struct DraService {
@@ -102,12 +118,11 @@ impl DraService {
         }
     }
 
-    /// Each claim's devices (pool, request, device), or its error, by claim UID; all empty
-    /// without [`Claims`].
+    /// Each claim's devices, or its error, by claim UID; all empty without [`Claims`].
     async fn prepare<'a>(
         &self,
         claims: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
-    ) -> Vec<(String, Result<Vec<(String, String, String)>, String>)> {
+    ) -> Vec<Prepared> {
         let claims: Vec<_> = claims.into_iter().collect();
         let Some(reader) = &self.claims else {
             return claims
@@ -119,7 +134,11 @@ impl DraService {
             let devices = reader.devices(namespace, name, uid).await.map(|devices| {
                 devices
                     .into_iter()
-                    .map(|(request, device)| (reader.pool.clone(), request, device))
+                    .map(|(request, device)| PreparedDevice {
+                        pool: reader.pool.clone(),
+                        request,
+                        device,
+                    })
                     .collect()
             });
             (uid.to_owned(), devices)
@@ -129,10 +148,7 @@ impl DraService {
 }
 
 /// What one prepare gave, for the debug line: `ns/name (uid) -> pool/device, ...` per claim.
-fn outcome(
-    claims: &[(&str, &str, &str)],
-    results: &[(String, Result<Vec<(String, String, String)>, String>)],
-) -> String {
+fn outcome(claims: &[(&str, &str, &str)], results: &[Prepared]) -> String {
     claims
         .iter()
         .zip(results)
@@ -141,7 +157,7 @@ fn outcome(
                 Ok(devices) if devices.is_empty() => "nothing to deliver".to_owned(),
                 Ok(devices) => devices
                     .iter()
-                    .map(|(pool, _, device)| format!("{pool}/{device}"))
+                    .map(|d| format!("{}/{}", d.pool, d.device))
                     .collect::<Vec<_>>()
                     .join(", "),
                 Err(error) => format!("error: {error}"),
@@ -195,10 +211,10 @@ macro_rules! serve_version {
                             Ok(devices) => $version::NodePrepareResourceResponse {
                                 devices: devices
                                     .into_iter()
-                                    .map(|(pool_name, request, device_name)| $version::Device {
-                                        request_names: vec![request],
-                                        pool_name,
-                                        device_name,
+                                    .map(|d| $version::Device {
+                                        request_names: vec![d.request],
+                                        pool_name: d.pool,
+                                        device_name: d.device,
                                         ..Default::default()
                                     })
                                     .collect(),
@@ -212,7 +228,9 @@ macro_rules! serve_version {
                         (uid, entry)
                     })
                     .collect();
-                Ok(Response::new($version::NodePrepareResourcesResponse { claims }))
+                Ok(Response::new($version::NodePrepareResourcesResponse {
+                    claims,
+                }))
             }
 
             async fn node_unprepare_resources(

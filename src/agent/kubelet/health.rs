@@ -161,11 +161,7 @@ fn v1_message(published: &Published) -> v1::NodeWatchResourcesResponse {
                 health: health_v1(d).into(),
                 last_updated_time: unix_seconds(d.since),
                 health_check_timeout_seconds: timeout,
-                message: d
-                    .failure
-                    .as_deref()
-                    .map(message_text)
-                    .unwrap_or_default(),
+                message: d.failure.as_deref().map(message_text).unwrap_or_default(),
             })
             .collect(),
     }
@@ -232,10 +228,9 @@ impl v1alpha1::dra_resource_health_server::DraResourceHealth for HealthService {
         &self,
         _request: Request<v1alpha1::NodeWatchResourcesRequest>,
     ) -> Result<Response<Self::NodeWatchResourcesStream>, Status> {
-        Ok(Response::new(Box::pin(self.stream(
-            "v1alpha1",
-            v1alpha1_message,
-        ))))
+        Ok(Response::new(Box::pin(
+            self.stream("v1alpha1", v1alpha1_message),
+        )))
     }
 }
 
@@ -249,7 +244,11 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
     }
 
-    fn published(devices: &[(&str, Option<&str>)], now: u64, before: Option<&Published>) -> Published {
+    fn published(
+        devices: &[(&str, Option<&str>)],
+        now: u64,
+        before: Option<&Published>,
+    ) -> Published {
         Published::follow(before, "node-a", devices.iter().copied(), at(now))
     }
 
@@ -275,15 +274,24 @@ mod tests {
         assert_eq!(ok.health_check_timeout_seconds, 30);
         assert_eq!(ok.last_updated_time, 100);
         let device = ok.device.as_ref().unwrap();
-        assert_eq!((&*device.pool_name, &*device.device_name), ("node-a", "gpu0"));
+        assert_eq!(
+            (&*device.pool_name, &*device.device_name),
+            ("node-a", "gpu0")
+        );
         let failed = &message.devices[1];
         assert_eq!(failed.health(), v1::HealthStatus::Unhealthy);
         assert!(
-            failed.message.starts_with("probe failed: vaInitialize failed\\n\\x1b[31mxxx"),
+            failed
+                .message
+                .starts_with("probe failed: vaInitialize failed\\n\\x1b[31mxxx"),
             "{}",
             failed.message
         );
-        assert!(failed.message.len() <= MAX_MESSAGE + 3, "{}", failed.message.len());
+        assert!(
+            failed.message.len() <= MAX_MESSAGE + 3,
+            "{}",
+            failed.message.len()
+        );
         assert!(!failed.message.chars().any(char::is_control));
 
         let alpha = v1alpha1_message(&state);

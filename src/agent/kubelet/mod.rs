@@ -403,7 +403,9 @@ impl KubeletPlugin {
                     .add_service(v1::dra_plugin_server::DraPluginServer::new(
                         dra_service.clone(),
                     ))
-                    .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(dra_service))
+                    .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(
+                        dra_service,
+                    ))
                     .add_optional_service(v1_health)
                     .add_optional_service(v1alpha1_health)
                     .serve_with_incoming_shutdown(dra_incoming, stop)

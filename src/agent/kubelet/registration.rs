@@ -13,11 +13,11 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 use tracing::{debug, info, warn};
 
+use super::PLUGIN_TYPE;
 use super::proto::pluginregistration::{
     InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
     registration_server::Registration,
 };
-use super::PLUGIN_TYPE;
 use crate::catalogue::DRIVER;
 
 /// What the kubelet last told us about our registration.

@@ -303,6 +303,17 @@ fn registers_and_prepares(
         .collect();
     assert!(refused.is_empty(), "{refused:?}");
     assert_eq!(agent.get("/readyz").0, 200);
+
+    // Device health: 1.37 (gate on by default) opens a v1 stream because the registration
+    // lists it, and none where the list it sees has no health service (the cut list of an
+    // older kubelet); 1.34 with its default gates opens none.
+    let opened = "the kubelet opened a device health stream";
+    if release == Release::V1_37 && known.is_none() {
+        let line = agent.log.wait_for(opened, WAIT);
+        assert!(line.contains("api=\"v1\""), "{line}");
+    } else {
+        assert_eq!(agent.log.count(opened), 0, "{:#?}", agent.log.lines());
+    }
 }
 
 fn the_kubelet_registers_the_agent_on_v1_and_prepares_the_allocated_claim(release: Release) {
