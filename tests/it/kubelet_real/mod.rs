@@ -436,13 +436,21 @@ fn the_agent_restarted_is_registered_again_and_survives_the_wipe_after_the_delay
     agent_call(&agent, "unprepared 2 claim(s)", &claims);
 }
 
-/// SIGTERM, and the agent's clean exit (it removes its sockets, which the plugin manager sees).
+/// SIGTERM, and the agent's clean exit (it removes its sockets, which the plugin manager sees),
+/// without waiting out the drain for the kubelet's open health stream (it ends with the agent's
+/// publisher).
 fn stop(agent: &mut AgentProcess) {
     agent.terminate();
     let (status, _) = agent
         .wait_exit(Duration::from_secs(30))
         .expect("the agent stops");
     assert!(status.success(), "{status:?}");
+    assert_eq!(
+        agent.log.count("still in flight after the drain timeout"),
+        0,
+        "{:#?}",
+        agent.log.lines()
+    );
 }
 
 /// The program's own interface: a bad start is one `error` line with the usage and exit 1; a
@@ -457,6 +465,29 @@ fn the_kubelet_program_answers_bad_input_with_one_error_line(release: Release) {
         String::from_utf8_lossy(&out.stdout),
         "error --kubeconfig, --node, --registry-dir and --state-dir are required, and nothing else \
          (hint: kubelet --kubeconfig FILE --node NAME --registry-dir DIR --state-dir DIR [--services v1beta1.DRAPlugin])\n"
+    );
+
+    let out = std::process::Command::new(crate::support::kubelet_real::binary(release))
+        .args([
+            "--kubeconfig",
+            "k",
+            "--node",
+            "x",
+            "--registry-dir",
+            "r",
+            "--state-dir",
+            "s",
+        ])
+        .args(["--feature-gates", "NoSuchGate=true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.starts_with("error --feature-gates \"NoSuchGate=true\": ")
+            && said.contains("NoSuchGate")
+            && said.lines().count() == 1,
+        "{said}"
     );
 
     let name = "kubelet-real-commands";
