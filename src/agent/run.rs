@@ -21,7 +21,7 @@ use crate::agent::api::Problem;
 use crate::agent::config::{AgentConfig, Watched};
 use crate::agent::dropped_reads;
 use crate::agent::health::{self, Health, TaintsLeftOut};
-use crate::agent::kubelet::{KubeletError, KubeletPlugin};
+use crate::agent::kubelet::{self, Claims, KubeletError, KubeletPlugin};
 use crate::agent::probing::{ProbeError, ProbeSource};
 use crate::agent::publisher::{Publisher, PublisherConfig};
 use crate::agent::render_nodes;
@@ -204,7 +204,12 @@ pub async fn run_with(
                 addr: config.health_addr,
                 source,
             })?;
-    let plugin = KubeletPlugin::bind(&config.kubelet)?.with_heartbeat(kubelet_heartbeat);
+    // The devices' health as published, for the kubelet's DRAResourceHealth.
+    let (published_tx, published_rx) = watch::channel(None);
+    let plugin = KubeletPlugin::bind(&config.kubelet)?
+        .with_heartbeat(kubelet_heartbeat)
+        .with_claims(Claims::new(client.clone(), config.node_name.clone()))
+        .with_health(published_rx, kubelet::health::RESEND);
     if let Ok(addr) = listener.local_addr() {
         let _ = health.local_addr.set(addr);
     }
@@ -275,7 +280,8 @@ pub async fn run_with(
             },
             Arc::clone(&health),
             heartbeat,
-        );
+        )
+        .with_health(published_tx);
         let gpus = gpus_rx.clone();
         async move {
             publisher.run(gpus).await;

@@ -263,6 +263,11 @@ fn rbac_grants_exactly_the_calls_the_agent_makes() {
                 verbs(&["get", "list", "watch", "create", "update", "delete"])
             ),
             ("".to_owned(), "nodes".to_owned(), verbs(&["get"])),
+            (
+                "resource.k8s.io".to_owned(),
+                "resourceclaims".to_owned(),
+                verbs(&["get"])
+            ),
         ]
     );
     // Every rule says which code needs it.

@@ -20,10 +20,12 @@ const HEADER: &str = "// Generated from proto/ by `UPDATE_GENERATED=1 cargo test
 
 /// The `.proto` files, relative to `proto/`, that make up the kubelet APIs we serve.
 #[cfg(feature = "regenerate-protos")]
-const PROTOS: [&str; 3] = [
+const PROTOS: [&str; 5] = [
     "pluginregistration/v1/api.proto",
     "dra/v1/api.proto",
     "dra/v1beta1/api.proto",
+    "dra-health/v1alpha1/api.proto",
+    "dra-health/v1/api.proto",
 ];
 
 /// Where the generated protobuf code lives, relative to the repository root.

@@ -17,13 +17,12 @@ use crate::support::grpc_raw::{Authority, CallError, RawGrpc};
 use crate::support::kubelet::{
     channel, claims, prepare_and_unprepare, raw_prepare_and_unprepare, raw_register,
 };
+use media_operator::agent::kubelet::health::Published;
 use media_operator::agent::kubelet::proto::dra::{v1, v1beta1};
 use media_operator::agent::kubelet::proto::pluginregistration::{
     InfoRequest, RegistrationStatus, registration_client::RegistrationClient,
 };
-use media_operator::agent::kubelet::{
-    Config, KubeletError, KubeletPlugin, RegistrationState, SUPPORTED_VERSIONS,
-};
+use media_operator::agent::kubelet::{Config, KubeletError, KubeletPlugin, RegistrationState};
 use media_operator::catalogue::DRIVER;
 use tokio::net::UnixStream;
 use tokio::sync::{oneshot, watch};
@@ -58,6 +57,11 @@ struct Running {
 
 fn start(config: Config) -> Running {
     let plugin = KubeletPlugin::bind(&config).expect("plugin binds its sockets");
+    start_plugin(config, plugin)
+}
+
+/// Runs `plugin`, bound with `config`, in the background.
+fn start_plugin(config: Config, plugin: KubeletPlugin) -> Running {
     let registration = plugin.registration();
     let endpoint = plugin.endpoint().to_owned();
     let (shutdown, signal) = oneshot::channel::<()>();
@@ -854,11 +858,21 @@ fn the_agent_registers_with_a_kubelet_that_dials_as_the_real_one() {
                 .await
                 .unwrap_or_else(|e| panic!("{form:?}: registration: {e:?}"));
             assert_eq!(Path::new(&info.endpoint), dra_socket, "{form:?}");
-            assert_eq!(info.supported_versions, SUPPORTED_VERSIONS, "{form:?}");
+            assert_eq!(
+                info.supported_versions,
+                [
+                    "v1.DRAPlugin",
+                    "v1beta1.DRAPlugin",
+                    "v1.DRAResourceHealth",
+                    "v1alpha1.DRAResourceHealth"
+                ],
+                "{form:?}"
+            );
             let tag = format!("{form:?}").to_lowercase();
-            raw_prepare_and_unprepare!(v1, &dra_socket, form, claims(&tag, 2))
+            // Claims never made: each gets its error, and the call still succeeds.
+            raw_prepare_and_unprepare!(v1, &dra_socket, form, claims(&tag, 2), missing)
                 .unwrap_or_else(|e| panic!("{form:?}: DRA v1: {e:?}"));
-            raw_prepare_and_unprepare!(v1beta1, &dra_socket, form, claims(&tag, 1))
+            raw_prepare_and_unprepare!(v1beta1, &dra_socket, form, claims(&tag, 1), missing)
                 .unwrap_or_else(|e| panic!("{form:?}: DRA v1beta1: {e:?}"));
         }
     });
@@ -1028,4 +1042,137 @@ fn the_raw_client_encodes_as_grpc_go_does() {
     );
     assert_eq!(decoded[3].1, b"%2Fsock");
     assert_eq!(decoded[7].1, b"1000000u");
+}
+
+// --- device health ------------------------------------------------------------------------------
+
+/// The versions a plugin at `path` lists in its registration.
+async fn listed_versions(path: &Path) -> Vec<String> {
+    let mut client = RegistrationClient::new(channel(path).await);
+    client
+        .get_info(InfoRequest {})
+        .await
+        .expect("GetInfo")
+        .into_inner()
+        .supported_versions
+}
+
+fn published(devices: &[(&str, Option<&str>)]) -> Option<Published> {
+    Some(Published::follow(
+        None,
+        "node-h",
+        devices.iter().copied(),
+        std::time::SystemTime::now(),
+    ))
+}
+
+/// Without a health feed the plugin lists only the DRA versions and answers a health stream
+/// `Unimplemented` (which a 1.37 kubelet takes as "do not ask again"); with one it lists both
+/// health services, and each stream over the DRA socket says every published device, each
+/// change at once, and everything again every resend period.
+#[tokio::test]
+async fn health_is_listed_only_where_served_and_streams_each_change() {
+    use media_operator::agent::kubelet::proto::health::{v1 as h1, v1alpha1 as h1alpha1};
+
+    let dir = tempfile::tempdir().unwrap();
+    let running = start(config(dir.path()));
+    let socket = running.config.registration_socket();
+    eventually("the plugin answers", || answers_get_info(&socket)).await;
+    assert_eq!(
+        listed_versions(&socket).await,
+        ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    );
+    let dra = channel(&running.config.dra_socket()).await;
+    let refused = h1::dra_resource_health_client::DraResourceHealthClient::new(dra)
+        .node_watch_resources(h1::NodeWatchResourcesRequest {})
+        .await
+        .expect_err("no health service without a feed");
+    assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused:?}");
+    running.stop().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let (feed, health) = watch::channel(None);
+    let resend = Duration::from_millis(300);
+    let plugin = KubeletPlugin::bind(&config)
+        .expect("plugin binds its sockets")
+        .with_health(health, resend);
+    let running = start_plugin(config, plugin);
+    let socket = running.config.registration_socket();
+    eventually("the plugin answers", || answers_get_info(&socket)).await;
+    assert_eq!(
+        listed_versions(&socket).await,
+        [
+            "v1.DRAPlugin",
+            "v1beta1.DRAPlugin",
+            "v1.DRAResourceHealth",
+            "v1alpha1.DRAResourceHealth"
+        ]
+    );
+    let dra = channel(&running.config.dra_socket()).await;
+    let mut v1_stream = h1::dra_resource_health_client::DraResourceHealthClient::new(dra.clone())
+        .node_watch_resources(h1::NodeWatchResourcesRequest {})
+        .await
+        .expect("v1 stream")
+        .into_inner();
+    let mut alpha_stream = h1alpha1::dra_resource_health_client::DraResourceHealthClient::new(dra)
+        .node_watch_resources(h1alpha1::NodeWatchResourcesRequest {})
+        .await
+        .expect("v1alpha1 stream")
+        .into_inner();
+    let next_v1 = async |stream: &mut tonic::Streaming<h1::NodeWatchResourcesResponse>| {
+        tokio::time::timeout(DEADLINE, stream.message())
+            .await
+            .expect("a message before the deadline")
+            .expect("no stream error")
+            .expect("the stream goes on")
+    };
+
+    feed.send_replace(published(&[("gpu-0", None), ("gpu-1", None)]));
+    let first = next_v1(&mut v1_stream).await;
+    let healths: Vec<_> = first.devices.iter().map(|d| d.health()).collect();
+    assert_eq!(
+        healths,
+        [h1::HealthStatus::Healthy, h1::HealthStatus::Healthy]
+    );
+    let device = first.devices[1].device.as_ref().unwrap();
+    assert_eq!(
+        (&*device.pool_name, &*device.device_name),
+        ("node-h", "gpu-1")
+    );
+    assert_eq!(first.devices[0].health_check_timeout_seconds, 30);
+    let alpha = tokio::time::timeout(DEADLINE, alpha_stream.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(alpha.devices.len(), 2);
+    assert_eq!(alpha.devices[0].health(), h1alpha1::HealthStatus::Healthy);
+
+    // A change reaches the stream at once, well before the resend period.
+    let changed_at = tokio::time::Instant::now();
+    feed.send_replace(published(&[
+        ("gpu-0", None),
+        ("gpu-1", Some("vaInitialize failed\n")),
+    ]));
+    let changed = next_v1(&mut v1_stream).await;
+    assert!(changed_at.elapsed() < resend, "{:?}", changed_at.elapsed());
+    assert_eq!(changed.devices[1].health(), h1::HealthStatus::Unhealthy);
+    assert_eq!(
+        changed.devices[1].message,
+        "probe failed: vaInitialize failed\\n"
+    );
+    assert_eq!(changed.devices[0].health(), h1::HealthStatus::Healthy);
+
+    // Nothing new: the same again after the period.
+    let again = next_v1(&mut v1_stream).await;
+    assert_eq!(again, changed);
+
+    // The publisher gone (the agent stopping): each stream ends, so the drain is not held up.
+    drop(feed);
+    let end = tokio::time::timeout(DEADLINE, v1_stream.message())
+        .await
+        .unwrap();
+    assert!(matches!(end, Ok(None)), "{end:?}");
+    running.stop().await;
 }

@@ -1,7 +1,8 @@
 //! The agent's kubelet plugin: pods with `media.liken.sh` claims start and stop only if the kubelet
-//! finds a registered DRA plugin for the driver, though our devices deliver nothing. Two gRPC
-//! services on unix sockets: [`registration`] and [`dra`] (v1 and v1beta1), each connection through
-//! the [`authority`] relay.
+//! finds a registered DRA plugin for the driver, though our devices deliver nothing. Two unix
+//! sockets, each connection through the [`authority`] relay: [`registration`] on one, and on the
+//! other [`dra`] (v1 and v1beta1) and, with a health feed, [`health`] (`DRAResourceHealth` v1 and
+//! v1alpha1: each GPU's last published probe, in the status of the pods that hold it).
 //!
 //! The sockets must stay: without them the kubelet drops the plugin and wipes our slice 30 s later,
 //! so [`KubeletPlugin::run`] re-checks both files every [`Config::recheck_interval`] and re-creates
@@ -9,6 +10,7 @@
 
 mod authority;
 mod dra;
+pub mod health;
 pub mod proto;
 mod registration;
 mod socket;
@@ -27,8 +29,11 @@ use tracing::{debug, info, warn};
 
 pub use self::authority::REPLACEMENT_AUTHORITY;
 use self::authority::{MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE};
+pub use self::dra::Claims;
 use self::dra::DraService;
+use self::health::{HEALTH_SERVICES, HealthFeed, HealthService};
 use self::proto::dra::{v1, v1beta1};
+use self::proto::health as health_proto;
 use self::proto::pluginregistration::registration_server::RegistrationServer;
 use self::registration::RegistrationService;
 pub use self::registration::{DEFAULT_REGISTRATION_WARNING, RegistrationState};
@@ -46,6 +51,19 @@ pub(crate) const PLUGIN_TYPE: &str = "DRAPlugin";
 
 /// The DRA API versions we serve, preferred first: the kubelet takes the first one it knows.
 pub const SUPPORTED_VERSIONS: [&str; 2] = ["v1.DRAPlugin", "v1beta1.DRAPlugin"];
+
+/// What the registration lists: the DRA versions, then the health services when they are
+/// served ([`KubeletPlugin::with_health`]). A 1.37 kubelet opens a health stream only to a
+/// plugin that lists one (and stops retrying one that answers `Unimplemented`), so a service is
+/// listed exactly when it is served; kubelets before 1.37 skip names they do not know.
+pub fn supported_versions(health_served: bool) -> Vec<String> {
+    let health: &[&str] = if health_served { &HEALTH_SERVICES } else { &[] };
+    SUPPORTED_VERSIONS
+        .iter()
+        .chain(health)
+        .map(|v| (*v).to_owned())
+        .collect()
+}
 
 /// How often the socket files are checked by default (see the module documentation).
 pub(crate) const DEFAULT_RECHECK_INTERVAL: Duration = Duration::from_secs(5);
@@ -240,6 +258,12 @@ pub struct KubeletPlugin {
     refusal_retry: Duration,
     /// Tells `/healthz` that the serving loop progresses (see `crate::agent::health`).
     heartbeat: Option<crate::agent::health::Heartbeat>,
+    /// Where prepared claims' devices are read; none: claims are prepared with no devices.
+    claims: Option<Claims>,
+    /// The published devices' health, for `DRAResourceHealth`; none: the service is not served.
+    health: Option<HealthFeed>,
+    /// How often an open health stream says every device again.
+    health_resend: Duration,
 }
 
 /// One bound socket before serving starts.
@@ -288,7 +312,30 @@ impl KubeletPlugin {
             registration_warning: config.registration_warning,
             refusal_retry: config.refusal_retry,
             heartbeat: None,
+            claims: None,
+            health: None,
+            health_resend: health::RESEND,
         })
+    }
+
+    /// Prepares claims with their devices of this node's pool, read from the API server (see
+    /// [`dra`]), so that the kubelet knows which devices a pod holds.
+    pub fn with_claims(self, claims: Claims) -> Self {
+        Self {
+            claims: Some(claims),
+            ..self
+        }
+    }
+
+    /// Serves `DRAResourceHealth` (v1 and v1alpha1) from `feed`, and lists it in the
+    /// registration; `resend` is how often an open stream says every device again (under the
+    /// kubelet's 30 s, [`health::RESEND`] in the agent).
+    pub fn with_health(self, feed: HealthFeed, resend: Duration) -> Self {
+        Self {
+            health: Some(feed),
+            health_resend: resend,
+            ..self
+        }
     }
 
     /// Beats `heartbeat` at every socket re-check, so a wedged serving loop fails `/healthz`.
@@ -328,7 +375,15 @@ impl KubeletPlugin {
                 endpoint: self.endpoint.clone(),
             },
         )));
-        let registration_service = RegistrationService::new(self.endpoint, self.state.clone());
+        let registration_service = RegistrationService::new(
+            self.endpoint,
+            supported_versions(self.health.is_some()),
+            self.state.clone(),
+        );
+        let dra_service = DraService::new(self.claims);
+        let health_service = self
+            .health
+            .map(|feed| HealthService::new(feed, self.health_resend));
 
         let (mut dra, dra_incoming) = Served::start(self.dra, "DRA");
         let (mut registration, registration_incoming) =
@@ -338,9 +393,21 @@ impl KubeletPlugin {
             let stop = stopped(stop_rx.clone());
             let path = dra.path.clone();
             tokio::spawn(async move {
+                let v1_health = health_service.clone().map(
+                    health_proto::v1::dra_resource_health_server::DraResourceHealthServer::new,
+                );
+                let v1alpha1_health = health_service.map(
+                    health_proto::v1alpha1::dra_resource_health_server::DraResourceHealthServer::new,
+                );
                 server()
-                    .add_service(v1::dra_plugin_server::DraPluginServer::new(DraService))
-                    .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(DraService))
+                    .add_service(v1::dra_plugin_server::DraPluginServer::new(
+                        dra_service.clone(),
+                    ))
+                    .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(
+                        dra_service,
+                    ))
+                    .add_optional_service(v1_health)
+                    .add_optional_service(v1alpha1_health)
                     .serve_with_incoming_shutdown(dra_incoming, stop)
                     .await
                     .map_err(|source| KubeletError::Serve { path, source })

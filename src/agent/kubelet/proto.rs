@@ -24,3 +24,17 @@ pub mod dra {
         include!("generated/k8s.io.kubelet.pkg.apis.dra.v1beta1.rs");
     }
 }
+
+/// The kubelet's device health API (`DRAResourceHealth`, packages `v1` and `v1alpha1`, whose
+/// gRPC names are just the version), served on the DRA socket beside `DRAPlugin`.
+pub mod health {
+    /// Version `v1` (k8s.io/kubelet v0.37): with `health_check_timeout_seconds` and `message`.
+    pub mod v1 {
+        include!("generated/v1.rs");
+    }
+
+    /// Version `v1alpha1` (Kubernetes 1.34).
+    pub mod v1alpha1 {
+        include!("generated/v1alpha1.rs");
+    }
+}

@@ -13,11 +13,11 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 use tracing::{debug, info, warn};
 
+use super::PLUGIN_TYPE;
 use super::proto::pluginregistration::{
     InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
     registration_server::Registration,
 };
-use super::{PLUGIN_TYPE, SUPPORTED_VERSIONS};
 use crate::catalogue::DRIVER;
 
 /// What the kubelet last told us about our registration.
@@ -61,12 +61,22 @@ impl fmt::Display for RegistrationState {
 pub(super) struct RegistrationService {
     /// Absolute path of the DRA socket, handed to the kubelet as our endpoint.
     endpoint: String,
+    /// The services served on it (`super::supported_versions`).
+    versions: Vec<String>,
     state: watch::Sender<RegistrationState>,
 }
 
 impl RegistrationService {
-    pub(super) fn new(endpoint: String, state: watch::Sender<RegistrationState>) -> Self {
-        Self { endpoint, state }
+    pub(super) fn new(
+        endpoint: String,
+        versions: Vec<String>,
+        state: watch::Sender<RegistrationState>,
+    ) -> Self {
+        Self {
+            endpoint,
+            versions,
+            state,
+        }
     }
 }
 
@@ -81,7 +91,7 @@ impl Registration for RegistrationService {
             r#type: PLUGIN_TYPE.to_owned(),
             name: DRIVER.to_owned(),
             endpoint: self.endpoint.clone(),
-            supported_versions: SUPPORTED_VERSIONS.iter().map(|v| (*v).to_owned()).collect(),
+            supported_versions: self.versions.clone(),
         }))
     }
 

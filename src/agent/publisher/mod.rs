@@ -31,6 +31,7 @@ use crate::agent::api::{API_CALL_TIMEOUT, ApiCause, api_answered, api_unanswered
 use crate::agent::health::{
     DroppedField, DroppedTaints, Health, Heartbeat, RefusalLabels, WriteLabels, human,
 };
+use crate::agent::kubelet::health::{HealthSender, Published};
 use crate::catalogue::DRIVER;
 use crate::node::device::GpuDevice;
 
@@ -123,6 +124,9 @@ pub(crate) struct Publisher {
     health: Arc<Health>,
     heartbeat: Heartbeat,
     state: State,
+    /// Told each device's health once the stored slice says it (the kubelet plugin's
+    /// `DRAResourceHealth`, `crate::agent::kubelet::health`).
+    published: Option<HealthSender>,
 }
 
 impl Publisher {
@@ -146,7 +150,39 @@ impl Publisher {
             health,
             heartbeat,
             state,
+            published: None,
         }
+    }
+
+    /// Tells `published` each device's health (working, or failed and why) once the stored
+    /// slice says it: after a write the server accepted, or a read that found it up to date.
+    pub(crate) fn with_health(self, published: HealthSender) -> Self {
+        Self {
+            published: Some(published),
+            ..self
+        }
+    }
+
+    /// The slice now says `gpus`: their health goes to the health feed, if it changed.
+    fn tell_health(&self, gpus: &[GpuDevice]) {
+        let Some(sender) = &self.published else {
+            return;
+        };
+        let now = std::time::SystemTime::now();
+        sender.send_if_modified(|current| {
+            let next = Published::follow(
+                current.as_ref(),
+                &self.config.node,
+                gpus.iter()
+                    .map(|g| (g.name.as_str(), g.failure.as_ref().map(|f| f.text.as_str()))),
+                now,
+            );
+            let changed = current.as_ref() != Some(&next);
+            if changed {
+                *current = Some(next);
+            }
+            changed
+        });
     }
 
     /// Runs until the `gpus` sender is dropped. `gpus` holds `None` until the first probe.
@@ -199,7 +235,11 @@ impl Publisher {
         match action {
             Action::Publish => {
                 let wanted = gpus.borrow().clone()?;
-                return Some(Event::Published(self.reconcile(&wanted).await));
+                let published = self.reconcile(&wanted).await;
+                if published.is_ok() {
+                    self.tell_health(&wanted);
+                }
+                return Some(Event::Published(published));
             }
             Action::Read => {
                 let (what, request) = (self.what(), self.slices.get_opt(&self.state.stored.name));

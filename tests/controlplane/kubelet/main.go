@@ -4,10 +4,13 @@
 // wiping and claim checkpoint, talking to a real API server, all of the release go.mod pins.
 //
 //	kubelet --kubeconfig FILE --node NAME --registry-dir DIR --state-dir DIR [--services LIST]
+//	        [--feature-gates GATES]
 //
 // --services plays a kubelet that knows only these DRA services (e.g. v1beta1.DRAPlugin, as
 // 1.32-1.33 did): the plugin's advertised list is cut to them before the kubelet's handler sees
 // it, so the pinned release's own client speaks the older API. Empty: the release's own choice.
+// --feature-gates sets the kubelet's gates as its flag of that name does
+// (ResourceHealthStatus=true: the DRA manager watches the plugin's device health).
 //
 // stdout carries one line per event or answer:
 //
@@ -22,6 +25,11 @@
 //	prepare NAMESPACE POD    -> "prepared NS/POD CLAIM:UID:DEVICES..."  (DEVICES: driver/pool/device,
 //	                            comma-separated, or "-" when the driver delivered none)
 //	unprepare NAMESPACE POD  -> "unprepared NS/POD"
+//	health NAMESPACE POD     -> "health NS/POD ENTRY..." with what the DRA manager writes into
+//	                            the pod's status.containerStatuses[].allocatedResourcesStatus
+//	                            (UpdateAllocatedResourcesStatus), one ENTRY per device, sorted:
+//	                            CONTAINER:RESOURCE:RESOURCEID=HEALTH, and :"MESSAGE" (Go-quoted)
+//	                            where the kubelet gives a message; "health NS/POD -" for none
 //	stop (or EOF, SIGTERM)   -> "stopped"
 //
 // A failed command answers "error MESSAGE" and the program carries on; a start that fails prints
@@ -38,6 +46,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,6 +56,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
@@ -73,6 +83,7 @@ func main() {
 	registryDir := flag.String("registry-dir", "", "the plugins_registry directory to watch (created)")
 	stateDir := flag.String("state-dir", "", "where the DRA manager checkpoints its claims (created)")
 	services := flag.String("services", "", "DRA services this kubelet knows, comma-separated (default: the release's)")
+	gates := flag.String("feature-gates", "", "the kubelet's feature gates, as its --feature-gates flag takes them")
 	flag.CommandLine.SetOutput(io.Discard)
 	err := flag.CommandLine.Parse(os.Args[1:])
 	if err == nil && (*kubeconfig == "" || *node == "" || *registryDir == "" || *stateDir == "" || flag.NArg() > 0) {
@@ -80,6 +91,12 @@ func main() {
 	}
 	if err != nil {
 		fail(fmt.Errorf("%w (hint: kubelet --kubeconfig FILE --node NAME --registry-dir DIR --state-dir DIR [--services v1beta1.DRAPlugin])", err))
+	}
+	if *gates != "" {
+		// Before the DRA manager exists: its plugin manager reads the gates as it registers.
+		if err := utilfeature.DefaultMutableFeatureGate.Set(*gates); err != nil {
+			fail(fmt.Errorf("--feature-gates %q: %w", *gates, err))
+		}
 	}
 	var known []string
 	if *services != "" {
@@ -180,14 +197,14 @@ func readLines(r io.Reader, lines chan<- string) {
 	}
 }
 
-var errUsage = errors.New("unknown command (hint: prepare NAMESPACE POD | unprepare NAMESPACE POD | stop)")
+var errUsage = errors.New("unknown command (hint: prepare NAMESPACE POD | unprepare NAMESPACE POD | health NAMESPACE POD | stop)")
 
 // run executes one command line and returns its answer.
 func run(ctx context.Context, client kubernetes.Interface, manager *dra.Manager, line string) string {
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
 	words := strings.Fields(line)
-	if len(words) != 3 || (words[0] != "prepare" && words[0] != "unprepare") {
+	if len(words) != 3 || (words[0] != "prepare" && words[0] != "unprepare" && words[0] != "health") {
 		return "error " + fmt.Sprintf("%q: %s", line, errUsage)
 	}
 	pod, err := client.CoreV1().Pods(words[1]).Get(ctx, words[2], metav1.GetOptions{})
@@ -195,6 +212,9 @@ func run(ctx context.Context, client kubernetes.Interface, manager *dra.Manager,
 		return "error " + oneLine(fmt.Sprintf("%s: get pod %s/%s: %s", words[0], words[1], words[2], err))
 	}
 	who := pod.Namespace + "/" + pod.Name
+	if words[0] == "health" {
+		return health(ctx, manager, pod)
+	}
 	if words[0] == "unprepare" {
 		if err := manager.UnprepareResources(ctx, pod); err != nil {
 			return "error " + oneLine(fmt.Sprintf("unprepare %s: %s", who, err))
@@ -241,6 +261,33 @@ func prepared(manager *dra.Manager, pod *v1.Pod) string {
 		}
 	}
 	return answer
+}
+
+// health is what the kubelet's status manager would write into the pod's container statuses:
+// the DRA manager fills allocatedResourcesStatus from the health its plugins streamed.
+func health(ctx context.Context, manager *dra.Manager, pod *v1.Pod) string {
+	status := &v1.PodStatus{}
+	for _, c := range pod.Spec.Containers {
+		status.ContainerStatuses = append(status.ContainerStatuses, v1.ContainerStatus{Name: c.Name})
+	}
+	updateHealth(ctx, manager, pod, status)
+	var entries []string
+	for _, c := range status.ContainerStatuses {
+		for _, resource := range c.AllocatedResourcesStatus {
+			for _, h := range resource.Resources {
+				entry := fmt.Sprintf("%s:%s:%s=%s", c.Name, resource.Name, h.ResourceID, h.Health)
+				if message, ok := healthMessage(h); ok {
+					entry += ":" + strconv.Quote(message)
+				}
+				entries = append(entries, entry)
+			}
+		}
+	}
+	slices.Sort(entries)
+	if len(entries) == 0 {
+		entries = []string{"-"}
+	}
+	return "health " + pod.Namespace + "/" + pod.Name + " " + strings.Join(entries, " ")
 }
 
 // handler is the DRA manager's plugin handler, with the advertised services cut to --services

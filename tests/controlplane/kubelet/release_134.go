@@ -34,3 +34,11 @@ func (h *handler) RegisterPlugin(name, endpoint string, versions []string, timeo
 func (h *handler) DeRegisterPlugin(name, endpoint string) {
 	h.inner.DeRegisterPlugin(name, endpoint)
 }
+
+// updateHealth: 1.34's UpdateAllocatedResourcesStatus takes no logger.
+func updateHealth(_ context.Context, manager *dra.Manager, pod *v1.Pod, status *v1.PodStatus) {
+	manager.UpdateAllocatedResourcesStatus(pod, status)
+}
+
+// healthMessage: 1.34's ResourceHealth has no message.
+func healthMessage(v1.ResourceHealth) (string, bool) { return "", false }

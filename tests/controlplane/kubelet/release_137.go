@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/kubelet/cm/dra"
 	"k8s.io/kubernetes/pkg/kubelet/config"
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
@@ -33,4 +34,17 @@ func (h *handler) RegisterPlugin(ctx context.Context, name, endpoint string, ver
 
 func (h *handler) DeRegisterPlugin(ctx context.Context, name, endpoint string) {
 	h.inner.DeRegisterPlugin(ctx, name, endpoint)
+}
+
+// updateHealth: 1.37's UpdateAllocatedResourcesStatus takes the logger.
+func updateHealth(ctx context.Context, manager *dra.Manager, pod *v1.Pod, status *v1.PodStatus) {
+	manager.UpdateAllocatedResourcesStatus(klog.FromContext(ctx), pod, status)
+}
+
+// healthMessage: the plugin's message, set with the gate ResourceHealthStatusMessage (beta, on).
+func healthMessage(h v1.ResourceHealth) (string, bool) {
+	if h.Message == nil {
+		return "", false
+	}
+	return *h.Message, true
 }

@@ -283,7 +283,12 @@ async fn kubelet_registers(agent: &AgentProcess, error: &str) -> String {
     assert_eq!(info.name, DRIVER);
     assert_eq!(
         info.supported_versions,
-        ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+        [
+            "v1.DRAPlugin",
+            "v1beta1.DRAPlugin",
+            "v1.DRAResourceHealth",
+            "v1alpha1.DRAResourceHealth"
+        ]
     );
     client
         .notify_registration_status(RegistrationStatus {
@@ -786,17 +791,18 @@ fn the_kubelet_registers_and_prepares_through_the_agent() {
         assert_eq!(metric(&agent, "media_capabilities_kubelet_registered"), 1.0);
 
         let dra = channel(&agent.dra_socket()).await;
-        prepare_and_unprepare!(v1, dra.clone(), claims("one", 1));
-        prepare_and_unprepare!(v1beta1, dra.clone(), claims("beta", 4));
+        // Claims never made: each answered with its error, the call itself a success.
+        prepare_and_unprepare!(v1, dra.clone(), claims("one", 1), missing);
+        prepare_and_unprepare!(v1beta1, dra.clone(), claims("beta", 4), missing);
         // Concurrent calls on both versions, as the kubelet makes for several pods.
         let mut calls = tokio::task::JoinSet::new();
         for i in 0..8 {
             let dra = dra.clone();
             calls.spawn(async move {
                 if i % 2 == 0 {
-                    prepare_and_unprepare!(v1, dra, claims(&format!("pod{i}"), 3));
+                    prepare_and_unprepare!(v1, dra, claims(&format!("pod{i}"), 3), missing);
                 } else {
-                    prepare_and_unprepare!(v1beta1, dra, claims(&format!("pod{i}"), 3));
+                    prepare_and_unprepare!(v1beta1, dra, claims(&format!("pod{i}"), 3), missing);
                 }
             });
         }

@@ -2,8 +2,10 @@
 //! DRA manager of the control plane's release) and the real control plane: the kubelet
 //! registers the agent on each DRA API version, prepares and unprepares claims the real
 //! scheduler allocated, registers the agent again after a restart, and wipes the node's slices at
-//! its start and after the wiping delay, which the agent survives by publishing again. On 1.34
-//! and 1.37 (`on_1_34::NAME`, `on_1_37::NAME`): 1.37's kubelet still offers v1beta1.
+//! its start and after the wiping delay, which the agent survives by publishing again, and shows
+//! a GPU's health (the DRA manager's own handling of the agent's `DRAResourceHealth` stream) in a
+//! pod's status as its probe fails and works again. On 1.34 and 1.37 (`on_1_34::NAME`,
+//! `on_1_37::NAME`): 1.37's kubelet still offers v1beta1.
 //! `cargo test --test it kubelet_real` runs these; the first run builds the Go programs.
 
 use std::path::PathBuf;
@@ -12,7 +14,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::controlplane::{AGENT, NAMESPACE, installed, ok, on_each_release};
-use crate::support::agent::{AgentProcess, FAST, write_fleet};
+use crate::support::agent::{
+    AgentProcess, FAST, example_records, set_gpu_index, write_fleet, write_record,
+};
 use crate::support::controlplane::{ControlPlane, Release};
 use crate::support::kubelet_real::Kubelet;
 use media_operator::catalogue::DRIVER;
@@ -39,6 +43,7 @@ on_each_release!(
     a_kubelet_that_knows_none_of_the_services_refuses_and_the_agent_says_why,
     the_agent_restarted_is_registered_again_and_survives_the_wipe_after_the_delay,
     the_kubelet_program_answers_bad_input_with_one_error_line,
+    the_pod_status_shows_a_gpu_unhealthy_while_its_probe_fails_and_healthy_again,
 );
 
 /// One node: its plugin directories, the recorded GPU and the agent's pod-bound kubeconfig.
@@ -124,8 +129,9 @@ impl Node {
 
     /// Two claims for one device of [`CLASS`] each and a pod using both, kept to this node (the
     /// kubelet prepares all of a pod's claims in one call); waits until the scheduler placed the
-    /// pod, so the claims are allocated and reserved for it. Returns the claims' names and uids.
-    fn scheduled_pod(&self, pod: &str) -> [(String, String); 2] {
+    /// pod, so the claims are allocated and reserved for it. Returns the claims' names, uids and
+    /// allocated devices.
+    fn scheduled_pod(&self, pod: &str) -> [Claim; 2] {
         apply(
             self.cp,
             &json!({
@@ -155,14 +161,17 @@ impl Node {
                 "metadata": {"name": pod, "namespace": PODS},
                 "spec": {
                     "nodeSelector": {"kubernetes.io/hostname": self.name},
+                    // Each entry named as its claim: 1.34's UpdateAllocatedResourcesStatus looks
+                    // a container's claim up by the ResourceClaim's name, so only then does it
+                    // show the claim's health (1.37 resolves the name).
                     "resourceClaims": [
-                        {"name": "a", "resourceClaimName": names[0]},
-                        {"name": "b", "resourceClaimName": names[1]},
+                        {"name": names[0], "resourceClaimName": names[0]},
+                        {"name": names[1], "resourceClaimName": names[1]},
                     ],
                     "containers": [{
                         "name": "worker",
                         "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"claims": [{"name": "a"}, {"name": "b"}]},
+                        "resources": {"claims": [{"name": names[0]}, {"name": names[1]}]},
                     }],
                 },
             }),
@@ -181,36 +190,44 @@ impl Node {
             assert_eq!(results[0]["driver"], DRIVER, "{claim}");
             assert_eq!(results[0]["pool"], self.name.as_str(), "{claim}");
             let uid = claim["metadata"]["uid"].as_str().unwrap().to_string();
-            (name, uid)
+            let device = results[0]["device"].as_str().unwrap().to_string();
+            Claim { name, uid, device }
         })
     }
 }
 
-/// The kubelet's answer to a prepare of `pod` with `claims`: each claim once, nothing delivered
-/// (the agent hands nothing into containers).
-fn prepared(pod: &str, claims: &[(String, String); 2]) -> String {
+/// A claim the scheduler allocated: its name, uid and device.
+struct Claim {
+    name: String,
+    uid: String,
+    device: String,
+}
+
+/// The kubelet's answer to a prepare of `pod` with `claims` on `node`: each claim once, with the
+/// device the scheduler allocated, as the agent read it from the claim.
+fn prepared(pod: &str, node: &str, claims: &[Claim; 2]) -> String {
     let each: Vec<String> = claims
         .iter()
-        .map(|(name, uid)| format!("{name}:{uid}:-"))
+        .map(|c| format!("{}:{}:{DRIVER}/{node}/{}", c.name, c.uid, c.device))
         .collect();
     format!("prepared {PODS}/{pod} {}", each.join(" "))
 }
 
 /// The agent's log line of one call for both `claims` containing `what`, waiting for it.
-fn agent_call(agent: &AgentProcess, what: &str, claims: &[(String, String); 2]) -> String {
+fn agent_call(agent: &AgentProcess, what: &str, claims: &[Claim; 2]) -> String {
     let deadline = Instant::now() + WAIT;
     loop {
         if let Some(line) = agent.log.lines().into_iter().find(|l| {
             l.contains(what)
                 && claims
                     .iter()
-                    .all(|(name, uid)| l.contains(&format!("{PODS}/{name} ({uid})")))
+                    .all(|c| l.contains(&format!("{PODS}/{} ({})", c.name, c.uid)))
         }) {
             return line;
         }
         assert!(
             Instant::now() < deadline,
-            "no agent line with {what:?} and {claims:?}: {:#?}",
+            "no agent line with {what:?} and the claims: {:#?}",
             agent.log.lines()
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -270,7 +287,7 @@ fn registers_and_prepares(
     let answer = kubelet
         .command(&format!("prepare {PODS} {pod}"))
         .unwrap_or_else(|e| panic!("{e}; {}", kubelet.log_tail()));
-    assert_eq!(answer, prepared(&pod, &claims));
+    assert_eq!(answer, prepared(&pod, node_name, &claims));
     let line = agent_call(&agent, "prepared 2 claim(s)", &claims);
     assert!(line.contains(&format!("api=\"{api}\"")), "{line}");
 
@@ -286,6 +303,17 @@ fn registers_and_prepares(
         .collect();
     assert!(refused.is_empty(), "{refused:?}");
     assert_eq!(agent.get("/readyz").0, 200);
+
+    // Device health: 1.37 (gate on by default) opens a v1 stream because the registration
+    // lists it, and none where the list it sees has no health service (the cut list of an
+    // older kubelet); 1.34 with its default gates opens none.
+    let opened = "the kubelet opened a device health stream";
+    if release == Release::V1_37 && known.is_none() {
+        let line = agent.log.wait_for(opened, WAIT);
+        assert!(line.contains("api=\"v1\""), "{line}");
+    } else {
+        assert_eq!(agent.log.count(opened), 0, "{:#?}", agent.log.lines());
+    }
 }
 
 fn the_kubelet_registers_the_agent_on_v1_and_prepares_the_allocated_claim(release: Release) {
@@ -364,7 +392,7 @@ fn the_agent_restarted_is_registered_again_and_survives_the_wipe_after_the_delay
     let answer = kubelet
         .command(&format!("prepare {PODS} {pod}"))
         .unwrap_or_else(|e| panic!("{e}; {}", kubelet.log_tail()));
-    assert_eq!(answer, prepared(&pod, &claims));
+    assert_eq!(answer, prepared(&pod, name, &claims));
     agent_call(&agent, "prepared 2 claim(s)", &claims);
 
     // Gone for longer than the wiping delay.
@@ -408,13 +436,21 @@ fn the_agent_restarted_is_registered_again_and_survives_the_wipe_after_the_delay
     agent_call(&agent, "unprepared 2 claim(s)", &claims);
 }
 
-/// SIGTERM, and the agent's clean exit (it removes its sockets, which the plugin manager sees).
+/// SIGTERM, and the agent's clean exit (it removes its sockets, which the plugin manager sees),
+/// without waiting out the drain for the kubelet's open health stream (it ends with the agent's
+/// publisher).
 fn stop(agent: &mut AgentProcess) {
     agent.terminate();
     let (status, _) = agent
         .wait_exit(Duration::from_secs(30))
         .expect("the agent stops");
     assert!(status.success(), "{status:?}");
+    assert_eq!(
+        agent.log.count("still in flight after the drain timeout"),
+        0,
+        "{:#?}",
+        agent.log.lines()
+    );
 }
 
 /// The program's own interface: a bad start is one `error` line with the usage and exit 1; a
@@ -431,12 +467,35 @@ fn the_kubelet_program_answers_bad_input_with_one_error_line(release: Release) {
          (hint: kubelet --kubeconfig FILE --node NAME --registry-dir DIR --state-dir DIR [--services v1beta1.DRAPlugin])\n"
     );
 
+    let out = std::process::Command::new(crate::support::kubelet_real::binary(release))
+        .args([
+            "--kubeconfig",
+            "k",
+            "--node",
+            "x",
+            "--registry-dir",
+            "r",
+            "--state-dir",
+            "s",
+        ])
+        .args(["--feature-gates", "NoSuchGate=true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.starts_with("error --feature-gates \"NoSuchGate=true\": ")
+            && said.contains("NoSuchGate")
+            && said.lines().count() == 1,
+        "{said}"
+    );
+
     let name = "kubelet-real-commands";
     let node = Node::new(name, release);
     let kubelet = Kubelet::start(node.cp, name, &node.registry_dir(), None);
     assert_eq!(
         kubelet.command("prepare default").unwrap_err(),
-        "\"prepare default\": unknown command (hint: prepare NAMESPACE POD | unprepare NAMESPACE POD | stop)"
+        "\"prepare default\": unknown command (hint: prepare NAMESPACE POD | unprepare NAMESPACE POD | health NAMESPACE POD | stop)"
     );
     assert_eq!(
         kubelet.command("prepare default no-such-pod").unwrap_err(),
@@ -456,4 +515,150 @@ fn the_kubelet_program_answers_bad_input_with_one_error_line(release: Release) {
         kubelet.command(&format!("prepare {PODS} {name}")),
         Ok(format!("prepared {PODS}/{name}"))
     );
+}
+
+/// GPU number `index` of the node's recorded fleet, working (the example fleet's first record).
+fn working(index: usize) -> Value {
+    let mut record = example_records()[0].clone();
+    set_gpu_index(&mut record, index);
+    record
+}
+
+/// GPU number `index`, whose probe timed out: its driver stopped answering.
+fn not_answering(index: usize) -> Value {
+    let mut record = working(index);
+    record.as_object_mut().unwrap().remove("report");
+    record["failure"] = json!(
+        "probe of /dev/dri/renderD129 (0000:02:00.0) timed out after 15.0s and was killed with its process group; libva said nothing"
+    );
+    record["failure_kind"] = json!("not-answering");
+    record
+}
+
+/// What the kubelet's `health` command answers for `pod`: each claim's device, Unhealthy if it
+/// is `failed`, else Healthy.
+fn health(pod: &str, node: &str, claims: &[Claim; 2], failed: Option<&str>) -> String {
+    let mut entries: Vec<String> = claims
+        .iter()
+        .map(|c| {
+            let claim = &c.name;
+            let h = if Some(c.device.as_str()) == failed {
+                "Unhealthy"
+            } else {
+                "Healthy"
+            };
+            format!("worker:claim:{claim}:{DRIVER}/{node}/{}={h}", c.device)
+        })
+        .collect();
+    entries.sort();
+    format!("health {PODS}/{pod} {}", entries.join(" "))
+}
+
+/// The kubelet's DRA manager with the health gate on (1.34: alpha, set here; 1.37: beta and on
+/// by default) follows the agent's health stream: the pod that holds both GPUs shows both
+/// Healthy; one GPU's probe fails (its report now says its driver stopped answering), and the
+/// pod shows that device Unhealthy (1.37 also says why, in the message v1 carries) and the other
+/// Healthy (on 1.37 both claims may share one GPU: its devices allow multiple allocations); the
+/// probe works again, and the pod shows it Healthy again. The kubelet picks v1 where
+/// it has it (1.37) and v1alpha1 otherwise.
+fn the_pod_status_shows_a_gpu_unhealthy_while_its_probe_fails_and_healthy_again(release: Release) {
+    let name = "kubelet-real-health";
+    let node = Node::new(name, release);
+    // Both GPUs working (the fleet's second record is a failed one).
+    let reports = node.dir.path().join("reports");
+    write_record(&reports, &working(1));
+    let agent = node.agent();
+    node.slice_published(None, &agent);
+    let gates = (release == Release::V1_34).then_some("ResourceHealthStatus=true");
+    let kubelet = Kubelet::start_with(node.cp, name, &node.registry_dir(), None, gates);
+    kubelet.event_after(0, "registered ", WAIT);
+    let api = if release == Release::V1_34 {
+        "v1alpha1"
+    } else {
+        "v1"
+    };
+    let opened = agent
+        .log
+        .wait_for("the kubelet opened a device health stream", WAIT);
+    assert!(opened.contains(&format!("api=\"{api}\"")), "{opened}");
+
+    let pod = format!("{name}-pod");
+    let claims = node.scheduled_pod(&pod);
+    let answer = kubelet
+        .command(&format!("prepare {PODS} {pod}"))
+        .unwrap_or_else(|e| panic!("{e}; {}", kubelet.log_tail()));
+    assert_eq!(answer, prepared(&pod, name, &claims));
+    let both_healthy = health(&pod, name, &claims, None);
+    kubelet_health(&kubelet, &pod, |h| h == both_healthy);
+
+    // The first claim's GPU stops answering.
+    let failed = &claims[0].device;
+    let index = gpu_index(failed);
+    write_record(&reports, &not_answering(index));
+    let unhealthy = health(&pod, name, &claims, Some(failed));
+    let shown = kubelet_health(&kubelet, &pod, |h| {
+        // 1.37 adds the message after the first device's health.
+        strip_message(h) == unhealthy
+    });
+    if release == Release::V1_34 {
+        assert_eq!(shown, unhealthy, "no message on 1.34");
+    } else {
+        assert!(
+            shown.contains("=Unhealthy:\"probe failed: probe of /dev/dri/renderD129 (0000:02:00.0) timed out after 15.0s"),
+            "{shown}"
+        );
+    }
+
+    // It answers again.
+    write_record(&reports, &working(index));
+    kubelet_health(&kubelet, &pod, |h| h == both_healthy);
+    let answer = kubelet.command(&format!("unprepare {PODS} {pod}")).unwrap();
+    assert_eq!(answer, format!("unprepared {PODS}/{pod}"));
+}
+
+/// The index `write_fleet` gave the GPU named `device` (`pci-0000-<i+1>-00-0`).
+fn gpu_index(device: &str) -> usize {
+    let bus = device
+        .strip_prefix("pci-0000-")
+        .and_then(|d| d.strip_suffix("-00-0"))
+        .unwrap_or_else(|| panic!("not a GPU of write_fleet: {device}"));
+    usize::from_str_radix(bus, 16).unwrap() - 1
+}
+
+/// The health answer without the Go-quoted message after an entry's health (1.37).
+fn strip_message(answer: &str) -> String {
+    let mut out = String::new();
+    let mut rest = answer;
+    while let Some(at) = rest.find(":\"") {
+        out.push_str(&rest[..at]);
+        let quoted = &rest[at + 2..];
+        let mut escaped = false;
+        let end = quoted
+            .char_indices()
+            .find(|&(_, c)| {
+                let close = c == '"' && !escaped;
+                escaped = c == '\\' && !escaped;
+                close
+            })
+            .map_or(quoted.len(), |(i, _)| i + 1);
+        rest = &quoted[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Asks the kubelet for `pod`'s device health until `wanted` holds; returns that answer.
+fn kubelet_health(kubelet: &Kubelet, pod: &str, wanted: impl Fn(&str) -> bool) -> String {
+    let mut last = String::new();
+    wait("the pod's device health", || {
+        last = kubelet
+            .command(&format!("health {PODS} {pod}"))
+            .unwrap_or_else(|e| panic!("{e}; {}", kubelet.log_tail()));
+        if wanted(&last) {
+            return Some(last.clone());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        None
+    })
+    .unwrap_or_else(|e| panic!("{e}; last: {last}; {}", kubelet.log_tail()))
 }

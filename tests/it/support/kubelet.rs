@@ -1,6 +1,8 @@
 //! Playing the kubelet against our plugin: a gRPC channel over a unix socket, claims to prepare,
 //! and one macro that prepares then unprepares them on either DRA API version and checks that
-//! every claim is answered with nothing to deliver and no error.
+//! every claim is answered with nothing to deliver and no error (a plugin without claims to read),
+//! or, with `missing`, with the error that the claim does not exist (the agent, which reads each
+//! claim from the API server, given claims that were never made).
 
 use std::path::Path;
 
@@ -59,6 +61,24 @@ pub(crate) use dra_claims;
 /// A prepare answer names every claim of `$wanted`, each with no devices and no error.
 #[allow(unused_macros)]
 macro_rules! check_prepared {
+    ($prepared:expr, $wanted:expr, missing) => {{
+        assert_eq!(
+            $prepared
+                .claims
+                .keys()
+                .cloned()
+                .collect::<std::collections::BTreeSet<_>>(),
+            $wanted
+        );
+        for (uid, answer) in &$prepared.claims {
+            assert!(
+                answer.devices.is_empty()
+                    && answer.error.starts_with("read ResourceClaim ns-")
+                    && answer.error.contains("not found"),
+                "{uid}: {answer:?}"
+            );
+        }
+    }};
     ($prepared:expr, $wanted:expr) => {{
         assert_eq!(
             $prepared
@@ -103,7 +123,7 @@ pub(crate) use check_unprepared;
 /// claim must get an entry, with no devices and no error.
 #[allow(unused_macros)] // not every test binary that includes support/ prepares claims
 macro_rules! prepare_and_unprepare {
-    ($version:ident, $channel:expr, $claims:expr) => {{
+    ($version:ident, $channel:expr, $claims:expr $(, $missing:ident)?) => {{
         let (wanted, request) = crate::support::kubelet::dra_claims!($version, $claims);
         let mut client = $version::dra_plugin_client::DraPluginClient::new($channel);
         let prepared = client
@@ -113,7 +133,7 @@ macro_rules! prepare_and_unprepare {
             .await
             .expect("prepare succeeds")
             .into_inner();
-        crate::support::kubelet::check_prepared!(prepared, wanted);
+        crate::support::kubelet::check_prepared!(prepared, wanted $(, $missing)?);
         let unprepared = client
             .node_unprepare_resources($version::NodeUnprepareResourcesRequest { claims: request })
             .await
@@ -169,7 +189,7 @@ pub async fn raw_register(
 /// `Result<(), CallError>`.
 #[allow(unused_macros)]
 macro_rules! raw_prepare_and_unprepare {
-    ($version:ident, $socket:expr, $form:expr, $claims:expr) => {{
+    ($version:ident, $socket:expr, $form:expr, $claims:expr $(, $missing:ident)?) => {{
         async {
             use crate::support::grpc_raw::{RawGrpc, unary};
             let socket: &std::path::Path = $socket;
@@ -192,7 +212,7 @@ macro_rules! raw_prepare_and_unprepare {
                 },
             )
             .await?;
-            crate::support::kubelet::check_prepared!(prepared, wanted);
+            crate::support::kubelet::check_prepared!(prepared, wanted $(, $missing)?);
             let unprepared: $version::NodeUnprepareResourcesResponse = unary(
                 &mut conn,
                 authority.as_deref(),

@@ -2,7 +2,7 @@
 //! plane's release): its plugin manager and DRA manager register plugins, prepare and unprepare
 //! claims, and wipe the node's ResourceSlices, against a real API server. Its stdout is a line
 //! protocol: events (`registered`, `unregistered`, `refused`, `deleted slices`) and one answer
-//! per command (`prepare NS POD`, `unprepare NS POD`).
+//! per command (`prepare NS POD`, `unprepare NS POD`, `health NS POD`).
 //! Failures panic with one line, so tests fail rather than skip where Go is installed.
 
 use std::fs::File;
@@ -90,6 +90,18 @@ impl Kubelet {
         registry_dir: &Path,
         services: Option<&str>,
     ) -> Kubelet {
+        Self::start_with(cp, node, registry_dir, services, None)
+    }
+
+    /// [`Kubelet::start`] with the kubelet's feature gates set to `gates`
+    /// (`ResourceHealthStatus=true`), as its `--feature-gates` flag takes them.
+    pub fn start_with(
+        cp: &ControlPlane,
+        node: &str,
+        registry_dir: &Path,
+        services: Option<&str>,
+        gates: Option<&str>,
+    ) -> Kubelet {
         let dir = tempfile::tempdir().expect("temp dir for the kubelet's state");
         let log = dir.path().join("kubelet.log");
         let stderr = File::create(&log).expect("create the kubelet's log");
@@ -105,6 +117,9 @@ impl Kubelet {
             .arg(dir.path().join("state"));
         if let Some(services) = services {
             command.args(["--services", services]);
+        }
+        if let Some(gates) = gates {
+            command.args(["--feature-gates", gates]);
         }
         let mut child = command
             .stdin(Stdio::piped())
@@ -180,7 +195,7 @@ impl Kubelet {
         let pipe = stdin.as_mut().expect("the kubelet is running");
         writeln!(pipe, "{line}").unwrap_or_else(|e| panic!("send {line:?}: {e}"));
         let is_answer = |l: &str| {
-            ["prepared ", "unprepared ", "error "]
+            ["prepared ", "unprepared ", "health ", "error "]
                 .iter()
                 .any(|p| l.starts_with(p))
         };
