@@ -407,11 +407,18 @@ fn a_render_for_kubernetes_before_1_34_says_it_needs_resource_k8s_io_v1() {
     ignore = "needs kubectl and Go 1.26 or newer (helm and the control plane are built from their modules)"
 )]
 fn an_install_on_a_cluster_that_does_not_serve_resource_k8s_io_v1_says_so_and_creates_nothing() {
-    // A 1.34 server with the API version turned off, as `--runtime-config` leaves it: its
-    // version passes the first check, its discovery fails the second.
+    // A 1.34 cluster whose operator turned DRA off (the gate is GA there, locked only from
+    // 1.35) with its API version: the version passes the first check, discovery fails the
+    // second. (With the gate on and the API off, 1.34's scheduler waits for DRA's informers
+    // and never gets ready.)
     let cp = crate::support::controlplane::shared_with(
         "helm-no-resource-v1",
-        &["--runtime-config", "resource.k8s.io/v1=false"],
+        &[
+            "--feature-gates",
+            "DynamicResourceAllocation=false",
+            "--runtime-config",
+            "resource.k8s.io/v1=false",
+        ],
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let kube = Kube::new(cp.kubeconfig());
