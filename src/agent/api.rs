@@ -61,9 +61,16 @@ impl ApiCause {
             kube::Error::Service(e) if AnswerFault::find(e.as_ref()).is_some() => {
                 ApiCause::Other(chain(error))
             }
+            // A refused certificate in the words the plugin uses, not rustls's Rust names.
             kube::Error::Service(_) | kube::Error::HyperError(_) => ApiCause::Unreachable {
                 url: url.to_string(),
-                detail: chain(error),
+                detail: match crate::fleet::tls::certificate_problem(error) {
+                    Some(refused) => format!(
+                        "it sent a certificate that {} (hint: {})",
+                        refused.problem, refused.hint
+                    ),
+                    None => chain(error),
+                },
             },
             other => ApiCause::Other(chain(other)),
         }

@@ -1611,9 +1611,10 @@ status:
             "taint maintenance=firmware:NoSchedule is not tolerated"
         );
         assert!(
-            steps(&d)
-                .iter()
-                .any(|s| s.contains("tolerate the devices' taint")),
+            steps(&d).iter().any(|s| s.contains(
+                "request decodes: devices that qualify carry taint \
+                     maintenance=firmware:NoSchedule: tolerate it"
+            )),
             "{:?}",
             steps(&d)
         );

@@ -188,6 +188,27 @@ fn refused_certificates_are_said_with_the_kubeconfig_field_that_fixes_them() {
              cluster only, insecure-skip-tls-verify: true)"
         )
     );
+    // The agent logs the same words, not rustls's Rust names.
+    let reports = tempfile::tempdir().unwrap();
+    crate::support::agent::write_fleet(reports.path(), 1);
+    let agent = crate::support::agent::AgentProcess::start(
+        env!("CARGO_BIN_EXE_media-capabilities"),
+        "tls-node",
+        reports.path(),
+        &config,
+        crate::support::agent::FAST,
+    );
+    let line = agent
+        .log
+        .wait_for("sent a certificate that", Duration::from_secs(30));
+    assert!(
+        line.contains(&format!(
+            "cannot reach {url}: it sent a certificate that no certificate authority of the \
+             kubeconfig signed (kubectl says: x509: certificate signed by unknown authority) \
+             (hint: set certificate-authority"
+        )) && !line.contains("UnknownIssuer"),
+        "{line}"
+    );
 }
 
 /// An HTTP CONNECT proxy on loopback that tunnels to any address and counts its tunnels.
