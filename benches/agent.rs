@@ -129,13 +129,15 @@ fn main() {
     let before_agent = Counted::read(&cp);
 
     let spawned = Instant::now();
-    // Default periods (rescan 10 s, resync 5 min), as deployed.
+    // Default periods (rescan 10 s, resync 5 min), as deployed, but for re-probing: every 2 s
+    // instead of every minute, so that the window holds many re-probes (issue 34: at rest a
+    // re-probe writes nothing).
     let agent = AgentProcess::start(
         env!("CARGO_BIN_EXE_media-capabilities"),
         NODE,
         reports.path(),
         cp.kubeconfig(),
-        &[],
+        &["--reprobe-interval", "2s"],
     );
     let first_line = spawned.elapsed();
     let published = cluster::stored_within(
@@ -159,6 +161,7 @@ fn main() {
     std::thread::sleep(Duration::from_secs(if full { 5 } else { 1 }));
 
     let pid = agent.pid();
+    let probes_before = agent.metric("media_capabilities_probes_total");
     let before = Counted::read(&cp);
     let ticks_before = cpu_ticks(pid);
     let window_start = Instant::now();
@@ -168,6 +171,7 @@ fn main() {
     let ticks = cpu_ticks(pid) - ticks_before;
     let rss = rss_kib(pid);
     let after = Counted::read(&cp);
+    let reprobes = agent.metric("media_capabilities_probes_total") - probes_before;
     let requests = after.since(&before);
     let writes: u64 = requests
         .iter()
@@ -198,5 +202,10 @@ fn main() {
         1000 / per_second
     );
     println!("  slice size: {slice_bytes} bytes of JSON for {devices} devices");
+    println!(
+        "  re-probes of every GPU in the window: {reprobes:.0} (--reprobe-interval 2s), {writes} writes"
+    );
+    // The smoke run's window (2 s) may end before the first re-probe.
+    assert!(!full || reprobes >= 10.0, "re-probing ran: {reprobes}");
     assert_eq!(writes, 0, "no write in steady state: {requests:?}");
 }

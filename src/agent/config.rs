@@ -82,8 +82,8 @@ pub struct AgentArgs {
     /// How often every GPU is probed again even when nothing changed on disk, so that a driver
     /// that stops answering (or answers again) shows within one period. A probe that states
     /// what was published costs no API request; a working GPU's failure is confirmed once
-    /// before it is published (docs/operations.md). The default is measured: a probe costs
-    /// about 20 ms of CPU per GPU, so 1m costs 1.2 s of CPU per GPU and hour.
+    /// before it is published (docs/operations.md). At 1m a GPU is probed 60 times an hour; a
+    /// probe is one short child process (its cost is in docs/operations.md).
     #[arg(long, env = "REPROBE_INTERVAL", value_name = "DURATION", default_value = DEFAULT_REPROBE_INTERVAL, value_parser = crate::duration::parse_positive)]
     pub reprobe_interval: Duration,
 

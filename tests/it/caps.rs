@@ -363,6 +363,7 @@ fn summary_of_the_example_fleet() {
         json["statuses"],
         serde_json::json!({
             "ok": {"gpus": 5, "nodes": 5},
+            "tainted": {"gpus": 0, "nodes": 0},
             "no render device": {"gpus": 0, "nodes": 0},
             "drift": {"gpus": 2, "nodes": 2},
             "probe failed": {"gpus": 1, "nodes": 1},

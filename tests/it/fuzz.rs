@@ -438,3 +438,186 @@ fn kubeconfig_reader() {
         "kubeconfig",
     );
 }
+
+/// A protobuf ResourceSliceList as kube-apiserver encodes it (the `k8s\0` envelope around a
+/// `runtime.Unknown`): the example fleet's slices, each device with every attribute kind.
+fn protobuf_slices_page() -> Vec<u8> {
+    use k8s_pb::api::resource::v1 as resource;
+    use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
+    use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
+    use prost::Message;
+    let page: Value = serde_json::from_str(&slices_page()).unwrap();
+    let items = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| {
+            let spec = &item["spec"];
+            let devices = spec["devices"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|device| {
+                    let attributes = device["attributes"]
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .map(|(name, value)| {
+                            let mut attribute = resource::DeviceAttribute::default();
+                            attribute.bool = value["bool"].as_bool();
+                            attribute.int = value["int"].as_i64();
+                            attribute.string = value["string"].as_str().map(Into::into);
+                            attribute.version = value["version"].as_str().map(Into::into);
+                            (name.clone(), attribute)
+                        })
+                        .collect();
+                    resource::Device {
+                        name: device["name"].as_str().map(Into::into),
+                        attributes,
+                        ..Default::default()
+                    }
+                })
+                .collect();
+            resource::ResourceSlice {
+                metadata: Some(meta::ObjectMeta {
+                    name: item["metadata"]["name"].as_str().map(Into::into),
+                    ..Default::default()
+                }),
+                spec: Some(resource::ResourceSliceSpec {
+                    driver: spec["driver"].as_str().map(Into::into),
+                    node_name: spec["nodeName"].as_str().map(Into::into),
+                    pool: Some(resource::ResourcePool {
+                        name: spec["pool"]["name"].as_str().map(Into::into),
+                        generation: spec["pool"]["generation"].as_i64(),
+                        resource_slice_count: spec["pool"]["resourceSliceCount"].as_i64(),
+                    }),
+                    devices,
+                    ..Default::default()
+                }),
+            }
+        })
+        .collect();
+    let list = resource::ResourceSliceList {
+        metadata: Some(meta::ListMeta {
+            resource_version: Some("42".into()),
+            ..Default::default()
+        }),
+        items,
+    };
+    let unknown = Unknown {
+        type_meta: Some(TypeMeta {
+            api_version: Some("resource.k8s.io/v1".into()),
+            kind: Some("ResourceSliceList".into()),
+        }),
+        raw: Some(list.encode_to_vec()),
+        content_encoding: Some(String::new()),
+        content_type: Some(String::new()),
+    };
+    [&b"k8s\0"[..], &unknown.encode_to_vec()].concat()
+}
+
+/// Protobuf answers, damaged as bytes (the text classes above are JSON's and YAML's): cut short,
+/// bits flipped, a stretch repeated or moved, noise written over a stretch, lengths stretched
+/// (a varint's high bits set), each read by the listing code as a page from the API server.
+#[test]
+fn protobuf_answers_reader() {
+    use crate::support::fakeapi::{FakeApi, Reply};
+    use media_operator::fleet::cluster::{
+        Cluster, Connection, ListEncoding, ListRequest, Namespaces,
+    };
+    use media_operator::fleet::objects::Kind;
+    let answer = Arc::new(Mutex::new(Vec::new()));
+    let served = Arc::clone(&answer);
+    let api = FakeApi::start(move |_, _| Reply {
+        code: 200,
+        headers: vec![(
+            "Content-Type".into(),
+            "application/vnd.kubernetes.protobuf".into(),
+        )],
+        body: served.lock().unwrap().clone(),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let connection = Connection {
+        source: media_operator::kubeconfig::Source {
+            kubeconfig: Some(api.kubeconfig(dir.path())),
+            context: None,
+        },
+        namespace: None,
+        request_timeout: Some(Duration::from_secs(10)),
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let mut cluster = runtime.block_on(Cluster::connect(&connection)).unwrap();
+    cluster.list_encoding(ListEncoding::Protobuf);
+    let seed = protobuf_slices_page();
+    let name = api.url();
+    let mut read = |input: &[u8]| {
+        *answer.lock().unwrap() = input.to_vec();
+        let request = ListRequest {
+            kind: Kind::ResourceSlice,
+            namespaces: &Namespaces::All,
+            label_selector: None,
+            field_selector: None,
+        };
+        let mut objects = Objects::default();
+        runtime
+            .block_on(cluster.list(&request, &mut objects))
+            .err()
+            .map(|e| e.to_string())
+    };
+    // The seed itself is read: the damage, not the encoding, is what is refused below.
+    assert_eq!(read(&seed), None);
+    let mut rng = fastrand::Rng::with_seed(SEED);
+    let start = Instant::now();
+    let (mut total, mut refused) = (0, 0);
+    const KINDS: usize = 5;
+    for kind in 0..KINDS {
+        for case in 0..CASES_PER_CLASS_ANSWERS * 2 {
+            let mut input = seed.clone();
+            let at = rng.usize(..input.len());
+            match kind {
+                0 => input.truncate(at),
+                1 => {
+                    for _ in 0..rng.usize(1..8) {
+                        let i = rng.usize(..input.len());
+                        input[i] ^= 1 << rng.u8(..8);
+                    }
+                }
+                2 => {
+                    let len = rng.usize(..(input.len() - at).min(256));
+                    let stretch = input[at..at + len].to_vec();
+                    let to = rng.usize(..input.len());
+                    let copies = rng.usize(1..64);
+                    for _ in 0..copies {
+                        input.splice(to..to, stretch.iter().copied());
+                    }
+                }
+                3 => {
+                    let len = rng.usize(..(input.len() - at).min(64));
+                    for byte in &mut input[at..at + len] {
+                        *byte = rng.u8(..);
+                    }
+                }
+                _ => {
+                    // A length prefix stretched: five bytes of 0xff, then a varint's end.
+                    input.splice(at..at, [0xff, 0xff, 0xff, 0xff, 0x0f]);
+                }
+            }
+            total += 1;
+            let said = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(&input)))
+                .unwrap_or_else(|_| panic!("kind {kind} case {case} panicked"));
+            let Some(error) = said else { continue };
+            refused += 1;
+            assert!(
+                !error.contains('\n') && error.len() <= MAX_ERROR && error.contains(&name),
+                "kind {kind} case {case}: {:?}",
+                &error[..error.len().min(2000)]
+            );
+        }
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "fuzzed protobuf answers from {name}: {total} cases, {refused} refused, in {:.1?}",
+        start.elapsed()
+    );
+    assert!(refused * 2 > total, "{refused} of {total} refused");
+}
