@@ -463,11 +463,12 @@ fn protobuf_slices_page() -> Vec<u8> {
                         .into_iter()
                         .flatten()
                         .map(|(name, value)| {
-                            let mut attribute = resource::DeviceAttribute::default();
-                            attribute.bool = value["bool"].as_bool();
-                            attribute.int = value["int"].as_i64();
-                            attribute.string = value["string"].as_str().map(Into::into);
-                            attribute.version = value["version"].as_str().map(Into::into);
+                            let attribute = resource::DeviceAttribute {
+                                bool: value["bool"].as_bool(),
+                                int: value["int"].as_i64(),
+                                string: value["string"].as_str().map(Into::into),
+                                version: value["version"].as_str().map(Into::into),
+                            };
                             (name.clone(), attribute)
                         })
                         .collect();
@@ -550,7 +551,7 @@ fn protobuf_answers_reader() {
     cluster.list_encoding(ListEncoding::Protobuf);
     let seed = protobuf_slices_page();
     let name = api.url();
-    let mut read = |input: &[u8]| {
+    let read = |input: &[u8]| {
         *answer.lock().unwrap() = input.to_vec();
         let request = ListRequest {
             kind: Kind::ResourceSlice,
