@@ -11,8 +11,10 @@ use serde_json::{Value, json};
 
 use crate::{error_line, kubectl_media};
 
-/// How long any of these may take: a quadratic step in them takes far longer.
-const BOUND: Duration = Duration::from_secs(90);
+/// How long any of these may take: a quadratic step in them takes hours. Not a performance
+/// target (the benchmarks hold those): run alone with the debug build, the slowest, `why` over
+/// 100 nodes whose searches give up, took 30 s; under the whole suite's load on two cores, 104 s.
+const BOUND: Duration = Duration::from_secs(300);
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
