@@ -181,12 +181,7 @@ fn tolerate_step(request: &RequestAccount, steps: &mut Vec<Step>) {
     let mut taints: Vec<String> = Vec::new();
     for reason in &request.reasons {
         if let Detail::Untolerated { key, value, effect } = &reason.detail {
-            let value = value
-                .as_deref()
-                .filter(|v| !v.is_empty())
-                .map(|v| format!("={v}"))
-                .unwrap_or_default();
-            let written = format!("{key}{value}:{effect}");
+            let written = crate::fleet::objects::written_taint(key, value.as_deref(), effect);
             if !taints.contains(&written) {
                 taints.push(written);
             }

@@ -83,13 +83,7 @@ impl GpuTaint {
     /// `key=value:effect`, as kubectl writes a node's taint (outside text: renderers escape it).
     pub(crate) fn written(&self) -> String {
         let taint = &self.taint;
-        let value = taint
-            .value
-            .as_deref()
-            .filter(|v| !v.is_empty())
-            .map(|v| format!("={v}"))
-            .unwrap_or_default();
-        format!("{}{value}:{}", taint.key, taint.effect)
+        crate::fleet::objects::written_taint(&taint.key, taint.value.as_deref(), &taint.effect)
     }
 
     /// Why, in a word: the agent's own taint's value (its key says only that it is ours),

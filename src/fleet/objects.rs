@@ -692,6 +692,15 @@ pub struct Taint {
     pub time_added: Option<String>,
 }
 
+/// A taint as kubectl writes one (and `class --tolerate` takes it): `key=value:effect`, or
+/// `key:effect` without a value.
+pub(crate) fn written_taint(key: &str, value: Option<&str>, effect: &str) -> String {
+    match value.filter(|v| !v.is_empty()) {
+        Some(value) => format!("{key}={value}:{effect}"),
+        None => format!("{key}:{effect}"),
+    }
+}
+
 /// A DeviceTaintRule (resource.k8s.io/v1): its taint is added to every device its selector
 /// names (driver, pool and device name, each optional; no selector names no device).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
