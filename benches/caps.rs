@@ -14,6 +14,9 @@ mod support;
 #[path = "cluster.rs"]
 mod cluster;
 
+#[path = "vendors.rs"]
+mod vendors;
+
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -437,13 +440,7 @@ fn vendors_against_liken(
     // One of each first, for the page cache.
     timed(run(vendors_file), &[0]);
     let (vendors, liken) = interleaved(rounds, || run(vendors_file), || run(liken_file), &[0]);
-    let ratio = vendors.median.as_secs_f64() / liken.median.as_secs_f64();
-    println!(
-        "caps -f with the vendors' render devices {:.0} ms, with liken's {:.0} ms (medians, by turns): {ratio:.3}x, goal <= 1.05x {}",
-        vendors.median.as_secs_f64() * 1e3,
-        liken.median.as_secs_f64() * 1e3,
-        if ratio <= 1.05 { "met" } else { "NOT met" }
-    );
+    vendors::line("caps -f", vendors, liken, vendors_file, liken_file);
 }
 
 /// One allocated claim per GPU of `items` (the fleet's slices): the liken render node and the

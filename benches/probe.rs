@@ -136,16 +136,19 @@ fn libva_figures(
         args: vec![CHILD_SUBCOMMAND.into()],
     });
     let mut libva = Duration::ZERO;
+    let mut children_cpu = Duration::ZERO;
     runtime.block_on(async {
         for _ in 0..10 {
             expect_report(probe_in_child(&node, &live).await);
         }
+        let before = children_cpu_time();
         for _ in 0..ROUNDS {
             let start = Instant::now();
             let outcome = probe_in_child(&node, &live).await;
             libva += start.elapsed();
             expect_report(outcome);
         }
+        children_cpu = children_cpu_time().saturating_sub(before);
     });
     // The --from path: read the record, derive the attributes and the log line.
     let start = Instant::now();
@@ -166,11 +169,34 @@ fn libva_figures(
         "  real libva against /bin/true             ratio {:.2}x",
         libva_ms / baseline_ms
     );
+    let cpu_ms = children_cpu.as_secs_f64() * 1000.0 / f64::from(ROUNDS);
+    println!("  CPU of the child (user + system)         {cpu_ms:8.3} ms");
+    // What re-probing costs at the default period (src/agent/cli.rs: --reprobe-interval 1m).
+    let per_hour = 60.0;
+    println!(
+        "  re-probing every 1 min: {per_hour:.0} probes per GPU and hour, {:.2} s of wall time and {:.2} s of CPU per GPU and hour ({:.2} s of CPU for 8 GPUs)",
+        per_hour * libva_ms / 1000.0,
+        per_hour * cpu_ms / 1000.0,
+        8.0 * per_hour * cpu_ms / 1000.0
+    );
     println!("  --from: read record + derive + log line  {from_ms:8.3} ms");
     println!(
         "  real libva against --from                ratio {:.0}x",
         libva_ms / from_ms
     );
+}
+
+/// The CPU time (user + system) of this process's children that have ended and been waited for.
+#[cfg(have_libva)]
+fn children_cpu_time() -> Duration {
+    // SAFETY: getrusage writes the struct it is given and nothing else.
+    let usage = unsafe {
+        let mut usage = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage
+    };
+    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 fn isolation(command: ProbeCommand) -> Isolation {

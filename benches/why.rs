@@ -7,13 +7,16 @@
 //! `MEDIA_BENCH_BASELINE=/path/to/kubectl-media`, an older build runs by turns and `caps` and
 //! `why` may lose at most 5% to it (issue 25). Run: `cargo bench --bench why` (`--profile
 //! release` for what `cargo install` builds; `WHY_BENCH_NODES=500` for a quicker look;
-//! `WHY_BENCH_FLEET_OUT=fleet.json` keeps the fleet).
+//! `WHY_BENCH_FLEET_OUT=fleet.json` keeps the fleet, `WHY_BENCH_VENDORS_OUT` the vendors').
 
 #[path = "../tests/it/support/mod.rs"]
 mod support;
 
 #[path = "cluster.rs"]
 mod cluster;
+
+#[path = "vendors.rs"]
+mod vendors;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -393,6 +396,10 @@ fn vendors_against_liken(
     )
     .expect("write the vendors' fleet");
     let vendors_file = file.to_str().expect("utf-8 path").to_owned();
+    // To profile `why` on it by hand, as WHY_BENCH_FLEET_OUT keeps liken's.
+    if let Some(keep) = std::env::var_os("WHY_BENCH_VENDORS_OUT") {
+        std::fs::copy(&file, keep).expect("write WHY_BENCH_VENDORS_OUT");
+    }
     let why = |path: &str| plugin(binary, &["why", "film-0", "-n", "media", "-f", path], dir);
     timed(why(&vendors_file), WHY_EXITS);
     let mut runs: [Vec<_>; 2] = [Vec::new(), Vec::new()];
@@ -401,11 +408,5 @@ fn vendors_against_liken(
         runs[1].push(timed(why(liken_file), WHY_EXITS));
     }
     let [vendors, liken] = runs.map(summarise);
-    let ratio = vendors.median.as_secs_f64() / liken.median.as_secs_f64();
-    println!(
-        "why -f with the vendors' render devices {:.0} ms, with liken's {:.0} ms (medians, by turns): {ratio:.3}x, goal <= 1.05x {}",
-        vendors.median.as_secs_f64() * 1e3,
-        liken.median.as_secs_f64() * 1e3,
-        if ratio <= 1.05 { "met" } else { "NOT met" }
-    );
+    vendors::line("why -f", vendors, liken, &vendors_file, liken_file);
 }

@@ -562,7 +562,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             .get(&node.name)
             .cloned()
             .unwrap_or_default();
-        let mut off_node = HashSet::new();
+        let mut off_node = HashSet::default();
         if !self.tables.elsewhere.is_empty() || !self.tables.per_device.is_empty() {
             devices.extend(
                 self.tables
@@ -596,7 +596,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
     /// first name seen twice, in the scheduler's order, is the reason. From 1.35 a pool being
     /// updated is never validated (GatherPools returns it as incomplete only); 1.34 marks both.
     /// (Shared counters, which 1.36 validates too, are not read by the fleet model.)
-    fn invalid_pools(&self, devices: &[usize]) -> (Vec<InvalidPool>, HashMap<usize, usize>) {
+    fn invalid_pools(&self, devices: &[usize]) -> (Vec<InvalidPool>, HashMap<usize, usize, Fast>) {
         // Mostly no name repeats within a pool: one sort says so without the sets below.
         let mut named: Vec<(&str, &str, &str)> = devices
             .iter()
@@ -607,7 +607,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             .collect();
         named.sort_unstable();
         if named.windows(2).all(|w| w[0] != w[1]) {
-            return (Vec::new(), HashMap::new());
+            return (Vec::new(), HashMap::default());
         }
         let mut names: HashMap<(&str, &str), HashSet<&str, Fast>, Fast> = HashMap::default();
         let mut invalid: Vec<InvalidPool> = Vec::new();
@@ -629,7 +629,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             }
         }
         let invalid_of = if invalid.is_empty() {
-            HashMap::new()
+            HashMap::default()
         } else {
             devices
                 .iter()
@@ -665,7 +665,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             gathered,
             requests: Vec::new(),
             constraints: Vec::new(),
-            allocating: HashMap::new(),
+            allocating: HashMap::default(),
             result: vec![Vec::new(); claims.len()],
             steps: 0,
         };
@@ -825,7 +825,7 @@ impl<'a, D: DeviceView> Allocator<'a, D> {
             gathered,
             requests: Vec::new(),
             constraints: Vec::new(),
-            allocating: HashMap::new(),
+            allocating: HashMap::default(),
             result: Vec::new(),
             steps: 0,
         };

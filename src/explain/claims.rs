@@ -499,10 +499,7 @@ fn sub_devices<'m>(model: &'m FleetModel<'_>) -> HashMap<(&'m str, &'m str, &'m 
         let Some(driver) = RenderDriver::named(device.driver()) else {
             continue;
         };
-        let kind = driver.kind(|name| {
-            let qualified = format!("{}/{name}", driver.name);
-            device.string(&qualified).map(Some)
-        });
+        let kind = driver.kind(|name| device.string_in(driver.name, name).map(Some));
         if kind != DeviceKind::Gpu {
             found.insert((device.driver(), device.pool(), device.name()), kind);
         }

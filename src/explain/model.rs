@@ -55,9 +55,6 @@ impl SliceDevice<'_> {
         self.driver
     }
 
-    /// A string (or version) attribute by its interned name: no text compared, for what is
-    /// looked up on every device of a fleet.
-    /// A string attribute by its fully qualified name.
     /// Where attribute `name` sits in this device's shape.
     pub(crate) fn position(&self, name: QualifiedName) -> Option<usize> {
         self.device.attributes.position(name)
@@ -71,8 +68,15 @@ impl SliceDevice<'_> {
         }
     }
 
+    /// A string (or version) attribute by its fully qualified name.
     pub(crate) fn string(&self, qualified: &str) -> Option<&'static str> {
-        match self.device.attributes.get_named(qualified) {
+        let (domain, name) = qualified.split_once('/')?;
+        self.string_in(domain, name)
+    }
+
+    /// A string (or version) attribute by its domain and name.
+    pub(crate) fn string_in(&self, domain: &str, name: &str) -> Option<&'static str> {
+        match self.device.attributes.get_in(domain, name) {
             Some(Value::String(s) | Value::Version(s)) => Some(s.as_str()),
             _ => None,
         }

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::catalogue::{self, Capability, Identity};
-use crate::fleet::objects::{Device, QualifiedName, ResourceSlice, Taint, Ustr};
+use crate::fleet::objects::{Device, ResourceSlice, Taint, Ustr};
 use crate::render_drivers::{self, DeviceKind, RenderDriver};
 
 /// Capability values in catalogue order; `None` when the device lacks the attribute or it is
@@ -272,14 +272,7 @@ fn described(node: Ustr, device: &Device) -> Gpu {
 
 /// What a render driver's device is, from its string attributes of the driver's domain.
 fn kind_of(driver: &RenderDriver, device: &Device) -> DeviceKind {
-    let domain = Ustr::from(driver.name);
-    driver.kind(|name| {
-        let value = device.attributes.get(QualifiedName {
-            domain,
-            name: Ustr::from(name),
-        })?;
-        Some(value.as_str())
-    })
+    driver.kind(|name| Some(device.attributes.get_in(driver.name, name)?.as_str()))
 }
 
 /// The render drivers' devices of the fleet, before they are joined to the media devices.
@@ -320,14 +313,8 @@ fn render_devices(
                     .attributes
                     .identity(Identity::PciBusId)
                     .and_then(|v| v.as_ustr());
-                let domain = Ustr::from(driver.name);
-                let predates = driver.predates(|name| {
-                    let value = device.attributes.get(QualifiedName {
-                        domain,
-                        name: Ustr::from(name),
-                    })?;
-                    Some(value.as_str())
-                });
+                let predates = driver
+                    .predates(|name| Some(device.attributes.get_in(driver.name, name)?.as_str()));
                 if predates {
                     // Too old to tell whole GPUs from sub-devices: never paired, said once.
                     let entry =
@@ -740,7 +727,9 @@ impl Inventory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::objects::{Attributes, Device, Metadata, Pool, SliceSpec, Stated, Value};
+    use crate::fleet::objects::{
+        Attributes, Device, Metadata, Pool, QualifiedName, SliceSpec, Stated, Value,
+    };
 
     fn s(text: &str) -> Value {
         Value::String(Ustr::from(text))

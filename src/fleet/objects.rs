@@ -323,10 +323,15 @@ impl Attributes {
     /// Looks an attribute up by its text name (`liken.sh/renderNode`), without interning it.
     pub fn get_named(&self, full: &str) -> Option<&Value> {
         let (domain, name) = full.split_once('/')?;
+        self.get_in(domain, name)
+    }
+
+    /// Looks an attribute up by its domain and name, without interning either.
+    pub(crate) fn get_in(&self, domain: &str, name: &str) -> Option<&Value> {
         let i = self
             .names
             .iter()
-            .position(|n| n.domain == domain && n.name == name)?;
+            .position(|n| n.name == name && n.domain == domain)?;
         self.values.get(i)
     }
 
@@ -593,7 +598,7 @@ pub(crate) struct DeviceFields {
     pub(crate) attributes: Attributes,
     /// Sorted by name as written, as a map (JSON's and protobuf's order alike).
     #[serde(deserialize_with = "capacities")]
-    pub(crate) capacity: Vec<(QualifiedName, Ustr)>,
+    pub(crate) capacity: Vec<CapacityEntry>,
     pub(crate) allow_multiple_allocations: Option<bool>,
     pub(crate) taints: Vec<Taint>,
     pub(crate) node_name: Option<Ustr>,
@@ -601,20 +606,20 @@ pub(crate) struct DeviceFields {
     pub(crate) all_nodes: Option<bool>,
 }
 
-/// A name as the slice wrote it, before an unqualified one takes its driver's domain.
-fn written(name: QualifiedName) -> Ustr {
-    if name.domain.is_empty() {
-        name.name
-    } else {
-        Ustr::from(&format!("{}/{}", name.domain, name.name))
-    }
+/// One capacity of a device as read: its name qualified like an attribute's, the name as written
+/// (`memory` or `liken.sh/memory`), and the quantity as given.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct CapacityEntry {
+    pub(crate) name: QualifiedName,
+    pub(crate) written: Ustr,
+    pub(crate) quantity: Ustr,
 }
 
 impl From<DeviceFields> for Device {
     fn from(f: DeviceFields) -> Device {
         let more = More {
-            capacity_written: f.capacity.iter().map(|(n, _)| written(*n)).collect(),
-            capacity: f.capacity,
+            capacity_written: f.capacity.iter().map(|c| c.written).collect(),
+            capacity: f.capacity.iter().map(|c| (c.name, c.quantity)).collect(),
             taints: f.taints,
             node_name: f.node_name,
             node_selector: f.node_selector,
@@ -828,7 +833,7 @@ impl<'de> Deserialize<'de> for Attributes {
                 let mut values: Vec<Value> = Vec::with_capacity(32);
                 while let Some(key) = map.next_key::<Key<'de>>()? {
                     let name = attribute_name(&key, names.len());
-                    let value = map.next_value::<Value>()?;
+                    let value = map.next_value_seed(ValueAt(names.len()))?;
                     // The API server refuses a device that names one attribute twice; of a
                     // hand-written one, the first is kept.
                     if !names.contains(&name) {
@@ -873,91 +878,247 @@ pub(crate) fn written_name(name: &str) -> QualifiedName {
     }
 }
 
-/// `capacity: {name: {value: "1"}}`, names qualified like attributes.
+thread_local! {
+    /// The capacity names of the last device read on this thread, by position, as
+    /// [`LAST_NAMES`] keeps attribute names: (as written, qualified, interned as written).
+    static LAST_CAPACITY_NAMES: std::cell::RefCell<Vec<(Box<str>, QualifiedName, Ustr)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The capacity of name `key` (as written) read at `position` in its device, with its quantity.
+pub(crate) fn capacity_entry(key: &str, position: usize, quantity: Ustr) -> CapacityEntry {
+    LAST_CAPACITY_NAMES.with_borrow_mut(|last| {
+        if let Some((text, name, written)) = last.get(position)
+            && **text == *key
+        {
+            return CapacityEntry {
+                name: *name,
+                written: *written,
+                quantity,
+            };
+        }
+        let (name, written) = (written_name(key), Ustr::from(key));
+        if position < last.len() {
+            last[position] = (key.into(), name, written);
+        } else if position == last.len() && position < 64 {
+            last.push((key.into(), name, written));
+        }
+        CapacityEntry {
+            name,
+            written,
+            quantity,
+        }
+    })
+}
+
+/// Capacities as a map: sorted by name as written, the last of a name kept (as a `BTreeMap`
+/// collects them).
+pub(crate) fn capacities_as_map(entries: &mut Vec<CapacityEntry>) {
+    if entries.is_sorted_by(|a, b| a.written.as_str() < b.written.as_str()) {
+        return;
+    }
+    // Stable: of equal names the last read stays last, and is the one kept.
+    entries.sort_by(|a, b| a.written.as_str().cmp(b.written.as_str()));
+    let mut kept: Vec<CapacityEntry> = Vec::with_capacity(entries.len());
+    for entry in entries.drain(..) {
+        match kept.last_mut() {
+            Some(last) if last.written == entry.written => *last = entry,
+            _ => kept.push(entry),
+        }
+    }
+    *entries = kept;
+}
+
+/// `capacity: {name: {value: "1"}}`, names qualified like attributes; a capacity without a
+/// value is left out.
 fn capacities<'de, D: de::Deserializer<'de>>(
     deserializer: D,
-) -> Result<Vec<(QualifiedName, Ustr)>, D::Error> {
+) -> Result<Vec<CapacityEntry>, D::Error> {
     #[derive(Deserialize)]
     struct Capacity {
         #[serde(default)]
         value: Option<Quantity>,
     }
-    /// A quantity as given: the API writes a string; hand-written YAML may hold a number.
+    /// A quantity as given: the API writes a string; hand-written YAML may hold a number, kept
+    /// as JSON writes it.
     struct Quantity(Ustr);
     impl<'de> Deserialize<'de> for Quantity {
         fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            Ok(Quantity(Ustr::from(
-                &match serde_json::Value::deserialize(d)? {
-                    serde_json::Value::String(s) => s,
-                    other => other.to_string(),
-                },
-            )))
+            struct QuantityVisitor;
+            impl<'de> Visitor<'de> for QuantityVisitor {
+                type Value = Quantity;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a quantity")
+                }
+                fn visit_str<E: de::Error>(self, s: &str) -> Result<Quantity, E> {
+                    Ok(Quantity(Ustr::from(s)))
+                }
+                fn visit_bool<E: de::Error>(self, b: bool) -> Result<Quantity, E> {
+                    Ok(Quantity(Ustr::from(
+                        &serde_json::Value::from(b).to_string(),
+                    )))
+                }
+                fn visit_i64<E: de::Error>(self, i: i64) -> Result<Quantity, E> {
+                    Ok(Quantity(Ustr::from(&i.to_string())))
+                }
+                fn visit_u64<E: de::Error>(self, u: u64) -> Result<Quantity, E> {
+                    Ok(Quantity(Ustr::from(&u.to_string())))
+                }
+                fn visit_f64<E: de::Error>(self, f: f64) -> Result<Quantity, E> {
+                    Ok(Quantity(Ustr::from(
+                        &serde_json::Value::from(f).to_string(),
+                    )))
+                }
+                fn visit_unit<E: de::Error>(self) -> Result<Quantity, E> {
+                    Ok(Quantity(Ustr::from("null")))
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Quantity, A::Error> {
+                    let value =
+                        serde_json::Value::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
+                    Ok(Quantity(Ustr::from(&value.to_string())))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Quantity, A::Error> {
+                    let value =
+                        serde_json::Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                    Ok(Quantity(Ustr::from(&value.to_string())))
+                }
+            }
+            d.deserialize_any(QuantityVisitor)
         }
     }
-    let map = Option::<std::collections::BTreeMap<String, Capacity>>::deserialize(deserializer)?;
-    Ok(map
-        .into_iter()
-        .flatten()
-        .filter_map(|(name, c)| Some((written_name(&name), c.value?.0)))
-        .collect())
+    struct CapacitiesVisitor;
+    impl<'de> Visitor<'de> for CapacitiesVisitor {
+        type Value = Vec<CapacityEntry>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a map of capacities")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut entries = Vec::new();
+            let mut position = 0;
+            while let Some(key) = map.next_key::<Key<'de>>()? {
+                let capacity = map.next_value::<Capacity>()?;
+                if let Some(Quantity(quantity)) = capacity.value {
+                    entries.push(capacity_entry(&key, position, quantity));
+                }
+                position += 1;
+            }
+            capacities_as_map(&mut entries);
+            Ok(entries)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    deserializer.deserialize_option(CapacitiesVisitor)
+}
+
+thread_local! {
+    /// The string values of the last device read on this thread, by position: a fleet's devices
+    /// mostly state the same strings at the same places (a product's name, a driver's version),
+    /// so a value is nearly always a byte comparison away from its interned form.
+    static LAST_STRINGS: std::cell::RefCell<Vec<Option<Ustr>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The interned form of a string value read at `position` among its device's attributes.
+pub(crate) fn string_at(s: &str, position: usize) -> Ustr {
+    LAST_STRINGS.with_borrow_mut(|last| {
+        if let Some(Some(interned)) = last.get(position)
+            && interned.as_str() == s
+        {
+            return *interned;
+        }
+        let interned = Ustr::from(s);
+        if position < last.len() {
+            last[position] = Some(interned);
+        } else if position < 64 {
+            last.resize(position, None);
+            last.push(Some(interned));
+        }
+        interned
+    })
+}
+
+/// An attribute's value read at `position` among its device's attributes (see [`string_at`]).
+struct ValueAt(usize);
+
+impl<'de> DeserializeSeed<'de> for ValueAt {
+    type Value = Value;
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        value(deserializer, Some(self.0))
+    }
 }
 
 impl<'de> Deserialize<'de> for Value {
     fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ValueVisitor;
-        impl<'de> Visitor<'de> for ValueVisitor {
-            type Value = Value;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an attribute value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-                let mut found: Option<Value> = None;
-                let mut types = 0;
-                while let Some(key) = map.next_key::<Key<'de>>()? {
-                    let scalar = map.next_value::<Scalar>()?;
-                    let value = match (key.as_ref(), scalar) {
-                        ("bool", Scalar::Bool(b)) => Value::Bool(b),
-                        ("int", Scalar::Int(i)) => Value::Int(i),
-                        ("string", Scalar::String(s)) => Value::String(s),
-                        ("version", Scalar::String(s)) => Value::Version(s),
-                        (_, Scalar::Null) => continue,
-                        _ => Value::Invalid,
-                    };
-                    types += 1;
-                    found = Some(value);
-                }
-                // Exactly one type may be set (the API server enforces it); anything else is
-                // content we do not trust.
-                Ok(match (types, found) {
-                    (1, Some(value)) => value,
-                    _ => Value::Invalid,
-                })
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Value, E> {
-                Ok(Value::Invalid)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Value, E> {
-                Ok(Value::Invalid)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Value, E> {
-                Ok(Value::Invalid)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Value, E> {
-                Ok(Value::Invalid)
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Value, E> {
-                Ok(Value::Invalid)
-            }
-            fn visit_unit<E>(self) -> Result<Value, E> {
-                Ok(Value::Invalid)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Value::Invalid)
-            }
-        }
-        deserializer.deserialize_any(ValueVisitor)
+        value(deserializer, None)
     }
+}
+
+/// An attribute value; its strings interned through [`string_at`] when its position is known.
+fn value<'de, D: de::Deserializer<'de>>(
+    deserializer: D,
+    position: Option<usize>,
+) -> Result<Value, D::Error> {
+    struct ValueVisitor(Option<usize>);
+    impl<'de> Visitor<'de> for ValueVisitor {
+        type Value = Value;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an attribute value")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+            let mut found: Option<Value> = None;
+            let mut types = 0;
+            while let Some(key) = map.next_key::<Key<'de>>()? {
+                let scalar = map.next_value_seed(ScalarAt(self.0))?;
+                let value = match (key.as_ref(), scalar) {
+                    ("bool", Scalar::Bool(b)) => Value::Bool(b),
+                    ("int", Scalar::Int(i)) => Value::Int(i),
+                    ("string", Scalar::String(s)) => Value::String(s),
+                    ("version", Scalar::String(s)) => Value::Version(s),
+                    (_, Scalar::Null) => continue,
+                    _ => Value::Invalid,
+                };
+                types += 1;
+                found = Some(value);
+            }
+            // Exactly one type may be set (the API server enforces it); anything else is
+            // content we do not trust.
+            Ok(match (types, found) {
+                (1, Some(value)) => value,
+                _ => Value::Invalid,
+            })
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Value, E> {
+            Ok(Value::Invalid)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Value, E> {
+            Ok(Value::Invalid)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Value, E> {
+            Ok(Value::Invalid)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Value, E> {
+            Ok(Value::Invalid)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Value, E> {
+            Ok(Value::Invalid)
+        }
+        fn visit_unit<E>(self) -> Result<Value, E> {
+            Ok(Value::Invalid)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(Value::Invalid)
+        }
+    }
+    deserializer.deserialize_any(ValueVisitor(position))
 }
 
 /// One scalar inside an attribute value, of whatever type it turned out to be.
@@ -969,9 +1130,13 @@ enum Scalar {
     Other,
 }
 
-impl<'de> Deserialize<'de> for Scalar {
-    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ScalarVisitor;
+/// A [`Scalar`] of the attribute at this position, if known (see [`string_at`]).
+struct ScalarAt(Option<usize>);
+
+impl<'de> DeserializeSeed<'de> for ScalarAt {
+    type Value = Scalar;
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Scalar, D::Error> {
+        struct ScalarVisitor(Option<usize>);
         impl<'de> Visitor<'de> for ScalarVisitor {
             type Value = Scalar;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -990,7 +1155,10 @@ impl<'de> Deserialize<'de> for Scalar {
                 Ok(Scalar::Other)
             }
             fn visit_str<E>(self, s: &str) -> Result<Scalar, E> {
-                Ok(Scalar::String(Ustr::from(s)))
+                Ok(Scalar::String(match self.0 {
+                    Some(position) => string_at(s, position),
+                    None => Ustr::from(s),
+                }))
             }
             fn visit_unit<E>(self) -> Result<Scalar, E> {
                 Ok(Scalar::Null)
@@ -1007,7 +1175,7 @@ impl<'de> Deserialize<'de> for Scalar {
                 Ok(Scalar::Other)
             }
         }
-        deserializer.deserialize_any(ScalarVisitor)
+        deserializer.deserialize_any(ScalarVisitor(self.0))
     }
 }
 
@@ -1477,5 +1645,63 @@ spec:
             "{:?}",
             objects.notes
         );
+    }
+
+    #[test]
+    fn devices_of_one_shape_keep_their_own_strings_and_capacities() {
+        // The per-position caches must never hand one device's value to the next: the same
+        // names at the same places, other strings, and capacities out of order, twice and as
+        // numbers (as a BTreeMap would collect them: sorted, the last of a name kept).
+        let mut objects = Objects::default();
+        let text = r#"{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+          "metadata": {"name": "n-gpu.example.com"},
+          "spec": {"driver": "gpu.example.com", "nodeName": "n",
+            "pool": {"name": "n", "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+              {"name": "a", "attributes": {"model": {"string": "A380"}, "uuid": {"string": "u-1"}},
+               "capacity": {"memory": {"value": "6Gi"}, "cores": {"value": "8"}}},
+              {"name": "b", "attributes": {"model": {"string": "A380"}, "uuid": {"string": "u-2"}},
+               "capacity": {"memory": {"value": 6}, "gpu.example.com/cores": {"value": 1.5},
+                            "memory": {"value": "7Gi"}}},
+              {"name": "c", "attributes": {"uuid": {"string": "A380"}, "model": {"version": "u-1"}}}
+            ]}}"#;
+        assert_eq!(objects.add_json(text).unwrap(), None);
+        let devices = &objects.slices[0].spec.devices;
+        let string = |d: usize, n: &str| {
+            devices[d]
+                .attributes
+                .get(name(&format!("gpu.example.com/{n}")))
+                .cloned()
+        };
+        assert_eq!(string(0, "uuid"), Some(Value::String("u-1".into())));
+        assert_eq!(string(1, "uuid"), Some(Value::String("u-2".into())));
+        assert_eq!(string(1, "model"), Some(Value::String("A380".into())));
+        assert_eq!(string(2, "uuid"), Some(Value::String("A380".into())));
+        assert_eq!(string(2, "model"), Some(Value::Version("u-1".into())));
+        let written = |d: usize| -> Vec<(String, String)> {
+            devices[d]
+                .capacities_written()
+                .map(|(n, q)| (n.to_string(), q.to_string()))
+                .collect()
+        };
+        let pairs = |p: &[(&str, &str)]| -> Vec<(String, String)> {
+            p.iter()
+                .map(|(n, q)| (n.to_string(), q.to_string()))
+                .collect()
+        };
+        assert_eq!(written(0), pairs(&[("cores", "8"), ("memory", "6Gi")]));
+        assert_eq!(
+            written(1),
+            pairs(&[("gpu.example.com/cores", "1.5"), ("memory", "7Gi")])
+        );
+        assert_eq!(
+            devices[1].capacity(name("gpu.example.com/cores")),
+            Some(Ustr::from("1.5"))
+        );
+        assert_eq!(
+            devices[0].capacity(name("gpu.example.com/memory")),
+            Some(Ustr::from("6Gi"))
+        );
+        assert!(written(2).is_empty());
     }
 }

@@ -16,7 +16,7 @@ use self::wire::{Reader, WireError};
 use crate::fleet::allocated::{AllocatedClaim, Consumer, DeviceResult};
 use crate::fleet::objects::{
     Attributes, Device, DeviceFields, Metadata, Pool, QualifiedName, ResourceSlice, SliceSpec,
-    SpecFields, Taint, Ustr, Value, attribute_name, written_name,
+    SpecFields, Taint, Ustr, Value, attribute_name, capacity_entry, string_at,
 };
 
 /// kube-apiserver's protobuf media type.
@@ -348,15 +348,18 @@ fn device<'a>(mut device: Reader<'a>, scratch: &mut Scratch<'a>) -> Result<Devic
     scratch.names.clear();
     scratch.values.clear();
     for (key, attribute) in &scratch.attributes {
+        scratch.values.push(attribute.value(scratch.names.len()));
         scratch.names.push(attribute_name(key, scratch.names.len()));
-        scratch.values.push(attribute.value());
     }
     fields.attributes = Attributes::shaped(&scratch.names, &scratch.values);
     as_map(&mut scratch.capacity);
     fields.capacity = scratch
         .capacity
         .iter()
-        .filter_map(|(name, quantity)| Some((written_name(name), Ustr::from(quantity.as_ref()?))))
+        .enumerate()
+        .filter_map(|(i, (name, quantity))| {
+            Some(capacity_entry(name, i, Ustr::from(quantity.as_ref()?)))
+        })
         .collect();
     Ok(Device::from(fields))
 }
@@ -405,13 +408,13 @@ fn read_attribute<'a>(
 
 impl Attribute<'_> {
     /// Exactly one type set is a value, as the JSON reader has it; anything else is not
-    /// trusted.
-    fn value(&self) -> Value {
+    /// trusted. `position` is the attribute's among its device's (see `string_at`).
+    fn value(&self, position: usize) -> Value {
         let set = [
             self.bool.map(Value::Bool),
             self.int.map(Value::Int),
-            self.string.map(|s| Value::String(Ustr::from(s))),
-            self.version.map(|s| Value::Version(Ustr::from(s))),
+            self.string.map(|s| Value::String(string_at(s, position))),
+            self.version.map(|s| Value::Version(string_at(s, position))),
         ];
         let mut set = set.into_iter().flatten();
         match (set.next(), set.next()) {

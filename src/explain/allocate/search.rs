@@ -53,7 +53,7 @@ pub(super) struct Search<'s> {
     pub(super) requests: Vec<Vec<Vec<RequestData<'s>>>>,
     pub(super) constraints: Vec<Vec<Constraint<'s>>>,
     /// Devices being allocated (exclusive ones only), with the claims they go to.
-    pub(super) allocating: HashMap<usize, Vec<usize>>,
+    pub(super) allocating: HashMap<usize, Vec<usize>, Fast>,
     pub(super) result: Vec<Vec<(String, usize)>>,
     /// Calls and candidate devices tried so far (bounded by [`MAX_SEARCH_STEPS`]).
     pub(super) steps: u64,
@@ -81,10 +81,10 @@ pub(super) struct Gathered {
     /// The devices gathered for the node, in the scheduler's order.
     pub(super) devices: Vec<usize>,
     /// Gathered devices that are for other nodes (see [`Allocator::gather`]).
-    pub(super) off_node: HashSet<usize>,
+    pub(super) off_node: HashSet<usize, Fast>,
     /// The node's invalid pools, and the devices in them (index into `invalid`).
     pub(super) invalid: Vec<InvalidPool>,
-    pub(super) invalid_of: HashMap<usize, usize>,
+    pub(super) invalid_of: HashMap<usize, usize, Fast>,
 }
 
 pub(super) enum Stop {

@@ -7,14 +7,12 @@
 //! - build stage (`FROM rust:V-trixie`, `WORKDIR`, `COPY . .`, `RUN cargo build --profile dist
 //!   ...`): the RUN's cargo command, run in this checkout with this machine's toolchain, into a
 //!   target directory of its own beside the tree's cache (kept between runs, as Go's build cache
-//!   is; the context's `.dockerignore` leaves out `target/`, as a separate directory does), with
-//!   `--release` for `--profile dist`. dist is release plus fat LTO and one codegen unit (checked
-//!   below against Cargo.toml); measured on the 2-core machine, dist took 5.7 min of CPU to
-//!   rebuild after a change to the crate (its LTO runs on one core), release 3.7 min on two,
-//!   and cold both about 11.5 min: release saves about 3 minutes of each CI run, and LTO changes
-//!   no behaviour the tests look at. The toolchain here links against Debian 12's glibc 2.36,
-//!   older than the builder's 2.41: the binary's symbol versions are checked against the image's
-//!   libraries instead.
+//!   is; the context's `.dockerignore` leaves out `target/`, as a separate directory does), in
+//!   the profile it names (dist: fat LTO and one codegen unit, so the binary tested is the one
+//!   that ships; cold about 12 min of CPU, after a change to the crate about 6, most of it LTO
+//!   on one core while the other runs tests). The toolchain here links against Debian 12's
+//!   glibc 2.36, older than the builder's 2.41: the binary's symbol versions are checked against
+//!   the image's libraries instead.
 //! - runtime stage `FROM docker.io/library/debian:SUITE-slim`: what debuerreotype makes that
 //!   image from, with mmdebstrap: Debian SUITE's `minbase` variant from deb.debian.org, the
 //!   slim variant's dpkg excludes (debuerreotype `scripts/.slimify-excludes`, `-includes`), and
@@ -36,7 +34,6 @@
 //! update rebuilds it, nothing else does. Building needs root and mmdebstrap (.ci/run installs
 //! it); tests that need it are `#[cfg_attr(not(have_image_tools), ignore)]`.
 
-use std::collections::BTreeSet;
 use std::ffi::CString;
 use std::fs;
 use std::io::Write as _;
@@ -272,61 +269,23 @@ fn build() -> Result<Image, String> {
     })
 }
 
-/// The profile the Dockerfile builds with, and the one built here instead (see the module's
-/// header for why).
-const DOCKERFILE_PROFILE: &str = "dist";
-const BUILT_PROFILE: &str = "release";
-
-/// What `[profile.dist]` of Cargo.toml sets: `release`'s settings with link-time optimisation
-/// on top, and nothing else, which is what makes the release build a stand-in for it.
-fn dist_differs_only_in_optimisation() -> Result<(), String> {
-    let manifest = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
-        .map_err(|e| format!("read Cargo.toml: {e}"))?;
-    let section = manifest
-        .split(&format!("[profile.{DOCKERFILE_PROFILE}]"))
-        .nth(1)
-        .ok_or("Cargo.toml has no [profile.dist]")?;
-    let keys: BTreeSet<&str> = section
-        .lines()
-        .take_while(|l| !l.starts_with('['))
-        .filter(|l| !l.trim().is_empty() && !l.trim().starts_with('#'))
-        .filter_map(|l| l.split('=').next().map(str::trim))
-        .collect();
-    let allowed: BTreeSet<&str> = ["inherits", "lto", "codegen-units"].into();
-    if !keys.is_subset(&allowed) || !section.contains(&format!("inherits = \"{BUILT_PROFILE}\"")) {
-        return Err(format!(
-            "[profile.dist] sets {keys:?}: the image test builds the release profile in its \
-             place, which stands in only while dist is release plus {allowed:?} \
-             (hint: build the dist profile in tests/it/support/image.rs)"
-        ));
-    }
-    Ok(())
-}
-
-/// Runs the build stage's cargo command here (release for dist); the binary is where its COPY
-/// takes it from, in that profile's directory.
+/// Runs the build stage's cargo command here, word for word; the binary is where its COPY takes
+/// it from, in the directory of the profile that command names.
 fn build_binary(plan: &Plan) -> Result<PathBuf, String> {
     let build = &plan.build;
     let (from, src, _) = &plan.runtime.copy;
     if *from != build.name {
         return Err(format!("COPY --from={from}: no stage of that name"));
     }
-    let relative = src
-        .strip_prefix(&format!("{}/target/{DOCKERFILE_PROFILE}/", build.workdir))
-        .ok_or_else(|| format!("COPY takes {src}, not a {DOCKERFILE_PROFILE} build's binary"))?;
-    let words: Vec<&str> = build.cargo_args.iter().map(String::as_str).collect();
-    let at = words
+    let args: Vec<&str> = build.cargo_args.iter().map(String::as_str).collect();
+    let profile = args
         .windows(2)
-        .position(|w| w == ["--profile", DOCKERFILE_PROFILE])
-        .ok_or_else(|| format!("the build stage's cargo {words:?} builds no --profile dist"))?;
-    dist_differs_only_in_optimisation()?;
-    let mut args: Vec<&str> = words[..at].to_vec();
-    args.push(if BUILT_PROFILE == "release" {
-        "--release"
-    } else {
-        BUILT_PROFILE
-    });
-    args.extend(&words[at + 2..]);
+        .find(|w| w[0] == "--profile")
+        .map(|w| w[1])
+        .ok_or_else(|| format!("the build stage's cargo {args:?} names no --profile"))?;
+    let relative = src
+        .strip_prefix(&format!("{}/target/{profile}/", build.workdir))
+        .ok_or_else(|| format!("COPY takes {src}, not a {profile} build's binary"))?;
     let target = cache_dir().join("target");
     // Cargo (the one running these tests, when it is) locks the target directory it builds
     // in; this one is the image's own, so it builds while `cargo test` holds the tests'.
@@ -347,7 +306,7 @@ fn build_binary(plan: &Plan) -> Result<PathBuf, String> {
             tail.into_iter().rev().collect::<Vec<_>>().join("\n")
         ));
     }
-    Ok(target.join(BUILT_PROFILE).join(relative))
+    Ok(target.join(profile).join(relative))
 }
 
 /// Where runtime trees are kept between runs: outside the checkout, as Go's build cache is.
