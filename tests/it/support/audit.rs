@@ -3,7 +3,7 @@
 //! the server saw them. Tests count a client's writes here, not with the client's own counters.
 
 use std::io::{Read, Seek, SeekFrom};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -90,6 +90,17 @@ fn epoch_seconds(ts: &str) -> f64 {
     (days * 86_400 + parse(11..13) * 3600 + parse(14..16) * 60) as f64 + seconds
 }
 
+/// Whether the byte before `offset` in the file at `path` ends a line.
+fn ends_a_line(path: &Path, offset: u64) -> bool {
+    let mut byte = [0u8];
+    std::fs::File::open(path)
+        .and_then(|mut f| {
+            f.seek(SeekFrom::Start(offset - 1))?;
+            f.read_exact(&mut byte)
+        })
+        .is_ok_and(|()| byte[0] == b'\n')
+}
+
 /// The requests of one user from the moment this was made, read as the log grows.
 pub struct Audit {
     path: PathBuf,
@@ -99,6 +110,10 @@ pub struct Audit {
 
 struct Tail {
     offset: u64,
+    /// Whether `offset` may fall inside a line: the log is followed from
+    /// its end at that moment, which can be in the middle of an event the
+    /// server is still writing; that event's rest is not ours to read.
+    mid_line: bool,
     partial: Vec<u8>,
     events: Vec<Event>,
 }
@@ -107,11 +122,13 @@ impl Audit {
     /// Follows `user`'s requests in the log at `path`, from its current end.
     pub fn follow(path: PathBuf, user: &str) -> Audit {
         let offset = std::fs::metadata(&path).map_or(0, |m| m.len());
+        let mid_line = offset > 0 && !ends_a_line(&path, offset);
         Audit {
             path,
             user: user.to_string(),
             state: Mutex::new(Tail {
                 offset,
+                mid_line,
                 partial: Vec::new(),
                 events: Vec::new(),
             }),
@@ -126,6 +143,16 @@ impl Audit {
         let mut bytes = std::mem::take(&mut tail.partial);
         let read = file.read_to_end(&mut bytes).expect("read the audit log");
         tail.offset += read as u64;
+        if tail.mid_line {
+            // The rest of the event that was being written when this began.
+            match bytes.iter().position(|b| *b == b'\n') {
+                Some(end) => {
+                    bytes.drain(..=end);
+                    tail.mid_line = false;
+                }
+                None => bytes.clear(),
+            }
+        }
         // A line still being written is kept for the next read.
         let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
         tail.partial = bytes.split_off(complete);
