@@ -73,6 +73,26 @@ pub(crate) fn parse_positive(text: &str) -> Result<Duration, DurationError> {
     }
 }
 
+/// A duration as an operator reads it: `250ms`, `12.5s`, `5m30s`.
+pub(crate) fn human(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{}ms", d.as_millis())
+    } else if d < Duration::from_secs(60) {
+        let tenths = d.as_millis() / 100;
+        if tenths.is_multiple_of(10) {
+            format!("{}s", tenths / 10)
+        } else {
+            format!("{}.{}s", tenths / 10, tenths % 10)
+        }
+    } else {
+        let secs = d.as_secs();
+        if secs >= 3600 * 24 * 365 {
+            return "ever".to_string();
+        }
+        format!("{}m{}s", secs / 60, secs % 60)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,5 +146,13 @@ mod tests {
                 .contains("must be more than zero")
         );
         assert!(parse_positive("0").is_err());
+    }
+
+    #[test]
+    fn durations_read_like_an_operator_writes_them() {
+        assert_eq!(human(Duration::from_millis(250)), "250ms");
+        assert_eq!(human(Duration::from_secs(12)), "12s");
+        assert_eq!(human(Duration::from_millis(12_500)), "12.5s");
+        assert_eq!(human(Duration::from_secs(330)), "5m30s");
     }
 }

@@ -150,6 +150,19 @@ pub(crate) fn http_reason(code: u16) -> String {
         .collect()
 }
 
+/// The nearest of `candidates` to `typed` (case-insensitive edit distance), when it is close.
+pub(crate) fn nearest<'c>(
+    typed: &str,
+    candidates: impl Iterator<Item = &'c str>,
+) -> Option<String> {
+    let lower = typed.to_lowercase();
+    candidates
+        .map(|c| (strsim::damerau_levenshtein(&lower, &c.to_lowercase()), c))
+        .filter(|(d, c)| *d <= (c.len().max(typed.len()) / 3).max(2))
+        .min()
+        .map(|(_, c)| c.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::{Place, elide, flow_nesting_over, http_reason, one_line, terminal_safe};

@@ -9,8 +9,9 @@ use kube::runtime::watcher;
 use tracing::{Level, error, info, warn};
 
 use crate::agent::answers::AnswerFault;
-use crate::agent::health::{Health, human};
+use crate::agent::health::Health;
 use crate::api_errors::MAX_ERROR_TEXT;
+use crate::duration::human;
 use crate::text::one_line;
 
 /// The first retry delay; doubled at each failure up to the configured maximum.

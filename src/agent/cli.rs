@@ -1,9 +1,8 @@
 //! Command-line interface of `media-capabilities`.
 
-use crate::agent::probing::{DEFAULT_PARALLEL, DEFAULT_TIMEOUT, DriverOverride};
+use crate::agent::config::{AgentArgs, ProbingArgs};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// Publishes what each GPU's VA-API driver states it can decode, encode and scale as
 /// `media.liken.sh` DRA devices.
@@ -26,7 +25,7 @@ pub struct Cli {
     pub command: Option<Command>,
     /// The agent's flags (the bare command).
     #[command(flatten)]
-    pub agent: crate::agent::config::AgentArgs,
+    pub agent: AgentArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -76,45 +75,6 @@ pub struct ProbeArgs {
     pub probing: ProbingArgs,
 }
 
-/// Where GPUs are found and how their drivers are asked (shared by the agent and `probe`).
-#[derive(Clone, Debug, Args)]
-pub struct ProbingArgs {
-    /// Directory holding the render nodes.
-    #[arg(long, value_name = "DIR", default_value = "/dev/dri")]
-    pub dev_root: PathBuf,
-    /// sysfs mount point, where each render node's PCI identity is read.
-    #[arg(long, value_name = "DIR", default_value = "/sys")]
-    pub sys_root: PathBuf,
-    /// The PCI ID database (default: /usr/share/misc/pci.ids, then /usr/share/hwdata/pci.ids;
-    /// without one, names are published as vendor:product).
-    #[arg(long, value_name = "FILE")]
-    pub pci_ids: Option<PathBuf>,
-    /// How long one GPU's probe may take before it is killed (e.g. 15s, 500ms).
-    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = crate::duration::parse_positive)]
-    pub probe_timeout: Duration,
-    /// How many GPUs are probed at once.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_PARALLEL, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
-    pub probe_parallel: usize,
-    /// Force a VA driver for one GPU (PCI address) or one vendor (PCI vendor ID), e.g.
-    /// 0000:03:00.0=radeonsi or 8086=i965; repeatable. LIBVA_DRIVER_NAME is ignored because it
-    /// would apply to every GPU.
-    #[arg(long, value_name = "KEY=NAME")]
-    pub va_driver: Vec<DriverOverride>,
-}
-
-impl Default for ProbingArgs {
-    fn default() -> Self {
-        ProbingArgs {
-            dev_root: "/dev/dri".into(),
-            sys_root: "/sys".into(),
-            pci_ids: None,
-            probe_timeout: DEFAULT_TIMEOUT,
-            probe_parallel: DEFAULT_PARALLEL,
-            va_driver: Vec::new(),
-        }
-    }
-}
-
 /// Arguments of the hidden child subcommand.
 #[derive(Debug, Args)]
 pub struct ChildArgs {
@@ -138,6 +98,7 @@ pub struct ChildArgs {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+    use std::time::Duration;
 
     #[test]
     fn the_cli_is_well_formed() {

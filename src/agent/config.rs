@@ -7,9 +7,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::agent::cli::ProbingArgs;
 use crate::agent::kubelet::{self, KubeletArgs};
-use crate::agent::probing::{Isolation, ProbeCommand, ProbeSource};
+use crate::agent::probing::{
+    DEFAULT_PARALLEL, DEFAULT_TIMEOUT, DriverOverride, Isolation, ProbeCommand, ProbeSource,
+};
 use crate::names::check_subdomain;
 use crate::node::sysfs::Roots;
 use crate::node::taint::{self, TaintEffect, TaintPolicy};
@@ -200,6 +201,45 @@ pub enum ConfigError {
     /// The agent's own executable (which probes re-run) cannot be found.
     #[error("find this program to run probes with: {0}")]
     CurrentExe(std::io::Error),
+}
+
+/// Where GPUs are found and how their drivers are asked (shared by the agent and `probe`).
+#[derive(Clone, Debug, clap::Args)]
+pub struct ProbingArgs {
+    /// Directory holding the render nodes.
+    #[arg(long, value_name = "DIR", default_value = "/dev/dri")]
+    pub dev_root: PathBuf,
+    /// sysfs mount point, where each render node's PCI identity is read.
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    pub sys_root: PathBuf,
+    /// The PCI ID database (default: /usr/share/misc/pci.ids, then /usr/share/hwdata/pci.ids;
+    /// without one, names are published as vendor:product).
+    #[arg(long, value_name = "FILE")]
+    pub pci_ids: Option<PathBuf>,
+    /// How long one GPU's probe may take before it is killed (e.g. 15s, 500ms).
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = crate::duration::parse_positive)]
+    pub probe_timeout: Duration,
+    /// How many GPUs are probed at once.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PARALLEL, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub probe_parallel: usize,
+    /// Force a VA driver for one GPU (PCI address) or one vendor (PCI vendor ID), e.g.
+    /// 0000:03:00.0=radeonsi or 8086=i965; repeatable. LIBVA_DRIVER_NAME is ignored because it
+    /// would apply to every GPU.
+    #[arg(long, value_name = "KEY=NAME")]
+    pub va_driver: Vec<DriverOverride>,
+}
+
+impl Default for ProbingArgs {
+    fn default() -> Self {
+        ProbingArgs {
+            dev_root: "/dev/dri".into(),
+            sys_root: "/sys".into(),
+            pci_ids: None,
+            probe_timeout: DEFAULT_TIMEOUT,
+            probe_parallel: DEFAULT_PARALLEL,
+            va_driver: Vec::new(),
+        }
+    }
 }
 
 impl AgentArgs {

@@ -8,6 +8,7 @@ pub mod config;
 pub(crate) mod dropped_reads;
 pub mod health;
 pub mod kubelet;
+pub mod liveness;
 pub mod probe_cmd;
 pub mod probing;
 pub(crate) mod publisher;

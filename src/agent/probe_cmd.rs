@@ -5,7 +5,8 @@
 use crate::agent::cli::{OutputFormat, ProbeArgs};
 use crate::agent::probing::{Isolation, ProbeCommand, ProbeError, ProbeSource, Probed};
 use crate::catalogue::{Attribute, Capability};
-use crate::node::device::{AttrValue, FailureKind, GpuDevice, describe};
+use crate::node::device::{AttrValue, GpuDevice, describe};
+use crate::node::failure::FailureKind;
 use crate::node::sysfs::{PciIdentity, Roots};
 use crate::node::va::report::Report;
 use serde::Serialize;

@@ -4,7 +4,8 @@
 //! crashes costs only its GPU. `LIBVA_DRIVER_NAME` would force one driver on every GPU, so children
 //! never inherit it; `--va-driver` sets one per GPU with `vaSetDriverName`.
 
-use crate::node::device::{Failure, FailureKind, Outcome, failure_text};
+use crate::node::device::{Outcome, failure_text};
+use crate::node::failure::{Failure, FailureKind};
 use crate::node::sysfs::{DiscoveryError, PciIdentity, PciNames, RenderNode, Roots};
 use crate::node::va::probe::{ProbeOptions, probe};
 use crate::node::va::report::Report;

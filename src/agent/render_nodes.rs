@@ -17,7 +17,8 @@ use tokio::sync::watch;
 use tracing::{Level, info, warn};
 
 use crate::agent::api::{API_CALL_TIMEOUT, ApiCause, Problem, api_answered, api_unanswered};
-use crate::agent::health::{Health, Heartbeat};
+use crate::agent::health::Health;
+use crate::agent::liveness::Heartbeat;
 use crate::catalogue::PCI_BUS_ID;
 use crate::node::device::{AttrValue, GpuDevice};
 use crate::render_drivers::{DeviceKind, RenderDriver, canonical_pci_bus_id};

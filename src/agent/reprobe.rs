@@ -146,7 +146,8 @@ impl Reprobe {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::device::{AttrValue, Failure, FailureKind};
+    use crate::node::device::AttrValue;
+    use crate::node::failure::{Failure, FailureKind};
 
     const MINUTE: Duration = Duration::from_secs(60);
 

@@ -185,7 +185,7 @@ pub async fn run(
 }
 
 /// [`run`] with the state the health server reports, for tests that run the agent in-process
-/// and look at (or wedge, see [`crate::agent::health::Liveness::wedge`]) its loops.
+/// and look at (or wedge, see [`crate::agent::liveness::Liveness::wedge`]) its loops.
 pub async fn run_with(
     config: AgentConfig,
     shutdown: impl Future<Output = ()>,
@@ -347,7 +347,7 @@ pub async fn run_with(
     if drained.is_err() {
         warn!(
             "gave up waiting for the agent to stop after {}",
-            health::human(SHUTDOWN_BOUND)
+            crate::duration::human(SHUTDOWN_BOUND)
         );
     } else {
         info!("every loop stopped; exiting");
@@ -465,7 +465,7 @@ async fn probe_loop(
     prober: Prober,
     gpus: watch::Sender<Option<Vec<GpuDevice>>>,
     health: Arc<Health>,
-    heartbeat: health::Heartbeat,
+    heartbeat: crate::agent::liveness::Heartbeat,
 ) {
     let Prober {
         source,
@@ -521,7 +521,7 @@ async fn probe_loop(
                 for (name, failure) in &decision.held {
                     warn!(
                         "probe: {name} failed after it worked; asking it again in {} before publishing the failure: {failure}",
-                        health::human(CONFIRM_DELAY.min(reprobe))
+                        crate::duration::human(CONFIRM_DELAY.min(reprobe))
                     );
                 }
                 for name in &decision.gone {

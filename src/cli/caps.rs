@@ -21,7 +21,8 @@ use crate::fleet::inventory::{
 };
 use crate::render_drivers;
 
-use crate::fleet::objects::{Kind, Kinds, Objects, Ustr};
+use crate::fleet::objects::{Kind, Kinds, Objects};
+use ustr::Ustr;
 
 /// Deletes the agent's pod on one node (the DaemonSet makes a new one, with a new claim); the
 /// node name follows.

@@ -7,16 +7,17 @@ use k8s_openapi::api::core::v1::{NodeSelector, Pod};
 use k8s_openapi::api::resource::v1::{
     DeviceClassSpec, DeviceRequest, ResourceClaim, ResourceClaimSpec,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::DeviceView;
 use super::findings::{
     AllocatedDevice, Allocation, ClaimProblem, ClaimReport, ClaimState, Constraint, Diagnosis, Step,
 };
 use super::model::FleetModel;
-use super::requests::{PCI_BUS_ID, nearest};
-use super::target::meta_is;
+use crate::catalogue::PCI_BUS_ID;
 use crate::fleet::objects::Objects;
 use crate::render_drivers::{DeviceKind, RenderDriver};
+use crate::text::nearest;
 
 /// liken's render node attribute.
 const RENDER_NODE: &str = "liken.sh/renderNode";
@@ -314,6 +315,12 @@ pub(super) fn request_classes(spec: &ResourceClaimSpec) -> Vec<(String, &str)> {
         }
     }
     out
+}
+
+/// Whether `meta` names the object `namespace/name` (no namespace is `default`).
+pub(super) fn meta_is(meta: &ObjectMeta, namespace: &str, name: &str) -> bool {
+    meta.name.as_deref() == Some(name)
+        && meta.namespace.as_deref().unwrap_or("default") == namespace
 }
 
 pub(super) fn requests(spec: &ResourceClaimSpec) -> &[DeviceRequest] {

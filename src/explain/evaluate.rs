@@ -4,9 +4,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use k8s_openapi::api::core::v1::{NodeSelector, Pod};
-use k8s_openapi::api::resource::v1::{DeviceClassSpec, ResourceClaimSpec};
-
 use super::allocate::{
     self, AllocError, Allocator, Claim, DeviceStatus, Fleet, NodeReport, NodeVerdict,
 };
@@ -17,25 +14,11 @@ use super::findings::{
     AttemptCode, AttemptError, Diagnosis, ErrorSummary, NodeFinding, NodeOutcome, NodePicks,
     NodeSummary, Note, Odds, PickedDevice, PoolReason, RequestGpus, Unsatisfied,
 };
-use super::model::{CandidateNode, FleetModel, SliceDevice};
-use super::requests::{self as request_report, PCI_BUS_ID, scope_ref};
-use super::target::Input;
+use super::model::{CandidateNode, SliceDevice};
+use super::requests::{self as request_report, scope_ref};
+use super::work::Work;
 use super::{DeviceView, NodeInfo};
-use crate::fleet::objects::Ustr;
-
-/// What the allocator's part works on.
-pub(super) struct Work<'w, 'o> {
-    pub input: &'w Input<'o>,
-    pub model: &'w FleetModel<'o>,
-    /// Each device's GPU model, by fleet index.
-    pub models: &'w [Ustr],
-    pub classes: &'w BTreeMap<String, DeviceClassSpec>,
-    pub pod: Option<&'o Pod>,
-    /// The claims to allocate: (index in the diagnosis, `namespace/name`, spec).
-    pub pending: &'w [(usize, String, &'o ResourceClaimSpec)],
-    /// The node selectors of the pod's claims already allocated.
-    pub bound_nodes: &'w [&'o NodeSelector],
-}
+use crate::catalogue::PCI_BUS_ID;
 
 /// What the pass over the nodes found.
 pub(super) struct NodePass {

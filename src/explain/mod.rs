@@ -18,6 +18,7 @@ pub(crate) mod pod;
 mod requests;
 pub(crate) mod target;
 mod verdict;
+mod work;
 
 use std::fmt;
 

@@ -14,9 +14,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::allocate::Features;
 use super::{AttributeValue, DeviceId, DeviceView, NodeInfo, Placement};
-use crate::fleet::objects::{
-    Device, DeviceTaintRule, QualifiedName, ResourceSlice, Taint, Ustr, Value,
-};
+use crate::fleet::objects::{Device, DeviceTaintRule, QualifiedName, ResourceSlice, Taint, Value};
+use ustr::Ustr;
 
 /// One device of a current slice, as [`DeviceView`] reads it.
 pub(crate) struct SliceDevice<'a> {

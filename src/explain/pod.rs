@@ -9,13 +9,15 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::resource::v1::DeviceClassSpec;
 
 use super::claims::{self, Entry, Sorted};
-use super::evaluate::{Work, evaluate};
+use super::evaluate::evaluate;
 use super::findings::{ClaimProblem, ClaimState, Diagnosis, Note, Unchecked, Verdict};
 use super::model::{self, FleetModel};
+use super::next_steps;
 use super::requests::gpu_models;
 use super::target::{self, Found};
 pub(crate) use super::target::{Input, Target, TargetError, similar};
 use super::verdict::{conclude, scheduler_words};
+use super::work::Work;
 use crate::fleet::objects::Kind;
 
 /// Explains the target.
@@ -98,6 +100,7 @@ pub(crate) fn explain(input: &Input<'_>) -> Result<Diagnosis, TargetError> {
         evaluate(&work, &mut diagnosis);
     }
     conclude(&mut diagnosis, pod, &problems, &pending);
+    diagnosis.next_steps = next_steps::steps(&diagnosis, &diagnosis.verdict, pod, &problems);
     super::claims::mark_sub_devices(&mut diagnosis, &model);
     Ok(diagnosis)
 }

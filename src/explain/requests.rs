@@ -11,16 +11,18 @@ use super::DeviceView;
 use super::allocate::{AllocError, Allocator, DeviceStatus, SelectorFailure, cel_expressions};
 use super::claims::requests;
 use super::diagnose::{self, Finding, Read};
-use super::evaluate::Work;
 use super::findings::{
     Detail, DeviceLine, DeviceReason, Place, ReadValue, Reason, ReasonKey, ReasonKind, Relaxation,
     RequestAccount, SelectorRef, UnknownAttribute, reason_key,
 };
 use super::model::{FleetModel, SliceDevice};
-use crate::fleet::objects::{QualifiedName, Ustr};
+use super::work::Work;
+use crate::catalogue::PCI_BUS_ID;
+use crate::fleet::objects::QualifiedName;
+use crate::text::nearest;
+use ustr::Ustr;
 
 /// The PCI attribute the product's claims constrain on.
-pub(super) const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
 /// A group of devices that fail a request the same way: (reason, where, detail, model).
 type GroupKey = (ReasonKind, Option<Place>, Detail, String);
 
@@ -616,19 +618,6 @@ pub(super) fn known_attributes(model: &FleetModel<'_>) -> HashSet<(String, Strin
         }
     }
     known
-}
-
-/// The nearest of `candidates` to `typed` (case-insensitive edit distance), when it is close.
-pub(super) fn nearest<'c>(
-    typed: &str,
-    candidates: impl Iterator<Item = &'c str>,
-) -> Option<String> {
-    let lower = typed.to_lowercase();
-    candidates
-        .map(|c| (strsim::damerau_levenshtein(&lower, &c.to_lowercase()), c))
-        .filter(|(d, c)| *d <= (c.len().max(typed.len()) / 3).max(2))
-        .min()
-        .map(|(_, c)| c.to_owned())
 }
 
 /// For the clauses of the request's selectors: how many failing devices would qualify were

@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::allocate::Features;
-use super::claims::{Entry, claim_state, claim_users, pod_claims};
+use super::claims::{Entry, claim_state, claim_users, meta_is, pod_claims};
 use super::findings::{ClaimProblem, ClaimState, TargetKind, Unchecked};
 use super::model;
 use crate::fleet::objects::{Kind, Objects, Unparsed};
@@ -130,11 +130,6 @@ pub(super) fn not_found_hint(
             }
         ),
     }
-}
-
-pub(super) fn meta_is(meta: &ObjectMeta, namespace: &str, name: &str) -> bool {
-    meta.name.as_deref() == Some(name)
-        && meta.namespace.as_deref().unwrap_or("default") == namespace
 }
 
 /// Up to three names close to `name` in `namespace`, closest first; with no namespace (`-A`),

@@ -8,7 +8,6 @@ use super::findings::{
     ClaimProblem, ConditionWords, Diagnosis, EventWords, NodeOutcome, OutcomeKind, SchedulerWords,
     TargetKind, Unchecked, Verdict,
 };
-use super::next_steps;
 
 /// The event reasons that matter here.
 const EVENT_REASONS: [&str; 4] = [
@@ -67,7 +66,7 @@ pub(super) fn scheduler_words(pod: Option<&Pod>, events: &[Event]) -> SchedulerW
     }
 }
 
-/// The verdict, the exit status and the next steps.
+/// The verdict and the exit status ([`super::next_steps`] follows from them).
 pub(super) fn conclude(
     diagnosis: &mut Diagnosis,
     pod: Option<&Pod>,
@@ -84,7 +83,6 @@ pub(super) fn conclude(
         verdict,
         Verdict::ClaimProblem { .. } | Verdict::AttemptsFail { .. } | Verdict::NoNode { .. }
     );
-    diagnosis.next_steps = next_steps::steps(diagnosis, &verdict, pod, problems);
     diagnosis.verdict = verdict;
 }
 

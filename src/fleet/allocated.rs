@@ -6,7 +6,7 @@
 
 use serde::Deserialize;
 
-use crate::fleet::objects::Ustr;
+use ustr::Ustr;
 
 /// A ResourceClaim as `caps` keeps it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

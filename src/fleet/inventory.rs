@@ -10,8 +10,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::catalogue::{self, Capability, Identity};
-use crate::fleet::objects::{Device, ResourceSlice, Taint, Ustr};
+use crate::fleet::objects::{Device, ResourceSlice, Taint};
 use crate::render_drivers::{self, DeviceKind, RenderDriver};
+use ustr::Ustr;
 
 /// Capability values in catalogue order; `None` when the device lacks the attribute or it is
 /// not a bool.

@@ -12,7 +12,7 @@ use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTe
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
-pub use ustr::Ustr;
+use ustr::Ustr;
 
 use crate::catalogue::{self, Capability, Identity};
 use crate::fleet::allocated::{AllocatedClaim, ClaimStatus};

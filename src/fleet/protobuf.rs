@@ -16,8 +16,9 @@ use self::wire::{Reader, WireError};
 use crate::fleet::allocated::{AllocatedClaim, Consumer, DeviceResult};
 use crate::fleet::objects::{
     Attributes, Device, DeviceFields, Metadata, Pool, QualifiedName, ResourceSlice, SliceSpec,
-    SpecFields, Taint, Ustr, Value, attribute_name, capacity_entry, string_at,
+    SpecFields, Taint, Value, attribute_name, capacity_entry, string_at,
 };
+use ustr::Ustr;
 
 /// kube-apiserver's protobuf media type.
 pub(crate) const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";

@@ -206,7 +206,7 @@ mod tests {
     }
 
     fn failed(name: &str) -> GpuDevice {
-        use crate::node::device::{Failure, FailureKind};
+        use crate::node::failure::{Failure, FailureKind};
         GpuDevice {
             failure: Some(Failure::new(FailureKind::NotAnswering, "timed out")),
             ..gpu(name, &[("decodeVP9", AttrValue::Bool(false))])

@@ -5,7 +5,7 @@
 //! domain, checked when the agent starts so that no slice is ever refused over it.
 
 use crate::catalogue::DRIVER;
-use crate::node::device::FailureKind;
+use crate::node::failure::FailureKind;
 
 /// The key the agent taints with unless told otherwise.
 pub const DEFAULT_KEY: &str = "media.liken.sh/unhealthy";

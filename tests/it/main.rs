@@ -8,6 +8,7 @@ use std::process::Output;
 mod support;
 
 mod agent;
+mod architecture;
 mod caps;
 mod class;
 mod cluster;

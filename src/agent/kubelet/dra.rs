@@ -70,7 +70,7 @@ impl Claims {
             Err(_) => {
                 return Err(format!(
                     "read {what}: no answer from the API server within {}",
-                    crate::agent::health::human(CLAIM_READ_TIMEOUT)
+                    crate::duration::human(CLAIM_READ_TIMEOUT)
                 ));
             }
         };

@@ -257,7 +257,7 @@ pub struct KubeletPlugin {
     registration_warning: Duration,
     refusal_retry: Duration,
     /// Tells `/healthz` that the serving loop progresses (see `crate::agent::health`).
-    heartbeat: Option<crate::agent::health::Heartbeat>,
+    heartbeat: Option<crate::agent::liveness::Heartbeat>,
     /// Where prepared claims' devices are read; none: claims are prepared with no devices.
     claims: Option<Claims>,
     /// The published devices' health, for `DRAResourceHealth`; none: the service is not served.
@@ -339,7 +339,7 @@ impl KubeletPlugin {
     }
 
     /// Beats `heartbeat` at every socket re-check, so a wedged serving loop fails `/healthz`.
-    pub(crate) fn with_heartbeat(self, heartbeat: crate::agent::health::Heartbeat) -> Self {
+    pub(crate) fn with_heartbeat(self, heartbeat: crate::agent::liveness::Heartbeat) -> Self {
         Self {
             heartbeat: Some(heartbeat),
             ..self
@@ -453,7 +453,7 @@ impl KubeletPlugin {
                             info!(
                                 "making the registration socket {} anew {} after the kubelet refused the registration, so that it tries again",
                                 registration.path.display(),
-                                crate::agent::health::human(retry.waited()),
+                                crate::duration::human(retry.waited()),
                             );
                             registration.rebind("renewed").map(|()| {
                                 retry.renewed();

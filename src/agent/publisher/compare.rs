@@ -476,7 +476,7 @@ mod tests {
     }
 
     fn tainted(name: &str) -> crate::node::device::GpuDevice {
-        use crate::node::device::{Failure, FailureKind};
+        use crate::node::failure::{Failure, FailureKind};
         crate::node::device::GpuDevice {
             failure: Some(Failure::new(FailureKind::QueryFailed, "failed")),
             ..gpu(name)

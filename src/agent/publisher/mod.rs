@@ -28,11 +28,11 @@ use tracing::{info, warn};
 use self::compare::{Change, FieldPath, stored_changes};
 use self::decide::{Action, Event, Plan, State, Stray, decide, plan, selector};
 use crate::agent::api::{API_CALL_TIMEOUT, ApiCause, api_answered, api_unanswered};
-use crate::agent::health::{
-    DroppedField, DroppedTaints, Health, Heartbeat, RefusalLabels, WriteLabels, human,
-};
+use crate::agent::health::{DroppedField, DroppedTaints, Health, RefusalLabels, WriteLabels};
 use crate::agent::kubelet::health::{HealthSender, Published};
+use crate::agent::liveness::Heartbeat;
 use crate::catalogue::DRIVER;
+use crate::duration::human;
 use crate::node::device::GpuDevice;
 
 /// How many conflicts in a row are re-read and retried at once before backing off.

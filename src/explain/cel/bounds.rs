@@ -232,8 +232,8 @@ fn counts(call: &CallExpr) -> bool {
             OPT_SELECT,
         ]
         .contains(&call.func_name.as_str())
-        || call.func_name == super::env::EQUALS
-        || call.func_name == super::env::NOT_EQUALS
+        || call.func_name == super::calls::EQUALS
+        || call.func_name == super::calls::NOT_EQUALS
 }
 
 /// The deepest path of `expr` in nodes (what the evaluator's recursion follows).
@@ -477,9 +477,9 @@ fn instrument_call(expr: &IdedExpr, call: &CallExpr) -> IdedExpr {
     match name {
         operators::LOGICAL_AND | operators::LOGICAL_OR | operators::CONDITIONAL => out(call),
         // Charged by their own implementations, from their arguments.
-        super::env::EQUALS
-        | super::env::NOT_EQUALS
-        | super::lists::HASHED
+        super::calls::EQUALS
+        | super::calls::NOT_EQUALS
+        | super::calls::HASHED
         | "sets.contains"
         | "sets.intersects"
         | "sets.equivalent"
@@ -641,8 +641,8 @@ pub(crate) fn library(env: &mut Env) -> Result<(), cel::DeclarationError> {
         Ok(first(args))
     }
     fn matches<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        let text = super::env::string_arg(&args, 0, "matches")?;
-        let pattern = super::env::string_arg(&args, 1, "matches")?;
+        let text = super::calls::string_arg(&args, 0, "matches")?;
+        let pattern = super::calls::string_arg(&args, 1, "matches")?;
         // Charged before the regex is built or run: a pattern past the limit costs nothing.
         let string_cost = traversal(text.chars().count() as u64 + 1, 100);
         spend(string_cost.saturating_mul(traversal(pattern.chars().count() as u64, 250)))?;
@@ -671,8 +671,8 @@ pub(crate) fn library(env: &mut Env) -> Result<(), cel::DeclarationError> {
         Ok(CowVal::owned(CelInt::from(n.max(0))))
     }
     fn contains<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-        let text = super::env::string_arg(&args, 0, "contains")?;
-        let needle = super::env::string_arg(&args, 1, "contains")?;
+        let text = super::calls::string_arg(&args, 0, "contains")?;
+        let needle = super::calls::string_arg(&args, 1, "contains")?;
         spend(
             traversal(text.chars().count() as u64, 100)
                 .saturating_mul(traversal(needle.chars().count() as u64, 100)),

@@ -3,15 +3,15 @@
 //! its strings and lists extensions, the `cel.bind` macro (cel-go `ext.Bindings`), `==` and
 //! `!=` as cel-go compares, and each Kubernetes library of the sibling modules.
 
-use std::cmp::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use cel::common::ast::{ComprehensionExpr, Expr, IdedExpr, ListExpr, LiteralValue};
-use cel::common::types::{CelBool, CelString, DYN_TYPE, Kind};
-use cel::common::value::{CowVal, StaticVal, Val};
+use cel::common::types::{CelBool, DYN_TYPE, Kind};
+use cel::common::value::{CowVal, Val};
 use cel::parser::{Macro, MacroExprHelper, ParseError};
 use cel::{Env, ExecutionError};
 
+use super::calls::{EQUALS, NOT_EQUALS, owned};
 use super::quantity::Quantity;
 use super::semver::Semver;
 use super::{bounds, children, visit};
@@ -260,10 +260,6 @@ pub(super) fn check_kubernetes_calls(expr: &IdedExpr) -> Result<(), UnknownOverl
     problem.map_or(Ok(()), Err)
 }
 
-/// The functions `==` and `!=` become (names no source can spell).
-pub(super) const EQUALS: &str = "@kubernetes_equals";
-pub(super) const NOT_EQUALS: &str = "@kubernetes_not_equals";
-
 /// Rewrites `==` and `!=` into [`EQUALS`] and [`NOT_EQUALS`], which compare as cel-go v0.26
 /// does (Kubernetes 1.34 to 1.36): the `cel` crate's own `==` is a plain boolean, while in
 /// cel-go a Semver or Quantity on the left of `==` with another type on the right is the runtime
@@ -423,53 +419,6 @@ pub(super) fn equality(env: &mut Env) -> Result<(), cel::DeclarationError> {
         not_equals,
     )?;
     Ok(())
-}
-
-pub(super) fn arg<'a, T: StaticVal>(
-    args: &'a [CowVal<'_, '_>],
-    i: usize,
-    function: &str,
-) -> Result<&'a T, ExecutionError> {
-    args.get(i)
-        .and_then(|a| a.downcast_ref::<T>())
-        .ok_or_else(|| {
-            ExecutionError::no_such_overload(
-                function,
-                args.iter()
-                    .map(|a| a.get_type().name().to_owned())
-                    .collect(),
-            )
-        })
-}
-
-pub(super) fn string_arg<'a>(
-    args: &'a [CowVal<'_, '_>],
-    i: usize,
-    function: &str,
-) -> Result<&'a str, ExecutionError> {
-    args.get(i)
-        .and_then(|a| a.downcast_ref::<CelString>())
-        .map(CelString::inner)
-        .ok_or_else(|| {
-            ExecutionError::no_such_overload(
-                function,
-                args.iter()
-                    .map(|a| a.get_type().name().to_owned())
-                    .collect(),
-            )
-        })
-}
-
-pub(super) fn owned<'b, 'v, T: Val + 'v>(value: T) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    Ok(CowVal::owned(value))
-}
-
-pub(super) fn ordering_int(o: Ordering) -> i64 {
-    match o {
-        Ordering::Less => -1,
-        Ordering::Equal => 0,
-        Ordering::Greater => 1,
-    }
 }
 
 #[cfg(test)]

@@ -10,11 +10,8 @@ use cel::common::value::{CowVal, Val};
 use cel::{Env, ExecutionError};
 
 use super::bounds;
-use super::env::owned;
+use super::calls::{HASHED, owned};
 use super::semver::Semver;
-
-/// The function the left of `in` a constant list passes through (no source can spell it).
-pub(super) const HASHED: &str = "@hashed";
 
 /// Marks the left side of each `x in [constants]`: cel-go's planner makes that a Go map
 /// lookup when the list is constant, non-empty and of primitives (interpreter decorators.go

@@ -13,6 +13,7 @@ use super::DeviceView;
 use crate::text::one_line;
 
 mod bounds;
+mod calls;
 mod device;
 mod env;
 mod estimate;

@@ -10,7 +10,7 @@ use cel::common::types::{CelBool, CelDouble, CelInt, INT_TYPE, STRING_TYPE, Type
 use cel::common::value::{CowVal, StaticVal, Val};
 use cel::{Env, ExecutionError};
 
-use super::env::{arg, ordering_int, owned, string_arg};
+use super::calls::{arg, ordering_int, owned, string_arg};
 use super::{bounds, gap};
 
 pub(super) static QUANTITY_TYPE: Type = Type::new_unspecified_type("kubernetes.Quantity");

@@ -8,7 +8,7 @@ use cel::common::types::{BOOL_TYPE, CelBool, CelInt, STRING_TYPE, Type};
 use cel::common::value::{CowVal, StaticVal, Val};
 use cel::{Env, ExecutionError};
 
-use super::env::{arg, ordering_int, owned, string_arg};
+use super::calls::{arg, ordering_int, owned, string_arg};
 
 pub(super) static SEMVER_TYPE: Type = Type::new_unspecified_type("kubernetes.Semver");
 

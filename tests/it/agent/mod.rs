@@ -1163,7 +1163,8 @@ impl InProcess {
     fn start(s: &Setup, margin: Duration) -> InProcess {
         use clap::Parser;
         use media_operator::agent::cli::Cli;
-        use media_operator::agent::health::{Health, Liveness};
+        use media_operator::agent::health::Health;
+        use media_operator::agent::liveness::Liveness;
 
         let sockets = tempfile::tempdir().expect("temp dir for the kubelet sockets");
         let reports = s.reports.path().to_str().unwrap().to_string();

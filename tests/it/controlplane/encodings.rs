@@ -9,8 +9,9 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use media_operator::fleet::cluster::{Cluster, Connection, ListEncoding};
-use media_operator::fleet::objects::{Objects, QualifiedName, ResourceSlice, Ustr, Value};
+use media_operator::fleet::objects::{Objects, QualifiedName, ResourceSlice, Value};
 use media_operator::kubeconfig::Source;
+use ustr::Ustr;
 
 use super::ok;
 use super::product::KUBECTL_MEDIA;
